@@ -1,0 +1,240 @@
+//! Filter builders for the three layers of proactive sync.
+//!
+//! - Layer 1: repository announcements and state (kinds 30617, 30618).
+//! - Layer 2: events tagging one of our repositories (`#a`, `#A`, `#q`).
+//! - Layer 3: events tagging one of our root events (`#e`, `#E`, `#q`).
+//!
+//! Layers 2 and 3 are chunked: each filter carries at most `chunk_size`
+//! values (100 by default), and each item appears in exactly one chunk per tag
+//! letter. Items are sorted first, so the same items always give the same
+//! filters. Every builder takes a [`FilterMode`]: live filters carry
+//! `limit: 0` (only new events), historic ones an optional `since`.
+
+use nostr::prelude::{EventId, Filter, Kind, SingleLetterTag, Timestamp};
+
+use crate::model::PendingItems;
+use crate::nip34::{RepoRef, KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE};
+
+/// Values per Layer 2/3 filter unless configured otherwise.
+pub const DEFAULT_CHUNK_SIZE: usize = 100;
+
+/// Whether a filter streams new events or fetches stored ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilterMode {
+    /// Ongoing stream: `limit: 0`, nothing stored is returned.
+    Live,
+    /// Stored events, optionally only those created at or after `since`.
+    Historic {
+        /// Lower bound (inclusive) on `created_at`.
+        since: Option<Timestamp>,
+    },
+}
+
+impl FilterMode {
+    /// Historic with no lower bound.
+    pub const FULL_HISTORY: FilterMode = FilterMode::Historic { since: None };
+
+    /// Applies the mode to `filter`.
+    pub fn apply(self, filter: Filter) -> Filter {
+        match self {
+            FilterMode::Live => filter.limit(0),
+            FilterMode::Historic { since: Some(since) } => filter.since(since),
+            FilterMode::Historic { since: None } => filter,
+        }
+    }
+}
+
+/// Layer 1: repository announcements (30617) and states (30618).
+pub fn announcement_filter(mode: FilterMode) -> Filter {
+    mode.apply(Filter::new().kinds([
+        Kind::Custom(KIND_REPO_ANNOUNCEMENT),
+        Kind::Custom(KIND_REPO_STATE),
+    ]))
+}
+
+/// The tag letters of Layer 2: `a`, `A` and `q`.
+pub const REPO_TAGS: [SingleLetterTag; 3] = [
+    SingleLetterTag::LOWERCASE_A,
+    SingleLetterTag::UPPERCASE_A,
+    SingleLetterTag::LOWERCASE_Q,
+];
+
+/// The tag letters of Layer 3: `e`, `E` and `q`.
+pub const ROOT_EVENT_TAGS: [SingleLetterTag; 3] = [
+    SingleLetterTag::LOWERCASE_E,
+    SingleLetterTag::UPPERCASE_E,
+    SingleLetterTag::LOWERCASE_Q,
+];
+
+/// Layer 2: filters for events tagging any of `repos`, three per chunk.
+pub fn repo_tag_filters<'a, I>(repos: I, chunk_size: usize, mode: FilterMode) -> Vec<Filter>
+where
+    I: IntoIterator<Item = &'a RepoRef>,
+{
+    let values: Vec<String> = sorted_strings(repos.into_iter().map(RepoRef::to_string));
+    tag_filters(&values, &REPO_TAGS, chunk_size, mode)
+}
+
+/// Layer 3: filters for events tagging any of `root_events`, three per chunk.
+pub fn root_event_tag_filters<'a, I>(
+    root_events: I,
+    chunk_size: usize,
+    mode: FilterMode,
+) -> Vec<Filter>
+where
+    I: IntoIterator<Item = &'a EventId>,
+{
+    let values: Vec<String> = sorted_strings(root_events.into_iter().map(EventId::to_hex));
+    tag_filters(&values, &ROOT_EVENT_TAGS, chunk_size, mode)
+}
+
+/// Layers 2 and 3 together for `items`.
+pub fn layer2_and_layer3_filters(
+    items: &PendingItems,
+    chunk_size: usize,
+    mode: FilterMode,
+) -> Vec<Filter> {
+    let mut filters = repo_tag_filters(&items.repos, chunk_size, mode);
+    filters.extend(root_event_tag_filters(&items.root_events, chunk_size, mode));
+    filters
+}
+
+/// The next page of an `until`-paginated REQ: `original` with `until` set.
+///
+/// `until` is inclusive in NIP-01, so events sharing the oldest `created_at`
+/// of the previous page are returned again; the caller de-duplicates them by
+/// id (see [`PaginationState`](crate::pagination::PaginationState)), which is
+/// what makes paging lossless when many events share a second.
+pub fn next_page_filter(original: &Filter, until: Timestamp) -> Filter {
+    original.clone().until(until)
+}
+
+fn sorted_strings<I: Iterator<Item = String>>(values: I) -> Vec<String> {
+    let mut values: Vec<String> = values.collect();
+    values.sort_unstable();
+    values.dedup();
+    values
+}
+
+fn tag_filters(
+    values: &[String],
+    tags: &[SingleLetterTag],
+    chunk_size: usize,
+    mode: FilterMode,
+) -> Vec<Filter> {
+    let chunk_size = chunk_size.max(1);
+    values
+        .chunks(chunk_size)
+        .flat_map(|chunk| {
+            tags.iter()
+                .map(move |tag| mode.apply(Filter::new().custom_tags(*tag, chunk.iter().cloned())))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::{Keys, SecretKey};
+
+    fn repo(n: usize) -> RepoRef {
+        let mut bytes = [0u8; 32];
+        bytes[31] = 3;
+        let pubkey = Keys::new(SecretKey::from_slice(&bytes).unwrap()).public_key();
+        RepoRef::new(pubkey, format!("repo-{n}")).unwrap()
+    }
+
+    #[test]
+    fn layer1_asks_for_announcements_and_states() {
+        let filter = announcement_filter(FilterMode::FULL_HISTORY);
+        let kinds = filter.kinds.clone().unwrap();
+        assert!(kinds.contains(&Kind::Custom(30617)) && kinds.contains(&Kind::Custom(30618)));
+        assert_eq!(kinds.len(), 2);
+        assert_eq!(filter.since, None);
+        assert_eq!(filter.limit, None);
+        let since = Timestamp::from_secs(1_700_000_000);
+        assert_eq!(
+            announcement_filter(FilterMode::Historic { since: Some(since) }).since,
+            Some(since)
+        );
+        assert_eq!(announcement_filter(FilterMode::Live).limit, Some(0));
+    }
+
+    #[test]
+    fn layer2_uses_a_upper_a_and_q_per_chunk_of_100() {
+        let repos: Vec<RepoRef> = (0..250).map(repo).collect();
+        let filters = repo_tag_filters(&repos, DEFAULT_CHUNK_SIZE, FilterMode::Live);
+        assert_eq!(filters.len(), 9, "3 chunks × 3 tag letters");
+        for (i, filter) in filters.iter().enumerate() {
+            let (tag, values) = filter.generic_tags.iter().next().unwrap();
+            assert_eq!(filter.generic_tags.len(), 1);
+            assert_eq!(*tag, REPO_TAGS[i % 3]);
+            assert!(values.len() <= 100);
+            assert_eq!(filter.limit, Some(0));
+        }
+        let json = filters[0].as_json();
+        assert!(json.contains("\"#a\""), "{json}");
+        assert!(filters[1].as_json().contains("\"#A\""));
+        assert!(filters[2].as_json().contains("\"#q\""));
+    }
+
+    #[test]
+    fn layer3_uses_e_upper_e_and_q_with_hex_ids() {
+        let ids: Vec<EventId> = (0..3u8)
+            .map(|n| EventId::from_byte_array([n; 32]))
+            .collect();
+        let since = Timestamp::from_secs(42);
+        let filters = root_event_tag_filters(&ids, 2, FilterMode::Historic { since: Some(since) });
+        assert_eq!(filters.len(), 6);
+        assert!(filters
+            .iter()
+            .all(|f| f.since == Some(since) && f.limit.is_none()));
+        let first = filters[0]
+            .generic_tags
+            .get(&SingleLetterTag::LOWERCASE_E)
+            .unwrap();
+        assert!(first.contains(&ids[0].to_hex()));
+        assert!(filters[1]
+            .generic_tags
+            .contains_key(&SingleLetterTag::UPPERCASE_E));
+        assert!(filters[2]
+            .generic_tags
+            .contains_key(&SingleLetterTag::LOWERCASE_Q));
+    }
+
+    #[test]
+    fn same_items_give_the_same_filters() {
+        let items = PendingItems {
+            repos: (0..120).map(repo).collect(),
+            root_events: (0..7u8)
+                .map(|n| EventId::from_byte_array([n; 32]))
+                .collect(),
+        };
+        let a = layer2_and_layer3_filters(&items, 50, FilterMode::FULL_HISTORY);
+        let b = layer2_and_layer3_filters(&items.clone(), 50, FilterMode::FULL_HISTORY);
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 9 + 3);
+    }
+
+    #[test]
+    fn empty_items_give_no_filter_and_zero_chunk_is_one() {
+        assert!(
+            layer2_and_layer3_filters(&PendingItems::default(), 100, FilterMode::Live).is_empty()
+        );
+        let filters = repo_tag_filters(&[repo(1), repo(2)], 0, FilterMode::Live);
+        assert_eq!(filters.len(), 6);
+    }
+
+    #[test]
+    fn next_page_keeps_the_filter_and_sets_until() {
+        let original = announcement_filter(FilterMode::Historic {
+            since: Some(Timestamp::from_secs(5)),
+        })
+        .limit(500);
+        let next = next_page_filter(&original, Timestamp::from_secs(99));
+        assert_eq!(next.until, Some(Timestamp::from_secs(99)));
+        assert_eq!(next.since, original.since);
+        assert_eq!(next.limit, original.limit);
+        assert_eq!(next.kinds, original.kinds);
+    }
+}

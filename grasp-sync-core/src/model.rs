@@ -1,0 +1,507 @@
+//! The sync data model of the spec: what we want per repository, what we have
+//! confirmed per relay, and the batches in flight.
+//!
+//! Three indexes hold the whole state of proactive sync:
+//! - [`RepoSyncIndex`](crate::planner::RepoSyncIndex) — what we **want**, per
+//!   repository (relays it lists, root events that point at it);
+//! - [`RelaySyncIndex`] — what each relay has **confirmed** plus its connection
+//!   lifecycle ([`RelayState`]);
+//! - [`PendingSyncIndex`] — batches of historic sync **in flight** per relay.
+//!
+//! `compute_actions` (in [`planner`](crate::planner)) subtracts pending and
+//! confirmed from the targets to decide what is new.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use nostr::prelude::{EventId, RelayUrl, SubscriptionId, Timestamp};
+
+use crate::clock::Instant;
+use crate::nip34::RepoRef;
+use crate::pagination::PaginationState;
+
+/// What we want to sync for one repository (the spec's `RepoSyncNeeds`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RepoSyncNeeds {
+    /// Relays listed in this repository's 30617 announcement (after policy).
+    pub relays: HashSet<RelayUrl>,
+    /// Root events (1617/1618/1621) that reference this repository.
+    pub root_events: HashSet<EventId>,
+}
+
+/// What we want to sync from one relay: the relay-centric view of the
+/// repository index (the spec's `RelaySyncNeeds`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RelaySyncNeeds {
+    /// Repositories to follow on this relay (Layer 2).
+    pub repos: HashSet<RepoRef>,
+    /// Root events to follow on this relay (Layer 3).
+    pub root_events: HashSet<EventId>,
+}
+
+impl RelaySyncNeeds {
+    /// `true` when there is nothing to sync.
+    pub fn is_empty(&self) -> bool {
+        self.repos.is_empty() && self.root_events.is_empty()
+    }
+}
+
+/// Connection status of a relay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConnectionStatus {
+    /// Not connected.
+    Disconnected,
+    /// A connection attempt is in progress.
+    Connecting,
+    /// Connected; subscriptions may be sent.
+    Connected,
+}
+
+/// Everything we know about one relay: confirmed sync state plus connection
+/// lifecycle (the spec's `RelayState`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelayState {
+    /// Repositories whose historic sync this relay has confirmed.
+    pub repos: HashSet<RepoRef>,
+    /// Root events whose historic sync this relay has confirmed.
+    pub root_events: HashSet<EventId>,
+    /// A bootstrap relay is never dropped, even with nothing to sync.
+    pub is_bootstrap: bool,
+    /// Current connection status.
+    pub connection_status: ConnectionStatus,
+    /// Wall-clock time of the last successful connection; the `since` of a
+    /// quick reconnect is computed from it.
+    pub last_connected: Option<Timestamp>,
+    /// Wall-clock time of the last disconnect, for the 15-minute rule.
+    pub disconnected_at: Option<Timestamp>,
+    /// Whether the Layer 1 (announcement) historic sync has completed, so a
+    /// reconnect may use `since` for Layer 1.
+    pub announcements_synced: bool,
+}
+
+impl RelayState {
+    /// A newly discovered relay: disconnected, nothing confirmed.
+    pub fn new(is_bootstrap: bool) -> Self {
+        RelayState {
+            repos: HashSet::new(),
+            root_events: HashSet::new(),
+            is_bootstrap,
+            connection_status: ConnectionStatus::Disconnected,
+            last_connected: None,
+            disconnected_at: None,
+            announcements_synced: false,
+        }
+    }
+
+    /// `true` when connected.
+    pub fn is_connected(&self) -> bool {
+        self.connection_status == ConnectionStatus::Connected
+    }
+
+    /// The 15-minute rule: `true` when the relay has been disconnected for
+    /// longer than `window` at wall-clock time `now`, so its confirmed state
+    /// is too stale to trust.
+    pub fn should_clear_state(&self, now: Timestamp, window: Duration) -> bool {
+        match self.disconnected_at {
+            Some(at) => now.as_secs().saturating_sub(at.as_secs()) > window.as_secs(),
+            None => false,
+        }
+    }
+
+    /// Forgets every confirmed repository and root event (fresh start).
+    pub fn clear_sync_state(&mut self) {
+        self.repos.clear();
+        self.root_events.clear();
+        self.announcements_synced = false;
+    }
+
+    /// Moves `items` into the confirmed state.
+    pub fn confirm(&mut self, items: &PendingItems) {
+        self.repos.extend(items.repos.iter().cloned());
+        self.root_events.extend(items.root_events.iter().copied());
+    }
+}
+
+/// The relay-centric confirmed index (the spec's `RelaySyncIndex`), in
+/// registration order so that every walk over it is deterministic.
+#[derive(Clone, Debug, Default)]
+pub struct RelaySyncIndex {
+    relays: IndexMap<RelayUrl, RelayState>,
+}
+
+impl RelaySyncIndex {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `relay` if it is unknown and returns its state. Registering a
+    /// known relay as bootstrap marks it bootstrap; it never unmarks.
+    pub fn register(&mut self, relay: RelayUrl, is_bootstrap: bool) -> &mut RelayState {
+        let state = self
+            .relays
+            .entry(relay)
+            .or_insert_with(|| RelayState::new(is_bootstrap));
+        state.is_bootstrap |= is_bootstrap;
+        state
+    }
+
+    /// The state of `relay`, if registered.
+    pub fn get(&self, relay: &RelayUrl) -> Option<&RelayState> {
+        self.relays.get(relay)
+    }
+
+    /// The mutable state of `relay`, if registered.
+    pub fn get_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelayState> {
+        self.relays.get_mut(relay)
+    }
+
+    /// Forgets `relay` entirely (intentional disconnect).
+    pub fn remove(&mut self, relay: &RelayUrl) -> Option<RelayState> {
+        self.relays.shift_remove(relay)
+    }
+
+    /// `true` if `relay` is registered and connected.
+    pub fn is_connected(&self, relay: &RelayUrl) -> bool {
+        self.relays.get(relay).is_some_and(RelayState::is_connected)
+    }
+
+    /// Every registered relay and its state, in registration order.
+    pub fn iter(&self) -> impl Iterator<Item = (&RelayUrl, &RelayState)> {
+        self.relays.iter()
+    }
+
+    /// Number of registered relays.
+    pub fn len(&self) -> usize {
+        self.relays.len()
+    }
+
+    /// `true` when no relay is registered.
+    pub fn is_empty(&self) -> bool {
+        self.relays.is_empty()
+    }
+}
+
+/// The items a batch (or an [`AddFilters`](crate::planner::AddFilters) action)
+/// is syncing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PendingItems {
+    /// Repositories (Layer 2).
+    pub repos: HashSet<RepoRef>,
+    /// Root events (Layer 3).
+    pub root_events: HashSet<EventId>,
+}
+
+impl PendingItems {
+    /// `true` when there are no items.
+    pub fn is_empty(&self) -> bool {
+        self.repos.is_empty() && self.root_events.is_empty()
+    }
+
+    /// Number of items of both layers.
+    pub fn len(&self) -> usize {
+        self.repos.len() + self.root_events.len()
+    }
+
+    /// Adds every item of `other`.
+    pub fn extend(&mut self, other: &PendingItems) {
+        self.repos.extend(other.repos.iter().cloned());
+        self.root_events.extend(other.root_events.iter().copied());
+    }
+}
+
+/// How a batch's historic sync is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SyncMethod {
+    /// REQ until EOSE, with `until` pagination.
+    ReqEose,
+    /// NIP-77 negentropy set reconciliation.
+    Negentropy,
+}
+
+/// Identifier of a pending batch, unique within one engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BatchId(pub u64);
+
+impl fmt::Display for BatchId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "batch-{}", self.0)
+    }
+}
+
+/// A batch of historic-sync subscriptions in flight on one relay. It is
+/// confirmed only when every subscription reached its last EOSE (or the
+/// negentropy round finished); then its items move to [`RelayState`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingBatch {
+    /// Unique id, for logs and for matching completions.
+    pub batch_id: BatchId,
+    /// The items this batch syncs. Fixed once the batch is in a
+    /// [`PendingSyncIndex`]: remove and re-insert a batch to change them.
+    pub items: PendingItems,
+    /// Subscriptions that must all finish before the batch confirms.
+    pub outstanding_subs: HashSet<SubscriptionId>,
+    /// How the batch syncs.
+    pub sync_method: SyncMethod,
+    /// `until` pagination per REQ+EOSE subscription (empty for negentropy).
+    pub pagination_state: HashMap<SubscriptionId, PaginationState>,
+    /// When the batch started.
+    pub started_at: Instant,
+    /// When the batch last made progress (an event, an EOSE, a NEG-MSG); the
+    /// batch timeout counts from here.
+    pub last_progress: Instant,
+}
+
+impl PendingBatch {
+    /// A batch with no subscriptions yet.
+    pub fn new(
+        batch_id: BatchId,
+        items: PendingItems,
+        sync_method: SyncMethod,
+        now: Instant,
+    ) -> Self {
+        PendingBatch {
+            batch_id,
+            items,
+            outstanding_subs: HashSet::new(),
+            sync_method,
+            pagination_state: HashMap::new(),
+            started_at: now,
+            last_progress: now,
+        }
+    }
+
+    /// `true` once no subscription is outstanding.
+    pub fn is_complete(&self) -> bool {
+        self.outstanding_subs.is_empty()
+    }
+}
+
+/// Per-relay pending batches plus membership counts, so "is this item
+/// pending on this relay?" costs O(1) instead of a walk over batches.
+#[derive(Clone, Debug, Default)]
+struct RelayPending {
+    batches: Vec<PendingBatch>,
+    repos: HashMap<RepoRef, u32>,
+    root_events: HashMap<EventId, u32>,
+}
+
+impl RelayPending {
+    fn count_in(&mut self, items: &PendingItems) {
+        for repo in &items.repos {
+            *self.repos.entry(repo.clone()).or_insert(0) += 1;
+        }
+        for id in &items.root_events {
+            *self.root_events.entry(*id).or_insert(0) += 1;
+        }
+    }
+
+    fn count_out(&mut self, items: &PendingItems) {
+        for repo in &items.repos {
+            decrement(&mut self.repos, repo);
+        }
+        for id in &items.root_events {
+            decrement(&mut self.root_events, id);
+        }
+    }
+}
+
+fn decrement<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, u32>, key: &K) {
+    if let Some(count) = counts.get_mut(key) {
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            counts.remove(key);
+        }
+    }
+}
+
+/// Batches in flight per relay (the spec's `PendingSyncIndex`).
+#[derive(Clone, Debug, Default)]
+pub struct PendingSyncIndex {
+    relays: HashMap<RelayUrl, RelayPending>,
+}
+
+impl PendingSyncIndex {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a batch for `relay`.
+    pub fn insert(&mut self, relay: RelayUrl, batch: PendingBatch) {
+        let pending = self.relays.entry(relay).or_default();
+        pending.count_in(&batch.items);
+        pending.batches.push(batch);
+    }
+
+    /// The batches in flight on `relay`, oldest first.
+    pub fn batches(&self, relay: &RelayUrl) -> &[PendingBatch] {
+        self.relays
+            .get(relay)
+            .map_or(&[][..], |pending| pending.batches.as_slice())
+    }
+
+    /// A batch, to update its subscriptions or pagination (not its items).
+    pub fn batch_mut(&mut self, relay: &RelayUrl, batch_id: BatchId) -> Option<&mut PendingBatch> {
+        self.relays
+            .get_mut(relay)?
+            .batches
+            .iter_mut()
+            .find(|batch| batch.batch_id == batch_id)
+    }
+
+    /// Removes a batch (confirmed or failed) and returns it.
+    pub fn remove_batch(&mut self, relay: &RelayUrl, batch_id: BatchId) -> Option<PendingBatch> {
+        let pending = self.relays.get_mut(relay)?;
+        let position = pending
+            .batches
+            .iter()
+            .position(|batch| batch.batch_id == batch_id)?;
+        let batch = pending.batches.remove(position);
+        pending.count_out(&batch.items);
+        if pending.batches.is_empty() {
+            self.relays.remove(relay);
+        }
+        Some(batch)
+    }
+
+    /// Removes every batch of `relay` (disconnect, fresh start,
+    /// consolidation) and returns them.
+    pub fn clear_relay(&mut self, relay: &RelayUrl) -> Vec<PendingBatch> {
+        self.relays
+            .remove(relay)
+            .map(|pending| pending.batches)
+            .unwrap_or_default()
+    }
+
+    /// `true` if `repo` is pending on `relay`.
+    pub fn contains_repo(&self, relay: &RelayUrl, repo: &RepoRef) -> bool {
+        self.relays
+            .get(relay)
+            .is_some_and(|pending| pending.repos.contains_key(repo))
+    }
+
+    /// `true` if `root_event` is pending on `relay`.
+    pub fn contains_root_event(&self, relay: &RelayUrl, root_event: &EventId) -> bool {
+        self.relays
+            .get(relay)
+            .is_some_and(|pending| pending.root_events.contains_key(root_event))
+    }
+
+    /// The union of the items pending on `relay`.
+    pub fn items(&self, relay: &RelayUrl) -> PendingItems {
+        self.relays
+            .get(relay)
+            .map(|pending| PendingItems {
+                repos: pending.repos.keys().cloned().collect(),
+                root_events: pending.root_events.keys().copied().collect(),
+            })
+            .unwrap_or_default()
+    }
+
+    /// Relays with at least one batch in flight.
+    pub fn relays(&self) -> impl Iterator<Item = &RelayUrl> {
+        self.relays.keys()
+    }
+
+    /// Total number of batches in flight.
+    pub fn batch_count(&self) -> usize {
+        self.relays
+            .values()
+            .map(|pending| pending.batches.len())
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::{Keys, SecretKey};
+
+    fn repo(n: u8) -> RepoRef {
+        let mut bytes = [0u8; 32];
+        bytes[31] = 2;
+        let pubkey = Keys::new(SecretKey::from_slice(&bytes).unwrap()).public_key();
+        RepoRef::new(pubkey, format!("r{n}")).unwrap()
+    }
+
+    fn relay() -> RelayUrl {
+        RelayUrl::parse("wss://relay.example.com").unwrap()
+    }
+
+    fn batch(id: u64, repos: &[u8]) -> PendingBatch {
+        let items = PendingItems {
+            repos: repos.iter().map(|n| repo(*n)).collect(),
+            root_events: HashSet::new(),
+        };
+        PendingBatch::new(BatchId(id), items, SyncMethod::ReqEose, Instant::ZERO)
+    }
+
+    #[test]
+    fn fifteen_minute_rule_uses_wall_clock_seconds() {
+        let mut state = RelayState::new(false);
+        let window = Duration::from_secs(900);
+        assert!(
+            !state.should_clear_state(Timestamp::from_secs(10_000), window),
+            "never disconnected"
+        );
+        state.disconnected_at = Some(Timestamp::from_secs(10_000));
+        assert!(!state.should_clear_state(Timestamp::from_secs(10_900), window));
+        assert!(state.should_clear_state(Timestamp::from_secs(10_901), window));
+        assert!(
+            !state.should_clear_state(Timestamp::from_secs(5), window),
+            "clock going back"
+        );
+    }
+
+    #[test]
+    fn clear_sync_state_forgets_confirmed_items() {
+        let mut state = RelayState::new(true);
+        state.confirm(&batch(1, &[1, 2]).items);
+        state.announcements_synced = true;
+        state.clear_sync_state();
+        assert!(state.repos.is_empty() && state.root_events.is_empty());
+        assert!(!state.announcements_synced);
+        assert!(state.is_bootstrap, "bootstrap survives a fresh start");
+    }
+
+    #[test]
+    fn register_keeps_state_and_only_adds_bootstrap() {
+        let mut index = RelaySyncIndex::new();
+        index.register(relay(), false).repos.insert(repo(1));
+        assert!(!index.register(relay(), false).is_bootstrap);
+        assert!(index.register(relay(), true).is_bootstrap);
+        assert!(index.register(relay(), false).is_bootstrap);
+        assert_eq!(index.get(&relay()).unwrap().repos.len(), 1);
+    }
+
+    #[test]
+    fn pending_membership_follows_batches() {
+        let mut pending = PendingSyncIndex::new();
+        pending.insert(relay(), batch(1, &[1, 2]));
+        pending.insert(relay(), batch(2, &[2, 3]));
+        assert!(pending.contains_repo(&relay(), &repo(2)));
+        let removed = pending.remove_batch(&relay(), BatchId(1)).unwrap();
+        assert_eq!(removed.items.repos.len(), 2);
+        assert!(!pending.contains_repo(&relay(), &repo(1)));
+        assert!(
+            pending.contains_repo(&relay(), &repo(2)),
+            "still in batch 2"
+        );
+        assert_eq!(pending.items(&relay()).repos, [repo(2), repo(3)].into());
+        assert!(pending.remove_batch(&relay(), BatchId(1)).is_none());
+        assert_eq!(pending.clear_relay(&relay()).len(), 1);
+        assert!(!pending.contains_repo(&relay(), &repo(3)));
+        assert_eq!(pending.batch_count(), 0);
+    }
+
+    #[test]
+    fn batch_completes_when_no_subscription_is_outstanding() {
+        let mut b = batch(1, &[1]);
+        assert!(b.is_complete());
+        b.outstanding_subs.insert(SubscriptionId::new("s"));
+        assert!(!b.is_complete());
+    }
+}
