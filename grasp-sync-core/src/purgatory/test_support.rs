@@ -1,0 +1,39 @@
+//! Builders shared by the purgatory tests.
+//!
+//! The only place the tests build [`RepoAnnouncement`]s, so the only place
+//! that depends on how a [`RepoRef`] is made.
+
+use nostr::key::PublicKey;
+
+use super::RepositoryData;
+use crate::nip34::{GitOid, RepoAnnouncement, RepoRef};
+
+/// The x coordinate of the secp256k1 generator: a valid public key.
+const MAINTAINER: &str = "79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
+
+/// An announcement of `repo` listing `clone_urls`.
+pub(crate) fn announcement(clone_urls: &[&str]) -> RepoAnnouncement {
+    let pubkey = PublicKey::from_hex(MAINTAINER).expect("constant key is valid");
+    RepoAnnouncement {
+        repo: RepoRef::new(pubkey, "repo").expect("valid identifier"),
+        relays: Vec::new(),
+        clone_urls: clone_urls.iter().map(|url| (*url).to_owned()).collect(),
+        maintainers: vec![pubkey],
+        skipped: Vec::new(),
+    }
+}
+
+/// Repository data with one announcement per entry of `announcements`.
+pub(crate) fn repository(announcements: &[&[&str]]) -> RepositoryData {
+    RepositoryData {
+        announcements: announcements
+            .iter()
+            .map(|urls| announcement(urls))
+            .collect(),
+    }
+}
+
+/// The object id made of 20 repetitions of the byte `n` in hex.
+pub(crate) fn oid(n: u8) -> GitOid {
+    GitOid::parse(&format!("{n:02x}").repeat(20)).expect("40 hex digits")
+}
