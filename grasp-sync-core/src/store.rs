@@ -1,0 +1,250 @@
+//! Where verified events go, and what negentropy needs to know of them.
+//!
+//! The engine hands the store only events whose id and signature verified and
+//! that matched the filter of the subscription they arrived on. The store says
+//! whether each was new, so metrics count only newly saved events. For NIP-77
+//! the store lists the `(id, created_at)` items it holds for a filter: the
+//! local side of the reconciliation (never an empty set when we hold events).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use nostr::filter::MatchEventOptions;
+use nostr::prelude::{Event, EventId, Filter, Kind, PublicKey, Timestamp};
+
+/// What happened to an ingested event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IngestOutcome {
+    /// The event was new and is now stored.
+    Stored,
+    /// The store already had it (or a newer replaceable version).
+    Duplicate,
+    /// The store refused it (its own policy); the reason is the store's.
+    Rejected {
+        /// Why, as the store put it.
+        reason: String,
+    },
+}
+
+/// The store could not be reached or failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The backend failed.
+    #[error("event store backend failed: {0}")]
+    Backend(String),
+}
+
+/// A sink for verified events that can also list what it holds.
+#[async_trait]
+pub trait EventStore: Send + Sync {
+    /// Stores a verified event and says whether it was new.
+    async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError>;
+
+    /// `true` if the store holds the event with this id (lets the caller skip
+    /// verifying events it already has).
+    async fn contains(&self, id: &EventId) -> Result<bool, StoreError>;
+
+    /// The `(id, created_at)` of every stored event matching `filter`, for
+    /// the local side of a NIP-77 reconciliation.
+    async fn negentropy_items(
+        &self,
+        filter: &Filter,
+    ) -> Result<Vec<(EventId, Timestamp)>, StoreError>;
+}
+
+/// An in-memory [`EventStore`] that keeps only the newest version of
+/// replaceable and addressable events, as relays do.
+#[derive(Debug, Default)]
+pub struct MemoryEventStore {
+    inner: Mutex<MemoryInner>,
+}
+
+#[derive(Debug, Default)]
+struct MemoryInner {
+    events: BTreeMap<EventId, Event>,
+    /// For replaceable (kind, author) and addressable (kind, author, d)
+    /// events: the id of the version kept.
+    latest: HashMap<(Kind, PublicKey, String), EventId>,
+}
+
+impl MemoryEventStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every stored event, by id.
+    pub fn events(&self) -> Vec<Event> {
+        self.lock().events.values().cloned().collect()
+    }
+
+    /// The ids of every stored event, sorted.
+    pub fn ids(&self) -> Vec<EventId> {
+        self.lock().events.keys().copied().collect()
+    }
+
+    /// Number of stored events.
+    pub fn len(&self) -> usize {
+        self.lock().events.len()
+    }
+
+    /// `true` when nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, MemoryInner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl MemoryInner {
+    fn ingest(&mut self, event: &Event) -> IngestOutcome {
+        if self.events.contains_key(&event.id) {
+            return IngestOutcome::Duplicate;
+        }
+        if let Some(key) = replacement_key(event) {
+            if let Some(kept) = self.latest.get(&key).and_then(|id| self.events.get(id)) {
+                if !is_newer(event, kept) {
+                    return IngestOutcome::Duplicate;
+                }
+                let old = kept.id;
+                self.events.remove(&old);
+            }
+            self.latest.insert(key, event.id);
+        }
+        self.events.insert(event.id, event.clone());
+        IngestOutcome::Stored
+    }
+}
+
+/// The key under which only one version is kept, for replaceable and
+/// addressable kinds.
+fn replacement_key(event: &Event) -> Option<(Kind, PublicKey, String)> {
+    if event.kind.is_replaceable() {
+        return Some((event.kind, event.pubkey, String::new()));
+    }
+    if event.kind.is_addressable() {
+        let identifier = event.tags.identifier().unwrap_or_default();
+        return Some((event.kind, event.pubkey, identifier));
+    }
+    None
+}
+
+/// NIP-01: the newer `created_at` wins; on a tie, the lowest id.
+fn is_newer(candidate: &Event, kept: &Event) -> bool {
+    (candidate.created_at, std::cmp::Reverse(candidate.id))
+        > (kept.created_at, std::cmp::Reverse(kept.id))
+}
+
+#[async_trait]
+impl EventStore for MemoryEventStore {
+    async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
+        Ok(self.lock().ingest(event))
+    }
+
+    async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
+        Ok(self.lock().events.contains_key(id))
+    }
+
+    async fn negentropy_items(
+        &self,
+        filter: &Filter,
+    ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
+        let options = MatchEventOptions::new();
+        Ok(self
+            .lock()
+            .events
+            .values()
+            .filter(|event| filter.match_event(event, options))
+            .map(|event| (event.id, event.created_at))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::executor::block_on;
+    use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Tag};
+
+    fn note(keys: &Keys, content: &str, at: u64) -> Event {
+        EventBuilder::new(Kind::Custom(1621), content)
+            .custom_created_at(Timestamp::from_secs(at))
+            .finalize(keys)
+            .unwrap()
+    }
+
+    fn announcement(keys: &Keys, d: &str, at: u64) -> Event {
+        EventBuilder::new(Kind::Custom(30617), "")
+            .tags([Tag::identifier(d)])
+            .custom_created_at(Timestamp::from_secs(at))
+            .finalize(keys)
+            .unwrap()
+    }
+
+    #[test]
+    fn ingest_says_whether_the_event_was_new() {
+        let store = MemoryEventStore::new();
+        let keys = Keys::generate();
+        let event = note(&keys, "hello", 10);
+        assert_eq!(
+            block_on(store.ingest(&event)).unwrap(),
+            IngestOutcome::Stored
+        );
+        assert_eq!(
+            block_on(store.ingest(&event)).unwrap(),
+            IngestOutcome::Duplicate
+        );
+        assert!(block_on(store.contains(&event.id)).unwrap());
+        assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn addressable_events_keep_only_the_newest_version() {
+        let store = MemoryEventStore::new();
+        let keys = Keys::generate();
+        let old = announcement(&keys, "repo", 10);
+        let new = announcement(&keys, "repo", 20);
+        let other = announcement(&keys, "other", 5);
+        assert_eq!(block_on(store.ingest(&new)).unwrap(), IngestOutcome::Stored);
+        assert_eq!(
+            block_on(store.ingest(&old)).unwrap(),
+            IngestOutcome::Duplicate,
+            "older loses"
+        );
+        assert_eq!(
+            block_on(store.ingest(&other)).unwrap(),
+            IngestOutcome::Stored
+        );
+        let newer = announcement(&keys, "repo", 30);
+        assert_eq!(
+            block_on(store.ingest(&newer)).unwrap(),
+            IngestOutcome::Stored
+        );
+        assert!(!block_on(store.contains(&new.id)).unwrap(), "replaced");
+        assert_eq!(store.len(), 2);
+    }
+
+    #[test]
+    fn negentropy_items_are_the_events_matching_the_filter() {
+        let store = MemoryEventStore::new();
+        let keys = Keys::generate();
+        let a = note(&keys, "a", 10);
+        let b = note(&keys, "b", 20);
+        let c = announcement(&keys, "repo", 30);
+        for event in [&a, &b, &c] {
+            block_on(store.ingest(event)).unwrap();
+        }
+        let filter = Filter::new()
+            .kind(Kind::Custom(1621))
+            .since(Timestamp::from_secs(15));
+        let items = block_on(store.negentropy_items(&filter)).unwrap();
+        assert_eq!(items, vec![(b.id, b.created_at)]);
+        let all = block_on(store.negentropy_items(&Filter::new())).unwrap();
+        assert_eq!(all.len(), 3);
+    }
+}
