@@ -83,6 +83,22 @@ impl fmt::Display for Instant {
     }
 }
 
+/// Both clocks read at one moment: what every engine input takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Now {
+    /// The monotonic clock, for deadlines and backoff.
+    pub instant: Instant,
+    /// The wall clock, for the `since`/`until` of filters.
+    pub unix: Timestamp,
+}
+
+impl Now {
+    /// Both values at once.
+    pub fn new(instant: Instant, unix: Timestamp) -> Self {
+        Now { instant, unix }
+    }
+}
+
 /// The source of time for whoever drives the core.
 ///
 /// Read it once per input and hand the values to the state machines: the
@@ -94,6 +110,14 @@ pub trait Clock: Send + Sync {
 
     /// The current wall-clock time as a unix timestamp (seconds).
     fn unix_time(&self) -> Timestamp;
+
+    /// Both clocks, read once.
+    fn read(&self) -> Now {
+        Now {
+            instant: self.now(),
+            unix: self.unix_time(),
+        }
+    }
 }
 
 /// The operating system's clocks: monotonic since construction, and the

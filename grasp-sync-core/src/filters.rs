@@ -13,7 +13,9 @@
 use nostr::prelude::{EventId, Filter, Kind, SingleLetterTag, Timestamp};
 
 use crate::model::PendingItems;
-use crate::nip34::{RepoRef, KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE};
+use crate::nip34::{
+    RepoRef, KIND_ISSUE, KIND_PATCH, KIND_PULL_REQUEST, KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE,
+};
 
 /// Values per Layer 2/3 filter unless configured otherwise.
 pub const DEFAULT_CHUNK_SIZE: usize = 100;
@@ -50,6 +52,17 @@ pub fn announcement_filter(mode: FilterMode) -> Filter {
         Kind::Custom(KIND_REPO_ANNOUNCEMENT),
         Kind::Custom(KIND_REPO_STATE),
     ]))
+}
+
+/// The self-subscription on the own relay: announcements and root events
+/// (30617, 1617, 1618, 1621 — not 1619 or 30618, spec).
+pub fn own_relay_filter() -> Filter {
+    Filter::new().kinds([
+        Kind::Custom(KIND_REPO_ANNOUNCEMENT),
+        Kind::Custom(KIND_PATCH),
+        Kind::Custom(KIND_PULL_REQUEST),
+        Kind::Custom(KIND_ISSUE),
+    ])
 }
 
 /// The tag letters of Layer 2: `a`, `A` and `q`.

@@ -27,6 +27,7 @@
 
 pub mod backoff;
 pub mod clock;
+pub mod engine;
 pub mod filters;
 pub mod health;
 pub mod model;
@@ -38,5 +39,5 @@ pub mod store;
 pub mod transport;
 pub mod url_policy;
 
-pub use clock::{Clock, Instant, ManualClock, SystemClock};
+pub use clock::{Clock, Instant, ManualClock, Now, SystemClock};
 pub use nip34::RepoRef;

@@ -50,7 +50,7 @@ pub struct PaginationState {
     /// events of such a second beyond the page cannot be read by `until`
     /// paging and may be missing. Certain when the relay told us its page
     /// limit, possible otherwise.
-    pub crowded_seconds: Vec<Timestamp>,
+    pub crowded_seconds: Vec<CrowdedSecond>,
     /// The `until` of the current page (`None` on the first page).
     page_until: Option<Timestamp>,
     /// Ids seen at `page_until` on earlier pages: the only events the current
@@ -58,6 +58,15 @@ pub struct PaginationState {
     boundary_ids: HashSet<EventId>,
     /// Ids seen at `min_created_at`, the boundary of the next page.
     ids_at_min: HashSet<EventId>,
+}
+
+/// A second that filled a page during paging.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CrowdedSecond {
+    /// The second.
+    pub at: Timestamp,
+    /// How many events the page held (all at `at`).
+    pub page_len: usize,
 }
 
 /// What to do after an EOSE.
@@ -93,6 +102,15 @@ impl PaginationState {
             Some(until) => next_page_filter(&self.original_filter, until),
             None => self.original_filter.clone(),
         }
+    }
+
+    /// `true` if `event` matches the filter of the current page.
+    pub fn matches(&self, event: &nostr::prelude::Event) -> bool {
+        self.original_filter
+            .match_event(event, nostr::filter::MatchEventOptions::new())
+            && self
+                .page_until
+                .is_none_or(|until| event.created_at <= until)
     }
 
     /// Records an event of the current page. Returns `true` if no earlier
@@ -156,7 +174,10 @@ impl PaginationState {
         if self.event_count < self.largest_page || min.as_secs() == 0 {
             return None;
         }
-        self.crowded_seconds.push(min);
+        self.crowded_seconds.push(CrowdedSecond {
+            at: min,
+            page_len: self.event_count,
+        });
         Some(Timestamp::from_secs(min.as_secs().saturating_sub(1)))
     }
 
@@ -237,7 +258,7 @@ mod tests {
                 read.insert(event);
             }
             if state.on_eose(told) == PageOutcome::Complete {
-                crowded.extend(state.crowded_seconds.iter().copied());
+                crowded.extend(state.crowded_seconds.iter().map(|second| second.at));
                 return (read, state.pages, crowded);
             }
         }

@@ -1,0 +1,129 @@
+//! Every constant of the proactive-sync spec, as configurable defaults.
+
+use std::time::Duration;
+
+use nostr::prelude::RelayUrl;
+
+use crate::filters::DEFAULT_CHUNK_SIZE;
+use crate::health::HealthConfig;
+use crate::url_policy::RelayUrlPolicy;
+
+/// Configuration of a [`SyncEngine`](super::SyncEngine).
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Relay health: backoff, dead relays, rate-limit cooldown, stability.
+    /// The connect timeout is its base backoff (spec).
+    pub health: HealthConfig,
+    /// Self-subscriber batch window; starts at the first event, not reset
+    /// (spec: 5 s, `NGIT_SYNC_BATCH_WINDOW_MS`).
+    pub batch_window: Duration,
+    /// A reconnect within this time of the disconnect is a quick reconnect
+    /// (keeps confirmed state, catches up with `since`); `since` reaches this
+    /// far before the last moment we were connected (spec: 15 min).
+    pub quick_reconnect_window: Duration,
+    /// Live Layer 2+3 filters added since the last consolidation before the
+    /// relay's live subscriptions are rebuilt from confirmed state (spec: 70).
+    pub consolidation_threshold: usize,
+    /// Values per Layer 2/3 filter (spec: 100).
+    pub chunk_size: usize,
+    /// Filters per live REQ.
+    pub max_filters_per_req: usize,
+    /// Concurrent subscriptions per relay when the relay did not tell us its
+    /// own limit (NIP-11 `max_subscriptions`) and has not refused one yet.
+    /// nostr-rs-relay allows 32.
+    pub max_subscriptions: usize,
+    /// Shortest time to the daily full re-sync (spec: 23 h).
+    pub daily_min: Duration,
+    /// Longest time to the daily full re-sync (spec: 25 h).
+    pub daily_max: Duration,
+    /// A batch with subscriptions running and no message for them for this
+    /// long fails and its items are planned again.
+    pub batch_timeout: Duration,
+    /// A NEG-OPEN unanswered for this long counts as a refusal of NIP-77.
+    pub negentropy_timeout: Duration,
+    /// Delay before a relay's failed items are planned again.
+    pub retry_delay: Duration,
+    /// How often relays with nothing left to sync are dropped (spec: 60 s).
+    pub disconnect_check_interval: Duration,
+    /// Negentropy frame size limit in bytes (0 = none, else at least 4096);
+    /// messages are hex, so twice this on the wire.
+    pub negentropy_frame_size_limit: u64,
+    /// Missing ids asked for per `REQ {ids}` after a negentropy round.
+    pub fetch_chunk: usize,
+    /// Which relay URLs from announcements may be connected to.
+    pub relay_policy: RelayUrlPolicy,
+    /// Our service's relay URLs. When not empty, only announcements that
+    /// list one of them become ours (for a sidecar next to a relay that
+    /// accepts everything); when empty, every announcement the own relay
+    /// accepted is ours.
+    pub service_relays: Vec<RelayUrl>,
+    /// Relays connected from the start and never dropped.
+    pub bootstrap_relays: Vec<RelayUrl>,
+    /// Seed of the randomness that spreads the daily re-sync over 23–25 h.
+    pub seed: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            health: HealthConfig::default(),
+            batch_window: Duration::from_secs(5),
+            quick_reconnect_window: Duration::from_secs(15 * 60),
+            consolidation_threshold: 70,
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            max_filters_per_req: 100,
+            max_subscriptions: 20,
+            daily_min: Duration::from_secs(23 * 3600),
+            daily_max: Duration::from_secs(25 * 3600),
+            batch_timeout: Duration::from_secs(60),
+            negentropy_timeout: Duration::from_secs(10),
+            retry_delay: Duration::from_secs(30),
+            disconnect_check_interval: Duration::from_secs(60),
+            negentropy_frame_size_limit: 30_000,
+            fetch_chunk: 500,
+            relay_policy: RelayUrlPolicy::new(),
+            service_relays: Vec::new(),
+            bootstrap_relays: Vec::new(),
+            seed: 0x6772_6173_702d_3032,
+        }
+    }
+}
+
+/// Limits a relay told us about (NIP-11 `limitation`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RelayLimits {
+    /// Most concurrent subscriptions per connection.
+    pub max_subscriptions: Option<usize>,
+    /// Most events returned per filter, whatever `limit` asks.
+    pub max_limit: Option<usize>,
+    /// Events returned per filter without a `limit`.
+    pub default_limit: Option<usize>,
+    /// Most filters per REQ.
+    pub max_filters: Option<usize>,
+}
+
+/// A small deterministic generator (splitmix64) for the daily jitter.
+#[derive(Clone, Debug)]
+pub(crate) struct Jitter(u64);
+
+impl Jitter {
+    pub(crate) fn new(seed: u64) -> Self {
+        Jitter(seed)
+    }
+
+    /// A duration uniformly between `min` and `max`.
+    pub(crate) fn between(
+        &mut self,
+        min: std::time::Duration,
+        max: std::time::Duration,
+    ) -> std::time::Duration {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let span = max.saturating_sub(min).as_millis() as u64;
+        let offset = if span == 0 { 0 } else { z % span };
+        min.saturating_add(std::time::Duration::from_millis(offset))
+    }
+}

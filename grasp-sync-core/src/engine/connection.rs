@@ -1,0 +1,213 @@
+//! Connection lifecycle: registering, connecting per the health tracker,
+//! and what to do on connect (fresh start or quick reconnect), on disconnect,
+//! daily, and when a relay has nothing left to sync.
+
+use nostr::prelude::{RelayUrl, Timestamp};
+use tracing::{debug, info};
+
+use super::runtime::{RelayConn, Sub};
+use super::{Command, SyncEngine};
+use crate::clock::Now;
+use crate::model::ConnectionStatus;
+
+impl SyncEngine {
+    /// Starts tracking `relay` (bootstrap relays are never dropped).
+    pub(super) fn register_relay(&mut self, relay: RelayUrl, is_bootstrap: bool) {
+        self.confirmed.register(relay.clone(), is_bootstrap);
+        self.health.register(relay.clone());
+        self.known.entry(relay).or_default();
+    }
+
+    /// Starts a connection to every disconnected relay whose backoff allows.
+    pub(super) fn connect_ready_relays(&mut self, now: Now) {
+        let ready: Vec<RelayUrl> = self
+            .confirmed
+            .iter()
+            .filter(|(_, state)| state.connection_status == ConnectionStatus::Disconnected)
+            .map(|(relay, _)| relay.clone())
+            .filter(|relay| self.health.should_attempt_connection(relay, now.instant))
+            .collect();
+        let timeout = self.health.config().connect_timeout();
+        for relay in ready {
+            debug!(%relay, "connecting");
+            self.health.on_connect_attempt(&relay, now.instant);
+            if let Some(state) = self.confirmed.get_mut(&relay) {
+                state.connection_status = ConnectionStatus::Connecting;
+            }
+            self.knowledge(&relay).connect_deadline = Some(now.instant + timeout);
+            self.emit(Command::Connect { relay, timeout });
+        }
+    }
+
+    /// When the health tracker's answers change next (a retry allowed, a
+    /// rate limit over).
+    pub(super) fn health_deadline(&self) -> Option<crate::clock::Instant> {
+        self.health.poll_timeout(self.last_now)
+    }
+
+    /// Abandons connection attempts past their timeout.
+    pub(super) fn expire_connects(&mut self, now: Now) {
+        let expired: Vec<RelayUrl> = self
+            .known
+            .iter()
+            .filter(|(_, known)| known.connect_deadline.is_some_and(|at| at <= now.instant))
+            .map(|(relay, _)| relay.clone())
+            .collect();
+        for relay in expired {
+            debug!(%relay, "connection attempt timed out");
+            self.emit(Command::Disconnect {
+                relay: relay.clone(),
+            });
+            self.handle_connect_failed(now, &relay);
+        }
+    }
+
+    /// A connection attempt failed.
+    pub fn handle_connect_failed(&mut self, now: Now, relay: &RelayUrl) {
+        let Some(state) = self.confirmed.get_mut(relay) else {
+            return;
+        };
+        if state.connection_status != ConnectionStatus::Connecting {
+            return;
+        }
+        state.connection_status = ConnectionStatus::Disconnected;
+        self.knowledge(relay).connect_deadline = None;
+        self.health.on_connect_failed(relay, now.instant);
+        self.maintain(now);
+    }
+
+    /// A connection opened: fresh start on a first connect or after a long
+    /// outage, quick reconnect after a short one.
+    pub fn handle_connected(&mut self, now: Now, relay: &RelayUrl) {
+        let window = self.config.quick_reconnect_window;
+        let Some(state) = self.confirmed.get_mut(relay) else {
+            self.emit(Command::Disconnect {
+                relay: relay.clone(),
+            });
+            return;
+        };
+        let quick_since = match state.last_connected {
+            Some(last) if !state.should_clear_state(now.unix, window) => Some(
+                Timestamp::from_secs(last.as_secs().saturating_sub(window.as_secs())),
+            ),
+            _ => None,
+        };
+        state.connection_status = ConnectionStatus::Connected;
+        state.last_connected = Some(now.unix);
+        state.disconnected_at = None;
+        self.knowledge(relay).connect_deadline = None;
+        self.health.on_connected(relay, now.instant);
+        self.conns.insert(relay.clone(), RelayConn::default());
+        match quick_since {
+            Some(since) => self.quick_reconnect(now, relay, since),
+            None => self.fresh_start(now, relay),
+        }
+        self.maintain(now);
+    }
+
+    /// The connection dropped. Pending batches are cleared; confirmed state
+    /// is kept for a quick reconnect.
+    pub fn handle_disconnected(&mut self, now: Now, relay: &RelayUrl) {
+        let status = self
+            .confirmed
+            .get(relay)
+            .map(|state| state.connection_status);
+        match status {
+            Some(ConnectionStatus::Connecting) => return self.handle_connect_failed(now, relay),
+            Some(ConnectionStatus::Connected) => {}
+            _ => return,
+        }
+        info!(%relay, "disconnected");
+        self.conns.remove(relay);
+        self.clear_pending(relay);
+        if let Some(state) = self.confirmed.get_mut(relay) {
+            state.connection_status = ConnectionStatus::Disconnected;
+            state.disconnected_at = Some(now.unix);
+            // The last moment we were connected: a quick reconnect catches
+            // up from here minus the window.
+            state.last_connected = Some(now.unix);
+        }
+        self.health.on_disconnected(relay, now.instant);
+        self.maintain(now);
+    }
+
+    /// Fresh start: forget pending then confirmed state, sync Layer 1 live
+    /// and historic, then plan Layers 2+3 from scratch.
+    pub(super) fn fresh_start(&mut self, now: Now, relay: &RelayUrl) {
+        info!(%relay, "fresh start");
+        self.close_all_subscriptions(relay);
+        self.clear_pending(relay);
+        if let Some(state) = self.confirmed.get_mut(relay) {
+            state.clear_sync_state();
+        }
+        self.start_layer1(now, relay, None);
+        self.plan_relay(now, relay);
+    }
+
+    /// Quick reconnect: Layer 1 and the confirmed Layers 2+3 live, their
+    /// history caught up from `since`, then new items planned.
+    fn quick_reconnect(&mut self, now: Now, relay: &RelayUrl, since: Timestamp) {
+        info!(%relay, since = since.as_secs(), "quick reconnect");
+        self.start_layer1(now, relay, Some(since));
+        self.rebuild_live(now, relay, &Default::default());
+        self.start_catch_up(now, relay, since);
+        self.plan_relay(now, relay);
+    }
+
+    /// The daily full re-sync of every connected relay.
+    pub(super) fn daily_sync(&mut self, now: Now) {
+        let connected: Vec<RelayUrl> = self.conns.keys().cloned().collect();
+        for relay in connected {
+            info!(%relay, "daily sync");
+            self.fresh_start(now, &relay);
+        }
+    }
+
+    /// Drops relays that are neither bootstrap nor listed by any repository.
+    pub(super) fn check_disconnects(&mut self, _now: Now) {
+        let unwanted: Vec<RelayUrl> = self
+            .confirmed
+            .iter()
+            .filter(|(relay, state)| !state.is_bootstrap && self.repos.target(relay).is_none())
+            .map(|(relay, _)| relay.clone())
+            .collect();
+        for relay in unwanted {
+            info!(%relay, "dropping relay with nothing to sync");
+            if self
+                .confirmed
+                .get(&relay)
+                .is_some_and(|state| state.connection_status != ConnectionStatus::Disconnected)
+            {
+                self.emit(Command::Disconnect {
+                    relay: relay.clone(),
+                });
+            }
+            self.clear_pending(&relay);
+            self.conns.remove(&relay);
+            self.confirmed.remove(&relay);
+            self.health.remove(&relay);
+            self.known.remove(&relay);
+            self.stats.relays_dropped += 1;
+        }
+    }
+
+    /// Closes every subscription open on `relay` and forgets queued work.
+    pub(super) fn close_all_subscriptions(&mut self, relay: &RelayUrl) {
+        let Some(conn) = self.conns.get_mut(relay) else {
+            return;
+        };
+        let open: Vec<(nostr::prelude::SubscriptionId, Sub)> = conn.subs.drain(..).collect();
+        *conn = RelayConn::default();
+        for (id, sub) in open {
+            self.send_close(relay, id, &sub);
+        }
+    }
+
+    /// Removes every pending batch of `relay`.
+    pub(super) fn clear_pending(&mut self, relay: &RelayUrl) {
+        for batch in self.pending.clear_relay(relay) {
+            self.batches.remove(&batch.batch_id);
+        }
+        self.batches.retain(|_, info| &info.relay != relay);
+    }
+}

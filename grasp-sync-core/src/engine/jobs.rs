@@ -1,0 +1,476 @@
+//! Historic work: starting queued jobs within the relay's subscription limit,
+//! finishing them, confirming or failing their batches, and the timers that
+//! re-plan failed work.
+
+use std::collections::HashSet;
+
+use nostr::prelude::{EventId, Filter, RelayUrl, SubscriptionId, Timestamp};
+use tracing::{debug, warn};
+
+use super::runtime::{Job, Purpose, QueuedJob, Sub};
+use super::session::NegSession;
+use super::{Command, SyncEngine};
+use crate::clock::{Instant, Now};
+use crate::model::BatchId;
+use crate::pagination::PaginationState;
+
+impl SyncEngine {
+    /// Starts waiting live subscriptions and queued jobs while the relay is
+    /// not rate-limited and has free subscription slots.
+    pub(super) fn pump(&mut self, now: Now, relay: &RelayUrl) {
+        self.resend_refused_live(now, relay);
+        let (waiting_live, no_live) = match self.conns.get_mut(relay) {
+            Some(conn) => (
+                std::mem::take(&mut conn.deferred_live),
+                conn.live_count() == 0 && conn.refused_live.is_empty(),
+            ),
+            None => return,
+        };
+        if no_live && self.may_open(now, relay) {
+            // Layer 1 live went with a consolidation that found no slot.
+            self.rebuild_live(now, relay, &waiting_live);
+        } else if !waiting_live.is_empty() {
+            self.add_live(now, relay, &waiting_live);
+        }
+        while self.may_open(now, relay) {
+            let Some(queued) = self
+                .conns
+                .get_mut(relay)
+                .and_then(|conn| conn.queue.pop_front())
+            else {
+                return;
+            };
+            self.start_job(now, relay, queued);
+        }
+    }
+
+    /// Sends live REQs the relay refused again, as far as it allows.
+    fn resend_refused_live(&mut self, now: Now, relay: &RelayUrl) {
+        while self.may_open(now, relay) {
+            let Some(filters) = self
+                .conns
+                .get_mut(relay)
+                .and_then(|conn| conn.refused_live.pop())
+            else {
+                return;
+            };
+            let id = self.next_sub_id("live");
+            if let Some(conn) = self.conns.get_mut(relay) {
+                conn.subs.insert(
+                    id.clone(),
+                    Sub::Live {
+                        filters: filters.clone(),
+                    },
+                );
+                conn.live_base.push(id.clone());
+                conn.last_opened = Some(id.clone());
+            }
+            self.emit(Command::Subscribe {
+                relay: relay.clone(),
+                id,
+                filters,
+            });
+        }
+    }
+
+    fn start_job(&mut self, now: Now, relay: &RelayUrl, queued: QueuedJob) {
+        let QueuedJob { batch, job } = queued;
+        let job = match job {
+            Job::Negentropy(filter) if self.knowledge(relay).negentropy_refused => Job::Req(filter),
+            job => job,
+        };
+        let (id, sub) = match job {
+            Job::Req(filter) => {
+                let id = self.next_sub_id("req");
+                self.emit(Command::Subscribe {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                    filters: vec![filter.clone()],
+                });
+                (
+                    id,
+                    Sub::Req {
+                        batch,
+                        paging: PaginationState::new(filter),
+                    },
+                )
+            }
+            Job::Page(paging) => {
+                let id = self.next_sub_id("req");
+                self.emit(Command::Subscribe {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                    filters: vec![paging.current_filter()],
+                });
+                (
+                    id,
+                    Sub::Req {
+                        batch,
+                        paging: *paging,
+                    },
+                )
+            }
+            Job::Negentropy(filter) => {
+                let id = self.next_sub_id("neg");
+                self.emit(Command::QueryLocalItems {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                    filter: filter.clone(),
+                });
+                let sub = Sub::Negentropy {
+                    batch,
+                    filter,
+                    session: None,
+                    answered: false,
+                    opened_at: now.instant,
+                };
+                (id, sub)
+            }
+            Job::Fetch(filter) => {
+                let id = self.next_sub_id("fetch");
+                let missing: HashSet<EventId> =
+                    filter.ids.clone().unwrap_or_default().into_iter().collect();
+                self.emit(Command::Subscribe {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                    filters: vec![filter.clone()],
+                });
+                (
+                    id,
+                    Sub::Fetch {
+                        batch,
+                        filter,
+                        missing,
+                    },
+                )
+            }
+        };
+        if let Some(conn) = self.conns.get_mut(relay) {
+            conn.subs.insert(id.clone(), sub);
+            conn.last_opened = Some(id.clone());
+        }
+        if let Some(pending) = self.pending.batch_mut(relay, batch) {
+            pending.outstanding_subs.insert(id);
+            pending.last_progress = now.instant;
+        }
+    }
+
+    /// The store answered with our items for a negentropy session: open it.
+    pub(super) fn open_negentropy(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+        items: &[(EventId, Timestamp)],
+    ) {
+        let frame_size_limit = self.config.negentropy_frame_size_limit;
+        let Some(Sub::Negentropy {
+            filter,
+            session,
+            opened_at,
+            ..
+        }) = self
+            .conns
+            .get_mut(relay)
+            .and_then(|conn| conn.subs.get_mut(id))
+        else {
+            return;
+        };
+        if session.is_some() {
+            return;
+        }
+        match NegSession::start(items, frame_size_limit) {
+            Ok((started, initial_message)) => {
+                *session = Some(started);
+                *opened_at = now.instant;
+                let filter = filter.clone();
+                self.emit(Command::NegOpen {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                    filter,
+                    initial_message,
+                });
+            }
+            Err(error) => {
+                warn!(%relay, %error, "cannot start negentropy; using REQ");
+                let filter = filter.clone();
+                self.replace_job(now, relay, id, Job::Req(filter));
+            }
+        }
+    }
+
+    /// Records progress of the batch a subscription belongs to.
+    pub(super) fn progress(&mut self, now: Now, relay: &RelayUrl, batch: BatchId) {
+        if let Some(pending) = self.pending.batch_mut(relay, batch) {
+            pending.last_progress = now.instant;
+        }
+    }
+
+    /// Removes a finished subscription slot; when its batch has no work
+    /// left, the batch is confirmed.
+    pub(super) fn finish_job(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
+        let Some(sub) = self
+            .conns
+            .get_mut(relay)
+            .and_then(|conn| conn.subs.shift_remove(id))
+        else {
+            return;
+        };
+        let Some(batch) = sub.batch() else {
+            return;
+        };
+        if let Some(pending) = self.pending.batch_mut(relay, batch) {
+            pending.outstanding_subs.remove(id);
+            pending.last_progress = now.instant;
+        }
+        let remaining = self.batches.get_mut(&batch).map(|info| {
+            info.jobs = info.jobs.saturating_sub(1);
+            info.jobs
+        });
+        if remaining == Some(0) {
+            self.complete_batch(relay, batch);
+        }
+    }
+
+    /// Puts `job` back at the front of the queue in place of the slot `id`
+    /// (a refused or rate-limited subscription, a negentropy fallback). The
+    /// batch keeps the same amount of work.
+    pub(super) fn replace_job(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+        job: Job,
+    ) {
+        let Some(conn) = self.conns.get_mut(relay) else {
+            return;
+        };
+        let Some(batch) = conn.subs.shift_remove(id).and_then(|sub| sub.batch()) else {
+            return;
+        };
+        conn.queue.push_front(QueuedJob { batch, job });
+        if let Some(pending) = self.pending.batch_mut(relay, batch) {
+            pending.outstanding_subs.remove(id);
+            pending.last_progress = now.instant;
+        }
+    }
+
+    /// Adds jobs to a running batch, ahead of other queued work.
+    pub(super) fn add_jobs(&mut self, relay: &RelayUrl, batch: BatchId, jobs: Vec<Job>) {
+        if let Some(info) = self.batches.get_mut(&batch) {
+            info.jobs += jobs.len();
+        }
+        if let Some(conn) = self.conns.get_mut(relay) {
+            for job in jobs.into_iter().rev() {
+                conn.queue.push_front(QueuedJob { batch, job });
+            }
+        }
+    }
+
+    /// Fetch jobs for ids a negentropy round found missing, restricted to the
+    /// reconciled filter so a relay cannot slip other events in.
+    pub(super) fn fetch_jobs(&self, filter: &Filter, need: &[EventId]) -> Vec<Job> {
+        need.chunks(self.config.fetch_chunk.max(1))
+            .map(|chunk| {
+                let mut fetch = filter.clone().ids(chunk.iter().copied());
+                fetch.limit = None;
+                fetch.until = None;
+                fetch.since = None;
+                Job::Fetch(fetch)
+            })
+            .collect()
+    }
+
+    fn complete_batch(&mut self, relay: &RelayUrl, batch: BatchId) {
+        let Some(info) = self.batches.remove(&batch) else {
+            return;
+        };
+        let Some(pending) = self.pending.remove_batch(relay, batch) else {
+            return;
+        };
+        debug!(%relay, %batch, purpose = ?info.purpose, "batch confirmed");
+        self.stats.batches_confirmed += 1;
+        let Some(state) = self.confirmed.get_mut(relay) else {
+            return;
+        };
+        match info.purpose {
+            Purpose::Items => state.confirm(&pending.items),
+            Purpose::Layer1 => state.announcements_synced = true,
+            Purpose::CatchUp => {}
+        }
+    }
+
+    /// Fails a batch: closes its subscriptions, drops its queued jobs and
+    /// schedules its work to be planned again.
+    pub(super) fn fail_batch(&mut self, now: Now, relay: &RelayUrl, batch: BatchId, reason: &str) {
+        let Some(info) = self.batches.remove(&batch) else {
+            return;
+        };
+        warn!(%relay, %batch, reason, "batch failed; its items will be planned again");
+        self.stats.batches_failed += 1;
+        self.pending.remove_batch(relay, batch);
+        if let Some(conn) = self.conns.get_mut(relay) {
+            conn.queue.retain(|queued| queued.batch != batch);
+            let ids: Vec<SubscriptionId> = conn
+                .subs
+                .iter()
+                .filter(|(_, sub)| sub.batch() == Some(batch))
+                .map(|(id, _)| id.clone())
+                .collect();
+            let closing: Vec<(SubscriptionId, Sub)> = ids
+                .into_iter()
+                .filter_map(|id| conn.subs.shift_remove(&id).map(|sub| (id, sub)))
+                .collect();
+            for (id, sub) in closing {
+                self.send_close(relay, id, &sub);
+            }
+        }
+        let retry_at = now.instant + self.config.retry_delay;
+        match info.purpose {
+            Purpose::Items => self.knowledge(relay).replan_at = Some(retry_at),
+            Purpose::Layer1 => self.knowledge(relay).layer1_retry_at = Some(retry_at),
+            Purpose::CatchUp => {
+                // The gap was not caught up: sync those items fully again.
+                if let Some(state) = self.confirmed.get_mut(relay) {
+                    state.repos.clear();
+                    state.root_events.clear();
+                }
+                self.knowledge(relay).replan_at = Some(retry_at);
+            }
+        }
+    }
+
+    /// Tells the relay a slot is no longer wanted.
+    pub(super) fn send_close(&mut self, relay: &RelayUrl, id: SubscriptionId, sub: &Sub) {
+        match sub {
+            Sub::Negentropy { session: None, .. } => {}
+            Sub::Negentropy { .. } => self.emit(Command::NegClose {
+                relay: relay.clone(),
+                id,
+            }),
+            _ => self.emit(Command::Unsubscribe {
+                relay: relay.clone(),
+                id,
+            }),
+        }
+    }
+
+    /// Fails batches without progress and treats unanswered NEG-OPENs as
+    /// refusals.
+    pub(super) fn expire_batches(&mut self, now: Now) {
+        let timeout = self.config.batch_timeout;
+        let stalled: Vec<(RelayUrl, BatchId)> = self
+            .pending
+            .relays()
+            .flat_map(|relay| {
+                self.pending
+                    .batches(relay)
+                    .iter()
+                    .filter(|batch| !batch.outstanding_subs.is_empty())
+                    .filter(|batch| batch.last_progress + timeout <= now.instant)
+                    .map(|batch| (relay.clone(), batch.batch_id))
+            })
+            .collect();
+        for (relay, batch) in stalled {
+            self.fail_batch(now, &relay, batch, "no progress before the batch timeout");
+        }
+        let negentropy_timeout = self.config.negentropy_timeout;
+        let silent: Vec<(RelayUrl, SubscriptionId)> = self
+            .conns
+            .iter()
+            .flat_map(|(relay, conn)| {
+                conn.subs.iter().filter_map(move |(id, sub)| match sub {
+                    Sub::Negentropy {
+                        session: Some(_),
+                        answered: false,
+                        opened_at,
+                        ..
+                    } if *opened_at + negentropy_timeout <= now.instant => {
+                        Some((relay.clone(), id.clone()))
+                    }
+                    _ => None,
+                })
+            })
+            .collect();
+        for (relay, id) in silent {
+            self.negentropy_refused(now, &relay, &id, "no answer to NEG-OPEN", true);
+        }
+    }
+
+    /// Deadlines of batch timeouts.
+    pub(super) fn batch_deadlines(&self) -> Vec<Option<Instant>> {
+        let timeout = self.config.batch_timeout;
+        self.pending
+            .relays()
+            .flat_map(|relay| self.pending.batches(relay))
+            .filter(|batch| !batch.outstanding_subs.is_empty())
+            .map(|batch| Some(batch.last_progress + timeout))
+            .collect()
+    }
+
+    /// Re-plans failed items, retries Layer 1, rebuilds refused live
+    /// subscriptions, when their delays are over.
+    pub(super) fn run_retries(&mut self, now: Now) {
+        let relays: Vec<RelayUrl> = self.known.keys().cloned().collect();
+        for relay in relays {
+            let known = self.knowledge(&relay);
+            let replan = known.replan_at.is_some_and(|at| at <= now.instant);
+            let layer1 = known.layer1_retry_at.is_some_and(|at| at <= now.instant);
+            let live = known.rebuild_live_at.is_some_and(|at| at <= now.instant);
+            if replan {
+                known.replan_at = None;
+            }
+            if layer1 {
+                known.layer1_retry_at = None;
+            }
+            if live {
+                known.rebuild_live_at = None;
+            }
+            if !self.conns.contains_key(&relay) {
+                continue;
+            }
+            if layer1 {
+                self.start_layer1(now, &relay, None);
+            }
+            if live {
+                self.rebuild_live(now, &relay, &Default::default());
+            }
+            if replan {
+                self.plan_relay(now, &relay);
+            }
+        }
+    }
+
+    /// The relay refused NIP-77 (NEG-ERR, a NOTICE, CLOSED on the session id,
+    /// or silence): remember it, warn once, and sync the filter by REQ.
+    pub(super) fn negentropy_refused(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+        reason: &str,
+        send_close: bool,
+    ) {
+        let Some(Sub::Negentropy {
+            filter, session, ..
+        }) = self.conns.get(relay).and_then(|conn| conn.subs.get(id))
+        else {
+            return;
+        };
+        let filter = filter.clone();
+        let opened = session.is_some();
+        let known = self.knowledge(relay);
+        if !known.negentropy_refused {
+            known.negentropy_refused = true;
+            self.stats.negentropy_refusals += 1;
+            warn!(%relay, reason, "relay refused NIP-77; falling back to REQ+EOSE");
+        }
+        if send_close && opened {
+            self.emit(Command::NegClose {
+                relay: relay.clone(),
+                id: id.clone(),
+            });
+        }
+        self.replace_job(now, relay, id, Job::Req(filter));
+    }
+}

@@ -1,0 +1,476 @@
+//! The GRASP-02 sync engine: what to subscribe on which relay and when, as a
+//! deterministic state machine.
+//!
+//! [`SyncEngine`] owns the three indexes of the spec (repository targets,
+//! confirmed state, pending batches) and the relay health tracker. It does no
+//! I/O and reads no clock: its driver feeds it inputs (`handle_*`, each with
+//! the [`Now`] at which it happened) and executes the [`Command`]s it emits.
+//!
+//! # Driving contract
+//!
+//! 1. Create the engine; call [`SyncEngine::handle_timeout`] once to start.
+//! 2. After **every** `handle_*` call, drain [`SyncEngine::poll_command`]
+//!    until it returns `None` and execute each command: transport commands go
+//!    to the relay's connection, [`Command::QueryLocalItems`] is answered with
+//!    [`SyncEngine::handle_local_items`], [`Command::Store`] goes to the store.
+//! 3. Wake up at [`SyncEngine::poll_timeout`] and call
+//!    [`SyncEngine::handle_timeout`]. Waking early or twice is harmless.
+//! 4. Feed what happens: events the own relay accepted
+//!    ([`SyncEngine::handle_own_events`]), connection outcomes
+//!    ([`SyncEngine::handle_connected`], [`SyncEngine::handle_connect_failed`],
+//!    [`SyncEngine::handle_disconnected`]), every relay message
+//!    ([`SyncEngine::handle_relay_message`]) and NIP-11 limits
+//!    ([`SyncEngine::handle_relay_limits`]).
+//!
+//! ```no_run
+//! use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
+//! use grasp_sync_core::{Clock, SystemClock};
+//!
+//! let clock = SystemClock::new();
+//! let mut engine = SyncEngine::new(EngineConfig::default(), clock.read());
+//! engine.handle_timeout(clock.read());
+//! loop {
+//!     while let Some(command) = engine.poll_command() {
+//!         match command {
+//!             Command::Store { event, .. } => { /* store.ingest(&event) */ }
+//!             other => { /* send to the relay's connection */ let _ = other; }
+//!         }
+//!     }
+//!     // wait for the next relay message, own-relay event or the deadline
+//!     // engine.poll_timeout(), then feed it:
+//!     engine.handle_timeout(clock.read());
+//! }
+//! ```
+//!
+//! # What it guarantees
+//! - An event reaches [`Command::Store`] only if its id and signature verify
+//!   and it matches a filter of the subscription it arrived on; otherwise it is
+//!   counted in [`EngineStats`] and dropped.
+//! - A relay is never sent more concurrent subscriptions (REQs plus NIP-77
+//!   sessions) than the smallest limit known for it: the configured default,
+//!   its NIP-11 `max_subscriptions`, or the count at which it refused one.
+//! - Items of a batch that fails (CLOSED, timeout, disconnect) are planned
+//!   again; nothing is silently dropped.
+
+mod classify;
+mod command;
+mod config;
+mod connection;
+mod jobs;
+mod messages;
+mod planning;
+mod runtime;
+mod session;
+
+use std::collections::{HashMap, VecDeque};
+
+use nostr::prelude::{Event, EventId, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
+
+use crate::clock::{Instant, Now};
+use crate::health::HealthTracker;
+use crate::model::{BatchId, PendingSyncIndex, RelaySyncIndex};
+use crate::nip34::RepoRef;
+use crate::planner::RepoSyncIndex;
+
+pub use classify::{classify, Classified, Prefix};
+pub use command::Command;
+pub use config::{EngineConfig, RelayLimits};
+pub use session::SessionError;
+
+use config::Jitter;
+use runtime::{BatchInfo, RelayConn, RelayKnowledge};
+
+/// Counters of what the engine did and dropped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Events handed to the store.
+    pub events_accepted: u64,
+    /// Events dropped because the id or signature did not verify.
+    pub dropped_forged: u64,
+    /// Events dropped because they matched no filter of their subscription.
+    pub dropped_off_filter: u64,
+    /// Events on a subscription we do not have open.
+    pub dropped_unknown_subscription: u64,
+    /// Batches confirmed.
+    pub batches_confirmed: u64,
+    /// Batches failed (and planned again).
+    pub batches_failed: u64,
+    /// Relays that refused NIP-77 and are synced by REQ+EOSE.
+    pub negentropy_refusals: u64,
+    /// Negentropy rounds completed.
+    pub negentropy_rounds: u64,
+    /// Seconds that held a full page (of a plausible relay page size) during
+    /// REQ pagination: events beyond the page may be missing.
+    pub crowded_seconds: u64,
+    /// Rate-limit signals received.
+    pub rate_limits: u64,
+    /// Subscription-limit refusals received.
+    pub subscription_refusals: u64,
+    /// Consolidations of live subscriptions.
+    pub consolidations: u64,
+    /// Relays dropped because nothing is left to sync from them.
+    pub relays_dropped: u64,
+}
+
+/// What is open and waiting on one connected relay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RelayActivity {
+    /// Subscriptions and negentropy sessions open (or reserved).
+    pub open_subscriptions: usize,
+    /// Live subscriptions among them.
+    pub live_subscriptions: usize,
+    /// Historic jobs waiting for a slot.
+    pub queued_jobs: usize,
+    /// Items whose live subscription waits.
+    pub deferred_live_items: usize,
+    /// The subscription limit in force.
+    pub subscription_limit: usize,
+}
+
+/// The own relay as the self-subscriber sees it.
+#[derive(Debug, Default)]
+struct OwnRelay {
+    /// Accepted events waiting for the batch window.
+    queued: Vec<Event>,
+    /// When the current batch window closes.
+    batch_deadline: Option<Instant>,
+    /// Last moment we were connected to the own relay (wall clock).
+    last_connected: Option<Timestamp>,
+    /// `created_at` of the announcement applied per repository, so an older
+    /// announcement never replaces a newer one.
+    announced_at: HashMap<RepoRef, Timestamp>,
+}
+
+/// The sync engine. See the [module documentation](self) for the driving
+/// contract.
+#[derive(Debug)]
+pub struct SyncEngine {
+    config: EngineConfig,
+    repos: RepoSyncIndex,
+    confirmed: RelaySyncIndex,
+    pending: PendingSyncIndex,
+    health: HealthTracker,
+    /// What we learned about each relay; survives reconnects.
+    known: HashMap<RelayUrl, RelayKnowledge>,
+    /// The live connection state of each connected relay.
+    conns: HashMap<RelayUrl, RelayConn>,
+    batches: HashMap<BatchId, BatchInfo>,
+    own: OwnRelay,
+    commands: VecDeque<Command>,
+    next_batch: u64,
+    next_sub: u64,
+    daily_at: Instant,
+    disconnect_check_at: Instant,
+    jitter: Jitter,
+    stats: EngineStats,
+    /// The latest `now` seen, for deadlines computed without an input.
+    last_now: Instant,
+}
+
+impl SyncEngine {
+    /// A new engine; bootstrap relays are registered and connect on the
+    /// first [`SyncEngine::handle_timeout`].
+    pub fn new(config: EngineConfig, now: Now) -> Self {
+        let mut jitter = Jitter::new(config.seed);
+        let daily_at = now.instant + jitter.between(config.daily_min, config.daily_max);
+        let disconnect_check_at = now.instant + config.disconnect_check_interval;
+        let mut engine = SyncEngine {
+            health: HealthTracker::new(config.health.clone()),
+            repos: RepoSyncIndex::new(),
+            confirmed: RelaySyncIndex::new(),
+            pending: PendingSyncIndex::new(),
+            known: HashMap::new(),
+            conns: HashMap::new(),
+            batches: HashMap::new(),
+            own: OwnRelay::default(),
+            commands: VecDeque::new(),
+            next_batch: 0,
+            next_sub: 0,
+            daily_at,
+            disconnect_check_at,
+            jitter,
+            stats: EngineStats::default(),
+            last_now: now.instant,
+            config,
+        };
+        for relay in engine.config.bootstrap_relays.clone() {
+            engine.register_relay(relay, true);
+        }
+        engine
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Counters of accepted and dropped events, batches, refusals.
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    /// What we want to sync: repositories, their relays and root events.
+    pub fn repo_index(&self) -> &RepoSyncIndex {
+        &self.repos
+    }
+
+    /// Confirmed state and connection status per relay.
+    pub fn relay_index(&self) -> &RelaySyncIndex {
+        &self.confirmed
+    }
+
+    /// Batches in flight per relay.
+    pub fn pending_index(&self) -> &PendingSyncIndex {
+        &self.pending
+    }
+
+    /// Relay health.
+    pub fn health(&self) -> &HealthTracker {
+        &self.health
+    }
+
+    /// What is open and waiting on `relay`, if connected.
+    pub fn relay_activity(&self, relay: &RelayUrl) -> Option<RelayActivity> {
+        let conn = self.conns.get(relay)?;
+        Some(RelayActivity {
+            open_subscriptions: conn.subs.len(),
+            live_subscriptions: conn.live_count(),
+            queued_jobs: conn.queue.len(),
+            deferred_live_items: conn.deferred_live.len(),
+            subscription_limit: self.sub_limit(relay),
+        })
+    }
+
+    /// The next command for the driver, oldest first.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.commands.pop_front()
+    }
+
+    /// `true` when every registered relay is connected, nothing is pending
+    /// or queued, and every target item is confirmed: historic sync is
+    /// confirmed everywhere.
+    pub fn is_idle(&self) -> bool {
+        self.own.queued.is_empty()
+            && self.pending.batch_count() == 0
+            && self.conns.values().all(RelayConn::is_quiet)
+            && self.confirmed.iter().all(|(relay, state)| {
+                state.is_connected()
+                    && state.announcements_synced
+                    && self.repos.target(relay).is_none_or(|target| {
+                        target.repos.is_subset(&state.repos)
+                            && target.root_events.is_subset(&state.root_events)
+                    })
+            })
+    }
+
+    /// The filter of the self-subscription on the own relay: kinds 30617,
+    /// 1617, 1618, 1621; on a reconnect `since` the last moment we were
+    /// connected minus the quick-reconnect window. Call it when the own
+    /// relay connection opens.
+    pub fn own_subscription_filter(&mut self, now: Now) -> nostr::prelude::Filter {
+        let since = self.own.last_connected.map(|at| {
+            Timestamp::from_secs(
+                at.as_secs()
+                    .saturating_sub(self.config.quick_reconnect_window.as_secs()),
+            )
+        });
+        self.own.last_connected = Some(now.unix);
+        let filter = crate::filters::own_relay_filter();
+        match since {
+            Some(since) => filter.since(since),
+            None => filter,
+        }
+    }
+
+    /// The own relay connection dropped: the next
+    /// [`SyncEngine::own_subscription_filter`] catches up from here.
+    pub fn handle_own_relay_disconnected(&mut self, now: Now) {
+        self.own.last_connected = Some(now.unix);
+    }
+
+    /// Events the own relay accepted (from the self-subscription). They are
+    /// processed together when the batch window, started by the first of them,
+    /// closes.
+    pub fn handle_own_events<I>(&mut self, now: Now, events: I)
+    where
+        I: IntoIterator<Item = Event>,
+    {
+        let before = self.own.queued.len();
+        self.own.queued.extend(events);
+        if self.own.queued.len() > before && self.own.batch_deadline.is_none() {
+            self.own.batch_deadline = Some(now.instant + self.config.batch_window);
+        }
+    }
+
+    /// A relay's NIP-11 limits.
+    pub fn handle_relay_limits(&mut self, now: Now, relay: &RelayUrl, limits: RelayLimits) {
+        self.knowledge(relay).limits = limits;
+        self.maintain(now);
+    }
+
+    /// The store's answer to [`Command::QueryLocalItems`].
+    pub fn handle_local_items(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+        items: Vec<(EventId, Timestamp)>,
+    ) {
+        self.open_negentropy(now, relay, id, &items);
+        self.maintain(now);
+    }
+
+    /// A message from a relay.
+    pub fn handle_relay_message(&mut self, now: Now, relay: &RelayUrl, message: RelayMessage<'_>) {
+        self.on_relay_message(now, relay, message);
+        self.maintain(now);
+    }
+
+    /// Timers: the self-subscriber batch window, connection retries and
+    /// timeouts, batch and negentropy timeouts, rate-limit recovery, delayed
+    /// re-planning, the daily re-sync and the check for relays to drop.
+    pub fn handle_timeout(&mut self, now: Now) {
+        if self.own.batch_deadline.is_some_and(|at| at <= now.instant) {
+            self.process_own_batch(now);
+        }
+        self.expire_connects(now);
+        self.expire_batches(now);
+        self.run_retries(now);
+        if self.daily_at <= now.instant {
+            self.daily_sync(now);
+            self.daily_at = now.instant
+                + self
+                    .jitter
+                    .between(self.config.daily_min, self.config.daily_max);
+        }
+        if self.disconnect_check_at <= now.instant {
+            self.check_disconnects(now);
+            self.disconnect_check_at = now.instant + self.config.disconnect_check_interval;
+        }
+        self.maintain(now);
+    }
+
+    /// The next instant [`SyncEngine::handle_timeout`] has work to do.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut deadlines = vec![
+            Some(self.daily_at),
+            Some(self.disconnect_check_at),
+            self.own.batch_deadline,
+        ];
+        deadlines.extend(self.known.values().map(RelayKnowledge::next_deadline));
+        deadlines.extend(
+            self.conns
+                .values()
+                .map(|conn| conn.next_deadline(&self.config)),
+        );
+        let window = self.rate_window();
+        deadlines.extend(
+            self.conns
+                .iter()
+                .filter(|(relay, conn)| {
+                    !conn.is_quiet()
+                        && self
+                            .known
+                            .get(*relay)
+                            .is_some_and(|known| known.learned_rate.is_some())
+                })
+                .map(|(_, conn)| conn.rate_window_frees_at(self.last_now, window)),
+        );
+        deadlines.extend(self.batch_deadlines());
+        deadlines.push(self.health_deadline());
+        deadlines.into_iter().flatten().min()
+    }
+
+    fn knowledge(&mut self, relay: &RelayUrl) -> &mut RelayKnowledge {
+        self.known.entry(relay.clone()).or_default()
+    }
+
+    /// The smallest subscription limit known for `relay`.
+    fn sub_limit(&self, relay: &RelayUrl) -> usize {
+        self.known
+            .get(relay)
+            .map_or(self.config.max_subscriptions.max(1), |known| {
+                known.subscription_limit(&self.config)
+            })
+    }
+
+    /// Filters per REQ allowed on `relay`.
+    fn filters_per_req(&self, relay: &RelayUrl) -> usize {
+        self.known
+            .get(relay)
+            .map_or(self.config.max_filters_per_req.max(1), |known| {
+                known.filters_per_req(&self.config)
+            })
+    }
+
+    fn next_sub_id(&mut self, purpose: &str) -> SubscriptionId {
+        self.next_sub += 1;
+        SubscriptionId::new(format!("gs-{purpose}-{}", self.next_sub))
+    }
+
+    fn next_batch_id(&mut self) -> BatchId {
+        self.next_batch += 1;
+        BatchId(self.next_batch)
+    }
+
+    fn emit(&mut self, command: Command) {
+        if let Command::Subscribe { relay, id, .. } | Command::NegOpen { relay, id, .. } = &command
+        {
+            let now = self.last_now;
+            if let Some(conn) = self.conns.get_mut(relay) {
+                conn.opened_at.push_back(now);
+                if !conn.unanswered.contains(id) {
+                    conn.unanswered.push_back(id.clone());
+                }
+            }
+        }
+        self.commands.push_back(command);
+    }
+
+    /// The window over which a learned rate counts openings.
+    fn rate_window(&self) -> std::time::Duration {
+        self.config.health.rate_limit_cooldown
+    }
+
+    /// `true` if one more subscription may be opened on `relay` now: a free
+    /// slot, no rate-limit cooldown, and the learned rate not used up.
+    fn may_open(&mut self, now: Now, relay: &RelayUrl) -> bool {
+        let limit = self.sub_limit(relay);
+        let free_slot = self
+            .conns
+            .get(relay)
+            .is_some_and(|conn| conn.subs.len() < limit);
+        free_slot && self.rate_allows(now, relay)
+    }
+
+    /// `true` if one more REQ (a new subscription or a next page) may be
+    /// sent to `relay` now: no rate-limit cooldown and the learned rate not
+    /// used up.
+    fn rate_allows(&mut self, now: Now, relay: &RelayUrl) -> bool {
+        if self
+            .health
+            .get(relay)
+            .is_some_and(|health| health.is_rate_limited(now.instant))
+        {
+            return false;
+        }
+        let rate = self.known.get(relay).and_then(|known| known.learned_rate);
+        let window = self.rate_window();
+        let Some(conn) = self.conns.get_mut(relay) else {
+            return false;
+        };
+        let within = conn.opens_within(now.instant, window);
+        rate.is_none_or(|rate| within < rate)
+    }
+
+    /// After every input: connect relays whose backoff allows it, start
+    /// queued work where limits allow.
+    fn maintain(&mut self, now: Now) {
+        self.last_now = self.last_now.max(now.instant);
+        self.connect_ready_relays(now);
+        let relays: Vec<RelayUrl> = self.conns.keys().cloned().collect();
+        for relay in relays {
+            self.pump(now, &relay);
+        }
+    }
+}

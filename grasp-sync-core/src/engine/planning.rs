@@ -1,0 +1,359 @@
+//! Planning: the self-subscriber batch, new Layer 2+3 work for a relay, and
+//! live subscriptions with their consolidation.
+
+use nostr::prelude::{Event, Kind, RelayUrl, Timestamp};
+use tracing::{debug, info};
+
+use super::runtime::{BatchInfo, Job, Purpose, QueuedJob, Sub};
+use super::{Command, SyncEngine};
+use crate::clock::Now;
+use crate::filters::{announcement_filter, layer2_and_layer3_filters, FilterMode};
+use crate::model::{PendingBatch, PendingItems, SyncMethod};
+use crate::nip34::{
+    is_root_kind, parse_announcement, root_event_repo_refs, KIND_REPO_ANNOUNCEMENT,
+};
+use crate::planner::{compute_actions_for_changes, compute_actions_for_relay};
+
+impl SyncEngine {
+    /// The self-subscriber batch: update the repository index from the
+    /// accepted events, register newly listed relays, and plan what changed.
+    pub(super) fn process_own_batch(&mut self, now: Now) {
+        self.own.batch_deadline = None;
+        let events = std::mem::take(&mut self.own.queued);
+        debug!(events = events.len(), "processing self-subscriber batch");
+        for event in &events {
+            if event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT) {
+                self.apply_announcement(event);
+            } else if is_root_kind(event.kind) {
+                for repo in root_event_repo_refs(event).value {
+                    self.repos.add_root_event(&repo, event.id);
+                }
+            }
+        }
+        let changes = self.repos.take_changes();
+        for action in compute_actions_for_changes(&changes, &self.pending, &self.confirmed) {
+            self.add_filters(now, &action.relay, action.items);
+        }
+    }
+
+    /// A repository announcement from the own relay: its relays (after the
+    /// policy, without our own service relays) become the repository's.
+    fn apply_announcement(&mut self, event: &Event) {
+        let announcement = match parse_announcement(event) {
+            Ok(announcement) => announcement,
+            Err(error) => {
+                debug!(id = %event.id, %error, "ignoring malformed announcement");
+                return;
+            }
+        };
+        let service = &self.config.service_relays;
+        if !service.is_empty()
+            && !announcement
+                .relays
+                .iter()
+                .any(|relay| service.contains(relay))
+        {
+            debug!(repo = %announcement.repo, "announcement does not list our service");
+            return;
+        }
+        if self
+            .own
+            .announced_at
+            .get(&announcement.repo)
+            .is_some_and(|at| *at > event.created_at)
+        {
+            return;
+        }
+        self.own
+            .announced_at
+            .insert(announcement.repo.clone(), event.created_at);
+        let relays: Vec<RelayUrl> = announcement
+            .relays
+            .into_iter()
+            .filter(|relay| !service.contains(relay))
+            .filter(
+                |relay| match self.config.relay_policy.check_relay_url(relay) {
+                    Ok(()) => true,
+                    Err(error) => {
+                        debug!(%relay, %error, "relay refused by policy");
+                        false
+                    }
+                },
+            )
+            .collect();
+        let change = self.repos.set_repo_relays(&announcement.repo, relays);
+        for relay in change.added {
+            if self.confirmed.get(&relay).is_none() {
+                info!(%relay, "discovered relay");
+                self.register_relay(relay, false);
+            }
+        }
+    }
+
+    /// Plans everything `relay` should sync that is neither pending nor
+    /// confirmed (`compute_actions` for one relay).
+    pub(super) fn plan_relay(&mut self, now: Now, relay: &RelayUrl) {
+        let Some(target) = self.repos.target(relay) else {
+            return;
+        };
+        let action = compute_actions_for_relay(
+            relay,
+            &target.repos,
+            &target.root_events,
+            &self.pending,
+            &self.confirmed,
+        );
+        if let Some(action) = action {
+            self.add_filters(now, &action.relay, action.items);
+        }
+    }
+
+    /// New items for a connected relay: live subscription and a historic
+    /// batch.
+    pub(super) fn add_filters(&mut self, now: Now, relay: &RelayUrl, items: PendingItems) {
+        if !self.conns.contains_key(relay) || items.is_empty() {
+            return;
+        }
+        self.add_live(now, relay, &items);
+        let filters =
+            layer2_and_layer3_filters(&items, self.config.chunk_size, FilterMode::FULL_HISTORY);
+        let negentropy = !self.knowledge(relay).negentropy_refused;
+        let jobs = filters
+            .into_iter()
+            .map(|filter| {
+                if negentropy {
+                    Job::Negentropy(filter)
+                } else {
+                    Job::Req(filter)
+                }
+            })
+            .collect();
+        let method = if negentropy {
+            SyncMethod::Negentropy
+        } else {
+            SyncMethod::ReqEose
+        };
+        self.start_batch(now, relay, Purpose::Items, items, method, jobs);
+    }
+
+    /// Layer 1: the live announcement subscription and its history
+    /// (negentropy when the relay allows and there is no `since`).
+    pub(super) fn start_layer1(&mut self, now: Now, relay: &RelayUrl, since: Option<Timestamp>) {
+        let needs_live = self
+            .conns
+            .get(relay)
+            .is_some_and(|conn| conn.live_count() == 0);
+        if needs_live {
+            let id = self.next_sub_id("l1");
+            let filters = vec![announcement_filter(FilterMode::Live)];
+            if let Some(conn) = self.conns.get_mut(relay) {
+                conn.layer1_live = Some(id.clone());
+                conn.subs.insert(
+                    id.clone(),
+                    Sub::Live {
+                        filters: filters.clone(),
+                    },
+                );
+                conn.last_opened = Some(id.clone());
+            }
+            self.emit(Command::Subscribe {
+                relay: relay.clone(),
+                id,
+                filters,
+            });
+        }
+        let filter = announcement_filter(FilterMode::Historic { since });
+        let negentropy = since.is_none() && !self.knowledge(relay).negentropy_refused;
+        let (job, method) = if negentropy {
+            (Job::Negentropy(filter), SyncMethod::Negentropy)
+        } else {
+            (Job::Req(filter), SyncMethod::ReqEose)
+        };
+        self.start_batch(
+            now,
+            relay,
+            Purpose::Layer1,
+            PendingItems::default(),
+            method,
+            vec![job],
+        );
+    }
+
+    /// Quick reconnect: catch up the confirmed items from `since`.
+    pub(super) fn start_catch_up(&mut self, now: Now, relay: &RelayUrl, since: Timestamp) {
+        let Some(state) = self.confirmed.get(relay) else {
+            return;
+        };
+        let items = PendingItems {
+            repos: state.repos.clone(),
+            root_events: state.root_events.clone(),
+        };
+        let mode = FilterMode::Historic { since: Some(since) };
+        let jobs: Vec<Job> = layer2_and_layer3_filters(&items, self.config.chunk_size, mode)
+            .into_iter()
+            .map(Job::Req)
+            .collect();
+        if !jobs.is_empty() {
+            self.start_batch(
+                now,
+                relay,
+                Purpose::CatchUp,
+                PendingItems::default(),
+                SyncMethod::ReqEose,
+                jobs,
+            );
+        }
+    }
+
+    /// Registers a batch and queues its jobs.
+    fn start_batch(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        purpose: Purpose,
+        items: PendingItems,
+        method: SyncMethod,
+        jobs: Vec<Job>,
+    ) {
+        if jobs.is_empty() {
+            return;
+        }
+        let batch = self.next_batch_id();
+        self.pending.insert(
+            relay.clone(),
+            PendingBatch::new(batch, items, method, now.instant),
+        );
+        self.batches.insert(
+            batch,
+            BatchInfo {
+                relay: relay.clone(),
+                purpose,
+                jobs: jobs.len(),
+            },
+        );
+        if let Some(conn) = self.conns.get_mut(relay) {
+            conn.queue
+                .extend(jobs.into_iter().map(|job| QueuedJob { batch, job }));
+        }
+    }
+
+    /// Adds live subscriptions for `items`, consolidating when the relay
+    /// would get too many live filters or subscriptions.
+    pub(super) fn add_live(&mut self, now: Now, relay: &RelayUrl, items: &PendingItems) {
+        if !self.may_open(now, relay) {
+            if let Some(conn) = self.conns.get_mut(relay) {
+                conn.deferred_live.extend(items);
+            }
+            return;
+        }
+        let filters = layer2_and_layer3_filters(items, self.config.chunk_size, FilterMode::Live);
+        let per_req = self.filters_per_req(relay);
+        let limit = self.sub_limit(relay);
+        let Some(conn) = self.conns.get(relay) else {
+            return;
+        };
+        let reqs = filters.len().div_ceil(per_req);
+        let live_budget = limit.saturating_sub(1);
+        let over_threshold =
+            conn.incremental_filters + filters.len() > self.config.consolidation_threshold;
+        let over_budget = conn.live_count() + reqs > live_budget || conn.subs.len() + reqs > limit;
+        if over_threshold || over_budget {
+            return self.rebuild_live(now, relay, items);
+        }
+        for chunk in filters.chunks(per_req) {
+            let id = self.next_sub_id("live");
+            if let Some(conn) = self.conns.get_mut(relay) {
+                conn.subs.insert(
+                    id.clone(),
+                    Sub::Live {
+                        filters: chunk.to_vec(),
+                    },
+                );
+                conn.live_incremental.push(id.clone());
+                conn.incremental_filters += chunk.len();
+                conn.last_opened = Some(id.clone());
+            }
+            self.emit(Command::Subscribe {
+                relay: relay.clone(),
+                id,
+                filters: chunk.to_vec(),
+            });
+        }
+    }
+
+    /// Consolidation: closes the live subscriptions and opens as few as the
+    /// relay's limits allow for Layer 1 and the confirmed ∪ pending ∪ waiting
+    /// ∪ `extra` items of Layers 2+3 (pending batches keep running). When no
+    /// slot is free the items wait.
+    pub(super) fn rebuild_live(&mut self, _now: Now, relay: &RelayUrl, extra: &PendingItems) {
+        let mut items = self.pending.items(relay);
+        if let Some(state) = self.confirmed.get(relay) {
+            items.repos.extend(state.repos.iter().cloned());
+            items.root_events.extend(state.root_events.iter().copied());
+        }
+        items.extend(extra);
+        let per_req_floor = self.filters_per_req(relay);
+        let limit = self.sub_limit(relay);
+        let Some(conn) = self.conns.get_mut(relay) else {
+            return;
+        };
+        items.extend(&std::mem::take(&mut conn.deferred_live));
+        let closing: Vec<_> = conn
+            .layer1_live
+            .take()
+            .into_iter()
+            .chain(conn.live_base.drain(..))
+            .chain(conn.live_incremental.drain(..))
+            .collect();
+        conn.incremental_filters = 0;
+        for id in &closing {
+            conn.subs.shift_remove(id);
+        }
+        let mut filters = vec![announcement_filter(FilterMode::Live)];
+        filters.extend(layer2_and_layer3_filters(
+            &items,
+            self.config.chunk_size,
+            FilterMode::Live,
+        ));
+        let live_budget = limit.saturating_sub(1).max(1);
+        let available = live_budget.min(limit.saturating_sub(conn.subs.len()));
+        if available == 0 && closing.is_empty() && items.is_empty() {
+            return;
+        }
+        if available == 0 {
+            conn.deferred_live = items;
+        }
+        let per_req = per_req_floor.max(filters.len().div_ceil(available.max(1)));
+        let mut opened = Vec::new();
+        if available > 0 {
+            for chunk in filters.chunks(per_req) {
+                opened.push(chunk.to_vec());
+            }
+        }
+        self.stats.consolidations += 1;
+        for id in closing {
+            self.emit(Command::Unsubscribe {
+                relay: relay.clone(),
+                id,
+            });
+        }
+        for filters in opened {
+            let id = self.next_sub_id("live");
+            if let Some(conn) = self.conns.get_mut(relay) {
+                conn.subs.insert(
+                    id.clone(),
+                    Sub::Live {
+                        filters: filters.clone(),
+                    },
+                );
+                conn.live_base.push(id.clone());
+                conn.last_opened = Some(id.clone());
+            }
+            self.emit(Command::Subscribe {
+                relay: relay.clone(),
+                id,
+                filters,
+            });
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! One NIP-77 negentropy session, client side: local items in, hex messages
+//! out, the ids the relay has and we lack collected on the way.
+
+use negentropy::{Id, Negentropy, NegentropyStorageVector};
+use nostr::prelude::{EventId, Timestamp};
+
+/// Why a negentropy session cannot go on.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The relay's message is not valid hex.
+    #[error("negentropy message is not hex")]
+    NotHex,
+    /// The negentropy protocol failed.
+    #[error("negentropy failed: {0}")]
+    Protocol(String),
+}
+
+/// A client-side reconciliation in progress.
+pub(crate) struct NegSession {
+    negentropy: Negentropy<'static, NegentropyStorageVector>,
+    /// Ids the relay has and we do not.
+    pub(crate) need: Vec<EventId>,
+}
+
+impl std::fmt::Debug for NegSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NegSession")
+            .field("need", &self.need.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What to do after a relay's `NEG-MSG`.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Send this hex message.
+    Continue(String),
+    /// Reconciliation finished.
+    Done,
+}
+
+impl NegSession {
+    /// Starts a session over our `items`; returns it and the hex initial
+    /// message.
+    pub(crate) fn start(
+        items: &[(EventId, Timestamp)],
+        frame_size_limit: u64,
+    ) -> Result<(Self, String), SessionError> {
+        let mut storage = NegentropyStorageVector::with_capacity(items.len());
+        for (id, created_at) in items {
+            storage
+                .insert(created_at.as_secs(), Id::from_byte_array(id.to_bytes()))
+                .map_err(protocol)?;
+        }
+        storage.seal().map_err(protocol)?;
+        let mut negentropy = Negentropy::owned(storage, frame_size_limit).map_err(protocol)?;
+        let initial = negentropy.initiate().map_err(protocol)?;
+        Ok((
+            NegSession {
+                negentropy,
+                need: Vec::new(),
+            },
+            hex_encode(&initial),
+        ))
+    }
+
+    /// Feeds the relay's hex message.
+    pub(crate) fn step(&mut self, message: &str) -> Result<Step, SessionError> {
+        let bytes = hex_decode(message).ok_or(SessionError::NotHex)?;
+        let mut have = Vec::new();
+        let mut need = Vec::new();
+        let next = self
+            .negentropy
+            .reconcile_with_ids(&bytes, &mut have, &mut need)
+            .map_err(protocol)?;
+        self.need.extend(
+            need.iter()
+                .map(|id| EventId::from_byte_array(id.to_bytes())),
+        );
+        Ok(match next {
+            Some(message) => Step::Continue(hex_encode(&message)),
+            None => Step::Done,
+        })
+    }
+}
+
+fn protocol(error: negentropy::Error) -> SessionError {
+    SessionError::Protocol(error.to_string())
+}
+
+fn hex_encode(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(DIGITS[usize::from(byte >> 4)] as char);
+        out.push(DIGITS[usize::from(byte & 0x0f)] as char);
+    }
+    out
+}
+
+fn hex_decode(text: &str) -> Option<Vec<u8>> {
+    let bytes = text.as_bytes();
+    if bytes.len() % 2 != 0 {
+        return None;
+    }
+    bytes
+        .chunks(2)
+        .map(|pair| Some((hex_value(pair[0])? << 4) | hex_value(pair[1])?))
+        .collect()
+}
+
+fn hex_value(digit: u8) -> Option<u8> {
+    match digit {
+        b'0'..=b'9' => Some(digit - b'0'),
+        b'a'..=b'f' => Some(digit - b'a' + 10),
+        b'A'..=b'F' => Some(digit - b'A' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u8) -> EventId {
+        EventId::from_byte_array([n; 32])
+    }
+
+    #[test]
+    fn hex_round_trips_and_rejects_garbage() {
+        let bytes = vec![0u8, 1, 0xab, 0xff];
+        assert_eq!(hex_decode(&hex_encode(&bytes)), Some(bytes));
+        assert_eq!(hex_decode("abc"), None);
+        assert_eq!(hex_decode("zz"), None);
+    }
+
+    #[test]
+    fn reconciles_against_a_relay_side_negentropy() {
+        let ours: Vec<(EventId, Timestamp)> = (1..=20)
+            .map(|n| (id(n), Timestamp::from_secs(u64::from(n))))
+            .collect();
+        let mut relay_storage = NegentropyStorageVector::new();
+        for n in 10..=40u8 {
+            relay_storage
+                .insert(u64::from(n), Id::from_byte_array([n; 32]))
+                .unwrap();
+        }
+        relay_storage.seal().unwrap();
+        let mut relay = Negentropy::owned(relay_storage, 0).unwrap();
+
+        let (mut session, mut message) = NegSession::start(&ours, 0).unwrap();
+        for _ in 0..10 {
+            let reply = relay.reconcile(&hex_decode(&message).unwrap()).unwrap();
+            match session.step(&hex_encode(&reply)).unwrap() {
+                Step::Continue(next) => message = next,
+                Step::Done => break,
+            }
+        }
+        let mut need = session.need.clone();
+        need.sort();
+        let expected: Vec<EventId> = (21..=40).map(id).collect();
+        assert_eq!(need, expected);
+    }
+
+    #[test]
+    fn garbage_from_the_relay_is_an_error() {
+        let (mut session, _) = NegSession::start(&[], 0).unwrap();
+        assert_eq!(session.step("xyz").unwrap_err(), SessionError::NotHex);
+        assert!(matches!(
+            session.step("00ff"),
+            Err(SessionError::Protocol(_))
+        ));
+    }
+}

@@ -1,0 +1,691 @@
+//! The sync engine against simulated relays on a virtual clock: one test
+//! per scenario of the spec and per failure the engine must survive.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod sim;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use grasp_sync_core::engine::{Command, RelayLimits};
+use grasp_sync_core::model::ConnectionStatus;
+use nostr::prelude::*;
+
+use sim::events::{self, repo_ref};
+use sim::relay::{NegRefusal, SimRelayConfig, SubLimitRefusal};
+use sim::{config, own_url, relay_url, sim_relay, sim_relay_with, World, UNIX_ORIGIN};
+
+const STEPS: u64 = 20_000;
+
+/// A repository announced on the own relay and two remotes, with every kind
+/// of event that tags it, plus noise.
+struct Fixture {
+    maintainer: Keys,
+    announcement: Event,
+    a_events: Vec<Event>,
+    b_events: Vec<Event>,
+}
+
+fn at(offset: u64) -> u64 {
+    UNIX_ORIGIN - 100_000 + offset
+}
+
+fn fixture() -> Fixture {
+    let maintainer = Keys::generate();
+    let user = Keys::generate();
+    let (a, b) = (relay_url("a"), relay_url("b"));
+    let announcement = events::announcement(&maintainer, "alpha", &[&own_url(), &a, &b], at(0));
+    let repo = repo_ref(&maintainer, "alpha");
+    let issue = events::root(&user, 1621, &repo, "issue", at(10));
+    let patch = events::root(&user, 1617, &repo, "patch", at(20));
+    let pr = events::root(&user, 1618, &repo, "pr", at(30));
+    let other = Keys::generate();
+    let unrelated_repo = events::announcement(&other, "beta", &[&a], at(5));
+    let mut a_events = vec![
+        announcement.clone(),
+        issue.clone(),
+        patch.clone(),
+        pr.clone(),
+        events::pr_update(&user, &pr.id, &repo, at(31)),
+        events::reply(&user, &issue.id, "reply", at(40)),
+        events::quote(&user, &repo.to_string(), at(41)),
+        events::quote(&user, &issue.id.to_hex(), at(42)),
+        events::upper_a(&user, &repo, at(43)),
+        events::state(&maintainer, "alpha", at(44)),
+        unrelated_repo.clone(),
+        events::root(&user, 1621, &repo_ref(&other, "beta"), "not ours", at(45)),
+    ];
+    a_events.extend((0..20).map(|n| events::noise(&user, &format!("noise {n}"), at(50 + n))));
+    let b_events = vec![
+        announcement.clone(),
+        events::reply(&user, &patch.id, "reply on b", at(60)),
+        events::root(&user, 1621, &repo, "issue on b", at(61)),
+        events::noise(&user, "noise on b", at(62)),
+    ];
+    Fixture {
+        maintainer,
+        announcement,
+        a_events,
+        b_events,
+    }
+}
+
+fn world_with(fixture: &Fixture, a: SimRelayConfig, b: SimRelayConfig) -> World {
+    World::new(
+        config(),
+        vec![
+            sim_relay_with("a", fixture.a_events.clone(), a),
+            sim_relay_with("b", fixture.b_events.clone(), b),
+        ],
+        vec![fixture.announcement.clone()],
+    )
+}
+
+fn synced(fixture: &Fixture, a: SimRelayConfig, b: SimRelayConfig) -> World {
+    let mut world = world_with(fixture, a, b);
+    assert!(
+        world.run_until_idle(STEPS),
+        "sync did not converge: {}",
+        world.dump()
+    );
+    world
+}
+
+fn assert_converged(world: &World, fixture: &Fixture) {
+    let expected = world.expected(std::slice::from_ref(&fixture.announcement), &[]);
+    let stored = world.stored();
+    let missing: Vec<_> = expected.difference(&stored).collect();
+    let extra: Vec<_> = stored.difference(&expected).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}, extra {extra:?}"
+    );
+}
+
+fn sent_events(world: &World, relay: &str) -> usize {
+    world.relays[&relay_url(relay)].stats().events_sent
+}
+
+fn neg_opens(world: &World, relay: &str) -> usize {
+    world.relays[&relay_url(relay)].stats().neg_opens
+}
+
+fn subscribes_since(world: &World, from: grasp_sync_core::Instant) -> Vec<Filter> {
+    world
+        .command_log
+        .iter()
+        .filter(|(when, _)| *when >= from)
+        .filter_map(|(_, command)| match command {
+            Command::Subscribe { filters, .. } => Some(filters.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+// ---------------------------------------------------------------- scenarios
+
+#[test]
+fn fresh_start_syncs_every_matching_event_and_no_noise() {
+    let fixture = fixture();
+    let world = synced(
+        &fixture,
+        SimRelayConfig::default(),
+        SimRelayConfig::default(),
+    );
+    assert_converged(&world, &fixture);
+    let stored = world.stored();
+    assert_eq!(stored.len(), 12, "10 events from a, 2 from b");
+    for noise in fixture
+        .a_events
+        .iter()
+        .filter(|event| event.content.starts_with("noise"))
+    {
+        assert!(!stored.contains(&noise.id), "noise stored");
+    }
+    let state = world.engine.relay_index().get(&relay_url("a")).unwrap();
+    assert_eq!(state.connection_status, ConnectionStatus::Connected);
+    assert!(state.announcements_synced);
+    assert!(neg_opens(&world, "a") > 0, "fresh start uses NIP-77");
+    assert_eq!(
+        world.engine.stats().dropped_forged + world.engine.stats().dropped_off_filter,
+        0
+    );
+}
+
+#[test]
+fn quick_reconnect_catches_up_events_published_during_a_five_minute_outage() {
+    let fixture = fixture();
+    let mut world = synced(
+        &fixture,
+        SimRelayConfig::default(),
+        SimRelayConfig::default(),
+    );
+    let a = relay_url("a");
+    let down_at = world.unix().as_secs();
+    world.take_down(&a);
+    world.run_for(Duration::from_secs(60), STEPS);
+    let user = Keys::generate();
+    let issue_id = fixture.a_events[1].id;
+    let during = events::reply(
+        &user,
+        &issue_id,
+        "written while we were away",
+        world.unix().as_secs(),
+    );
+    world.publish(&a, during.clone());
+    world.run_for(Duration::from_secs(240), STEPS);
+    let sent_before = sent_events(&world, "a");
+    let negs_before = neg_opens(&world, "a");
+    let reconnect_from = world.now;
+    world.bring_up(&a);
+    assert!(world.run_until(STEPS, |w| w.stored().contains(&during.id)
+        && w.engine.is_idle()));
+    assert_converged(&world, &fixture);
+    assert_eq!(
+        neg_opens(&world, "a"),
+        negs_before,
+        "a quick reconnect does not re-run negentropy"
+    );
+    assert!(
+        sent_events(&world, "a") - sent_before < fixture.a_events.len(),
+        "caught up without a full re-sync"
+    );
+    let since = subscribes_since(&world, reconnect_from)
+        .iter()
+        .filter_map(|filter| filter.since)
+        .min()
+        .expect("catch-up uses since");
+    assert_eq!(
+        since.as_secs(),
+        down_at - 15 * 60,
+        "since is the last moment connected minus 15 minutes, an absolute timestamp"
+    );
+}
+
+#[test]
+fn long_reconnect_is_a_fresh_start() {
+    let fixture = fixture();
+    let mut world = synced(
+        &fixture,
+        SimRelayConfig::default(),
+        SimRelayConfig::default(),
+    );
+    let a = relay_url("a");
+    world.take_down(&a);
+    world.run_for(Duration::from_secs(20 * 60), STEPS);
+    let negs_before = neg_opens(&world, "a");
+    world.bring_up(&a);
+    assert!(world.run_until_idle(STEPS));
+    assert!(
+        neg_opens(&world, "a") > negs_before,
+        "a long outage re-syncs fully"
+    );
+    assert_converged(&world, &fixture);
+}
+
+#[test]
+fn consolidation_rebuilds_live_subscriptions_when_too_many_filters() {
+    let fixture = fixture();
+    let mut world = synced(
+        &fixture,
+        SimRelayConfig::default(),
+        SimRelayConfig::default(),
+    );
+    let repo = repo_ref(&fixture.maintainer, "alpha");
+    let user = Keys::generate();
+    let a = relay_url("a");
+    // 30 self-subscriber batches, each adding one root event: 3 live
+    // filters each would reach 90 > 70 without consolidation.
+    let mut roots = Vec::new();
+    for n in 0..30u64 {
+        let root = events::root(
+            &user,
+            1621,
+            &repo,
+            &format!("late issue {n}"),
+            world.unix().as_secs(),
+        );
+        world.publish(&a, root.clone());
+        roots.push(root);
+        world.run_for(Duration::from_secs(6), STEPS);
+    }
+    assert!(world.run_until_idle(STEPS));
+    assert!(world.engine.stats().consolidations >= 1);
+    assert!(
+        world.relays[&a].open_subscriptions() < 20,
+        "live subscriptions were merged"
+    );
+    let reply = events::reply(
+        &user,
+        &roots[29].id,
+        "reply to the last",
+        world.unix().as_secs(),
+    );
+    world.publish(&a, reply.clone());
+    assert!(
+        world.run_until(STEPS, |w| w.stored().contains(&reply.id)),
+        "live still covers every root"
+    );
+    assert_converged(&world, &fixture);
+}
+
+#[test]
+fn daily_sync_is_a_full_negentropy_pass_that_downloads_nothing_again() {
+    let fixture = fixture();
+    let mut world = synced(
+        &fixture,
+        SimRelayConfig::default(),
+        SimRelayConfig::default(),
+    );
+    let sent_before = sent_events(&world, "a") + sent_events(&world, "b");
+    let rejected_before = world.own.rejected.len();
+    let negs_before = neg_opens(&world, "a");
+    world.run_for(Duration::from_secs(25 * 3600), STEPS);
+    assert!(world.run_until_idle(STEPS));
+    assert!(neg_opens(&world, "a") > negs_before, "daily sync ran");
+    // Only what the own relay refused to keep (the announcement of a
+    // repository that does not list us) is offered again.
+    let rejected = world.own.rejected.len() - rejected_before;
+    assert_eq!(
+        sent_events(&world, "a") + sent_events(&world, "b") - sent_before,
+        rejected,
+        "a NIP-77 re-sync of an already-synced set transfers no stored event again"
+    );
+    assert_converged(&world, &fixture);
+}
+
+#[test]
+fn self_subscriber_batch_window_starts_at_the_first_event_and_is_not_reset() {
+    let fixture = fixture();
+    let mut world = World::new(
+        config(),
+        vec![sim_relay("a", fixture.a_events.clone())],
+        Vec::new(),
+    );
+    let t0 = world.clock();
+    world
+        .engine
+        .handle_own_events(t0, [fixture.announcement.clone()]);
+    assert_eq!(
+        world.engine.poll_timeout(),
+        Some(t0.instant + Duration::from_secs(5))
+    );
+    world.now = t0.instant + Duration::from_secs(4);
+    let t4 = world.clock();
+    let issue = fixture.a_events[1].clone();
+    world.engine.handle_own_events(t4, [issue.clone()]);
+    assert_eq!(
+        world.engine.poll_timeout(),
+        Some(t0.instant + Duration::from_secs(5)),
+        "not reset"
+    );
+    world.engine.handle_timeout(t4);
+    assert!(
+        world.engine.repo_index().repos().is_empty(),
+        "nothing before the window closes"
+    );
+    world.now = t0.instant + Duration::from_secs(5);
+    let t5 = world.clock();
+    world.engine.handle_timeout(t5);
+    let repo = repo_ref(&fixture.maintainer, "alpha");
+    let needs = world.engine.repo_index().repo(&repo).unwrap();
+    assert!(
+        needs.root_events.contains(&issue.id),
+        "both events in one batch"
+    );
+    assert!(world.engine.repo_index().target(&relay_url("a")).is_some());
+}
+
+#[test]
+fn a_new_announcement_on_a_remote_relay_discovers_a_new_relay() {
+    let fixture = fixture();
+    let other = Keys::generate();
+    let c = relay_url("c");
+    let gamma = events::announcement(&other, "gamma", &[&own_url(), &c], at(70));
+    let gamma_issue = events::root(
+        &other,
+        1621,
+        &repo_ref(&other, "gamma"),
+        "gamma issue",
+        at(71),
+    );
+    let mut a_events = fixture.a_events.clone();
+    a_events.push(gamma.clone());
+    let mut world = World::new(
+        config(),
+        vec![
+            sim_relay("a", a_events),
+            sim_relay("b", fixture.b_events.clone()),
+            sim_relay("c", vec![gamma.clone(), gamma_issue.clone()]),
+        ],
+        vec![fixture.announcement.clone()],
+    );
+    assert!(world.run_until_idle(STEPS));
+    assert!(
+        world.engine.relay_index().is_connected(&c),
+        "relay c discovered and connected"
+    );
+    assert!(world.stored().contains(&gamma_issue.id));
+    let expected = world.expected(std::slice::from_ref(&fixture.announcement), &[]);
+    assert_eq!(world.stored(), expected);
+}
+
+#[test]
+fn check_disconnects_drops_a_relay_no_repository_lists_any_more() {
+    let fixture = fixture();
+    let mut world = synced(
+        &fixture,
+        SimRelayConfig::default(),
+        SimRelayConfig::default(),
+    );
+    let (a, b) = (relay_url("a"), relay_url("b"));
+    let newer = events::announcement(&fixture.maintainer, "alpha", &[&own_url(), &a], at(1000));
+    world.publish(&a, newer);
+    world.run_for(Duration::from_secs(120), STEPS);
+    assert!(world.engine.relay_index().get(&b).is_none(), "b dropped");
+    assert!(!world.relays[&b].is_connected());
+    assert!(world.engine.relay_index().is_connected(&a));
+    assert_eq!(world.engine.stats().relays_dropped, 1);
+}
+
+#[test]
+fn a_bootstrap_relay_is_kept_with_nothing_to_sync() {
+    let fixture = fixture();
+    let boot = relay_url("boot");
+    let mut cfg = config();
+    cfg.bootstrap_relays = vec![boot.clone()];
+    let mut world = World::new(
+        cfg,
+        vec![sim_relay("boot", vec![fixture.announcement.clone()])],
+        Vec::new(),
+    );
+    world.run_for(Duration::from_secs(300), STEPS);
+    assert!(world.engine.relay_index().is_connected(&boot));
+    assert!(world.engine.relay_index().get(&boot).unwrap().is_bootstrap);
+    assert!(
+        world.stored().contains(&fixture.announcement.id),
+        "bootstrap Layer 1 discovers repositories"
+    );
+}
+
+// ----------------------------------------------------------------- failures
+
+fn refusing(mode: NegRefusal) -> SimRelayConfig {
+    SimRelayConfig {
+        nip77: mode,
+        ..SimRelayConfig::default()
+    }
+}
+
+fn assert_falls_back(mode: NegRefusal) {
+    let fixture = fixture();
+    let world = synced(&fixture, refusing(mode.clone()), SimRelayConfig::default());
+    assert_converged(&world, &fixture);
+    assert_eq!(
+        world.engine.stats().negentropy_refusals,
+        1,
+        "{mode:?}: one refusal remembered"
+    );
+    assert!(world.relays[&relay_url("a")].stats().reqs_received > 0);
+}
+
+#[test]
+fn negentropy_refused_by_neg_err_falls_back_to_req() {
+    assert_falls_back(NegRefusal::NegErr);
+}
+
+#[test]
+fn negentropy_refused_by_notice_falls_back_to_req() {
+    assert_falls_back(NegRefusal::Notice);
+}
+
+#[test]
+fn negentropy_refused_by_closed_falls_back_to_req() {
+    assert_falls_back(NegRefusal::Closed);
+}
+
+#[test]
+fn negentropy_refused_by_silence_falls_back_to_req_after_the_timeout() {
+    assert_falls_back(NegRefusal::Silence);
+}
+
+fn many_issues(maintainer: &Keys, count: u64, seconds: u64) -> Vec<Event> {
+    let user = Keys::generate();
+    let repo = repo_ref(maintainer, "alpha");
+    (0..count)
+        .map(|n| {
+            events::root(
+                &user,
+                1621,
+                &repo,
+                &format!("bulk {n}"),
+                at(500 + n % seconds),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn equal_created_at_pagination_loses_nothing() {
+    let fixture = fixture();
+    let mut a_events = fixture.a_events.clone();
+    a_events.extend(many_issues(&fixture.maintainer, 1200, 4));
+    let a = SimRelayConfig {
+        nip77: NegRefusal::NegErr,
+        default_limit: 500,
+        ..SimRelayConfig::default()
+    };
+    let mut world = World::new(
+        config(),
+        vec![
+            sim_relay_with("a", a_events, a),
+            sim_relay("b", fixture.b_events.clone()),
+        ],
+        vec![fixture.announcement.clone()],
+    );
+    assert!(world.run_until_idle(STEPS));
+    assert_converged(&world, &fixture);
+    assert_eq!(world.engine.stats().crowded_seconds, 0);
+}
+
+#[test]
+fn a_silent_limit_clamp_does_not_end_pagination() {
+    let fixture = fixture();
+    let mut a_events = fixture.a_events.clone();
+    a_events.extend(many_issues(&fixture.maintainer, 700, 700));
+    let a = SimRelayConfig {
+        nip77: NegRefusal::Notice,
+        max_limit: Some(100),
+        ..SimRelayConfig::default()
+    };
+    let mut world = World::new(
+        config(),
+        vec![
+            sim_relay_with("a", a_events, a),
+            sim_relay("b", fixture.b_events.clone()),
+        ],
+        vec![fixture.announcement.clone()],
+    );
+    assert!(world.run_until_idle(STEPS));
+    assert_converged(&world, &fixture);
+}
+
+#[test]
+fn closed_subscriptions_fail_the_batch_and_items_are_planned_again() {
+    let fixture = fixture();
+    let a = SimRelayConfig {
+        nip77: NegRefusal::NegErr,
+        close_every_req: Some("error: database busy".into()),
+        ..SimRelayConfig::default()
+    };
+    let mut world = world_with(&fixture, a, SimRelayConfig::default());
+    world.run_for(Duration::from_secs(20), STEPS);
+    assert!(world.engine.stats().batches_failed > 0);
+    world
+        .relays
+        .get_mut(&relay_url("a"))
+        .unwrap()
+        .config_mut()
+        .close_every_req = None;
+    assert!(world.run_until_idle(STEPS));
+    assert_converged(&world, &fixture);
+}
+
+#[test]
+fn a_rate_limited_relay_is_fully_synced_after_its_cooldown() {
+    let fixture = fixture();
+    let a = SimRelayConfig {
+        nip77: NegRefusal::NegErr,
+        rate_limit: Some((2, Duration::from_secs(60))),
+        ..SimRelayConfig::default()
+    };
+    let world = synced(&fixture, a, SimRelayConfig::default());
+    assert!(world.engine.stats().rate_limits > 0);
+    assert!(world.relays[&relay_url("a")].stats().rate_limited > 0);
+    assert_converged(&world, &fixture);
+}
+
+#[test]
+fn a_stalled_batch_times_out_and_is_planned_again() {
+    let fixture = fixture();
+    let mut world = world_with(
+        &fixture,
+        SimRelayConfig::default(),
+        SimRelayConfig::default(),
+    );
+    let a = relay_url("a");
+    world.run_until(STEPS, |w| w.engine.relay_index().is_connected(&a));
+    world.blackholed.insert(a.clone());
+    world.run_for(Duration::from_secs(90), STEPS);
+    assert!(
+        world.engine.stats().batches_failed > 0,
+        "no progress for the timeout fails the batch"
+    );
+    world.blackholed.remove(&a);
+    assert!(world.run_until_idle(STEPS));
+    assert_converged(&world, &fixture);
+}
+
+#[test]
+fn a_known_subscription_limit_is_never_exceeded() {
+    let fixture = fixture();
+    let mut a_events = fixture.a_events.clone();
+    a_events.extend(many_issues(&fixture.maintainer, 300, 300));
+    let a = SimRelayConfig {
+        max_subscriptions: Some(3),
+        ..SimRelayConfig::default()
+    };
+    let mut world = World::new(
+        config(),
+        vec![
+            sim_relay_with("a", a_events, a),
+            sim_relay("b", fixture.b_events.clone()),
+        ],
+        vec![fixture.announcement.clone()],
+    );
+    let limits = RelayLimits {
+        max_subscriptions: Some(3),
+        ..RelayLimits::default()
+    };
+    let now = world.clock();
+    world
+        .engine
+        .handle_relay_limits(now, &relay_url("a"), limits);
+    assert!(world.run_until_idle(STEPS));
+    assert_converged(&world, &fixture);
+    assert!(world.max_open(&relay_url("a")) <= 3);
+    assert_eq!(world.relays[&relay_url("a")].stats().refused_for_limit, 0);
+}
+
+fn learns_subscription_limit(refusal: SubLimitRefusal) {
+    let fixture = fixture();
+    let mut a_events = fixture.a_events.clone();
+    a_events.extend(many_issues(&fixture.maintainer, 300, 300));
+    let a = SimRelayConfig {
+        max_subscriptions: Some(2),
+        sub_limit_refusal: refusal.clone(),
+        ..SimRelayConfig::default()
+    };
+    let mut world = World::new(
+        config(),
+        vec![
+            sim_relay_with("a", a_events, a),
+            sim_relay("b", fixture.b_events.clone()),
+        ],
+        vec![fixture.announcement.clone()],
+    );
+    let a_url = relay_url("a");
+    assert!(world.run_until(STEPS, |w| w.engine.stats().subscription_refusals >= 1));
+    // Refusals of subscriptions already in flight still arrive; after
+    // that the learned limit holds.
+    world.run_for(Duration::from_secs(1), STEPS);
+    let refused_once_learned = world.relays[&a_url].stats().refused_for_limit;
+    assert!(world.run_until_idle(STEPS), "{refusal:?}: {}", world.dump());
+    assert_converged(&world, &fixture);
+    assert_eq!(
+        world.relays[&a_url].stats().refused_for_limit,
+        refused_once_learned,
+        "the limit is learned, not hammered"
+    );
+    assert_eq!(
+        world
+            .engine
+            .relay_activity(&a_url)
+            .unwrap()
+            .subscription_limit,
+        2
+    );
+}
+
+#[test]
+fn a_subscription_limit_refused_by_closed_is_learned() {
+    learns_subscription_limit(SubLimitRefusal::Closed);
+}
+
+#[test]
+fn a_subscription_limit_refused_by_notice_is_learned() {
+    learns_subscription_limit(SubLimitRefusal::Notice);
+}
+
+#[test]
+fn forged_and_off_filter_events_never_reach_the_store() {
+    let fixture = fixture();
+    let user = Keys::generate();
+    let repo = repo_ref(&fixture.maintainer, "alpha");
+    let genuine = events::root(&user, 1621, &repo, "genuine", at(90));
+    let forged = events::forged(&genuine, &fixture.announcement);
+    let off_filter = events::noise(&user, "pushed without being asked", at(91));
+    let a = SimRelayConfig {
+        forged: vec![forged.clone()],
+        off_filter: vec![off_filter.clone()],
+        ..SimRelayConfig::default()
+    };
+    let world = synced(&fixture, a, SimRelayConfig::default());
+    let stored = world.stored();
+    assert!(!stored.contains(&forged.id));
+    assert!(!stored.contains(&off_filter.id));
+    assert!(world.engine.stats().dropped_forged > 0);
+    assert!(world.engine.stats().dropped_off_filter > 0);
+    assert_converged(&world, &fixture);
+}
+
+#[test]
+fn live_events_after_historic_sync_reach_the_store() {
+    let fixture = fixture();
+    let mut world = synced(
+        &fixture,
+        SimRelayConfig::default(),
+        SimRelayConfig::default(),
+    );
+    let user = Keys::generate();
+    let reply = events::reply(
+        &user,
+        &fixture.b_events[2].id,
+        "live reply",
+        world.unix().as_secs(),
+    );
+    world.publish(&relay_url("b"), reply.clone());
+    assert!(world.run_until(STEPS, |w| w.stored().contains(&reply.id)));
+    let _: BTreeSet<EventId> = world.stored();
+}

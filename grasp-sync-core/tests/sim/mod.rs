@@ -1,0 +1,589 @@
+//! A deterministic simulation of the sync engine against simulated relays on
+//! a virtual clock that jumps to the next deadline.
+#![allow(dead_code, unreachable_pub)]
+
+pub mod events;
+pub mod relay;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::time::Duration;
+
+use futures::executor::block_on;
+use grasp_sync_core::clock::{Instant, Now};
+use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
+use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore};
+use grasp_sync_core::url_policy::RelayUrlPolicy;
+use nostr::prelude::*;
+
+use relay::{SimRelay, SimRelayConfig};
+
+/// Unix time at the simulation's origin.
+pub const UNIX_ORIGIN: u64 = 1_750_000_000;
+/// One-way latency of every message.
+pub const LATENCY: Duration = Duration::from_millis(20);
+
+/// What reaches the engine from a relay.
+#[derive(Debug)]
+enum Delivery {
+    Connected,
+    ConnectFailed,
+    Disconnected,
+    Message(Box<RelayMessage<'static>>),
+}
+
+/// The own relay: accepts what the engine stores (announcements only if they
+/// list the own relay, like a GRASP relay) and feeds accepted announcements
+/// and root events back through the self-subscriber.
+pub struct OwnRelay {
+    pub url: RelayUrl,
+    pub store: MemoryEventStore,
+    pub rejected: Vec<Event>,
+}
+
+impl OwnRelay {
+    /// The GRASP rule: an announcement must list this relay.
+    pub fn accepts(&self, event: &Event) -> bool {
+        if event.kind != Kind::Custom(30617) {
+            return true;
+        }
+        event.tags.iter().any(|tag| {
+            let values = tag.as_slice();
+            values.first().is_some_and(|name| name == "relays")
+                && values[1..]
+                    .iter()
+                    .any(|value| RelayUrl::parse(value).is_ok_and(|url| url == self.url))
+        })
+    }
+}
+
+/// The simulated world.
+pub struct World {
+    pub now: Instant,
+    pub engine: SyncEngine,
+    pub relays: BTreeMap<RelayUrl, SimRelay>,
+    pub own: OwnRelay,
+    /// Relays whose replies are lost (a stalled relay).
+    pub blackholed: HashSet<RelayUrl>,
+    inbox: VecDeque<(Instant, u64, RelayUrl, Delivery)>,
+    sequence: u64,
+    pub steps: u64,
+    /// Every command the engine emitted, with the time.
+    pub command_log: Vec<(Instant, Command)>,
+}
+
+/// The own relay's URL in every simulation.
+pub fn own_url() -> RelayUrl {
+    RelayUrl::parse("ws://own.sim").expect("url")
+}
+
+/// A remote relay URL.
+pub fn relay_url(name: &str) -> RelayUrl {
+    RelayUrl::parse(&format!("ws://{name}.sim")).expect("url")
+}
+
+/// The engine configuration the simulations use: local-looking `.sim`
+/// hosts allowed, the own relay as our service relay.
+pub fn config() -> EngineConfig {
+    EngineConfig {
+        relay_policy: RelayUrlPolicy::new().allow_local_addresses(true),
+        service_relays: vec![own_url()],
+        ..EngineConfig::default()
+    }
+}
+
+impl World {
+    /// A world with the given relays and the events the own relay holds at
+    /// the start (they reach the engine through the self-subscriber).
+    pub fn new(config: EngineConfig, relays: Vec<SimRelay>, own_events: Vec<Event>) -> World {
+        let now = Instant::ZERO;
+        let engine = SyncEngine::new(config, Now::new(now, Timestamp::from_secs(UNIX_ORIGIN)));
+        let mut world = World {
+            now,
+            engine,
+            relays: relays
+                .into_iter()
+                .map(|relay| (relay.url().clone(), relay))
+                .collect(),
+            own: OwnRelay {
+                url: own_url(),
+                store: MemoryEventStore::new(),
+                rejected: Vec::new(),
+            },
+            blackholed: HashSet::new(),
+            inbox: VecDeque::new(),
+            sequence: 0,
+            steps: 0,
+            command_log: Vec::new(),
+        };
+        let at = world.clock();
+        let _ = world.engine.own_subscription_filter(at);
+        let mut accepted = Vec::new();
+        for event in own_events {
+            if block_on(world.own.store.ingest(&event)) == Ok(IngestOutcome::Stored) {
+                accepted.push(event);
+            }
+        }
+        world.engine.handle_own_events(at, accepted);
+        world.engine.handle_timeout(at);
+        world
+    }
+
+    /// The engine's view of now.
+    pub fn clock(&self) -> Now {
+        Now::new(self.now, self.unix())
+    }
+
+    /// Wall-clock seconds now.
+    pub fn unix(&self) -> Timestamp {
+        Timestamp::from_secs(UNIX_ORIGIN + self.now.since_origin().as_secs())
+    }
+
+    /// Runs until `done` holds (checked between steps) or `max_steps`
+    /// steps; returns whether `done` held.
+    pub fn run_until(&mut self, max_steps: u64, mut done: impl FnMut(&World) -> bool) -> bool {
+        for _ in 0..max_steps {
+            if done(self) {
+                return true;
+            }
+            if !self.step() {
+                return done(self);
+            }
+        }
+        done(self)
+    }
+
+    /// Runs until the engine reports historic sync confirmed everywhere.
+    pub fn run_until_idle(&mut self, max_steps: u64) -> bool {
+        self.run_until(max_steps, |world| {
+            world.is_quiet() && world.engine.is_idle()
+        })
+    }
+
+    /// Runs for `duration` of virtual time.
+    pub fn run_for(&mut self, duration: Duration, max_steps: u64) {
+        let end = self.now + duration;
+        self.run_until(max_steps, |world| {
+            world.now >= end && world.next_time().is_none_or(|at| at > end)
+        });
+        if self.now < end {
+            self.now = end;
+            let at = self.clock();
+            self.engine.handle_timeout(at);
+        }
+    }
+
+    /// No command or delivery waits.
+    pub fn is_quiet(&self) -> bool {
+        self.inbox.is_empty()
+    }
+
+    fn next_time(&self) -> Option<Instant> {
+        let inbox = self.inbox.iter().map(|(at, ..)| *at).min();
+        [inbox, self.engine.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// One step: execute commands, deliver the next message, or jump the
+    /// clock to the next deadline. Returns `false` when nothing is left.
+    pub fn step(&mut self) -> bool {
+        self.steps += 1;
+        if self.execute_commands() {
+            return true;
+        }
+        if let Some(position) = self.next_delivery() {
+            let (at, _, relay, delivery) = self.inbox.remove(position).expect("position exists");
+            self.now = self.now.max(at);
+            self.deliver(relay, delivery);
+            return true;
+        }
+        match self.engine.poll_timeout() {
+            Some(at) => {
+                self.now = self.now.max(at);
+                let now = self.clock();
+                self.engine.handle_timeout(now);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The earliest delivery that is due before the engine's next deadline.
+    fn next_delivery(&self) -> Option<usize> {
+        let (position, (at, ..)) = self
+            .inbox
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, (at, sequence, ..))| (*at, *sequence))?;
+        let deadline = self.engine.poll_timeout();
+        (deadline.is_none_or(|deadline| *at <= deadline.max(self.now))).then_some(position)
+    }
+
+    fn deliver(&mut self, relay: RelayUrl, delivery: Delivery) {
+        let now = self.clock();
+        match delivery {
+            Delivery::Connected => self.engine.handle_connected(now, &relay),
+            Delivery::ConnectFailed => self.engine.handle_connect_failed(now, &relay),
+            Delivery::Disconnected => self.engine.handle_disconnected(now, &relay),
+            Delivery::Message(message) => self.engine.handle_relay_message(now, &relay, *message),
+        }
+    }
+
+    fn push(&mut self, relay: &RelayUrl, delivery: Delivery) {
+        self.sequence += 1;
+        self.inbox
+            .push_back((self.now + LATENCY, self.sequence, relay.clone(), delivery));
+    }
+
+    /// Executes every waiting command; returns whether there was any.
+    fn execute_commands(&mut self) -> bool {
+        let mut any = false;
+        while let Some(command) = self.engine.poll_command() {
+            any = true;
+            self.command_log.push((self.now, command.clone()));
+            self.execute(command);
+        }
+        any
+    }
+
+    fn execute(&mut self, command: Command) {
+        let now = self.now;
+        match command {
+            Command::Connect { relay, .. } => {
+                let connected = self
+                    .relays
+                    .get_mut(&relay)
+                    .is_some_and(|sim| sim.connect(now));
+                let delivery = if connected {
+                    Delivery::Connected
+                } else {
+                    Delivery::ConnectFailed
+                };
+                self.push(&relay, delivery);
+            }
+            Command::Disconnect { relay } => {
+                if let Some(sim) = self.relays.get_mut(&relay) {
+                    sim.disconnect();
+                }
+                self.inbox.retain(|(_, _, to, _)| to != &relay);
+            }
+            Command::Subscribe { relay, id, filters } => {
+                self.send(&relay, ClientMessage::req(id, filters))
+            }
+            Command::Unsubscribe { relay, id } => self.send(&relay, ClientMessage::close(id)),
+            Command::NegOpen {
+                relay,
+                id,
+                filter,
+                initial_message,
+            } => self.send(
+                &relay,
+                ClientMessage::NegOpen {
+                    subscription_id: std::borrow::Cow::Owned(id),
+                    filter: std::borrow::Cow::Owned(filter),
+                    initial_message: std::borrow::Cow::Owned(initial_message),
+                },
+            ),
+            Command::NegMsg { relay, id, message } => self.send(
+                &relay,
+                ClientMessage::NegMsg {
+                    subscription_id: std::borrow::Cow::Owned(id),
+                    message: std::borrow::Cow::Owned(message),
+                },
+            ),
+            Command::NegClose { relay, id } => self.send(
+                &relay,
+                ClientMessage::NegClose {
+                    subscription_id: std::borrow::Cow::Owned(id),
+                },
+            ),
+            Command::QueryLocalItems { relay, id, filter } => {
+                let items =
+                    block_on(self.own.store.negentropy_items(&filter)).expect("memory store");
+                let at = self.clock();
+                self.engine.handle_local_items(at, &relay, &id, items);
+            }
+            Command::Store { event, .. } => self.store(*event),
+            _ => {}
+        }
+    }
+
+    /// Stores into the own relay; accepted announcements and root events
+    /// come back through the self-subscriber.
+    fn store(&mut self, event: Event) {
+        if !self.own.accepts(&event) {
+            self.own.rejected.push(event);
+            return;
+        }
+        if block_on(self.own.store.ingest(&event)) != Ok(IngestOutcome::Stored) {
+            return;
+        }
+        let self_subscribed = [30617, 1617, 1618, 1621].contains(&event.kind.as_u16());
+        if self_subscribed {
+            let at = self.clock();
+            self.engine.handle_own_events(at, [event]);
+        }
+    }
+
+    fn send(&mut self, relay: &RelayUrl, message: ClientMessage<'_>) {
+        let now = self.now;
+        let Some(sim) = self.relays.get_mut(relay) else {
+            return;
+        };
+        if !sim.is_connected() {
+            return;
+        }
+        let output = sim.handle(now, &message);
+        if self.blackholed.contains(relay) {
+            return;
+        }
+        for reply in output.replies {
+            self.push(relay, Delivery::Message(Box::new(reply)));
+        }
+        if output.disconnect {
+            self.push(relay, Delivery::Disconnected);
+        }
+    }
+
+    /// Takes a relay down: the connection drops now.
+    pub fn take_down(&mut self, relay: &RelayUrl) {
+        if let Some(sim) = self.relays.get_mut(relay) {
+            sim.set_down(true);
+        }
+        self.inbox.retain(|(_, _, to, _)| to != relay);
+        self.push(relay, Delivery::Disconnected);
+    }
+
+    /// Brings a relay back up (the engine reconnects per its backoff).
+    pub fn bring_up(&mut self, relay: &RelayUrl) {
+        if let Some(sim) = self.relays.get_mut(relay) {
+            sim.set_down(false);
+        }
+    }
+
+    /// Publishes to a relay (live delivery to the engine's open REQs).
+    pub fn publish(&mut self, relay: &RelayUrl, event: Event) {
+        let Some(sim) = self.relays.get_mut(relay) else {
+            return;
+        };
+        let deliveries = if sim.is_connected() {
+            sim.publish(event)
+        } else {
+            sim.add_event(event);
+            Vec::new()
+        };
+        for message in deliveries {
+            self.push(relay, Delivery::Message(Box::new(message)));
+        }
+    }
+
+    /// A description of the engine's state, for failure messages.
+    pub fn dump(&self) -> String {
+        let mut out = format!(
+            "now {} steps {} stats {:?}\n",
+            self.now,
+            self.steps,
+            self.engine.stats()
+        );
+        for (relay, state) in self.engine.relay_index().iter() {
+            out += &format!(
+                "  {relay}: {:?} health {:?} confirmed {}+{} l1 {} activity {:?} pending batches {}\n",
+                state.connection_status,
+                self.engine.health().state(relay, self.now),
+                state.repos.len(),
+                state.root_events.len(),
+                state.announcements_synced,
+                self.engine.relay_activity(relay),
+                self.engine.pending_index().batches(relay).len(),
+            );
+        }
+        out += &format!(
+            "  poll_timeout {:?} inbox {}\n",
+            self.engine.poll_timeout(),
+            self.inbox.len()
+        );
+        out
+    }
+
+    /// Ids in the own store.
+    pub fn stored(&self) -> BTreeSet<EventId> {
+        self.own.store.ids().into_iter().collect()
+    }
+
+    /// Every subscription-limit violation seen by a relay configured with a
+    /// limit: `(relay, most open, its limit)`.
+    pub fn max_open(&self, relay: &RelayUrl) -> usize {
+        self.relays[relay].max_open_subscriptions_seen()
+    }
+
+    /// The ids the own store should hold: the fixed point of what the
+    /// engine subscribes to on reachable relays, filtered by the own relay's
+    /// acceptance rule.
+    pub fn expected(&self, own_events: &[Event], bootstrap: &[RelayUrl]) -> BTreeSet<EventId> {
+        expected_store(self, own_events, bootstrap)
+    }
+}
+
+/// Reference model of what full sync must end with.
+fn expected_store(
+    world: &World,
+    own_events: &[Event],
+    bootstrap: &[RelayUrl],
+) -> BTreeSet<EventId> {
+    let reachable: BTreeMap<&RelayUrl, Vec<Event>> = world
+        .relays
+        .iter()
+        .filter(|(_, sim)| !sim.is_down())
+        .map(|(url, sim)| (url, sim.events()))
+        .collect();
+    let mut store: BTreeMap<EventId, Event> = own_events
+        .iter()
+        .filter(|event| world.own.accepts(event))
+        .map(|event| (event.id, event.clone()))
+        .collect();
+    loop {
+        let before = store.len();
+        let announcements: Vec<Event> = latest_announcements(store.values());
+        let mut connected: BTreeSet<RelayUrl> = bootstrap.iter().cloned().collect();
+        let mut repo_relays: Vec<(String, Vec<RelayUrl>)> = Vec::new();
+        for announcement in &announcements {
+            let repo = format!(
+                "30617:{}:{}",
+                announcement.pubkey.to_hex(),
+                announcement.tags.identifier().unwrap_or_default()
+            );
+            let relays = listed_relays(announcement)
+                .into_iter()
+                .filter(|relay| relay != &world.own.url)
+                .collect::<Vec<_>>();
+            connected.extend(relays.iter().cloned());
+            repo_relays.push((repo, relays));
+        }
+        let roots: Vec<(EventId, String)> = store
+            .values()
+            .filter(|event| [1617, 1618, 1621].contains(&event.kind.as_u16()))
+            .flat_map(|event| {
+                tag_values(event, "a")
+                    .into_iter()
+                    .map(move |repo| (event.id, repo))
+            })
+            .collect();
+        for relay in &connected {
+            let Some(events) = reachable.get(relay) else {
+                continue;
+            };
+            for event in events {
+                if [30617, 30618].contains(&event.kind.as_u16()) && world.own.accepts(event) {
+                    store.insert(event.id, event.clone());
+                }
+            }
+        }
+        for (repo, relays) in &repo_relays {
+            let repo_roots: Vec<String> = roots
+                .iter()
+                .filter(|(_, r)| r == repo)
+                .map(|(id, _)| id.to_hex())
+                .collect();
+            for relay in relays {
+                let Some(events) = reachable.get(relay) else {
+                    continue;
+                };
+                for event in events {
+                    let tags_repo = ["a", "A", "q"]
+                        .iter()
+                        .any(|letter| tag_values(event, letter).contains(repo));
+                    let tags_root = ["e", "E", "q"].iter().any(|letter| {
+                        tag_values(event, letter)
+                            .iter()
+                            .any(|value| repo_roots.contains(value))
+                    });
+                    if (tags_repo || tags_root) && world.own.accepts(event) {
+                        store.insert(event.id, event.clone());
+                    }
+                }
+            }
+        }
+        if store.len() == before {
+            let kept = latest_addressable(store.values());
+            return kept;
+        }
+    }
+}
+
+fn listed_relays(announcement: &Event) -> Vec<RelayUrl> {
+    announcement
+        .tags
+        .iter()
+        .filter(|tag| tag.as_slice().first().is_some_and(|name| name == "relays"))
+        .flat_map(|tag| {
+            tag.as_slice()[1..]
+                .iter()
+                .filter_map(|value| RelayUrl::parse(value).ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn tag_values(event: &Event, letter: &str) -> Vec<String> {
+    event
+        .tags
+        .iter()
+        .filter(|tag| tag.as_slice().first().is_some_and(|name| name == letter))
+        .filter_map(|tag| tag.as_slice().get(1).cloned())
+        .collect()
+}
+
+fn latest_announcements<'a>(events: impl Iterator<Item = &'a Event>) -> Vec<Event> {
+    let mut latest: BTreeMap<(PublicKey, String), Event> = BTreeMap::new();
+    for event in events.filter(|event| event.kind == Kind::Custom(30617)) {
+        let key = (event.pubkey, event.tags.identifier().unwrap_or_default());
+        let newer = latest
+            .get(&key)
+            .is_none_or(|kept| event.created_at > kept.created_at);
+        if newer {
+            latest.insert(key, event.clone());
+        }
+    }
+    latest.into_values().collect()
+}
+
+/// Keeps only the newest version of addressable events, as stores do.
+fn latest_addressable<'a>(events: impl Iterator<Item = &'a Event>) -> BTreeSet<EventId> {
+    let mut kept: BTreeMap<(Kind, PublicKey, String), &Event> = BTreeMap::new();
+    let mut ids = BTreeSet::new();
+    for event in events {
+        if event.kind.is_addressable() {
+            let key = (
+                event.kind,
+                event.pubkey,
+                event.tags.identifier().unwrap_or_default(),
+            );
+            let newer = kept.get(&key).is_none_or(|old| {
+                (event.created_at, std::cmp::Reverse(event.id))
+                    > (old.created_at, std::cmp::Reverse(old.id))
+            });
+            if newer {
+                kept.insert(key, event);
+            }
+        } else {
+            ids.insert(event.id);
+        }
+    }
+    ids.extend(kept.values().map(|event| event.id));
+    ids
+}
+
+/// A relay with default behaviour (NIP-77 on).
+pub fn sim_relay(name: &str, events: Vec<Event>) -> SimRelay {
+    sim_relay_with(name, events, SimRelayConfig::default())
+}
+
+/// A relay with the given configuration.
+pub fn sim_relay_with(name: &str, events: Vec<Event>, config: SimRelayConfig) -> SimRelay {
+    let mut relay = SimRelay::new(relay_url(name), config);
+    for event in events {
+        relay.add_event(event);
+    }
+    relay
+}
