@@ -50,8 +50,11 @@ pub struct Classified {
 /// Classifies the text of a `NOTICE`, `CLOSED`, `OK` or `NEG-ERR` message.
 pub fn classify(message: &str) -> Classified {
     let text = message.trim();
-    let lower = text.to_ascii_lowercase();
-    let body = lower.strip_prefix("error: ").unwrap_or(&lower);
+    // strfry decorates every message with an upper-case `ERROR: `; the
+    // NIP-01 prefix is the lower-case `error:`.
+    let undecorated = text.strip_prefix("ERROR: ").unwrap_or(text);
+    let lower = undecorated.to_ascii_lowercase();
+    let body = lower.as_str();
     let prefix = prefix_of(body);
     // A refusal with another machine-readable prefix (`blocked: too many
     // query results`) is that refusal, whatever its wording.
