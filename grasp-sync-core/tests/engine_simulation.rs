@@ -512,6 +512,34 @@ fn a_silent_limit_clamp_does_not_end_pagination() {
 }
 
 #[test]
+fn negentropy_fetches_of_missing_ids_survive_a_silent_clamp() {
+    let fixture = fixture();
+    let user = Keys::generate();
+    let repo = repo_ref(&fixture.maintainer, "alpha");
+    let mut a_events = fixture.a_events.clone();
+    for n in 0..40 {
+        let issue = events::root(&user, 1621, &repo, &format!("extra {n}"), at(200 + n));
+        a_events.push(events::reply(&user, &issue.id, "extra reply", at(300 + n)));
+        a_events.push(issue);
+    }
+    let a = SimRelayConfig {
+        max_limit: Some(20),
+        ..SimRelayConfig::default()
+    };
+    let mut world = World::new(
+        config(),
+        vec![
+            sim_relay_with("a", a_events, a),
+            sim_relay("b", fixture.b_events.clone()),
+        ],
+        vec![fixture.announcement.clone()],
+    );
+    assert!(world.run_until_idle(STEPS), "{}", world.dump());
+    assert_converged(&world, &fixture);
+    assert!(world.engine.stats().negentropy_rounds > 0);
+}
+
+#[test]
 fn closed_subscriptions_fail_the_batch_and_items_are_planned_again() {
     let fixture = fixture();
     let a = SimRelayConfig {
@@ -555,15 +583,53 @@ fn a_stalled_batch_times_out_and_is_planned_again() {
         SimRelayConfig::default(),
     );
     let a = relay_url("a");
-    world.run_until(STEPS, |w| w.engine.relay_index().is_connected(&a));
-    world.blackholed.insert(a.clone());
-    world.run_for(Duration::from_secs(90), STEPS);
+    world.stalled_historic.insert(a.clone());
+    let user = Keys::generate();
+    let issue_id = fixture.a_events[1].id;
+    // Live traffic keeps arriving, so the relay is not silent: only its
+    // historic answers stall.
+    for n in 0..6u64 {
+        world.run_for(Duration::from_secs(15), STEPS);
+        let live = events::reply(
+            &user,
+            &issue_id,
+            &format!("live {n}"),
+            world.unix().as_secs(),
+        );
+        world.publish(&a, live);
+    }
     assert!(
         world.engine.stats().batches_failed > 0,
         "no progress for the timeout fails the batch"
     );
+    world.stalled_historic.remove(&a);
+    assert!(world.run_until_idle(STEPS));
+    assert_converged(&world, &fixture);
+}
+
+#[test]
+fn a_silent_relay_is_reconnected_and_synced() {
+    let fixture = fixture();
+    let mut world = world_with(
+        &fixture,
+        SimRelayConfig::default(),
+        SimRelayConfig::default(),
+    );
+    let a = relay_url("a");
+    world.run_until(STEPS, |w| w.engine.relay_index().is_connected(&a));
+    world.blackholed.insert(a.clone());
+    world.run_for(Duration::from_secs(90), STEPS);
     world.blackholed.remove(&a);
     assert!(world.run_until_idle(STEPS));
+    let connects = world
+        .command_log
+        .iter()
+        .filter(|(_, command)| matches!(command, Command::Connect { relay, .. } if relay == &a))
+        .count();
+    assert!(
+        connects >= 2,
+        "a relay silent for the batch timeout is reconnected"
+    );
     assert_converged(&world, &fixture);
 }
 
@@ -688,4 +754,271 @@ fn live_events_after_historic_sync_reach_the_store() {
     world.publish(&relay_url("b"), reply.clone());
     assert!(world.run_until(STEPS, |w| w.stored().contains(&reply.id)));
     let _: BTreeSet<EventId> = world.stored();
+}
+
+#[test]
+fn a_negentropy_resync_of_an_already_synced_set_transfers_no_event_again() {
+    let maintainer = Keys::generate();
+    let user = Keys::generate();
+    let a = relay_url("a");
+    let announcement = events::announcement(&maintainer, "alpha", &[&own_url(), &a], at(0));
+    let repo = repo_ref(&maintainer, "alpha");
+    let mut a_events = vec![announcement.clone()];
+    for n in 0..200 {
+        let issue = events::root(&user, 1621, &repo, &format!("issue {n}"), at(n));
+        a_events.push(events::reply(&user, &issue.id, "reply", at(n + 1)));
+        a_events.push(issue);
+    }
+    let mut world = World::new(
+        config(),
+        vec![sim_relay("a", a_events)],
+        vec![announcement.clone()],
+    );
+    assert!(world.run_until_idle(STEPS));
+    assert_eq!(world.stored().len(), 401);
+    let sent_before = sent_events(&world, "a");
+    let negs_before = neg_opens(&world, "a");
+    world.run_for(Duration::from_secs(25 * 3600), STEPS);
+    assert!(world.run_until_idle(STEPS));
+    assert!(
+        neg_opens(&world, "a") > negs_before,
+        "the daily fresh start reconciled again"
+    );
+    assert_eq!(
+        sent_events(&world, "a"),
+        sent_before,
+        "no event downloaded twice"
+    );
+    assert!(world.own.rejected.is_empty());
+}
+
+#[test]
+fn the_connect_timeout_is_the_base_backoff_and_failed_connects_back_off() {
+    let fixture = fixture();
+    let mut world = world_with(
+        &fixture,
+        SimRelayConfig::default(),
+        SimRelayConfig::default(),
+    );
+    let b = relay_url("b");
+    world.relays.get_mut(&b).unwrap().set_down(true);
+    world.run_for(Duration::from_secs(60), STEPS);
+    let connects: Vec<_> = world
+        .command_log
+        .iter()
+        .filter_map(|(when, command)| match command {
+            Command::Connect { relay, timeout } if relay == &b => Some((*when, *timeout)),
+            _ => None,
+        })
+        .collect();
+    assert!(connects
+        .iter()
+        .all(|(_, timeout)| *timeout == Duration::from_secs(5)));
+    let gaps: Vec<u64> = connects
+        .windows(2)
+        .map(|pair| pair[1].0.saturating_duration_since(pair[0].0).as_secs())
+        .collect();
+    assert!(gaps.len() >= 2, "{gaps:?}");
+    assert!(
+        gaps.windows(2).all(|pair| pair[1] >= pair[0]),
+        "backoff grows: {gaps:?}"
+    );
+}
+
+#[test]
+fn the_own_relay_resubscribes_with_since_fifteen_minutes_before_it_was_last_connected() {
+    let mut world = World::new(config(), Vec::new(), Vec::new());
+    world.run_for(Duration::from_secs(3600), STEPS);
+    let dropped_at = world.unix().as_secs();
+    let now = world.clock();
+    world.engine.handle_own_relay_disconnected(now);
+    world.run_for(Duration::from_secs(120), STEPS);
+    let now = world.clock();
+    let filter = world.engine.own_subscription_filter(now);
+    assert_eq!(filter.since, Some(Timestamp::from_secs(dropped_at - 900)));
+    let kinds: BTreeSet<u16> = filter
+        .kinds
+        .unwrap()
+        .iter()
+        .map(|kind| kind.as_u16())
+        .collect();
+    assert_eq!(kinds, BTreeSet::from([30617, 1617, 1618, 1621]));
+}
+
+mod convergence {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A fault that lasts a while on one relay.
+    #[derive(Clone, Debug)]
+    enum Fault {
+        Down,
+        Stall,
+        CloseEveryReq,
+        RateLimit,
+        DropAfter(usize),
+    }
+
+    #[derive(Clone, Debug)]
+    struct Knobs {
+        nip77: NegRefusal,
+        max_limit: Option<usize>,
+        max_subscriptions: Option<usize>,
+        hostile: bool,
+    }
+
+    fn knobs() -> impl Strategy<Value = Knobs> {
+        (
+            prop_oneof![
+                Just(NegRefusal::None),
+                Just(NegRefusal::NegErr),
+                Just(NegRefusal::Notice),
+                Just(NegRefusal::Closed),
+                Just(NegRefusal::Silence)
+            ],
+            proptest::option::of(20usize..200),
+            proptest::option::of(2usize..6),
+            any::<bool>(),
+        )
+            .prop_map(|(nip77, max_limit, max_subscriptions, hostile)| Knobs {
+                nip77,
+                max_limit,
+                max_subscriptions,
+                hostile,
+            })
+    }
+
+    fn fault() -> impl Strategy<Value = (u64, usize, Fault, u64)> {
+        (
+            0u64..600,
+            0usize..2,
+            prop_oneof![
+                Just(Fault::Down),
+                Just(Fault::Stall),
+                Just(Fault::CloseEveryReq),
+                Just(Fault::RateLimit),
+                (1usize..40).prop_map(Fault::DropAfter),
+            ],
+            1u64..900,
+        )
+    }
+
+    fn apply(world: &mut World, relay: &RelayUrl, fault: &Fault) {
+        match fault {
+            Fault::Down => world.take_down(relay),
+            Fault::Stall => {
+                world.blackholed.insert(relay.clone());
+            }
+            Fault::CloseEveryReq => {
+                world
+                    .relays
+                    .get_mut(relay)
+                    .unwrap()
+                    .config_mut()
+                    .close_every_req = Some("error: busy".into())
+            }
+            Fault::RateLimit => {
+                world.relays.get_mut(relay).unwrap().config_mut().rate_limit =
+                    Some((3, Duration::from_secs(60)))
+            }
+            Fault::DropAfter(n) => {
+                world
+                    .relays
+                    .get_mut(relay)
+                    .unwrap()
+                    .config_mut()
+                    .disconnect_after = Some(*n)
+            }
+        }
+    }
+
+    fn clear(world: &mut World, relay: &RelayUrl) {
+        world.bring_up(relay);
+        world.blackholed.remove(relay);
+        let config = world.relays.get_mut(relay).unwrap().config_mut();
+        config.close_every_req = None;
+        config.rate_limit = None;
+        config.disconnect_after = None;
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// When faults stop, the own store holds exactly the events matching
+        /// our filters on the reachable relays, nothing forged or off-filter,
+        /// and no relay saw more subscriptions than the limit it announced.
+        #[test]
+        fn sync_converges_after_random_faults(
+            knobs in proptest::collection::vec(knobs(), 2),
+            faults in proptest::collection::vec(fault(), 0..6),
+            extra_issues in 0u64..60,
+        ) {
+            let fixture = fixture();
+            let user = Keys::generate();
+            let repo = repo_ref(&fixture.maintainer, "alpha");
+            let mut a_events = fixture.a_events.clone();
+            for n in 0..extra_issues {
+                let issue = events::root(&user, 1621, &repo, &format!("extra {n}"), at(200 + n / 3));
+                a_events.push(events::reply(&user, &issue.id, "extra reply", at(300 + n / 3)));
+                a_events.push(issue);
+            }
+            let event_sets = [a_events, fixture.b_events.clone()];
+            let names = ["a", "b"];
+            let genuine = events::root(&user, 1621, &repo, "genuine", at(90));
+            let forged = events::forged(&genuine, &fixture.announcement);
+            let off_filter = events::noise(&user, "unasked", at(91));
+            let relays = knobs
+                .iter()
+                .zip(names)
+                .zip(event_sets)
+                .map(|((knob, name), events)| {
+                    let config = SimRelayConfig {
+                        nip77: knob.nip77.clone(),
+                        max_limit: knob.max_limit,
+                        max_subscriptions: knob.max_subscriptions,
+                        forged: if knob.hostile { vec![forged.clone()] } else { Vec::new() },
+                        off_filter: if knob.hostile { vec![off_filter.clone()] } else { Vec::new() },
+                        ..SimRelayConfig::default()
+                    };
+                    sim_relay_with(name, events, config)
+                })
+                .collect();
+            let mut world = World::new(config(), relays, vec![fixture.announcement.clone()]);
+            for (knob, name) in knobs.iter().zip(names) {
+                let limits = RelayLimits { max_subscriptions: knob.max_subscriptions, ..RelayLimits::default() };
+                let now = world.clock();
+                world.engine.handle_relay_limits(now, &relay_url(name), limits);
+            }
+            let mut schedule = faults.clone();
+            schedule.sort_by_key(|(start, ..)| *start);
+            let mut active: Vec<(u64, RelayUrl)> = Vec::new();
+            for (start, relay, fault, duration) in &schedule {
+                let start_at = grasp_sync_core::Instant::from_secs(*start);
+                if world.now < start_at {
+                    world.run_for(start_at.saturating_duration_since(world.now), STEPS);
+                }
+                let url = relay_url(names[*relay]);
+                apply(&mut world, &url, fault);
+                active.push((start + duration, url));
+            }
+            active.sort_by_key(|(end, _)| *end);
+            for (end, url) in active {
+                let end_at = grasp_sync_core::Instant::from_secs(end);
+                if world.now < end_at {
+                    world.run_for(end_at.saturating_duration_since(world.now), STEPS);
+                }
+                clear(&mut world, &url);
+            }
+            prop_assert!(world.run_until_idle(STEPS), "no convergence: {}", world.dump());
+            let expected = world.expected(std::slice::from_ref(&fixture.announcement), &[]);
+            prop_assert_eq!(world.stored(), expected);
+            prop_assert!(!world.stored().contains(&forged.id));
+            prop_assert!(!world.stored().contains(&off_filter.id));
+            for (knob, name) in knobs.iter().zip(names) {
+                if let Some(limit) = knob.max_subscriptions {
+                    prop_assert!(world.max_open(&relay_url(name)) <= limit, "{name}: {} > {limit}", world.max_open(&relay_url(name)));
+                }
+            }
+        }
+    }
 }

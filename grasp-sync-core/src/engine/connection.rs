@@ -3,7 +3,7 @@
 //! daily, and when a relay has nothing left to sync.
 
 use nostr::prelude::{RelayUrl, Timestamp};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::runtime::{RelayConn, Sub};
 use super::{Command, SyncEngine};
@@ -97,7 +97,13 @@ impl SyncEngine {
         state.disconnected_at = None;
         self.knowledge(relay).connect_deadline = None;
         self.health.on_connected(relay, now.instant);
-        self.conns.insert(relay.clone(), RelayConn::default());
+        self.conns.insert(
+            relay.clone(),
+            RelayConn {
+                last_heard: now.instant,
+                ..RelayConn::default()
+            },
+        );
         match quick_since {
             Some(since) => self.quick_reconnect(now, relay, since),
             None => self.fresh_start(now, relay),
@@ -118,6 +124,22 @@ impl SyncEngine {
             _ => return,
         }
         info!(%relay, "disconnected");
+        self.forget_connection(now, relay);
+        self.maintain(now);
+    }
+
+    /// Closes a connection that stopped answering (a half-open socket): no
+    /// message for a whole batch timeout while work was outstanding.
+    pub(super) fn drop_silent_connection(&mut self, now: Now, relay: &RelayUrl) {
+        warn!(%relay, "relay silent for the batch timeout; reconnecting");
+        self.emit(Command::Disconnect {
+            relay: relay.clone(),
+        });
+        self.forget_connection(now, relay);
+    }
+
+    /// The bookkeeping of a closed connection.
+    fn forget_connection(&mut self, now: Now, relay: &RelayUrl) {
         self.conns.remove(relay);
         self.clear_pending(relay);
         if let Some(state) = self.confirmed.get_mut(relay) {
@@ -128,7 +150,6 @@ impl SyncEngine {
             state.last_connected = Some(now.unix);
         }
         self.health.on_disconnected(relay, now.instant);
-        self.maintain(now);
     }
 
     /// Fresh start: forget pending then confirmed state, sync Layer 1 live
@@ -148,7 +169,13 @@ impl SyncEngine {
     /// history caught up from `since`, then new items planned.
     fn quick_reconnect(&mut self, now: Now, relay: &RelayUrl, since: Timestamp) {
         info!(%relay, since = since.as_secs(), "quick reconnect");
-        self.start_layer1(now, relay, Some(since));
+        // Layer 1 catches up from `since` only if its full history was
+        // confirmed before; otherwise it syncs in full.
+        let announcements_synced = self
+            .confirmed
+            .get(relay)
+            .is_some_and(|state| state.announcements_synced);
+        self.start_layer1(now, relay, announcements_synced.then_some(since));
         self.rebuild_live(now, relay, &Default::default());
         self.start_catch_up(now, relay, since);
         self.plan_relay(now, relay);

@@ -272,7 +272,10 @@ impl SyncEngine {
     pub(super) fn fetch_jobs(&self, filter: &Filter, need: &[EventId]) -> Vec<Job> {
         need.chunks(self.config.fetch_chunk.max(1))
             .map(|chunk| {
-                let mut fetch = filter.clone().ids(chunk.iter().copied());
+                let mut fetch = filter.clone();
+                // `Filter::ids` adds to the ids already there: start afresh.
+                fetch.ids = None;
+                let mut fetch = fetch.ids(chunk.iter().copied());
                 fetch.limit = None;
                 fetch.until = None;
                 fetch.since = None;
@@ -372,7 +375,15 @@ impl SyncEngine {
             })
             .collect();
         for (relay, batch) in stalled {
-            self.fail_batch(now, &relay, batch, "no progress before the batch timeout");
+            let silent = self
+                .conns
+                .get(&relay)
+                .is_some_and(|conn| conn.last_heard + timeout <= now.instant);
+            if silent {
+                self.drop_silent_connection(now, &relay);
+            } else {
+                self.fail_batch(now, &relay, batch, "no progress before the batch timeout");
+            }
         }
         let negentropy_timeout = self.config.negentropy_timeout;
         let silent: Vec<(RelayUrl, SubscriptionId)> = self

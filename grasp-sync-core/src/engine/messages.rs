@@ -43,6 +43,7 @@ impl SyncEngine {
             RelayMessage::EndOfStoredEvents(id) => Some(id.as_ref()),
             _ => None,
         };
+        conn.last_heard = now.instant;
         if let Some(id) = answered {
             conn.unanswered.retain(|waiting| waiting != id);
         }

@@ -162,6 +162,8 @@ impl RelayKnowledge {
 /// The state of one open connection.
 #[derive(Debug, Default)]
 pub(crate) struct RelayConn {
+    /// When the relay last sent anything (or the connection opened).
+    pub(crate) last_heard: Instant,
     /// Every slot in use, in opening order.
     pub(crate) subs: IndexMap<SubscriptionId, Sub>,
     /// The Layer 1 live subscription.

@@ -64,6 +64,8 @@ pub struct World {
     pub own: OwnRelay,
     /// Relays whose replies are lost (a stalled relay).
     pub blackholed: HashSet<RelayUrl>,
+    /// Relays that answer live subscriptions but never historic requests.
+    pub stalled_historic: HashSet<RelayUrl>,
     inbox: VecDeque<(Instant, u64, RelayUrl, Delivery)>,
     sequence: u64,
     pub steps: u64,
@@ -110,6 +112,7 @@ impl World {
                 rejected: Vec::new(),
             },
             blackholed: HashSet::new(),
+            stalled_historic: HashSet::new(),
             inbox: VecDeque::new(),
             sequence: 0,
             steps: 0,
@@ -335,7 +338,9 @@ impl World {
             return;
         }
         let output = sim.handle(now, &message);
-        if self.blackholed.contains(relay) {
+        if self.blackholed.contains(relay)
+            || (self.stalled_historic.contains(relay) && is_historic(&message))
+        {
             return;
         }
         for reply in output.replies {
@@ -422,6 +427,15 @@ impl World {
     /// acceptance rule.
     pub fn expected(&self, own_events: &[Event], bootstrap: &[RelayUrl]) -> BTreeSet<EventId> {
         expected_store(self, own_events, bootstrap)
+    }
+}
+
+/// A REQ for stored events (no `limit: 0`) or a negentropy message.
+fn is_historic(message: &ClientMessage<'_>) -> bool {
+    match message {
+        ClientMessage::Req { filters, .. } => filters.iter().any(|filter| filter.limit != Some(0)),
+        ClientMessage::NegOpen { .. } | ClientMessage::NegMsg { .. } => true,
+        _ => false,
     }
 }
 
