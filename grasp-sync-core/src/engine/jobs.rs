@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use nostr::prelude::{EventId, Filter, RelayUrl, SubscriptionId, Timestamp};
 use tracing::{debug, warn};
 
+use super::planning::LiveList;
 use super::runtime::{Job, Purpose, QueuedJob, Sub};
 use super::session::NegSession;
 use super::{Command, SyncEngine};
@@ -54,22 +55,7 @@ impl SyncEngine {
             else {
                 return;
             };
-            let id = self.next_sub_id("live");
-            if let Some(conn) = self.conns.get_mut(relay) {
-                conn.subs.insert(
-                    id.clone(),
-                    Sub::Live {
-                        filters: filters.clone(),
-                    },
-                );
-                conn.live_base.push(id.clone());
-                conn.last_opened = Some(id.clone());
-            }
-            self.emit(Command::Subscribe {
-                relay: relay.clone(),
-                id,
-                filters,
-            });
+            self.open_live(relay, filters, LiveList::Base);
         }
     }
 

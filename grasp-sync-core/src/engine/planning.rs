@@ -1,7 +1,7 @@
 //! Planning: the self-subscriber batch, new Layer 2+3 work for a relay, and
 //! live subscriptions with their consolidation.
 
-use nostr::prelude::{Event, Kind, RelayUrl, Timestamp};
+use nostr::prelude::{Event, Filter, Kind, RelayUrl, Timestamp};
 use tracing::{debug, info};
 
 use super::runtime::{BatchInfo, Job, Purpose, QueuedJob, Sub};
@@ -144,23 +144,11 @@ impl SyncEngine {
             .get(relay)
             .is_some_and(|conn| conn.live_count() == 0);
         if needs_live {
-            let id = self.next_sub_id("l1");
-            let filters = vec![announcement_filter(FilterMode::Live)];
-            if let Some(conn) = self.conns.get_mut(relay) {
-                conn.layer1_live = Some(id.clone());
-                conn.subs.insert(
-                    id.clone(),
-                    Sub::Live {
-                        filters: filters.clone(),
-                    },
-                );
-                conn.last_opened = Some(id.clone());
-            }
-            self.emit(Command::Subscribe {
-                relay: relay.clone(),
-                id,
-                filters,
-            });
+            self.open_live(
+                relay,
+                vec![announcement_filter(FilterMode::Live)],
+                LiveList::Layer1,
+            );
         }
         let filter = announcement_filter(FilterMode::Historic { since });
         let negentropy = since.is_none() && !self.knowledge(relay).negentropy_refused;
@@ -261,24 +249,36 @@ impl SyncEngine {
             return self.rebuild_live(now, relay, items);
         }
         for chunk in filters.chunks(per_req) {
-            let id = self.next_sub_id("live");
-            if let Some(conn) = self.conns.get_mut(relay) {
-                conn.subs.insert(
-                    id.clone(),
-                    Sub::Live {
-                        filters: chunk.to_vec(),
-                    },
-                );
-                conn.live_incremental.push(id.clone());
-                conn.incremental_filters += chunk.len();
-                conn.last_opened = Some(id.clone());
-            }
-            self.emit(Command::Subscribe {
-                relay: relay.clone(),
-                id,
-                filters: chunk.to_vec(),
-            });
+            self.open_live(relay, chunk.to_vec(), LiveList::Incremental);
         }
+    }
+
+    /// Opens one live REQ with `filters` and files it in `list`.
+    pub(super) fn open_live(&mut self, relay: &RelayUrl, filters: Vec<Filter>, list: LiveList) {
+        let id = self.next_sub_id("live");
+        let Some(conn) = self.conns.get_mut(relay) else {
+            return;
+        };
+        match list {
+            LiveList::Layer1 => conn.layer1_live = Some(id.clone()),
+            LiveList::Base => conn.live_base.push(id.clone()),
+            LiveList::Incremental => {
+                conn.incremental_filters += filters.len();
+                conn.live_incremental.push(id.clone());
+            }
+        }
+        conn.subs.insert(
+            id.clone(),
+            Sub::Live {
+                filters: filters.clone(),
+            },
+        );
+        conn.last_opened = Some(id.clone());
+        self.emit(Command::Subscribe {
+            relay: relay.clone(),
+            id,
+            filters,
+        });
     }
 
     /// Consolidation: closes the live subscriptions and opens as few as the
@@ -338,22 +338,18 @@ impl SyncEngine {
             });
         }
         for filters in opened {
-            let id = self.next_sub_id("live");
-            if let Some(conn) = self.conns.get_mut(relay) {
-                conn.subs.insert(
-                    id.clone(),
-                    Sub::Live {
-                        filters: filters.clone(),
-                    },
-                );
-                conn.live_base.push(id.clone());
-                conn.last_opened = Some(id.clone());
-            }
-            self.emit(Command::Subscribe {
-                relay: relay.clone(),
-                id,
-                filters,
-            });
+            self.open_live(relay, filters, LiveList::Base);
         }
     }
+}
+
+/// Which list of live subscriptions a new one belongs to.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum LiveList {
+    /// The Layer 1 subscription opened at connect.
+    Layer1,
+    /// Opened by a consolidation (or re-sent after a refusal).
+    Base,
+    /// Added for new items since the last consolidation.
+    Incremental,
 }
