@@ -864,6 +864,8 @@ mod convergence {
         nip77: NegRefusal,
         max_limit: Option<usize>,
         max_subscriptions: Option<usize>,
+        tell_limit: bool,
+        refusal: SubLimitRefusal,
         hostile: bool,
     }
 
@@ -879,18 +881,26 @@ mod convergence {
             proptest::option::of(20usize..200),
             proptest::option::of(2usize..6),
             any::<bool>(),
+            prop_oneof![Just(SubLimitRefusal::Closed), Just(SubLimitRefusal::Notice)],
+            any::<bool>(),
         )
-            .prop_map(|(nip77, max_limit, max_subscriptions, hostile)| Knobs {
-                nip77,
-                max_limit,
-                max_subscriptions,
-                hostile,
-            })
+            .prop_map(
+                |(nip77, max_limit, max_subscriptions, tell_limit, refusal, hostile)| Knobs {
+                    nip77,
+                    max_limit,
+                    max_subscriptions,
+                    tell_limit,
+                    refusal,
+                    hostile,
+                },
+            )
     }
 
+    /// (start in ms, relay, fault, duration in s): half of the faults hit
+    /// the first seconds, while the initial sync is running.
     fn fault() -> impl Strategy<Value = (u64, usize, Fault, u64)> {
         (
-            0u64..600,
+            prop_oneof![0u64..5_000, 0u64..600_000],
             0usize..2,
             prop_oneof![
                 Just(Fault::Down),
@@ -976,6 +986,7 @@ mod convergence {
                         nip77: knob.nip77.clone(),
                         max_limit: knob.max_limit,
                         max_subscriptions: knob.max_subscriptions,
+                        sub_limit_refusal: knob.refusal.clone(),
                         forged: if knob.hostile { vec![forged.clone()] } else { Vec::new() },
                         off_filter: if knob.hostile { vec![off_filter.clone()] } else { Vec::new() },
                         ..SimRelayConfig::default()
@@ -984,7 +995,7 @@ mod convergence {
                 })
                 .collect();
             let mut world = World::new(config(), relays, vec![fixture.announcement.clone()]);
-            for (knob, name) in knobs.iter().zip(names) {
+            for (knob, name) in knobs.iter().zip(names).filter(|(knob, _)| knob.tell_limit) {
                 let limits = RelayLimits { max_subscriptions: knob.max_subscriptions, ..RelayLimits::default() };
                 let now = world.clock();
                 world.engine.handle_relay_limits(now, &relay_url(name), limits);
@@ -993,17 +1004,17 @@ mod convergence {
             schedule.sort_by_key(|(start, ..)| *start);
             let mut active: Vec<(u64, RelayUrl)> = Vec::new();
             for (start, relay, fault, duration) in &schedule {
-                let start_at = grasp_sync_core::Instant::from_secs(*start);
+                let start_at = grasp_sync_core::Instant::from_millis(*start);
                 if world.now < start_at {
                     world.run_for(start_at.saturating_duration_since(world.now), STEPS);
                 }
                 let url = relay_url(names[*relay]);
                 apply(&mut world, &url, fault);
-                active.push((start + duration, url));
+                active.push((start + duration * 1000, url));
             }
             active.sort_by_key(|(end, _)| *end);
             for (end, url) in active {
-                let end_at = grasp_sync_core::Instant::from_secs(end);
+                let end_at = grasp_sync_core::Instant::from_millis(end);
                 if world.now < end_at {
                     world.run_for(end_at.saturating_duration_since(world.now), STEPS);
                 }
@@ -1015,8 +1026,9 @@ mod convergence {
             prop_assert!(!world.stored().contains(&forged.id));
             prop_assert!(!world.stored().contains(&off_filter.id));
             for (knob, name) in knobs.iter().zip(names) {
-                if let Some(limit) = knob.max_subscriptions {
+                if let Some(limit) = knob.max_subscriptions.filter(|_| knob.tell_limit) {
                     prop_assert!(world.max_open(&relay_url(name)) <= limit, "{name}: {} > {limit}", world.max_open(&relay_url(name)));
+                    prop_assert_eq!(world.relays[&relay_url(name)].stats().refused_for_limit, 0, "{}: a told limit is never hit", name);
                 }
             }
         }

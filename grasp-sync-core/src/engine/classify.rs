@@ -103,9 +103,16 @@ fn is_rate_limit_wording(body: &str) -> bool {
 
 /// Wording of a refusal to open one more subscription.
 fn is_subscription_limit(body: &str) -> bool {
-    let about_subscriptions = ["req", "subscription", "concurrent"]
-        .iter()
-        .any(|word| body.contains(word));
+    let words: Vec<&str> = body
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .collect();
+    let about_subscriptions = words.iter().any(|word| {
+        matches!(
+            *word,
+            "req" | "reqs" | "subscription" | "subscriptions" | "concurrent"
+        )
+    });
     let over_limit = ["too many", "maximum", "max "]
         .iter()
         .any(|word| body.contains(word));
@@ -128,6 +135,12 @@ mod tests {
 
         let rs = classify("Subscription error: Maximum concurrent subscription count reached");
         assert!(rs.too_many_subscriptions);
+
+        let requests = classify("too many requests, maximum 10 per second");
+        assert!(
+            requests.rate_limited && !requests.too_many_subscriptions,
+            "requests are not REQs"
+        );
 
         let khatru = classify("rate-limited: slow down, please");
         assert!(khatru.rate_limited && !khatru.too_many_subscriptions);

@@ -50,6 +50,10 @@ pub struct EngineConfig {
     pub negentropy_frame_size_limit: u64,
     /// Missing ids asked for per `REQ {ids}` after a negentropy round.
     pub fetch_chunk: usize,
+    /// `limit` of each page of a REQ+EOSE historic sync (lowered to the
+    /// relay's NIP-11 `max_limit`). NIP-01 promises newest-first order only
+    /// when a limit is given, and `until` paging relies on it.
+    pub page_limit: usize,
     /// Which relay URLs from announcements may be connected to.
     pub relay_policy: RelayUrlPolicy,
     /// Our service's relay URLs. When not empty, only announcements that
@@ -81,6 +85,7 @@ impl Default for EngineConfig {
             disconnect_check_interval: Duration::from_secs(60),
             negentropy_frame_size_limit: 30_000,
             fetch_chunk: 500,
+            page_limit: 500,
             relay_policy: RelayUrlPolicy::new(),
             service_relays: Vec::new(),
             bootstrap_relays: Vec::new(),

@@ -64,6 +64,7 @@ impl SyncEngine {
 
     /// A connection attempt failed.
     pub fn handle_connect_failed(&mut self, now: Now, relay: &RelayUrl) {
+        self.observe(now);
         let Some(state) = self.confirmed.get_mut(relay) else {
             return;
         };
@@ -114,6 +115,7 @@ impl SyncEngine {
     /// The connection dropped. Pending batches are cleared; confirmed state
     /// is kept for a quick reconnect.
     pub fn handle_disconnected(&mut self, now: Now, relay: &RelayUrl) {
+        self.observe(now);
         let status = self
             .confirmed
             .get(relay)

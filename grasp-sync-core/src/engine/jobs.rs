@@ -66,7 +66,10 @@ impl SyncEngine {
             job => job,
         };
         let (id, sub) = match job {
-            Job::Req(filter) => {
+            Job::Req(mut filter) => {
+                if filter.limit.is_none() {
+                    filter.limit = Some(self.page_limit(relay));
+                }
                 let id = self.next_sub_id("req");
                 self.emit(Command::Subscribe {
                     relay: relay.clone(),
@@ -139,6 +142,18 @@ impl SyncEngine {
             pending.outstanding_subs.insert(id);
             pending.last_progress = now.instant;
         }
+    }
+
+    /// The `limit` of a historic page on `relay`.
+    fn page_limit(&self, relay: &RelayUrl) -> usize {
+        let told = self
+            .known
+            .get(relay)
+            .and_then(|known| known.limits.max_limit);
+        told.map_or(self.config.page_limit, |max| {
+            max.min(self.config.page_limit)
+        })
+        .max(1)
     }
 
     /// The store answered with our items for a negentropy session: open it.

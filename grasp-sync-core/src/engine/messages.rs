@@ -187,7 +187,8 @@ impl SyncEngine {
                 let retry = !missing.is_empty() && missing.len() < requested;
                 let filter = filter.clone();
                 if !missing.is_empty() && !retry {
-                    info!(%relay, missing = missing.len(), "relay did not return ids it reported");
+                    self.stats.fetch_missing += missing.len() as u64;
+                    warn!(%relay, missing = missing.len(), "relay did not return ids its negentropy set holds");
                 }
                 self.emit(Command::Unsubscribe {
                     relay: relay.clone(),
@@ -263,14 +264,20 @@ impl SyncEngine {
     fn note_limits(&mut self, now: Now, relay: &RelayUrl, classified: &Classified) -> bool {
         if classified.too_many_subscriptions {
             let open = self.conns.get(relay).map_or(1, |conn| conn.subs.len());
-            let limit = open.saturating_sub(1).max(1);
+            // Never below two: one live and one historic slot.
+            let limit = open.saturating_sub(1).max(2);
             let known = self.knowledge(relay);
             known.learned_sub_limit =
                 Some(known.learned_sub_limit.map_or(limit, |old| old.min(limit)));
             self.stats.subscription_refusals += 1;
             warn!(%relay, limit, "relay refused a subscription; lowering its subscription limit");
         }
-        if classified.rate_limited && !classified.too_many_subscriptions {
+        if classified.too_many_subscriptions {
+            // The cooldown, without halving the learned rate: the limit
+            // learned above is what prevents the next refusal.
+            self.stats.rate_limits += 1;
+            self.health.on_rate_limited(relay, now.instant);
+        } else if classified.rate_limited {
             self.rate_limited(now, relay);
         }
         classified.too_many_subscriptions || classified.rate_limited
@@ -304,21 +311,16 @@ impl SyncEngine {
             self.note_limits(now, relay, &classified);
             // A NOTICE names no subscription: relays answer in order, so it
             // refuses the oldest subscription not answered yet.
-            let refused = self.conns.get_mut(relay).and_then(|conn| {
-                while let Some(id) = conn.unanswered.pop_front() {
-                    if conn.subs.contains_key(&id) {
-                        return Some(id);
-                    }
-                }
-                None
-            });
-            if let Some(id) = refused {
+            if let Some(id) = self.oldest_unanswered(relay) {
                 self.retry_refused_slot(now, relay, &id);
             }
             return;
         }
         if classified.rate_limited {
             self.rate_limited(now, relay);
+            if let Some(id) = self.oldest_unanswered(relay) {
+                self.retry_refused_slot(now, relay, &id);
+            }
             return;
         }
         let waiting: Vec<SubscriptionId> = self
@@ -342,8 +344,20 @@ impl SyncEngine {
             })
             .unwrap_or_default();
         for id in waiting {
-            self.negentropy_refused(now, relay, &id, message, false);
+            self.negentropy_refused(now, relay, &id, message, true);
         }
+    }
+
+    /// The oldest open subscription the relay has not answered at all: the
+    /// one a NOTICE refusal is about, since relays answer in order.
+    fn oldest_unanswered(&mut self, relay: &RelayUrl) -> Option<SubscriptionId> {
+        let conn = self.conns.get_mut(relay)?;
+        while let Some(id) = conn.unanswered.pop_front() {
+            if conn.subs.contains_key(&id) {
+                return Some(id);
+            }
+        }
+        None
     }
 
     /// Retries the slot `id` later after the relay refused it.
@@ -357,6 +371,12 @@ impl SyncEngine {
             Sub::Negentropy { filter, .. } => Some(Job::Negentropy(filter.clone())),
             Sub::Fetch { filter, .. } => Some(Job::Fetch(filter.clone())),
         };
+        // The guess may be wrong: tell the relay too (a CLOSE of an unknown
+        // id is harmless), so it never holds more than we count.
+        self.emit(Command::Unsubscribe {
+            relay: relay.clone(),
+            id: id.clone(),
+        });
         match job {
             Some(job) => self.replace_job(now, relay, id, job),
             None => self.requeue_live(relay, id),

@@ -110,6 +110,8 @@ pub struct EngineStats {
     pub consolidations: u64,
     /// Relays dropped because nothing is left to sync from them.
     pub relays_dropped: u64,
+    /// Ids a relay's negentropy set held but a fetch did not return.
+    pub fetch_missing: u64,
 }
 
 /// What is open and waiting on one connected relay.
@@ -285,6 +287,7 @@ impl SyncEngine {
     /// The own relay connection dropped: the next
     /// [`SyncEngine::own_subscription_filter`] catches up from here.
     pub fn handle_own_relay_disconnected(&mut self, now: Now) {
+        self.observe(now);
         self.own.last_connected = Some(now.unix);
     }
 
@@ -295,6 +298,7 @@ impl SyncEngine {
     where
         I: IntoIterator<Item = Event>,
     {
+        self.observe(now);
         let before = self.own.queued.len();
         self.own.queued.extend(events);
         if self.own.queued.len() > before && self.own.batch_deadline.is_none() {
@@ -304,6 +308,7 @@ impl SyncEngine {
 
     /// A relay's NIP-11 limits.
     pub fn handle_relay_limits(&mut self, now: Now, relay: &RelayUrl, limits: RelayLimits) {
+        self.observe(now);
         self.knowledge(relay).limits = limits;
         self.maintain(now);
     }
@@ -316,12 +321,14 @@ impl SyncEngine {
         id: &SubscriptionId,
         items: Vec<(EventId, Timestamp)>,
     ) {
+        self.observe(now);
         self.open_negentropy(now, relay, id, &items);
         self.maintain(now);
     }
 
     /// A message from a relay.
     pub fn handle_relay_message(&mut self, now: Now, relay: &RelayUrl, message: RelayMessage<'_>) {
+        self.observe(now);
         self.on_relay_message(now, relay, message);
         self.maintain(now);
     }
@@ -330,6 +337,7 @@ impl SyncEngine {
     /// timeouts, batch and negentropy timeouts, rate-limit recovery, delayed
     /// re-planning, the daily re-sync and the check for relays to drop.
     pub fn handle_timeout(&mut self, now: Now) {
+        self.observe(now);
         if self.own.batch_deadline.is_some_and(|at| at <= now.instant) {
             self.process_own_batch(now);
         }
@@ -465,8 +473,14 @@ impl SyncEngine {
 
     /// After every input: connect relays whose backoff allows it, start
     /// queued work where limits allow.
-    fn maintain(&mut self, now: Now) {
+    /// Records the time of an input, so commands emitted while handling it
+    /// are stamped with it.
+    fn observe(&mut self, now: Now) {
         self.last_now = self.last_now.max(now.instant);
+    }
+
+    fn maintain(&mut self, now: Now) {
+        self.observe(now);
         self.connect_ready_relays(now);
         let relays: Vec<RelayUrl> = self.conns.keys().cloned().collect();
         for relay in relays {

@@ -298,6 +298,8 @@ impl SyncEngine {
             return;
         };
         items.extend(&std::mem::take(&mut conn.deferred_live));
+        // Their filters are part of the rebuilt set.
+        conn.refused_live.clear();
         let closing: Vec<_> = conn
             .layer1_live
             .take()
@@ -323,12 +325,13 @@ impl SyncEngine {
         if available == 0 {
             conn.deferred_live = items;
         }
-        let per_req = per_req_floor.max(filters.len().div_ceil(available.max(1)));
         let mut opened = Vec::new();
         if available > 0 {
-            for chunk in filters.chunks(per_req) {
-                opened.push(chunk.to_vec());
-            }
+            let mut chunks = filters.chunks(per_req_floor).map(<[Filter]>::to_vec);
+            opened.extend(chunks.by_ref().take(available));
+            // What does not fit waits for a free slot, never over the
+            // relay's filters-per-REQ limit.
+            conn.refused_live.extend(chunks);
         }
         self.stats.consolidations += 1;
         for id in closing {

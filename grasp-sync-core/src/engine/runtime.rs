@@ -142,7 +142,7 @@ impl RelayKnowledge {
     pub(crate) fn known_page_limit(&self, filter: &Filter) -> Option<usize> {
         match filter.limit {
             Some(_) => self.limits.max_limit,
-            None => self.limits.default_limit.or(self.limits.max_limit),
+            None => self.limits.default_limit,
         }
     }
 
