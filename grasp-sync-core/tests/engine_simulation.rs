@@ -1010,6 +1010,10 @@ mod convergence {
                 }
                 let url = relay_url(names[*relay]);
                 apply(&mut world, &url, fault);
+                // Something new is published while the fault lasts: live,
+                // a later catch-up or a re-sync must bring it.
+                let during = events::reply(&user, &fixture.a_events[1].id, &format!("during fault at {start}"), world.unix().as_secs());
+                world.publish(&relay_url("a"), during);
                 active.push((start + duration * 1000, url));
             }
             active.sort_by_key(|(end, _)| *end);
@@ -1022,7 +1026,15 @@ mod convergence {
             }
             prop_assert!(world.run_until_idle(STEPS), "no convergence: {}", world.dump());
             let expected = world.expected(std::slice::from_ref(&fixture.announcement), &[]);
-            prop_assert_eq!(world.stored(), expected);
+            let stored = world.stored();
+            let missing: Vec<String> = world
+                .relays
+                .values()
+                .flat_map(|relay| relay.events())
+                .filter(|event| expected.contains(&event.id) && !stored.contains(&event.id))
+                .map(|event| format!("{} {:?} at {}", event.id, event.content, event.created_at.as_secs()))
+                .collect();
+            prop_assert_eq!(&stored, &expected, "missing {:?}\n{}", missing, world.dump());
             prop_assert!(!world.stored().contains(&forged.id));
             prop_assert!(!world.stored().contains(&off_filter.id));
             for (knob, name) in knobs.iter().zip(names) {

@@ -33,6 +33,11 @@ impl SyncEngine {
         } else if !waiting_live.is_empty() {
             self.add_live(now, relay, &waiting_live);
         }
+        if let Some(conn) = self.conns.get_mut(relay) {
+            if conn.deferred_live.is_empty() && conn.refused_live.is_empty() {
+                conn.live_gap_since = None;
+            }
+        }
         while self.may_open(now, relay) {
             let Some(queued) = self
                 .conns
@@ -45,6 +50,38 @@ impl SyncEngine {
         }
     }
 
+    /// Live filters that open late also ask for what was published since
+    /// the coverage started waiting (minus the quick-reconnect window), so
+    /// nothing published in the gap is missed.
+    pub(super) fn with_gap_catch_up(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        filters: Vec<Filter>,
+    ) -> Vec<Filter> {
+        let window = self.config.quick_reconnect_window.as_secs();
+        let Some(conn) = self.conns.get_mut(relay) else {
+            return filters;
+        };
+        let Some(gap_since) = conn.live_gap_since else {
+            return filters;
+        };
+        let since = Timestamp::from_secs(
+            gap_since
+                .as_secs()
+                .saturating_sub(window)
+                .min(now.unix.as_secs()),
+        );
+        filters
+            .into_iter()
+            .map(|mut filter| {
+                filter.limit = None;
+                filter.since = Some(since);
+                filter
+            })
+            .collect()
+    }
+
     /// Sends live REQs the relay refused again, as far as it allows.
     fn resend_refused_live(&mut self, now: Now, relay: &RelayUrl) {
         while self.may_open(now, relay) {
@@ -55,7 +92,7 @@ impl SyncEngine {
             else {
                 return;
             };
-            self.open_live(relay, filters, LiveList::Base);
+            self.open_live(now, relay, filters, LiveList::Base);
         }
     }
 
@@ -294,6 +331,7 @@ impl SyncEngine {
         };
         debug!(%relay, %batch, purpose = ?info.purpose, "batch confirmed");
         self.stats.batches_confirmed += 1;
+        self.knowledge(relay).failures_in_a_row = 0;
         let Some(state) = self.confirmed.get_mut(relay) else {
             return;
         };
@@ -329,7 +367,7 @@ impl SyncEngine {
                 self.send_close(relay, id, &sub);
             }
         }
-        let retry_at = now.instant + self.config.retry_delay;
+        let retry_at = now.instant + self.retry_delay(relay);
         match info.purpose {
             Purpose::Items => self.knowledge(relay).replan_at = Some(retry_at),
             Purpose::Layer1 => self.knowledge(relay).layer1_retry_at = Some(retry_at),

@@ -78,12 +78,24 @@ impl SyncEngine {
     /// Trust: store an event only if it matches a filter of its subscription
     /// and its id and signature verify.
     fn on_event(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId, event: Event) {
-        let Some(sub) = self
-            .conns
-            .get_mut(relay)
-            .and_then(|conn| conn.subs.get_mut(id))
-        else {
-            self.stats.dropped_unknown_subscription += 1;
+        let Some(conn) = self.conns.get_mut(relay) else {
+            return;
+        };
+        if !conn.subs.contains_key(id) {
+            // Sent before the relay saw our CLOSE of a consolidated live
+            // subscription: still something we asked for.
+            let matches = conn.closed_live.get(id).map(|filters| {
+                filters
+                    .iter()
+                    .any(|filter| filter.match_event(&event, MatchEventOptions::new()))
+            });
+            return match matches {
+                Some(true) => self.store_verified(relay, event),
+                Some(false) => self.stats.dropped_off_filter += 1,
+                None => self.stats.dropped_unknown_subscription += 1,
+            };
+        }
+        let Some(sub) = conn.subs.get_mut(id) else {
             return;
         };
         let options = MatchEventOptions::new();
@@ -118,6 +130,20 @@ impl SyncEngine {
         };
         if let Some(batch) = batch {
             self.progress(now, relay, batch);
+        }
+        self.stats.events_accepted += 1;
+        self.emit(Command::Store {
+            relay: relay.clone(),
+            event: Box::new(event),
+        });
+    }
+
+    /// Stores an event that matched: only if its id and signature verify.
+    fn store_verified(&mut self, relay: &RelayUrl, event: Event) {
+        if event.verify().is_err() {
+            self.stats.dropped_forged += 1;
+            warn!(%relay, id = %event.id, "dropped event with a bad id or signature");
+            return;
         }
         self.stats.events_accepted += 1;
         self.emit(Command::Store {
@@ -221,14 +247,14 @@ impl SyncEngine {
         match sub {
             Sub::Live { .. } => {
                 if slot_refused {
-                    self.requeue_live(relay, id);
+                    self.requeue_live(now, relay, id);
                 } else {
                     if let Some(conn) = self.conns.get_mut(relay) {
                         conn.subs.shift_remove(id);
                         conn.forget_live(id);
                     }
-                    self.knowledge(relay).rebuild_live_at =
-                        Some(now.instant + self.config.retry_delay);
+                    let delay = self.retry_delay(relay);
+                    self.knowledge(relay).rebuild_live_at = Some(now.instant + delay);
                 }
             }
             Sub::Negentropy { filter, .. } => {
@@ -379,7 +405,7 @@ impl SyncEngine {
         });
         match job {
             Some(job) => self.replace_job(now, relay, id, job),
-            None => self.requeue_live(relay, id),
+            None => self.requeue_live(now, relay, id),
         }
     }
 
@@ -393,13 +419,14 @@ impl SyncEngine {
     }
 
     /// A refused live REQ is sent again, unchanged, when the relay allows.
-    fn requeue_live(&mut self, relay: &RelayUrl, id: &SubscriptionId) {
+    fn requeue_live(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
         let Some(conn) = self.conns.get_mut(relay) else {
             return;
         };
         if let Some(Sub::Live { filters }) = conn.subs.shift_remove(id) {
             conn.forget_live(id);
             conn.refused_live.push(filters);
+            conn.live_gap_since.get_or_insert(now.unix);
         }
     }
 

@@ -473,6 +473,20 @@ impl SyncEngine {
 
     /// After every input: connect relays whose backoff allows it, start
     /// queued work where limits allow.
+    /// The delay before retrying work that failed on `relay`: the retry
+    /// delay doubled for each failure in a row, capped at an hour, so a relay
+    /// that keeps refusing (`blocked:`, `auth-required:`) is not hammered.
+    fn retry_delay(&mut self, relay: &RelayUrl) -> std::time::Duration {
+        let known = self.knowledge(relay);
+        known.failures_in_a_row = known.failures_in_a_row.saturating_add(1);
+        let failures = known.failures_in_a_row;
+        crate::backoff::ExponentialBackoff::new(
+            self.config.retry_delay,
+            std::time::Duration::from_secs(3600),
+        )
+        .delay(failures)
+    }
+
     /// Records the time of an input, so commands emitted while handling it
     /// are stamped with it.
     fn observe(&mut self, now: Now) {

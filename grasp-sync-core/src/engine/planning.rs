@@ -145,6 +145,7 @@ impl SyncEngine {
             .is_some_and(|conn| conn.live_count() == 0);
         if needs_live {
             self.open_live(
+                now,
                 relay,
                 vec![announcement_filter(FilterMode::Live)],
                 LiveList::Layer1,
@@ -231,6 +232,7 @@ impl SyncEngine {
         if !self.may_open(now, relay) {
             if let Some(conn) = self.conns.get_mut(relay) {
                 conn.deferred_live.extend(items);
+                conn.live_gap_since.get_or_insert(now.unix);
             }
             return;
         }
@@ -249,12 +251,19 @@ impl SyncEngine {
             return self.rebuild_live(now, relay, items);
         }
         for chunk in filters.chunks(per_req) {
-            self.open_live(relay, chunk.to_vec(), LiveList::Incremental);
+            self.open_live(now, relay, chunk.to_vec(), LiveList::Incremental);
         }
     }
 
     /// Opens one live REQ with `filters` and files it in `list`.
-    pub(super) fn open_live(&mut self, relay: &RelayUrl, filters: Vec<Filter>, list: LiveList) {
+    pub(super) fn open_live(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        filters: Vec<Filter>,
+        list: LiveList,
+    ) {
+        let filters = self.with_gap_catch_up(now, relay, filters);
         let id = self.next_sub_id("live");
         let Some(conn) = self.conns.get_mut(relay) else {
             return;
@@ -285,7 +294,7 @@ impl SyncEngine {
     /// relay's limits allow for Layer 1 and the confirmed ∪ pending ∪ waiting
     /// ∪ `extra` items of Layers 2+3 (pending batches keep running). When no
     /// slot is free the items wait.
-    pub(super) fn rebuild_live(&mut self, _now: Now, relay: &RelayUrl, extra: &PendingItems) {
+    pub(super) fn rebuild_live(&mut self, now: Now, relay: &RelayUrl, extra: &PendingItems) {
         let mut items = self.pending.items(relay);
         if let Some(state) = self.confirmed.get(relay) {
             items.repos.extend(state.repos.iter().cloned());
@@ -309,7 +318,12 @@ impl SyncEngine {
             .collect();
         conn.incremental_filters = 0;
         for id in &closing {
-            conn.subs.shift_remove(id);
+            if let Some(Sub::Live { filters }) = conn.subs.shift_remove(id) {
+                conn.closed_live.insert(id.clone(), filters);
+            }
+        }
+        while conn.closed_live.len() > CLOSED_LIVE_KEPT {
+            conn.closed_live.shift_remove_index(0);
         }
         let mut filters = vec![announcement_filter(FilterMode::Live)];
         filters.extend(layer2_and_layer3_filters(
@@ -324,6 +338,7 @@ impl SyncEngine {
         }
         if available == 0 {
             conn.deferred_live = items;
+            conn.live_gap_since.get_or_insert(now.unix);
         }
         let mut opened = Vec::new();
         if available > 0 {
@@ -331,7 +346,11 @@ impl SyncEngine {
             opened.extend(chunks.by_ref().take(available));
             // What does not fit waits for a free slot, never over the
             // relay's filters-per-REQ limit.
+            let waiting = conn.refused_live.len();
             conn.refused_live.extend(chunks);
+            if conn.refused_live.len() > waiting {
+                conn.live_gap_since.get_or_insert(now.unix);
+            }
         }
         self.stats.consolidations += 1;
         for id in closing {
@@ -341,10 +360,13 @@ impl SyncEngine {
             });
         }
         for filters in opened {
-            self.open_live(relay, filters, LiveList::Base);
+            self.open_live(now, relay, filters, LiveList::Base);
         }
     }
 }
+
+/// Closed live subscriptions whose late events are still accepted.
+const CLOSED_LIVE_KEPT: usize = 64;
 
 /// Which list of live subscriptions a new one belongs to.
 #[derive(Clone, Copy, Debug)]

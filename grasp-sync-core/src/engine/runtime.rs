@@ -111,6 +111,9 @@ pub(crate) struct RelayKnowledge {
     pub(crate) layer1_retry_at: Option<Instant>,
     /// When live subscriptions are rebuilt after one was refused.
     pub(crate) rebuild_live_at: Option<Instant>,
+    /// Batch or live failures in a row (CLOSED, timeout), for the backoff of
+    /// retries; reset when a batch confirms.
+    pub(crate) failures_in_a_row: u32,
 }
 
 impl RelayKnowledge {
@@ -176,8 +179,14 @@ pub(crate) struct RelayConn {
     pub(crate) incremental_filters: usize,
     /// Items whose live subscription waits (rate limit, no free slot).
     pub(crate) deferred_live: PendingItems,
+    /// Filters of live subscriptions closed by a consolidation, for events
+    /// the relay sent on them before it saw the CLOSE (newest last, bounded).
+    pub(crate) closed_live: IndexMap<SubscriptionId, Vec<Filter>>,
     /// Live REQs the relay refused, to send again when it allows.
     pub(crate) refused_live: Vec<Vec<Filter>>,
+    /// Since when some live coverage has been waiting (wall clock): the REQs
+    /// that finally open also fetch what was published meanwhile.
+    pub(crate) live_gap_since: Option<nostr::prelude::Timestamp>,
     /// When each recent subscription was opened, for the learned rate.
     pub(crate) opened_at: VecDeque<Instant>,
     /// Historic work waiting for a slot.

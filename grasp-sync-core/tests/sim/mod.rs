@@ -145,6 +145,8 @@ impl World {
     /// steps; returns whether `done` held.
     pub fn run_until(&mut self, max_steps: u64, mut done: impl FnMut(&World) -> bool) -> bool {
         for _ in 0..max_steps {
+            // Commands the engine already emitted are part of "now".
+            self.execute_commands();
             if done(self) {
                 return true;
             }
