@@ -1,14 +1,49 @@
-//! Tokio adapter for grasp-sync.
+//! # grasp-sync-tokio
 //!
-//! This crate will drive the pure [`grasp_sync_core`] sync engine against real
-//! relays: a WebSocket `RelayTransport` (rustls for `wss://`), a NIP-77 client,
-//! NIP-11 limits, the self-subscriber, timers, Prometheus metrics and a graceful
-//! shutdown. It adds no decision of its own: every decision lives in the core.
+//! Runs the pure [`grasp_sync_core`] sync engine against real relays: one
+//! WebSocket driver task per relay connection (rustls for `wss://`, ping
+//! keep-alive, frame and message size limits), a self-subscription to the own
+//! relay (or an in-process channel for relays that embed us), a store that
+//! publishes to the own relay and reports its `OK`, Prometheus metrics and a
+//! graceful shutdown. It adds no decision of its own: every decision is the
+//! engine's.
 //!
-//! Status: not built yet (see the issue "grasp-sync-tokio: run the engine against
-//! real relays over WebSocket"). Today it only re-exports the core so the
-//! workspace compiles.
+//! Status: the transport, runtime, relay store and metrics are here; NIP-11
+//! limits, the `nostr-database` store adapter and the integration suite of the
+//! issue are not finished yet (see the README).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use grasp_sync_tokio::{RelayStore, SyncManager};
+//! use nostr::prelude::RelayUrl;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let own = RelayUrl::parse("wss://relay.example.com")?;
+//! let manager = SyncManager::builder()
+//!     .own_relay(own.clone())
+//!     .store(Arc::new(RelayStore::new(own, std::time::Duration::from_secs(10))))
+//!     .from_env()?
+//!     .build()?;
+//! let shutdown = manager.shutdown_handle();
+//! let summary = tokio::spawn(manager.run());
+//! // ... later:
+//! shutdown.shutdown();
+//! let summary = summary.await?;
+//! println!("{summary:?}");
+//! # Ok(())
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod clock;
+mod connection;
+mod manager;
+mod metrics;
+mod store;
+
+pub use clock::TokioClock;
+pub use connection::{ConnectionConfig, WsTransport};
 pub use grasp_sync_core as core;
+pub use manager::{BuildError, ShutdownHandle, Summary, SyncManager, SyncManagerBuilder};
+pub use store::RelayStore;

@@ -1,0 +1,332 @@
+//! One WebSocket connection to one relay: a driver task per connection that
+//! selects over the next frame, outgoing messages, a ping timer and shutdown,
+//! and a [`WsTransport`] handle implementing the core's `RelayTransport`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use grasp_sync_core::transport::{RelayTransport, TransportError};
+use nostr::prelude::{ClientMessage, Event, Filter, RelayMessage, RelayUrl, SubscriptionId};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::Connector;
+use tracing::debug;
+
+/// Limits and timers of every connection.
+#[derive(Clone, Debug)]
+pub struct ConnectionConfig {
+    /// Largest WebSocket message accepted from a relay.
+    pub max_message_size: usize,
+    /// Largest WebSocket frame accepted from a relay.
+    pub max_frame_size: usize,
+    /// Interval between pings; a connection whose pong does not come back
+    /// within one interval is closed.
+    pub ping_interval: Duration,
+    /// Messages queued for one relay before sends fail.
+    pub outgoing_queue: usize,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        ConnectionConfig {
+            max_message_size: 16 * 1024 * 1024,
+            max_frame_size: 16 * 1024 * 1024,
+            ping_interval: Duration::from_secs(30),
+            outgoing_queue: 4096,
+        }
+    }
+}
+
+/// What a connection task reports to the manager.
+#[derive(Debug)]
+pub(crate) enum Report {
+    /// The WebSocket is open.
+    Connected,
+    /// The connection could not be opened.
+    ConnectFailed(String),
+    /// A message from the relay and its size on the wire.
+    Message(Box<RelayMessage<'static>>, usize),
+    /// A frame that is not a NIP-01/NIP-77 message.
+    Malformed(usize),
+    /// The connection closed.
+    Disconnected(String),
+}
+
+/// A report tagged with its relay and connection generation (reports of an
+/// older connection to the same relay are stale).
+#[derive(Debug)]
+pub(crate) struct Inbound {
+    pub(crate) relay: RelayUrl,
+    pub(crate) generation: u64,
+    pub(crate) report: Report,
+}
+
+enum Outgoing {
+    Text(String),
+    Close,
+}
+
+/// Bytes sent, for metrics.
+pub(crate) type SentCounter = Arc<std::sync::atomic::AtomicU64>;
+
+/// What every connection needs: limits, TLS, where to report, shutdown.
+#[derive(Clone)]
+pub(crate) struct Dialer {
+    pub(crate) config: ConnectionConfig,
+    pub(crate) tls: Arc<rustls::ClientConfig>,
+    pub(crate) inbound: mpsc::Sender<Inbound>,
+    pub(crate) shutdown: watch::Receiver<bool>,
+}
+
+/// The TLS configuration for `wss://`: rustls with ring and the webpki roots
+/// (tokio-tungstenite enables no crypto provider by itself).
+pub(crate) fn tls_config() -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// A handle to one relay's connection: the core's `RelayTransport`.
+pub struct WsTransport {
+    relay: RelayUrl,
+    connector: Dialer,
+    generation: u64,
+    outgoing: Option<mpsc::Sender<Outgoing>>,
+    sent: SentCounter,
+    tasks: Option<JoinSet<()>>,
+}
+
+impl std::fmt::Debug for WsTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WsTransport")
+            .field("relay", &self.relay)
+            .field("generation", &self.generation)
+            .field("open", &self.outgoing.is_some())
+            .finish()
+    }
+}
+
+impl WsTransport {
+    pub(crate) fn new(relay: RelayUrl, connector: Dialer, sent: SentCounter) -> Self {
+        WsTransport {
+            relay,
+            connector,
+            generation: 0,
+            outgoing: None,
+            sent,
+            tasks: Some(JoinSet::new()),
+        }
+    }
+
+    /// The generation of the current connection.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Takes the driver tasks, to wait for them on shutdown.
+    pub(crate) fn take_tasks(&mut self) -> Option<JoinSet<()>> {
+        self.tasks.take()
+    }
+
+    fn send(&mut self, message: ClientMessage<'_>) -> Result<(), TransportError> {
+        let Some(outgoing) = &self.outgoing else {
+            return Err(TransportError::NotConnected(self.relay.clone()));
+        };
+        let text = message.as_json();
+        self.sent
+            .fetch_add(text.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        outgoing
+            .try_send(Outgoing::Text(text))
+            .map_err(|error| TransportError::QueueUnavailable {
+                relay: self.relay.clone(),
+                reason: error.to_string(),
+            })
+    }
+}
+
+impl RelayTransport for WsTransport {
+    fn relay_url(&self) -> &RelayUrl {
+        &self.relay
+    }
+
+    fn connect(&mut self, timeout: Duration) -> Result<(), TransportError> {
+        let _ = self.close();
+        self.generation += 1;
+        let (sender, receiver) = mpsc::channel(self.connector.config.outgoing_queue);
+        self.outgoing = Some(sender);
+        let driver = Driver {
+            relay: self.relay.clone(),
+            generation: self.generation,
+            connector: self.connector.clone(),
+            outgoing: receiver,
+        };
+        if let Some(tasks) = &mut self.tasks {
+            tasks.spawn(driver.run(timeout));
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) -> Result<(), TransportError> {
+        if let Some(outgoing) = self.outgoing.take() {
+            let _ = outgoing.try_send(Outgoing::Close);
+        }
+        Ok(())
+    }
+
+    fn subscribe(&mut self, id: &SubscriptionId, filters: &[Filter]) -> Result<(), TransportError> {
+        self.send(ClientMessage::req(id.clone(), filters.to_vec()))
+    }
+
+    fn unsubscribe(&mut self, id: &SubscriptionId) -> Result<(), TransportError> {
+        self.send(ClientMessage::close(id.clone()))
+    }
+
+    fn neg_open(
+        &mut self,
+        id: &SubscriptionId,
+        filter: &Filter,
+        initial_message: &str,
+    ) -> Result<(), TransportError> {
+        self.send(ClientMessage::NegOpen {
+            subscription_id: std::borrow::Cow::Borrowed(id),
+            filter: std::borrow::Cow::Borrowed(filter),
+            initial_message: std::borrow::Cow::Borrowed(initial_message),
+        })
+    }
+
+    fn neg_msg(&mut self, id: &SubscriptionId, message: &str) -> Result<(), TransportError> {
+        self.send(ClientMessage::NegMsg {
+            subscription_id: std::borrow::Cow::Borrowed(id),
+            message: std::borrow::Cow::Borrowed(message),
+        })
+    }
+
+    fn neg_close(&mut self, id: &SubscriptionId) -> Result<(), TransportError> {
+        self.send(ClientMessage::NegClose {
+            subscription_id: std::borrow::Cow::Borrowed(id),
+        })
+    }
+
+    fn publish(&mut self, event: &Event) -> Result<(), TransportError> {
+        self.send(ClientMessage::Event(std::borrow::Cow::Borrowed(event)))
+    }
+}
+
+/// The task of one connection.
+struct Driver {
+    relay: RelayUrl,
+    generation: u64,
+    connector: Dialer,
+    outgoing: mpsc::Receiver<Outgoing>,
+}
+
+impl Driver {
+    async fn report(&self, report: Report) {
+        let inbound = Inbound {
+            relay: self.relay.clone(),
+            generation: self.generation,
+            report,
+        };
+        let _ = self.connector.inbound.send(inbound).await;
+    }
+
+    async fn run(mut self, timeout: Duration) {
+        let config = &self.connector.config;
+        let ws_config = WebSocketConfig::default()
+            .max_message_size(Some(config.max_message_size))
+            .max_frame_size(Some(config.max_frame_size));
+        let connector = Connector::Rustls(self.connector.tls.clone());
+        let connecting = tokio_tungstenite::connect_async_tls_with_config(
+            self.relay.as_str(),
+            Some(ws_config),
+            false,
+            Some(connector),
+        );
+        let mut shutdown = self.connector.shutdown.clone();
+        let ws = tokio::select! {
+            result = tokio::time::timeout(timeout, connecting) => result,
+            _ = shutdown.changed() => return,
+        };
+        let ws = match ws {
+            Ok(Ok((ws, _))) => ws,
+            Ok(Err(error)) => return self.report(Report::ConnectFailed(error.to_string())).await,
+            Err(_) => {
+                return self
+                    .report(Report::ConnectFailed("connect timed out".into()))
+                    .await
+            }
+        };
+        self.report(Report::Connected).await;
+        let reason = self.pump(ws, shutdown).await;
+        debug!(relay = %self.relay, reason, "connection closed");
+        if let Some(reason) = reason {
+            self.report(Report::Disconnected(reason)).await;
+        }
+    }
+
+    /// Runs the open connection; returns why it ended, or `None` when we
+    /// closed it (shutdown or a `Disconnect` command).
+    async fn pump(
+        &mut self,
+        ws: tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Option<String> {
+        let (mut sink, mut stream) = ws.split();
+        let period = self.connector.config.ping_interval;
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        let mut awaiting_pong = false;
+        loop {
+            tokio::select! {
+                frame = stream.next() => match frame {
+                    Some(Ok(Message::Text(text))) => {
+                        let size = text.len();
+                        match RelayMessage::from_json(text.as_str()) {
+                            Ok(message) => self.report(Report::Message(Box::new(message), size)).await,
+                            Err(_) => self.report(Report::Malformed(size)).await,
+                        }
+                    }
+                    Some(Ok(Message::Pong(_))) => awaiting_pong = false,
+                    Some(Ok(Message::Close(frame))) => return Some(format!("closed by relay: {frame:?}")),
+                    Some(Ok(_)) => {}
+                    Some(Err(error)) => return Some(error.to_string()),
+                    None => return Some("connection ended".into()),
+                },
+                out = self.outgoing.recv() => match out {
+                    Some(Outgoing::Text(text)) => {
+                        if let Err(error) = sink.send(Message::Text(text.into())).await {
+                            return Some(error.to_string());
+                        }
+                    }
+                    Some(Outgoing::Close) | None => {
+                        let _ = sink.close().await;
+                        return None;
+                    }
+                },
+                _ = ping.tick() => {
+                    if awaiting_pong {
+                        return Some("no pong within the ping interval".into());
+                    }
+                    awaiting_pong = true;
+                    if let Err(error) = sink.send(Message::Ping(Vec::new().into())).await {
+                        return Some(error.to_string());
+                    }
+                }
+                _ = shutdown.changed() => {
+                    let _ = sink.close().await;
+                    return None;
+                }
+            }
+        }
+    }
+}

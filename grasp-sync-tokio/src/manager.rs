@@ -1,0 +1,573 @@
+//! The runtime: one task owns the engine, feeds it what the connections and
+//! the self-subscriber report, executes its commands, and wakes at its
+//! deadline. No decision is taken here.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use grasp_sync_core::clock::Clock;
+use grasp_sync_core::engine::{Command, EngineConfig, EngineStats, SyncEngine};
+use grasp_sync_core::store::{EventStore, IngestOutcome};
+use grasp_sync_core::transport::RelayTransport;
+use nostr::prelude::{Event, Kind, RelayMessage, RelayUrl, SubscriptionId};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use crate::clock::TokioClock;
+use crate::connection::{tls_config, ConnectionConfig, Dialer, Inbound, Report, WsTransport};
+use crate::metrics::Metrics;
+
+/// Why the manager could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// No store was given.
+    #[error("a store is required")]
+    MissingStore,
+    /// TLS could not be configured.
+    #[error("tls configuration failed: {0}")]
+    Tls(#[from] rustls::Error),
+    /// Metrics could not be registered.
+    #[error("metrics registration failed: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// An environment variable holds a value that is not a number.
+    #[error("environment variable {name} is not a valid number: {value:?}")]
+    Env {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+    },
+}
+
+/// Builds a [`SyncManager`].
+pub struct SyncManagerBuilder {
+    engine: EngineConfig,
+    own_relay: Option<RelayUrl>,
+    connection: ConnectionConfig,
+    store: Option<Arc<dyn EventStore>>,
+    registry: Option<prometheus::Registry>,
+}
+
+impl std::fmt::Debug for SyncManagerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncManagerBuilder")
+            .field("engine", &self.engine)
+            .field("own_relay", &self.own_relay)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for SyncManagerBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SyncManagerBuilder {
+    /// Defaults of the spec.
+    pub fn new() -> Self {
+        SyncManagerBuilder {
+            engine: EngineConfig::default(),
+            own_relay: None,
+            connection: ConnectionConfig::default(),
+            store: None,
+            registry: None,
+        }
+    }
+
+    /// The own relay: the self-subscriber reads accepted announcements and
+    /// root events from it over WebSocket. It is also our service relay.
+    pub fn own_relay(mut self, url: RelayUrl) -> Self {
+        if !self.engine.service_relays.contains(&url) {
+            self.engine.service_relays.push(url.clone());
+        }
+        self.own_relay = Some(url);
+        self
+    }
+
+    /// A relay connected from the start and never dropped.
+    pub fn bootstrap_relay(mut self, url: RelayUrl) -> Self {
+        self.engine.bootstrap_relays.push(url);
+        self
+    }
+
+    /// Where verified events go (and what negentropy compares with).
+    pub fn store(mut self, store: Arc<dyn EventStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Every constant of the engine.
+    pub fn engine_config(mut self, config: EngineConfig) -> Self {
+        let service = std::mem::take(&mut self.engine.service_relays);
+        let bootstrap = std::mem::take(&mut self.engine.bootstrap_relays);
+        self.engine = config;
+        self.engine.service_relays.extend(service);
+        self.engine.bootstrap_relays.extend(bootstrap);
+        self
+    }
+
+    /// Connection limits and timers.
+    pub fn connection_config(mut self, config: ConnectionConfig) -> Self {
+        self.connection = config;
+        self
+    }
+
+    /// Registers the metrics in `registry` instead of a private one.
+    pub fn registry(mut self, registry: prometheus::Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// Reads the spec's environment variables: `NGIT_SYNC_BATCH_WINDOW_MS`,
+    /// `NGIT_SYNC_BASE_BACKOFF_SECS`, `NGIT_SYNC_MAX_BACKOFF_SECS`.
+    pub fn from_env(mut self) -> Result<Self, BuildError> {
+        if let Some(ms) = env_number("NGIT_SYNC_BATCH_WINDOW_MS")? {
+            self.engine.batch_window = Duration::from_millis(ms);
+        }
+        if let Some(secs) = env_number("NGIT_SYNC_BASE_BACKOFF_SECS")? {
+            self.engine.health.backoff.base = Duration::from_secs(secs);
+        }
+        if let Some(secs) = env_number("NGIT_SYNC_MAX_BACKOFF_SECS")? {
+            self.engine.health.backoff.max = Duration::from_secs(secs);
+        }
+        Ok(self)
+    }
+
+    /// Builds the manager; call [`SyncManager::run`] inside a tokio runtime.
+    pub fn build(self) -> Result<SyncManager, BuildError> {
+        let store = self.store.ok_or(BuildError::MissingStore)?;
+        let registry = self.registry.unwrap_or_default();
+        let metrics = Metrics::register(&registry)?;
+        let (inbound_tx, inbound_rx) = mpsc::channel(4096);
+        let (own_events_tx, own_events_rx) = mpsc::channel(4096);
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let dialer = Dialer {
+            config: self.connection,
+            tls: tls_config()?,
+            inbound: inbound_tx,
+            shutdown: shutdown_rx,
+        };
+        Ok(SyncManager {
+            engine_config: self.engine,
+            own_relay: self.own_relay,
+            store,
+            registry,
+            metrics,
+            dialer,
+            inbound: inbound_rx,
+            own_events_tx,
+            own_events: own_events_rx,
+            shutdown_tx,
+        })
+    }
+}
+
+fn env_number(name: &'static str) -> Result<Option<u64>, BuildError> {
+    match std::env::var(name) {
+        Ok(value) => value
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| BuildError::Env { name, value }),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Stops a running [`SyncManager`].
+#[derive(Clone, Debug)]
+pub struct ShutdownHandle {
+    sender: watch::Sender<bool>,
+}
+
+impl ShutdownHandle {
+    /// Asks the manager and every connection task to stop.
+    pub fn shutdown(&self) {
+        let _ = self.sender.send(true);
+    }
+}
+
+/// What a run did, returned when it stops.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// The engine's counters.
+    pub engine: EngineStats,
+    /// Events the store took as new.
+    pub events_stored: u64,
+    /// Events the store already had.
+    pub events_duplicate: u64,
+    /// Events the store refused.
+    pub events_rejected: u64,
+    /// Bytes received from relays.
+    pub bytes_received: u64,
+    /// Bytes sent to relays.
+    pub bytes_sent: u64,
+    /// Connection tasks still running after the shutdown grace period
+    /// (aborted).
+    pub tasks_aborted: usize,
+}
+
+/// Runs GRASP-02 proactive sync against real relays.
+pub struct SyncManager {
+    engine_config: EngineConfig,
+    own_relay: Option<RelayUrl>,
+    store: Arc<dyn EventStore>,
+    registry: prometheus::Registry,
+    metrics: Metrics,
+    dialer: Dialer,
+    inbound: mpsc::Receiver<Inbound>,
+    own_events_tx: mpsc::Sender<Event>,
+    own_events: mpsc::Receiver<Event>,
+    shutdown_tx: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for SyncManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncManager")
+            .field("own_relay", &self.own_relay)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The run loop's state.
+struct Runner {
+    engine: SyncEngine,
+    clock: TokioClock,
+    store: Arc<dyn EventStore>,
+    metrics: Metrics,
+    dialer: Dialer,
+    transports: HashMap<RelayUrl, WsTransport>,
+    own: Option<OwnConnection>,
+    summary: Summary,
+    sent: Arc<AtomicU64>,
+}
+
+/// The self-subscriber's connection to the own relay.
+struct OwnConnection {
+    transport: WsTransport,
+    retry_at: Option<tokio::time::Instant>,
+    failures: u32,
+}
+
+const OWN_SUBSCRIPTION: &str = "grasp-sync-own";
+
+impl SyncManager {
+    /// A builder with the spec's defaults.
+    pub fn builder() -> SyncManagerBuilder {
+        SyncManagerBuilder::new()
+    }
+
+    /// A handle that stops [`SyncManager::run`].
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle {
+            sender: self.shutdown_tx.clone(),
+        }
+    }
+
+    /// For relays that embed the library: hand accepted events (30617, 1617,
+    /// 1618, 1621) here instead of (or besides) the WebSocket
+    /// self-subscription.
+    pub fn own_events_sender(&self) -> mpsc::Sender<Event> {
+        self.own_events_tx.clone()
+    }
+
+    /// The metrics registry (ours, or the one given to the builder).
+    pub fn registry(&self) -> &prometheus::Registry {
+        &self.registry
+    }
+
+    /// Runs until shut down; every connection task stops within one second
+    /// of the shutdown (stragglers are aborted and counted).
+    pub async fn run(self) -> Summary {
+        let SyncManager {
+            engine_config,
+            own_relay,
+            store,
+            metrics,
+            dialer,
+            mut inbound,
+            mut own_events,
+            shutdown_tx,
+            ..
+        } = self;
+        let clock = TokioClock::new();
+        let sent = Arc::new(AtomicU64::new(0));
+        let own = own_relay.map(|url| OwnConnection {
+            transport: WsTransport::new(url, dialer.clone(), sent.clone()),
+            retry_at: Some(tokio::time::Instant::now()),
+            failures: 0,
+        });
+        let mut runner = Runner {
+            engine: SyncEngine::new(engine_config, clock.read()),
+            clock,
+            store,
+            metrics,
+            dialer,
+            transports: HashMap::new(),
+            own,
+            summary: Summary::default(),
+            sent,
+        };
+        let mut shutdown = shutdown_tx.subscribe();
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        runner.engine.handle_timeout(runner.clock.read());
+        loop {
+            runner.drain_commands().await;
+            runner.connect_own();
+            let deadline = runner.next_deadline();
+            tokio::select! {
+                Some(message) = inbound.recv() => runner.on_inbound(message),
+                Some(event) = own_events.recv() => {
+                    let now = runner.clock.read();
+                    runner.engine.handle_own_events(now, [event]);
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    let now = runner.clock.read();
+                    runner.engine.handle_timeout(now);
+                }
+                _ = tick.tick() => runner.update_metrics(),
+                _ = shutdown.changed() => break,
+            }
+        }
+        let _ = shutdown_tx.send(true);
+        runner.stop().await
+    }
+}
+
+impl Runner {
+    /// The engine's next deadline, or the own relay's reconnect, capped so
+    /// the loop never sleeps forever.
+    fn next_deadline(&self) -> tokio::time::Instant {
+        let engine = self.engine.poll_timeout().map(|at| self.clock.to_tokio(at));
+        let own = self.own.as_ref().and_then(|own| own.retry_at);
+        let far = tokio::time::Instant::now() + Duration::from_secs(3600);
+        [engine, own].into_iter().flatten().min().unwrap_or(far)
+    }
+
+    async fn drain_commands(&mut self) {
+        while let Some(command) = self.engine.poll_command() {
+            self.execute(command).await;
+        }
+    }
+
+    async fn execute(&mut self, command: Command) {
+        match command {
+            Command::Store { event, .. } => self.store_event(&event).await,
+            Command::QueryLocalItems { relay, id, filter } => {
+                let items = match self.store.negentropy_items(&filter).await {
+                    Ok(items) => items,
+                    Err(error) => {
+                        warn!(%relay, %error, "store could not list items; negentropy starts from nothing");
+                        Vec::new()
+                    }
+                };
+                let now = self.clock.read();
+                self.engine.handle_local_items(now, &relay, &id, items);
+            }
+            command => self.send(command),
+        }
+    }
+
+    async fn store_event(&mut self, event: &Event) {
+        match self.store.ingest(event).await {
+            Ok(IngestOutcome::Stored) => {
+                self.summary.events_stored += 1;
+                self.metrics.events_synced.inc();
+            }
+            Ok(IngestOutcome::Duplicate) => self.summary.events_duplicate += 1,
+            Ok(IngestOutcome::Rejected { reason }) => {
+                self.summary.events_rejected += 1;
+                self.metrics
+                    .dropped
+                    .with_label_values(&["rejected_by_store"])
+                    .inc();
+                debug!(id = %event.id, reason, "store rejected event");
+            }
+            Ok(_) => {}
+            Err(error) => {
+                self.metrics
+                    .dropped
+                    .with_label_values(&["store_error"])
+                    .inc();
+                warn!(id = %event.id, %error, "store failed");
+            }
+        }
+    }
+
+    /// A transport command for a relay's connection.
+    fn send(&mut self, command: Command) {
+        let relay = command.relay().clone();
+        let dialer = self.dialer.clone();
+        let sent = self.sent.clone();
+        let transport = self
+            .transports
+            .entry(relay.clone())
+            .or_insert_with(|| WsTransport::new(relay.clone(), dialer, sent));
+        let result = match &command {
+            Command::Connect { timeout, .. } => {
+                self.metrics
+                    .connection_attempts
+                    .with_label_values(&[relay.as_str(), "started"])
+                    .inc();
+                transport.connect(*timeout)
+            }
+            Command::Disconnect { .. } => transport.close(),
+            Command::Subscribe { id, filters, .. } => transport.subscribe(id, filters),
+            Command::Unsubscribe { id, .. } => transport.unsubscribe(id),
+            Command::NegOpen {
+                id,
+                filter,
+                initial_message,
+                ..
+            } => transport.neg_open(id, filter, initial_message),
+            Command::NegMsg { id, message, .. } => transport.neg_msg(id, message),
+            Command::NegClose { id, .. } => transport.neg_close(id),
+            _ => Ok(()),
+        };
+        if let Err(error) = result {
+            debug!(%relay, %error, "transport refused a command");
+        }
+    }
+
+    fn on_inbound(&mut self, inbound: Inbound) {
+        let Inbound {
+            relay,
+            generation,
+            report,
+        } = inbound;
+        if let Some(own) = &self.own {
+            if own.transport.relay_url() == &relay {
+                return self.on_own(generation, report);
+            }
+        }
+        let current = self.transports.get(&relay).map(WsTransport::generation);
+        if current != Some(generation) {
+            return;
+        }
+        let now = self.clock.read();
+        match report {
+            Report::Connected => {
+                self.metrics
+                    .connection_attempts
+                    .with_label_values(&[relay.as_str(), "success"])
+                    .inc();
+                self.engine.handle_connected(now, &relay);
+            }
+            Report::ConnectFailed(reason) => {
+                self.metrics
+                    .connection_attempts
+                    .with_label_values(&[relay.as_str(), "failure"])
+                    .inc();
+                debug!(%relay, reason, "connect failed");
+                self.engine.handle_connect_failed(now, &relay);
+            }
+            Report::Disconnected(reason) => {
+                info!(%relay, reason, "connection lost");
+                self.engine.handle_disconnected(now, &relay);
+            }
+            Report::Message(message, size) => {
+                self.summary.bytes_received += size as u64;
+                self.metrics
+                    .bytes_received
+                    .with_label_values(&[relay.as_str()])
+                    .inc_by(size as u64);
+                self.engine.handle_relay_message(now, &relay, *message);
+            }
+            Report::Malformed(size) => {
+                self.summary.bytes_received += size as u64;
+                self.metrics.dropped.with_label_values(&["malformed"]).inc();
+            }
+        }
+    }
+
+    /// Starts (or restarts after its backoff) the self-subscription.
+    fn connect_own(&mut self) {
+        let Some(own) = &mut self.own else {
+            return;
+        };
+        if own
+            .retry_at
+            .is_some_and(|at| at <= tokio::time::Instant::now())
+        {
+            own.retry_at = None;
+            let _ = own.transport.connect(Duration::from_secs(5));
+        }
+    }
+
+    fn on_own(&mut self, generation: u64, report: Report) {
+        let now = self.clock.read();
+        let Some(own) = &mut self.own else {
+            return;
+        };
+        if own.transport.generation() != generation {
+            return;
+        }
+        match report {
+            Report::Connected => {
+                own.failures = 0;
+                let filter = self.engine.own_subscription_filter(now);
+                if let Some(own) = &mut self.own {
+                    let _ = own
+                        .transport
+                        .subscribe(&SubscriptionId::new(OWN_SUBSCRIPTION), &[filter]);
+                }
+            }
+            Report::Message(message, _) => {
+                if let RelayMessage::Event { event, .. } = *message {
+                    let event = event.into_owned();
+                    if is_self_subscribed(event.kind) {
+                        self.engine.handle_own_events(now, [event]);
+                    }
+                }
+            }
+            Report::ConnectFailed(reason) | Report::Disconnected(reason) => {
+                warn!(reason, "own relay connection lost; retrying");
+                own.failures = own.failures.saturating_add(1);
+                let delay = Duration::from_secs(1u64 << own.failures.min(5));
+                own.retry_at = Some(tokio::time::Instant::now() + delay);
+                self.engine.handle_own_relay_disconnected(now);
+            }
+            Report::Malformed(_) => {}
+        }
+    }
+
+    fn update_metrics(&mut self) {
+        let now = self.clock.read();
+        self.metrics.update(&self.engine, now.instant);
+        self.summary.bytes_sent = self.sent.load(Ordering::Relaxed);
+    }
+
+    /// Closes every connection and waits up to one second for the tasks.
+    async fn stop(mut self) -> Summary {
+        let mut tasks: Vec<JoinSet<()>> = self
+            .transports
+            .values_mut()
+            .chain(self.own.as_mut().map(|own| &mut own.transport))
+            .filter_map(WsTransport::take_tasks)
+            .collect();
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(900);
+        for set in &mut tasks {
+            while tokio::time::timeout_at(deadline, set.join_next())
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+            {}
+        }
+        for set in &mut tasks {
+            self.summary.tasks_aborted += set.len();
+            set.abort_all();
+        }
+        self.summary.engine = self.engine.stats().clone();
+        self.summary.bytes_sent = self.sent.load(Ordering::Relaxed);
+        self.summary
+    }
+}
+
+fn is_self_subscribed(kind: Kind) -> bool {
+    [30617, 1617, 1618, 1621].contains(&kind.as_u16())
+}

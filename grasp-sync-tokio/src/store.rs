@@ -1,0 +1,225 @@
+//! A store that is the own relay itself, reached over WebSocket: ingesting an
+//! event publishes it and reports the relay's `OK` (stored, duplicate or
+//! rejected with its reason); listing items for negentropy reads the relay's
+//! events matching the filter (a REQ, so at most the relay's per-filter
+//! limit: a larger local set only makes negentropy fetch more than needed,
+//! never less).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::{SinkExt, StreamExt};
+use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
+use nostr::prelude::{
+    ClientMessage, Event, EventId, Filter, RelayMessage, RelayUrl, SubscriptionId, Timestamp,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Socket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Publishes verified events to a relay (normally the own relay) and lists
+/// what it holds.
+#[derive(Clone, Debug)]
+pub struct RelayStore {
+    requests: mpsc::Sender<Request>,
+}
+
+#[derive(Debug)]
+enum Request {
+    Ingest(
+        Box<Event>,
+        oneshot::Sender<Result<IngestOutcome, StoreError>>,
+    ),
+    Items(
+        Filter,
+        oneshot::Sender<Result<Vec<(EventId, Timestamp)>, StoreError>>,
+    ),
+}
+
+impl RelayStore {
+    /// A store writing to `relay`; `timeout` bounds every request. The
+    /// connection opens on first use and reopens after a failure.
+    pub fn new(relay: RelayUrl, timeout: Duration) -> Self {
+        let (requests, receiver) = mpsc::channel(1024);
+        tokio::spawn(serve(relay, timeout, receiver));
+        RelayStore { requests }
+    }
+
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Request,
+    ) -> Result<T, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(make(reply))
+            .await
+            .map_err(|_| StoreError::Backend("relay store stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Backend("relay store stopped".into()))?
+    }
+}
+
+#[async_trait]
+impl EventStore for RelayStore {
+    async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
+        self.ask(|reply| Request::Ingest(Box::new(event.clone()), reply))
+            .await
+    }
+
+    async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
+        let items = self.negentropy_items(&Filter::new().id(*id)).await?;
+        Ok(!items.is_empty())
+    }
+
+    async fn negentropy_items(
+        &self,
+        filter: &Filter,
+    ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
+        self.ask(|reply| Request::Items(filter.clone(), reply))
+            .await
+    }
+}
+
+/// The store's task: one connection, one request at a time.
+async fn serve(relay: RelayUrl, timeout: Duration, mut requests: mpsc::Receiver<Request>) {
+    let mut socket: Option<Socket> = None;
+    let mut next_id = 0u64;
+    while let Some(request) = requests.recv().await {
+        if socket.is_none() {
+            socket =
+                tokio::time::timeout(timeout, tokio_tungstenite::connect_async(relay.as_str()))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(|(ws, _)| ws);
+        }
+        let Some(ws) = socket.as_mut() else {
+            fail(request, "cannot connect to the store relay");
+            continue;
+        };
+        next_id += 1;
+        let ok = match request {
+            Request::Ingest(event, reply) => {
+                let result = tokio::time::timeout(timeout, publish(ws, &event)).await;
+                let (result, ok) = flatten(result);
+                let _ = reply.send(result);
+                ok
+            }
+            Request::Items(filter, reply) => {
+                let id = SubscriptionId::new(format!("store-{next_id}"));
+                let result = tokio::time::timeout(timeout, list(ws, id, filter)).await;
+                let (result, ok) = flatten(result);
+                let _ = reply.send(result);
+                ok
+            }
+        };
+        if !ok {
+            socket = None;
+        }
+    }
+}
+
+fn flatten<T>(
+    result: Result<Result<T, StoreError>, tokio::time::error::Elapsed>,
+) -> (Result<T, StoreError>, bool) {
+    match result {
+        Ok(Ok(value)) => (Ok(value), true),
+        Ok(Err(error)) => (Err(error), false),
+        Err(_) => (
+            Err(StoreError::Backend("store relay timed out".into())),
+            false,
+        ),
+    }
+}
+
+fn fail(request: Request, reason: &str) {
+    let error = StoreError::Backend(reason.into());
+    match request {
+        Request::Ingest(_, reply) => {
+            let _ = reply.send(Err(error));
+        }
+        Request::Items(_, reply) => {
+            let _ = reply.send(Err(error));
+        }
+    }
+}
+
+async fn send(ws: &mut Socket, message: ClientMessage<'_>) -> Result<(), StoreError> {
+    ws.send(Message::Text(message.as_json().into()))
+        .await
+        .map_err(|error| StoreError::Backend(error.to_string()))
+}
+
+async fn next_message(ws: &mut Socket) -> Result<RelayMessage<'static>, StoreError> {
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(text))) => {
+                if let Ok(message) = RelayMessage::from_json(text.as_str()) {
+                    return Ok(message);
+                }
+            }
+            Some(Ok(Message::Close(_))) | None => {
+                return Err(StoreError::Backend("store relay closed".into()))
+            }
+            Some(Ok(_)) => {}
+            Some(Err(error)) => return Err(StoreError::Backend(error.to_string())),
+        }
+    }
+}
+
+async fn publish(ws: &mut Socket, event: &Event) -> Result<IngestOutcome, StoreError> {
+    send(ws, ClientMessage::Event(std::borrow::Cow::Borrowed(event))).await?;
+    loop {
+        if let RelayMessage::Ok {
+            event_id,
+            status,
+            message,
+        } = next_message(ws).await?
+        {
+            if event_id != event.id {
+                continue;
+            }
+            return Ok(match (status, message.starts_with("duplicate:")) {
+                (true, false) => IngestOutcome::Stored,
+                (_, true) => IngestOutcome::Duplicate,
+                (false, false) => IngestOutcome::Rejected {
+                    reason: message.into_owned(),
+                },
+            });
+        }
+    }
+}
+
+async fn list(
+    ws: &mut Socket,
+    id: SubscriptionId,
+    filter: Filter,
+) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
+    send(ws, ClientMessage::req(id.clone(), vec![filter])).await?;
+    let mut items = Vec::new();
+    loop {
+        match next_message(ws).await? {
+            RelayMessage::Event {
+                subscription_id,
+                event,
+            } if *subscription_id == id => {
+                items.push((event.id, event.created_at));
+            }
+            RelayMessage::EndOfStoredEvents(sub) if *sub == id => break,
+            RelayMessage::Closed {
+                subscription_id,
+                message,
+            } if *subscription_id == id => {
+                return Err(StoreError::Backend(format!(
+                    "store relay closed the query: {message}"
+                )));
+            }
+            _ => {}
+        }
+    }
+    send(ws, ClientMessage::close(id)).await?;
+    Ok(items)
+}
