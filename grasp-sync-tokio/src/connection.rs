@@ -53,6 +53,8 @@ pub(crate) enum Report {
     Malformed(usize),
     /// The connection closed.
     Disconnected(String),
+    /// The relay's NIP-11 limits, fetched after the connection opened.
+    Limits(grasp_sync_core::engine::RelayLimits),
 }
 
 /// A report tagged with its relay and connection generation (reports of an

@@ -8,8 +8,8 @@
 //! graceful shutdown. It adds no decision of its own: every decision is the
 //! engine's.
 //!
-//! Status: the transport, runtime, relay store and metrics are here; NIP-11
-//! limits, the `nostr-database` store adapter and the integration suite of the
+//! Status: the transport, runtime, NIP-11 limits, relay store and metrics are
+//! here; the `nostr-database` store adapter and the integration suite of the
 //! issue are not finished yet (see the README).
 //!
 //! ```no_run
@@ -40,10 +40,12 @@ mod clock;
 mod connection;
 mod manager;
 mod metrics;
+mod nip11;
 mod store;
 
 pub use clock::TokioClock;
 pub use connection::{ConnectionConfig, WsTransport};
 pub use grasp_sync_core as core;
 pub use manager::{BuildError, ShutdownHandle, Summary, SyncManager, SyncManagerBuilder};
+pub use nip11::Nip11Error;
 pub use store::RelayStore;

@@ -456,7 +456,9 @@ impl Runner {
                     .with_label_values(&[relay.as_str(), "success"])
                     .inc();
                 self.engine.handle_connected(now, &relay);
+                self.fetch_limits(relay, generation);
             }
+            Report::Limits(limits) => self.engine.handle_relay_limits(now, &relay, limits),
             Report::ConnectFailed(reason) => {
                 self.metrics
                     .connection_attempts
@@ -482,6 +484,28 @@ impl Runner {
                 self.metrics.dropped.with_label_values(&["malformed"]).inc();
             }
         }
+    }
+
+    /// Fetches the relay's NIP-11 limits in the background (once per
+    /// connect); they arrive as a report of this connection.
+    fn fetch_limits(&self, relay: RelayUrl, generation: u64) {
+        let tls = self.dialer.tls.clone();
+        let inbound = self.dialer.inbound.clone();
+        tokio::spawn(async move {
+            match crate::nip11::fetch_limits(&relay, tls, Duration::from_secs(5)).await {
+                Ok(limits) => {
+                    let report = Report::Limits(limits);
+                    let _ = inbound
+                        .send(Inbound {
+                            relay,
+                            generation,
+                            report,
+                        })
+                        .await;
+                }
+                Err(error) => debug!(%relay, %error, "no NIP-11 limits"),
+            }
+        });
     }
 
     /// Starts (or restarts after its backoff) the self-subscription.
@@ -531,7 +555,7 @@ impl Runner {
                 own.retry_at = Some(tokio::time::Instant::now() + delay);
                 self.engine.handle_own_relay_disconnected(now);
             }
-            Report::Malformed(_) => {}
+            Report::Malformed(_) | Report::Limits(_) => {}
         }
     }
 
