@@ -1,0 +1,345 @@
+//! The per-connection WebSocket proxy between a test client and the relay.
+//!
+//! The client's WebSocket ends here; the relay gets the other end of an in-memory
+//! `tokio::io::duplex` pipe through `LocalRelay::take_connection` (no second socket). Frames
+//! are forwarded both ways; only the first two JSON array elements (message type and
+//! subscription id) are looked at, so large event streams stay cheap.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{FutureExt as _, SinkExt as _, StreamExt as _};
+use tokio::io::DuplexStream;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
+use tokio_tungstenite::WebSocketStream;
+
+use super::relay::{r44, Nip77Mode};
+
+/// In-memory pipe capacity between the proxy and the relay session.
+const DUPLEX_CAPACITY: usize = 256 * 1024;
+/// Relay messages forwarded before one flush towards the client.
+const BATCH: usize = 256;
+
+/// State shared by the [`super::TestRelay`] handle and every connection.
+pub(crate) struct Shared {
+    pub(crate) nip77: Nip77Mode,
+    pub(crate) hostile: Vec<String>,
+    pub(crate) nip11: Option<String>,
+    pub(crate) stats: Stats,
+}
+
+impl Shared {
+    pub(crate) fn new(nip77: Nip77Mode, hostile: Vec<String>, nip11: Option<String>) -> Self {
+        Shared {
+            nip77,
+            hostile,
+            nip11,
+            stats: Stats::default(),
+        }
+    }
+}
+
+/// Counters, kept across restarts.
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub(crate) max_concurrent_reqs: AtomicUsize,
+    pub(crate) reqs: AtomicUsize,
+    pub(crate) neg_opens: AtomicUsize,
+    pub(crate) events_sent: AtomicUsize,
+    pub(crate) bytes_sent: AtomicU64,
+    pub(crate) connections: AtomicUsize,
+    pub(crate) connections_open: AtomicUsize,
+    pub(crate) nip11_requests: AtomicUsize,
+}
+
+impl Stats {
+    pub(crate) fn reset(&self) {
+        for counter in [
+            &self.max_concurrent_reqs,
+            &self.reqs,
+            &self.neg_opens,
+            &self.events_sent,
+            &self.connections,
+            &self.nip11_requests,
+        ] {
+            counter.store(0, Ordering::SeqCst);
+        }
+        self.bytes_sent.store(0, Ordering::SeqCst);
+    }
+}
+
+pub(crate) fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(64 << 20))
+        .max_frame_size(Some(64 << 20))
+}
+
+/// Decrements `connections_open` however the connection task ends (also when aborted).
+struct OpenGuard(Arc<Shared>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.stats.connections_open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Serve one upgraded WebSocket connection (101 already written; `rest` = bytes read past
+/// the request head).
+pub(crate) async fn run(
+    stream: TcpStream,
+    rest: Vec<u8>,
+    addr: SocketAddr,
+    relay: r44::LocalRelay,
+    shared: Arc<Shared>,
+) {
+    shared.stats.connections.fetch_add(1, Ordering::SeqCst);
+    shared.stats.connections_open.fetch_add(1, Ordering::SeqCst);
+    let _guard = OpenGuard(shared.clone());
+
+    let client =
+        WebSocketStream::from_partially_read(stream, rest, Role::Server, Some(ws_config())).await;
+    let (relay_io, proxy_io) = tokio::io::duplex(DUPLEX_CAPACITY);
+    let upstream =
+        WebSocketStream::from_raw_socket(proxy_io, Role::Client, Some(ws_config())).await;
+    let relay_side = async move {
+        // Ends when the pump drops its end of the pipe (EOF), or on a relay-side error
+        // (e.g. a client message nostr 0.44 cannot parse kills the session, as in the real
+        // LocalRelay); the pump then forwards what is buffered and closes the client.
+        let _ = relay.take_connection(relay_io, addr).await;
+    };
+    tokio::join!(relay_side, pump(client, upstream, &shared));
+}
+
+enum Verdict {
+    Forward,
+    Reply(String),
+    Swallow,
+}
+
+async fn pump(
+    mut client: WebSocketStream<TcpStream>,
+    mut upstream: WebSocketStream<DuplexStream>,
+    shared: &Shared,
+) {
+    // Sub ids of the REQs open on this connection.
+    let mut open: HashSet<String> = HashSet::new();
+    loop {
+        tokio::select! {
+            msg = client.next() => {
+                let Some(Ok(msg)) = msg else { break };
+                match msg {
+                    Message::Text(text) => match from_client(text.as_str(), &mut open, shared) {
+                        Verdict::Forward => {
+                            if upstream.send(Message::Text(text)).await.is_err() {
+                                break;
+                            }
+                        }
+                        Verdict::Reply(reply) => {
+                            let sent = to_client(&mut client, reply.into(), false, shared).await;
+                            if sent.is_err() || client.flush().await.is_err() {
+                                break;
+                            }
+                        }
+                        Verdict::Swallow => {}
+                    },
+                    Message::Binary(bytes) => {
+                        if upstream.send(Message::Binary(bytes)).await.is_err() {
+                            break;
+                        }
+                    }
+                    Message::Close(frame) => {
+                        // flush tungstenite's queued close reply, tell the relay, done
+                        let _ = tokio::time::timeout(Duration::from_secs(1), client.flush()).await;
+                        let _ = upstream.send(Message::Close(frame)).await;
+                        break;
+                    }
+                    Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+                }
+            }
+            msg = upstream.next() => {
+                let Some(Ok(first)) = msg else { break };
+                let mut next = Some(first);
+                let mut forwarded = 0;
+                while let Some(msg) = next.take() {
+                    let sent = match msg {
+                        Message::Text(text) => from_relay(&mut client, text, &mut open, shared).await,
+                        Message::Binary(bytes) => {
+                            let len = bytes.len() as u64;
+                            shared.stats.bytes_sent.fetch_add(len, Ordering::SeqCst);
+                            client.feed(Message::Binary(bytes)).await
+                        }
+                        Message::Close(frame) => {
+                            let _ = client.send(Message::Close(frame)).await;
+                            return;
+                        }
+                        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => Ok(()),
+                    };
+                    if sent.is_err() {
+                        return;
+                    }
+                    forwarded += 1;
+                    if forwarded < BATCH {
+                        if let Some(Some(Ok(msg))) = upstream.next().now_or_never() {
+                            next = Some(msg);
+                        }
+                    }
+                }
+                if client.flush().await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    // Dropping both streams: the client sees the TCP connection end, the relay sees EOF.
+}
+
+/// Client -> relay: count, and apply the NIP-77 mode.
+fn from_client(text: &str, open: &mut HashSet<String>, shared: &Shared) -> Verdict {
+    let Some((kind, sub)) = head(text) else {
+        return Verdict::Forward;
+    };
+    let stats = &shared.stats;
+    match kind.as_ref() {
+        "REQ" => {
+            stats.reqs.fetch_add(1, Ordering::SeqCst);
+            if let Some(sub) = sub {
+                open.insert(sub.into_owned());
+                stats
+                    .max_concurrent_reqs
+                    .fetch_max(open.len(), Ordering::SeqCst);
+            }
+            Verdict::Forward
+        }
+        "CLOSE" => {
+            if let Some(sub) = sub {
+                open.remove(sub.as_ref());
+            }
+            Verdict::Forward
+        }
+        "NEG-OPEN" | "NEG-MSG" => {
+            if kind == "NEG-OPEN" {
+                stats.neg_opens.fetch_add(1, Ordering::SeqCst);
+            }
+            match shared.nip77 {
+                Nip77Mode::Serve => Verdict::Forward,
+                Nip77Mode::RefuseNotice => {
+                    Verdict::Reply(r#"["NOTICE","could not parse command"]"#.to_owned())
+                }
+                Nip77Mode::RefuseNegErr => Verdict::Reply(
+                    serde_json::json!([
+                        "NEG-ERR",
+                        sub.as_deref().unwrap_or_default(),
+                        "blocked: negentropy disabled"
+                    ])
+                    .to_string(),
+                ),
+                Nip77Mode::Silence => Verdict::Swallow,
+            }
+        }
+        _ => Verdict::Forward,
+    }
+}
+
+/// Relay -> client: count, inject hostile events before EOSE, forward (fed, not flushed).
+async fn from_relay(
+    client: &mut WebSocketStream<TcpStream>,
+    text: Utf8Bytes,
+    open: &mut HashSet<String>,
+    shared: &Shared,
+) -> Result<(), WsError> {
+    let mut is_event = false;
+    if let Some((kind, sub)) = head(text.as_str()) {
+        match kind.as_ref() {
+            "EVENT" => is_event = true,
+            "EOSE" if !shared.hostile.is_empty() => {
+                let sub = serde_json::to_string(sub.as_deref().unwrap_or_default())
+                    .expect("string to JSON");
+                for event in &shared.hostile {
+                    let injected = format!(r#"["EVENT",{sub},{event}]"#);
+                    to_client(client, injected.into(), true, shared).await?;
+                }
+            }
+            "CLOSED" => {
+                if let Some(sub) = sub {
+                    open.remove(sub.as_ref());
+                }
+            }
+            _ => {}
+        }
+    }
+    to_client(client, text, is_event, shared).await
+}
+
+async fn to_client(
+    client: &mut WebSocketStream<TcpStream>,
+    text: Utf8Bytes,
+    is_event: bool,
+    shared: &Shared,
+) -> Result<(), WsError> {
+    shared
+        .stats
+        .bytes_sent
+        .fetch_add(text.len() as u64, Ordering::SeqCst);
+    if is_event {
+        shared.stats.events_sent.fetch_add(1, Ordering::SeqCst);
+    }
+    client.feed(Message::Text(text)).await
+}
+
+/// Message type and, when the second element is a string, the subscription id.
+/// `None` if `text` does not start like a JSON array of a string.
+fn head(text: &str) -> Option<(Cow<'_, str>, Option<Cow<'_, str>>)> {
+    let bytes = text.as_bytes();
+    let mut i = skip_ws(bytes, 0);
+    if bytes.get(i) != Some(&b'[') {
+        return None;
+    }
+    i = skip_ws(bytes, i + 1);
+    let (kind, end) = json_string(text, i)?;
+    i = skip_ws(bytes, end);
+    if bytes.get(i) != Some(&b',') {
+        return Some((kind, None));
+    }
+    i = skip_ws(bytes, i + 1);
+    let sub = json_string(text, i).map(|(sub, _)| sub);
+    Some((kind, sub))
+}
+
+fn skip_ws(bytes: &[u8], mut i: usize) -> usize {
+    while matches!(bytes.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// The JSON string starting at `start` (a `"`) and the index just past it.
+fn json_string(text: &str, start: usize) -> Option<(Cow<'_, str>, usize)> {
+    let bytes = text.as_bytes();
+    if bytes.get(start) != Some(&b'"') {
+        return None;
+    }
+    let mut i = start + 1;
+    let mut escaped = false;
+    loop {
+        match bytes.get(i)? {
+            b'\\' => {
+                escaped = true;
+                i += 2;
+            }
+            b'"' => break,
+            _ => i += 1,
+        }
+    }
+    let value = if escaped {
+        Cow::Owned(serde_json::from_str::<String>(text.get(start..=i)?).ok()?)
+    } else {
+        Cow::Borrowed(text.get(start + 1..i)?)
+    };
+    Some((value, i + 1))
+}
