@@ -275,3 +275,275 @@ async fn shutdown_during_an_active_sync_stops_every_task_within_one_second() {
     }
     assert_eq!(world.a.connections_open(), 0, "no connection left open");
 }
+
+/// An engine that retries and cools down fast, for tests that wait on it.
+fn fast_engine_config() -> EngineConfig {
+    let mut config = engine_config();
+    // The connect timeout is the base backoff: keep it above a loaded
+    // machine's handshake time.
+    config.health.backoff.base = Duration::from_secs(2);
+    config.health.backoff.max = Duration::from_secs(4);
+    config.health.rate_limit_cooldown = Duration::from_secs(1);
+    config.retry_delay = Duration::from_millis(500);
+    config
+}
+
+fn fast_manager(own: &TestRelay) -> SyncManager {
+    SyncManager::builder()
+        .own_relay(own.url())
+        .store(Arc::new(RelayStore::new(
+            own.url(),
+            Duration::from_secs(10),
+        )))
+        .engine_config(fast_engine_config())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_reconnect_catches_up_events_published_while_disconnected() {
+    let mut world = world().await;
+    let manager = fast_manager(&world.own);
+    let shutdown = manager.shutdown_handle();
+    let run = tokio::spawn(manager.run());
+    assert!(world
+        .expected
+        .is_subset(&wait_for(&world.own, &world.expected).await));
+    world.a.stop().await;
+    let during = sign(
+        &world.user,
+        1111,
+        "while away",
+        vec![tag(&["E", &world.issue.id.to_hex()])],
+        Timestamp::now().as_secs(),
+    );
+    world.a.add_event(&during).await;
+    world.a.reset_counters();
+    world.a.restart().await;
+    let mut expected = world.expected.clone();
+    expected.insert(during.id);
+    let held = wait_for(&world.own, &expected).await;
+    assert!(held.contains(&during.id), "caught up after reconnecting");
+    assert_eq!(
+        world.a.neg_opens_seen(),
+        0,
+        "a quick reconnect is not a full re-sync"
+    );
+    assert!(
+        world.a.events_sent() < world.expected.len(),
+        "only the gap was sent again ({} events)",
+        world.a.events_sent()
+    );
+    stop(shutdown, run).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negentropy_resync_downloads_nothing_again_and_req_fallback_pages_past_the_limit() {
+    let own = TestRelay::start(TestRelayConfig::default()).await;
+    let nip77 = TestRelay::start(TestRelayConfig::default()).await;
+    let refusing = TestRelay::start(TestRelayConfig {
+        nip77: support::Nip77Mode::RefuseNotice,
+        default_filter_limit: Some(50),
+        max_filter_limit: Some(50),
+        ..TestRelayConfig::default()
+    })
+    .await;
+    let maintainer = Keys::generate();
+    let user = Keys::generate();
+    let base = Timestamp::now().as_secs() - 10_000;
+    let alpha = announcement(
+        &maintainer,
+        "alpha",
+        &[&own.url(), &nip77.url(), &refusing.url()],
+        base,
+    );
+    let repo = RepoRef::new(maintainer.public_key(), "alpha")
+        .unwrap()
+        .to_string();
+    let issues: Vec<Event> = (0..200)
+        .map(|n| {
+            sign(
+                &user,
+                1621,
+                &format!("issue {n}"),
+                vec![tag(&["a", &repo])],
+                base + 1 + n / 4,
+            )
+        })
+        .collect();
+    own.add_event(&alpha).await;
+    nip77.add_events(&issues[..120]).await;
+    nip77.add_event(&alpha).await;
+    refusing.add_events(&issues[80..]).await;
+    refusing.add_event(&alpha).await;
+    let mut expected: BTreeSet<EventId> = issues.iter().map(|event| event.id).collect();
+    expected.insert(alpha.id);
+
+    let manager = fast_manager(&own);
+    let shutdown = manager.shutdown_handle();
+    let run = tokio::spawn(manager.run());
+    let held = wait_for(&own, &expected).await;
+    assert_eq!(held, expected, "both relays fully synced");
+    assert!(nip77.neg_opens_seen() > 0, "synced by negentropy");
+    assert!(
+        refusing.reqs_seen() > 4,
+        "the refusing relay was paged by REQ past its limit of 50"
+    );
+    let first = stop(shutdown, run).await;
+    assert!(first.engine.negentropy_refusals >= 1);
+
+    // A second sync of the same data: negentropy finds nothing missing.
+    nip77.reset_counters();
+    let manager = fast_manager(&own);
+    let shutdown = manager.shutdown_handle();
+    let run = tokio::spawn(manager.run());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while nip77.neg_opens_seen() < 2 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let second = stop(shutdown, run).await;
+    assert!(
+        nip77.neg_opens_seen() >= 2,
+        "the second sync reconciled again: {} NEG-OPENs, {} REQs, {} connections, {} events sent; refusing relay {} NEG-OPENs {} REQs; first {first:?}; second {second:?}",
+        nip77.neg_opens_seen(),
+        nip77.reqs_seen(),
+        nip77.connections_seen(),
+        nip77.events_sent(),
+        refusing.neg_opens_seen(),
+        refusing.reqs_seen(),
+    );
+    assert_eq!(nip77.events_sent(), 0, "no event downloaded again");
+    assert_eq!(second.events_stored, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscription_limits_are_respected_and_a_refusing_relay_is_still_synced() {
+    let own = TestRelay::start(TestRelayConfig::default()).await;
+    let told = TestRelay::start(TestRelayConfig {
+        max_reqs: Some(3),
+        nip11: Some(r#"{"name":"told","limitation":{"max_subscriptions":3}}"#.into()),
+        ..TestRelayConfig::default()
+    })
+    .await;
+    let refusing = TestRelay::start(TestRelayConfig {
+        max_reqs: Some(2),
+        ..TestRelayConfig::default()
+    })
+    .await;
+    let maintainer = Keys::generate();
+    let user = Keys::generate();
+    let base = Timestamp::now().as_secs() - 10_000;
+    let alpha = announcement(
+        &maintainer,
+        "alpha",
+        &[&own.url(), &told.url(), &refusing.url()],
+        base,
+    );
+    let repo = RepoRef::new(maintainer.public_key(), "alpha")
+        .unwrap()
+        .to_string();
+    let mut events = vec![alpha.clone()];
+    for n in 0..20u64 {
+        let issue = sign(
+            &user,
+            1621,
+            &format!("issue {n}"),
+            vec![tag(&["a", &repo])],
+            base + 1 + n,
+        );
+        events.push(sign(
+            &user,
+            1111,
+            "reply",
+            vec![tag(&["E", &issue.id.to_hex()])],
+            base + 30 + n,
+        ));
+        events.push(issue);
+    }
+    own.add_event(&alpha).await;
+    told.add_events(&events).await;
+    refusing.add_events(&events).await;
+    let expected: BTreeSet<EventId> = events.iter().map(|event| event.id).collect();
+    let manager = fast_manager(&own);
+    let shutdown = manager.shutdown_handle();
+    let run = tokio::spawn(manager.run());
+    let held = wait_for(&own, &expected).await;
+    assert_eq!(held, expected);
+    let summary = stop(shutdown, run).await;
+    assert!(
+        told.max_concurrent_reqs_seen() <= 3,
+        "a told limit is never exceeded ({})",
+        told.max_concurrent_reqs_seen()
+    );
+    assert!(
+        summary.engine.subscription_refusals >= 1,
+        "the refusing relay's limit was learned"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_relay_gets_nothing_forged_or_off_filter_into_the_store() {
+    let user = Keys::generate();
+    let maintainer = Keys::generate();
+    let base = Timestamp::now().as_secs() - 10_000;
+    let own = TestRelay::start(TestRelayConfig::default()).await;
+    let repo = RepoRef::new(maintainer.public_key(), "alpha")
+        .unwrap()
+        .to_string();
+    let issue = sign(&user, 1621, "issue", vec![tag(&["a", &repo])], base + 3);
+    // A copy that tags our repository with its content changed: it matches
+    // the filter, so only the id/signature check stops it.
+    let tampered = Event::new(
+        issue.id,
+        issue.pubkey,
+        issue.created_at,
+        issue.kind,
+        issue.tags.clone().to_vec(),
+        "tampered",
+        issue.sig,
+    );
+    let impostor = sign(&user, 1621, "impostor", vec![tag(&["a", &repo])], base + 4);
+    let forged = Event::new(
+        impostor.id,
+        impostor.pubkey,
+        impostor.created_at,
+        impostor.kind,
+        impostor.tags.clone().to_vec(),
+        impostor.content.clone(),
+        issue.sig,
+    );
+    let off_filter = sign(&user, 1, "never asked for", Vec::new(), base + 5);
+    let hostile = TestRelay::start(TestRelayConfig {
+        hostile: vec![tampered.as_json(), forged.as_json(), off_filter.as_json()],
+        ..TestRelayConfig::default()
+    })
+    .await;
+    let alpha = announcement(&maintainer, "alpha", &[&own.url(), &hostile.url()], base);
+    hostile.add_events(&[alpha.clone(), issue.clone()]).await;
+    own.add_event(&alpha).await;
+    let expected: BTreeSet<EventId> = [alpha.id, issue.id].into();
+    let manager = fast_manager(&own);
+    let shutdown = manager.shutdown_handle();
+    let run = tokio::spawn(manager.run());
+    let held = wait_for(&own, &expected).await;
+    assert!(expected.is_subset(&held));
+    let summary = stop(shutdown, run).await;
+    let held = own.event_ids().await;
+    assert!(!held.contains(&forged.id), "forged event stored");
+    assert!(!held.contains(&off_filter.id), "off-filter event stored");
+    assert_eq!(held, expected, "nothing but the matching events");
+    let stored = own.stored_events().await;
+    assert!(
+        stored.iter().all(|event| event.content != "tampered"),
+        "tampered copy stored"
+    );
+    assert!(
+        summary.engine.dropped_forged > 0,
+        "forged events were counted"
+    );
+    assert!(
+        summary.engine.dropped_off_filter > 0,
+        "off-filter events were counted"
+    );
+}
