@@ -8,9 +8,9 @@
 //! graceful shutdown. It adds no decision of its own: every decision is the
 //! engine's.
 //!
-//! Status: the transport, runtime, NIP-11 limits, relay store and metrics are
-//! here; the `nostr-database` store adapter and the integration suite of the
-//! issue are not finished yet (see the README).
+//! Stores: [`RelayStore`] publishes to the own relay over WebSocket and
+//! reports its `OK`; [`DatabaseStore`] writes into any `nostr-database`
+//! `NostrDatabase` (a nostr-relay-builder relay's LMDB or memory store).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -38,6 +38,7 @@
 
 mod clock;
 mod connection;
+mod database;
 mod manager;
 mod metrics;
 mod nip11;
@@ -45,6 +46,7 @@ mod store;
 
 pub use clock::TokioClock;
 pub use connection::{ConnectionConfig, WsTransport};
+pub use database::DatabaseStore;
 pub use grasp_sync_core as core;
 pub use manager::{BuildError, ShutdownHandle, Summary, SyncManager, SyncManagerBuilder};
 pub use nip11::Nip11Error;

@@ -567,6 +567,7 @@ impl Runner {
 
     /// Closes every connection and waits up to one second for the tasks.
     async fn stop(mut self) -> Summary {
+        self.update_metrics();
         let mut tasks: Vec<JoinSet<()>> = self
             .transports
             .values_mut()

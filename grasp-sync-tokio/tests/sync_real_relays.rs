@@ -547,3 +547,65 @@ async fn a_hostile_relay_gets_nothing_forged_or_off_filter_into_the_store() {
         "off-filter events were counted"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedding_relay_hands_events_in_process_and_stores_in_its_database() {
+    use nostr_database::NostrDatabase as _;
+    let world = world().await;
+    let database = Arc::new(nostr_memory::MemoryDatabase::unbounded());
+    let registry = prometheus::Registry::new();
+    let manager = SyncManager::builder()
+        .store(Arc::new(grasp_sync_tokio::DatabaseStore::new(
+            database.clone(),
+        )))
+        .engine_config(fast_engine_config())
+        .registry(registry.clone())
+        .build()
+        .unwrap();
+    let own_events = manager.own_events_sender();
+    let shutdown = manager.shutdown_handle();
+    let run = tokio::spawn(manager.run());
+    // The embedding relay hands us what it accepted: the announcement, then
+    // every root event that sync stores (as its own accept hook would).
+    let announcement = world.own.stored_events().await;
+    for event in announcement {
+        own_events.send(event).await.unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut handed = BTreeSet::new();
+    let mut held = BTreeSet::new();
+    // The second repository is announced on a remote relay only; without an
+    // own relay URL every accepted announcement is ours, beta included.
+    while tokio::time::Instant::now() < deadline && !world.expected.is_subset(&held) {
+        let events = database.query(Filter::new()).await.unwrap();
+        for event in events.iter() {
+            held.insert(event.id);
+            let root = [30617, 1617, 1618, 1621].contains(&event.kind.as_u16());
+            if root && handed.insert(event.id) {
+                own_events.send(event.clone()).await.unwrap();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let summary = stop(shutdown, run).await;
+    assert!(
+        world.expected.is_subset(&held),
+        "missing {:?}",
+        world.expected.difference(&held).collect::<Vec<_>>()
+    );
+    assert!(summary.events_stored >= world.expected.len() as u64 - 1);
+    let names: BTreeSet<String> = registry
+        .gather()
+        .iter()
+        .map(|family| family.name().to_owned())
+        .collect();
+    for name in [
+        "ngit_sync_relay_connected",
+        "ngit_sync_connection_attempts_total",
+        "ngit_sync_relay_status",
+        "ngit_sync_events_synced_total",
+        "ngit_sync_relays_tracked_total",
+    ] {
+        assert!(names.contains(name), "metric {name} registered: {names:?}");
+    }
+}

@@ -1,0 +1,106 @@
+//! The core's `EventStore` over a `nostr-database` `NostrDatabase`, so a
+//! relay built on rust-nostr (its LMDB or memory store) plugs in directly.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
+use nostr::prelude::{Event, EventId, Filter, Timestamp};
+use nostr_database::{DatabaseEventStatus, NostrDatabase, RejectedReason, SaveEventStatus};
+
+/// A `NostrDatabase` as the sync's event store.
+#[derive(Clone, Debug)]
+pub struct DatabaseStore {
+    database: Arc<dyn NostrDatabase>,
+}
+
+impl DatabaseStore {
+    /// Stores into `database`.
+    pub fn new(database: Arc<dyn NostrDatabase>) -> Self {
+        DatabaseStore { database }
+    }
+}
+
+fn backend(error: nostr_database::error::Error) -> StoreError {
+    StoreError::Backend(error.to_string())
+}
+
+#[async_trait]
+impl EventStore for DatabaseStore {
+    async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
+        let status = self.database.save_event(event).await.map_err(backend)?;
+        Ok(match status {
+            SaveEventStatus::Success => IngestOutcome::Stored,
+            SaveEventStatus::Rejected(RejectedReason::Duplicate | RejectedReason::Replaced) => {
+                IngestOutcome::Duplicate
+            }
+            SaveEventStatus::Rejected(reason) => IngestOutcome::Rejected {
+                reason: format!("{reason:?}"),
+            },
+        })
+    }
+
+    async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
+        let status = self.database.check_id(id).await.map_err(backend)?;
+        Ok(status == DatabaseEventStatus::Saved)
+    }
+
+    async fn negentropy_items(
+        &self,
+        filter: &Filter,
+    ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
+        self.database
+            .negentropy_items(filter.clone())
+            .await
+            .map_err(backend)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Kind, Tag};
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    #[test]
+    fn ingest_reports_new_duplicate_and_replaced_events() {
+        let store = DatabaseStore::new(Arc::new(nostr_memory::MemoryDatabase::unbounded()));
+        let keys = Keys::generate();
+        let note = EventBuilder::new(Kind::TextNote, "hi")
+            .finalize(&keys)
+            .unwrap();
+        assert_eq!(
+            block_on(store.ingest(&note)).unwrap(),
+            IngestOutcome::Stored
+        );
+        assert_eq!(
+            block_on(store.ingest(&note)).unwrap(),
+            IngestOutcome::Duplicate
+        );
+        assert!(block_on(store.contains(&note.id)).unwrap());
+        let announce = |at: u64| {
+            EventBuilder::new(Kind::Custom(30617), "")
+                .tags([Tag::identifier("repo")])
+                .custom_created_at(Timestamp::from_secs(at))
+                .finalize(&keys)
+                .unwrap()
+        };
+        assert_eq!(
+            block_on(store.ingest(&announce(20))).unwrap(),
+            IngestOutcome::Stored
+        );
+        assert_eq!(
+            block_on(store.ingest(&announce(10))).unwrap(),
+            IngestOutcome::Duplicate,
+            "older version"
+        );
+        let items = block_on(store.negentropy_items(&Filter::new().kind(Kind::TextNote))).unwrap();
+        assert_eq!(items, vec![(note.id, note.created_at)]);
+    }
+}
