@@ -71,8 +71,12 @@ enum Outgoing {
     Close,
 }
 
-/// Bytes sent, for metrics.
-pub(crate) type SentCounter = Arc<std::sync::atomic::AtomicU64>;
+/// Bytes sent: the run's total and the relay's metric.
+#[derive(Clone, Debug)]
+pub(crate) struct SentCounter {
+    pub(crate) total: Arc<std::sync::atomic::AtomicU64>,
+    pub(crate) relay: prometheus::IntCounter,
+}
 
 /// What every connection needs: limits, TLS, where to report, shutdown.
 #[derive(Clone)]
@@ -145,7 +149,9 @@ impl WsTransport {
         };
         let text = message.as_json();
         self.sent
+            .total
             .fetch_add(text.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.sent.relay.inc_by(text.len() as u64);
         outgoing
             .try_send(Outgoing::Text(text))
             .map_err(|error| TransportError::QueueUnavailable {

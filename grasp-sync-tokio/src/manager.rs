@@ -17,7 +17,9 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::clock::TokioClock;
-use crate::connection::{tls_config, ConnectionConfig, Dialer, Inbound, Report, WsTransport};
+use crate::connection::{
+    tls_config, ConnectionConfig, Dialer, Inbound, Report, SentCounter, WsTransport,
+};
 use crate::metrics::Metrics;
 
 /// Why the manager could not be built.
@@ -297,7 +299,14 @@ impl SyncManager {
         let clock = TokioClock::new();
         let sent = Arc::new(AtomicU64::new(0));
         let own = own_relay.map(|url| OwnConnection {
-            transport: WsTransport::new(url, dialer.clone(), sent.clone()),
+            transport: WsTransport::new(
+                url.clone(),
+                dialer.clone(),
+                SentCounter {
+                    total: sent.clone(),
+                    relay: metrics.bytes_sent.with_label_values(&[url.as_str()]),
+                },
+            ),
             retry_at: Some(tokio::time::Instant::now()),
             failures: 0,
         });
@@ -402,7 +411,10 @@ impl Runner {
     fn send(&mut self, command: Command) {
         let relay = command.relay().clone();
         let dialer = self.dialer.clone();
-        let sent = self.sent.clone();
+        let sent = SentCounter {
+            total: self.sent.clone(),
+            relay: self.metrics.bytes_sent.with_label_values(&[relay.as_str()]),
+        };
         let transport = self
             .transports
             .entry(relay.clone())

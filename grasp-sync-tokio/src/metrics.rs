@@ -18,6 +18,7 @@ pub(crate) struct Metrics {
     relays_connected: IntGauge,
     relays_dead: IntGauge,
     pub(crate) bytes_received: IntCounterVec,
+    pub(crate) bytes_sent: IntCounterVec,
     pub(crate) dropped: IntCounterVec,
     engine_dropped: IntGaugeVec,
 }
@@ -70,6 +71,10 @@ impl Metrics {
                 Opts::new("ngit_sync_bytes_received_total", "Bytes received per relay"),
                 &["relay"],
             )?,
+            bytes_sent: IntCounterVec::new(
+                Opts::new("ngit_sync_bytes_sent_total", "Bytes sent per relay"),
+                &["relay"],
+            )?,
             dropped: IntCounterVec::new(
                 Opts::new(
                     "ngit_sync_events_dropped_total",
@@ -94,6 +99,7 @@ impl Metrics {
         registry.register(Box::new(metrics.relays_connected.clone()))?;
         registry.register(Box::new(metrics.relays_dead.clone()))?;
         registry.register(Box::new(metrics.bytes_received.clone()))?;
+        registry.register(Box::new(metrics.bytes_sent.clone()))?;
         registry.register(Box::new(metrics.dropped.clone()))?;
         registry.register(Box::new(metrics.engine_dropped.clone()))?;
         Ok(metrics)

@@ -285,6 +285,7 @@ fn fast_engine_config() -> EngineConfig {
     config.health.backoff.max = Duration::from_secs(4);
     config.health.rate_limit_cooldown = Duration::from_secs(1);
     config.retry_delay = Duration::from_millis(500);
+    config.negentropy_timeout = Duration::from_secs(1);
     config
 }
 
@@ -341,20 +342,29 @@ async fn a_quick_reconnect_catches_up_events_published_while_disconnected() {
 async fn negentropy_resync_downloads_nothing_again_and_req_fallback_pages_past_the_limit() {
     let own = TestRelay::start(TestRelayConfig::default()).await;
     let nip77 = TestRelay::start(TestRelayConfig::default()).await;
-    let refusing = TestRelay::start(TestRelayConfig {
-        nip77: support::Nip77Mode::RefuseNotice,
+    // Relays refusing NIP-77 the three ways real relays do.
+    let refusing_with = |nip77| TestRelayConfig {
+        nip77,
         default_filter_limit: Some(50),
         max_filter_limit: Some(50),
         ..TestRelayConfig::default()
-    })
-    .await;
+    };
+    let refusing = TestRelay::start(refusing_with(support::Nip77Mode::RefuseNotice)).await;
+    let neg_err = TestRelay::start(refusing_with(support::Nip77Mode::RefuseNegErr)).await;
+    let silent = TestRelay::start(refusing_with(support::Nip77Mode::Silence)).await;
     let maintainer = Keys::generate();
     let user = Keys::generate();
     let base = Timestamp::now().as_secs() - 10_000;
     let alpha = announcement(
         &maintainer,
         "alpha",
-        &[&own.url(), &nip77.url(), &refusing.url()],
+        &[
+            &own.url(),
+            &nip77.url(),
+            &refusing.url(),
+            &neg_err.url(),
+            &silent.url(),
+        ],
         base,
     );
     let repo = RepoRef::new(maintainer.public_key(), "alpha")
@@ -372,10 +382,16 @@ async fn negentropy_resync_downloads_nothing_again_and_req_fallback_pages_past_t
         })
         .collect();
     own.add_event(&alpha).await;
-    nip77.add_events(&issues[..120]).await;
+    // The refusing relay alone holds the oldest 80 issues, below its
+    // newest page of 50: only paging by `until` reaches them.
+    nip77.add_events(&issues[80..]).await;
     nip77.add_event(&alpha).await;
-    refusing.add_events(&issues[80..]).await;
+    refusing.add_events(&issues[..120]).await;
     refusing.add_event(&alpha).await;
+    neg_err.add_events(&issues[100..170]).await;
+    neg_err.add_event(&alpha).await;
+    silent.add_events(&issues[60..140]).await;
+    silent.add_event(&alpha).await;
     let mut expected: BTreeSet<EventId> = issues.iter().map(|event| event.id).collect();
     expected.insert(alpha.id);
 
@@ -383,14 +399,31 @@ async fn negentropy_resync_downloads_nothing_again_and_req_fallback_pages_past_t
     let shutdown = manager.shutdown_handle();
     let run = tokio::spawn(manager.run());
     let held = wait_for(&own, &expected).await;
-    assert_eq!(held, expected, "both relays fully synced");
+    assert_eq!(held, expected, "every relay fully synced");
+    // The events may all have come from other relays first: wait until each
+    // refusing relay has been paged through too.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while [&refusing, &neg_err, &silent]
+        .iter()
+        .any(|relay| relay.reqs_seen() <= 4)
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(nip77.neg_opens_seen() > 0, "synced by negentropy");
-    assert!(
-        refusing.reqs_seen() > 4,
-        "the refusing relay was paged by REQ past its limit of 50"
-    );
+    for relay in [&refusing, &neg_err, &silent] {
+        assert!(
+            relay.reqs_seen() > 4,
+            "a refusing relay was paged by REQ past its limit of 50: {} REQs, {} NEG-OPENs",
+            relay.reqs_seen(),
+            relay.neg_opens_seen()
+        );
+    }
     let first = stop(shutdown, run).await;
-    assert!(first.engine.negentropy_refusals >= 1);
+    assert_eq!(
+        first.engine.negentropy_refusals, 3,
+        "each refusal form (NOTICE, NEG-ERR, silence) remembered once per relay"
+    );
 
     // A second sync of the same data: negentropy finds nothing missing.
     nip77.reset_counters();
@@ -475,6 +508,10 @@ async fn subscription_limits_are_respected_and_a_refusing_relay_is_still_synced(
         told.max_concurrent_reqs_seen() <= 3,
         "a told limit is never exceeded ({})",
         told.max_concurrent_reqs_seen()
+    );
+    assert!(
+        summary.engine.rate_limits >= 1,
+        "'rate-limited: too many REQs' started the cooldown, and sync resumed after it"
     );
     assert!(
         summary.engine.subscription_refusals >= 1,
