@@ -148,16 +148,18 @@ impl WsTransport {
             return Err(TransportError::NotConnected(self.relay.clone()));
         };
         let text = message.as_json();
-        self.sent
-            .total
-            .fetch_add(text.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        self.sent.relay.inc_by(text.len() as u64);
-        outgoing
-            .try_send(Outgoing::Text(text))
-            .map_err(|error| TransportError::QueueUnavailable {
+        let size = text.len() as u64;
+        outgoing.try_send(Outgoing::Text(text)).map_err(|error| {
+            TransportError::QueueUnavailable {
                 relay: self.relay.clone(),
                 reason: error.to_string(),
-            })
+            }
+        })?;
+        self.sent
+            .total
+            .fetch_add(size, std::sync::atomic::Ordering::Relaxed);
+        self.sent.relay.inc_by(size);
+        Ok(())
     }
 }
 
@@ -168,7 +170,10 @@ impl RelayTransport for WsTransport {
 
     fn connect(&mut self, timeout: Duration) -> Result<(), TransportError> {
         let _ = self.close();
-        self.generation += 1;
+        if let Some(tasks) = &mut self.tasks {
+            // Forget finished drivers of earlier connections.
+            while tasks.try_join_next().is_some() {}
+        }
         let (sender, receiver) = mpsc::channel(self.connector.config.outgoing_queue);
         self.outgoing = Some(sender);
         let driver = Driver {
@@ -187,6 +192,8 @@ impl RelayTransport for WsTransport {
         if let Some(outgoing) = self.outgoing.take() {
             let _ = outgoing.try_send(Outgoing::Close);
         }
+        // Whatever the closed connection still reports is stale.
+        self.generation += 1;
         Ok(())
     }
 
@@ -244,7 +251,14 @@ impl Driver {
             generation: self.generation,
             report,
         };
-        let _ = self.connector.inbound.send(inbound).await;
+        let mut shutdown = self.connector.shutdown.clone();
+        if *shutdown.borrow() {
+            return;
+        }
+        tokio::select! {
+            _ = self.connector.inbound.send(inbound) => {}
+            _ = shutdown.changed() => {}
+        }
     }
 
     async fn run(mut self, timeout: Duration) {
@@ -259,9 +273,12 @@ impl Driver {
             false,
             Some(connector),
         );
+        // NIP-11 is fetched alongside the handshake, so the engine knows
+        // the relay's limits before it opens the first subscription.
+        let limits = crate::nip11::fetch_limits(&self.relay, self.connector.tls.clone(), timeout);
         let mut shutdown = self.connector.shutdown.clone();
-        let ws = tokio::select! {
-            result = tokio::time::timeout(timeout, connecting) => result,
+        let (ws, limits) = tokio::select! {
+            result = futures_util::future::join(tokio::time::timeout(timeout, connecting), limits) => result,
             _ = shutdown.changed() => return,
         };
         let ws = match ws {
@@ -273,6 +290,10 @@ impl Driver {
                     .await
             }
         };
+        match limits {
+            Ok(limits) => self.report(Report::Limits(limits)).await,
+            Err(error) => debug!(relay = %self.relay, %error, "no NIP-11 limits"),
+        }
         self.report(Report::Connected).await;
         let reason = self.pump(ws, shutdown).await;
         debug!(relay = %self.relay, reason, "connection closed");

@@ -11,7 +11,7 @@ use grasp_sync_core::clock::Clock;
 use grasp_sync_core::engine::{Command, EngineConfig, EngineStats, SyncEngine};
 use grasp_sync_core::store::{EventStore, IngestOutcome};
 use grasp_sync_core::transport::RelayTransport;
-use nostr::prelude::{Event, Kind, RelayMessage, RelayUrl, SubscriptionId};
+use nostr::prelude::{Event, RelayMessage, RelayUrl, SubscriptionId};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
@@ -88,6 +88,16 @@ impl SyncManagerBuilder {
             self.engine.service_relays.push(url.clone());
         }
         self.own_relay = Some(url);
+        self
+    }
+
+    /// A URL under which announcements list our service, when it differs
+    /// from the URL the self-subscriber connects to (a sidecar reaching its
+    /// relay at `ws://127.0.0.1:…` while announcements say `wss://…`).
+    pub fn service_relay(mut self, url: RelayUrl) -> Self {
+        if !self.engine.service_relays.contains(&url) {
+            self.engine.service_relays.push(url);
+        }
         self
     }
 
@@ -251,6 +261,8 @@ struct Runner {
 /// The self-subscriber's connection to the own relay.
 struct OwnConnection {
     transport: WsTransport,
+    /// The current connection reported `Connected`.
+    connected: bool,
     retry_at: Option<tokio::time::Instant>,
     failures: u32,
 }
@@ -309,6 +321,7 @@ impl SyncManager {
             ),
             retry_at: Some(tokio::time::Instant::now()),
             failures: 0,
+            connected: false,
         });
         let mut runner = Runner {
             engine: SyncEngine::new(engine_config, clock.read()),
@@ -325,10 +338,22 @@ impl SyncManager {
         let mut tick = tokio::time::interval(Duration::from_secs(2));
         runner.engine.handle_timeout(runner.clock.read());
         loop {
-            runner.drain_commands().await;
+            if *shutdown.borrow_and_update() {
+                break;
+            }
+            // The store is awaited here; shutdown must not wait for it.
+            tokio::select! {
+                _ = runner.drain_commands() => {}
+                _ = shutdown.changed() => break,
+            }
             runner.connect_own();
             let deadline = runner.next_deadline();
+            // Biased: messages already received are handled before a
+            // deadline fires, so a reply waiting in the queue is never taken
+            // for silence.
             tokio::select! {
+                biased;
+                _ = shutdown.changed() => break,
                 Some(message) = inbound.recv() => runner.on_inbound(message),
                 Some(event) = own_events.recv() => {
                     let now = runner.clock.read();
@@ -339,10 +364,10 @@ impl SyncManager {
                     runner.engine.handle_timeout(now);
                 }
                 _ = tick.tick() => runner.update_metrics(),
-                _ = shutdown.changed() => break,
             }
         }
         let _ = shutdown_tx.send(true);
+        drop(inbound);
         runner.stop().await
     }
 }
@@ -427,7 +452,10 @@ impl Runner {
                     .inc();
                 transport.connect(*timeout)
             }
-            Command::Disconnect { .. } => transport.close(),
+            Command::Disconnect { .. } => {
+                let _ = transport.close();
+                Ok(())
+            }
             Command::Subscribe { id, filters, .. } => transport.subscribe(id, filters),
             Command::Unsubscribe { id, .. } => transport.unsubscribe(id),
             Command::NegOpen {
@@ -441,7 +469,14 @@ impl Runner {
             _ => Ok(()),
         };
         if let Err(error) = result {
-            debug!(%relay, %error, "transport refused a command");
+            // A message that cannot be sent leaves the relay and the engine
+            // out of step: drop the connection so the engine plans again.
+            warn!(%relay, %error, "cannot send to relay; reconnecting");
+            if let Some(transport) = self.transports.get_mut(&relay) {
+                let _ = transport.close();
+            }
+            let now = self.clock.read();
+            self.engine.handle_disconnected(now, &relay);
         }
     }
 
@@ -468,7 +503,6 @@ impl Runner {
                     .with_label_values(&[relay.as_str(), "success"])
                     .inc();
                 self.engine.handle_connected(now, &relay);
-                self.fetch_limits(relay, generation);
             }
             Report::Limits(limits) => self.engine.handle_relay_limits(now, &relay, limits),
             Report::ConnectFailed(reason) => {
@@ -498,28 +532,6 @@ impl Runner {
         }
     }
 
-    /// Fetches the relay's NIP-11 limits in the background (once per
-    /// connect); they arrive as a report of this connection.
-    fn fetch_limits(&self, relay: RelayUrl, generation: u64) {
-        let tls = self.dialer.tls.clone();
-        let inbound = self.dialer.inbound.clone();
-        tokio::spawn(async move {
-            match crate::nip11::fetch_limits(&relay, tls, Duration::from_secs(5)).await {
-                Ok(limits) => {
-                    let report = Report::Limits(limits);
-                    let _ = inbound
-                        .send(Inbound {
-                            relay,
-                            generation,
-                            report,
-                        })
-                        .await;
-                }
-                Err(error) => debug!(%relay, %error, "no NIP-11 limits"),
-            }
-        });
-    }
-
     /// Starts (or restarts after its backoff) the self-subscription.
     fn connect_own(&mut self) {
         let Some(own) = &mut self.own else {
@@ -545,6 +557,7 @@ impl Runner {
         match report {
             Report::Connected => {
                 own.failures = 0;
+                own.connected = true;
                 let filter = self.engine.own_subscription_filter(now);
                 if let Some(own) = &mut self.own {
                     let _ = own
@@ -554,10 +567,7 @@ impl Runner {
             }
             Report::Message(message, _) => {
                 if let RelayMessage::Event { event, .. } = *message {
-                    let event = event.into_owned();
-                    if is_self_subscribed(event.kind) {
-                        self.engine.handle_own_events(now, [event]);
-                    }
+                    self.engine.handle_own_events(now, [event.into_owned()]);
                 }
             }
             Report::ConnectFailed(reason) | Report::Disconnected(reason) => {
@@ -565,7 +575,11 @@ impl Runner {
                 own.failures = own.failures.saturating_add(1);
                 let delay = Duration::from_secs(1u64 << own.failures.min(5));
                 own.retry_at = Some(tokio::time::Instant::now() + delay);
-                self.engine.handle_own_relay_disconnected(now);
+                // Only a connection that was open moves the catch-up point:
+                // a failed connect must not skip what we never read.
+                if std::mem::take(&mut own.connected) {
+                    self.engine.handle_own_relay_disconnected(now);
+                }
             }
             Report::Malformed(_) | Report::Limits(_) => {}
         }
@@ -603,8 +617,4 @@ impl Runner {
         self.summary.bytes_sent = self.sent.load(Ordering::Relaxed);
         self.summary
     }
-}
-
-fn is_self_subscribed(kind: Kind) -> bool {
-    [30617, 1617, 1618, 1621].contains(&kind.as_u16())
 }

@@ -20,7 +20,16 @@ pub(crate) struct Metrics {
     pub(crate) bytes_received: IntCounterVec,
     pub(crate) bytes_sent: IntCounterVec,
     pub(crate) dropped: IntCounterVec,
-    engine_dropped: IntGaugeVec,
+    /// Engine drop counts already added to `dropped`.
+    reported: Reported,
+}
+
+/// Engine counters already turned into metric increments.
+#[derive(Clone, Debug, Default)]
+struct Reported {
+    dropped_forged: std::cell::Cell<u64>,
+    dropped_off_filter: std::cell::Cell<u64>,
+    dropped_unknown_subscription: std::cell::Cell<u64>,
 }
 
 impl Metrics {
@@ -78,17 +87,11 @@ impl Metrics {
             dropped: IntCounterVec::new(
                 Opts::new(
                     "ngit_sync_events_dropped_total",
-                    "Events dropped by the adapter, by reason",
+                    "Events dropped, by reason: forged, off_filter, unknown_subscription, rejected_by_store, store_error, malformed",
                 ),
                 &["reason"],
             )?,
-            engine_dropped: IntGaugeVec::new(
-                Opts::new(
-                    "ngit_sync_engine_events_dropped",
-                    "Events the engine dropped, by reason",
-                ),
-                &["reason"],
-            )?,
+            reported: Reported::default(),
         };
         registry.register(Box::new(metrics.relay_connected.clone()))?;
         registry.register(Box::new(metrics.connection_attempts.clone()))?;
@@ -101,7 +104,6 @@ impl Metrics {
         registry.register(Box::new(metrics.bytes_received.clone()))?;
         registry.register(Box::new(metrics.bytes_sent.clone()))?;
         registry.register(Box::new(metrics.dropped.clone()))?;
-        registry.register(Box::new(metrics.engine_dropped.clone()))?;
         Ok(metrics)
     }
 
@@ -130,14 +132,33 @@ impl Metrics {
         self.relays_dead
             .set(counts.in_state(HealthState::Dead) as i64);
         let stats = engine.stats();
-        for (reason, value) in [
-            ("forged", stats.dropped_forged),
-            ("off_filter", stats.dropped_off_filter),
-            ("unknown_subscription", stats.dropped_unknown_subscription),
+        for (reason, now_total, before) in [
+            (
+                "forged",
+                stats.dropped_forged,
+                self.reported.dropped_forged.get(),
+            ),
+            (
+                "off_filter",
+                stats.dropped_off_filter,
+                self.reported.dropped_off_filter.get(),
+            ),
+            (
+                "unknown_subscription",
+                stats.dropped_unknown_subscription,
+                self.reported.dropped_unknown_subscription.get(),
+            ),
         ] {
-            self.engine_dropped
+            self.dropped
                 .with_label_values(&[reason])
-                .set(i64::try_from(value).unwrap_or(i64::MAX));
+                .inc_by(now_total.saturating_sub(before));
         }
+        self.reported.dropped_forged.set(stats.dropped_forged);
+        self.reported
+            .dropped_off_filter
+            .set(stats.dropped_off_filter);
+        self.reported
+            .dropped_unknown_subscription
+            .set(stats.dropped_unknown_subscription);
     }
 }
