@@ -390,7 +390,7 @@ impl Runner {
 
     async fn execute(&mut self, command: Command) {
         match command {
-            Command::Store { event, .. } => self.store_event(&event).await,
+            Command::Store { relay, event } => self.store_event(&relay, &event).await,
             Command::QueryLocalItems { relay, id, filter } => {
                 let items = match self.store.negentropy_items(&filter).await {
                     Ok(items) => items,
@@ -406,7 +406,7 @@ impl Runner {
         }
     }
 
-    async fn store_event(&mut self, event: &Event) {
+    async fn store_event(&mut self, relay: &RelayUrl, event: &Event) {
         match self.store.ingest(event).await {
             Ok(IngestOutcome::Stored) => {
                 self.summary.events_stored += 1;
@@ -427,7 +427,15 @@ impl Runner {
                     .dropped
                     .with_label_values(&["store_error"])
                     .inc();
-                warn!(id = %event.id, %error, "store failed");
+                // The event is not kept: drop the connection it came from, so
+                // the engine clears that relay's pending batches and plans
+                // them again on reconnect instead of confirming them.
+                warn!(%relay, id = %event.id, %error, "store failed; reconnecting the relay to sync it again");
+                if let Some(transport) = self.transports.get_mut(relay) {
+                    let _ = transport.close();
+                }
+                let now = self.clock.read();
+                self.engine.handle_disconnected(now, relay);
             }
         }
     }
