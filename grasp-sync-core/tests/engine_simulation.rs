@@ -81,6 +81,18 @@ fn world_with(fixture: &Fixture, a: SimRelayConfig, b: SimRelayConfig) -> World 
     )
 }
 
+/// The fixture's world with relay a's events and behaviour replaced.
+fn world_with_a(fixture: &Fixture, a_events: Vec<Event>, a: SimRelayConfig) -> World {
+    World::new(
+        config(),
+        vec![
+            sim_relay_with("a", a_events, a),
+            sim_relay("b", fixture.b_events.clone()),
+        ],
+        vec![fixture.announcement.clone()],
+    )
+}
+
 fn synced(fixture: &Fixture, a: SimRelayConfig, b: SimRelayConfig) -> World {
     let mut world = world_with(fixture, a, b);
     assert!(
@@ -476,14 +488,7 @@ fn equal_created_at_pagination_loses_nothing() {
         default_limit: 500,
         ..SimRelayConfig::default()
     };
-    let mut world = World::new(
-        config(),
-        vec![
-            sim_relay_with("a", a_events, a),
-            sim_relay("b", fixture.b_events.clone()),
-        ],
-        vec![fixture.announcement.clone()],
-    );
+    let mut world = world_with_a(&fixture, a_events, a);
     assert!(world.run_until_idle(STEPS));
     assert_converged(&world, &fixture);
     assert_eq!(world.engine.stats().crowded_seconds, 0);
@@ -499,14 +504,7 @@ fn a_silent_limit_clamp_does_not_end_pagination() {
         max_limit: Some(100),
         ..SimRelayConfig::default()
     };
-    let mut world = World::new(
-        config(),
-        vec![
-            sim_relay_with("a", a_events, a),
-            sim_relay("b", fixture.b_events.clone()),
-        ],
-        vec![fixture.announcement.clone()],
-    );
+    let mut world = world_with_a(&fixture, a_events, a);
     assert!(world.run_until_idle(STEPS));
     assert_converged(&world, &fixture);
 }
@@ -526,14 +524,7 @@ fn negentropy_fetches_of_missing_ids_survive_a_silent_clamp() {
         max_limit: Some(20),
         ..SimRelayConfig::default()
     };
-    let mut world = World::new(
-        config(),
-        vec![
-            sim_relay_with("a", a_events, a),
-            sim_relay("b", fixture.b_events.clone()),
-        ],
-        vec![fixture.announcement.clone()],
-    );
+    let mut world = world_with_a(&fixture, a_events, a);
     assert!(world.run_until_idle(STEPS), "{}", world.dump());
     assert_converged(&world, &fixture);
     assert!(world.engine.stats().negentropy_rounds > 0);
@@ -642,14 +633,7 @@ fn a_known_subscription_limit_is_never_exceeded() {
         max_subscriptions: Some(3),
         ..SimRelayConfig::default()
     };
-    let mut world = World::new(
-        config(),
-        vec![
-            sim_relay_with("a", a_events, a),
-            sim_relay("b", fixture.b_events.clone()),
-        ],
-        vec![fixture.announcement.clone()],
-    );
+    let mut world = world_with_a(&fixture, a_events, a);
     let limits = RelayLimits {
         max_subscriptions: Some(3),
         ..RelayLimits::default()
@@ -673,14 +657,7 @@ fn learns_subscription_limit(refusal: SubLimitRefusal) {
         sub_limit_refusal: refusal.clone(),
         ..SimRelayConfig::default()
     };
-    let mut world = World::new(
-        config(),
-        vec![
-            sim_relay_with("a", a_events, a),
-            sim_relay("b", fixture.b_events.clone()),
-        ],
-        vec![fixture.announcement.clone()],
-    );
+    let mut world = world_with_a(&fixture, a_events, a);
     let a_url = relay_url("a");
     assert!(world.run_until(STEPS, |w| w.engine.stats().subscription_refusals >= 1));
     // Refusals of subscriptions already in flight still arrive; after

@@ -46,13 +46,23 @@ fn engine_config() -> EngineConfig {
 }
 
 fn manager(own: &TestRelay) -> SyncManager {
+    manager_with(own, engine_config(), prometheus::Registry::new())
+}
+
+/// A manager syncing into `own` (self-subscription and store).
+fn manager_with(
+    own: &TestRelay,
+    config: EngineConfig,
+    registry: prometheus::Registry,
+) -> SyncManager {
     SyncManager::builder()
         .own_relay(own.url())
         .store(Arc::new(RelayStore::new(
             own.url(),
             Duration::from_secs(10),
         )))
-        .engine_config(engine_config())
+        .engine_config(config)
+        .registry(registry)
         .build()
         .unwrap()
 }
@@ -290,15 +300,7 @@ fn fast_engine_config() -> EngineConfig {
 }
 
 fn fast_manager(own: &TestRelay) -> SyncManager {
-    SyncManager::builder()
-        .own_relay(own.url())
-        .store(Arc::new(RelayStore::new(
-            own.url(),
-            Duration::from_secs(10),
-        )))
-        .engine_config(fast_engine_config())
-        .build()
-        .unwrap()
+    manager_with(own, fast_engine_config(), prometheus::Registry::new())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -577,16 +579,7 @@ async fn a_hostile_relay_gets_nothing_forged_or_off_filter_into_the_store() {
     own.add_event(&alpha).await;
     let expected: BTreeSet<EventId> = [alpha.id, issue.id].into();
     let registry = prometheus::Registry::new();
-    let manager = SyncManager::builder()
-        .own_relay(own.url())
-        .store(Arc::new(RelayStore::new(
-            own.url(),
-            Duration::from_secs(10),
-        )))
-        .engine_config(fast_engine_config())
-        .registry(registry.clone())
-        .build()
-        .unwrap();
+    let manager = manager_with(&own, fast_engine_config(), registry.clone());
     let shutdown = manager.shutdown_handle();
     let run = tokio::spawn(manager.run());
     let held = wait_for(&own, &expected).await;
