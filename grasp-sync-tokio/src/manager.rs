@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use grasp_sync_core::clock::Clock;
 use grasp_sync_core::engine::{Command, EngineConfig, EngineStats, SyncEngine};
+use grasp_sync_core::pagination::PageOutcome;
 use grasp_sync_core::store::{EventStore, IngestOutcome};
 use grasp_sync_core::transport::RelayTransport;
 use nostr::prelude::{Event, RelayMessage, RelayUrl, SubscriptionId};
@@ -263,11 +264,16 @@ struct OwnConnection {
     transport: WsTransport,
     /// The current connection reported `Connected`.
     connected: bool,
+    /// Paging through the own relay's history, until done.
+    history: Option<grasp_sync_core::pagination::PaginationState>,
     retry_at: Option<tokio::time::Instant>,
     failures: u32,
 }
 
-const OWN_SUBSCRIPTION: &str = "grasp-sync-own";
+const OWN_LIVE: &str = "grasp-sync-own-live";
+const OWN_HISTORY: &str = "grasp-sync-own-history";
+/// Events per page of the own relay's history.
+const OWN_PAGE: usize = 500;
 
 impl SyncManager {
     /// A builder with the spec's defaults.
@@ -322,6 +328,7 @@ impl SyncManager {
             retry_at: Some(tokio::time::Instant::now()),
             failures: 0,
             connected: false,
+            history: None,
         });
         let mut runner = Runner {
             engine: SyncEngine::new(engine_config, clock.read()),
@@ -567,29 +574,93 @@ impl Runner {
                 own.failures = 0;
                 own.connected = true;
                 let filter = self.engine.own_subscription_filter(now);
-                if let Some(own) = &mut self.own {
-                    let _ = own
-                        .transport
-                        .subscribe(&SubscriptionId::new(OWN_SUBSCRIPTION), &[filter]);
-                }
+                self.subscribe_own(filter);
             }
-            Report::Message(message, _) => {
-                if let RelayMessage::Event { event, .. } = *message {
-                    self.engine.handle_own_events(now, [event.into_owned()]);
-                }
-            }
+            Report::Message(message, _) => self.on_own_message(now, *message),
             Report::ConnectFailed(reason) | Report::Disconnected(reason) => {
-                warn!(reason, "own relay connection lost; retrying");
-                own.failures = own.failures.saturating_add(1);
-                let delay = Duration::from_secs(1u64 << own.failures.min(5));
-                own.retry_at = Some(tokio::time::Instant::now() + delay);
-                // Only a connection that was open moves the catch-up point:
-                // a failed connect must not skip what we never read.
-                if std::mem::take(&mut own.connected) {
-                    self.engine.handle_own_relay_disconnected(now);
-                }
+                self.own_lost(now, &reason)
             }
             Report::Malformed(_) | Report::Limits(_) => {}
+        }
+    }
+
+    /// The self-subscription: a live REQ for what comes, and the history
+    /// read page by page with `until` (a relay caps each REQ, and root events
+    /// would crowd old announcements out of a single one).
+    fn subscribe_own(&mut self, filter: nostr::prelude::Filter) {
+        let Some(own) = &mut self.own else {
+            return;
+        };
+        let live = filter.clone().limit(0);
+        let mut history = filter;
+        history.limit = Some(OWN_PAGE);
+        let _ = own
+            .transport
+            .subscribe(&SubscriptionId::new(OWN_LIVE), &[live]);
+        let _ = own
+            .transport
+            .subscribe(&SubscriptionId::new(OWN_HISTORY), &[history.clone()]);
+        own.history = Some(grasp_sync_core::pagination::PaginationState::new(history));
+    }
+
+    fn on_own_message(&mut self, now: grasp_sync_core::clock::Now, message: RelayMessage<'static>) {
+        match message {
+            RelayMessage::Event {
+                subscription_id,
+                event,
+            } => {
+                let event = event.into_owned();
+                if subscription_id.as_str() == OWN_HISTORY {
+                    if let Some(paging) = self.own.as_mut().and_then(|own| own.history.as_mut()) {
+                        paging.on_event(event.id, event.created_at);
+                    }
+                }
+                self.engine.handle_own_events(now, [event]);
+            }
+            RelayMessage::EndOfStoredEvents(id) if id.as_str() == OWN_HISTORY => {
+                let Some(own) = &mut self.own else {
+                    return;
+                };
+                let history = SubscriptionId::new(OWN_HISTORY);
+                match own.history.as_mut().map(|paging| paging.on_eose(None)) {
+                    Some(PageOutcome::NextPage(filter)) => {
+                        let _ = own.transport.subscribe(&history, &[filter]);
+                    }
+                    _ => {
+                        own.history = None;
+                        let _ = own.transport.unsubscribe(&history);
+                    }
+                }
+            }
+            RelayMessage::Closed {
+                subscription_id,
+                message,
+            } => {
+                // The own relay ended the self-subscription: start over.
+                warn!(id = %subscription_id, %message, "own relay closed the self-subscription; reconnecting");
+                if let Some(own) = &mut self.own {
+                    let _ = own.transport.close();
+                }
+                self.own_lost(now, "self-subscription closed");
+            }
+            _ => {}
+        }
+    }
+
+    /// The own relay connection is gone: retry after a backoff.
+    fn own_lost(&mut self, now: grasp_sync_core::clock::Now, reason: &str) {
+        let Some(own) = &mut self.own else {
+            return;
+        };
+        warn!(reason, "own relay connection lost; retrying");
+        own.failures = own.failures.saturating_add(1);
+        own.history = None;
+        let delay = Duration::from_secs(1u64 << own.failures.min(5));
+        own.retry_at = Some(tokio::time::Instant::now() + delay);
+        // Only a connection that was open moves the catch-up point: a
+        // failed connect must not skip what we never read.
+        if std::mem::take(&mut own.connected) {
+            self.engine.handle_own_relay_disconnected(now);
         }
     }
 

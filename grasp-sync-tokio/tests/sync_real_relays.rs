@@ -688,3 +688,53 @@ async fn an_embedding_relay_hands_events_in_process_and_stores_in_its_database()
         assert!(names.contains(name), "metric {name} registered: {names:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_self_subscription_reads_the_whole_own_history_past_the_relays_page_limit() {
+    let own = TestRelay::start(TestRelayConfig {
+        max_filter_limit: Some(50),
+        default_filter_limit: Some(50),
+        ..TestRelayConfig::default()
+    })
+    .await;
+    let a = TestRelay::start(TestRelayConfig::default()).await;
+    let maintainer = Keys::generate();
+    let user = Keys::generate();
+    let base = Timestamp::now().as_secs() - 10_000;
+    // The announcement and the first issue are the oldest of 121 events on
+    // the own relay, far below its newest page of 50.
+    let alpha = announcement(&maintainer, "alpha", &[&own.url(), &a.url()], base);
+    let repo = RepoRef::new(maintainer.public_key(), "alpha")
+        .unwrap()
+        .to_string();
+    let issues: Vec<Event> = (0..120)
+        .map(|n| {
+            sign(
+                &user,
+                1621,
+                &format!("issue {n}"),
+                vec![tag(&["a", &repo])],
+                base + 1 + n,
+            )
+        })
+        .collect();
+    own.add_event(&alpha).await;
+    own.add_events(&issues).await;
+    let reply = sign(
+        &user,
+        1111,
+        "reply to the oldest issue",
+        vec![tag(&["E", &issues[0].id.to_hex()])],
+        base + 500,
+    );
+    a.add_events(&[alpha.clone(), reply.clone()]).await;
+    let manager = fast_manager(&own);
+    let shutdown = manager.shutdown_handle();
+    let run = tokio::spawn(manager.run());
+    let held = wait_for(&own, &BTreeSet::from([reply.id])).await;
+    stop(shutdown, run).await;
+    assert!(
+        held.contains(&reply.id),
+        "the oldest announcement and root event were read"
+    );
+}
