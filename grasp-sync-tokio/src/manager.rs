@@ -246,11 +246,77 @@ impl std::fmt::Debug for SyncManager {
     }
 }
 
+/// Work for the store task.
+enum StoreJob {
+    Ingest {
+        relay: RelayUrl,
+        event: Box<Event>,
+    },
+    Items {
+        relay: RelayUrl,
+        id: SubscriptionId,
+        filter: Box<nostr::prelude::Filter>,
+    },
+}
+
+/// What the store task reports back to the run loop.
+enum StoreResult {
+    Ingested {
+        relay: RelayUrl,
+        id: nostr::prelude::EventId,
+        outcome: Result<IngestOutcome, grasp_sync_core::store::StoreError>,
+    },
+    Items {
+        relay: RelayUrl,
+        id: SubscriptionId,
+        items: Result<
+            Vec<(nostr::prelude::EventId, nostr::prelude::Timestamp)>,
+            grasp_sync_core::store::StoreError,
+        >,
+    },
+}
+
+/// The store task: the run loop never awaits the store itself, so a slow
+/// store never delays relay messages or deadlines.
+async fn store_worker(
+    store: Arc<dyn EventStore>,
+    mut jobs: mpsc::Receiver<StoreJob>,
+    results: mpsc::Sender<StoreResult>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let job = tokio::select! {
+            job = jobs.recv() => job,
+            _ = shutdown.changed() => return,
+        };
+        let Some(job) = job else {
+            return;
+        };
+        let result = match job {
+            StoreJob::Ingest { relay, event } => StoreResult::Ingested {
+                outcome: store.ingest(&event).await,
+                id: event.id,
+                relay,
+            },
+            StoreJob::Items { relay, id, filter } => StoreResult::Items {
+                items: store.negentropy_items(&filter).await,
+                relay,
+                id,
+            },
+        };
+        tokio::select! {
+            _ = results.send(result) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
 /// The run loop's state.
 struct Runner {
     engine: SyncEngine,
     clock: TokioClock,
-    store: Arc<dyn EventStore>,
+    store_jobs: mpsc::Sender<StoreJob>,
+    store_task: JoinSet<()>,
     metrics: Metrics,
     dialer: Dialer,
     transports: HashMap<RelayUrl, WsTransport>,
@@ -330,10 +396,20 @@ impl SyncManager {
             connected: false,
             history: None,
         });
+        let (store_jobs, store_jobs_rx) = mpsc::channel(65_536);
+        let (store_results_tx, mut store_results) = mpsc::channel(4096);
+        let mut store_task = JoinSet::new();
+        store_task.spawn(store_worker(
+            store,
+            store_jobs_rx,
+            store_results_tx,
+            shutdown_tx.subscribe(),
+        ));
         let mut runner = Runner {
             engine: SyncEngine::new(engine_config, clock.read()),
             clock,
-            store,
+            store_jobs,
+            store_task,
             metrics,
             dialer,
             transports: HashMap::new(),
@@ -348,7 +424,8 @@ impl SyncManager {
             if *shutdown.borrow_and_update() {
                 break;
             }
-            // The store is awaited here; shutdown must not wait for it.
+            // Handing work to the store task may wait for room in its queue;
+            // shutdown must not wait for it.
             tokio::select! {
                 _ = runner.drain_commands() => {}
                 _ = shutdown.changed() => break,
@@ -361,6 +438,7 @@ impl SyncManager {
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => break,
+                Some(result) = store_results.recv() => runner.on_store_result(result),
                 Some(message) = inbound.recv() => runner.on_inbound(message),
                 Some(event) = own_events.recv() => {
                     let now = runner.clock.read();
@@ -396,25 +474,41 @@ impl Runner {
     }
 
     async fn execute(&mut self, command: Command) {
-        match command {
-            Command::Store { relay, event } => self.store_event(&relay, &event).await,
-            Command::QueryLocalItems { relay, id, filter } => {
-                let items = match self.store.negentropy_items(&filter).await {
-                    Ok(items) => items,
-                    Err(error) => {
-                        warn!(%relay, %error, "store could not list items; negentropy starts from nothing");
-                        Vec::new()
-                    }
-                };
-                let now = self.clock.read();
-                self.engine.handle_local_items(now, &relay, &id, items);
-            }
-            command => self.send(command),
+        let job = match command {
+            Command::Store { relay, event } => StoreJob::Ingest { relay, event },
+            Command::QueryLocalItems { relay, id, filter } => StoreJob::Items {
+                relay,
+                id,
+                filter: Box::new(filter),
+            },
+            command => return self.send(command),
+        };
+        if self.store_jobs.send(job).await.is_err() {
+            warn!("the store task stopped");
         }
     }
 
-    async fn store_event(&mut self, relay: &RelayUrl, event: &Event) {
-        match self.store.ingest(event).await {
+    fn on_store_result(&mut self, result: StoreResult) {
+        match result {
+            StoreResult::Ingested { relay, id, outcome } => self.on_ingested(&relay, id, outcome),
+            StoreResult::Items { relay, id, items } => {
+                let items = items.unwrap_or_else(|error| {
+                    warn!(%relay, %error, "store could not list items; negentropy starts from nothing");
+                    Vec::new()
+                });
+                let now = self.clock.read();
+                self.engine.handle_local_items(now, &relay, &id, items);
+            }
+        }
+    }
+
+    fn on_ingested(
+        &mut self,
+        relay: &RelayUrl,
+        id: nostr::prelude::EventId,
+        outcome: Result<IngestOutcome, grasp_sync_core::store::StoreError>,
+    ) {
+        match outcome {
             Ok(IngestOutcome::Stored) => {
                 self.summary.events_stored += 1;
                 self.metrics.events_synced.inc();
@@ -426,7 +520,7 @@ impl Runner {
                     .dropped
                     .with_label_values(&["rejected_by_store"])
                     .inc();
-                debug!(id = %event.id, reason, "store rejected event");
+                debug!(%id, reason, "store rejected event");
             }
             Ok(_) => {}
             Err(error) => {
@@ -437,7 +531,7 @@ impl Runner {
                 // The event is not kept: drop the connection it came from, so
                 // the engine clears that relay's pending batches and plans
                 // them again on reconnect instead of confirming them.
-                warn!(%relay, id = %event.id, %error, "store failed; reconnecting the relay to sync it again");
+                warn!(%relay, %id, %error, "store failed; reconnecting the relay to sync it again");
                 if let Some(transport) = self.transports.get_mut(relay) {
                     let _ = transport.close();
                 }
@@ -679,6 +773,7 @@ impl Runner {
             .chain(self.own.as_mut().map(|own| &mut own.transport))
             .filter_map(WsTransport::take_tasks)
             .collect();
+        tasks.push(std::mem::take(&mut self.store_task));
         let deadline = tokio::time::Instant::now() + Duration::from_millis(900);
         for set in &mut tasks {
             while tokio::time::timeout_at(deadline, set.join_next())
