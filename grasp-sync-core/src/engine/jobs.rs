@@ -33,8 +33,12 @@ impl SyncEngine {
         } else if !waiting_live.is_empty() {
             self.add_live(now, relay, &waiting_live);
         }
+        let rebuild_waiting = self
+            .known
+            .get(relay)
+            .is_some_and(|known| known.rebuild_live_at.is_some());
         if let Some(conn) = self.conns.get_mut(relay) {
-            if conn.deferred_live.is_empty() && conn.refused_live.is_empty() {
+            if conn.deferred_live.is_empty() && conn.refused_live.is_empty() && !rebuild_waiting {
                 conn.live_gap_since = None;
             }
         }

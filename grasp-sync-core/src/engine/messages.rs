@@ -252,6 +252,9 @@ impl SyncEngine {
                     if let Some(conn) = self.conns.get_mut(relay) {
                         conn.subs.shift_remove(id);
                         conn.forget_live(id);
+                        // Live coverage is gone until the rebuild: the rebuilt
+                        // REQs fetch what was published meanwhile.
+                        conn.live_gap_since.get_or_insert(now.unix);
                     }
                     let delay = self.retry_delay(relay);
                     self.knowledge(relay).rebuild_live_at = Some(now.instant + delay);
