@@ -112,11 +112,16 @@ impl SyncEngine {
             debug!(%relay, id = %event.id, "dropped event outside the subscription's filters");
             return;
         }
-        if event.verify().is_err() {
-            self.stats.dropped_forged += 1;
-            warn!(%relay, id = %event.id, "dropped event with a bad id or signature");
+        if !self.verifies(relay, &event) {
             return;
         }
+        let Some(sub) = self
+            .conns
+            .get_mut(relay)
+            .and_then(|conn| conn.subs.get_mut(id))
+        else {
+            return;
+        };
         let batch = match sub {
             Sub::Req { batch, paging } => {
                 paging.on_event(event.id, event.created_at);
@@ -131,20 +136,28 @@ impl SyncEngine {
         if let Some(batch) = batch {
             self.progress(now, relay, batch);
         }
-        self.stats.events_accepted += 1;
-        self.emit(Command::Store {
-            relay: relay.clone(),
-            event: Box::new(event),
-        });
+        self.store(relay, event);
+    }
+
+    /// `true` if the event's id and signature verify; counts it otherwise.
+    fn verifies(&mut self, relay: &RelayUrl, event: &Event) -> bool {
+        let valid = event.verify().is_ok();
+        if !valid {
+            self.stats.dropped_forged += 1;
+            warn!(%relay, id = %event.id, "dropped event with a bad id or signature");
+        }
+        valid
     }
 
     /// Stores an event that matched: only if its id and signature verify.
     fn store_verified(&mut self, relay: &RelayUrl, event: Event) {
-        if event.verify().is_err() {
-            self.stats.dropped_forged += 1;
-            warn!(%relay, id = %event.id, "dropped event with a bad id or signature");
-            return;
+        if self.verifies(relay, &event) {
+            self.store(relay, event);
         }
+    }
+
+    /// Hands an accepted event to the store.
+    fn store(&mut self, relay: &RelayUrl, event: Event) {
         self.stats.events_accepted += 1;
         self.emit(Command::Store {
             relay: relay.clone(),
