@@ -1,16 +1,62 @@
 //! Purgatory git-data sync for grasp-sync.
 //!
-//! This crate will hold NIP-34 events that reference git objects the server does
-//! not have yet (repository state 30618, pull requests 1618 and PR updates 1619),
-//! fetch the missing objects from the repository's clone URLs with per-domain
-//! throttling and backoff, and release each event once its data is present. The
-//! decisions (sync queue backoff, domain throttle, URL selection, clone-URL
-//! policy) live in [`grasp_sync_core`]; this crate will add the tokio loop and a
-//! git-backed `SyncContext`.
+//! Events that reference git objects the server does not have yet — repository states
+//! (30618), pull requests (1618) and pull request updates (1619) — wait in a purgatory
+//! until those objects are fetched from the repository's clone URLs; then they are
+//! released to the caller's [`ReleaseSink`]. Sync is per identifier, not per event: a
+//! burst of events for one repository causes one fetch.
 //!
-//! Status: not built yet (see the issue "grasp-purgatory: identifier-based
-//! git-data sync"). Today it only re-exports the core so the workspace compiles.
+//! - [`Purgatory`] (built by [`PurgatoryBuilder`]): [`Purgatory::add_state`],
+//!   [`Purgatory::add_pr`], [`Purgatory::trigger_immediate_sync`], the main loop
+//!   ([`Purgatory::run`]) over the core's [`SyncQueue`](grasp_sync_core::purgatory::SyncQueue)
+//!   (debounce 3 min for user-submitted events, 500 ms for synced ones; backoff 20 s,
+//!   40 s, 80 s, then 2 min), expiry after 30 min (reported), persistence to a file.
+//! - [`ThrottleManager`]: per-domain limits (5 in flight, 30 per minute) and queues of
+//!   identifiers waiting for a throttled domain, served when capacity frees.
+//! - [`sync_identifier`], [`sync_identifier_next_url`], [`sync_identifier_from_url`]: the
+//!   spec's sync functions over any [`SyncContext`](grasp_sync_core::purgatory::SyncContext).
+//! - [`GitSyncContext`] and [`GitFetcher`]: the real context, fetching exact objects with
+//!   the git command line, safely (see [`git`]).
+//! - [`PurgatoryGate`]: wiring to `grasp-sync-tokio`, so events arriving by proactive
+//!   sync enter purgatory with the immediate delay.
+//!
+//! Configuration: [`PurgatoryBuilder`] methods, or the environment variables of
+//! [`config::ENV_VARIABLES`] through [`PurgatoryBuilder::from_env`]. Metrics (when a
+//! registry is given): `purgatory_sync_queue_size`, `purgatory_sync_attempts_total`,
+//! `purgatory_sync_oids_fetched_total`, `purgatory_domain_in_flight`,
+//! `purgatory_domain_requests_total`, plus `purgatory_events_held`,
+//! `purgatory_events_released_total` and `purgatory_events_expired_total`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub use grasp_sync_core as core;
+pub mod clock;
+pub mod config;
+mod context;
+pub mod git;
+mod held;
+mod hook;
+mod metrics;
+pub mod persist;
+mod repos;
+mod service;
+mod sink;
+mod store;
+mod sync;
+mod tasks;
+mod throttle_manager;
+
+pub use config::{EnvError, PurgatoryConfig};
+pub use context::{ContextParts, GitSyncContext, SharedStore};
+pub use git::{FetchReport, GitBackend, GitError, GitFetcher, GitFetcherConfig};
+pub use held::{
+    hold_event, hold_pull_request, hold_state, is_held_kind, HeldEvent, HeldKind, HoldError, Origin,
+};
+pub use hook::PurgatoryGate;
+pub use repos::{
+    repository_data, AnnouncementError, Announcements, MemoryAnnouncements, NpubLayout, RepoLocator,
+};
+pub use service::{BuildError, Purgatory, PurgatoryBuilder};
+pub use sink::{ChannelSink, PurgatoryOutput, ReleaseError, ReleaseSink, StoreSink};
+pub use store::{Inserted, PurgatoryStore};
+pub use sync::{sync_identifier, sync_identifier_from_url, sync_identifier_next_url, FromUrl};
+pub use throttle_manager::ThrottleManager;

@@ -221,6 +221,21 @@ impl CloneUrlPolicy {
         self
     }
 
+    /// Whether plain `http://` URLs are accepted.
+    pub fn allows_http(&self) -> bool {
+        self.allow_http
+    }
+
+    /// Whether local, loopback and private addresses are accepted.
+    pub fn allows_local_addresses(&self) -> bool {
+        self.address_rules.allow_local_addresses
+    }
+
+    /// Whether `git://` URLs are accepted.
+    pub fn allows_git_protocol(&self) -> bool {
+        self.allow_git_protocol
+    }
+
     /// Checks `url` and returns the normalised URL git is to be given.
     pub fn check(&self, url: &str) -> Result<CloneUrl, UrlPolicyError> {
         check_length(url)?;

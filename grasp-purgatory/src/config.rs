@@ -1,0 +1,190 @@
+//! Purgatory settings, with the spec's defaults and environment variables.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use grasp_sync_core::purgatory::{SyncQueueConfig, ThrottleConfig};
+
+use crate::git::GitFetcherConfig;
+
+/// The environment variables [`PurgatoryConfig::apply_env`] reads, with the setting each
+/// one sets.
+pub const ENV_VARIABLES: &[(&str, &str)] = &[
+    (
+        "NGIT_SYNC_LOOP_INTERVAL_MS",
+        "longest sleep of the main sync loop (1000)",
+    ),
+    (
+        "NGIT_SYNC_DOMAIN_CONCURRENT",
+        "fetches in flight per domain (5)",
+    ),
+    (
+        "NGIT_SYNC_DOMAIN_RATE_LIMIT",
+        "fetches started per domain per minute (30)",
+    ),
+    (
+        "NGIT_SYNC_DEFAULT_DELAY_SECS",
+        "wait before syncing user-submitted events (180)",
+    ),
+    (
+        "NGIT_SYNC_IMMEDIATE_DELAY_MS",
+        "wait before syncing events that arrived by sync (500)",
+    ),
+    (
+        "NGIT_PURGATORY_EXPIRY_SECS",
+        "how long an event waits for its data (1800)",
+    ),
+    (
+        "NGIT_PURGATORY_FETCH_TIMEOUT_SECS",
+        "how long one git command may run (60)",
+    ),
+];
+
+/// Everything a purgatory can be configured with.
+#[derive(Clone, Debug)]
+pub struct PurgatoryConfig {
+    /// The main loop wakes at the next queue deadline, on new events, and at least this
+    /// often (to expire events): 1 s.
+    pub loop_interval: Duration,
+    /// Debounce delays and backoff of the sync queue.
+    pub queue: SyncQueueConfig,
+    /// Per-domain limits.
+    pub throttle: ThrottleConfig,
+    /// How long an event may wait for its git data before it is dropped and reported
+    /// (30 min, as GRASP-01 asks).
+    pub expiry: Duration,
+    /// How git runs: timeout and clone-URL policy.
+    pub git: GitFetcherConfig,
+    /// Our own git server's domain, never fetched from.
+    pub our_domain: Option<String>,
+    /// Where the purgatory is saved on shutdown and restored from on start.
+    pub persist_path: Option<PathBuf>,
+}
+
+impl Default for PurgatoryConfig {
+    fn default() -> Self {
+        PurgatoryConfig {
+            loop_interval: Duration::from_secs(1),
+            queue: SyncQueueConfig::default(),
+            throttle: ThrottleConfig::default(),
+            expiry: Duration::from_secs(30 * 60),
+            git: GitFetcherConfig::default(),
+            our_domain: None,
+            persist_path: None,
+        }
+    }
+}
+
+/// An environment variable held something that is not a number.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("environment variable {name} is not a whole number: {value:?}")]
+pub struct EnvError {
+    /// The variable.
+    pub name: &'static str,
+    /// Its value.
+    pub value: String,
+}
+
+impl PurgatoryConfig {
+    /// Applies the variables of [`ENV_VARIABLES`] found by `lookup` (use
+    /// `|name| std::env::var(name).ok()` for the process environment). Unset variables
+    /// keep the current value; a value that is not a whole number is an error.
+    pub fn apply_env(mut self, lookup: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
+        let number = |name: &'static str| -> Result<Option<u64>, EnvError> {
+            match lookup(name) {
+                None => Ok(None),
+                Some(value) => value
+                    .trim()
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| EnvError { name, value }),
+            }
+        };
+        if let Some(ms) = number("NGIT_SYNC_LOOP_INTERVAL_MS")? {
+            self.loop_interval = Duration::from_millis(ms.max(1));
+        }
+        if let Some(n) = number("NGIT_SYNC_DOMAIN_CONCURRENT")? {
+            self.throttle.max_concurrent = clamp_u32(n.max(1));
+        }
+        if let Some(n) = number("NGIT_SYNC_DOMAIN_RATE_LIMIT")? {
+            self.throttle.max_per_minute = clamp_u32(n.max(1));
+        }
+        if let Some(secs) = number("NGIT_SYNC_DEFAULT_DELAY_SECS")? {
+            self.queue.default_delay = Duration::from_secs(secs);
+        }
+        if let Some(ms) = number("NGIT_SYNC_IMMEDIATE_DELAY_MS")? {
+            self.queue.immediate_delay = Duration::from_millis(ms);
+        }
+        if let Some(secs) = number("NGIT_PURGATORY_EXPIRY_SECS")? {
+            self.expiry = Duration::from_secs(secs);
+        }
+        if let Some(secs) = number("NGIT_PURGATORY_FETCH_TIMEOUT_SECS")? {
+            self.git.fetch_timeout = Duration::from_secs(secs.max(1));
+        }
+        Ok(self)
+    }
+}
+
+fn clamp_u32(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_spec_values() {
+        let config = PurgatoryConfig::default();
+        assert_eq!(config.loop_interval, Duration::from_millis(1000));
+        assert_eq!(config.throttle.max_concurrent, 5);
+        assert_eq!(config.throttle.max_per_minute, 30);
+        assert_eq!(config.queue.default_delay, Duration::from_secs(180));
+        assert_eq!(config.queue.immediate_delay, Duration::from_millis(500));
+        assert_eq!(config.expiry, Duration::from_secs(1800));
+    }
+
+    #[test]
+    fn every_variable_sets_its_value() {
+        let config = PurgatoryConfig::default()
+            .apply_env(env(&[
+                ("NGIT_SYNC_LOOP_INTERVAL_MS", "250"),
+                ("NGIT_SYNC_DOMAIN_CONCURRENT", "2"),
+                ("NGIT_SYNC_DOMAIN_RATE_LIMIT", " 12 "),
+                ("NGIT_SYNC_DEFAULT_DELAY_SECS", "60"),
+                ("NGIT_SYNC_IMMEDIATE_DELAY_MS", "100"),
+                ("NGIT_PURGATORY_EXPIRY_SECS", "600"),
+                ("NGIT_PURGATORY_FETCH_TIMEOUT_SECS", "9"),
+            ]))
+            .unwrap();
+        assert_eq!(config.loop_interval, Duration::from_millis(250));
+        assert_eq!(config.throttle.max_concurrent, 2);
+        assert_eq!(config.throttle.max_per_minute, 12);
+        assert_eq!(config.queue.default_delay, Duration::from_secs(60));
+        assert_eq!(config.queue.immediate_delay, Duration::from_millis(100));
+        assert_eq!(config.expiry, Duration::from_secs(600));
+        assert_eq!(config.git.fetch_timeout, Duration::from_secs(9));
+        assert_eq!(ENV_VARIABLES.len(), 7);
+    }
+
+    #[test]
+    fn a_bad_number_names_the_variable() {
+        let error = PurgatoryConfig::default()
+            .apply_env(env(&[("NGIT_SYNC_DOMAIN_RATE_LIMIT", "lots")]))
+            .unwrap_err();
+        assert_eq!(error.name, "NGIT_SYNC_DOMAIN_RATE_LIMIT");
+    }
+}

@@ -1,0 +1,180 @@
+//! What one event in purgatory waits for: the git objects it names.
+//!
+//! A repository state (30618) waits for the tip of every ref it lists; a pull request
+//! (1618) or pull request update (1619) waits for its commit (`c` tag). Everything is read
+//! and checked here, before the event is held, so nothing malformed ever reaches git: an
+//! object id that is not hex, a state with a malformed ref tag or a pull request without a
+//! valid tip is refused with a [`HoldError`].
+
+use std::collections::BTreeSet;
+
+use grasp_sync_core::nip34::{
+    parse_repo_state, pull_request_tip, root_event_repo_refs, GitOid, Nip34Error,
+    KIND_PULL_REQUEST, KIND_PULL_REQUEST_UPDATE, KIND_REPO_STATE,
+};
+use nostr::prelude::{Event, Timestamp};
+
+/// Who handed an event to purgatory; decides how long sync waits before fetching.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// A user submitted it to our relay: a `git push` is expected to follow, so sync
+    /// waits the default delay (3 min) first.
+    Submitted,
+    /// It arrived by proactive sync from another relay: sync starts after the short
+    /// immediate delay (500 ms), which batches bursts.
+    Synced,
+}
+
+impl Origin {
+    /// The name used in the persistence file.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Origin::Submitted => "submitted",
+            Origin::Synced => "synced",
+        }
+    }
+
+    /// The origin named `text` in the persistence file.
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        match text {
+            "submitted" => Some(Origin::Submitted),
+            "synced" => Some(Origin::Synced),
+            _ => None,
+        }
+    }
+}
+
+/// The kind of a held event, with what it asks of the repository.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeldKind {
+    /// A repository state: every ref tip must exist.
+    State {
+        /// The refs and the objects they point at.
+        refs: Vec<(String, GitOid)>,
+    },
+    /// A pull request or pull request update: its commit must exist. When released, the
+    /// commit is written under `refs/nostr/<event id>`.
+    PullRequest {
+        /// The proposed commit (`c` tag).
+        tip: GitOid,
+    },
+}
+
+/// An event waiting in purgatory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldEvent {
+    /// The event itself, verified by whoever handed it over.
+    pub event: Event,
+    /// The repository identifier (`d` tag of the state, or of the PR's `a` tag).
+    pub identifier: String,
+    /// What the event asks of the repository.
+    pub kind: HeldKind,
+    /// Who handed it over.
+    pub origin: Origin,
+    /// When it entered purgatory (unix time); it expires a configured time later.
+    pub held_since: Timestamp,
+}
+
+impl HeldEvent {
+    /// Every object the event needs, whether present locally or not.
+    pub fn needed_oids(&self) -> BTreeSet<GitOid> {
+        match &self.kind {
+            HeldKind::State { refs } => refs.iter().map(|(_, oid)| oid.clone()).collect(),
+            HeldKind::PullRequest { tip } => BTreeSet::from([tip.clone()]),
+        }
+    }
+}
+
+/// Why an event cannot be held in purgatory.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HoldError {
+    /// Only repository states, pull requests and pull request updates wait for git data.
+    #[error("kind {kind} does not reference git objects")]
+    UnsupportedKind {
+        /// The event's kind.
+        kind: u16,
+    },
+    /// The state event could not be read.
+    #[error("malformed repository state: {0}")]
+    MalformedState(#[from] Nip34Error),
+    /// A `refs/...` tag of the state is malformed (bad ref name or an object id that is
+    /// not 40 or 64 hex characters): the whole state is refused rather than half-applied.
+    #[error("repository state has {count} malformed ref tag(s), first at tag {first_index}")]
+    MalformedRef {
+        /// How many ref tags were malformed.
+        count: usize,
+        /// The index of the first malformed tag.
+        first_index: usize,
+    },
+    /// The pull request has no valid `c` tag (missing, or not a hex object id).
+    #[error("pull request has no valid commit tip ('c' tag)")]
+    MissingTip,
+    /// The pull request names no repository (`a` tag `30617:<author>:<identifier>`).
+    #[error("pull request names no repository ('a' tag)")]
+    MissingRepository,
+}
+
+/// Reads a repository state event into a [`HeldEvent`].
+pub fn hold_state(event: Event, origin: Origin, now: Timestamp) -> Result<HeldEvent, HoldError> {
+    let state = parse_repo_state(&event)?;
+    if let Some(first) = state.skipped.first() {
+        return Err(HoldError::MalformedRef {
+            count: state.skipped.len(),
+            first_index: first.index,
+        });
+    }
+    Ok(HeldEvent {
+        event,
+        identifier: state.identifier,
+        kind: HeldKind::State { refs: state.refs },
+        origin,
+        held_since: now,
+    })
+}
+
+/// Reads a pull request (1618) or pull request update (1619) into a [`HeldEvent`].
+///
+/// The identifier is the one of the first repository the event names.
+pub fn hold_pull_request(
+    event: Event,
+    origin: Origin,
+    now: Timestamp,
+) -> Result<HeldEvent, HoldError> {
+    let kind = event.kind.as_u16();
+    if kind != KIND_PULL_REQUEST && kind != KIND_PULL_REQUEST_UPDATE {
+        return Err(HoldError::UnsupportedKind { kind });
+    }
+    let tip = pull_request_tip(&event)
+        .value
+        .ok_or(HoldError::MissingTip)?;
+    let identifier = root_event_repo_refs(&event)
+        .value
+        .first()
+        .map(|repo| repo.identifier().to_owned())
+        .ok_or(HoldError::MissingRepository)?;
+    Ok(HeldEvent {
+        event,
+        identifier,
+        kind: HeldKind::PullRequest { tip },
+        origin,
+        held_since: now,
+    })
+}
+
+/// Reads any event purgatory holds (state, PR or PR update) into a [`HeldEvent`].
+pub fn hold_event(event: Event, origin: Origin, now: Timestamp) -> Result<HeldEvent, HoldError> {
+    match event.kind.as_u16() {
+        KIND_REPO_STATE => hold_state(event, origin, now),
+        KIND_PULL_REQUEST | KIND_PULL_REQUEST_UPDATE => hold_pull_request(event, origin, now),
+        kind => Err(HoldError::UnsupportedKind { kind }),
+    }
+}
+
+/// Whether events of this kind wait in purgatory for git data.
+pub fn is_held_kind(kind: u16) -> bool {
+    matches!(
+        kind,
+        KIND_REPO_STATE | KIND_PULL_REQUEST | KIND_PULL_REQUEST_UPDATE
+    )
+}

@@ -1,0 +1,102 @@
+//! Wiring to proactive sync: an [`EventStore`] that sends the events sync brings in and
+//! that wait for git data (states, PRs, PR updates) to purgatory, with the immediate
+//! delay, and everything else straight to the relay's store.
+//!
+//! Give a [`PurgatoryGate`] to `grasp_sync_tokio::SyncManagerBuilder::store` in place of
+//! the relay's store, and build the purgatory with a
+//! [`StoreSink`](crate::StoreSink) over that same store so released events land there:
+//!
+//! ```no_run
+//! # async fn wire(
+//! #     store: std::sync::Arc<grasp_sync_core::store::MemoryEventStore>,
+//! #     announcements: std::sync::Arc<grasp_purgatory::MemoryAnnouncements>,
+//! # ) -> Result<(), grasp_purgatory::BuildError> {
+//! use std::sync::Arc;
+//! use grasp_purgatory::{Purgatory, PurgatoryGate, StoreSink};
+//!
+//! let purgatory = Purgatory::builder()
+//!     .announcements(announcements)
+//!     .repos_root("/srv/git")
+//!     .sink(Arc::new(StoreSink::new(Arc::clone(&store))))
+//!     .build()
+//!     .await?;
+//! let gate = PurgatoryGate::new(store, purgatory.clone());
+//! // SyncManager::builder().store(Arc::new(gate)) ... ; tokio::spawn(purgatory.run())
+//! # Ok(()) }
+//! ```
+
+use async_trait::async_trait;
+use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
+use nostr::filter::MatchEventOptions;
+use nostr::prelude::{Event, EventId, Filter, Timestamp};
+
+use crate::held::{is_held_kind, Origin};
+use crate::service::Purgatory;
+use crate::store::Inserted;
+
+/// An [`EventStore`] in front of the relay's store that holds git-data events in
+/// purgatory.
+///
+/// A held event counts as stored for the sync engine ([`IngestOutcome::Stored`]), is
+/// reported by [`EventStore::contains`] and listed in negentropy items, so sync neither
+/// fetches it again nor re-adds it; it reaches the inner store when its data is present
+/// (through the purgatory's sink), or expires (reported by the sink). An event purgatory
+/// refuses (malformed refs or tip) is [`IngestOutcome::Rejected`] with the reason.
+#[derive(Debug)]
+pub struct PurgatoryGate<S> {
+    inner: S,
+    purgatory: Purgatory,
+}
+
+impl<S> PurgatoryGate<S> {
+    /// Sends git-data events to `purgatory`, everything else to `inner`.
+    pub fn new(inner: S, purgatory: Purgatory) -> Self {
+        PurgatoryGate { inner, purgatory }
+    }
+
+    /// The store behind the gate.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl<S: EventStore> EventStore for PurgatoryGate<S> {
+    async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
+        if !is_held_kind(event.kind.as_u16()) || self.inner.contains(&event.id).await? {
+            return self.inner.ingest(event).await;
+        }
+        Ok(match self.purgatory.add(event.clone(), Origin::Synced) {
+            Ok(Inserted::New | Inserted::Replaced { .. }) => IngestOutcome::Stored,
+            Ok(Inserted::Duplicate | Inserted::Superseded) => IngestOutcome::Duplicate,
+            Err(error) => IngestOutcome::Rejected {
+                reason: format!("purgatory: {error}"),
+            },
+        })
+    }
+
+    async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
+        if self.purgatory.contains(id) {
+            return Ok(true);
+        }
+        self.inner.contains(id).await
+    }
+
+    async fn negentropy_items(
+        &self,
+        filter: &Filter,
+    ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
+        let mut items = self.inner.negentropy_items(filter).await?;
+        let options = MatchEventOptions::new();
+        items.extend(
+            self.purgatory
+                .all_held_events()
+                .into_iter()
+                .filter(|held| filter.match_event(&held.event, options))
+                .map(|held| (held.event.id, held.event.created_at)),
+        );
+        items.sort_unstable();
+        items.dedup();
+        Ok(items)
+    }
+}

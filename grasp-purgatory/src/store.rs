@@ -1,0 +1,219 @@
+//! The events purgatory holds, by identifier, and which of their objects are known to be
+//! present locally.
+//!
+//! [`PurgatoryStore`] is plain data with no locking and no I/O; the service keeps it behind
+//! a mutex. A repository state is addressable: a newer state of the same author and
+//! identifier replaces the held one, an older one is ignored.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use grasp_sync_core::nip34::GitOid;
+use nostr::prelude::{EventId, Timestamp};
+
+use crate::held::{HeldEvent, HeldKind};
+
+/// What [`PurgatoryStore::insert`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Inserted {
+    /// The event is now held.
+    New,
+    /// The event was already held.
+    Duplicate,
+    /// The event replaced an older state of the same author and identifier, which was
+    /// dropped from purgatory (it is superseded, not lost: the newer state wins anyway).
+    Replaced {
+        /// The id of the dropped older state.
+        old: EventId,
+    },
+    /// A newer state of the same author and identifier is already held; this one is
+    /// superseded and not held.
+    Superseded,
+}
+
+/// Events waiting for git data, by identifier.
+#[derive(Debug, Default)]
+pub struct PurgatoryStore {
+    by_identifier: BTreeMap<String, Vec<HeldEvent>>,
+    ids: HashSet<EventId>,
+    /// Per identifier, objects known to exist in the target repository.
+    present: BTreeMap<String, BTreeSet<GitOid>>,
+}
+
+impl PurgatoryStore {
+    /// An empty purgatory.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Holds `held`, replacing an older state of the same author and identifier.
+    pub fn insert(&mut self, held: HeldEvent) -> Inserted {
+        if self.ids.contains(&held.event.id) {
+            return Inserted::Duplicate;
+        }
+        let events = self
+            .by_identifier
+            .entry(held.identifier.clone())
+            .or_default();
+        let mut outcome = Inserted::New;
+        if matches!(held.kind, HeldKind::State { .. }) {
+            if let Some(index) = older_state_index(events, &held) {
+                let old = events.remove(index).event.id;
+                self.ids.remove(&old);
+                outcome = Inserted::Replaced { old };
+            } else if has_newer_state(events, &held) {
+                return Inserted::Superseded;
+            }
+        }
+        self.ids.insert(held.event.id);
+        events.push(held);
+        outcome
+    }
+
+    /// Whether the event with this id is held.
+    pub fn contains(&self, id: &EventId) -> bool {
+        self.ids.contains(id)
+    }
+
+    /// Whether any event of `identifier` is held.
+    pub fn has_pending(&self, identifier: &str) -> bool {
+        self.by_identifier
+            .get(identifier)
+            .is_some_and(|events| !events.is_empty())
+    }
+
+    /// The held events of `identifier`, in arrival order.
+    pub fn events(&self, identifier: &str) -> &[HeldEvent] {
+        self.by_identifier
+            .get(identifier)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Every held event, by identifier.
+    pub fn iter(&self) -> impl Iterator<Item = &HeldEvent> {
+        self.by_identifier.values().flatten()
+    }
+
+    /// The identifiers with held events.
+    pub fn identifiers(&self) -> impl Iterator<Item = &str> {
+        self.by_identifier.keys().map(String::as_str)
+    }
+
+    /// How many events are held.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Every object the held events of `identifier` need.
+    pub fn needed_oids(&self, identifier: &str) -> BTreeSet<GitOid> {
+        self.events(identifier)
+            .iter()
+            .flat_map(HeldEvent::needed_oids)
+            .collect()
+    }
+
+    /// The objects the held events of `identifier` need that are not known to be present.
+    pub fn missing_oids(&self, identifier: &str) -> BTreeSet<GitOid> {
+        let present = self.present.get(identifier);
+        self.needed_oids(identifier)
+            .into_iter()
+            .filter(|oid| !present.is_some_and(|present| present.contains(oid)))
+            .collect()
+    }
+
+    /// Records that these objects exist in the target repository of `identifier`.
+    pub fn mark_present(&mut self, identifier: &str, oids: impl IntoIterator<Item = GitOid>) {
+        if !self.has_pending(identifier) {
+            return;
+        }
+        self.present
+            .entry(identifier.to_owned())
+            .or_default()
+            .extend(oids);
+    }
+
+    /// Whether `oid` was seen present in any identifier's repository at the last check.
+    pub fn is_known_present(&self, oid: &GitOid) -> bool {
+        self.present.values().any(|present| present.contains(oid))
+    }
+
+    /// Removes and returns the held events of `identifier` whose objects are all present.
+    pub fn take_satisfied(&mut self, identifier: &str) -> Vec<HeldEvent> {
+        let present = self.present.get(identifier).cloned().unwrap_or_default();
+        let satisfied = self.take_where(identifier, |held| held.needed_oids().is_subset(&present));
+        self.forget_if_empty(identifier);
+        satisfied
+    }
+
+    /// Removes and returns every held event that entered purgatory at or before `cutoff`.
+    pub fn take_expired(&mut self, cutoff: Timestamp) -> Vec<HeldEvent> {
+        let identifiers: Vec<String> = self.by_identifier.keys().cloned().collect();
+        let mut expired = Vec::new();
+        for identifier in identifiers {
+            expired.extend(self.take_where(&identifier, |held| held.held_since <= cutoff));
+            self.forget_if_empty(&identifier);
+        }
+        expired
+    }
+
+    /// Puts back events that were taken but could not be released.
+    pub fn restore(&mut self, events: Vec<HeldEvent>) {
+        for held in events {
+            self.insert(held);
+        }
+    }
+
+    fn take_where(
+        &mut self,
+        identifier: &str,
+        mut take: impl FnMut(&HeldEvent) -> bool,
+    ) -> Vec<HeldEvent> {
+        let Some(events) = self.by_identifier.get_mut(identifier) else {
+            return Vec::new();
+        };
+        let (taken, kept): (Vec<HeldEvent>, Vec<HeldEvent>) = std::mem::take(events)
+            .into_iter()
+            .partition(|held| take(held));
+        *events = kept;
+        for held in &taken {
+            self.ids.remove(&held.event.id);
+        }
+        taken
+    }
+
+    fn forget_if_empty(&mut self, identifier: &str) {
+        if !self.has_pending(identifier) {
+            self.by_identifier.remove(identifier);
+            self.present.remove(identifier);
+        }
+    }
+}
+
+fn same_address(a: &HeldEvent, b: &HeldEvent) -> bool {
+    matches!(a.kind, HeldKind::State { .. })
+        && a.event.pubkey == b.event.pubkey
+        && a.identifier == b.identifier
+}
+
+/// Whether `a` is a newer version than `b` of one addressable event (ties broken by the
+/// lower id, as NIP-01 asks).
+fn is_newer(a: &HeldEvent, b: &HeldEvent) -> bool {
+    (a.event.created_at, std::cmp::Reverse(a.event.id))
+        > (b.event.created_at, std::cmp::Reverse(b.event.id))
+}
+
+fn older_state_index(events: &[HeldEvent], new: &HeldEvent) -> Option<usize> {
+    events
+        .iter()
+        .position(|held| same_address(held, new) && is_newer(new, held))
+}
+
+fn has_newer_state(events: &[HeldEvent], new: &HeldEvent) -> bool {
+    events
+        .iter()
+        .any(|held| same_address(held, new) && is_newer(held, new))
+}
