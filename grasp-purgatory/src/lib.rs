@@ -43,6 +43,8 @@ mod sink;
 mod store;
 mod sync;
 mod tasks;
+#[cfg(test)]
+mod test_events;
 mod throttle_manager;
 
 pub use config::{EnvError, PurgatoryConfig};

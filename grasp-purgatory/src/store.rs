@@ -217,3 +217,81 @@ fn has_newer_state(events: &[HeldEvent], new: &HeldEvent) -> bool {
         .iter()
         .any(|held| same_address(held, new) && is_newer(held, new))
 }
+
+#[cfg(test)]
+mod tests {
+    use nostr::prelude::Keys;
+
+    use super::*;
+    use crate::held::{hold_event, Origin};
+    use crate::test_events::{hex, pull_request, state};
+
+    fn held(event: nostr::prelude::Event, since: u64) -> HeldEvent {
+        hold_event(event, Origin::Synced, Timestamp::from_secs(since)).unwrap()
+    }
+
+    fn oid(n: u8) -> GitOid {
+        GitOid::parse(&hex(n)).unwrap()
+    }
+
+    #[test]
+    fn a_newer_state_replaces_the_older_and_an_older_one_is_ignored() {
+        let keys = Keys::generate();
+        let mut store = PurgatoryStore::new();
+        let old = held(state(&keys, "r", &[&hex(1)], 10), 0);
+        let new = held(state(&keys, "r", &[&hex(2)], 20), 0);
+        let old_id = old.event.id;
+        assert_eq!(store.insert(old.clone()), Inserted::New);
+        assert_eq!(store.insert(old.clone()), Inserted::Duplicate);
+        assert_eq!(store.insert(new), Inserted::Replaced { old: old_id });
+        assert_eq!(store.insert(old), Inserted::Superseded);
+        assert_eq!(store.len(), 1);
+        assert_eq!(store.missing_oids("r"), BTreeSet::from([oid(2)]));
+        // Another author's state of the same identifier is held beside it.
+        let other = held(state(&Keys::generate(), "r", &[&hex(3)], 5), 0);
+        assert_eq!(store.insert(other), Inserted::New);
+        assert_eq!(store.len(), 2);
+    }
+
+    #[test]
+    fn events_are_released_once_all_their_objects_are_present() {
+        let keys = Keys::generate();
+        let mut store = PurgatoryStore::new();
+        store.insert(held(state(&keys, "r", &[&hex(1), &hex(2)], 10), 0));
+        store.insert(held(
+            pull_request(&keys, &keys.public_key(), "r", &hex(2)),
+            0,
+        ));
+        store.mark_present("r", [oid(2)]);
+        assert_eq!(store.missing_oids("r"), BTreeSet::from([oid(1)]));
+        let released = store.take_satisfied("r");
+        assert_eq!(released.len(), 1);
+        assert!(matches!(released[0].kind, HeldKind::PullRequest { .. }));
+        assert!(store.has_pending("r"));
+        store.mark_present("r", [oid(1)]);
+        assert_eq!(store.take_satisfied("r").len(), 1);
+        assert!(!store.has_pending("r"));
+        assert!(store.is_empty());
+        // Presence is forgotten with the identifier.
+        assert!(!store.is_known_present(&oid(1)));
+    }
+
+    #[test]
+    fn expiry_takes_only_events_held_long_enough() {
+        let keys = Keys::generate();
+        let mut store = PurgatoryStore::new();
+        store.insert(held(
+            pull_request(&keys, &keys.public_key(), "a", &hex(1)),
+            100,
+        ));
+        store.insert(held(
+            pull_request(&keys, &keys.public_key(), "b", &hex(2)),
+            200,
+        ));
+        let expired = store.take_expired(Timestamp::from_secs(150));
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].identifier, "a");
+        assert!(!store.has_pending("a"));
+        assert!(store.has_pending("b"));
+    }
+}
