@@ -1,6 +1,7 @@
 //! The purgatory service: holds events, runs the sync queue's main loop, and shuts down
 //! cleanly (saving the purgatory when asked to).
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -213,6 +214,7 @@ impl PurgatoryBuilder {
         let ctx: Arc<dyn SyncContext> = Arc::new(context);
         let clock = PurgatoryClock::new();
         let tasks = Arc::new(Tasks::default());
+        let wake = Arc::new(Notify::new());
         let manager = Arc::new(ThrottleManager::new(
             self.config.throttle,
             clock,
@@ -220,13 +222,14 @@ impl PurgatoryBuilder {
             Arc::clone(&ctx),
             metrics.clone(),
             Arc::clone(&tasks),
+            Arc::clone(&wake),
         ));
         let (shutdown, _) = watch::channel(false);
         let purgatory = Purgatory {
             shared: Arc::new(Shared {
                 queue: Mutex::new(SyncQueue::new(self.config.queue)),
                 store,
-                wake: Notify::new(),
+                wake,
                 shutdown,
                 manager,
                 ctx,
@@ -247,7 +250,7 @@ struct Shared {
     config: PurgatoryConfig,
     store: SharedStore,
     queue: Mutex<SyncQueue>,
-    wake: Notify,
+    wake: Arc<Notify>,
     shutdown: watch::Sender<bool>,
     manager: Arc<ThrottleManager>,
     ctx: Arc<dyn SyncContext>,
@@ -398,6 +401,7 @@ impl Purgatory {
         let mut shutdown = self.shared.shutdown.subscribe();
         while !*shutdown.borrow_and_update() {
             self.expire().await;
+            self.forget_released();
             self.start_ready();
             let deadline = self.next_wake();
             tokio::select! {
@@ -466,6 +470,22 @@ impl Purgatory {
         match self.queue().poll_timeout() {
             Some(at) => clock.to_tokio(at).min(latest),
             None => latest,
+        }
+    }
+
+    /// Drops queue entries whose events were all released (by a domain queue) or
+    /// expired, unless their sync is running.
+    fn forget_released(&self) {
+        let pending: HashSet<String> = lock(&self.shared.store)
+            .identifiers()
+            .map(str::to_owned)
+            .collect();
+        if self
+            .queue()
+            .retain_idle(|identifier| pending.contains(identifier))
+            > 0
+        {
+            self.update_gauges();
         }
     }
 

@@ -238,6 +238,7 @@ mod tests {
             ctx,
             None,
             Arc::new(Tasks::default()),
+            Arc::new(tokio::sync::Notify::new()),
         ))
     }
 

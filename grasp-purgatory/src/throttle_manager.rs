@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use grasp_sync_core::purgatory::{DomainThrottles, SyncContext, ThrottleConfig};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
+use tokio::sync::Notify;
 
 use crate::clock::PurgatoryClock;
 use crate::metrics::Metrics;
@@ -29,6 +30,8 @@ pub struct ThrottleManager {
     ctx: Arc<dyn SyncContext>,
     metrics: Option<Metrics>,
     tasks: Arc<Tasks>,
+    /// Wakes the main loop after a domain queue served an identifier.
+    wake: Arc<Notify>,
 }
 
 impl std::fmt::Debug for ThrottleManager {
@@ -48,6 +51,7 @@ impl ThrottleManager {
         ctx: Arc<dyn SyncContext>,
         metrics: Option<Metrics>,
         tasks: Arc<Tasks>,
+        wake: Arc<Notify>,
     ) -> Self {
         ThrottleManager {
             throttles: Mutex::new(DomainThrottles::new(config)),
@@ -57,6 +61,7 @@ impl ThrottleManager {
             ctx,
             metrics,
             tasks,
+            wake,
         }
     }
 
@@ -195,6 +200,7 @@ impl ThrottleManager {
             }
             throttle.mark_identifier_not_in_progress(&identifier);
         }
+        self.wake.notify_one();
         self.trigger(&domain);
     }
 

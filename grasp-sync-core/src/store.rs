@@ -55,6 +55,26 @@ pub trait EventStore: Send + Sync {
     ) -> Result<Vec<(EventId, Timestamp)>, StoreError>;
 }
 
+/// A shared store is a store: lets one store sit behind several users (for example a
+/// purgatory's release sink and the sync engine).
+#[async_trait]
+impl<T: EventStore + ?Sized> EventStore for std::sync::Arc<T> {
+    async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
+        (**self).ingest(event).await
+    }
+
+    async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
+        (**self).contains(id).await
+    }
+
+    async fn negentropy_items(
+        &self,
+        filter: &Filter,
+    ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
+        (**self).negentropy_items(filter).await
+    }
+}
+
 /// An in-memory [`EventStore`] that keeps only the newest version of
 /// replaceable and addressable events, as relays do.
 #[derive(Debug, Default)]

@@ -156,6 +156,16 @@ impl SyncQueue {
         }
     }
 
+    /// Forgets every identifier that is not being synced and for which `keep` is false
+    /// (for example identifiers whose events were all released by a domain queue).
+    /// Returns how many were forgotten.
+    pub fn retain_idle(&mut self, mut keep: impl FnMut(&str) -> bool) -> usize {
+        let before = self.entries.len();
+        self.entries
+            .retain(|identifier, entry| entry.in_progress || keep(identifier));
+        before - self.entries.len()
+    }
+
     /// Forgets `identifier` (for example when its events expired).
     ///
     /// Removing an identifier whose sync is still running forgets that it
@@ -196,6 +206,21 @@ impl SyncQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retain_idle_keeps_running_syncs() {
+        let mut queue = SyncQueue::default();
+        queue.enqueue("running", Instant::ZERO, Duration::ZERO);
+        queue.enqueue("released", Instant::ZERO, Duration::ZERO);
+        queue.enqueue("waiting", Instant::ZERO, Duration::from_secs(9));
+        assert_eq!(queue.take_ready(Instant::ZERO), vec!["running", "released"]);
+        queue.complete("released", Instant::ZERO, false);
+        let forgotten = queue.retain_idle(|identifier| identifier == "waiting");
+        assert_eq!(forgotten, 1);
+        assert!(queue.get("running").is_some());
+        assert!(queue.get("released").is_none());
+        assert!(queue.get("waiting").is_some());
+    }
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)

@@ -1,0 +1,415 @@
+//! The purgatory service end to end on virtual time (`tokio::time::pause`), with an
+//! in-memory git backend that records every fetch: domain limits under a burst, the
+//! debounce of a burst, the backoff of an unreachable URL, expiry, the delay of
+//! user-submitted events, persistence, and the wiring to proactive sync.
+
+mod events;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use events::memory_git::{MemoryGit, OneRepo};
+use events::{announcement, hex, pull_request, pull_request_update, state};
+use grasp_purgatory::{
+    ChannelSink, MemoryAnnouncements, Origin, Purgatory, PurgatoryGate, PurgatoryOutput, StoreSink,
+};
+use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore};
+use nostr::prelude::*;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::Instant;
+
+const HOST: &str = "git.example.com";
+
+struct World {
+    purgatory: Purgatory,
+    git: Arc<MemoryGit>,
+    announcements: Arc<MemoryAnnouncements>,
+    output: UnboundedReceiver<PurgatoryOutput>,
+    owner: Keys,
+    run: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+async fn world(
+    git: MemoryGit,
+    configure: impl FnOnce(grasp_purgatory::PurgatoryBuilder) -> grasp_purgatory::PurgatoryBuilder,
+) -> World {
+    let git = Arc::new(git);
+    let announcements = Arc::new(MemoryAnnouncements::new());
+    let (sink, output) = ChannelSink::new();
+    let builder = Purgatory::builder()
+        .announcements(announcements.clone())
+        .repo_locator(Arc::new(OneRepo("/memory".into())))
+        .git_backend(git.clone())
+        .sink(Arc::new(sink));
+    let purgatory = configure(builder).build().await.unwrap();
+    let run = tokio::spawn({
+        let purgatory = purgatory.clone();
+        async move { purgatory.run().await }
+    });
+    World {
+        purgatory,
+        git,
+        announcements,
+        output,
+        owner: Keys::generate(),
+        run,
+    }
+}
+
+impl World {
+    fn announce(&self, identifier: &str, urls: &[&str]) {
+        self.announcements
+            .add(announcement(&self.owner, identifier, urls))
+            .unwrap();
+    }
+
+    fn add_pr(&self, identifier: &str, tip: &str, origin: Origin) -> EventId {
+        let event = pull_request(&Keys::generate(), &self.owner.public_key(), identifier, tip);
+        let id = event.id;
+        self.purgatory.add_pr(event, origin).unwrap();
+        id
+    }
+
+    /// Waits (virtual time) for `count` outputs.
+    async fn outputs(&mut self, count: usize, within: Duration) -> Vec<(Instant, PurgatoryOutput)> {
+        let deadline = Instant::now() + within;
+        let mut got = Vec::new();
+        while got.len() < count {
+            match tokio::time::timeout_at(deadline, self.output.recv()).await {
+                Ok(Some(output)) => got.push((Instant::now(), output)),
+                _ => panic!("{} of {count} outputs within {within:?}", got.len()),
+            }
+        }
+        got
+    }
+
+    async fn stop(self) {
+        self.purgatory.shutdown();
+        self.run.await.unwrap().unwrap();
+    }
+}
+
+fn released(output: &PurgatoryOutput) -> bool {
+    matches!(output, PurgatoryOutput::Released(_))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_fifty_identifiers_never_exceeds_five_in_flight_or_thirty_a_minute() {
+    let git = MemoryGit::with_delay(Duration::from_secs(3));
+    let mut world = world(git, |b| b).await;
+    let start = Instant::now();
+    for i in 0..50u8 {
+        let url = format!("https://{HOST}/r{i}.git");
+        world.announce(&format!("r{i}"), &[&url]);
+        world.git.serve(&url, [hex(i)]);
+        world.add_pr(&format!("r{i}"), &hex(i), Origin::Synced);
+    }
+    let outputs = world.outputs(50, Duration::from_secs(600)).await;
+    assert!(outputs.iter().all(|(_, o)| released(o)));
+
+    let log = world.git.log();
+    assert_eq!(log.len(), 50, "one fetch per identifier");
+    assert_eq!(
+        world.git.max_in_flight(HOST),
+        5,
+        "the concurrency limit is reached, not exceeded"
+    );
+    let starts: Vec<Duration> = log.iter().map(|r| r.started - start).collect();
+    for (index, first) in starts.iter().enumerate() {
+        let in_window = starts[index..]
+            .iter()
+            .filter(|s| **s < *first + Duration::from_secs(60))
+            .count();
+        assert!(
+            in_window <= 30,
+            "{in_window} fetches within a minute from {first:?}"
+        );
+    }
+    // The 31st fetch waits for the first to leave the one-minute window.
+    assert!(
+        starts[30] >= starts[0] + Duration::from_secs(60),
+        "{:?}",
+        &starts[..32]
+    );
+    // And is not left waiting for the main loop's backoff: the window's timer serves it.
+    assert!(
+        starts[30] < starts[0] + Duration::from_secs(61),
+        "{:?}",
+        starts[30]
+    );
+    assert_eq!(world.purgatory.held(), 0);
+    assert_eq!(world.purgatory.queue_len(), 0);
+    world.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn ten_events_for_one_identifier_within_100_ms_cause_one_fetch() {
+    let mut world = world(MemoryGit::default(), |b| b).await;
+    let url = format!("https://{HOST}/r.git");
+    world.announce("r", &[&url]);
+    world.git.serve(&url, (1..=10).map(hex));
+    for n in 1..=10 {
+        world.add_pr("r", &hex(n), Origin::Synced);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let outputs = world.outputs(10, Duration::from_secs(10)).await;
+    assert!(outputs.iter().all(|(_, o)| released(o)));
+    let log = world.git.log();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0].oids.len(), 10);
+    world.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_url_is_retried_after_20_40_80_then_every_120_seconds() {
+    let world = world(MemoryGit::default(), |b| b).await;
+    let url = format!("https://{HOST}/r.git");
+    world.announce("r", &[&url]);
+    world.git.fail(&url);
+    let added = Instant::now();
+    world.add_pr("r", &hex(1), Origin::Synced);
+    tokio::time::sleep(Duration::from_secs(500)).await;
+
+    let starts: Vec<Duration> = world.git.log().iter().map(|r| r.started - added).collect();
+    let expected = [500, 20_500, 60_500, 140_500, 260_500, 380_500, 500_500];
+    assert_eq!(starts.len(), 6, "{starts:?}");
+    for (got, want) in starts.iter().zip(expected) {
+        let want = Duration::from_millis(want);
+        assert!(got.abs_diff(want) < Duration::from_millis(20), "{starts:?}");
+    }
+    assert_eq!(
+        world.purgatory.held(),
+        1,
+        "still held: it has not expired yet"
+    );
+    world.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_event_resets_the_backoff() {
+    let world = world(MemoryGit::default(), |b| b).await;
+    let url = format!("https://{HOST}/r.git");
+    world.announce("r", &[&url]);
+    world.git.fail(&url);
+    let added = Instant::now();
+    world.add_pr("r", &hex(1), Origin::Synced);
+    // Attempts at 0.5 s and 20.5 s; the next would be at 60.5 s.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(world.git.log().len(), 2);
+    world.add_pr("r", &hex(2), Origin::Synced);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let log = world.git.log();
+    assert_eq!(log.len(), 3);
+    let third = log[2].started - added;
+    assert!(
+        third.abs_diff(Duration::from_millis(30_500)) < Duration::from_millis(20),
+        "{third:?}"
+    );
+    assert_eq!(
+        world.purgatory.queue_entry("r").map(|e| e.attempt_count),
+        Some(1)
+    );
+    world.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn user_submitted_events_wait_three_minutes_for_the_push() {
+    let mut world = world(MemoryGit::default(), |b| b).await;
+    let url = format!("https://{HOST}/r.git");
+    world.announce("r", &[&url]);
+    world.git.serve(&url, [hex(1), hex(2)]);
+    let added = Instant::now();
+    world.add_pr("r", &hex(1), Origin::Submitted);
+    world.add_pr("r", &hex(2), Origin::Submitted);
+    // The push brings one object before the delay ends: only the other is fetched.
+    world.git.push_local(&hex(1));
+    let outputs = world.outputs(2, Duration::from_secs(200)).await;
+    let log = world.git.log();
+    assert_eq!(log.len(), 1);
+    assert!(log[0].started - added >= Duration::from_secs(180));
+    assert_eq!(
+        log[0].oids.len(),
+        1,
+        "only the object the push did not bring"
+    );
+    assert!(outputs
+        .iter()
+        .all(|(at, _)| *at - added >= Duration::from_secs(180)));
+    world.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_whose_data_never_arrives_expire_after_thirty_minutes_and_are_reported() {
+    let mut world = world(MemoryGit::default(), |b| b).await;
+    let url = format!("https://{HOST}/r.git");
+    world.announce("r", &[&url]);
+    world.git.fail(&url);
+    let added = Instant::now();
+    let id = world.add_pr("r", &hex(1), Origin::Synced);
+    let outputs = world.outputs(1, Duration::from_secs(2000)).await;
+    let (at, output) = &outputs[0];
+    assert!(matches!(output, PurgatoryOutput::Expired(held) if held.event.id == id));
+    let waited = *at - added;
+    assert!(
+        waited >= Duration::from_secs(1800) && waited < Duration::from_secs(1802),
+        "{waited:?}"
+    );
+    assert_eq!(world.purgatory.held(), 0);
+    assert_eq!(world.purgatory.queue_len(), 0);
+    world.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn released_pull_requests_get_their_tip_under_refs_nostr_and_states_wait_for_every_ref() {
+    let mut world = world(MemoryGit::default(), |b| b).await;
+    let one = format!("https://{HOST}/r.git");
+    let two = "https://mirror.example.org/r.git".to_owned();
+    world.announce("r", &[&one, &two]);
+    world.git.serve(&one, [hex(1)]);
+    world.git.serve(&two, [hex(1), hex(2), hex(3)]);
+    let pr = world.add_pr("r", &hex(3), Origin::Synced);
+    let update = pull_request_update(&Keys::generate(), &world.owner.public_key(), "r", &hex(1));
+    let update_id = update.id;
+    world.purgatory.add_pr(update, Origin::Synced).unwrap();
+    world
+        .purgatory
+        .add_state(
+            state(&world.owner, "r", &[&hex(1), &hex(2)], 5),
+            Origin::Synced,
+        )
+        .unwrap();
+    let outputs = world.outputs(3, Duration::from_secs(10)).await;
+    assert!(outputs.iter().all(|(_, o)| released(o)));
+    let refs = world.git.refs();
+    assert_eq!(
+        refs.get(&format!("refs/nostr/{pr}")).map(|o| o.to_string()),
+        Some(hex(3))
+    );
+    assert_eq!(
+        refs.get(&format!("refs/nostr/{update_id}"))
+            .map(|o| o.to_string()),
+        Some(hex(1))
+    );
+    assert!(
+        !refs.keys().any(|name| name.starts_with("refs/purgatory/")),
+        "temporary refs are dropped once released: {refs:?}"
+    );
+    let urls: Vec<String> = world.git.log().into_iter().map(|r| r.url).collect();
+    assert_eq!(
+        urls,
+        vec![one, two],
+        "the second URL is used when the first lacks objects"
+    );
+    world.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_purgatory_is_saved_on_shutdown_and_restored_on_start() {
+    let dir = std::env::temp_dir().join(format!("grasp-purgatory-persist-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("purgatory.txt");
+    let _ = std::fs::remove_file(&file);
+
+    let persist = |b: grasp_purgatory::PurgatoryBuilder| b.persist_to(file.clone());
+    let first = world(MemoryGit::default(), persist).await;
+    let url = format!("https://{HOST}/r.git");
+    first.announce("r", &[&url]);
+    first.git.fail(&url);
+    let id = first.add_pr("r", &hex(1), Origin::Submitted);
+    let state_event = state(&first.owner, "r", &[&hex(2)], 9);
+    first
+        .purgatory
+        .add_state(state_event.clone(), Origin::Synced)
+        .unwrap();
+    let owner = first.owner.clone();
+    first.stop().await;
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(text.lines().count(), 3, "{text}");
+
+    let mut second = world(MemoryGit::default(), persist).await;
+    assert!(second.purgatory.restore_rejected().is_empty());
+    assert_eq!(second.purgatory.held(), 2);
+    assert!(second.purgatory.contains(&id));
+    second
+        .announcements
+        .add(announcement(&owner, "r", &[&url]))
+        .unwrap();
+    second.git.serve(&url, [hex(1), hex(2)]);
+    let outputs = second.outputs(2, Duration::from_secs(5)).await;
+    assert!(outputs.iter().all(|(_, o)| released(o)));
+    second.stop().await;
+
+    // A damaged line is reported, not silently dropped.
+    std::fs::write(
+        &file,
+        format!(
+            "# grasp-purgatory v1\n1 synced {{not json\n5 synced {}\n",
+            state_event.as_json()
+        ),
+    )
+    .unwrap();
+    let third = world(MemoryGit::default(), persist).await;
+    assert_eq!(third.purgatory.held(), 1);
+    let rejected = third.purgatory.restore_rejected();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].line, 2);
+    third.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_arriving_through_sync_enter_purgatory_and_reach_the_store_when_released() {
+    let store = Arc::new(MemoryEventStore::new());
+    let git = Arc::new(MemoryGit::default());
+    let announcements = Arc::new(MemoryAnnouncements::new());
+    let purgatory = Purgatory::builder()
+        .announcements(announcements.clone())
+        .repo_locator(Arc::new(OneRepo("/memory".into())))
+        .git_backend(git.clone())
+        .sink(Arc::new(StoreSink::new(store.clone())))
+        .build()
+        .await
+        .unwrap();
+    let run = tokio::spawn({
+        let purgatory = purgatory.clone();
+        async move { purgatory.run().await }
+    });
+    let gate = PurgatoryGate::new(store.clone(), purgatory.clone());
+    let owner = Keys::generate();
+    let url = format!("https://{HOST}/r.git");
+    announcements
+        .add(announcement(&owner, "r", &[&url]))
+        .unwrap();
+    git.serve(&url, [hex(1)]);
+
+    let pr = pull_request(&Keys::generate(), &owner.public_key(), "r", &hex(1));
+    let bad = pull_request(&Keys::generate(), &owner.public_key(), "r", "not-hex");
+    let issue = events::sign(&owner, 1621, Vec::new(), 1);
+    assert_eq!(gate.ingest(&pr).await.unwrap(), IngestOutcome::Stored);
+    assert!(matches!(
+        gate.ingest(&bad).await.unwrap(),
+        IngestOutcome::Rejected { .. }
+    ));
+    assert_eq!(gate.ingest(&issue).await.unwrap(), IngestOutcome::Stored);
+    assert!(
+        gate.contains(&pr.id).await.unwrap(),
+        "held events count as had"
+    );
+    assert!(!store.contains(&pr.id).await.unwrap());
+    let items = gate
+        .negentropy_items(&Filter::new().kind(Kind::from(1618)))
+        .await
+        .unwrap();
+    assert_eq!(items, vec![(pr.id, pr.created_at)]);
+    assert_eq!(gate.ingest(&pr).await.unwrap(), IngestOutcome::Duplicate);
+
+    // The 500 ms immediate delay, then the fetch and the release into the store.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(git.log().is_empty());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(git.log().len(), 1);
+    assert!(store.contains(&pr.id).await.unwrap());
+    assert_eq!(purgatory.held(), 0);
+    purgatory.shutdown();
+    run.await.unwrap().unwrap();
+}
