@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! The purgatory service end to end on virtual time (`tokio::time::pause`), with an
 //! in-memory git backend that records every fetch: domain limits under a burst, the
 //! debounce of a burst, the backoff of an unreachable URL, expiry, the delay of

@@ -1,5 +1,5 @@
 //! Signed NIP-34 events and an in-memory git backend for the integration tests.
-#![allow(dead_code, unreachable_pub, missing_docs)]
+#![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
 pub mod memory_git;
 

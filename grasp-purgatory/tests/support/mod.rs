@@ -1,0 +1,44 @@
+//! Test harness for purgatory integration tests: real git servers on loopback.
+//!
+//! Everything here starts real processes (`git daemon`, `git http-backend`) or real
+//! sockets bound to `127.0.0.1` / `::1` only, and tears them down on `Drop`.
+//!
+//! * [`TempDir`]: a unique temporary directory removed on drop.
+//! * [`git`], [`git_with_input`], [`fetch_by_sha`]: run the `git` CLI with an isolated
+//!   environment (no system or user config, no prompts, `safe.directory=*`).
+//! * [`SourceRepo`]: a bare repository that tests put commits into.
+//! * [`GitDaemon`]: `git daemon` serving a base directory over `git://`.
+//! * [`GitHttpServer`]: smart HTTP (`git http-backend` as CGI) with request statistics.
+//! * [`HangingServer`]: accepts TCP connections and never answers.
+//! * [`closed_port_url`]: a URL where nothing listens.
+//!
+//! Items are `pub` so that any test file including `mod support;` can use them; not
+//! every test uses every item, hence the module-wide `allow`s.
+#![allow(dead_code, unreachable_pub)]
+
+mod daemon;
+mod git;
+mod hanging;
+mod http;
+mod net;
+mod process;
+mod repo;
+mod tempdir;
+
+#[allow(unused_imports)]
+pub use daemon::GitDaemon;
+#[allow(unused_imports)]
+pub use git::{
+    fetch_by_sha, git, git_command, git_with_input, has_object, init_bare_repo, isolated_git_home,
+    tokio_git_command, FetchOutcome,
+};
+#[allow(unused_imports)]
+pub use hanging::HangingServer;
+#[allow(unused_imports)]
+pub use http::{GitHttpServer, GitHttpServerBuilder, HttpStats, RequestRecord};
+#[allow(unused_imports)]
+pub use net::{closed_port_url, free_port, wait_for_tcp, wait_for_tcp_refused};
+#[allow(unused_imports)]
+pub use repo::SourceRepo;
+#[allow(unused_imports)]
+pub use tempdir::TempDir;
