@@ -201,6 +201,7 @@ impl GitBackend for GitFetcher {
 pub struct GitFetcher {
     config: Arc<GitFetcherConfig>,
     spawned: Arc<AtomicU64>,
+    fetches: Arc<AtomicU64>,
 }
 
 impl GitFetcher {
@@ -209,6 +210,7 @@ impl GitFetcher {
         GitFetcher {
             config: Arc::new(config),
             spawned: Arc::new(AtomicU64::new(0)),
+            fetches: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -220,6 +222,12 @@ impl GitFetcher {
     /// How many git processes this fetcher (and its clones) started.
     pub fn processes_spawned(&self) -> u64 {
         self.spawned.load(Ordering::Relaxed)
+    }
+
+    /// How many of those processes were `git fetch` (the others query or update the
+    /// local repository).
+    pub fn fetch_processes_spawned(&self) -> u64 {
+        self.fetches.load(Ordering::Relaxed)
     }
 
     /// Checks `url` against the policy and, for host names, the addresses they resolve
@@ -323,6 +331,7 @@ impl GitFetcher {
         let mut command = self.fetch_command(repo);
         command.arg("--").arg(url.as_str());
         command.args(oids.iter().map(purgatory_refspec));
+        self.fetches.fetch_add(1, Ordering::Relaxed);
         self.run(command, "fetch", None).await.map(drop)
     }
 
