@@ -55,7 +55,8 @@ pub use held::{
 };
 pub use hook::PurgatoryGate;
 pub use repos::{
-    repository_data, AnnouncementError, Announcements, MemoryAnnouncements, NpubLayout, RepoLocator,
+    repository_data, AnnouncementError, Announcements, DatabaseAnnouncements, MemoryAnnouncements,
+    NpubLayout, RepoLocator,
 };
 pub use service::{BuildError, Purgatory, PurgatoryBuilder};
 pub use sink::{ChannelSink, PurgatoryOutput, ReleaseError, ReleaseSink, StoreSink};

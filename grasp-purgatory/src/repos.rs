@@ -3,12 +3,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use grasp_sync_core::nip34::{parse_announcement, Nip34Error, RepoAnnouncement};
+use grasp_sync_core::nip34::{
+    parse_announcement, Nip34Error, RepoAnnouncement, KIND_REPO_ANNOUNCEMENT,
+};
 use grasp_sync_core::purgatory::RepositoryData;
-use nostr::prelude::{Event, PublicKey, ToBech32};
+use nostr::prelude::{Event, Filter, Kind, PublicKey, ToBech32};
+use nostr_database::NostrDatabase;
 
 /// Why announcements could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +72,34 @@ impl Announcements for MemoryAnnouncements {
             .get(identifier)
             .map(|authors| authors.values().cloned().collect())
             .unwrap_or_default())
+    }
+}
+
+/// Announcements read from a `nostr-database` [`NostrDatabase`] (the relay's own store).
+#[derive(Clone, Debug)]
+pub struct DatabaseAnnouncements {
+    database: Arc<dyn NostrDatabase>,
+}
+
+impl DatabaseAnnouncements {
+    /// Reads announcements from `database`.
+    pub fn new(database: Arc<dyn NostrDatabase>) -> Self {
+        DatabaseAnnouncements { database }
+    }
+}
+
+#[async_trait]
+impl Announcements for DatabaseAnnouncements {
+    async fn announcements(&self, identifier: &str) -> Result<Vec<Event>, AnnouncementError> {
+        let filter = Filter::new()
+            .kind(Kind::Custom(KIND_REPO_ANNOUNCEMENT))
+            .identifier(identifier);
+        let events = self
+            .database
+            .query(filter)
+            .await
+            .map_err(|error| AnnouncementError::Backend(error.to_string()))?;
+        Ok(events.into_iter().collect())
     }
 }
 
