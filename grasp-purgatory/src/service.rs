@@ -402,6 +402,7 @@ impl Purgatory {
         while !*shutdown.borrow_and_update() {
             self.expire().await;
             self.forget_released();
+            self.shared.manager.forget_idle_domains();
             self.start_ready();
             let deadline = self.next_wake();
             tokio::select! {

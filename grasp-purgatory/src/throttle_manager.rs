@@ -88,6 +88,12 @@ impl ThrottleManager {
             .unwrap_or_default()
     }
 
+    /// Forgets the domains with nothing in flight, in the window or queued, so memory
+    /// follows the active domains only.
+    pub fn forget_idle_domains(&self) {
+        self.lock().remove_idle(self.clock.now());
+    }
+
     /// Takes a request slot of `domain` if it has capacity; on success a waiting
     /// identifier may take the next slot.
     pub fn try_start_request(self: &Arc<Self>, domain: &str) -> bool {
