@@ -428,6 +428,21 @@ impl SyncEngine {
                 self.fail_batch(now, &relay, batch, "no progress before the batch timeout");
             }
         }
+        let unanswered_live: Vec<RelayUrl> = self
+            .conns
+            .iter()
+            .filter(|(_, conn)| conn.last_heard + timeout <= now.instant)
+            .filter(|(_, conn)| {
+                conn.subs.values().any(|sub| {
+                    matches!(sub, Sub::Live { answered: false, opened_at, .. }
+                        if *opened_at + timeout <= now.instant)
+                })
+            })
+            .map(|(relay, _)| relay.clone())
+            .collect();
+        for relay in unanswered_live {
+            self.drop_silent_connection(now, &relay);
+        }
         let negentropy_timeout = self.config.negentropy_timeout;
         let silent: Vec<(RelayUrl, SubscriptionId)> = self
             .conns
@@ -459,6 +474,16 @@ impl SyncEngine {
             .flat_map(|relay| self.pending.batches(relay))
             .filter(|batch| !batch.outstanding_subs.is_empty())
             .map(|batch| Some(batch.last_progress + timeout))
+            .chain(self.conns.values().flat_map(|conn| {
+                conn.subs.values().filter_map(move |sub| match sub {
+                    Sub::Live {
+                        answered: false,
+                        opened_at,
+                        ..
+                    } => Some(Some((*opened_at).max(conn.last_heard) + timeout)),
+                    _ => None,
+                })
+            }))
             .collect()
     }
 

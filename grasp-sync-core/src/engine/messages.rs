@@ -100,7 +100,7 @@ impl SyncEngine {
         };
         let options = MatchEventOptions::new();
         let matches = match &*sub {
-            Sub::Live { filters } => filters
+            Sub::Live { filters, .. } => filters
                 .iter()
                 .any(|filter| filter.match_event(&event, options)),
             Sub::Req { paging, .. } => paging.matches(&event),
@@ -239,7 +239,8 @@ impl SyncEngine {
                 }
                 self.finish_job(now, relay, id);
             }
-            Sub::Live { .. } | Sub::Negentropy { .. } => {}
+            Sub::Live { answered, .. } => *answered = true,
+            Sub::Negentropy { .. } => {}
         }
     }
 
@@ -439,7 +440,7 @@ impl SyncEngine {
         let Some(conn) = self.conns.get_mut(relay) else {
             return;
         };
-        if let Some(Sub::Live { filters }) = conn.subs.shift_remove(id) {
+        if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
             conn.forget_live(id);
             conn.refused_live.push(filters);
             conn.live_gap_since.get_or_insert(now.unix);

@@ -280,6 +280,8 @@ impl SyncEngine {
             id.clone(),
             Sub::Live {
                 filters: filters.clone(),
+                opened_at: now.instant,
+                answered: false,
             },
         );
         conn.last_opened = Some(id.clone());
@@ -318,7 +320,7 @@ impl SyncEngine {
             .collect();
         conn.incremental_filters = 0;
         for id in &closing {
-            if let Some(Sub::Live { filters }) = conn.subs.shift_remove(id) {
+            if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
                 conn.closed_live.insert(id.clone(), filters);
             }
         }

@@ -55,8 +55,15 @@ pub(crate) struct QueuedJob {
 /// A subscription slot in use on the relay.
 #[derive(Debug)]
 pub(crate) enum Sub {
-    /// A live subscription (`limit: 0`) with its filters.
-    Live { filters: Vec<Filter> },
+    /// A live subscription (`limit: 0`) with its filters. Until its EOSE
+    /// arrives (`answered_at` is `None`), the relay has not shown it holds the
+    /// subscription: a relay silent past the batch timeout then is reconnected,
+    /// or a CLOSED lost in a stall would leave a live gap nobody sees.
+    Live {
+        filters: Vec<Filter>,
+        opened_at: Instant,
+        answered: bool,
+    },
     /// A paginated historic REQ.
     Req {
         batch: BatchId,
