@@ -34,14 +34,27 @@ impl PurgatoryClock {
     }
 
     /// The tokio instant of a core instant, for sleeping until it.
+    /// Saturates a year ahead instead of overflowing.
     pub fn to_tokio(&self, at: Instant) -> tokio::time::Instant {
-        self.origin + at.since_origin()
+        let latest = far_future();
+        self.origin
+            .checked_add(at.since_origin())
+            .map_or(latest, |at| at.min(latest))
     }
 
-    /// The tokio instant `after` from now.
+    /// The tokio instant `after` from now, saturating a year ahead.
     pub fn tokio_after(&self, after: Duration) -> tokio::time::Instant {
-        tokio::time::Instant::now() + after
+        tokio::time::Instant::now()
+            .checked_add(after)
+            .map_or(far_future(), |at| at.min(far_future()))
     }
+}
+
+/// A year from now: later deadlines are clamped to it (the loop wakes at least every
+/// loop interval anyway).
+fn far_future() -> tokio::time::Instant {
+    const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+    tokio::time::Instant::now() + YEAR
 }
 
 impl Default for PurgatoryClock {

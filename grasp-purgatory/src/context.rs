@@ -201,7 +201,7 @@ impl SyncContext for GitSyncContext {
                 identifier: identifier.to_owned(),
                 reason: error.to_string(),
             })?;
-        let satisfied = lock(&self.store).take_satisfied(identifier);
+        let satisfied = lock(&self.store).begin_release(identifier);
         let mut released = Vec::new();
         let mut failed = Vec::new();
         let mut last_error = None;
@@ -211,11 +211,16 @@ impl SyncContext for GitSyncContext {
                 Err(reason) => {
                     tracing::warn!(id = %held.event.id, %reason, "releasing a purgatory event failed");
                     last_error = Some(reason);
-                    failed.push(held);
+                    failed.push(held.event.id);
                 }
             }
         }
-        lock(&self.store).restore(failed);
+        let released_ids: Vec<_> = released.iter().map(|held| held.event.id).collect();
+        {
+            let mut store = lock(&self.store);
+            store.finish_release(identifier, &released_ids);
+            store.abort_release(&failed);
+        }
         self.drop_temporary_refs(identifier, &target, &released)
             .await;
         if let Some(metrics) = &self.metrics {

@@ -31,14 +31,39 @@ use std::time::Duration;
 use async_trait::async_trait;
 use grasp_sync_core::nip34::GitOid;
 use grasp_sync_core::url_policy::{is_forbidden_address, CloneUrl, CloneUrlPolicy, UrlPolicyError};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
+use tokio::sync::Semaphore;
 
 /// The ref namespace fetched objects are kept under until their events are released.
 pub const PURGATORY_REF_PREFIX: &str = "refs/purgatory/";
 
 /// The ref namespace pull request tips are written under (GRASP-02).
 pub const NOSTR_REF_PREFIX: &str = "refs/nostr/";
+
+/// How long resolving a clone URL's host may take.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Object ids asked for in one fetch; the rest wait for the next attempt.
+pub const MAX_OIDS_PER_FETCH: usize = 256;
+
+/// When a server lacks some ids, at most this many are then fetched one by one (each a
+/// git process), so a flood of unknown ids cannot multiply the requests.
+pub const MAX_SINGLE_FETCHES: usize = 16;
+
+/// Object ids checked for connectivity in one `rev-list`.
+const CONNECTIVITY_CHUNK: usize = 100;
+
+/// When a chunk is not connected, at most this many of its ids are checked alone.
+const MAX_SINGLE_CHECKS: usize = 32;
+
+/// How git says the server does not have an object that was asked for.
+const MISSING_ON_SERVER: &[&str] = &[
+    "not our ref",
+    "couldn't find remote ref",
+    "no such remote ref",
+    "unadvertised object",
+];
 
 /// Environment variables passed through to git (proxies); everything else is cleared.
 const PASSED_ENV: &[&str] = &[
@@ -60,6 +85,9 @@ pub struct GitFetcherConfig {
     pub fetch_timeout: Duration,
     /// Which clone URLs may be fetched from (https to public hosts by default).
     pub policy: CloneUrlPolicy,
+    /// Git fetches running at once across all domains (16): a bound on processes
+    /// however many domains the announcements name.
+    pub max_concurrent_fetches: usize,
     /// Resolve host names before fetching and refuse those that resolve to a local,
     /// private or otherwise forbidden address (on by default; turn off only together
     /// with a policy that allows local addresses). IP literals are checked by the policy.
@@ -72,6 +100,7 @@ impl Default for GitFetcherConfig {
             git_program: PathBuf::from("git"),
             fetch_timeout: Duration::from_secs(60),
             policy: CloneUrlPolicy::new(),
+            max_concurrent_fetches: 16,
             check_resolved_addresses: true,
         }
     }
@@ -202,12 +231,14 @@ pub struct GitFetcher {
     config: Arc<GitFetcherConfig>,
     spawned: Arc<AtomicU64>,
     fetches: Arc<AtomicU64>,
+    permits: Arc<Semaphore>,
 }
 
 impl GitFetcher {
     /// A fetcher with this configuration.
     pub fn new(config: GitFetcherConfig) -> Self {
         GitFetcher {
+            permits: Arc::new(Semaphore::new(config.max_concurrent_fetches.max(1))),
             config: Arc::new(config),
             spawned: Arc::new(AtomicU64::new(0)),
             fetches: Arc::new(AtomicU64::new(0)),
@@ -263,11 +294,13 @@ impl GitFetcher {
             return Err(GitError::NothingToFetch);
         }
         let url = self.check_url(url).await?;
-        let error = match self.fetch_all(repo, &url, oids).await {
+        let _permit = self.permits.acquire().await.ok();
+        let asked = &oids[..oids.len().min(MAX_OIDS_PER_FETCH)];
+        let error = match self.fetch_all(repo, &url, asked).await {
             Ok(()) => None,
-            Err(GitError::Failed { stderr, .. }) if oids.len() > 1 => {
-                tracing::debug!(url = %url, %stderr, "fetching all ids failed; fetching one by one");
-                self.fetch_each(repo, &url, oids).await?
+            Err(GitError::Failed { stderr, .. }) if asked.len() > 1 && lacks_some(&stderr) => {
+                tracing::debug!(url = %url, %stderr, "the server lacks some ids; fetching one by one");
+                self.fetch_each(repo, &url, asked).await?
             }
             Err(error) => return Err(error),
         };
@@ -284,8 +317,36 @@ impl GitFetcher {
         })
     }
 
-    /// Which of `oids` exist in the repository at `repo` (`git cat-file --batch-check`).
+    /// Which of `oids` are present in the repository at `repo` with their whole
+    /// history: the object exists (`git cat-file --batch-check`) and everything it
+    /// reaches is there too (`git rev-list --objects`, stopping at existing refs).
+    ///
+    /// An object a failed or cut-off fetch left behind without its ancestors is not
+    /// present: releasing an event over it would point refs at broken history.
     pub async fn existing(
+        &self,
+        repo: &Path,
+        oids: &[GitOid],
+    ) -> Result<BTreeSet<GitOid>, GitError> {
+        let exist = self.objects_exist(repo, oids).await?;
+        let mut connected = BTreeSet::new();
+        let exist: Vec<GitOid> = exist.into_iter().collect();
+        for chunk in exist.chunks(CONNECTIVITY_CHUNK) {
+            if self.is_connected(repo, chunk).await? {
+                connected.extend(chunk.iter().cloned());
+                continue;
+            }
+            for oid in chunk.iter().take(MAX_SINGLE_CHECKS) {
+                if self.is_connected(repo, std::slice::from_ref(oid)).await? {
+                    connected.insert(oid.clone());
+                }
+            }
+        }
+        Ok(connected)
+    }
+
+    /// Which of `oids` exist as objects, connected or not.
+    async fn objects_exist(
         &self,
         repo: &Path,
         oids: &[GitOid],
@@ -298,6 +359,19 @@ impl GitFetcher {
         command.args(["cat-file", "--batch-check"]);
         let output = self.run(command, "cat-file", Some(input)).await?;
         Ok(present_in_batch_check(&output.stdout, oids))
+    }
+
+    /// Whether everything reachable from `oids` is in the repository.
+    async fn is_connected(&self, repo: &Path, oids: &[GitOid]) -> Result<bool, GitError> {
+        let mut command = self.command(repo);
+        command.args(["rev-list", "--objects", "--quiet"]);
+        command.args(oids.iter().map(GitOid::as_str));
+        command.args(["--not", "--all"]);
+        match self.run(command, "rev-list", None).await {
+            Ok(_) => Ok(true),
+            Err(GitError::Failed { .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     /// Sets refs in the repository at `repo` (`git update-ref --stdin`): `Some(oid)`
@@ -335,7 +409,8 @@ impl GitFetcher {
         self.run(command, "fetch", None).await.map(drop)
     }
 
-    /// Fetches each id on its own; returns the last error, if any. Stops at a timeout.
+    /// Fetches each id on its own (at most [`MAX_SINGLE_FETCHES`]); returns the last
+    /// error, if any. Stops at a timeout or a failure that is not a missing id.
     async fn fetch_each(
         &self,
         repo: &Path,
@@ -343,10 +418,13 @@ impl GitFetcher {
         oids: &[GitOid],
     ) -> Result<Option<String>, GitError> {
         let mut last_error = None;
-        for oid in oids {
+        for oid in oids.iter().take(MAX_SINGLE_FETCHES) {
             match self.fetch_all(repo, url, std::slice::from_ref(oid)).await {
                 Ok(()) => {}
-                Err(GitError::Failed { stderr, .. }) => last_error = Some(stderr),
+                Err(GitError::Failed { stderr, .. }) if lacks_some(&stderr) => {
+                    last_error = Some(stderr);
+                }
+                Err(GitError::Failed { stderr, .. }) => return Ok(Some(stderr)),
                 Err(error) => return Err(error),
             }
         }
@@ -407,6 +485,8 @@ impl GitFetcher {
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("HOME", "/nonexistent")
             .env("LC_ALL", "C")
+            .arg("-c")
+            .arg(safe_directory(repo))
             .arg("-C")
             .arg(repo)
             .stdin(Stdio::null())
@@ -432,25 +512,109 @@ impl GitFetcher {
             .spawn()
             .map_err(|source| GitError::Io { operation, source })?;
         self.spawned.fetch_add(1, Ordering::Relaxed);
-        let group = child.id();
+        let mut group = GroupKill(child.id());
         if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
-            let write = async move { stdin.write_all(input.as_bytes()).await };
             tokio::spawn(async move {
-                if let Err(error) = write.await {
+                if let Err(error) = stdin.write_all(input.as_bytes()).await {
                     tracing::debug!(%error, "writing to git's stdin failed");
                 }
             });
         }
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
         let after = self.config.fetch_timeout;
-        match tokio::time::timeout(after, child.wait_with_output()).await {
-            Ok(Ok(output)) => check_status(operation, output),
+        let finished = tokio::time::timeout(after, async {
+            let (status, stdout, stderr) = tokio::join!(
+                child.wait(),
+                read_capped(stdout, MAX_STDOUT),
+                read_capped(stderr, MAX_STDERR)
+            );
+            status.map(|status| Output {
+                status,
+                stdout,
+                stderr,
+            })
+        })
+        .await;
+        match finished {
+            Ok(Ok(output)) => {
+                group.disarm();
+                check_status(operation, output)
+            }
             Ok(Err(source)) => Err(GitError::Io { operation, source }),
-            Err(_) => {
-                kill_group(group).await;
-                Err(GitError::Timeout { operation, after })
+            // Dropping `group` kills git and its helpers (remote-http).
+            Err(_) => Err(GitError::Timeout { operation, after }),
+        }
+    }
+}
+
+/// Most of git's standard output kept (queries only print a line per id).
+const MAX_STDOUT: usize = 16 * 1024 * 1024;
+
+/// Most of git's standard error kept: a server can stream "remote:" lines for as long
+/// as the fetch lasts.
+const MAX_STDERR: usize = 64 * 1024;
+
+/// Reads a pipe to its end, keeping at most `cap` bytes.
+async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize) -> Vec<u8> {
+    let Some(mut pipe) = pipe else {
+        return Vec::new();
+    };
+    let mut kept = Vec::new();
+    let mut buffer = [0u8; 8192];
+    loop {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => return kept,
+            Ok(read) => {
+                let room = cap.saturating_sub(kept.len());
+                kept.extend_from_slice(&buffer[..read.min(room)]);
             }
         }
     }
+}
+
+/// Kills a git process group when dropped, unless disarmed: a git command that timed
+/// out, or whose task was aborted, never leaves helpers behind.
+struct GroupKill(Option<u32>);
+
+impl GroupKill {
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        let Some(group) = self.0 else {
+            return;
+        };
+        let result = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{group}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if let Err(error) = result {
+            tracing::warn!(%error, group, "killing a git process group failed");
+        }
+    }
+}
+
+/// Whether git's error says the server lacks some of the ids (rather than failing as a
+/// whole: unreachable, refused, not a repository).
+fn lacks_some(stderr: &str) -> bool {
+    let stderr = stderr.to_ascii_lowercase();
+    MISSING_ON_SERVER
+        .iter()
+        .any(|pattern| stderr.contains(pattern))
+}
+
+/// Trusts the target repository even when another user owns it (the git server's
+/// user, typically); git honours `safe.directory` given on the command line.
+fn safe_directory(repo: &Path) -> std::ffi::OsString {
+    let mut setting = std::ffi::OsString::from("safe.directory=");
+    setting.push(repo.as_os_str());
+    setting
 }
 
 fn purgatory_refspec(oid: &GitOid) -> String {
@@ -492,23 +656,6 @@ fn present_in_batch_check(stdout: &[u8], asked: &[GitOid]) -> BTreeSet<GitOid> {
         .collect()
 }
 
-/// Kills the process group `group` (the git process and its helpers).
-async fn kill_group(group: Option<u32>) {
-    let Some(group) = group else {
-        return;
-    };
-    let result = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{group}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .await;
-    if let Err(error) = result {
-        tracing::warn!(%error, group, "killing a timed-out git process group failed");
-    }
-}
-
 /// Refuses host names that resolve to a forbidden address. IP literals were checked by
 /// the policy already.
 async fn check_resolved(url: &CloneUrl) -> Result<(), GitError> {
@@ -516,12 +663,15 @@ async fn check_resolved(url: &CloneUrl) -> Result<(), GitError> {
     if host.parse::<IpAddr>().is_ok() {
         return Ok(());
     }
-    let addresses = tokio::net::lookup_host((host, 443))
+    let lookup = tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, 443)));
+    let resolve_error = |source| GitError::Resolve {
+        url: url.as_str().to_owned(),
+        source,
+    };
+    let addresses = lookup
         .await
-        .map_err(|source| GitError::Resolve {
-            url: url.as_str().to_owned(),
-            source,
-        })?;
+        .map_err(|_| resolve_error(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
+        .map_err(resolve_error)?;
     for address in addresses {
         if is_forbidden_address(address.ip()) {
             return Err(GitError::ForbiddenAddress {

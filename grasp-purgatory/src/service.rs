@@ -1,7 +1,6 @@
 //! The purgatory service: holds events, runs the sync queue's main loop, and shuts down
 //! cleanly (saving the purgatory when asked to).
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -138,9 +137,9 @@ impl PurgatoryBuilder {
         self
     }
 
-    /// How long one git command may run.
+    /// How long one git command may run (at least 100 ms).
     pub fn fetch_timeout(mut self, timeout: Duration) -> Self {
-        self.config.git.fetch_timeout = timeout;
+        self.config.git.fetch_timeout = timeout.max(Duration::from_millis(100));
         self
     }
 
@@ -315,17 +314,25 @@ impl Purgatory {
         Ok(self.hold(held))
     }
 
+    /// Holds the event and queues its identifier in one step (store lock, then queue
+    /// lock: the order every check-and-remove of the queue uses too), so a concurrent
+    /// clean-up never forgets a freshly queued identifier.
     fn hold(&self, held: HeldEvent) -> Inserted {
         let identifier = held.identifier.clone();
-        let origin = held.origin;
-        let inserted = lock(&self.shared.store).insert(held);
-        if matches!(inserted, Inserted::New | Inserted::Replaced { .. }) {
-            let delay = match origin {
-                Origin::Submitted => self.shared.config.queue.default_delay,
-                Origin::Synced => self.shared.config.queue.immediate_delay,
-            };
-            self.enqueue(&identifier, delay);
-        }
+        let delay = match held.origin {
+            Origin::Submitted => self.shared.config.queue.default_delay,
+            Origin::Synced => self.shared.config.queue.immediate_delay,
+        };
+        let inserted = {
+            let mut store = lock(&self.shared.store);
+            let inserted = store.insert(held);
+            if matches!(inserted, Inserted::New | Inserted::Replaced { .. }) {
+                self.queue()
+                    .enqueue(&identifier, self.shared.clock.now(), delay);
+            }
+            inserted
+        };
+        self.shared.wake.notify_one();
         self.update_gauges();
         inserted
     }
@@ -333,8 +340,12 @@ impl Purgatory {
     /// Syncs `identifier` after the immediate delay (for example right after a push),
     /// resetting its backoff. Does nothing when no event of it is held.
     pub fn trigger_immediate_sync(&self, identifier: &str) {
-        if lock(&self.shared.store).has_pending(identifier) {
-            self.enqueue(identifier, self.shared.config.queue.immediate_delay);
+        let store = lock(&self.shared.store);
+        if store.has_pending(identifier) {
+            let now = self.shared.clock.now();
+            let delay = self.shared.config.queue.immediate_delay;
+            self.queue().enqueue(identifier, now, delay);
+            self.shared.wake.notify_one();
         }
     }
 
@@ -477,17 +488,30 @@ impl Purgatory {
     /// Drops queue entries whose events were all released (by a domain queue) or
     /// expired, unless their sync is running.
     fn forget_released(&self) {
-        let pending: HashSet<String> = lock(&self.shared.store)
-            .identifiers()
-            .map(str::to_owned)
-            .collect();
-        if self
-            .queue()
-            .retain_idle(|identifier| pending.contains(identifier))
-            > 0
-        {
+        let forgotten = {
+            let store = lock(&self.shared.store);
+            self.queue()
+                .retain_idle(|identifier| store.has_pending(identifier))
+        };
+        if forgotten > 0 {
             self.update_gauges();
         }
+    }
+
+    /// Ends the running sync of `identifier` (removing it from the queue) if no event
+    /// of it is held; checked and done under the store lock so no event added meanwhile
+    /// is left unqueued. Returns whether it was ended.
+    fn finish_if_nothing_held(
+        &self,
+        identifier: &str,
+        now: grasp_sync_core::clock::Instant,
+    ) -> bool {
+        let store = lock(&self.shared.store);
+        if store.has_pending(identifier) {
+            return false;
+        }
+        self.queue().complete(identifier, now, true);
+        true
     }
 
     /// Starts a sync task for every ready identifier.
@@ -495,8 +519,7 @@ impl Purgatory {
         let now = self.shared.clock.now();
         let ready = self.queue().take_ready(now);
         for identifier in ready {
-            if !lock(&self.shared.store).has_pending(&identifier) {
-                self.queue().remove(&identifier);
+            if self.finish_if_nothing_held(&identifier, now) {
                 continue;
             }
             let purgatory = self.clone();
@@ -511,8 +534,16 @@ impl Purgatory {
     async fn sync_one(&self, identifier: String) {
         let shared = &self.shared;
         let complete = sync_identifier(shared.ctx.as_ref(), &identifier, &shared.manager).await;
-        let done = complete || !lock(&shared.store).has_pending(&identifier);
-        self.queue().complete(&identifier, shared.clock.now(), done);
+        let now = shared.clock.now();
+        let done = self.finish_if_nothing_held(&identifier, now);
+        if !done {
+            // Events remain (or arrived during the sync): back off, or keep the new
+            // event's shorter delay.
+            self.queue().complete(&identifier, now, false);
+            if complete {
+                tracing::debug!(%identifier, "new events arrived during the sync");
+            }
+        }
         if let Some(metrics) = &shared.metrics {
             let result = if done { "done" } else { "retry" };
             metrics.sync_attempts.with_label_values(&[result]).inc();
@@ -531,9 +562,9 @@ impl Purgatory {
         let expired = lock(&shared.store).take_expired(cutoff);
         for held in &expired {
             shared.sink.expired(held).await;
-            if !lock(&shared.store).has_pending(&held.identifier) {
-                self.queue().remove(&held.identifier);
-            }
+        }
+        if !expired.is_empty() {
+            self.forget_released();
         }
         if let Some(metrics) = &shared.metrics {
             metrics.events_expired.inc_by(expired.len() as u64);

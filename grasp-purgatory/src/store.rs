@@ -35,6 +35,9 @@ pub enum Inserted {
 pub struct PurgatoryStore {
     by_identifier: BTreeMap<String, Vec<HeldEvent>>,
     ids: HashSet<EventId>,
+    /// Events being handed to the sink: still held (and saved at shutdown) until the
+    /// sink confirms, but not offered again meanwhile.
+    releasing: HashSet<EventId>,
     /// Per identifier, objects known to exist in the target repository.
     present: BTreeMap<String, BTreeSet<GitOid>>,
 }
@@ -141,6 +144,40 @@ impl PurgatoryStore {
         self.present.values().any(|present| present.contains(oid))
     }
 
+    /// The held events of `identifier` whose objects are all present and that are not
+    /// being released already, now marked as being released. They stay held until
+    /// [`PurgatoryStore::finish_release`] (so a crash or shutdown in between loses
+    /// nothing) or [`PurgatoryStore::abort_release`].
+    pub fn begin_release(&mut self, identifier: &str) -> Vec<HeldEvent> {
+        let present = self.present.get(identifier).cloned().unwrap_or_default();
+        let satisfied: Vec<HeldEvent> = self
+            .events(identifier)
+            .iter()
+            .filter(|held| !self.releasing.contains(&held.event.id))
+            .filter(|held| held.needed_oids().is_subset(&present))
+            .cloned()
+            .collect();
+        self.releasing
+            .extend(satisfied.iter().map(|held| held.event.id));
+        satisfied
+    }
+
+    /// The sink took these events: they leave purgatory.
+    pub fn finish_release(&mut self, identifier: &str, released: &[EventId]) {
+        for id in released {
+            self.releasing.remove(id);
+        }
+        self.take_where(identifier, |held| released.contains(&held.event.id));
+        self.forget_if_empty(identifier);
+    }
+
+    /// The sink refused these events: they stay held and will be offered again.
+    pub fn abort_release(&mut self, ids: &[EventId]) {
+        for id in ids {
+            self.releasing.remove(id);
+        }
+    }
+
     /// Removes and returns the held events of `identifier` whose objects are all present.
     pub fn take_satisfied(&mut self, identifier: &str) -> Vec<HeldEvent> {
         let present = self.present.get(identifier).cloned().unwrap_or_default();
@@ -154,17 +191,20 @@ impl PurgatoryStore {
         let identifiers: Vec<String> = self.by_identifier.keys().cloned().collect();
         let mut expired = Vec::new();
         for identifier in identifiers {
-            expired.extend(self.take_where(&identifier, |held| held.held_since <= cutoff));
+            let releasing = &self.releasing;
+            let events = self
+                .by_identifier
+                .get(&identifier)
+                .map_or(&[][..], Vec::as_slice);
+            let due: Vec<EventId> = events
+                .iter()
+                .filter(|held| held.held_since <= cutoff && !releasing.contains(&held.event.id))
+                .map(|held| held.event.id)
+                .collect();
+            expired.extend(self.take_where(&identifier, |held| due.contains(&held.event.id)));
             self.forget_if_empty(&identifier);
         }
         expired
-    }
-
-    /// Puts back events that were taken but could not be released.
-    pub fn restore(&mut self, events: Vec<HeldEvent>) {
-        for held in events {
-            self.insert(held);
-        }
     }
 
     fn take_where(
@@ -274,6 +314,37 @@ mod tests {
         assert!(store.is_empty());
         // Presence is forgotten with the identifier.
         assert!(!store.is_known_present(&oid(1)));
+    }
+
+    #[test]
+    fn events_being_released_stay_held_until_the_sink_confirms() {
+        let keys = Keys::generate();
+        let mut store = PurgatoryStore::new();
+        let first = held(pull_request(&keys, &keys.public_key(), "r", &hex(1)), 0);
+        let second = held(
+            pull_request(&Keys::generate(), &keys.public_key(), "r", &hex(1)),
+            0,
+        );
+        let (first_id, second_id) = (first.event.id, second.event.id);
+        store.insert(first);
+        store.insert(second);
+        store.mark_present("r", [oid(1)]);
+        let releasing = store.begin_release("r");
+        assert_eq!(releasing.len(), 2);
+        assert!(store.begin_release("r").is_empty(), "not offered twice");
+        assert_eq!(store.len(), 2, "still held while the sink works");
+        assert!(store
+            .take_expired(Timestamp::from_secs(u64::MAX))
+            .is_empty());
+        store.finish_release("r", &[first_id]);
+        store.abort_release(&[second_id]);
+        assert!(!store.contains(&first_id));
+        assert!(store.contains(&second_id));
+        assert_eq!(
+            store.begin_release("r").len(),
+            1,
+            "a refused event is offered again"
+        );
     }
 
     #[test]

@@ -16,10 +16,12 @@ pub(crate) struct Tasks {
 impl Tasks {
     /// Spawns `task` unless shutdown has begun.
     pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let mut set = self.lock();
+        // Checked under the lock: `shutdown` sets it under the same lock, so no task
+        // slips into the set after it was emptied.
         if self.closed.load(Ordering::Acquire) {
             return;
         }
-        let mut set = self.lock();
         while let Some(result) = set.try_join_next() {
             log_panic(result);
         }
@@ -33,8 +35,11 @@ impl Tasks {
 
     /// Refuses new tasks and aborts the running ones; returns how many were aborted.
     pub(crate) async fn shutdown(&self) -> usize {
-        self.closed.store(true, Ordering::Release);
-        let mut set = std::mem::take(&mut *self.lock());
+        let mut set = {
+            let mut guard = self.lock();
+            self.closed.store(true, Ordering::Release);
+            std::mem::take(&mut *guard)
+        };
         let running = set.len();
         set.abort_all();
         while let Some(result) = set.join_next().await {

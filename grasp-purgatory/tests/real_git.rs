@@ -420,6 +420,43 @@ async fn a_partial_fetch_keeps_what_it_got_and_reports_the_rest() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_without_its_history_does_not_count_as_present() {
+    let dir = TempDir::new("purgatory-connectivity");
+    let repo = dir.join("local.git");
+    init_bare_repo(&repo);
+    // A commit whose parent is missing, as a cut-off or hostile fetch leaves behind.
+    let tree = git(&repo, &["mktree"]).trim().to_owned();
+    let orphan = format!(
+        "tree {tree}\nparent {}\nauthor a <a@a> 1 +0000\ncommitter a <a@a> 1 +0000\n\nx\n",
+        hex(5)
+    );
+    let broken = support::git_with_input(
+        &repo,
+        &["hash-object", "-t", "commit", "-w", "--stdin"],
+        orphan.as_bytes(),
+    )
+    .trim()
+    .to_owned();
+    let root = format!("tree {tree}\nauthor a <a@a> 1 +0000\ncommitter a <a@a> 1 +0000\n\ny\n");
+    let whole = support::git_with_input(
+        &repo,
+        &["hash-object", "-t", "commit", "-w", "--stdin"],
+        root.as_bytes(),
+    )
+    .trim()
+    .to_owned();
+    assert!(has_object(&repo, &broken));
+    let fetcher = fetcher(Duration::from_secs(20));
+    let asked = [
+        GitOid::parse(&broken).unwrap(),
+        GitOid::parse(&whole).unwrap(),
+    ];
+    let present = fetcher.existing(&repo, &asked).await.unwrap();
+    let present: Vec<String> = present.iter().map(|o| o.to_string()).collect();
+    assert_eq!(present, vec![whole]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_url_fails_fast_and_backs_off_twenty_seconds() {
     let dir = TempDir::new("purgatory-unreachable");
     let relay = Relay::start(&dir.join("repos")).await;
