@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use grasp_sync_core::purgatory::{DomainThrottles, SyncContext, ThrottleConfig};
+use grasp_sync_core::purgatory::{DomainThrottles, QueueStep, SyncContext, ThrottleConfig};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use tokio::sync::Notify;
 
@@ -141,28 +141,19 @@ impl ThrottleManager {
     /// wake-up when only the per-minute window holds it back.
     fn trigger(self: &Arc<Self>, domain: &str) {
         let now = self.clock.now();
-        let (picked, wake_at) = {
-            let mut throttles = self.lock();
-            let Some(throttle) = throttles.get_mut(domain) else {
-                return;
-            };
-            if !throttle.has_queued_work() {
-                (None, None)
-            } else if throttle.has_capacity(now) {
-                (throttle.next_ready_identifier(), None)
-            } else if throttle.in_flight() == 0 {
-                (None, throttle.poll_timeout(now))
-            } else {
-                (None, None)
-            }
+        let step = match self.lock().get_mut(domain) {
+            Some(throttle) => throttle.next_step(now),
+            None => return,
         };
-        if let Some(identifier) = picked {
-            let manager = Arc::clone(self);
-            let domain = domain.to_owned();
-            self.tasks
-                .spawn(async move { manager.serve(domain, identifier).await });
-        } else if let Some(at) = wake_at {
-            self.wake_at(domain, at);
+        match step {
+            QueueStep::Serve(identifier) => {
+                let manager = Arc::clone(self);
+                let domain = domain.to_owned();
+                self.tasks
+                    .spawn(async move { manager.serve(domain, identifier).await });
+            }
+            QueueStep::WakeAt(at) => self.wake_at(domain, at),
+            QueueStep::Idle => {}
         }
     }
 

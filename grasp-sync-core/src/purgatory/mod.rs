@@ -59,7 +59,7 @@ mod url_select;
 
 pub use context::{FetchCall, MemorySyncContext, SyncContext, SyncContextError};
 pub use queue::{SyncQueue, SyncQueueConfig, SyncQueueEntry};
-pub use throttle::{DomainThrottle, DomainThrottles, ThrottleConfig};
+pub use throttle::{DomainThrottle, DomainThrottles, QueueStep, ThrottleConfig};
 pub use url_select::{
     candidate_urls, next_url, throttled_domains_with_untried_urls, CandidateUrls, RepositoryData,
     ThrottledDomainInfo,

@@ -30,6 +30,18 @@ use indexmap::IndexMap;
 
 use crate::clock::Instant;
 
+/// What a domain's queue should do next; see [`DomainThrottle::next_step`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueueStep {
+    /// Fetch for this identifier now (it is marked in progress).
+    Serve(String),
+    /// Nothing can start before this instant and no completion will come:
+    /// serve the queue again then.
+    WakeAt(Instant),
+    /// Nothing to do until a request completes or an identifier is queued.
+    Idle,
+}
+
 /// Limits applied to each domain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThrottleConfig {
@@ -204,6 +216,26 @@ impl DomainThrottle {
         Some(identifier.clone())
     }
 
+    /// What serving the queue should do at `now`: serve the next ready
+    /// identifier (marked in progress) when the domain has capacity; when only
+    /// the per-minute window holds it back and nothing is in flight (so no
+    /// completion will come), wake at the moment the window frees; otherwise
+    /// wait for a completion or an enqueue.
+    pub fn next_step(&mut self, now: Instant) -> QueueStep {
+        if !self.has_queued_work() {
+            return QueueStep::Idle;
+        }
+        if self.has_capacity(now) {
+            return self
+                .next_ready_identifier()
+                .map_or(QueueStep::Idle, QueueStep::Serve);
+        }
+        match self.poll_timeout(now) {
+            Some(at) if self.in_flight == 0 => QueueStep::WakeAt(at),
+            _ => QueueStep::Idle,
+        }
+    }
+
     /// The URLs of this domain already tried for `identifier` (empty when not
     /// queued).
     pub fn get_tried_urls(&self, identifier: &str) -> HashSet<String> {
@@ -360,6 +392,44 @@ impl DomainThrottles {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn next_step_serves_waits_for_a_completion_or_wakes_when_the_window_frees() {
+        let config = ThrottleConfig {
+            max_concurrent: 2,
+            max_per_minute: 2,
+            window: Duration::from_secs(60),
+        };
+        let mut throttle = DomainThrottle::new("d", config);
+        assert_eq!(throttle.next_step(Instant::ZERO), QueueStep::Idle);
+        throttle.enqueue_identifier("a", HashSet::new());
+        throttle.enqueue_identifier("b", HashSet::new());
+        throttle.enqueue_identifier("c", HashSet::new());
+        assert_eq!(
+            throttle.next_step(Instant::ZERO),
+            QueueStep::Serve("a".into())
+        );
+        assert!(throttle.try_start_request(Instant::ZERO));
+        assert_eq!(
+            throttle.next_step(Instant::ZERO),
+            QueueStep::Serve("b".into())
+        );
+        assert!(throttle.try_start_request(Instant::from_secs(1)));
+        // Both slots in flight: a completion will serve the queue.
+        assert_eq!(throttle.next_step(Instant::from_secs(1)), QueueStep::Idle);
+        throttle.complete_request(Instant::from_secs(2));
+        throttle.complete_request(Instant::from_secs(2));
+        throttle.mark_identifier_not_in_progress("a");
+        // Nothing in flight, the window is full: wake when the first start leaves it.
+        assert_eq!(
+            throttle.next_step(Instant::from_secs(2)),
+            QueueStep::WakeAt(Instant::from_secs(60))
+        );
+        assert_eq!(
+            throttle.next_step(Instant::from_secs(60)),
+            QueueStep::Serve("c".into())
+        );
+    }
 
     fn throttle() -> DomainThrottle {
         DomainThrottle::new("example.com", ThrottleConfig::default())
