@@ -438,9 +438,17 @@ impl Purgatory {
         Ok(())
     }
 
-    /// Background tasks running now (syncs, domain queue fetches, timers).
-    pub fn running_tasks(&self) -> usize {
-        self.shared.tasks.len()
+    /// How long until `identifier` is synced next, if it is queued and not being
+    /// synced (zero when it is due).
+    pub fn retry_in(&self, identifier: &str) -> Option<Duration> {
+        let entry = self
+            .queue_entry(identifier)
+            .filter(|entry| !entry.in_progress)?;
+        Some(
+            entry
+                .next_attempt
+                .saturating_duration_since(self.shared.clock.now()),
+        )
     }
 
     async fn restore(&self) -> Result<(), BuildError> {

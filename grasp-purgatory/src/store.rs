@@ -178,14 +178,6 @@ impl PurgatoryStore {
         }
     }
 
-    /// Removes and returns the held events of `identifier` whose objects are all present.
-    pub fn take_satisfied(&mut self, identifier: &str) -> Vec<HeldEvent> {
-        let present = self.present.get(identifier).cloned().unwrap_or_default();
-        let satisfied = self.take_where(identifier, |held| held.needed_oids().is_subset(&present));
-        self.forget_if_empty(identifier);
-        satisfied
-    }
-
     /// Removes and returns every held event that entered purgatory at or before `cutoff`.
     pub fn take_expired(&mut self, cutoff: Timestamp) -> Vec<HeldEvent> {
         let identifiers: Vec<String> = self.by_identifier.keys().cloned().collect();
@@ -304,12 +296,15 @@ mod tests {
         ));
         store.mark_present("r", [oid(2)]);
         assert_eq!(store.missing_oids("r"), BTreeSet::from([oid(1)]));
-        let released = store.take_satisfied("r");
+        let released = store.begin_release("r");
         assert_eq!(released.len(), 1);
         assert!(matches!(released[0].kind, HeldKind::PullRequest { .. }));
+        store.finish_release("r", &[released[0].event.id]);
         assert!(store.has_pending("r"));
         store.mark_present("r", [oid(1)]);
-        assert_eq!(store.take_satisfied("r").len(), 1);
+        let released = store.begin_release("r");
+        assert_eq!(released.len(), 1);
+        store.finish_release("r", &[released[0].event.id]);
         assert!(!store.has_pending("r"));
         assert!(store.is_empty());
         // Presence is forgotten with the identifier.

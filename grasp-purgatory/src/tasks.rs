@@ -28,11 +28,6 @@ impl Tasks {
         set.spawn(task);
     }
 
-    /// How many tasks are running.
-    pub(crate) fn len(&self) -> usize {
-        self.lock().len()
-    }
-
     /// Refuses new tasks and aborts the running ones; returns how many were aborted.
     pub(crate) async fn shutdown(&self) -> usize {
         let mut set = {

@@ -67,10 +67,7 @@ impl Relay {
             .build()
             .await
             .unwrap();
-        let run = tokio::spawn({
-            let purgatory = purgatory.clone();
-            async move { purgatory.run().await }
-        });
+        let run = events::spawn_run(&purgatory);
         Relay {
             purgatory,
             fetcher,
@@ -314,10 +311,7 @@ async fn hostile_urls_and_object_ids_are_refused_before_any_process_runs() {
         .build()
         .await
         .unwrap();
-    let run = tokio::spawn({
-        let purgatory = purgatory.clone();
-        async move { purgatory.run().await }
-    });
+    let run = events::spawn_run(&purgatory);
     let owner = Keys::generate();
     let urls: Vec<&str> = hostile.iter().map(String::as_str).collect();
     announcements.add(announcement(&owner, "r", &urls)).unwrap();
@@ -457,24 +451,24 @@ async fn an_object_without_its_history_does_not_count_as_present() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_url_fails_fast_and_backs_off_twenty_seconds() {
+async fn an_unreachable_url_fails_fast_and_is_retried_twenty_seconds_later() {
     let dir = TempDir::new("purgatory-unreachable");
     let relay = Relay::start(&dir.join("repos")).await;
     relay.announce("r", &[&closed_port_url("http", "r.git")]);
     relay.add_pr("r", &hex(3));
     let deadline = Instant::now() + Duration::from_secs(10);
-    let entry = loop {
-        if let Some(entry) = relay
-            .purgatory
-            .queue_entry("r")
-            .filter(|e| e.attempt_count == 1)
-        {
-            break entry;
+    let retry_in = loop {
+        let attempted = relay.purgatory.queue_entry("r").map(|e| e.attempt_count) == Some(1);
+        if let Some(retry_in) = relay.purgatory.retry_in("r").filter(|_| attempted) {
+            break retry_in;
         }
         assert!(Instant::now() < deadline, "first attempt within 10 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert!(!entry.in_progress);
+    assert!(
+        retry_in > Duration::from_secs(18) && retry_in <= Duration::from_secs(20),
+        "next attempt in {retry_in:?}"
+    );
     assert_eq!(relay.fetcher.fetch_processes_spawned(), 1);
     assert_eq!(relay.purgatory.held(), 1);
     relay.stop().await;

@@ -43,10 +43,7 @@ async fn world(
         .git_backend(git.clone())
         .sink(Arc::new(sink));
     let purgatory = configure(builder).build().await.unwrap();
-    let run = tokio::spawn({
-        let purgatory = purgatory.clone();
-        async move { purgatory.run().await }
-    });
+    let run = events::spawn_run(&purgatory);
     World {
         purgatory,
         git,
@@ -62,6 +59,18 @@ impl World {
         self.announcements
             .add(announcement(&self.owner, identifier, urls))
             .unwrap();
+    }
+
+    /// Announces "r" with one clone URL on [`HOST`] and returns the URL; `serves` says
+    /// what the server holds (`None`: every fetch fails, an unreachable server).
+    fn repo_r(&self, serves: Option<Vec<String>>) -> String {
+        let url = format!("https://{HOST}/r.git");
+        self.announce("r", &[&url]);
+        match serves {
+            Some(oids) => self.git.serve(&url, oids),
+            None => self.git.fail(&url),
+        }
+        url
     }
 
     fn add_pr(&self, identifier: &str, tip: &str, origin: Origin) -> EventId {
@@ -146,9 +155,7 @@ async fn a_burst_of_fifty_identifiers_never_exceeds_five_in_flight_or_thirty_a_m
 #[tokio::test(start_paused = true)]
 async fn ten_events_for_one_identifier_within_100_ms_cause_one_fetch() {
     let mut world = world(MemoryGit::default(), |b| b).await;
-    let url = format!("https://{HOST}/r.git");
-    world.announce("r", &[&url]);
-    world.git.serve(&url, (1..=10).map(hex));
+    world.repo_r(Some((1..=10).map(hex).collect()));
     for n in 1..=10 {
         world.add_pr("r", &hex(n), Origin::Synced);
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -164,9 +171,7 @@ async fn ten_events_for_one_identifier_within_100_ms_cause_one_fetch() {
 #[tokio::test(start_paused = true)]
 async fn an_unreachable_url_is_retried_after_20_40_80_then_every_120_seconds() {
     let world = world(MemoryGit::default(), |b| b).await;
-    let url = format!("https://{HOST}/r.git");
-    world.announce("r", &[&url]);
-    world.git.fail(&url);
+    world.repo_r(None);
     let added = Instant::now();
     world.add_pr("r", &hex(1), Origin::Synced);
     tokio::time::sleep(Duration::from_secs(500)).await;
@@ -189,9 +194,7 @@ async fn an_unreachable_url_is_retried_after_20_40_80_then_every_120_seconds() {
 #[tokio::test(start_paused = true)]
 async fn a_new_event_resets_the_backoff() {
     let world = world(MemoryGit::default(), |b| b).await;
-    let url = format!("https://{HOST}/r.git");
-    world.announce("r", &[&url]);
-    world.git.fail(&url);
+    world.repo_r(None);
     let added = Instant::now();
     world.add_pr("r", &hex(1), Origin::Synced);
     // Attempts at 0.5 s and 20.5 s; the next would be at 60.5 s.
@@ -216,9 +219,7 @@ async fn a_new_event_resets_the_backoff() {
 #[tokio::test(start_paused = true)]
 async fn user_submitted_events_wait_three_minutes_for_the_push() {
     let mut world = world(MemoryGit::default(), |b| b).await;
-    let url = format!("https://{HOST}/r.git");
-    world.announce("r", &[&url]);
-    world.git.serve(&url, [hex(1), hex(2)]);
+    world.repo_r(Some([hex(1), hex(2)].into_iter().collect()));
     let added = Instant::now();
     world.add_pr("r", &hex(1), Origin::Submitted);
     world.add_pr("r", &hex(2), Origin::Submitted);
@@ -242,9 +243,7 @@ async fn user_submitted_events_wait_three_minutes_for_the_push() {
 #[tokio::test(start_paused = true)]
 async fn events_whose_data_never_arrives_expire_after_thirty_minutes_and_are_reported() {
     let mut world = world(MemoryGit::default(), |b| b).await;
-    let url = format!("https://{HOST}/r.git");
-    world.announce("r", &[&url]);
-    world.git.fail(&url);
+    world.repo_r(None);
     let added = Instant::now();
     let id = world.add_pr("r", &hex(1), Origin::Synced);
     let outputs = world.outputs(1, Duration::from_secs(2000)).await;
@@ -313,9 +312,7 @@ async fn the_purgatory_is_saved_on_shutdown_and_restored_on_start() {
 
     let persist = |b: grasp_purgatory::PurgatoryBuilder| b.persist_to(file.clone());
     let first = world(MemoryGit::default(), persist).await;
-    let url = format!("https://{HOST}/r.git");
-    first.announce("r", &[&url]);
-    first.git.fail(&url);
+    first.repo_r(None);
     let id = first.add_pr("r", &hex(1), Origin::Submitted);
     let state_event = state(&first.owner, "r", &[&hex(2)], 9);
     first
@@ -331,11 +328,9 @@ async fn the_purgatory_is_saved_on_shutdown_and_restored_on_start() {
     assert!(second.purgatory.restore_rejected().is_empty());
     assert_eq!(second.purgatory.held(), 2);
     assert!(second.purgatory.contains(&id));
-    second
-        .announcements
-        .add(announcement(&owner, "r", &[&url]))
-        .unwrap();
-    second.git.serve(&url, [hex(1), hex(2)]);
+    // The restored events belong to the first world's repository.
+    second.owner = owner;
+    second.repo_r(Some(vec![hex(1), hex(2)]));
     let outputs = second.outputs(2, Duration::from_secs(5)).await;
     assert!(outputs.iter().all(|(_, o)| released(o)));
     second.stop().await;
@@ -371,10 +366,7 @@ async fn events_arriving_through_sync_enter_purgatory_and_reach_the_store_when_r
         .build()
         .await
         .unwrap();
-    let run = tokio::spawn({
-        let purgatory = purgatory.clone();
-        async move { purgatory.run().await }
-    });
+    let run = events::spawn_run(&purgatory);
     let gate = PurgatoryGate::new(store.clone(), purgatory.clone());
     let owner = Keys::generate();
     let url = format!("https://{HOST}/r.git");

@@ -5,6 +5,14 @@ pub mod memory_git;
 
 use nostr::prelude::*;
 
+/// Runs `purgatory`'s main loop on a task until its shutdown.
+pub fn spawn_run(
+    purgatory: &grasp_purgatory::Purgatory,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    let purgatory = purgatory.clone();
+    tokio::spawn(async move { purgatory.run().await })
+}
+
 /// Signs an event of `kind` with these tags.
 pub fn sign(keys: &Keys, kind: u16, tags: Vec<Vec<String>>, at: u64) -> Event {
     let tags: Vec<Tag> = tags.into_iter().map(|t| Tag::parse(t).unwrap()).collect();
