@@ -267,18 +267,21 @@ impl Driver {
             .max_message_size(Some(config.max_message_size))
             .max_frame_size(Some(config.max_frame_size));
         let connector = Connector::Rustls(self.connector.tls.clone());
+        // Nagle off: a REQ written right after another would otherwise wait
+        // for the delayed ACK (~40 ms per request pattern on loopback).
         let connecting = tokio_tungstenite::connect_async_tls_with_config(
             self.relay.as_str(),
             Some(ws_config),
-            false,
+            true,
             Some(connector),
         );
-        // NIP-11 is fetched alongside the handshake, so the engine knows
-        // the relay's limits before it opens the first subscription.
-        let limits = crate::nip11::fetch_limits(&self.relay, self.connector.tls.clone(), timeout);
+        // NIP-11 is fetched alongside the handshake and reported whenever
+        // (if ever) it answers: a stalling endpoint never holds the
+        // connection up; the engine uses safe sizes until it knows better.
+        self.spawn_nip11(timeout);
         let mut shutdown = self.connector.shutdown.clone();
-        let (ws, limits) = tokio::select! {
-            result = futures_util::future::join(tokio::time::timeout(timeout, connecting), limits) => result,
+        let ws = tokio::select! {
+            result = tokio::time::timeout(timeout, connecting) => result,
             _ = shutdown.changed() => return,
         };
         let ws = match ws {
@@ -290,16 +293,43 @@ impl Driver {
                     .await
             }
         };
-        match limits {
-            Ok(limits) => self.report(Report::Limits(limits)).await,
-            Err(error) => debug!(relay = %self.relay, %error, "no NIP-11 limits"),
-        }
         self.report(Report::Connected).await;
         let reason = self.pump(ws, shutdown).await;
         debug!(relay = %self.relay, reason, "connection closed");
         if let Some(reason) = reason {
             self.report(Report::Disconnected(reason)).await;
         }
+    }
+
+    /// Fetches the relay's NIP-11 limits in a task of its own and reports
+    /// them (tagged with this connection's generation) if they come.
+    fn spawn_nip11(&self, timeout: Duration) {
+        let relay = self.relay.clone();
+        let generation = self.generation;
+        let tls = self.connector.tls.clone();
+        let inbound = self.connector.inbound.clone();
+        let mut shutdown = self.connector.shutdown.clone();
+        tokio::spawn(async move {
+            let fetch = crate::nip11::fetch_limits(&relay, tls, timeout);
+            let limits = tokio::select! {
+                limits = fetch => limits,
+                _ = shutdown.changed() => return,
+            };
+            match limits {
+                Ok(limits) => {
+                    let report = Inbound {
+                        relay,
+                        generation,
+                        report: Report::Limits(limits),
+                    };
+                    tokio::select! {
+                        _ = inbound.send(report) => {}
+                        _ = shutdown.changed() => {}
+                    }
+                }
+                Err(error) => debug!(%relay, %error, "no NIP-11 limits"),
+            }
+        });
     }
 
     /// Runs the open connection; returns why it ended, or `None` when we

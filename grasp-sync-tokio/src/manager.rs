@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grasp_sync_core::clock::Clock;
-use grasp_sync_core::engine::{Command, EngineConfig, EngineStats, SyncEngine};
+use grasp_sync_core::engine::{Command, EngineConfig, EngineStats, StoreVerdict, SyncEngine};
 use grasp_sync_core::pagination::PageOutcome;
 use grasp_sync_core::store::{EventStore, IngestOutcome};
 use grasp_sync_core::transport::RelayTransport;
@@ -213,8 +213,11 @@ pub struct Summary {
     pub events_stored: u64,
     /// Events the store already had.
     pub events_duplicate: u64,
-    /// Events the store refused.
+    /// Events the store refused for good.
     pub events_rejected: u64,
+    /// Store answers that asked for a retry (`rate-limited:`, `error:`,
+    /// failures); the engine offered those events again.
+    pub store_retries: u64,
     /// Bytes received from relays.
     pub bytes_received: u64,
     /// Bytes sent to relays.
@@ -492,53 +495,48 @@ impl Runner {
         match result {
             StoreResult::Ingested { relay, id, outcome } => self.on_ingested(&relay, id, outcome),
             StoreResult::Items { relay, id, items } => {
-                let items = items.unwrap_or_else(|error| {
-                    warn!(%relay, %error, "store could not list items; negentropy starts from nothing");
-                    Vec::new()
-                });
                 let now = self.clock.read();
-                self.engine.handle_local_items(now, &relay, &id, items);
+                match items {
+                    Ok(items) => self.engine.handle_local_items(now, &relay, &id, items),
+                    Err(error) => {
+                        self.engine
+                            .handle_local_items_failed(now, &relay, &id, &error.to_string())
+                    }
+                }
             }
         }
     }
 
+    /// Counts the store's answer and hands it to the engine, which decides
+    /// whether the event is retried, remembered as refused, or done.
     fn on_ingested(
         &mut self,
         relay: &RelayUrl,
         id: nostr::prelude::EventId,
         outcome: Result<IngestOutcome, grasp_sync_core::store::StoreError>,
     ) {
-        match outcome {
-            Ok(IngestOutcome::Stored) => {
+        match StoreVerdict::of(&outcome) {
+            StoreVerdict::Stored => {
                 self.summary.events_stored += 1;
                 self.metrics.events_synced.inc();
             }
-            Ok(IngestOutcome::Duplicate) => self.summary.events_duplicate += 1,
-            Ok(IngestOutcome::Rejected { reason }) => {
+            StoreVerdict::Duplicate => self.summary.events_duplicate += 1,
+            StoreVerdict::Refused(reason) => {
                 self.summary.events_rejected += 1;
                 self.metrics
                     .dropped
                     .with_label_values(&["rejected_by_store"])
                     .inc();
-                debug!(%id, reason, "store rejected event");
+                debug!(%relay, %id, reason, "store refused event");
             }
-            Ok(_) => {}
-            Err(error) => {
-                self.metrics
-                    .dropped
-                    .with_label_values(&["store_error"])
-                    .inc();
-                // The event is not kept: drop the connection it came from, so
-                // the engine clears that relay's pending batches and plans
-                // them again on reconnect instead of confirming them.
-                warn!(%relay, %id, %error, "store failed; reconnecting the relay to sync it again");
-                if let Some(transport) = self.transports.get_mut(relay) {
-                    let _ = transport.close();
-                }
-                let now = self.clock.read();
-                self.engine.handle_disconnected(now, relay);
+            StoreVerdict::Retry(reason) => {
+                self.summary.store_retries += 1;
+                debug!(%relay, %id, reason, "store refused event for now; the engine retries");
             }
+            _ => {}
         }
+        let now = self.clock.read();
+        self.engine.handle_store_outcome(now, &id, outcome);
     }
 
     /// A transport command for a relay's connection.
@@ -667,7 +665,8 @@ impl Runner {
             Report::Connected => {
                 own.failures = 0;
                 own.connected = true;
-                let filter = self.engine.own_subscription_filter(now);
+                self.engine.handle_own_relay_connected(now);
+                let filter = self.engine.own_subscription_filter();
                 self.subscribe_own(filter);
             }
             Report::Message(message, _) => self.on_own_message(now, *message),
@@ -723,6 +722,7 @@ impl Runner {
                     _ => {
                         own.history = None;
                         let _ = own.transport.unsubscribe(&history);
+                        self.engine.handle_own_history_complete(now);
                     }
                 }
             }

@@ -78,7 +78,17 @@ pub(crate) async fn fetch_limits(
         std::str::from_utf8(&body).map_err(|error| Nip11Error::Document(error.to_string()))?;
     let document = RelayInformationDocument::from_json(text)
         .map_err(|error| Nip11Error::Document(error.to_string()))?;
-    Ok(limits_of(&document))
+    let mut limits = limits_of(&document);
+    limits.max_filters = max_filters_of(text);
+    Ok(limits)
+}
+
+/// `limitation.max_filters` (strfry announces it; nostr's document type has
+/// no field for it).
+pub(crate) fn max_filters_of(text: &str) -> Option<usize> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let max = value.get("limitation")?.get("max_filters")?.as_u64()?;
+    usize::try_from(max).ok().filter(|max| *max > 0)
 }
 
 /// The part of a document the engine uses.
@@ -96,6 +106,7 @@ pub(crate) fn limits_of(document: &RelayInformationDocument) -> RelayLimits {
         max_limit: positive(limitation.max_limit),
         default_limit: positive(limitation.default_limit),
         max_filters: None,
+        max_message_length: positive(limitation.max_message_length),
     }
 }
 
@@ -121,6 +132,11 @@ mod tests {
         assert_eq!(limits.max_subscriptions, Some(32));
         assert_eq!(limits.max_limit, Some(500));
         assert_eq!(limits.default_limit, None);
+        let strfry = r#"{"name":"strfry","limitation":{"max_message_length":131072,"max_filters":200,"max_subscriptions":200}}"#;
+        let limits = limits_of(&RelayInformationDocument::from_json(strfry).unwrap());
+        assert_eq!(limits.max_message_length, Some(131_072));
+        assert_eq!(max_filters_of(strfry), Some(200));
+        assert_eq!(max_filters_of("not json"), None);
         let bare = RelayInformationDocument::from_json(r#"{"name":"x"}"#).unwrap();
         assert_eq!(limits_of(&bare), RelayLimits::default());
     }

@@ -1,14 +1,14 @@
 //! A store that is the own relay itself, reached over WebSocket: ingesting an
 //! event publishes it and reports the relay's `OK` (stored, duplicate or
 //! rejected with its reason); listing items for negentropy reads the relay's
-//! events matching the filter (a REQ, so at most the relay's per-filter
-//! limit: a larger local set only makes negentropy fetch more than needed,
-//! never less).
+//! events matching the filter page by page (`until` pagination: strfry and
+//! nostr-relay-builder clamp every REQ to 500 results without a word).
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::{SinkExt, StreamExt};
+use grasp_sync_core::pagination::{PageOutcome, PaginationState};
 use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
 use nostr::prelude::{
     ClientMessage, Event, EventId, Filter, RelayMessage, RelayUrl, SubscriptionId, Timestamp,
@@ -89,12 +89,14 @@ async fn serve(relay: RelayUrl, timeout: Duration, mut requests: mpsc::Receiver<
     let mut next_id = 0u64;
     while let Some(request) = requests.recv().await {
         if socket.is_none() {
-            socket =
-                tokio::time::timeout(timeout, tokio_tungstenite::connect_async(relay.as_str()))
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .map(|(ws, _)| ws);
+            // Nagle off: one request waits for its answer before the next.
+            let connecting =
+                tokio_tungstenite::connect_async_with_config(relay.as_str(), None, true);
+            socket = tokio::time::timeout(timeout, connecting)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .map(|(ws, _)| ws);
         }
         let Some(ws) = socket.as_mut() else {
             fail(request, "cannot connect to the store relay");
@@ -110,8 +112,11 @@ async fn serve(relay: RelayUrl, timeout: Duration, mut requests: mpsc::Receiver<
             }
             Request::Items(filter, reply) => {
                 let id = SubscriptionId::new(format!("store-{next_id}"));
-                let result = tokio::time::timeout(timeout, list(ws, id, filter)).await;
-                let (result, ok) = flatten(result);
+                // The timeout bounds every page, not the whole listing.
+                let (result, ok) = match list(ws, id, filter, timeout).await {
+                    Ok(items) => (Ok(items), true),
+                    Err(error) => (Err(error), false),
+                };
                 let _ = reply.send(result);
                 ok
             }
@@ -193,31 +198,53 @@ async fn publish(ws: &mut Socket, event: &Event) -> Result<IngestOutcome, StoreE
     }
 }
 
+/// Events asked for per page of a listing.
+const LIST_PAGE: usize = 500;
+
+/// Every `(id, created_at)` the relay holds for `filter`, read page by page
+/// with lossless `until` pagination until a page brings nothing new.
 async fn list(
     ws: &mut Socket,
     id: SubscriptionId,
-    filter: Filter,
+    mut filter: Filter,
+    timeout: Duration,
 ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
-    send(ws, ClientMessage::req(id.clone(), vec![filter])).await?;
+    if filter.limit.is_none() {
+        filter.limit = Some(LIST_PAGE);
+    }
+    let mut paging = PaginationState::new(filter.clone());
     let mut items = Vec::new();
+    let mut page = filter;
     loop {
-        match next_message(ws).await? {
-            RelayMessage::Event {
-                subscription_id,
-                event,
-            } if *subscription_id == id => {
-                items.push((event.id, event.created_at));
+        send(ws, ClientMessage::req(id.clone(), vec![page])).await?;
+        loop {
+            let message = tokio::time::timeout(timeout, next_message(ws))
+                .await
+                .map_err(|_| StoreError::Backend("store relay timed out".into()))??;
+            match message {
+                RelayMessage::Event {
+                    subscription_id,
+                    event,
+                } if *subscription_id == id => {
+                    if paging.on_event(event.id, event.created_at) {
+                        items.push((event.id, event.created_at));
+                    }
+                }
+                RelayMessage::EndOfStoredEvents(sub) if *sub == id => break,
+                RelayMessage::Closed {
+                    subscription_id,
+                    message,
+                } if *subscription_id == id => {
+                    return Err(StoreError::Backend(format!(
+                        "store relay closed the query: {message}"
+                    )));
+                }
+                _ => {}
             }
-            RelayMessage::EndOfStoredEvents(sub) if *sub == id => break,
-            RelayMessage::Closed {
-                subscription_id,
-                message,
-            } if *subscription_id == id => {
-                return Err(StoreError::Backend(format!(
-                    "store relay closed the query: {message}"
-                )));
-            }
-            _ => {}
+        }
+        match paging.on_eose(None) {
+            PageOutcome::NextPage(next) => page = next,
+            PageOutcome::Complete => break,
         }
     }
     send(ws, ClientMessage::close(id)).await?;

@@ -54,6 +54,33 @@ pub struct EngineConfig {
     /// relay's NIP-11 `max_limit`). NIP-01 promises newest-first order only
     /// when a limit is given, and `until` paging relies on it.
     pub page_limit: usize,
+    /// Largest frame (bytes of one `REQ`, `NEG-OPEN`, `NEG-MSG`) sent to a
+    /// relay that did not announce NIP-11 `max_message_length` (64 KiB).
+    /// A relay that drops the connection right after a large frame gets a
+    /// smaller learned budget (never below [`MIN_FRAME_BUDGET`]).
+    pub default_frame_budget: usize,
+    /// Subscription slots kept for historic work on every relay (at most
+    /// half of its limit, at least one): live subscriptions never take them,
+    /// so historic sync always progresses.
+    pub historic_slots: usize,
+    /// How often a relay whose subscription and frame limits cannot hold
+    /// live coverage of every item is polled (`since` catch-up, paginated)
+    /// for the items that did not fit.
+    pub uncovered_poll_interval: Duration,
+    /// First delay before an event the store refused for now (`rate-limited:`,
+    /// `error:`, a failure or a timeout) is offered again; doubles per failure
+    /// in a row.
+    pub store_retry_base: Duration,
+    /// Longest delay between store retries.
+    pub store_retry_max: Duration,
+    /// A store that has not answered for this long is asked again.
+    pub store_timeout: Duration,
+    /// Events the store refused for good (`blocked:`, `invalid:`, `pow:`,
+    /// `restricted:` …) remembered so re-syncs do not download them again.
+    pub refused_memory: usize,
+    /// Times a fetch of missing ids that brought nothing new is tried before
+    /// the ids are reported missing.
+    pub fetch_attempts: u32,
     /// Which relay URLs from announcements may be connected to.
     pub relay_policy: RelayUrlPolicy,
     /// Our service's relay URLs. When not empty, only announcements that
@@ -86,6 +113,14 @@ impl Default for EngineConfig {
             negentropy_frame_size_limit: 30_000,
             fetch_chunk: 500,
             page_limit: 500,
+            default_frame_budget: DEFAULT_FRAME_BUDGET,
+            historic_slots: 4,
+            uncovered_poll_interval: Duration::from_secs(5 * 60),
+            store_retry_base: Duration::from_secs(1),
+            store_retry_max: Duration::from_secs(60),
+            store_timeout: Duration::from_secs(60),
+            refused_memory: 10_000,
+            fetch_attempts: 3,
             relay_policy: RelayUrlPolicy::new(),
             service_relays: Vec::new(),
             bootstrap_relays: Vec::new(),
@@ -93,6 +128,12 @@ impl Default for EngineConfig {
         }
     }
 }
+
+/// Frame budget for a relay that announced none (64 KiB).
+pub const DEFAULT_FRAME_BUDGET: usize = 64 * 1024;
+/// The smallest frame budget ever learned (8 KiB): a drop after a smaller
+/// frame is not blamed on its size.
+pub const MIN_FRAME_BUDGET: usize = 8 * 1024;
 
 /// Limits a relay told us about (NIP-11 `limitation`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,6 +146,8 @@ pub struct RelayLimits {
     pub default_limit: Option<usize>,
     /// Most filters per REQ.
     pub max_filters: Option<usize>,
+    /// Largest message the relay accepts, in bytes.
+    pub max_message_length: Option<usize>,
 }
 
 /// A small deterministic generator (splitmix64) for the daily jitter.

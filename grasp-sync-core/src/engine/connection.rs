@@ -126,8 +126,32 @@ impl SyncEngine {
             _ => return,
         }
         info!(%relay, "disconnected");
+        self.learn_frame_budget(now, relay);
         self.forget_connection(now, relay);
         self.maintain(now);
+    }
+
+    /// A relay that drops the connection right after a large frame (strfry
+    /// closes the socket on any frame over its limit, without a word) gets
+    /// half that frame as its budget, so the next attempt fits.
+    fn learn_frame_budget(&mut self, now: Now, relay: &RelayUrl) {
+        let Some(len) = self
+            .conns
+            .get(relay)
+            .and_then(|conn| conn.large_frame_before(now.instant))
+        else {
+            return;
+        };
+        if len <= super::config::MIN_FRAME_BUDGET {
+            return;
+        }
+        let budget = (len / 2).max(super::config::MIN_FRAME_BUDGET);
+        let known = self.knowledge(relay);
+        if known.learned_frame_budget.is_none_or(|old| budget < old) {
+            known.learned_frame_budget = Some(budget);
+            self.stats.frame_budget_lowered += 1;
+            warn!(%relay, frame = len, budget, "relay dropped the connection after a large frame; sending smaller frames");
+        }
     }
 
     /// Closes a connection that stopped answering (a half-open socket): no

@@ -27,7 +27,7 @@ impl SyncEngine {
             ),
             None => return,
         };
-        if no_live && self.may_open(now, relay) {
+        if no_live && self.may_open_live(now, relay) {
             // Layer 1 live went with a consolidation that found no slot.
             self.rebuild_live(now, relay, &waiting_live);
         } else if !waiting_live.is_empty() {
@@ -42,7 +42,7 @@ impl SyncEngine {
                 conn.live_gap_since = None;
             }
         }
-        while self.may_open(now, relay) {
+        while self.may_open_historic(now, relay) {
             let Some(queued) = self
                 .conns
                 .get_mut(relay)
@@ -54,21 +54,28 @@ impl SyncEngine {
         }
     }
 
-    /// Live filters that open late also ask for what was published since
-    /// the coverage started waiting (minus the quick-reconnect window), so
-    /// nothing published in the gap is missed.
-    pub(super) fn with_gap_catch_up(
-        &mut self,
-        now: Now,
-        relay: &RelayUrl,
-        filters: Vec<Filter>,
-    ) -> Vec<Filter> {
-        let window = self.config.quick_reconnect_window.as_secs();
-        let Some(conn) = self.conns.get_mut(relay) else {
-            return filters;
+    /// `true` if one more historic job may start on `relay`: it leaves room
+    /// for the live REQs that are open or waiting (up to the live slots) and
+    /// the rate allows.
+    fn may_open_historic(&mut self, now: Now, relay: &RelayUrl) -> bool {
+        let limit = self.sub_limit(relay);
+        let live_slots = self.live_slots(relay);
+        let Some(conn) = self.conns.get(relay) else {
+            return false;
         };
-        let Some(gap_since) = conn.live_gap_since else {
-            return filters;
+        let live = conn.live_count();
+        let live_reserved = live_slots.min(live + conn.refused_live.len());
+        let historic = conn.subs.len().saturating_sub(live);
+        historic + live_reserved < limit && self.may_open(now, relay)
+    }
+
+    /// Live filters that open late: what was published since the coverage
+    /// started waiting (minus the quick-reconnect window) is fetched by a
+    /// paginated `since` catch-up, so nothing published in the gap is missed.
+    pub(super) fn catch_up_gap(&mut self, now: Now, relay: &RelayUrl, filters: &[Filter]) {
+        let window = self.config.quick_reconnect_window.as_secs();
+        let Some(gap_since) = self.conns.get(relay).and_then(|conn| conn.live_gap_since) else {
+            return;
         };
         let since = Timestamp::from_secs(
             gap_since
@@ -76,19 +83,61 @@ impl SyncEngine {
                 .saturating_sub(window)
                 .min(now.unix.as_secs()),
         );
-        filters
-            .into_iter()
+        let historic: Vec<Filter> = filters
+            .iter()
+            .cloned()
             .map(|mut filter| {
                 filter.limit = None;
                 filter.since = Some(since);
                 filter
             })
-            .collect()
+            .collect();
+        let jobs = self.poll_jobs(relay, historic);
+        self.start_batch(
+            now,
+            relay,
+            Purpose::Gap,
+            Default::default(),
+            crate::model::SyncMethod::ReqEose,
+            jobs,
+        );
+    }
+
+    /// `since` filters packed into as few REQs as the relay's limits allow,
+    /// each with the page limit (so a clamp is seen and paged).
+    pub(super) fn poll_jobs(&self, relay: &RelayUrl, filters: Vec<Filter>) -> Vec<Job> {
+        let limit = self.page_limit(relay);
+        let filters = filters
+            .into_iter()
+            .map(|mut filter| {
+                filter.limit = Some(limit);
+                filter
+            })
+            .collect();
+        super::frames::pack_filters(
+            filters,
+            self.filters_per_req(relay),
+            self.frame_budget(relay),
+        )
+        .into_iter()
+        .map(Job::Poll)
+        .collect()
+    }
+
+    /// `true` if one more live subscription may be opened on `relay`: a
+    /// free live slot (the historic ones stay free) and the rate allows.
+    pub(super) fn may_open_live(&mut self, now: Now, relay: &RelayUrl) -> bool {
+        let live_slots = self.live_slots(relay);
+        let free = self
+            .conns
+            .get(relay)
+            .is_some_and(|conn| conn.live_count() < live_slots);
+        free && self.may_open(now, relay)
     }
 
     /// Sends live REQs the relay refused again, as far as it allows.
     fn resend_refused_live(&mut self, now: Now, relay: &RelayUrl) {
-        while self.may_open(now, relay) {
+        while self.may_open_live(now, relay) {
             let Some(filters) = self
                 .conns
                 .get_mut(relay)
@@ -102,8 +151,16 @@ impl SyncEngine {
 
     fn start_job(&mut self, now: Now, relay: &RelayUrl, queued: QueuedJob) {
         let QueuedJob { batch, job } = queued;
+        let budget = self.frame_budget(relay);
+        let frame_limit = self.config.negentropy_frame_size_limit;
         let job = match job {
             Job::Negentropy(filter) if self.knowledge(relay).negentropy_refused => Job::Req(filter),
+            Job::Negentropy(filter)
+                if super::frames::negentropy_frame_limit(budget, &filter, frame_limit)
+                    .is_none() =>
+            {
+                Job::Req(filter)
+            }
             job => job,
         };
         let (id, sub) = match job {
@@ -156,7 +213,7 @@ impl SyncEngine {
                 };
                 (id, sub)
             }
-            Job::Fetch(filter) => {
+            Job::Fetch { filter, fruitless } => {
                 let id = self.next_sub_id("fetch");
                 let missing: HashSet<EventId> =
                     filter.ids.clone().unwrap_or_default().into_iter().collect();
@@ -171,6 +228,24 @@ impl SyncEngine {
                         batch,
                         filter,
                         missing,
+                        fruitless,
+                    },
+                )
+            }
+            Job::Poll(filters) => {
+                let id = self.next_sub_id("poll");
+                self.emit(Command::Subscribe {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                    filters: filters.clone(),
+                });
+                let counts = vec![0; filters.len()];
+                (
+                    id,
+                    Sub::Poll {
+                        batch,
+                        filters,
+                        counts,
                     },
                 )
             }
@@ -186,7 +261,7 @@ impl SyncEngine {
     }
 
     /// The `limit` of a historic page on `relay`.
-    fn page_limit(&self, relay: &RelayUrl) -> usize {
+    pub(super) fn page_limit(&self, relay: &RelayUrl) -> usize {
         let told = self
             .known
             .get(relay)
@@ -205,7 +280,8 @@ impl SyncEngine {
         id: &SubscriptionId,
         items: &[(EventId, Timestamp)],
     ) {
-        let frame_size_limit = self.config.negentropy_frame_size_limit;
+        let budget = self.frame_budget(relay);
+        let configured = self.config.negentropy_frame_size_limit;
         let Some(Sub::Negentropy {
             filter,
             session,
@@ -221,6 +297,15 @@ impl SyncEngine {
         if session.is_some() {
             return;
         }
+        // `None` cannot happen (checked when the job started), but the
+        // budget may have shrunk since: fall back to REQ then.
+        let Some(frame_size_limit) =
+            super::frames::negentropy_frame_limit(budget, filter, configured)
+        else {
+            let filter = filter.clone();
+            self.replace_job(now, relay, id, Job::Req(filter));
+            return;
+        };
         match NegSession::start(items, frame_size_limit) {
             Ok((started, initial_message)) => {
                 *session = Some(started);
@@ -265,12 +350,29 @@ impl SyncEngine {
             pending.outstanding_subs.remove(id);
             pending.last_progress = now.instant;
         }
-        let remaining = self.batches.get_mut(&batch).map(|info| {
+        let done = self.batches.get_mut(&batch).map(|info| {
             info.jobs = info.jobs.saturating_sub(1);
-            info.jobs
+            info.is_done()
         });
-        if remaining == Some(0) {
-            self.complete_batch(relay, batch);
+        if done == Some(true) {
+            self.complete_batch(now, relay, batch);
+        }
+    }
+
+    /// Counts events of `batch` handed to the store (`+1`) or answered
+    /// (`-1`); a batch whose jobs are done confirms with its last store.
+    pub(super) fn count_store(&mut self, now: Now, batch: BatchId, delta: i32) {
+        let Some(info) = self.batches.get_mut(&batch) else {
+            return;
+        };
+        info.stores = if delta >= 0 {
+            info.stores.saturating_add(delta.unsigned_abs() as usize)
+        } else {
+            info.stores.saturating_sub(delta.unsigned_abs() as usize)
+        };
+        if info.is_done() {
+            let relay = info.relay.clone();
+            self.complete_batch(now, &relay, batch);
         }
     }
 
@@ -311,22 +413,31 @@ impl SyncEngine {
 
     /// Fetch jobs for ids a negentropy round found missing, restricted to the
     /// reconciled filter so a relay cannot slip other events in.
-    pub(super) fn fetch_jobs(&self, filter: &Filter, need: &[EventId]) -> Vec<Job> {
-        need.chunks(self.config.fetch_chunk.max(1))
-            .map(|chunk| {
-                let mut fetch = filter.clone();
-                // `Filter::ids` adds to the ids already there: start afresh.
-                fetch.ids = None;
-                let mut fetch = fetch.ids(chunk.iter().copied());
-                fetch.limit = None;
-                fetch.until = None;
-                fetch.since = None;
-                Job::Fetch(fetch)
+    /// Chunks are as large as the configured fetch chunk and the relay's
+    /// frame budget allow.
+    pub(super) fn fetch_jobs(
+        &self,
+        relay: &RelayUrl,
+        filter: &Filter,
+        need: &[EventId],
+        fruitless: u32,
+    ) -> Vec<Job> {
+        let mut base = filter.clone();
+        // `Filter::ids` adds to the ids already there: start afresh.
+        base.ids = None;
+        base.limit = None;
+        base.until = None;
+        base.since = None;
+        let fit = super::frames::ids_per_fetch(self.frame_budget(relay), &base);
+        need.chunks(self.config.fetch_chunk.min(fit).max(1))
+            .map(|chunk| Job::Fetch {
+                filter: base.clone().ids(chunk.iter().copied()),
+                fruitless,
             })
             .collect()
     }
 
-    fn complete_batch(&mut self, relay: &RelayUrl, batch: BatchId) {
+    fn complete_batch(&mut self, now: Now, relay: &RelayUrl, batch: BatchId) {
         let Some(info) = self.batches.remove(&batch) else {
             return;
         };
@@ -342,7 +453,13 @@ impl SyncEngine {
         match info.purpose {
             Purpose::Items => state.confirm(&pending.items),
             Purpose::Layer1 => state.announcements_synced = true,
-            Purpose::CatchUp => {}
+            Purpose::CatchUp | Purpose::Gap => {}
+            Purpose::Poll => {
+                if let Some(conn) = self.conns.get_mut(relay) {
+                    conn.poll_from = Some(info.started_unix);
+                    conn.next_poll_at = Some(now.instant + self.config.uncovered_poll_interval);
+                }
+            }
         }
     }
 
@@ -375,13 +492,26 @@ impl SyncEngine {
         match info.purpose {
             Purpose::Items => self.knowledge(relay).replan_at = Some(retry_at),
             Purpose::Layer1 => self.knowledge(relay).layer1_retry_at = Some(retry_at),
-            Purpose::CatchUp => {
+            Purpose::CatchUp | Purpose::Gap => {
                 // The gap was not caught up: sync those items fully again.
                 if let Some(state) = self.confirmed.get_mut(relay) {
                     state.repos.clear();
                     state.root_events.clear();
+                    if info.purpose == Purpose::Gap {
+                        state.announcements_synced = false;
+                    }
                 }
-                self.knowledge(relay).replan_at = Some(retry_at);
+                let known = self.knowledge(relay);
+                known.replan_at = Some(retry_at);
+                if info.purpose == Purpose::Gap {
+                    known.layer1_retry_at = Some(retry_at);
+                }
+            }
+            Purpose::Poll => {
+                // `poll_from` stays: the next poll covers this one's span.
+                if let Some(conn) = self.conns.get_mut(relay) {
+                    conn.next_poll_at = Some(retry_at);
+                }
             }
         }
     }

@@ -90,7 +90,7 @@ impl SyncEngine {
                     .any(|filter| filter.match_event(&event, MatchEventOptions::new()))
             });
             return match matches {
-                Some(true) => self.store_verified(relay, event),
+                Some(true) => self.store_verified(now, relay, event),
                 Some(false) => self.stats.dropped_off_filter += 1,
                 None => self.stats.dropped_unknown_subscription += 1,
             };
@@ -105,6 +105,9 @@ impl SyncEngine {
                 .any(|filter| filter.match_event(&event, options)),
             Sub::Req { paging, .. } => paging.matches(&event),
             Sub::Fetch { filter, .. } => filter.match_event(&event, options),
+            Sub::Poll { filters, .. } => filters
+                .iter()
+                .any(|filter| filter.match_event(&event, options)),
             Sub::Negentropy { .. } => false,
         };
         if !matches {
@@ -131,12 +134,24 @@ impl SyncEngine {
                 missing.remove(&event.id);
                 Some(*batch)
             }
+            Sub::Poll {
+                batch,
+                filters,
+                counts,
+            } => {
+                for (filter, count) in filters.iter().zip(counts.iter_mut()) {
+                    if filter.match_event(&event, options) {
+                        *count += 1;
+                    }
+                }
+                Some(*batch)
+            }
             _ => None,
         };
         if let Some(batch) = batch {
             self.progress(now, relay, batch);
         }
-        self.store(relay, event);
+        self.store(now, relay, event, batch);
     }
 
     /// `true` if the event's id and signature verify; counts it otherwise.
@@ -150,19 +165,10 @@ impl SyncEngine {
     }
 
     /// Stores an event that matched: only if its id and signature verify.
-    fn store_verified(&mut self, relay: &RelayUrl, event: Event) {
+    fn store_verified(&mut self, now: Now, relay: &RelayUrl, event: Event) {
         if self.verifies(relay, &event) {
-            self.store(relay, event);
+            self.store(now, relay, event, None);
         }
-    }
-
-    /// Hands an accepted event to the store.
-    fn store(&mut self, relay: &RelayUrl, event: Event) {
-        self.stats.events_accepted += 1;
-        self.emit(Command::Store {
-            relay: relay.clone(),
-            event: Box::new(event),
-        });
     }
 
     fn on_eose(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
@@ -219,23 +225,60 @@ impl SyncEngine {
                 batch,
                 filter,
                 missing,
+                fruitless,
             } => {
                 let batch = *batch;
                 let requested = filter.ids.as_ref().map_or(0, |ids| ids.len());
                 let missing: Vec<_> = missing.iter().copied().collect();
-                let retry = !missing.is_empty() && missing.len() < requested;
+                // A fetch that brought some ids was cut by a clamp: ask for
+                // the rest. One that brought none is asked again a few times,
+                // then the ids are reported.
+                let fruitless = if missing.len() < requested {
+                    0
+                } else {
+                    fruitless.saturating_add(1)
+                };
+                let retry = !missing.is_empty() && fruitless < self.config.fetch_attempts;
                 let filter = filter.clone();
                 if !missing.is_empty() && !retry {
                     self.stats.fetch_missing += missing.len() as u64;
                     warn!(%relay, missing = missing.len(), "relay did not return ids its negentropy set holds");
+                }
+                if retry && fruitless > 0 {
+                    self.stats.fetch_retries += 1;
                 }
                 self.emit(Command::Unsubscribe {
                     relay: relay.clone(),
                     id: id.clone(),
                 });
                 if retry {
-                    let jobs = self.fetch_jobs(&filter, &missing);
+                    let jobs = self.fetch_jobs(relay, &filter, &missing, fruitless);
                     self.add_jobs(relay, batch, jobs);
+                }
+                self.finish_job(now, relay, id);
+            }
+            Sub::Poll {
+                batch,
+                filters,
+                counts,
+            } => {
+                let batch = *batch;
+                // A filter whose page may have been cut continues paginated.
+                let plausible = PLAUSIBLE_PAGE_LEN;
+                let full: Vec<Job> = filters
+                    .iter()
+                    .zip(counts.iter())
+                    .filter(|(filter, count)| {
+                        **count >= plausible.min(filter.limit.unwrap_or(plausible))
+                    })
+                    .map(|(filter, _)| Job::Req(filter.clone()))
+                    .collect();
+                self.emit(Command::Unsubscribe {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                });
+                if !full.is_empty() {
+                    self.add_jobs(relay, batch, full);
                 }
                 self.finish_job(now, relay, id);
             }
@@ -290,10 +333,23 @@ impl SyncEngine {
                     self.fail_batch(now, relay, batch, message);
                 }
             }
-            Sub::Fetch { filter, batch, .. } => {
-                let (filter, batch) = (filter.clone(), *batch);
+            Sub::Fetch {
+                filter,
+                batch,
+                fruitless,
+                ..
+            } => {
+                let (filter, batch, fruitless) = (filter.clone(), *batch, *fruitless);
                 if slot_refused {
-                    self.replace_job(now, relay, id, Job::Fetch(filter));
+                    self.replace_job(now, relay, id, Job::Fetch { filter, fruitless });
+                } else {
+                    self.fail_batch(now, relay, batch, message);
+                }
+            }
+            Sub::Poll { filters, batch, .. } => {
+                let (filters, batch) = (filters.clone(), *batch);
+                if slot_refused {
+                    self.replace_job(now, relay, id, Job::Poll(filters));
                 } else {
                     self.fail_batch(now, relay, batch, message);
                 }
@@ -412,7 +468,13 @@ impl SyncEngine {
             Sub::Live { .. } => None,
             Sub::Req { paging, .. } => Some(Job::Page(Box::new(paging.clone()))),
             Sub::Negentropy { filter, .. } => Some(Job::Negentropy(filter.clone())),
-            Sub::Fetch { filter, .. } => Some(Job::Fetch(filter.clone())),
+            Sub::Fetch {
+                filter, fruitless, ..
+            } => Some(Job::Fetch {
+                filter: filter.clone(),
+                fruitless: *fruitless,
+            }),
+            Sub::Poll { filters, .. } => Some(Job::Poll(filters.clone())),
         };
         // The guess may be wrong: tell the relay too (a CLOSE of an unknown
         // id is harmless), so it never holds more than we count.
@@ -482,7 +544,7 @@ impl SyncEngine {
                     relay: relay.clone(),
                     id: id.clone(),
                 });
-                let jobs = self.fetch_jobs(&filter, &need);
+                let jobs = self.fetch_jobs(relay, &filter, &need, 0);
                 self.add_jobs(relay, batch, jobs);
                 self.finish_job(now, relay, id);
             }

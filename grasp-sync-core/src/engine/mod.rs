@@ -56,11 +56,13 @@ mod classify;
 mod command;
 mod config;
 mod connection;
+mod frames;
 mod jobs;
 mod messages;
 mod planning;
 mod runtime;
 mod session;
+mod stores;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -74,11 +76,14 @@ use crate::planner::RepoSyncIndex;
 
 pub use classify::{classify, Classified, Prefix};
 pub use command::Command;
-pub use config::{EngineConfig, RelayLimits};
+pub use config::{EngineConfig, RelayLimits, DEFAULT_FRAME_BUDGET, MIN_FRAME_BUDGET};
+pub use frames::req_frame_len;
 pub use session::SessionError;
+pub use stores::StoreVerdict;
 
 use config::Jitter;
 use runtime::{BatchInfo, RelayConn, RelayKnowledge};
+use stores::StoreTracker;
 
 /// Counters of what the engine did and dropped.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -110,8 +115,42 @@ pub struct EngineStats {
     pub consolidations: u64,
     /// Relays dropped because nothing is left to sync from them.
     pub relays_dropped: u64,
-    /// Ids a relay's negentropy set held but a fetch did not return.
+    /// Ids a relay's negentropy set held but fetches did not return, after
+    /// every retry.
     pub fetch_missing: u64,
+    /// Fetches of missing ids asked again because they brought nothing new.
+    pub fetch_retries: u64,
+    /// Events the store reported newly stored.
+    pub events_stored: u64,
+    /// Store answers that asked for a retry (`rate-limited:`, `error:`,
+    /// failures, timeouts).
+    pub store_retries: u64,
+    /// Events the store refused for good.
+    pub store_refused: u64,
+    /// Times a relay's frame budget was lowered after it dropped the
+    /// connection right after a large frame.
+    pub frame_budget_lowered: u64,
+    /// Polls of items whose live subscription did not fit a relay's limits.
+    pub uncovered_polls: u64,
+    /// Negentropy sessions replaced by REQ because the store could not list
+    /// its items.
+    pub local_items_failures: u64,
+}
+
+/// How a relay's live coverage stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LiveMode {
+    /// Every item has a live subscription.
+    #[default]
+    Full,
+    /// The relay's subscription and frame limits cannot hold live filters for
+    /// every item: `uncovered_filters` of them are polled with a `since`
+    /// catch-up every [`EngineConfig::uncovered_poll_interval`].
+    Polling {
+        /// Live filters that did not fit.
+        uncovered_filters: usize,
+    },
 }
 
 /// What is open and waiting on one connected relay.
@@ -127,6 +166,12 @@ pub struct RelayActivity {
     pub deferred_live_items: usize,
     /// The subscription limit in force.
     pub subscription_limit: usize,
+    /// Slots live subscriptions may take (the rest is kept for history).
+    pub live_slots: usize,
+    /// The largest frame sent to the relay, in bytes.
+    pub frame_budget: usize,
+    /// Whether every item is covered live or some are polled.
+    pub live_mode: LiveMode,
 }
 
 /// The own relay as the self-subscriber sees it.
@@ -136,8 +181,14 @@ struct OwnRelay {
     queued: Vec<Event>,
     /// When the current batch window closes.
     batch_deadline: Option<Instant>,
-    /// Last moment we were connected to the own relay (wall clock).
-    last_connected: Option<Timestamp>,
+    /// Everything the own relay held was read up to this moment (wall
+    /// clock): its history was read completely and the live subscription ran
+    /// until then. The next self-subscription catches up from here.
+    caught_up_to: Option<Timestamp>,
+    /// The own relay connection is open.
+    connected: bool,
+    /// The current connection's history was read completely.
+    history_complete: bool,
     /// `created_at` of the announcement applied per repository, so an older
     /// announcement never replaces a newer one.
     announced_at: HashMap<RepoRef, Timestamp>,
@@ -158,6 +209,7 @@ pub struct SyncEngine {
     conns: HashMap<RelayUrl, RelayConn>,
     batches: HashMap<BatchId, BatchInfo>,
     own: OwnRelay,
+    stores: StoreTracker,
     commands: VecDeque<Command>,
     next_batch: u64,
     next_sub: u64,
@@ -185,6 +237,7 @@ impl SyncEngine {
             conns: HashMap::new(),
             batches: HashMap::new(),
             own: OwnRelay::default(),
+            stores: StoreTracker::default(),
             commands: VecDeque::new(),
             next_batch: 0,
             next_sub: 0,
@@ -234,13 +287,31 @@ impl SyncEngine {
     /// What is open and waiting on `relay`, if connected.
     pub fn relay_activity(&self, relay: &RelayUrl) -> Option<RelayActivity> {
         let conn = self.conns.get(relay)?;
+        let live_mode = match conn.uncovered.len() {
+            0 => LiveMode::Full,
+            uncovered_filters => LiveMode::Polling { uncovered_filters },
+        };
         Some(RelayActivity {
             open_subscriptions: conn.subs.len(),
             live_subscriptions: conn.live_count(),
             queued_jobs: conn.queue.len(),
             deferred_live_items: conn.deferred_live.len(),
             subscription_limit: self.sub_limit(relay),
+            live_slots: self.live_slots(relay),
+            frame_budget: self.frame_budget(relay),
+            live_mode,
         })
+    }
+
+    /// Events handed to the store and not confirmed yet (answered or
+    /// waiting for a retry).
+    pub fn unconfirmed_stores(&self) -> usize {
+        self.stores.in_flight()
+    }
+
+    /// Events the store refused for now, waiting for their retry.
+    pub fn store_retries_waiting(&self) -> usize {
+        self.stores.retrying()
     }
 
     /// The next command for the driver, oldest first.
@@ -253,6 +324,7 @@ impl SyncEngine {
     /// confirmed everywhere.
     pub fn is_idle(&self) -> bool {
         self.own.queued.is_empty()
+            && self.stores.in_flight() == 0
             && self.pending.batch_count() == 0
             && self.conns.values().all(RelayConn::is_quiet)
             && self.confirmed.iter().all(|(relay, state)| {
@@ -266,17 +338,17 @@ impl SyncEngine {
     }
 
     /// The filter of the self-subscription on the own relay: kinds 30617,
-    /// 1617, 1618, 1621; on a reconnect `since` the last moment we were
-    /// connected minus the quick-reconnect window. Call it when the own
-    /// relay connection opens.
-    pub fn own_subscription_filter(&mut self, now: Now) -> nostr::prelude::Filter {
-        let since = self.own.last_connected.map(|at| {
+    /// 1617, 1618, 1621, and once the own relay's history was read
+    /// completely, `since` the last moment everything was read minus the
+    /// quick-reconnect window. Read it (it changes nothing) when the own relay
+    /// connection opens, after [`SyncEngine::handle_own_relay_connected`].
+    pub fn own_subscription_filter(&self) -> nostr::prelude::Filter {
+        let since = self.own.caught_up_to.map(|at| {
             Timestamp::from_secs(
                 at.as_secs()
                     .saturating_sub(self.config.quick_reconnect_window.as_secs()),
             )
         });
-        self.own.last_connected = Some(now.unix);
         let filter = crate::filters::own_relay_filter();
         match since {
             Some(since) => filter.since(since),
@@ -284,11 +356,35 @@ impl SyncEngine {
         }
     }
 
-    /// The own relay connection dropped: the next
-    /// [`SyncEngine::own_subscription_filter`] catches up from here.
+    /// The own relay connection opened; its history is being read.
+    pub fn handle_own_relay_connected(&mut self, now: Now) {
+        self.observe(now);
+        self.own.connected = true;
+        self.own.history_complete = false;
+    }
+
+    /// The own relay's history (every page of the self-subscription's
+    /// history query) was read completely on the current connection: the
+    /// catch-up point moves to now, and the live subscription keeps it
+    /// moving until the connection drops.
+    pub fn handle_own_history_complete(&mut self, now: Now) {
+        self.observe(now);
+        if self.own.connected {
+            self.own.history_complete = true;
+            self.own.caught_up_to = Some(now.unix);
+        }
+    }
+
+    /// The own relay connection dropped. If its history had been read
+    /// completely, everything up to now was seen; otherwise the catch-up
+    /// point stays where the last complete read left it.
     pub fn handle_own_relay_disconnected(&mut self, now: Now) {
         self.observe(now);
-        self.own.last_connected = Some(now.unix);
+        if self.own.connected && self.own.history_complete {
+            self.own.caught_up_to = Some(now.unix);
+        }
+        self.own.connected = false;
+        self.own.history_complete = false;
     }
 
     /// Events the own relay accepted (from the self-subscription). They are
@@ -299,6 +395,14 @@ impl SyncEngine {
         I: IntoIterator<Item = Event>,
     {
         self.observe(now);
+        self.queue_own_events(now, events);
+    }
+
+    /// Queues accepted events for the self-subscriber batch.
+    fn queue_own_events<I>(&mut self, now: Now, events: I)
+    where
+        I: IntoIterator<Item = Event>,
+    {
         let before = self.own.queued.len();
         self.own.queued.extend(events);
         if self.own.queued.len() > before && self.own.batch_deadline.is_none() {
@@ -322,7 +426,31 @@ impl SyncEngine {
         items: Vec<(EventId, Timestamp)>,
     ) {
         self.observe(now);
+        let mut items = items;
+        if let Some(filter) = self.negentropy_filter(relay, id) {
+            // Refused events count as held: not downloaded again.
+            items.extend(self.stores.refused_items(&filter));
+        }
         self.open_negentropy(now, relay, id, &items);
+        self.maintain(now);
+    }
+
+    /// The store could not answer [`Command::QueryLocalItems`]: the filter
+    /// is synced by REQ instead (never by negentropy from an empty set, which
+    /// would download everything the relay has as if we held nothing).
+    pub fn handle_local_items_failed(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+        reason: &str,
+    ) {
+        self.observe(now);
+        if let Some(filter) = self.negentropy_filter(relay, id) {
+            tracing::warn!(%relay, reason, "store could not list local items; syncing the filter by REQ");
+            self.stats.local_items_failures += 1;
+            self.replace_job(now, relay, id, runtime::Job::Req(filter));
+        }
         self.maintain(now);
     }
 
@@ -341,6 +469,8 @@ impl SyncEngine {
         if self.own.batch_deadline.is_some_and(|at| at <= now.instant) {
             self.process_own_batch(now);
         }
+        self.run_store_timers(now);
+        self.run_polls(now);
         self.expire_connects(now);
         self.expire_batches(now);
         self.run_retries(now);
@@ -364,6 +494,7 @@ impl SyncEngine {
             Some(self.daily_at),
             Some(self.disconnect_check_at),
             self.own.batch_deadline,
+            self.stores.next_deadline(self.config.store_timeout),
         ];
         deadlines.extend(self.known.values().map(RelayKnowledge::next_deadline));
         deadlines.extend(
@@ -371,6 +502,7 @@ impl SyncEngine {
                 .values()
                 .map(|conn| conn.next_deadline(&self.config)),
         );
+        deadlines.extend(self.conns.values().map(|conn| conn.next_poll_at));
         let window = self.rate_window();
         deadlines.extend(
             self.conns
@@ -411,6 +543,41 @@ impl SyncEngine {
             })
     }
 
+    /// Subscription slots live subscriptions may take on `relay`: the limit
+    /// minus the slots kept for historic work (at least one each).
+    fn live_slots(&self, relay: &RelayUrl) -> usize {
+        let limit = self.sub_limit(relay);
+        let historic = self.config.historic_slots.clamp(1, (limit / 2).max(1));
+        limit.saturating_sub(historic).max(1)
+    }
+
+    /// The largest frame `relay` may be sent: its NIP-11
+    /// `max_message_length`, a smaller budget learned from a drop, or the
+    /// configured default.
+    fn frame_budget(&self, relay: &RelayUrl) -> usize {
+        let known = self.known.get(relay);
+        let told = known.and_then(|known| known.limits.max_message_length);
+        let learned = known.and_then(|known| known.learned_frame_budget);
+        [told, learned]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(self.config.default_frame_budget)
+            .max(config::MIN_FRAME_BUDGET)
+    }
+
+    /// The filter of the negentropy session `id` on `relay`.
+    fn negentropy_filter(
+        &self,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+    ) -> Option<nostr::prelude::Filter> {
+        match self.conns.get(relay)?.subs.get(id)? {
+            runtime::Sub::Negentropy { filter, .. } => Some(filter.clone()),
+            _ => None,
+        }
+    }
+
     fn next_sub_id(&mut self, purpose: &str) -> SubscriptionId {
         self.next_sub += 1;
         SubscriptionId::new(format!("gs-{purpose}-{}", self.next_sub))
@@ -422,14 +589,19 @@ impl SyncEngine {
     }
 
     fn emit(&mut self, command: Command) {
+        let now = self.last_now;
         if let Command::Subscribe { relay, id, .. } | Command::NegOpen { relay, id, .. } = &command
         {
-            let now = self.last_now;
             if let Some(conn) = self.conns.get_mut(relay) {
                 conn.opened_at.push_back(now);
                 if !conn.unanswered.contains(id) {
                     conn.unanswered.push_back(id.clone());
                 }
+            }
+        }
+        if let Some(len) = frames::command_frame_len(&command) {
+            if let Some(conn) = self.conns.get_mut(command.relay()) {
+                conn.note_frame(now, len);
             }
         }
         self.commands.push_back(command);

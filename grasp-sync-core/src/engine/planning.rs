@@ -14,6 +14,8 @@ use crate::nip34::{
 };
 use crate::planner::{compute_actions_for_changes, compute_actions_for_relay};
 
+use super::frames::pack_filters;
+
 impl SyncEngine {
     /// The self-subscriber batch: update the repository index from the
     /// accepted events, register newly listed relays, and plan what changed.
@@ -143,7 +145,9 @@ impl SyncEngine {
             .conns
             .get(relay)
             .is_some_and(|conn| conn.live_count() == 0);
-        if needs_live {
+        // Otherwise `pump` rebuilds live coverage, Layer 1 included, once the
+        // relay allows.
+        if needs_live && self.may_open_live(now, relay) {
             self.open_live(
                 now,
                 relay,
@@ -195,7 +199,7 @@ impl SyncEngine {
     }
 
     /// Registers a batch and queues its jobs.
-    fn start_batch(
+    pub(super) fn start_batch(
         &mut self,
         now: Now,
         relay: &RelayUrl,
@@ -218,6 +222,8 @@ impl SyncEngine {
                 relay: relay.clone(),
                 purpose,
                 jobs: jobs.len(),
+                stores: 0,
+                started_unix: now.unix,
             },
         );
         if let Some(conn) = self.conns.get_mut(relay) {
@@ -227,35 +233,52 @@ impl SyncEngine {
     }
 
     /// Adds live subscriptions for `items`, consolidating when the relay
-    /// would get too many live filters or subscriptions.
+    /// would get too many live filters or subscriptions. A relay already
+    /// polled for what does not fit gets the new filters polled too.
     pub(super) fn add_live(&mut self, now: Now, relay: &RelayUrl, items: &PendingItems) {
-        if !self.may_open(now, relay) {
+        let filters = layer2_and_layer3_filters(items, self.config.chunk_size, FilterMode::Live);
+        let polling = self
+            .conns
+            .get(relay)
+            .is_some_and(|conn| !conn.uncovered.is_empty());
+        if polling {
+            if let Some(conn) = self.conns.get_mut(relay) {
+                conn.uncovered.extend(filters);
+            }
+            return;
+        }
+        if !self.rate_allows(now, relay) {
             if let Some(conn) = self.conns.get_mut(relay) {
                 conn.deferred_live.extend(items);
                 conn.live_gap_since.get_or_insert(now.unix);
             }
             return;
         }
-        let filters = layer2_and_layer3_filters(items, self.config.chunk_size, FilterMode::Live);
-        let per_req = self.filters_per_req(relay);
+        let filter_count = filters.len();
+        let reqs = pack_filters(
+            filters,
+            self.filters_per_req(relay),
+            self.frame_budget(relay),
+        );
         let limit = self.sub_limit(relay);
+        let live_slots = self.live_slots(relay);
         let Some(conn) = self.conns.get(relay) else {
             return;
         };
-        let reqs = filters.len().div_ceil(per_req);
-        let live_budget = limit.saturating_sub(1);
         let over_threshold =
-            conn.incremental_filters + filters.len() > self.config.consolidation_threshold;
-        let over_budget = conn.live_count() + reqs > live_budget || conn.subs.len() + reqs > limit;
+            conn.incremental_filters + filter_count > self.config.consolidation_threshold;
+        let over_budget =
+            conn.live_count() + reqs.len() > live_slots || conn.subs.len() + reqs.len() > limit;
         if over_threshold || over_budget {
             return self.rebuild_live(now, relay, items);
         }
-        for chunk in filters.chunks(per_req) {
-            self.open_live(now, relay, chunk.to_vec(), LiveList::Incremental);
+        for filters in reqs {
+            self.open_live(now, relay, filters, LiveList::Incremental);
         }
     }
 
-    /// Opens one live REQ with `filters` and files it in `list`.
+    /// Opens one live REQ with `filters` and files it in `list`. When live
+    /// coverage had been waiting, what was published meanwhile is caught up.
     pub(super) fn open_live(
         &mut self,
         now: Now,
@@ -263,7 +286,6 @@ impl SyncEngine {
         filters: Vec<Filter>,
         list: LiveList,
     ) {
-        let filters = self.with_gap_catch_up(now, relay, filters);
         let id = self.next_sub_id("live");
         let Some(conn) = self.conns.get_mut(relay) else {
             return;
@@ -285,6 +307,7 @@ impl SyncEngine {
             },
         );
         conn.last_opened = Some(id.clone());
+        self.catch_up_gap(now, relay, &filters);
         self.emit(Command::Subscribe {
             relay: relay.clone(),
             id,
@@ -292,19 +315,32 @@ impl SyncEngine {
         });
     }
 
-    /// Consolidation: closes the live subscriptions and opens as few as the
-    /// relay's limits allow for Layer 1 and the confirmed ∪ pending ∪ waiting
-    /// ∪ `extra` items of Layers 2+3 (pending batches keep running). When no
-    /// slot is free the items wait.
+    /// Consolidation: closes the live subscriptions and covers Layer 1 and
+    /// the confirmed ∪ pending ∪ waiting ∪ `extra` items of Layers 2+3 with
+    /// as few REQs as the relay's filter and frame limits allow (pending
+    /// batches keep running). REQs beyond the live slots are not sent: their
+    /// filters are polled with a `since` catch-up instead, so historic work
+    /// always keeps its slots. During a rate-limit cooldown nothing is sent
+    /// and `extra` waits.
     pub(super) fn rebuild_live(&mut self, now: Now, relay: &RelayUrl, extra: &PendingItems) {
+        if !self.rate_allows(now, relay) {
+            if let Some(conn) = self.conns.get_mut(relay) {
+                conn.deferred_live.extend(extra);
+                conn.live_gap_since.get_or_insert(now.unix);
+            }
+            return;
+        }
         let mut items = self.pending.items(relay);
         if let Some(state) = self.confirmed.get(relay) {
             items.repos.extend(state.repos.iter().cloned());
             items.root_events.extend(state.root_events.iter().copied());
         }
         items.extend(extra);
-        let per_req_floor = self.filters_per_req(relay);
+        let per_req = self.filters_per_req(relay);
+        let budget = self.frame_budget(relay);
         let limit = self.sub_limit(relay);
+        let live_slots = self.live_slots(relay);
+        let interval = self.config.uncovered_poll_interval;
         let Some(conn) = self.conns.get_mut(relay) else {
             return;
         };
@@ -333,26 +369,29 @@ impl SyncEngine {
             self.config.chunk_size,
             FilterMode::Live,
         ));
-        let live_budget = limit.saturating_sub(1).max(1);
-        let available = live_budget.min(limit.saturating_sub(conn.subs.len()));
-        if available == 0 && closing.is_empty() && items.is_empty() {
-            return;
-        }
-        if available == 0 {
-            conn.deferred_live = items;
-            conn.live_gap_since.get_or_insert(now.unix);
-        }
-        let mut opened = Vec::new();
-        if available > 0 {
-            let mut chunks = filters.chunks(per_req_floor).map(<[Filter]>::to_vec);
-            opened.extend(chunks.by_ref().take(available));
-            // What does not fit waits for a free slot, never over the
-            // relay's filters-per-REQ limit.
-            let waiting = conn.refused_live.len();
-            conn.refused_live.extend(chunks);
-            if conn.refused_live.len() > waiting {
-                conn.live_gap_since.get_or_insert(now.unix);
+        let mut reqs = pack_filters(filters, per_req, budget).into_iter();
+        let covered: Vec<Vec<Filter>> = reqs.by_ref().take(live_slots).collect();
+        let uncovered: Vec<Filter> = reqs.flatten().collect();
+        if uncovered.is_empty() {
+            conn.poll_from = None;
+            conn.next_poll_at = None;
+        } else {
+            if conn.uncovered.is_empty() {
+                info!(%relay, uncovered = uncovered.len(), "live filters do not fit the relay's limits; polling the rest");
             }
+            conn.poll_from.get_or_insert(now.unix);
+            conn.next_poll_at.get_or_insert(now.instant + interval);
+        }
+        conn.uncovered = uncovered;
+        // Slots free now (historic work keeps its own); the rest of the
+        // covered REQs wait for a slot.
+        let available = limit.saturating_sub(conn.subs.len()).min(live_slots);
+        let mut covered = covered.into_iter();
+        let opened: Vec<Vec<Filter>> = covered.by_ref().take(available).collect();
+        let waiting = conn.refused_live.len();
+        conn.refused_live.extend(covered);
+        if conn.refused_live.len() > waiting {
+            conn.live_gap_since.get_or_insert(now.unix);
         }
         self.stats.consolidations += 1;
         for id in closing {
@@ -363,6 +402,50 @@ impl SyncEngine {
         }
         for filters in opened {
             self.open_live(now, relay, filters, LiveList::Base);
+        }
+    }
+
+    /// Starts the `since` poll of every relay whose uncovered live filters
+    /// are due.
+    pub(super) fn run_polls(&mut self, now: Now) {
+        let due: Vec<RelayUrl> = self
+            .conns
+            .iter()
+            .filter(|(_, conn)| conn.next_poll_at.is_some_and(|at| at <= now.instant))
+            .map(|(relay, _)| relay.clone())
+            .collect();
+        let window = self.config.quick_reconnect_window.as_secs();
+        for relay in due {
+            let Some(conn) = self.conns.get_mut(&relay) else {
+                continue;
+            };
+            conn.next_poll_at = None;
+            if conn.uncovered.is_empty() {
+                continue;
+            }
+            let from = conn.poll_from.unwrap_or(now.unix);
+            let since = Timestamp::from_secs(from.as_secs().saturating_sub(window));
+            let filters: Vec<Filter> = conn
+                .uncovered
+                .iter()
+                .cloned()
+                .map(|mut filter| {
+                    filter.limit = None;
+                    filter.since = Some(since);
+                    filter
+                })
+                .collect();
+            debug!(%relay, filters = filters.len(), "polling live filters that do not fit");
+            self.stats.uncovered_polls += 1;
+            let jobs = self.poll_jobs(&relay, filters);
+            self.start_batch(
+                now,
+                &relay,
+                Purpose::Poll,
+                PendingItems::default(),
+                SyncMethod::ReqEose,
+                jobs,
+            );
         }
     }
 }

@@ -13,6 +13,9 @@ use crate::clock::Instant;
 use crate::model::{BatchId, PendingItems};
 use crate::pagination::PaginationState;
 
+/// A drop this soon after a large frame is blamed on the frame's size.
+pub(crate) const FRAME_DROP_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What a batch is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Purpose {
@@ -22,6 +25,11 @@ pub(crate) enum Purpose {
     Layer1,
     /// Quick-reconnect catch-up of confirmed items with `since`.
     CatchUp,
+    /// What was published while live coverage waited (a refused or late
+    /// live subscription), with `since`.
+    Gap,
+    /// The periodic `since` poll of items whose live filters did not fit.
+    Poll,
 }
 
 /// A batch's relay, purpose and remaining work (queued plus running jobs).
@@ -30,6 +38,17 @@ pub(crate) struct BatchInfo {
     pub(crate) relay: nostr::prelude::RelayUrl,
     pub(crate) purpose: Purpose,
     pub(crate) jobs: usize,
+    /// Events of the batch handed to the store and not stored yet.
+    pub(crate) stores: usize,
+    /// When the batch started (wall clock).
+    pub(crate) started_unix: nostr::prelude::Timestamp,
+}
+
+impl BatchInfo {
+    /// No job queued or running, no event waiting for the store.
+    pub(crate) fn is_done(&self) -> bool {
+        self.jobs == 0 && self.stores == 0
+    }
 }
 
 /// One unit of historic work: one filter or one chunk of ids.
@@ -41,8 +60,17 @@ pub(crate) enum Job {
     Page(Box<PaginationState>),
     /// NIP-77 reconciliation, then fetching what is missing.
     Negentropy(Filter),
-    /// `REQ` for missing ids, restricted to the reconciled filter.
-    Fetch(Filter),
+    /// `REQ` for missing ids, restricted to the reconciled filter; tried
+    /// again while it brings nothing new, up to the configured attempts.
+    Fetch {
+        /// The reconciled filter plus the ids.
+        filter: Filter,
+        /// Attempts that brought nothing new so far.
+        fruitless: u32,
+    },
+    /// Several `since` filters packed in one REQ (a poll or a gap catch-up);
+    /// a filter that fills a page continues as a paginated [`Job::Req`].
+    Poll(Vec<Filter>),
 }
 
 /// A job waiting for a slot.
@@ -83,6 +111,13 @@ pub(crate) enum Sub {
         batch: BatchId,
         filter: Filter,
         missing: HashSet<EventId>,
+        fruitless: u32,
+    },
+    /// Packed `since` filters and the events each brought.
+    Poll {
+        batch: BatchId,
+        filters: Vec<Filter>,
+        counts: Vec<usize>,
     },
 }
 
@@ -91,9 +126,10 @@ impl Sub {
     pub(crate) fn batch(&self) -> Option<BatchId> {
         match self {
             Sub::Live { .. } => None,
-            Sub::Req { batch, .. } | Sub::Negentropy { batch, .. } | Sub::Fetch { batch, .. } => {
-                Some(*batch)
-            }
+            Sub::Req { batch, .. }
+            | Sub::Negentropy { batch, .. }
+            | Sub::Fetch { batch, .. }
+            | Sub::Poll { batch, .. } => Some(*batch),
         }
     }
 }
@@ -121,6 +157,9 @@ pub(crate) struct RelayKnowledge {
     /// Batch or live failures in a row (CLOSED, timeout), for the backoff of
     /// retries; reset when a batch confirms.
     pub(crate) failures_in_a_row: u32,
+    /// A frame budget smaller than the relay announced, learned when it
+    /// dropped the connection right after a large frame.
+    pub(crate) learned_frame_budget: Option<usize>,
 }
 
 impl RelayKnowledge {
@@ -140,6 +179,7 @@ impl RelayKnowledge {
 
     /// Filters per REQ we may send.
     pub(crate) fn filters_per_req(&self, config: &EngineConfig) -> usize {
+        // (NIP-11 `max_filters` and the configured cap.)
         self.limits
             .max_filters
             .map_or(config.max_filters_per_req, |max| {
@@ -198,6 +238,17 @@ pub(crate) struct RelayConn {
     pub(crate) opened_at: VecDeque<Instant>,
     /// Historic work waiting for a slot.
     pub(crate) queue: VecDeque<QueuedJob>,
+    /// Live filters that did not fit the relay's limits: polled with a
+    /// `since` catch-up every poll interval instead.
+    pub(crate) uncovered: Vec<Filter>,
+    /// The next poll of `uncovered` starts from here (wall clock): when the
+    /// filters became uncovered, then the start of the last complete poll.
+    pub(crate) poll_from: Option<nostr::prelude::Timestamp>,
+    /// When the next poll of `uncovered` is due.
+    pub(crate) next_poll_at: Option<Instant>,
+    /// The largest frame sent recently and when, to tell whether a drop
+    /// followed a large frame.
+    pub(crate) recent_frame: Option<(Instant, usize)>,
     /// The most recently opened subscription.
     pub(crate) last_opened: Option<SubscriptionId>,
     /// Subscriptions sent that the relay has not answered at all yet, oldest
@@ -233,6 +284,24 @@ impl RelayConn {
         if let Some(position) = self.live_incremental.iter().position(|live| live == id) {
             self.live_incremental.remove(position);
         }
+    }
+
+    /// Records a frame sent at `now`: the largest one of the last
+    /// [`FRAME_DROP_WINDOW`] is kept.
+    pub(crate) fn note_frame(&mut self, now: Instant, len: usize) {
+        let keep = self.recent_frame.is_some_and(|(at, largest)| {
+            largest >= len && now.saturating_duration_since(at) < FRAME_DROP_WINDOW
+        });
+        if !keep {
+            self.recent_frame = Some((now, len));
+        }
+    }
+
+    /// The largest frame sent within [`FRAME_DROP_WINDOW`] before `now`.
+    pub(crate) fn large_frame_before(&self, now: Instant) -> Option<usize> {
+        self.recent_frame
+            .filter(|(at, _)| now.saturating_duration_since(*at) < FRAME_DROP_WINDOW)
+            .map(|(_, len)| len)
     }
 
     /// Subscriptions opened within `window` before `now`.

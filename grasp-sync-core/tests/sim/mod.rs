@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::executor::block_on;
 use grasp_sync_core::clock::{Instant, Now};
 use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
-use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore};
+use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore, StoreError};
 use grasp_sync_core::url_policy::RelayUrlPolicy;
 use nostr::prelude::*;
 
@@ -21,23 +21,55 @@ use relay::{SimRelay, SimRelayConfig};
 pub const UNIX_ORIGIN: u64 = 1_750_000_000;
 /// One-way latency of every message.
 pub const LATENCY: Duration = Duration::from_millis(20);
+/// Events per page of the self-subscription's history.
+pub const OWN_PAGE: usize = 25;
+/// Delay before the self-subscriber reconnects to the own relay.
+pub const OWN_RECONNECT: Duration = Duration::from_secs(1);
 
-/// What reaches the engine from a relay.
+/// What reaches the engine from a relay, the own relay or the store.
 #[derive(Debug)]
 enum Delivery {
     Connected,
     ConnectFailed,
     Disconnected,
     Message(Box<RelayMessage<'static>>),
+    /// A page of the own relay's history, or a live event it accepted.
+    OwnEvents(Vec<Event>),
+    /// The last page of the own relay's history was read.
+    OwnHistoryComplete,
+    /// The own relay connection dropped.
+    OwnDisconnected,
+    /// The self-subscriber reconnects.
+    OwnReconnect,
+    /// The store's answer to a `Command::Store`.
+    StoreOutcome(EventId, Result<IngestOutcome, StoreError>),
 }
 
 /// The own relay: accepts what the engine stores (announcements only if they
 /// list the own relay, like a GRASP relay) and feeds accepted announcements
-/// and root events back through the self-subscriber.
+/// and root events back through the self-subscriber, which reads its
+/// history page by page on every (re)connect and its new events live.
 pub struct OwnRelay {
     pub url: RelayUrl,
     pub store: MemoryEventStore,
     pub rejected: Vec<Event>,
+    /// The self-subscription's connection is open.
+    pub connected: bool,
+    /// Every history read drops the connection after its first page.
+    pub drop_during_history: bool,
+    /// Writes fail (the store backend is down).
+    pub store_failing: bool,
+    /// Writes are never answered (and not stored).
+    pub store_stalled: bool,
+    /// Writes are refused `rate-limited: slow down`.
+    pub write_rate_limited: bool,
+    /// Store answers take a varying extra delay (they overtake each other
+    /// and relay messages).
+    pub reorder_outcomes: bool,
+    /// Times the self-subscription connection dropped.
+    pub drops: usize,
+    /// Histories read to the end.
+    pub histories_completed: usize,
 }
 
 impl OwnRelay {
@@ -66,6 +98,8 @@ pub struct World {
     pub blackholed: HashSet<RelayUrl>,
     /// Relays that answer live subscriptions but never historic requests.
     pub stalled_historic: HashSet<RelayUrl>,
+    /// Relays whose every EVENT arrives twice.
+    pub duplicating: HashSet<RelayUrl>,
     inbox: VecDeque<(Instant, u64, RelayUrl, Delivery)>,
     sequence: u64,
     pub steps: u64,
@@ -110,25 +144,68 @@ impl World {
                 url: own_url(),
                 store: MemoryEventStore::new(),
                 rejected: Vec::new(),
+                connected: false,
+                drop_during_history: false,
+                store_failing: false,
+                store_stalled: false,
+                write_rate_limited: false,
+                reorder_outcomes: false,
+                drops: 0,
+                histories_completed: 0,
             },
             blackholed: HashSet::new(),
             stalled_historic: HashSet::new(),
+            duplicating: HashSet::new(),
             inbox: VecDeque::new(),
             sequence: 0,
             steps: 0,
             command_log: Vec::new(),
         };
         let at = world.clock();
-        let _ = world.engine.own_subscription_filter(at);
-        let mut accepted = Vec::new();
         for event in own_events {
-            if block_on(world.own.store.ingest(&event)) == Ok(IngestOutcome::Stored) {
-                accepted.push(event);
+            let _ = block_on(world.own.store.ingest(&event));
+        }
+        world.engine.handle_timeout(at);
+        world.own_connect();
+        world
+    }
+
+    /// The self-subscriber (re)connects: the engine hears of it, then the
+    /// history its filter asks for arrives page by page, newest first, and
+    /// the history's end is reported — unless the connection drops first.
+    pub fn own_connect(&mut self) {
+        let now = self.clock();
+        self.own.connected = true;
+        self.engine.handle_own_relay_connected(now);
+        let filter = self.engine.own_subscription_filter();
+        let mut history: Vec<Event> = self
+            .own
+            .store
+            .events()
+            .into_iter()
+            .filter(|event| filter.match_event(event, MatchEventOptions::new()))
+            .collect();
+        history.sort_by_key(|event| std::cmp::Reverse(event.created_at));
+        let pages: Vec<Vec<Event>> = history.chunks(OWN_PAGE).map(<[Event]>::to_vec).collect();
+        let drop_early = self.own.drop_during_history && pages.len() > 1;
+        let own = self.own.url.clone();
+        for page in pages {
+            self.push(&own, Delivery::OwnEvents(page));
+            if drop_early {
+                self.push(&own, Delivery::OwnDisconnected);
+                return;
             }
         }
-        world.engine.handle_own_events(at, accepted);
-        world.engine.handle_timeout(at);
-        world
+        self.push(&own, Delivery::OwnHistoryComplete);
+    }
+
+    /// Drops the self-subscription's connection now.
+    pub fn drop_own(&mut self) {
+        let own = self.own.url.clone();
+        self.inbox.retain(|(_, _, to, delivery)| {
+            to != &own || matches!(delivery, Delivery::StoreOutcome(..))
+        });
+        self.push(&own, Delivery::OwnDisconnected);
     }
 
     /// The engine's view of now.
@@ -232,13 +309,45 @@ impl World {
             Delivery::ConnectFailed => self.engine.handle_connect_failed(now, &relay),
             Delivery::Disconnected => self.engine.handle_disconnected(now, &relay),
             Delivery::Message(message) => self.engine.handle_relay_message(now, &relay, *message),
+            Delivery::OwnEvents(events) => {
+                if self.own.connected {
+                    self.engine.handle_own_events(now, events);
+                }
+            }
+            Delivery::OwnHistoryComplete => {
+                if self.own.connected {
+                    self.own.histories_completed += 1;
+                    self.engine.handle_own_history_complete(now);
+                }
+            }
+            Delivery::OwnDisconnected => {
+                if self.own.connected {
+                    self.own.connected = false;
+                    self.own.drops += 1;
+                    self.engine.handle_own_relay_disconnected(now);
+                    let own = self.own.url.clone();
+                    self.push_after(&own, OWN_RECONNECT, Delivery::OwnReconnect);
+                }
+            }
+            Delivery::OwnReconnect => {
+                if !self.own.connected {
+                    self.own_connect();
+                }
+            }
+            Delivery::StoreOutcome(id, outcome) => {
+                self.engine.handle_store_outcome(now, &id, outcome)
+            }
         }
     }
 
     fn push(&mut self, relay: &RelayUrl, delivery: Delivery) {
+        self.push_after(relay, LATENCY, delivery);
+    }
+
+    fn push_after(&mut self, relay: &RelayUrl, delay: Duration, delivery: Delivery) {
         self.sequence += 1;
         self.inbox
-            .push_back((self.now + LATENCY, self.sequence, relay.clone(), delivery));
+            .push_back((self.now + delay, self.sequence, relay.clone(), delivery));
     }
 
     /// Executes every waiting command; returns whether there was any.
@@ -314,20 +423,40 @@ impl World {
         }
     }
 
-    /// Stores into the own relay; accepted announcements and root events
-    /// come back through the self-subscriber.
+    /// Stores into the own relay and answers with the outcome; accepted
+    /// announcements and root events come back through the self-subscriber
+    /// while it is connected (else its next history read brings them).
     fn store(&mut self, event: Event) {
-        if !self.own.accepts(&event) {
-            self.own.rejected.push(event);
+        if self.own.store_stalled {
             return;
         }
-        if block_on(self.own.store.ingest(&event)) != Ok(IngestOutcome::Stored) {
-            return;
-        }
+        let id = event.id;
+        let outcome = if self.own.store_failing {
+            Err(StoreError::Backend("store backend down".into()))
+        } else if self.own.write_rate_limited {
+            Ok(IngestOutcome::Rejected {
+                reason: "rate-limited: slow down".into(),
+            })
+        } else if !self.own.accepts(&event) {
+            self.own.rejected.push(event.clone());
+            Ok(IngestOutcome::Rejected {
+                reason: "blocked: announcement does not list this relay".into(),
+            })
+        } else {
+            block_on(self.own.store.ingest(&event))
+        };
+        let stored = outcome == Ok(IngestOutcome::Stored);
+        let own = self.own.url.clone();
+        let delay = if self.own.reorder_outcomes {
+            // Deterministic jitter: answers overtake each other.
+            LATENCY + Duration::from_millis((self.sequence.wrapping_mul(7919)) % 300)
+        } else {
+            LATENCY
+        };
+        self.push_after(&own, delay, Delivery::StoreOutcome(id, outcome));
         let self_subscribed = [30617, 1617, 1618, 1621].contains(&event.kind.as_u16());
-        if self_subscribed {
-            let at = self.clock();
-            self.engine.handle_own_events(at, [event]);
+        if stored && self_subscribed && self.own.connected {
+            self.push(&own, Delivery::OwnEvents(vec![event]));
         }
     }
 
@@ -345,7 +474,11 @@ impl World {
         {
             return;
         }
+        let duplicating = self.duplicating.contains(relay);
         for reply in output.replies {
+            if duplicating && matches!(reply, RelayMessage::Event { .. }) {
+                self.push(relay, Delivery::Message(Box::new(reply.clone())));
+            }
             self.push(relay, Delivery::Message(Box::new(reply)));
         }
         if output.disconnect {

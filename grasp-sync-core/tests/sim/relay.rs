@@ -112,6 +112,9 @@ pub struct SimRelayConfig {
     /// is answered `NEG-ERR "blocked: too many query results"` (strfry's
     /// `maxSyncEvents`). Default: none.
     pub neg_max_records: Option<usize>,
+    /// A client frame longer than this many bytes drops the connection at
+    /// once, without a reply (strfry at 131 072 bytes). Default: none.
+    pub max_message_length: Option<usize>,
 }
 
 impl Default for SimRelayConfig {
@@ -129,6 +132,7 @@ impl Default for SimRelayConfig {
             off_filter: Vec::new(),
             frame_size_limit: 60_000,
             neg_max_records: None,
+            max_message_length: None,
         }
     }
 }
@@ -166,6 +170,11 @@ pub struct SimStats {
     pub rate_limited: usize,
     /// Successful [`SimRelay::connect`] calls.
     pub connects: usize,
+    /// Frames over [`SimRelayConfig::max_message_length`] (each dropped the
+    /// connection).
+    pub frames_too_large: usize,
+    /// The largest client frame received, in bytes.
+    pub largest_frame: usize,
 }
 
 /// Position of a stored event: newest first, ties by id ascending.
@@ -413,6 +422,16 @@ impl SimRelay {
     pub fn handle(&mut self, now: Instant, message: &ClientMessage<'_>) -> SimOutput {
         if !self.connected {
             return SimOutput::default();
+        }
+        let len = message.as_json().len();
+        self.stats.largest_frame = self.stats.largest_frame.max(len);
+        if self.config.max_message_length.is_some_and(|max| len > max) {
+            self.stats.frames_too_large += 1;
+            self.disconnect();
+            return SimOutput {
+                replies: Vec::new(),
+                disconnect: true,
+            };
         }
         self.messages_handled = self.messages_handled.saturating_add(1);
         let replies = self.dispatch(now, message);
