@@ -833,6 +833,19 @@ mod convergence {
         CloseEveryReq,
         RateLimit,
         DropAfter(usize),
+        /// The own relay drops now and every history read drops after its
+        /// first page.
+        OwnDropMidHistory,
+        /// Store writes fail.
+        StoreFail,
+        /// Store writes are never answered.
+        StoreStall,
+        /// The own relay refuses writes `rate-limited:`.
+        OwnRateLimited,
+        /// Store answers overtake each other and relay messages.
+        Reorder,
+        /// The relay sends every EVENT twice.
+        Duplicate,
     }
 
     #[derive(Clone, Debug)]
@@ -843,6 +856,8 @@ mod convergence {
         tell_limit: bool,
         refusal: SubLimitRefusal,
         hostile: bool,
+        max_message_length: Option<usize>,
+        tell_message_length: bool,
     }
 
     fn knobs() -> impl Strategy<Value = Knobs> {
@@ -859,15 +874,28 @@ mod convergence {
             any::<bool>(),
             prop_oneof![Just(SubLimitRefusal::Closed), Just(SubLimitRefusal::Notice)],
             any::<bool>(),
+            proptest::option::of(9_000usize..40_000),
+            any::<bool>(),
         )
             .prop_map(
-                |(nip77, max_limit, max_subscriptions, tell_limit, refusal, hostile)| Knobs {
+                |(
                     nip77,
                     max_limit,
                     max_subscriptions,
                     tell_limit,
                     refusal,
                     hostile,
+                    max_message_length,
+                    tell_message_length,
+                )| Knobs {
+                    nip77,
+                    max_limit,
+                    max_subscriptions,
+                    tell_limit,
+                    refusal,
+                    hostile,
+                    max_message_length,
+                    tell_message_length,
                 },
             )
     }
@@ -884,6 +912,12 @@ mod convergence {
                 Just(Fault::CloseEveryReq),
                 Just(Fault::RateLimit),
                 (1usize..40).prop_map(Fault::DropAfter),
+                Just(Fault::OwnDropMidHistory),
+                Just(Fault::StoreFail),
+                Just(Fault::StoreStall),
+                Just(Fault::OwnRateLimited),
+                Just(Fault::Reorder),
+                Just(Fault::Duplicate),
             ],
             1u64..900,
         )
@@ -915,20 +949,43 @@ mod convergence {
                     .config_mut()
                     .disconnect_after = Some(*n)
             }
+            Fault::OwnDropMidHistory => {
+                world.own.drop_during_history = true;
+                world.drop_own();
+            }
+            Fault::StoreFail => world.own.store_failing = true,
+            Fault::StoreStall => world.own.store_stalled = true,
+            Fault::OwnRateLimited => world.own.write_rate_limited = true,
+            Fault::Reorder => world.own.reorder_outcomes = true,
+            Fault::Duplicate => {
+                world.duplicating.insert(relay.clone());
+            }
         }
     }
 
+    /// Ends every fault on `relay` and on the own relay and store.
     fn clear(world: &mut World, relay: &RelayUrl) {
         world.bring_up(relay);
         world.blackholed.remove(relay);
+        world.duplicating.remove(relay);
         let config = world.relays.get_mut(relay).unwrap().config_mut();
         config.close_every_req = None;
         config.rate_limit = None;
         config.disconnect_after = None;
+        world.own.drop_during_history = false;
+        world.own.store_failing = false;
+        world.own.store_stalled = false;
+        world.own.write_rate_limited = false;
+        world.own.reorder_outcomes = false;
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        // `SIM_CASES=500 cargo test --test engine_simulation convergence`
+        // searches longer.
+        #![proptest_config(ProptestConfig {
+            cases: std::env::var("SIM_CASES").ok().and_then(|cases| cases.parse().ok()).unwrap_or(24),
+            ..ProptestConfig::default()
+        })]
 
         /// When faults stop, the own store holds exactly the events matching
         /// our filters on the reachable relays, nothing forged or off-filter,
@@ -965,14 +1022,19 @@ mod convergence {
                         sub_limit_refusal: knob.refusal.clone(),
                         forged: if knob.hostile { vec![forged.clone()] } else { Vec::new() },
                         off_filter: if knob.hostile { vec![off_filter.clone()] } else { Vec::new() },
+                        max_message_length: knob.max_message_length,
                         ..SimRelayConfig::default()
                     };
                     sim_relay_with(name, events, config)
                 })
                 .collect();
             let mut world = World::new(config(), relays, vec![fixture.announcement.clone()]);
-            for (knob, name) in knobs.iter().zip(names).filter(|(knob, _)| knob.tell_limit) {
-                let limits = RelayLimits { max_subscriptions: knob.max_subscriptions, ..RelayLimits::default() };
+            for (knob, name) in knobs.iter().zip(names).filter(|(knob, _)| knob.tell_limit || knob.tell_message_length) {
+                let limits = RelayLimits {
+                    max_subscriptions: knob.max_subscriptions.filter(|_| knob.tell_limit),
+                    max_message_length: knob.max_message_length.filter(|_| knob.tell_message_length),
+                    ..RelayLimits::default()
+                };
                 let now = world.clock();
                 world.engine.handle_relay_limits(now, &relay_url(name), limits);
             }
@@ -1017,6 +1079,9 @@ mod convergence {
                 if let Some(limit) = knob.max_subscriptions.filter(|_| knob.tell_limit) {
                     prop_assert!(world.max_open(&relay_url(name)) <= limit, "{name}: {} > {limit}", world.max_open(&relay_url(name)));
                     prop_assert_eq!(world.relays[&relay_url(name)].stats().refused_for_limit, 0, "{}: a told limit is never hit", name);
+                }
+                if knob.tell_message_length && knob.max_message_length.is_some() {
+                    prop_assert_eq!(world.relays[&relay_url(name)].stats().frames_too_large, 0, "{}: a told message length is never exceeded", name);
                 }
             }
         }

@@ -527,3 +527,171 @@ async fn recv_errors_are_bounded() {
         Err(RecvError::Timeout)
     );
 }
+
+/// `["REQ",<sub>,{"kinds":[1]}]` padded with JSON whitespace to exactly `len` bytes.
+fn padded_req(sub: &str, len: usize) -> String {
+    let head = format!(r#"["REQ","{sub}",{{"kinds":[1]}}"#);
+    let pad = len
+        .checked_sub(head.len() + 1)
+        .expect("len too small for the REQ");
+    format!("{head}{}]", " ".repeat(pad))
+}
+
+#[tokio::test]
+async fn oversized_frame_drops_the_connection_without_close_frame() {
+    let max = TestRelayConfig::STRFRY_MAX_MESSAGE_LENGTH;
+    let relay = TestRelay::start(TestRelayConfig::strfry()).await;
+    relay
+        .add_events(&sign_notes(&Keys::generate(), 2, TS, "frames"))
+        .await;
+
+    // exactly at the limit: served
+    let mut client = connect_client(&relay.url()).await;
+    client.send(padded_req("at-limit", max)).await;
+    let mut events = 0;
+    loop {
+        match client.recv().await {
+            RelayMessage::Event { .. } => events += 1,
+            RelayMessage::EndOfStoredEvents(sub) => {
+                assert_eq!(sub.as_str(), "at-limit");
+                break;
+            }
+            other => panic!("expected EVENT/EOSE, got {other:?}"),
+        }
+    }
+    assert_eq!(events, 2);
+    assert_eq!(relay.frames_too_large(), 0);
+    assert_eq!(relay.largest_client_frame(), max);
+    assert_eq!(relay.reqs_seen(), 1);
+
+    // one byte over: not forwarded, connection dropped, no close frame, no NOTICE
+    client.send(padded_req("over", max + 1)).await;
+    let started = std::time::Instant::now();
+    match client.recv_text(Duration::from_secs(5)).await {
+        Err(RecvError::Closed(how)) => {
+            println!("client saw: {how}");
+            assert!(!how.starts_with("close frame"), "{how}");
+        }
+        other => panic!("expected the connection to end without a frame, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(relay.frames_too_large(), 1);
+    assert_eq!(relay.largest_client_frame(), max + 1);
+    assert_eq!(relay.reqs_seen(), 1, "the oversized REQ was not looked at");
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while relay.connections_open() != 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("proxy connection ends");
+
+    // a binary frame over the limit too; the relay itself lives on
+    let mut client = connect_client(&relay.url()).await;
+    client.send(padded_req("small", 100)).await;
+    assert!(matches!(client.recv().await, RelayMessage::Event { .. }));
+    let mut raw = tokio_tungstenite::connect_async(relay.url().as_str())
+        .await
+        .expect("connect")
+        .0;
+    use futures_util::{SinkExt as _, StreamExt as _};
+    raw.send(tokio_tungstenite::tungstenite::Message::binary(vec![
+        b' ';
+        max + 10
+    ]))
+    .await
+    .expect("send binary");
+    match tokio::time::timeout(Duration::from_secs(5), raw.next()).await {
+        Ok(None) | Ok(Some(Err(_))) => {}
+        Ok(Some(Ok(msg))) => panic!("expected no frame, got {msg:?}"),
+        Err(_) => panic!("connection still open"),
+    }
+    assert_eq!(relay.frames_too_large(), 2);
+    assert_eq!(relay.largest_client_frame(), max + 10);
+    // the other client is unaffected
+    assert_eq!(client.req_all(kind1()).await.len(), 2);
+
+    relay.reset_counters();
+    assert_eq!(relay.frames_too_large(), 0);
+    assert_eq!(relay.largest_client_frame(), 0);
+
+    // default: no limit
+    let unlimited = TestRelay::start(TestRelayConfig::default()).await;
+    let mut client = connect_client(&unlimited.url()).await;
+    client.send(padded_req("big", 4 * max)).await;
+    assert_eq!(
+        client.recv().await,
+        RelayMessage::EndOfStoredEvents(std::borrow::Cow::Owned(SubscriptionId::new("big")))
+    );
+    assert_eq!(unlimited.frames_too_large(), 0);
+    assert_eq!(unlimited.largest_client_frame(), 4 * max);
+}
+
+#[tokio::test]
+async fn stalling_nip11_answers_nothing_but_websocket_works() {
+    let mut relay = TestRelay::start(TestRelayConfig {
+        nip11_stall: true,
+        ..TestRelayConfig::strfry()
+    })
+    .await;
+    relay
+        .add_events(&sign_notes(&Keys::generate(), 3, TS, "stall"))
+        .await;
+    let mut stalled = tokio::net::TcpStream::connect(("127.0.0.1", relay.port()))
+        .await
+        .expect("connect");
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAccept: application/nostr+json\r\n\r\n",
+        relay.port()
+    );
+    stalled
+        .write_all(request.as_bytes())
+        .await
+        .expect("write request");
+    let mut buf = [0u8; 256];
+    let read = tokio::time::timeout(Duration::from_secs(1), stalled.read(&mut buf)).await;
+    assert!(read.is_err(), "expected no answer, got {read:?}");
+    assert_eq!(relay.nip11_requests_seen(), 1);
+
+    // WebSocket and other HTTP requests on the same port still work
+    let mut client = connect_client(&relay.url()).await;
+    assert_eq!(client.req_all(kind1()).await.len(), 3);
+    assert_eq!(http_get(relay.port(), None).await.0, 404);
+    // the stalled request is still unanswered
+    let read = tokio::time::timeout(Duration::from_millis(200), stalled.read(&mut buf)).await;
+    assert!(read.is_err(), "expected no answer, got {read:?}");
+
+    // stopping the relay ends the stalled connection without a byte
+    relay.stop().await;
+    let n = tokio::time::timeout(Duration::from_secs(5), stalled.read(&mut buf))
+        .await
+        .expect("stalled connection ends on stop");
+    assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+}
+
+#[tokio::test]
+async fn strfry_preset_advertises_and_clamps() {
+    let relay = TestRelay::start(TestRelayConfig::strfry()).await;
+    let (status, content_type, body) = http_get(relay.port(), Some("application/nostr+json")).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (200, "application/nostr+json")
+    );
+    let info = RelayInformationDocument::from_json(&body).expect("NIP-11 doc");
+    assert!(info.supported_nips.expect("supported_nips").contains(&77));
+    let limitation = info.limitation.expect("limitation");
+    assert_eq!(limitation.max_message_length, Some(131_072));
+    assert_eq!(limitation.max_subscriptions, Some(200));
+    assert_eq!(limitation.max_limit, Some(500));
+    assert_eq!(limitation.max_subid_length, Some(71));
+    // not in nostr's `Limitation`
+    let raw: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(raw["limitation"]["max_filters"], 200);
+
+    let keys = Keys::generate();
+    relay.add_events(&sign_notes(&keys, 600, TS, "clamp")).await;
+    let mut client = connect_client(&relay.url()).await;
+    assert_eq!(client.req_all(kind1().limit(1000)).await.len(), 500);
+    assert_eq!(client.req_all(kind1()).await.len(), 500);
+    assert_eq!(client.req_all(kind1().limit(20)).await.len(), 20);
+}

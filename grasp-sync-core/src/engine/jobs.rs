@@ -283,6 +283,21 @@ impl SyncEngine {
         let budget = self.frame_budget(relay);
         let configured = self.config.negentropy_frame_size_limit;
         let Some(Sub::Negentropy {
+            filter, session, ..
+        }) = self.conns.get(relay).and_then(|conn| conn.subs.get(id))
+        else {
+            return;
+        };
+        if session.is_some() {
+            return;
+        }
+        let filter = filter.clone();
+        if !self.rate_allows(now, relay) {
+            // The store answered during a rate-limit cooldown: wait for it.
+            self.replace_job(now, relay, id, Job::Negentropy(filter));
+            return;
+        }
+        let Some(Sub::Negentropy {
             filter,
             session,
             opened_at,
@@ -294,9 +309,6 @@ impl SyncEngine {
         else {
             return;
         };
-        if session.is_some() {
-            return;
-        }
         // `None` cannot happen (checked when the job started), but the
         // budget may have shrunk since: fall back to REQ then.
         let Some(frame_size_limit) =

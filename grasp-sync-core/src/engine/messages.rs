@@ -544,6 +544,16 @@ impl SyncEngine {
                     relay: relay.clone(),
                     id: id.clone(),
                 });
+                // Another filter of the batch may have found the same ids
+                // missing (a reply tagging its root with both `e` and `E`):
+                // each id is fetched once per batch.
+                let need: Vec<_> = match self.batches.get_mut(&batch) {
+                    Some(info) => need
+                        .into_iter()
+                        .filter(|id| info.fetching.insert(*id))
+                        .collect(),
+                    None => need,
+                };
                 let jobs = self.fetch_jobs(relay, &filter, &need, 0);
                 self.add_jobs(relay, batch, jobs);
                 self.finish_job(now, relay, id);

@@ -224,6 +224,7 @@ impl SyncEngine {
                 jobs: jobs.len(),
                 stores: 0,
                 started_unix: now.unix,
+                fetching: Default::default(),
             },
         );
         if let Some(conn) = self.conns.get_mut(relay) {

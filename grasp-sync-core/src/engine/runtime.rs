@@ -42,6 +42,8 @@ pub(crate) struct BatchInfo {
     pub(crate) stores: usize,
     /// When the batch started (wall clock).
     pub(crate) started_unix: nostr::prelude::Timestamp,
+    /// Ids a negentropy round of the batch already asked for.
+    pub(crate) fetching: HashSet<EventId>,
 }
 
 impl BatchInfo {

@@ -66,6 +66,12 @@ pub struct OwnRelay {
     /// Store answers take a varying extra delay (they overtake each other
     /// and relay messages).
     pub reorder_outcomes: bool,
+    /// Listing local items for negentropy fails.
+    pub items_failing: bool,
+    /// The self-subscription reports no live events (only history on
+    /// reconnect): the embedded-relay case where nothing echoes what the
+    /// engine stored.
+    pub silent_live: bool,
     /// Times the self-subscription connection dropped.
     pub drops: usize,
     /// Histories read to the end.
@@ -105,6 +111,9 @@ pub struct World {
     pub steps: u64,
     /// Every command the engine emitted, with the time.
     pub command_log: Vec<(Instant, Command)>,
+    /// Every relay message other than EVENT the engine received, with the
+    /// time.
+    pub received_log: Vec<(Instant, RelayUrl, RelayMessage<'static>)>,
 }
 
 /// The own relay's URL in every simulation.
@@ -150,6 +159,8 @@ impl World {
                 store_stalled: false,
                 write_rate_limited: false,
                 reorder_outcomes: false,
+                items_failing: false,
+                silent_live: false,
                 drops: 0,
                 histories_completed: 0,
             },
@@ -160,6 +171,7 @@ impl World {
             sequence: 0,
             steps: 0,
             command_log: Vec::new(),
+            received_log: Vec::new(),
         };
         let at = world.clock();
         for event in own_events {
@@ -308,7 +320,13 @@ impl World {
             Delivery::Connected => self.engine.handle_connected(now, &relay),
             Delivery::ConnectFailed => self.engine.handle_connect_failed(now, &relay),
             Delivery::Disconnected => self.engine.handle_disconnected(now, &relay),
-            Delivery::Message(message) => self.engine.handle_relay_message(now, &relay, *message),
+            Delivery::Message(message) => {
+                if !matches!(*message, RelayMessage::Event { .. }) {
+                    self.received_log
+                        .push((self.now, relay.clone(), (*message).clone()));
+                }
+                self.engine.handle_relay_message(now, &relay, *message)
+            }
             Delivery::OwnEvents(events) => {
                 if self.own.connected {
                     self.engine.handle_own_events(now, events);
@@ -413,9 +431,14 @@ impl World {
                 },
             ),
             Command::QueryLocalItems { relay, id, filter } => {
+                let at = self.clock();
+                if self.own.items_failing {
+                    self.engine
+                        .handle_local_items_failed(at, &relay, &id, "store backend down");
+                    return;
+                }
                 let items =
                     block_on(self.own.store.negentropy_items(&filter)).expect("memory store");
-                let at = self.clock();
                 self.engine.handle_local_items(at, &relay, &id, items);
             }
             Command::Store { event, .. } => self.store(*event),
@@ -455,7 +478,7 @@ impl World {
         };
         self.push_after(&own, delay, Delivery::StoreOutcome(id, outcome));
         let self_subscribed = [30617, 1617, 1618, 1621].contains(&event.kind.as_u16());
-        if stored && self_subscribed && self.own.connected {
+        if stored && self_subscribed && self.own.connected && !self.own.silent_live {
             self.push(&own, Delivery::OwnEvents(vec![event]));
         }
     }

@@ -115,6 +115,9 @@ pub struct SimRelayConfig {
     /// A client frame longer than this many bytes drops the connection at
     /// once, without a reply (strfry at 131 072 bytes). Default: none.
     pub max_message_length: Option<usize>,
+    /// Ids the relay's negentropy set holds but its REQs never return (an
+    /// index out of step). Default: none.
+    pub withheld: HashSet<EventId>,
 }
 
 impl Default for SimRelayConfig {
@@ -133,6 +136,7 @@ impl Default for SimRelayConfig {
             frame_size_limit: 60_000,
             neg_max_records: None,
             max_message_length: None,
+            withheld: HashSet::new(),
         }
     }
 }
@@ -586,6 +590,7 @@ impl SimRelay {
         let events: Vec<Event> = selected
             .iter()
             .filter_map(|key| self.store.get(key).cloned())
+            .filter(|event| !self.config.withheld.contains(&event.id))
             .collect();
         events
             .into_iter()

@@ -4,9 +4,11 @@
 //!   nostr 0.45 events as JSON) served on `127.0.0.1` by our own `TcpListener`, with a thin
 //!   WebSocket proxy in front of it on every connection. The proxy counts what clients do
 //!   (concurrent REQs, NEG-OPENs, EVENTs and bytes sent), can refuse NIP-77 the ways real
-//!   relays do ([`Nip77Mode`]) and can inject hostile events before every EOSE. The same
-//!   listener serves a NIP-11 document. `stop` / `restart` are deterministic (our own accept
-//!   loop; `LocalRelay::run`/`shutdown` are never used).
+//!   relays do ([`Nip77Mode`]), can inject hostile events before every EOSE, and can drop
+//!   the TCP connection on a client frame over a size limit (no close frame, like strfry).
+//!   The same listener serves a NIP-11 document, or stalls NIP-11 requests. A preset
+//!   emulates strfry's limits ([`TestRelayConfig::strfry`]). `stop` / `restart` are
+//!   deterministic (our own accept loop; `LocalRelay::run`/`shutdown` are never used).
 //! * [`Client`] / [`connect_client`]: raw NIP-01 client over tokio-tungstenite for asserting
 //!   what a relay says.
 //!

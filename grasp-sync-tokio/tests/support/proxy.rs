@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
-use super::relay::{r44, Nip77Mode};
+use super::relay::{r44, Nip77Mode, TestRelayConfig};
 
 /// In-memory pipe capacity between the proxy and the relay session.
 const DUPLEX_CAPACITY: usize = 256 * 1024;
@@ -28,18 +28,29 @@ const BATCH: usize = 256;
 
 /// State shared by the [`super::TestRelay`] handle and every connection.
 pub(crate) struct Shared {
+    /// [`TestRelayConfig::nip77`].
     pub(crate) nip77: Nip77Mode,
+    /// [`TestRelayConfig::hostile`].
     pub(crate) hostile: Vec<String>,
+    /// [`TestRelayConfig::nip11`].
     pub(crate) nip11: Option<String>,
+    /// [`TestRelayConfig::nip11_stall`].
+    pub(crate) nip11_stall: bool,
+    /// [`TestRelayConfig::max_frame_bytes`].
+    pub(crate) max_frame_bytes: Option<usize>,
+    /// Counters.
     pub(crate) stats: Stats,
 }
 
 impl Shared {
-    pub(crate) fn new(nip77: Nip77Mode, hostile: Vec<String>, nip11: Option<String>) -> Self {
+    /// The proxy's and the HTTP side's part of `config`, with zeroed counters.
+    pub(crate) fn new(config: &TestRelayConfig) -> Self {
         Shared {
-            nip77,
-            hostile,
-            nip11,
+            nip77: config.nip77,
+            hostile: config.hostile.clone(),
+            nip11: config.nip11.clone(),
+            nip11_stall: config.nip11_stall,
+            max_frame_bytes: config.max_frame_bytes,
             stats: Stats::default(),
         }
     }
@@ -56,6 +67,10 @@ pub(crate) struct Stats {
     pub(crate) connections: AtomicUsize,
     pub(crate) connections_open: AtomicUsize,
     pub(crate) nip11_requests: AtomicUsize,
+    /// Client frames over [`Shared::max_frame_bytes`] (each one dropped its connection).
+    pub(crate) frames_too_large: AtomicUsize,
+    /// Largest client text/binary frame payload seen, in bytes.
+    pub(crate) largest_client_frame: AtomicUsize,
 }
 
 impl Stats {
@@ -67,6 +82,8 @@ impl Stats {
             &self.events_sent,
             &self.connections,
             &self.nip11_requests,
+            &self.frames_too_large,
+            &self.largest_client_frame,
         ] {
             counter.store(0, Ordering::SeqCst);
         }
@@ -133,6 +150,14 @@ async fn pump(
         tokio::select! {
             msg = client.next() => {
                 let Some(Ok(msg)) = msg else { break };
+                if let Message::Text(_) | Message::Binary(_) = &msg {
+                    if client_frame_too_large(msg.len(), shared) {
+                        // strfry (uWebSockets `maxPayloadLength`): no close frame, no NOTICE,
+                        // the frame is not processed; the TCP connection just ends (1006).
+                        drop_connection(client);
+                        return;
+                    }
+                }
                 match msg {
                     Message::Text(text) => match from_client(text.as_str(), &mut open, shared) {
                         Verdict::Forward => {
@@ -197,6 +222,25 @@ async fn pump(
         }
     }
     // Dropping both streams: the client sees the TCP connection end, the relay sees EOF.
+}
+
+/// Record a client frame of `len` payload bytes in the stats; `true` (and counted in
+/// `frames_too_large`) if it is over [`Shared::max_frame_bytes`].
+fn client_frame_too_large(len: usize, shared: &Shared) -> bool {
+    let stats = &shared.stats;
+    stats.largest_client_frame.fetch_max(len, Ordering::SeqCst);
+    let too_large = shared.max_frame_bytes.is_some_and(|max| len > max);
+    if too_large {
+        stats.frames_too_large.fetch_add(1, Ordering::SeqCst);
+    }
+    too_large
+}
+
+/// End the client's TCP connection at once: no close frame, nothing flushed. Dropping the
+/// socket closes it (FIN; RST if unread client data is still buffered), so the client sees
+/// the connection end without a closing handshake, like strfry's 1006.
+fn drop_connection(client: WebSocketStream<TcpStream>) {
+    drop(client);
 }
 
 /// Client -> relay: count, and apply the NIP-77 mode.

@@ -37,7 +37,8 @@ pub enum Nip77Mode {
 }
 
 /// Configuration of a [`TestRelay`]. `Default`: NIP-77 served, relay-builder limits except
-/// writes (unlimited), no NIP-11 document, no hostile events.
+/// writes (unlimited), no frame size limit, no NIP-11 document, no hostile events.
+/// [`TestRelayConfig::strfry`]: strfry's limits, as far as the proxy can emulate them.
 #[derive(Debug, Clone, Default)]
 pub struct TestRelayConfig {
     /// NIP-77 behaviour (implemented by the proxy).
@@ -56,9 +57,82 @@ pub struct TestRelayConfig {
     /// HTTP GET carrying `Accept: application/nostr+json`. Any string, so malformed documents
     /// can be tested. None: such a GET gets `404`.
     pub nip11: Option<String>,
+    /// Stall NIP-11: a GET with `Accept: application/nostr+json` is read but never answered
+    /// (not a byte is written; the connection stays open until the relay is stopped or
+    /// dropped). Counted in [`TestRelay::nip11_requests_seen`]. Overrides `nip11`; WebSocket
+    /// upgrades and other HTTP requests on the same port are served as usual.
+    pub nip11_stall: bool,
+    /// Largest client frame (text or binary message payload, in bytes) the proxy accepts. A
+    /// longer one is not forwarded: the proxy drops the TCP connection at once, with no
+    /// WebSocket close frame and no NOTICE (strfry: close code 1006 over 131 072 bytes).
+    /// Counted in [`TestRelay::frames_too_large`]. The whole frame is read first (strfry may
+    /// cut the connection while the client is still writing it). None: no limit (the
+    /// proxy's own 64 MiB WebSocket limit).
+    pub max_frame_bytes: Option<usize>,
     /// Raw JSON event objects injected as `["EVENT",<sub_id>,<ev>]` before every EOSE the
     /// proxy forwards (forged / off-filter event tests). Not stored in the database.
     pub hostile: Vec<String>,
+}
+
+impl TestRelayConfig {
+    /// strfry's `relay.maxWebsocketPayloadSize` (131 072 bytes), advertised as NIP-11
+    /// `limitation.max_message_length`.
+    pub const STRFRY_MAX_MESSAGE_LENGTH: usize = 131_072;
+    /// strfry's `relay.maxFilterLimit`: `limit` (and a filter without one) is clamped to it.
+    pub const STRFRY_MAX_LIMIT: usize = 500;
+    /// strfry's `relay.maxSubsPerConnection`.
+    pub const STRFRY_MAX_SUBSCRIPTIONS: usize = 200;
+
+    /// strfry's limits as far as this proxy and relay-builder can emulate them:
+    ///
+    /// * frames over 131 072 bytes drop the TCP connection (no close frame, no NOTICE);
+    /// * `limit` clamped to 500, and a filter without `limit` gets 500, silently;
+    /// * 200 open REQs per connection;
+    /// * a NIP-11 document shaped like strfry's: `supported_nips` with 77 and `limitation`
+    ///   `{max_message_length: 131072, max_subscriptions: 200, max_filters: 200,
+    ///   max_limit: 500, max_subid_length: 71}` (strfry's defaults);
+    /// * NIP-77 served, writes unlimited (strfry has no write rate limit by default).
+    ///
+    /// NOT emulated (relay-builder's behaviour instead):
+    ///
+    /// * the `ERROR: ` prefix of strfry's messages;
+    /// * the 201st REQ: strfry sends `NOTICE "ERROR: too many concurrent REQs"` (no CLOSED);
+    ///   here it is `CLOSED "rate-limited: too many REQs"`;
+    /// * 200 filters per REQ, 3 tag filters per filter, sub ids over 71 characters
+    ///   (`CLOSED "ERROR: bad req: ..."` on strfry): all accepted here;
+    /// * event age limits (more than 900 s in the future or 3 years old): accepted here;
+    /// * `NEG-ERR "blocked: too many query results"` for large NIP-77 sets, and strfry's
+    ///   negentropy frame size: relay-builder's negentropy (60 000-byte frames) is served;
+    /// * an oversized frame is read completely before the connection is dropped (strfry can
+    ///   cut it while the client is still sending, so the client may see a write error).
+    ///
+    /// Combine with struct update syntax, e.g. a stalling strfry:
+    /// `TestRelayConfig { nip11_stall: true, ..TestRelayConfig::strfry() }`.
+    pub fn strfry() -> TestRelayConfig {
+        let nip11 = serde_json::json!({
+            "name": "strfry default",
+            "description": "This is a strfry instance.",
+            "software": "git+https://github.com/hoytech/strfry.git",
+            "supported_nips": [1, 2, 4, 9, 11, 22, 28, 40, 70, 77],
+            "limitation": {
+                "max_message_length": Self::STRFRY_MAX_MESSAGE_LENGTH,
+                "max_subscriptions": Self::STRFRY_MAX_SUBSCRIPTIONS,
+                "max_filters": 200,
+                "max_limit": Self::STRFRY_MAX_LIMIT,
+                "max_subid_length": 71,
+                "auth_required": false,
+                "payment_required": false
+            }
+        });
+        TestRelayConfig {
+            max_frame_bytes: Some(Self::STRFRY_MAX_MESSAGE_LENGTH),
+            max_filter_limit: Some(Self::STRFRY_MAX_LIMIT),
+            default_filter_limit: Some(Self::STRFRY_MAX_LIMIT),
+            max_reqs: Some(Self::STRFRY_MAX_SUBSCRIPTIONS),
+            nip11: Some(nip11.to_string()),
+            ..TestRelayConfig::default()
+        }
+    }
 }
 
 struct Server {
@@ -116,7 +190,7 @@ impl TestRelay {
         }
         // Never `run()`: connections reach it only through `take_connection`.
         let relay = r44::LocalRelay::new(builder);
-        let shared = Arc::new(Shared::new(config.nip77, config.hostile, config.nip11));
+        let shared = Arc::new(Shared::new(&config));
         let listener = tokio::time::timeout(WAIT, TcpListener::bind((LOCALHOST, 0)))
             .await
             .expect("bind timed out")
@@ -272,6 +346,21 @@ impl TestRelay {
         self.shared.stats.nip11_requests.load(Ordering::SeqCst)
     }
 
+    /// Client frames over [`TestRelayConfig::max_frame_bytes`] (each one made the proxy drop
+    /// its connection without a close frame).
+    pub fn frames_too_large(&self) -> usize {
+        self.shared.stats.frames_too_large.load(Ordering::SeqCst)
+    }
+
+    /// Largest text/binary frame (payload bytes) any client sent, also one over
+    /// [`TestRelayConfig::max_frame_bytes`].
+    pub fn largest_client_frame(&self) -> usize {
+        self.shared
+            .stats
+            .largest_client_frame
+            .load(Ordering::SeqCst)
+    }
+
     /// Reset every counter above to 0 (except `connections_open`).
     pub fn reset_counters(&self) {
         self.shared.stats.reset();
@@ -332,7 +421,7 @@ async fn serve(
 }
 
 /// One TCP connection: read the HTTP request head, then WebSocket (proxied to the relay),
-/// NIP-11 document, or 404.
+/// NIP-11 document (or, with `nip11_stall`, silence until the relay stops), or 404.
 async fn handle_tcp(
     mut stream: TcpStream,
     addr: SocketAddr,
@@ -372,6 +461,12 @@ async fn handle_tcp(
         proxy::run(stream, rest, addr, relay, shared).await;
     } else if head.wants_nip11 && head.method == "GET" {
         shared.stats.nip11_requests.fetch_add(1, Ordering::SeqCst);
+        if shared.nip11_stall {
+            // Never answer; hold the socket until this task is aborted (stop / drop).
+            let _held = stream;
+            std::future::pending::<()>().await;
+            return;
+        }
         let resp = match &shared.nip11 {
             Some(doc) => format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: application/nostr+json\r\n\
