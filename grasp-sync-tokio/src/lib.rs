@@ -42,6 +42,7 @@ mod database;
 mod manager;
 mod metrics;
 mod nip11;
+mod status;
 mod store;
 
 pub use clock::TokioClock;
@@ -50,4 +51,5 @@ pub use database::DatabaseStore;
 pub use grasp_sync_core as core;
 pub use manager::{BuildError, ShutdownHandle, Summary, SyncManager, SyncManagerBuilder};
 pub use nip11::Nip11Error;
+pub use status::SyncStatus;
 pub use store::RelayStore;

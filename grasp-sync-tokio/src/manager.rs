@@ -22,6 +22,10 @@ use crate::connection::{
     tls_config, ConnectionConfig, Dialer, Inbound, Report, SentCounter, WsTransport,
 };
 use crate::metrics::Metrics;
+use crate::status::SyncStatus;
+
+/// The shortest interval between two status snapshots.
+pub(crate) const STATUS_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Why the manager could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +163,7 @@ impl SyncManagerBuilder {
         let (inbound_tx, inbound_rx) = mpsc::channel(4096);
         let (own_events_tx, own_events_rx) = mpsc::channel(4096);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (status_tx, _) = watch::channel(SyncStatus::default());
         let dialer = Dialer {
             config: self.connection,
             tls: tls_config()?,
@@ -176,6 +181,7 @@ impl SyncManagerBuilder {
             own_events_tx,
             own_events: own_events_rx,
             shutdown_tx,
+            status_tx,
         })
     }
 }
@@ -239,6 +245,7 @@ pub struct SyncManager {
     own_events_tx: mpsc::Sender<Event>,
     own_events: mpsc::Receiver<Event>,
     shutdown_tx: watch::Sender<bool>,
+    status_tx: watch::Sender<SyncStatus>,
 }
 
 impl std::fmt::Debug for SyncManager {
@@ -326,6 +333,10 @@ struct Runner {
     own: Option<OwnConnection>,
     summary: Summary,
     sent: Arc<AtomicU64>,
+    status: watch::Sender<SyncStatus>,
+    has_own_relay: bool,
+    /// When the status was last refreshed.
+    status_at: tokio::time::Instant,
 }
 
 /// The self-subscriber's connection to the own relay.
@@ -364,6 +375,12 @@ impl SyncManager {
         self.own_events_tx.clone()
     }
 
+    /// The sync's progress, refreshed while it runs: wait for
+    /// [`SyncStatus::historic_sync_complete`] to know historic sync is done.
+    pub fn status(&self) -> watch::Receiver<SyncStatus> {
+        self.status_tx.subscribe()
+    }
+
     /// The metrics registry (ours, or the one given to the builder).
     pub fn registry(&self) -> &prometheus::Registry {
         &self.registry
@@ -381,8 +398,10 @@ impl SyncManager {
             mut inbound,
             mut own_events,
             shutdown_tx,
+            status_tx,
             ..
         } = self;
+        let has_own_relay = own_relay.is_some();
         let clock = TokioClock::new();
         let sent = Arc::new(AtomicU64::new(0));
         let own = own_relay.map(|url| OwnConnection {
@@ -419,6 +438,9 @@ impl SyncManager {
             own,
             summary: Summary::default(),
             sent,
+            status: status_tx,
+            has_own_relay,
+            status_at: tokio::time::Instant::now(),
         };
         let mut shutdown = shutdown_tx.subscribe();
         let mut tick = tokio::time::interval(Duration::from_secs(2));
@@ -434,6 +456,7 @@ impl SyncManager {
                 _ = shutdown.changed() => break,
             }
             runner.connect_own();
+            runner.refresh_status(false);
             let deadline = runner.next_deadline();
             // Biased: messages already received are handled before a
             // deadline fires, so a reply waiting in the queue is never taken
@@ -451,7 +474,10 @@ impl SyncManager {
                     let now = runner.clock.read();
                     runner.engine.handle_timeout(now);
                 }
-                _ = tick.tick() => runner.update_metrics(),
+                _ = tick.tick() => {
+                    runner.update_metrics();
+                    runner.refresh_status(true);
+                }
             }
         }
         let _ = shutdown_tx.send(true);
@@ -756,6 +782,24 @@ impl Runner {
         if std::mem::take(&mut own.connected) {
             self.engine.handle_own_relay_disconnected(now);
         }
+    }
+
+    /// Publishes a new status snapshot if the last one is older than
+    /// [`STATUS_INTERVAL`] (or `force`) and something changed.
+    fn refresh_status(&mut self, force: bool) {
+        let now = tokio::time::Instant::now();
+        if !force && now < self.status_at + STATUS_INTERVAL {
+            return;
+        }
+        self.status_at = now;
+        let status = SyncStatus::of(&self.engine, self.has_own_relay);
+        self.status.send_if_modified(|current| {
+            let changed = *current != status;
+            if changed {
+                *current = status;
+            }
+            changed
+        });
     }
 
     fn update_metrics(&mut self) {

@@ -432,22 +432,16 @@ async fn negentropy_resync_downloads_nothing_again_and_req_fallback_pages_past_t
     // A second sync of the same data: negentropy finds nothing missing.
     nip77.reset_counters();
     let manager = fast_manager(&own);
+    let mut status = manager.status();
     let shutdown = manager.shutdown_handle();
     let run = tokio::spawn(manager.run());
-    // Wait until the second sync has reconciled and gone quiet.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let mut last = (0, 0);
-    let mut quiet_since = tokio::time::Instant::now();
-    while tokio::time::Instant::now() < deadline {
-        let seen = (nip77.neg_opens_seen(), nip77.reqs_seen());
-        if seen != last {
-            last = seen;
-            quiet_since = tokio::time::Instant::now();
-        } else if seen.0 >= 2 && quiet_since.elapsed() >= Duration::from_secs(2) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Done is the manager's explicit state, not a quiet period.
+    let complete = tokio::time::timeout(
+        WAIT,
+        status.wait_for(|status| status.historic_sync_complete),
+    )
+    .await;
+    assert!(matches!(complete, Ok(Ok(_))), "historic sync completed");
     let second = stop(shutdown, run).await;
     assert!(
         nip77.neg_opens_seen() >= 2,

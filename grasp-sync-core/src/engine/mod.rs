@@ -303,6 +303,12 @@ impl SyncEngine {
         })
     }
 
+    /// `true` once the own relay's history was read completely on its
+    /// current connection ([`SyncEngine::handle_own_history_complete`]).
+    pub fn own_history_complete(&self) -> bool {
+        self.own.connected && self.own.history_complete
+    }
+
     /// Events handed to the store and not confirmed yet (answered or
     /// waiting for a retry).
     pub fn unconfirmed_stores(&self) -> usize {
