@@ -7,7 +7,7 @@ use std::time::Duration;
 use grasp_sync_core::engine::RelayLimits;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
-use nostr::prelude::{RelayInformationDocument, RelayUrl};
+use nostr::prelude::RelayUrl;
 
 /// Largest document accepted.
 const MAX_DOCUMENT: usize = 256 * 1024;
@@ -76,38 +76,37 @@ pub(crate) async fn fetch_limits(
     .to_bytes();
     let text =
         std::str::from_utf8(&body).map_err(|error| Nip11Error::Document(error.to_string()))?;
-    let document = RelayInformationDocument::from_json(text)
-        .map_err(|error| Nip11Error::Document(error.to_string()))?;
-    let mut limits = limits_of(&document);
-    limits.max_filters = max_filters_of(text);
-    Ok(limits)
+    limits_of(text)
 }
 
-/// `limitation.max_filters` (strfry announces it; nostr's document type has
-/// no field for it).
-pub(crate) fn max_filters_of(text: &str) -> Option<usize> {
-    let value: serde_json::Value = serde_json::from_str(text).ok()?;
-    let max = value.get("limitation")?.get("max_filters")?.as_u64()?;
-    usize::try_from(max).ok().filter(|max| *max > 0)
-}
-
-/// The part of a document the engine uses.
-pub(crate) fn limits_of(document: &RelayInformationDocument) -> RelayLimits {
-    let Some(limitation) = &document.limitation else {
-        return RelayLimits::default();
+/// The part of a relay information document the engine uses, read from the
+/// raw JSON: a document some other field of which a strict parser refuses
+/// (strfry may send an empty `pubkey`) still gives its limits, and
+/// `max_filters`, which nostr's document type lacks, is read too.
+pub(crate) fn limits_of(text: &str) -> Result<RelayLimits, Nip11Error> {
+    let document: serde_json::Value =
+        serde_json::from_str(text).map_err(|error| Nip11Error::Document(error.to_string()))?;
+    if !document.is_object() {
+        return Err(Nip11Error::Document("not a JSON object".into()));
+    }
+    let Some(limitation) = document.get("limitation") else {
+        return Ok(RelayLimits::default());
     };
-    let positive = |value: Option<i32>| {
-        value
+    // Only positive whole numbers count; anything else is no limit.
+    let positive = |name: &str| {
+        limitation
+            .get(name)
+            .and_then(serde_json::Value::as_u64)
             .and_then(|value| usize::try_from(value).ok())
             .filter(|value| *value > 0)
     };
-    RelayLimits {
-        max_subscriptions: positive(limitation.max_subscriptions),
-        max_limit: positive(limitation.max_limit),
-        default_limit: positive(limitation.default_limit),
-        max_filters: None,
-        max_message_length: positive(limitation.max_message_length),
-    }
+    Ok(RelayLimits {
+        max_subscriptions: positive("max_subscriptions"),
+        max_limit: positive("max_limit"),
+        default_limit: positive("default_limit"),
+        max_filters: positive("max_filters"),
+        max_message_length: positive("max_message_length"),
+    })
 }
 
 #[cfg(test)]
@@ -124,20 +123,29 @@ mod tests {
 
     #[test]
     fn limits_come_from_the_limitation_and_ignore_nonsense() {
-        let document = RelayInformationDocument::from_json(
-            r#"{"name":"x","limitation":{"max_subscriptions":32,"max_limit":500,"default_limit":-1}}"#,
+        let limits = limits_of(
+            r#"{"name":"x","limitation":{"max_subscriptions":32,"max_limit":500,"default_limit":-1,"max_filters":"many"}}"#,
         )
         .unwrap();
-        let limits = limits_of(&document);
         assert_eq!(limits.max_subscriptions, Some(32));
         assert_eq!(limits.max_limit, Some(500));
         assert_eq!(limits.default_limit, None);
-        let strfry = r#"{"name":"strfry","limitation":{"max_message_length":131072,"max_filters":200,"max_subscriptions":200}}"#;
-        let limits = limits_of(&RelayInformationDocument::from_json(strfry).unwrap());
+        assert_eq!(limits.max_filters, None);
+        assert_eq!(
+            limits_of(r#"{"name":"x"}"#).unwrap(),
+            RelayLimits::default()
+        );
+        assert!(limits_of("[1,2]").is_err());
+        assert!(limits_of("not json").is_err());
+    }
+
+    #[test]
+    fn strfry_documents_give_their_limits_even_with_an_empty_pubkey() {
+        let strfry = r#"{"name":"strfry","pubkey":"","contact":"","limitation":{"max_message_length":131072,"max_filters":200,"max_subscriptions":200,"max_limit":500}}"#;
+        let limits = limits_of(strfry).unwrap();
         assert_eq!(limits.max_message_length, Some(131_072));
-        assert_eq!(max_filters_of(strfry), Some(200));
-        assert_eq!(max_filters_of("not json"), None);
-        let bare = RelayInformationDocument::from_json(r#"{"name":"x"}"#).unwrap();
-        assert_eq!(limits_of(&bare), RelayLimits::default());
+        assert_eq!(limits.max_filters, Some(200));
+        assert_eq!(limits.max_subscriptions, Some(200));
+        assert_eq!(limits.max_limit, Some(500));
     }
 }

@@ -3,7 +3,7 @@
 //! the manager waits on [`SyncStatus::historic_sync_complete`] instead of
 //! guessing from quiet time.
 
-use grasp_sync_core::engine::{EngineStats, SyncEngine};
+use grasp_sync_core::engine::{EngineStats, LiveMode, SyncEngine};
 
 /// A snapshot of the sync's progress. Obtain the receiver with
 /// [`SyncManager::status`](crate::SyncManager::status) before `run()`; it is
@@ -24,6 +24,10 @@ pub struct SyncStatus {
     pub relays_tracked: usize,
     /// Relays connected now.
     pub relays_connected: usize,
+    /// Connected relays whose limits cannot hold live filters for every
+    /// item: the rest is polled with a `since` catch-up
+    /// ([`LiveMode::Polling`]).
+    pub relays_polling: usize,
     /// Events handed to the store and not confirmed yet.
     pub unconfirmed_stores: usize,
     /// The engine's counters.
@@ -42,6 +46,11 @@ impl SyncStatus {
             relays_connected: index
                 .iter()
                 .filter(|(_, state)| state.is_connected())
+                .count(),
+            relays_polling: index
+                .iter()
+                .filter_map(|(relay, _)| engine.relay_activity(relay))
+                .filter(|activity| matches!(activity.live_mode, LiveMode::Polling { .. }))
                 .count(),
             unconfirmed_stores: engine.unconfirmed_stores(),
             engine: engine.stats().clone(),

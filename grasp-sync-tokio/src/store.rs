@@ -226,7 +226,10 @@ async fn list(
                     subscription_id,
                     event,
                 } if *subscription_id == id => {
-                    if paging.on_event(event.id, event.created_at) {
+                    // Events at the boundary second come again on the next
+                    // page: keep each once.
+                    let is_new = paging.on_event(event.id, event.created_at);
+                    if is_new {
                         items.push((event.id, event.created_at));
                     }
                 }
