@@ -208,6 +208,48 @@ fn item6_limits_told_after_connecting_shrink_the_next_frames() {
     let activity = world.engine.relay_activity(&a_url).unwrap();
     assert_eq!(activity.subscription_limit, 6);
     assert!(activity.frame_budget <= 30_000);
+    assert!(
+        world.relays[&a_url].open_subscriptions() <= 6,
+        "live coverage shrank to the told limit"
+    );
+    assert!(activity.live_subscriptions <= activity.live_slots);
+}
+
+#[test]
+fn item2_a_relay_allowing_one_subscription_is_polled_and_synced() {
+    let repo = repo(300);
+    let a = SimRelayConfig {
+        max_subscriptions: Some(1),
+        ..SimRelayConfig::default()
+    };
+    let mut world = repo.world(a);
+    tell(
+        &mut world,
+        "a",
+        RelayLimits {
+            max_subscriptions: Some(1),
+            ..RelayLimits::default()
+        },
+    );
+    run_idle(&mut world);
+    assert_exact(&world, &repo.own_events());
+    let a_url = relay_url("a");
+    assert!(world.max_open(&a_url) <= 1);
+    let activity = world.engine.relay_activity(&a_url).unwrap();
+    assert_eq!(activity.live_subscriptions, 0);
+    assert!(matches!(activity.live_mode, LiveMode::Polling { .. }));
+    let late = events::reply(
+        &repo.user,
+        &repo.roots[7].id,
+        "late",
+        world.unix().as_secs(),
+    );
+    world.publish(&a_url, late.clone());
+    assert!(
+        world.run_until(STEPS, |w| w.stored().contains(&late.id)),
+        "{}",
+        world.dump()
+    );
 }
 
 // ---------------------------------------------- 2. historic work progresses
@@ -454,13 +496,16 @@ fn item5_gap_catch_up_is_a_paginated_since_query_and_live_reqs_stay_live() {
     world.publish(&a_url, late_root);
     world.run_for(Duration::from_secs(5), STEPS);
     let gap_start = world.now;
-    let during: Vec<Event> = (0..12)
+    let during: Vec<Event> = (0..12u64)
         .map(|n| {
             events::reply(
                 &repo.user,
                 &repo.roots[0].id,
                 &format!("gap {n}"),
-                world.unix().as_secs(),
+                // One second each: a clamp of 5 pages through them (a
+                // second holding more than a page is the known
+                // crowded-second limit).
+                world.unix().as_secs() - 12 + n,
             )
         })
         .collect();

@@ -14,46 +14,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grasp_sync_core::engine::EngineConfig;
-use grasp_sync_core::url_policy::RelayUrlPolicy;
 use grasp_sync_core::RepoRef;
 use grasp_sync_tokio::{RelayStore, Summary, SyncManager, SyncStatus};
 use nostr::prelude::*;
-use support::{TestRelay, TestRelayConfig};
+use support::{announcement, loopback_engine_config, sign, tag, TestRelay, TestRelayConfig};
 use tokio::sync::watch;
 
 /// Bound on waiting for historic sync to complete.
 const WAIT: Duration = Duration::from_secs(240);
 
-fn sign(keys: &Keys, kind: u16, content: &str, tags: Vec<Tag>, at: u64) -> Event {
-    EventBuilder::new(Kind::Custom(kind), content)
-        .tags(tags)
-        .custom_created_at(Timestamp::from_secs(at))
-        .finalize(keys)
-        .unwrap()
-}
-
-fn tag(values: &[&str]) -> Tag {
-    Tag::parse(values.iter().copied()).unwrap()
-}
-
-fn announcement(keys: &Keys, id: &str, relays: &[RelayUrl], at: u64) -> Event {
-    let mut relays_tag = vec!["relays".to_owned()];
-    relays_tag.extend(relays.iter().map(|relay| relay.to_string()));
-    let tags = vec![Tag::identifier(id), Tag::parse(relays_tag).unwrap()];
-    sign(keys, 30617, "", tags, at)
-}
-
 fn engine_config() -> EngineConfig {
-    let mut config = EngineConfig {
-        relay_policy: RelayUrlPolicy::new().allow_local_addresses(true),
-        batch_window: Duration::from_millis(200),
-        ..EngineConfig::default()
-    };
-    config.health.backoff.base = Duration::from_secs(2);
-    config.health.backoff.max = Duration::from_secs(4);
-    config.retry_delay = Duration::from_millis(500);
-    config.negentropy_timeout = Duration::from_secs(5);
-    config
+    EngineConfig {
+        negentropy_timeout: Duration::from_secs(5),
+        ..loopback_engine_config()
+    }
 }
 
 fn manager(own: &TestRelay) -> SyncManager {
@@ -129,9 +103,10 @@ async fn load(
     for r in 0..repos {
         let maintainer = Keys::generate();
         let identifier = format!("repo-{r}");
-        let mut relays = vec![own.url(), a.url()];
+        let (own_url, a_url, b_url) = (own.url(), a.url(), b.url());
+        let mut relays = vec![&own_url, &a_url];
         if r % 2 == 0 {
-            relays.push(b.url());
+            relays.push(&b_url);
         }
         let repo_announcement = announcement(&maintainer, &identifier, &relays, base);
         let repo = RepoRef::new(maintainer.public_key(), &identifier)

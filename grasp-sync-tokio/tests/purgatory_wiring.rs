@@ -16,8 +16,7 @@ use grasp_purgatory::{
     DatabaseAnnouncements, GitFetcher, GitFetcherConfig, NpubLayout, Purgatory, PurgatoryGate,
     StoreSink,
 };
-use grasp_sync_core::engine::EngineConfig;
-use grasp_sync_core::url_policy::{CloneUrlPolicy, RelayUrlPolicy};
+use grasp_sync_core::url_policy::CloneUrlPolicy;
 use grasp_sync_tokio::{DatabaseStore, SyncManager};
 use nostr::prelude::*;
 use nostr_database::NostrDatabase as _;
@@ -32,18 +31,6 @@ fn sign(keys: &Keys, kind: u16, tags: Vec<Vec<&str>>, at: u64) -> Event {
         .custom_created_at(Timestamp::from_secs(at))
         .finalize(keys)
         .unwrap()
-}
-
-fn engine_config() -> EngineConfig {
-    let mut config = EngineConfig {
-        relay_policy: RelayUrlPolicy::new().allow_local_addresses(true),
-        batch_window: Duration::from_millis(200),
-        ..EngineConfig::default()
-    };
-    config.health.backoff.base = Duration::from_secs(2);
-    config.health.backoff.max = Duration::from_secs(4);
-    config.retry_delay = Duration::from_millis(500);
-    config
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,7 +117,7 @@ async fn events_synced_from_a_remote_relay_wait_in_purgatory_until_their_commits
     let gate = Arc::new(PurgatoryGate::new(store.clone(), purgatory.clone()));
     let manager = SyncManager::builder()
         .store(gate)
-        .engine_config(engine_config())
+        .engine_config(support::loopback_engine_config())
         .build()
         .unwrap();
     let own_events = manager.own_events_sender();

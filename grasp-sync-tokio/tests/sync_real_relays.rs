@@ -13,28 +13,9 @@ use grasp_sync_core::url_policy::RelayUrlPolicy;
 use grasp_sync_core::RepoRef;
 use grasp_sync_tokio::{RelayStore, Summary, SyncManager};
 use nostr::prelude::*;
-use support::{TestRelay, TestRelayConfig};
+use support::{announcement, sign, tag, TestRelay, TestRelayConfig};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn sign(keys: &Keys, kind: u16, content: &str, tags: Vec<Tag>, at: u64) -> Event {
-    EventBuilder::new(Kind::Custom(kind), content)
-        .tags(tags)
-        .custom_created_at(Timestamp::from_secs(at))
-        .finalize(keys)
-        .unwrap()
-}
-
-fn tag(values: &[&str]) -> Tag {
-    Tag::parse(values.iter().copied()).unwrap()
-}
-
-fn announcement(keys: &Keys, id: &str, relays: &[&RelayUrl], at: u64) -> Event {
-    let mut relays_tag = vec!["relays".to_owned()];
-    relays_tag.extend(relays.iter().map(|relay| relay.to_string()));
-    let tags = vec![Tag::identifier(id), Tag::parse(relays_tag).unwrap()];
-    sign(keys, 30617, "", tags, at)
-}
 
 /// An engine tuned for a fast test on loopback.
 fn engine_config() -> EngineConfig {

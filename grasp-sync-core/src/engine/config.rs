@@ -73,8 +73,15 @@ pub struct EngineConfig {
     pub store_retry_base: Duration,
     /// Longest delay between store retries.
     pub store_retry_max: Duration,
-    /// A store that has not answered for this long is asked again.
+    /// A store that answered nothing for this long while events wait is
+    /// taken for stalled: the waiting events are offered again.
     pub store_timeout: Duration,
+    /// Answers with a reason we cannot classify (no NIP-01 prefix,
+    /// `auth-required:`) before the event counts as refused for good.
+    pub store_attempts: u32,
+    /// Events handed to the store and not confirmed before no new historic
+    /// job starts (backpressure on a slow store; bounds memory).
+    pub max_unconfirmed_stores: usize,
     /// Events the store refused for good (`blocked:`, `invalid:`, `pow:`,
     /// `restricted:` …) remembered so re-syncs do not download them again.
     pub refused_memory: usize,
@@ -119,6 +126,8 @@ impl Default for EngineConfig {
             store_retry_base: Duration::from_secs(1),
             store_retry_max: Duration::from_secs(60),
             store_timeout: Duration::from_secs(60),
+            store_attempts: 5,
+            max_unconfirmed_stores: 50_000,
             refused_memory: 10_000,
             fetch_attempts: 3,
             relay_policy: RelayUrlPolicy::new(),

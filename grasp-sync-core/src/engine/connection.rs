@@ -5,7 +5,7 @@
 use nostr::prelude::{RelayUrl, Timestamp};
 use tracing::{debug, info, warn};
 
-use super::runtime::{RelayConn, Sub};
+use super::runtime::{Purpose, RelayConn, Sub};
 use super::{Command, SyncEngine};
 use crate::clock::Now;
 use crate::model::ConnectionStatus;
@@ -166,6 +166,7 @@ impl SyncEngine {
 
     /// The bookkeeping of a closed connection.
     fn forget_connection(&mut self, now: Now, relay: &RelayUrl) {
+        self.remember_uncaught(relay);
         self.conns.remove(relay);
         self.clear_pending(relay);
         if let Some(state) = self.confirmed.get_mut(relay) {
@@ -178,10 +179,41 @@ impl SyncEngine {
         self.health.on_disconnected(relay, now.instant);
     }
 
+    /// Keeps, across the reconnect, the earliest moment live coverage was
+    /// missing and not caught up yet: a live gap, the span of uncovered
+    /// filters since their last poll, a gap or poll batch still running.
+    fn remember_uncaught(&mut self, relay: &RelayUrl) {
+        let Some(conn) = self.conns.get(relay) else {
+            return;
+        };
+        let polled = conn.poll_from.filter(|_| !conn.uncovered.is_empty());
+        let batches = self
+            .batches
+            .values()
+            .filter(|info| &info.relay == relay)
+            .filter(|info| matches!(info.purpose, Purpose::Gap | Purpose::Poll))
+            .filter_map(|info| info.covers_from);
+        let earliest = [conn.live_gap_since, polled]
+            .into_iter()
+            .flatten()
+            .chain(batches)
+            .min();
+        if let Some(earliest) = earliest {
+            let known = self.knowledge(relay);
+            known.uncaught_since = Some(
+                known
+                    .uncaught_since
+                    .map_or(earliest, |old| old.min(earliest)),
+            );
+        }
+    }
+
     /// Fresh start: forget pending then confirmed state, sync Layer 1 live
     /// and historic, then plan Layers 2+3 from scratch.
     pub(super) fn fresh_start(&mut self, now: Now, relay: &RelayUrl) {
         info!(%relay, "fresh start");
+        // A full re-sync catches up everything.
+        self.knowledge(relay).uncaught_since = None;
         self.close_all_subscriptions(relay);
         self.clear_pending(relay);
         if let Some(state) = self.confirmed.get_mut(relay) {
@@ -194,6 +226,14 @@ impl SyncEngine {
     /// Quick reconnect: Layer 1 and the confirmed Layers 2+3 live, their
     /// history caught up from `since`, then new items planned.
     fn quick_reconnect(&mut self, now: Now, relay: &RelayUrl, since: Timestamp) {
+        // Coverage missing before the disconnect is caught up too.
+        let window = self.config.quick_reconnect_window.as_secs();
+        let since = match self.knowledge(relay).uncaught_since.take() {
+            Some(uncaught) => since.min(Timestamp::from_secs(
+                uncaught.as_secs().saturating_sub(window),
+            )),
+            None => since,
+        };
         info!(%relay, since = since.as_secs(), "quick reconnect");
         // Layer 1 catches up from `since` only if its full history was
         // confirmed before; otherwise it syncs in full.

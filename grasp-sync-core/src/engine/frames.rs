@@ -61,6 +61,11 @@ pub(crate) fn pack_filters(
     reqs
 }
 
+/// Bytes a REQ's filters may take within `budget`.
+pub(crate) fn req_room(budget: usize) -> usize {
+    budget.saturating_sub(REQ_OVERHEAD)
+}
+
 /// Splits `filter` by its largest value list (ids or one tag's values) until
 /// every part's JSON fits `room` bytes. A filter with nothing left to split
 /// is returned as it is.

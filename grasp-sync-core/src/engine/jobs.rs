@@ -20,15 +20,22 @@ impl SyncEngine {
     /// not rate-limited and has free subscription slots.
     pub(super) fn pump(&mut self, now: Now, relay: &RelayUrl) {
         self.resend_refused_live(now, relay);
-        let (waiting_live, no_live) = match self.conns.get_mut(relay) {
+        let live_slots = self.live_slots(relay);
+        let (waiting_live, no_live, over, polling) = match self.conns.get_mut(relay) {
             Some(conn) => (
                 std::mem::take(&mut conn.deferred_live),
                 conn.live_count() == 0 && conn.refused_live.is_empty(),
+                conn.live_count() + conn.refused_live.len() > live_slots,
+                !conn.uncovered.is_empty(),
             ),
             None => return,
         };
-        if no_live && self.may_open_live(now, relay) {
-            // Layer 1 live went with a consolidation that found no slot.
+        // Layer 1 live went with a consolidation that found no slot, or the
+        // live slots shrank (limits told or learned after connecting): cover
+        // everything again within them.
+        let rebuild = (no_live && !polling) || over;
+        let can = self.rate_allows(now, relay) && (live_slots == 0 || self.may_open(now, relay));
+        if rebuild && can {
             self.rebuild_live(now, relay, &waiting_live);
         } else if !waiting_live.is_empty() {
             self.add_live(now, relay, &waiting_live);
@@ -66,7 +73,9 @@ impl SyncEngine {
         let live = conn.live_count();
         let live_reserved = live_slots.min(live + conn.refused_live.len());
         let historic = conn.subs.len().saturating_sub(live);
-        historic + live_reserved < limit && self.may_open(now, relay)
+        // Backpressure: a store that falls behind holds new historic work.
+        let store_keeps_up = self.stores.in_flight() < self.config.max_unconfirmed_stores;
+        historic + live_reserved < limit && store_keeps_up && self.may_open(now, relay)
     }
 
     /// Live filters that open late: what was published since the coverage
@@ -83,17 +92,8 @@ impl SyncEngine {
                 .saturating_sub(window)
                 .min(now.unix.as_secs()),
         );
-        let historic: Vec<Filter> = filters
-            .iter()
-            .cloned()
-            .map(|mut filter| {
-                filter.limit = None;
-                filter.since = Some(since);
-                filter
-            })
-            .collect();
-        let jobs = self.poll_jobs(relay, historic);
-        self.start_batch(
+        let jobs = self.poll_jobs(relay, filters, since);
+        let batch = self.start_batch(
             now,
             relay,
             Purpose::Gap,
@@ -101,16 +101,27 @@ impl SyncEngine {
             crate::model::SyncMethod::ReqEose,
             jobs,
         );
+        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+            info.covers_from = Some(gap_since);
+        }
     }
 
-    /// `since` filters packed into as few REQs as the relay's limits allow,
-    /// each with the page limit (so a clamp is seen and paged).
-    pub(super) fn poll_jobs(&self, relay: &RelayUrl, filters: Vec<Filter>) -> Vec<Job> {
+    /// What `filters` (live ones) match from `since` on, packed into as few
+    /// REQs as the relay's limits allow, each filter with the page limit (so
+    /// a clamp is seen and paged).
+    pub(super) fn poll_jobs(
+        &self,
+        relay: &RelayUrl,
+        filters: &[Filter],
+        since: Timestamp,
+    ) -> Vec<Job> {
         let limit = self.page_limit(relay);
         let filters = filters
-            .into_iter()
+            .iter()
+            .cloned()
             .map(|mut filter| {
                 filter.limit = Some(limit);
+                filter.since = Some(since);
                 filter
             })
             .collect();
@@ -164,7 +175,15 @@ impl SyncEngine {
             job => job,
         };
         let (id, sub) = match job {
-            Job::Req(mut filter) => {
+            Job::Req(filter) => {
+                // A filter too large for the relay's frames (a long list of
+                // repositories) is split; the parts join the batch.
+                let mut parts =
+                    super::frames::split_to_fit(filter, super::frames::req_room(budget));
+                let mut filter = parts.remove(0);
+                if !parts.is_empty() {
+                    self.add_jobs(relay, batch, parts.into_iter().map(Job::Req).collect());
+                }
                 if filter.limit.is_none() {
                     filter.limit = Some(self.page_limit(relay));
                 }
@@ -239,13 +258,13 @@ impl SyncEngine {
                     id: id.clone(),
                     filters: filters.clone(),
                 });
-                let counts = vec![0; filters.len()];
+                let pages = filters.iter().cloned().map(PaginationState::new).collect();
                 (
                     id,
                     Sub::Poll {
                         batch,
                         filters,
-                        counts,
+                        pages,
                     },
                 )
             }
@@ -362,10 +381,25 @@ impl SyncEngine {
             pending.outstanding_subs.remove(id);
             pending.last_progress = now.instant;
         }
+        let interval = self.config.uncovered_poll_interval;
         let done = self.batches.get_mut(&batch).map(|info| {
             info.jobs = info.jobs.saturating_sub(1);
-            info.is_done()
+            (
+                info.is_done(),
+                info.jobs == 0 && info.purpose == Purpose::Poll,
+            )
         });
+        let (done, polled) = match done {
+            Some((done, polled)) => (Some(done), polled),
+            None => (None, false),
+        };
+        if polled {
+            // The next poll does not wait for a slow store; it starts from
+            // where the last confirmed poll did.
+            if let Some(conn) = self.conns.get_mut(relay) {
+                conn.next_poll_at.get_or_insert(now.instant + interval);
+            }
+        }
         if done == Some(true) {
             self.complete_batch(now, relay, batch);
         }
@@ -504,20 +538,22 @@ impl SyncEngine {
         match info.purpose {
             Purpose::Items => self.knowledge(relay).replan_at = Some(retry_at),
             Purpose::Layer1 => self.knowledge(relay).layer1_retry_at = Some(retry_at),
-            Purpose::CatchUp | Purpose::Gap => {
+            Purpose::CatchUp => {
                 // The gap was not caught up: sync those items fully again.
                 if let Some(state) = self.confirmed.get_mut(relay) {
                     state.repos.clear();
                     state.root_events.clear();
-                    if info.purpose == Purpose::Gap {
-                        state.announcements_synced = false;
-                    }
                 }
-                let known = self.knowledge(relay);
-                known.replan_at = Some(retry_at);
-                if info.purpose == Purpose::Gap {
-                    known.layer1_retry_at = Some(retry_at);
+                self.knowledge(relay).replan_at = Some(retry_at);
+            }
+            Purpose::Gap => {
+                // Live coverage is rebuilt later, catching up again from
+                // the same moment.
+                if let (Some(conn), Some(from)) = (self.conns.get_mut(relay), info.covers_from) {
+                    conn.live_gap_since =
+                        Some(conn.live_gap_since.map_or(from, |gap| gap.min(from)));
                 }
+                self.knowledge(relay).rebuild_live_at = Some(retry_at);
             }
             Purpose::Poll => {
                 // `poll_from` stays: the next poll covers this one's span.

@@ -46,6 +46,7 @@ impl SyncEngine {
         conn.last_heard = now.instant;
         if let Some(id) = answered {
             conn.unanswered.retain(|waiting| waiting != id);
+            conn.frame_answered(id);
         }
         match message {
             RelayMessage::Event {
@@ -134,15 +135,9 @@ impl SyncEngine {
                 missing.remove(&event.id);
                 Some(*batch)
             }
-            Sub::Poll {
-                batch,
-                filters,
-                counts,
-            } => {
-                for (filter, count) in filters.iter().zip(counts.iter_mut()) {
-                    if filter.match_event(&event, options) {
-                        *count += 1;
-                    }
+            Sub::Poll { batch, pages, .. } => {
+                for page in pages.iter_mut().filter(|page| page.matches(&event)) {
+                    page.on_event(event.id, event.created_at);
                 }
                 Some(*batch)
             }
@@ -257,21 +252,20 @@ impl SyncEngine {
                 }
                 self.finish_job(now, relay, id);
             }
-            Sub::Poll {
-                batch,
-                filters,
-                counts,
-            } => {
+            Sub::Poll { batch, pages, .. } => {
                 let batch = *batch;
-                // A filter whose page may have been cut continues paginated.
-                let plausible = PLAUSIBLE_PAGE_LEN;
-                let full: Vec<Job> = filters
-                    .iter()
-                    .zip(counts.iter())
-                    .filter(|(filter, count)| {
-                        **count >= plausible.min(filter.limit.unwrap_or(plausible))
+                // A filter whose page may have been cut (relays clamp
+                // silently) continues paginated from where its page ended.
+                let full: Vec<Job> = pages
+                    .iter_mut()
+                    .filter_map(|page| {
+                        let limit =
+                            known.and_then(|known| known.known_page_limit(&page.original_filter));
+                        match page.on_eose(limit) {
+                            PageOutcome::NextPage(_) => Some(Job::Page(Box::new(page.clone()))),
+                            PageOutcome::Complete => None,
+                        }
                     })
-                    .map(|(filter, _)| Job::Req(filter.clone()))
                     .collect();
                 self.emit(Command::Unsubscribe {
                     relay: relay.clone(),

@@ -551,10 +551,15 @@ impl SyncEngine {
 
     /// Subscription slots live subscriptions may take on `relay`: the limit
     /// minus the slots kept for historic work (at least one each).
+    /// A relay allowing a single subscription gets none live: everything
+    /// is polled and the one slot serves history.
     fn live_slots(&self, relay: &RelayUrl) -> usize {
         let limit = self.sub_limit(relay);
-        let historic = self.config.historic_slots.clamp(1, (limit / 2).max(1));
-        limit.saturating_sub(historic).max(1)
+        if limit < 2 {
+            return 0;
+        }
+        let historic = self.config.historic_slots.clamp(1, limit / 2);
+        limit.saturating_sub(historic)
     }
 
     /// The largest frame `relay` may be sent: its NIP-11
@@ -564,12 +569,14 @@ impl SyncEngine {
         let known = self.known.get(relay);
         let told = known.and_then(|known| known.limits.max_message_length);
         let learned = known.and_then(|known| known.learned_frame_budget);
+        // A told budget is honoured even below the learning floor; a
+        // kilobyte is the least any REQ needs.
         [told, learned]
             .into_iter()
             .flatten()
             .min()
             .unwrap_or(self.config.default_frame_budget)
-            .max(config::MIN_FRAME_BUDGET)
+            .max(1024)
     }
 
     /// The filter of the negentropy session `id` on `relay`.
@@ -605,9 +612,17 @@ impl SyncEngine {
                 }
             }
         }
-        if let Some(len) = frames::command_frame_len(&command) {
+        let frame = match &command {
+            Command::Subscribe { id, .. }
+            | Command::NegOpen { id, .. }
+            | Command::NegMsg { id, .. } => {
+                frames::command_frame_len(&command).map(|len| (len, id))
+            }
+            _ => None,
+        };
+        if let Some((len, id)) = frame {
             if let Some(conn) = self.conns.get_mut(command.relay()) {
-                conn.note_frame(now, len);
+                conn.note_frame(now, len, id);
             }
         }
         self.commands.push_back(command);

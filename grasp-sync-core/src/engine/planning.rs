@@ -8,7 +8,7 @@ use super::runtime::{BatchInfo, Job, Purpose, QueuedJob, Sub};
 use super::{Command, SyncEngine};
 use crate::clock::Now;
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, FilterMode};
-use crate::model::{PendingBatch, PendingItems, SyncMethod};
+use crate::model::{BatchId, PendingBatch, PendingItems, SyncMethod};
 use crate::nip34::{
     is_root_kind, parse_announcement, root_event_repo_refs, KIND_REPO_ANNOUNCEMENT,
 };
@@ -198,7 +198,9 @@ impl SyncEngine {
         }
     }
 
-    /// Registers a batch and queues its jobs.
+    /// Registers a batch and queues its jobs (catch-ups of live coverage,
+    /// gaps and polls, ahead of other historic work: they are small and
+    /// time-critical). Returns the batch, if it has work.
     pub(super) fn start_batch(
         &mut self,
         now: Now,
@@ -207,9 +209,9 @@ impl SyncEngine {
         items: PendingItems,
         method: SyncMethod,
         jobs: Vec<Job>,
-    ) {
+    ) -> Option<BatchId> {
         if jobs.is_empty() {
-            return;
+            return None;
         }
         let batch = self.next_batch_id();
         self.pending.insert(
@@ -225,12 +227,20 @@ impl SyncEngine {
                 stores: 0,
                 started_unix: now.unix,
                 fetching: Default::default(),
+                covers_from: None,
             },
         );
         if let Some(conn) = self.conns.get_mut(relay) {
-            conn.queue
-                .extend(jobs.into_iter().map(|job| QueuedJob { batch, job }));
+            let queued = jobs.into_iter().map(|job| QueuedJob { batch, job });
+            if matches!(purpose, Purpose::Gap | Purpose::Poll) {
+                for job in queued.rev() {
+                    conn.queue.push_front(job);
+                }
+            } else {
+                conn.queue.extend(queued);
+            }
         }
+        Some(batch)
     }
 
     /// Adds live subscriptions for `items`, consolidating when the relay
@@ -242,6 +252,7 @@ impl SyncEngine {
             .conns
             .get(relay)
             .is_some_and(|conn| !conn.uncovered.is_empty());
+        // (A filter already polled is not added twice.)
         if polling {
             if let Some(conn) = self.conns.get_mut(relay) {
                 conn.uncovered.extend(filters);
@@ -268,8 +279,8 @@ impl SyncEngine {
         };
         let over_threshold =
             conn.incremental_filters + filter_count > self.config.consolidation_threshold;
-        let over_budget =
-            conn.live_count() + reqs.len() > live_slots || conn.subs.len() + reqs.len() > limit;
+        let live_wanted = conn.live_count() + conn.refused_live.len() + reqs.len();
+        let over_budget = live_wanted > live_slots || conn.subs.len() + reqs.len() > limit;
         if over_threshold || over_budget {
             return self.rebuild_live(now, relay, items);
         }
@@ -372,7 +383,18 @@ impl SyncEngine {
         ));
         let mut reqs = pack_filters(filters, per_req, budget).into_iter();
         let covered: Vec<Vec<Filter>> = reqs.by_ref().take(live_slots).collect();
-        let uncovered: Vec<Filter> = reqs.flatten().collect();
+        let uncovered: indexmap::IndexSet<Filter> = reqs.flatten().collect();
+        if conn
+            .uncovered
+            .iter()
+            .any(|filter| !uncovered.contains(filter))
+        {
+            // Filters polled until now go live: what the last poll did not
+            // reach is caught up with them.
+            if let Some(from) = conn.poll_from {
+                conn.live_gap_since = Some(conn.live_gap_since.map_or(from, |gap| gap.min(from)));
+            }
+        }
         if uncovered.is_empty() {
             conn.poll_from = None;
             conn.next_poll_at = None;
@@ -426,20 +448,11 @@ impl SyncEngine {
             }
             let from = conn.poll_from.unwrap_or(now.unix);
             let since = Timestamp::from_secs(from.as_secs().saturating_sub(window));
-            let filters: Vec<Filter> = conn
-                .uncovered
-                .iter()
-                .cloned()
-                .map(|mut filter| {
-                    filter.limit = None;
-                    filter.since = Some(since);
-                    filter
-                })
-                .collect();
+            let filters: Vec<Filter> = conn.uncovered.iter().cloned().collect();
             debug!(%relay, filters = filters.len(), "polling live filters that do not fit");
             self.stats.uncovered_polls += 1;
-            let jobs = self.poll_jobs(&relay, filters);
-            self.start_batch(
+            let jobs = self.poll_jobs(&relay, &filters, since);
+            let batch = self.start_batch(
                 now,
                 &relay,
                 Purpose::Poll,
@@ -447,6 +460,9 @@ impl SyncEngine {
                 SyncMethod::ReqEose,
                 jobs,
             );
+            if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+                info.covers_from = Some(from);
+            }
         }
     }
 }

@@ -44,6 +44,9 @@ pub(crate) struct BatchInfo {
     pub(crate) started_unix: nostr::prelude::Timestamp,
     /// Ids a negentropy round of the batch already asked for.
     pub(crate) fetching: HashSet<EventId>,
+    /// For a gap catch-up or a poll: the moment (wall clock, before the
+    /// quick-reconnect window is taken off) it catches up from.
+    pub(crate) covers_from: Option<nostr::prelude::Timestamp>,
 }
 
 impl BatchInfo {
@@ -115,11 +118,13 @@ pub(crate) enum Sub {
         missing: HashSet<EventId>,
         fruitless: u32,
     },
-    /// Packed `since` filters and the events each brought.
+    /// Packed `since` filters, each paged on its own: the relay applies
+    /// its limit per filter, so a filter whose page may have been cut
+    /// continues paginated.
     Poll {
         batch: BatchId,
         filters: Vec<Filter>,
-        counts: Vec<usize>,
+        pages: Vec<PaginationState>,
     },
 }
 
@@ -162,6 +167,10 @@ pub(crate) struct RelayKnowledge {
     /// A frame budget smaller than the relay announced, learned when it
     /// dropped the connection right after a large frame.
     pub(crate) learned_frame_budget: Option<usize>,
+    /// The earliest moment live coverage was missing and not caught up when
+    /// the last connection dropped (a gap, a poll span): the next quick
+    /// reconnect catches up from there.
+    pub(crate) uncaught_since: Option<nostr::prelude::Timestamp>,
 }
 
 impl RelayKnowledge {
@@ -242,15 +251,16 @@ pub(crate) struct RelayConn {
     pub(crate) queue: VecDeque<QueuedJob>,
     /// Live filters that did not fit the relay's limits: polled with a
     /// `since` catch-up every poll interval instead.
-    pub(crate) uncovered: Vec<Filter>,
+    pub(crate) uncovered: indexmap::IndexSet<Filter>,
     /// The next poll of `uncovered` starts from here (wall clock): when the
     /// filters became uncovered, then the start of the last complete poll.
     pub(crate) poll_from: Option<nostr::prelude::Timestamp>,
     /// When the next poll of `uncovered` is due.
     pub(crate) next_poll_at: Option<Instant>,
-    /// The largest frame sent recently and when, to tell whether a drop
-    /// followed a large frame.
-    pub(crate) recent_frame: Option<(Instant, usize)>,
+    /// The largest frame sent recently that the relay has not answered yet,
+    /// when, and on which subscription: a drop right after it is blamed on
+    /// its size.
+    pub(crate) recent_frame: Option<(Instant, usize, SubscriptionId)>,
     /// The most recently opened subscription.
     pub(crate) last_opened: Option<SubscriptionId>,
     /// Subscriptions sent that the relay has not answered at all yet, oldest
@@ -288,22 +298,36 @@ impl RelayConn {
         }
     }
 
-    /// Records a frame sent at `now`: the largest one of the last
-    /// [`FRAME_DROP_WINDOW`] is kept.
-    pub(crate) fn note_frame(&mut self, now: Instant, len: usize) {
-        let keep = self.recent_frame.is_some_and(|(at, largest)| {
-            largest >= len && now.saturating_duration_since(at) < FRAME_DROP_WINDOW
+    /// Records a frame sent at `now` on subscription `id`: the largest
+    /// unanswered one of the last [`FRAME_DROP_WINDOW`] is kept.
+    pub(crate) fn note_frame(&mut self, now: Instant, len: usize, id: &SubscriptionId) {
+        let keep = self.recent_frame.as_ref().is_some_and(|(at, largest, _)| {
+            *largest >= len && now.saturating_duration_since(*at) < FRAME_DROP_WINDOW
         });
         if !keep {
-            self.recent_frame = Some((now, len));
+            self.recent_frame = Some((now, len, id.clone()));
         }
     }
 
-    /// The largest frame sent within [`FRAME_DROP_WINDOW`] before `now`.
+    /// The relay answered on `id`: a frame it answered did not make it
+    /// drop the connection.
+    pub(crate) fn frame_answered(&mut self, id: &SubscriptionId) {
+        if self
+            .recent_frame
+            .as_ref()
+            .is_some_and(|(_, _, frame)| frame == id)
+        {
+            self.recent_frame = None;
+        }
+    }
+
+    /// The largest unanswered frame sent within [`FRAME_DROP_WINDOW`]
+    /// before `now`.
     pub(crate) fn large_frame_before(&self, now: Instant) -> Option<usize> {
         self.recent_frame
-            .filter(|(at, _)| now.saturating_duration_since(*at) < FRAME_DROP_WINDOW)
-            .map(|(_, len)| len)
+            .as_ref()
+            .filter(|(at, ..)| now.saturating_duration_since(*at) < FRAME_DROP_WINDOW)
+            .map(|(_, len, _)| *len)
     }
 
     /// Subscriptions opened within `window` before `now`.

@@ -8,7 +8,6 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use indexmap::IndexMap;
 use nostr::filter::MatchEventOptions;
 use nostr::prelude::{Event, EventId, Filter, Kind, RelayUrl, Timestamp};
 use tracing::{debug, warn};
@@ -29,28 +28,40 @@ pub enum StoreVerdict {
     Stored,
     /// The store already had it.
     Duplicate,
-    /// Refused for now: offered again after a backoff.
+    /// Refused for now (`rate-limited:`, `error:`, a failure): offered again
+    /// after a backoff, for as long as it takes.
     Retry(String),
-    /// Refused for good: remembered, not downloaded again.
+    /// Refused with a reason we cannot classify (no NIP-01 prefix,
+    /// `auth-required:`): offered again a few times
+    /// ([`EngineConfig::store_attempts`](super::EngineConfig::store_attempts)),
+    /// then taken as refused for good.
+    Unclear(String),
+    /// Refused for good (`blocked:`, `invalid:`, `pow:`, `restricted:`,
+    /// `mute:`): remembered, not downloaded again.
     Refused(String),
 }
 
 impl StoreVerdict {
     /// Reads a store's answer. NIP-01 prefixes `rate-limited:` and `error:`
     /// (strfry's `ERROR: ` decoration included) and backend failures are
-    /// transient; every other refusal is permanent.
+    /// transient; `blocked:`, `invalid:`, `pow:`, `restricted:`, `mute:` are
+    /// permanent; anything else is unclear.
     pub fn of(result: &Result<IngestOutcome, StoreError>) -> StoreVerdict {
         match result {
             Ok(IngestOutcome::Stored) => StoreVerdict::Stored,
             Ok(IngestOutcome::Duplicate) => StoreVerdict::Duplicate,
             Ok(IngestOutcome::Rejected { reason }) => {
                 let classified = classify(reason);
-                let transient = classified.rate_limited
-                    || matches!(classified.prefix, Prefix::RateLimited | Prefix::Error);
-                if transient {
-                    StoreVerdict::Retry(reason.clone())
-                } else {
-                    StoreVerdict::Refused(reason.clone())
+                match classified.prefix {
+                    Prefix::RateLimited | Prefix::Error => StoreVerdict::Retry(reason.clone()),
+                    Prefix::Duplicate => StoreVerdict::Duplicate,
+                    Prefix::Blocked
+                    | Prefix::Invalid
+                    | Prefix::Pow
+                    | Prefix::Restricted
+                    | Prefix::Mute => StoreVerdict::Refused(reason.clone()),
+                    _ if classified.rate_limited => StoreVerdict::Retry(reason.clone()),
+                    _ => StoreVerdict::Unclear(reason.clone()),
                 }
             }
             Err(error) => StoreVerdict::Retry(error.to_string()),
@@ -65,28 +76,32 @@ struct InFlight {
     relay: RelayUrl,
     /// Batches that confirm only once it is stored.
     batches: Vec<BatchId>,
-    /// When it was last handed to the store.
-    sent_at: Instant,
     /// Waiting in the retry queue.
     retrying: bool,
+    /// Unclear refusals so far.
+    unclear: u32,
 }
 
 /// Every event between `Command::Store` and the store's answer.
 #[derive(Debug, Default)]
 pub(crate) struct StoreTracker {
     in_flight: HashMap<EventId, InFlight>,
-    /// Sent order, for the store timeout (stale entries are skipped).
-    sent: VecDeque<(Instant, EventId)>,
     /// Events refused for now, in the order they were first stored.
     retry: VecDeque<EventId>,
     retry_at: Option<Instant>,
     failures_in_a_row: u32,
-    /// Refused for good: `(created_at, event)` kept to answer negentropy.
-    refused: IndexMap<EventId, Event>,
+    /// The store's last sign of life (an answer, or the first event handed
+    /// to an idle store): with events waiting and no answer for the store
+    /// timeout after it, the store is taken for stalled.
+    alive_at: Option<Instant>,
+    /// Refused for good, stripped of their content, to answer negentropy.
+    refused: HashMap<EventId, Event>,
+    /// `refused` in the order remembered, oldest first.
+    refused_order: VecDeque<EventId>,
 }
 
 impl StoreTracker {
-    /// Events waiting for the store's answer.
+    /// Events waiting for the store's answer or a retry.
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
@@ -111,15 +126,12 @@ impl StoreTracker {
             .collect()
     }
 
-    /// The next store deadline: a retry or the oldest unanswered event.
+    /// The next store deadline: a retry, or the store's silence reaching the
+    /// timeout while events wait for its answer.
     pub(crate) fn next_deadline(&self, timeout: std::time::Duration) -> Option<Instant> {
-        let oldest = self.sent.iter().find_map(|(at, id)| {
-            self.in_flight
-                .get(id)
-                .filter(|waiting| waiting.sent_at == *at)
-                .map(|_| *at + timeout)
-        });
-        [self.retry_at, oldest].into_iter().flatten().min()
+        let waiting = self.in_flight.len() > self.retry.len();
+        let stalled = self.alive_at.filter(|_| waiting).map(|at| at + timeout);
+        [self.retry_at, stalled].into_iter().flatten().min()
     }
 }
 
@@ -149,15 +161,18 @@ impl SyncEngine {
         if let Some(batch) = batch {
             self.count_store(now, batch, 1);
         }
-        self.stores.sent.push_back((now.instant, event.id));
+        if self.stores.in_flight.len() == self.stores.retry.len() {
+            // The store had nothing to answer: its silence counts from now.
+            self.stores.alive_at = Some(now.instant);
+        }
         self.stores.in_flight.insert(
             event.id,
             InFlight {
                 event: event.clone(),
                 relay: relay.clone(),
                 batches: batch.into_iter().collect(),
-                sent_at: now.instant,
                 retrying: false,
+                unclear: 0,
             },
         );
         self.emit(Command::Store {
@@ -174,23 +189,36 @@ impl SyncEngine {
         outcome: Result<IngestOutcome, StoreError>,
     ) {
         self.observe(now);
+        self.stores.alive_at = Some(now.instant);
         let verdict = StoreVerdict::of(&outcome);
         self.apply_store_verdict(now, id, verdict);
         self.maintain(now);
     }
 
     fn apply_store_verdict(&mut self, now: Now, id: &EventId, verdict: StoreVerdict) {
-        let waiting = self.stores.in_flight.get_mut(id);
-        if waiting.as_ref().is_none_or(|waiting| waiting.retrying) {
-            // Late answer to an event already settled or queued for a retry.
+        let attempts = self.config.store_attempts;
+        let Some(waiting) = self.stores.in_flight.get_mut(id) else {
+            return;
+        };
+        if waiting.retrying {
+            // A late answer to an event already queued for a retry.
             return;
         }
+        let verdict = match verdict {
+            StoreVerdict::Unclear(reason) => {
+                waiting.unclear = waiting.unclear.saturating_add(1);
+                if waiting.unclear >= attempts {
+                    StoreVerdict::Refused(reason)
+                } else {
+                    StoreVerdict::Retry(reason)
+                }
+            }
+            verdict => verdict,
+        };
         match verdict {
             StoreVerdict::Retry(reason) => {
+                waiting.retrying = true;
                 self.stats.store_retries += 1;
-                if let Some(waiting) = waiting {
-                    waiting.retrying = true;
-                }
                 self.stores.retry.push_back(*id);
                 if self.stores.retry_at.is_none() {
                     // One round of retries per backoff step, however many
@@ -205,12 +233,12 @@ impl SyncEngine {
                     self.stores.retry_at = Some(now.instant + delay);
                 }
             }
-            StoreVerdict::Refused(reason) => {
+            StoreVerdict::Refused(reason) | StoreVerdict::Unclear(reason) => {
                 self.stores.failures_in_a_row = 0;
                 self.stats.store_refused += 1;
                 if let Some(done) = self.settle(now, id) {
                     warn!(id = %done.event.id, relay = %done.relay, reason, "store refused event; not downloading it again");
-                    self.remember_refused(done.event);
+                    self.remember_refused(&done.event);
                 }
             }
             StoreVerdict::Stored | StoreVerdict::Duplicate => {
@@ -218,8 +246,8 @@ impl SyncEngine {
                 if let Some(done) = self.settle(now, id) {
                     if verdict == StoreVerdict::Stored {
                         self.stats.events_stored += 1;
-                        self.plan_stored(now, done.event);
                     }
+                    self.plan_stored(now, done.event);
                 }
             }
         }
@@ -234,16 +262,32 @@ impl SyncEngine {
         Some(done)
     }
 
-    fn remember_refused(&mut self, event: Event) {
-        self.stores.refused.insert(event.id, event);
+    /// Keeps what negentropy needs of a refused event (its content can be
+    /// large), forgetting the oldest beyond the configured memory.
+    fn remember_refused(&mut self, event: &Event) {
+        let stripped = Event::new(
+            event.id,
+            event.pubkey,
+            event.created_at,
+            event.kind,
+            event.tags.clone(),
+            String::new(),
+            event.sig,
+        );
+        if self.stores.refused.insert(event.id, stripped).is_none() {
+            self.stores.refused_order.push_back(event.id);
+        }
         while self.stores.refused.len() > self.config.refused_memory {
-            self.stores.refused.shift_remove_index(0);
+            let Some(oldest) = self.stores.refused_order.pop_front() else {
+                break;
+            };
+            self.stores.refused.remove(&oldest);
         }
     }
 
-    /// A stored announcement or root event is ours (the store accepted it):
-    /// plan it like one the self-subscription reports, so a relay that
-    /// embeds the library gets Layer 3 without glue.
+    /// A stored (or already held) announcement or root event is ours: plan
+    /// it like one the self-subscription reports, so a relay that embeds the
+    /// library gets Layer 3 without glue. Planning it twice is harmless.
     fn plan_stored(&mut self, now: Now, event: Event) {
         let ours = event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT) || is_root_kind(event.kind);
         if ours {
@@ -251,51 +295,114 @@ impl SyncEngine {
         }
     }
 
-    /// Offers refused-for-now events again, in order, and events the store
-    /// did not answer within the store timeout.
+    /// Offers refused-for-now events again, in order; when the store has
+    /// been silent for the store timeout with events waiting, offers those
+    /// again too (a store that is merely busy keeps answering and is left
+    /// alone).
     pub(super) fn run_store_timers(&mut self, now: Now) {
         if self.stores.retry_at.is_some_and(|at| at <= now.instant) {
             self.stores.retry_at = None;
             let ids: Vec<EventId> = self.stores.retry.drain(..).collect();
+            if !ids.is_empty() {
+                // The store's silence about them counts from their resending.
+                self.stores.alive_at = Some(now.instant);
+            }
             for id in ids {
-                self.resend_store(now, &id);
+                self.resend_store(&id);
             }
         }
-        let timeout = self.config.store_timeout;
-        while let Some((at, id)) = self.stores.sent.front().copied() {
-            let current = self
+        let waiting = self.stores.in_flight.len() > self.stores.retry.len();
+        let stalled = waiting
+            && self
+                .stores
+                .alive_at
+                .is_some_and(|at| at + self.config.store_timeout <= now.instant);
+        if stalled {
+            self.stores.alive_at = Some(now.instant);
+            let waiting: Vec<EventId> = self
                 .stores
                 .in_flight
-                .get(&id)
-                .is_some_and(|waiting| waiting.sent_at == at);
-            if current && at + timeout > now.instant {
-                break;
-            }
-            self.stores.sent.pop_front();
-            let retrying = self
-                .stores
-                .in_flight
-                .get(&id)
-                .is_some_and(|waiting| waiting.retrying);
-            if current && !retrying {
-                warn!(%id, "store did not answer; offering the event again");
-                self.stats.store_retries += 1;
-                self.resend_store(now, &id);
+                .iter()
+                .filter(|(_, waiting)| !waiting.retrying)
+                .map(|(id, _)| *id)
+                .collect();
+            warn!(
+                events = waiting.len(),
+                "store did not answer for the store timeout; offering its events again"
+            );
+            self.stats.store_retries += waiting.len() as u64;
+            for id in waiting {
+                self.resend_store(&id);
             }
         }
     }
 
-    fn resend_store(&mut self, now: Now, id: &EventId) {
+    fn resend_store(&mut self, id: &EventId) {
         let Some(waiting) = self.stores.in_flight.get_mut(id) else {
             return;
         };
-        waiting.sent_at = now.instant;
         waiting.retrying = false;
         let command = Command::Store {
             relay: waiting.relay.clone(),
             event: Box::new(waiting.event.clone()),
         };
-        self.stores.sent.push_back((now.instant, *id));
         self.emit(command);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rejected(reason: &str) -> StoreVerdict {
+        StoreVerdict::of(&Ok(IngestOutcome::Rejected {
+            reason: reason.into(),
+        }))
+    }
+
+    #[test]
+    fn store_answers_are_read_as_transient_permanent_or_unclear() {
+        assert_eq!(
+            StoreVerdict::of(&Ok(IngestOutcome::Stored)),
+            StoreVerdict::Stored
+        );
+        assert_eq!(
+            StoreVerdict::of(&Ok(IngestOutcome::Duplicate)),
+            StoreVerdict::Duplicate
+        );
+        for transient in [
+            "rate-limited: slow down",
+            "error: disk full",
+            "ERROR: error: busy",
+        ] {
+            assert!(
+                matches!(rejected(transient), StoreVerdict::Retry(_)),
+                "{transient}"
+            );
+        }
+        assert!(matches!(
+            StoreVerdict::of(&Err(StoreError::Backend("timed out".into()))),
+            StoreVerdict::Retry(_)
+        ));
+        for permanent in [
+            "blocked: not on the allow list",
+            "invalid: bad signature",
+            "pow: difficulty 20 required",
+            "restricted: members only",
+            "mute: muted",
+            "ERROR: blocked: too old",
+        ] {
+            assert!(
+                matches!(rejected(permanent), StoreVerdict::Refused(_)),
+                "{permanent}"
+            );
+        }
+        assert_eq!(rejected("duplicate: have it"), StoreVerdict::Duplicate);
+        for unclear in ["auth-required: log in", "no thanks", ""] {
+            assert!(
+                matches!(rejected(unclear), StoreVerdict::Unclear(_)),
+                "{unclear:?}"
+            );
+        }
     }
 }

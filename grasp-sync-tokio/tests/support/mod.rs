@@ -22,10 +22,12 @@
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 mod client;
+mod nip34;
 mod proxy;
 mod relay;
 
 pub use client::{connect_client, try_connect_client, Client, RecvError, RECV_TIMEOUT};
+pub use nip34::{announcement, loopback_engine_config, sign, tag};
 pub use relay::{Nip77Mode, TestRelay, TestRelayConfig};
 
 use nostr::prelude::*;
