@@ -25,11 +25,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod backoff;
 pub mod clock;
 pub mod engine;
 pub mod filters;
 pub mod health;
+pub use health::backoff;
 pub mod model;
 pub mod nip34;
 pub mod pagination;

@@ -16,11 +16,10 @@ use std::fmt;
 use std::time::Duration;
 
 use indexmap::IndexMap;
-use nostr::prelude::{EventId, RelayUrl, SubscriptionId, Timestamp};
+use nostr::prelude::{EventId, RelayUrl, Timestamp};
 
 use crate::clock::Instant;
 use crate::nip34::RepoRef;
-use crate::pagination::PaginationState;
 
 /// What we want to sync for one repository (the spec's `RepoSyncNeeds`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -231,9 +230,10 @@ impl fmt::Display for BatchId {
     }
 }
 
-/// A batch of historic-sync subscriptions in flight on one relay. It is
-/// confirmed only when every subscription reached its last EOSE (or the
-/// negentropy round finished); then its items move to [`RelayState`].
+/// A batch of historic sync in flight on one relay: the items it syncs.
+/// When the engine confirms it (every job finished and every event stored),
+/// its items move to [`RelayState`]; how far its work got is the engine's
+/// runtime state, not part of this index.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PendingBatch {
     /// Unique id, for logs and for matching completions.
@@ -241,21 +241,14 @@ pub struct PendingBatch {
     /// The items this batch syncs. Fixed once the batch is in a
     /// [`PendingSyncIndex`]: remove and re-insert a batch to change them.
     pub items: PendingItems,
-    /// Subscriptions that must all finish before the batch confirms.
-    pub outstanding_subs: HashSet<SubscriptionId>,
     /// How the batch syncs.
     pub sync_method: SyncMethod,
-    /// `until` pagination per REQ+EOSE subscription (empty for negentropy).
-    pub pagination_state: HashMap<SubscriptionId, PaginationState>,
     /// When the batch started.
     pub started_at: Instant,
-    /// When the batch last made progress (an event, an EOSE, a NEG-MSG); the
-    /// batch timeout counts from here.
-    pub last_progress: Instant,
 }
 
 impl PendingBatch {
-    /// A batch with no subscriptions yet.
+    /// A batch of `items` started at `now`.
     pub fn new(
         batch_id: BatchId,
         items: PendingItems,
@@ -265,17 +258,9 @@ impl PendingBatch {
         PendingBatch {
             batch_id,
             items,
-            outstanding_subs: HashSet::new(),
             sync_method,
-            pagination_state: HashMap::new(),
             started_at: now,
-            last_progress: now,
         }
-    }
-
-    /// `true` once no subscription is outstanding.
-    pub fn is_complete(&self) -> bool {
-        self.outstanding_subs.is_empty()
     }
 }
 
@@ -495,13 +480,5 @@ mod tests {
         assert_eq!(pending.clear_relay(&relay()).len(), 1);
         assert!(!pending.contains_repo(&relay(), &repo(3)));
         assert_eq!(pending.batch_count(), 0);
-    }
-
-    #[test]
-    fn batch_completes_when_no_subscription_is_outstanding() {
-        let mut b = batch(1, &[1]);
-        assert!(b.is_complete());
-        b.outstanding_subs.insert(SubscriptionId::new("s"));
-        assert!(!b.is_complete());
     }
 }

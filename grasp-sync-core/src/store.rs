@@ -28,14 +28,51 @@ pub enum IngestOutcome {
     },
 }
 
-/// The store could not be reached or failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// The store could not be reached, did not answer in time, or failed.
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
+    /// The store cannot be reached (a relay store's connection is down or
+    /// was refused).
+    #[error("event store unavailable: {reason}")]
+    Unavailable {
+        /// What went wrong, as the connection put it.
+        reason: String,
+    },
+    /// The store did not answer within the time allowed.
+    #[error("event store did not answer within {0:?}")]
+    TimedOut(std::time::Duration),
+    /// The store has stopped (its task ended).
+    #[error("event store stopped")]
+    Stopped,
     /// The backend failed.
     #[error("event store backend failed: {0}")]
-    Backend(String),
+    Backend(#[source] std::sync::Arc<dyn std::error::Error + Send + Sync>),
 }
+
+impl StoreError {
+    /// A backend failure from any error type.
+    pub fn backend(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        StoreError::Backend(std::sync::Arc::new(error))
+    }
+
+    /// The store cannot be reached, for `reason`.
+    pub fn unavailable(reason: impl std::fmt::Display) -> Self {
+        StoreError::Unavailable {
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// Two store errors are equal when they say the same (the backend's error
+/// type is not comparable).
+impl PartialEq for StoreError {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for StoreError {}
 
 /// A sink for verified events that can also list what it holds.
 #[async_trait]

@@ -64,7 +64,19 @@ pub trait RelayTransport {
     fn publish(&mut self, event: &Event) -> Result<(), TransportError>;
 }
 
-/// An in-memory [`RelayTransport`] that records every message it is given.
+/// What a [`MemoryTransport`] was asked to do, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Wire {
+    /// `connect` with its timeout.
+    Connect(Duration),
+    /// `close`.
+    Close,
+    /// A message sent.
+    Message(ClientMessage<'static>),
+}
+
+/// An in-memory [`RelayTransport`] that records everything it is asked to
+/// do, in order (the simulation's transport).
 ///
 /// `connect` marks it connected at once (tests decide when the engine hears
 /// about it); sending while not connected fails like a real connection.
@@ -74,7 +86,7 @@ pub struct MemoryTransport {
     connected: bool,
     connect_attempts: u32,
     last_connect_timeout: Option<Duration>,
-    sent: Vec<ClientMessage<'static>>,
+    log: Vec<Wire>,
 }
 
 impl MemoryTransport {
@@ -85,7 +97,7 @@ impl MemoryTransport {
             connected: false,
             connect_attempts: 0,
             last_connect_timeout: None,
-            sent: Vec::new(),
+            log: Vec::new(),
         }
     }
 
@@ -104,21 +116,27 @@ impl MemoryTransport {
         self.last_connect_timeout
     }
 
-    /// The messages sent so far, oldest first.
-    pub fn sent(&self) -> &[ClientMessage<'static>] {
-        &self.sent
+    /// The messages sent and not taken yet, oldest first.
+    pub fn sent(&self) -> Vec<&ClientMessage<'static>> {
+        self.log
+            .iter()
+            .filter_map(|wire| match wire {
+                Wire::Message(message) => Some(message),
+                _ => None,
+            })
+            .collect()
     }
 
-    /// Returns and forgets the messages sent so far.
-    pub fn take_sent(&mut self) -> Vec<ClientMessage<'static>> {
-        std::mem::take(&mut self.sent)
+    /// Returns and forgets everything recorded so far, in order.
+    pub fn take_log(&mut self) -> Vec<Wire> {
+        std::mem::take(&mut self.log)
     }
 
     fn send(&mut self, message: ClientMessage<'static>) -> Result<(), TransportError> {
         if !self.connected {
             return Err(TransportError::NotConnected(self.relay.clone()));
         }
-        self.sent.push(message);
+        self.log.push(Wire::Message(message));
         Ok(())
     }
 }
@@ -132,11 +150,13 @@ impl RelayTransport for MemoryTransport {
         self.connect_attempts = self.connect_attempts.saturating_add(1);
         self.last_connect_timeout = Some(timeout);
         self.connected = true;
+        self.log.push(Wire::Connect(timeout));
         Ok(())
     }
 
     fn close(&mut self) -> Result<(), TransportError> {
         self.connected = false;
+        self.log.push(Wire::Close);
         Ok(())
     }
 
@@ -212,14 +232,18 @@ mod tests {
         transport.neg_msg(&id, "6101").unwrap();
         transport.neg_close(&id).unwrap();
         transport.unsubscribe(&id).unwrap();
-        let sent: Vec<String> = transport.take_sent().iter().map(|m| m.as_json()).collect();
+        let sent: Vec<String> = transport.sent().iter().map(|m| m.as_json()).collect();
         assert_eq!(sent[0], r#"["REQ","s1",{"limit":0}]"#);
         assert_eq!(sent[1], r#"["NEG-OPEN","s1",{},"6100"]"#);
         assert_eq!(sent[2], r#"["NEG-MSG","s1","6101"]"#);
         assert_eq!(sent[3], r#"["NEG-CLOSE","s1"]"#);
         assert_eq!(sent[4], r#"["CLOSE","s1"]"#);
-        assert!(transport.sent().is_empty());
         transport.close().unwrap();
         assert!(!transport.is_connected());
+        let log = transport.take_log();
+        assert_eq!(log.first(), Some(&Wire::Connect(Duration::from_secs(5))));
+        assert_eq!(log.last(), Some(&Wire::Close));
+        assert_eq!(log.len(), 7);
+        assert!(transport.sent().is_empty());
     }
 }

@@ -71,11 +71,13 @@ enum Outgoing {
     Close,
 }
 
-/// Bytes sent: the run's total and the relay's metric.
+/// Bytes sent (the run's total and the relay's metric) and connection
+/// attempts started.
 #[derive(Clone, Debug)]
 pub(crate) struct SentCounter {
     pub(crate) total: Arc<std::sync::atomic::AtomicU64>,
     pub(crate) relay: prometheus::IntCounter,
+    pub(crate) connects: Option<prometheus::IntCounter>,
 }
 
 /// What every connection needs: limits, TLS, where to report, shutdown.
@@ -102,7 +104,7 @@ pub(crate) fn tls_config() -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
 }
 
 /// A handle to one relay's connection: the core's `RelayTransport`.
-pub struct WsTransport {
+pub(crate) struct WsTransport {
     relay: RelayUrl,
     connector: Dialer,
     generation: u64,
@@ -169,6 +171,9 @@ impl RelayTransport for WsTransport {
     }
 
     fn connect(&mut self, timeout: Duration) -> Result<(), TransportError> {
+        if let Some(connects) = &self.sent.connects {
+            connects.inc();
+        }
         let _ = self.close();
         if let Some(tasks) = &mut self.tasks {
             // Forget finished drivers of earlier connections.

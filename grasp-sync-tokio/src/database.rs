@@ -8,7 +8,26 @@ use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
 use nostr::prelude::{Event, EventId, Filter, Timestamp};
 use nostr_database::{DatabaseEventStatus, NostrDatabase, RejectedReason, SaveEventStatus};
 
-/// A `NostrDatabase` as the sync's event store.
+/// A `NostrDatabase` as the sync's event store: for a relay built on
+/// rust-nostr that embeds the library and stores synced events straight
+/// into its own database.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use grasp_sync_tokio::nostr_database::NostrDatabase;
+/// use grasp_sync_tokio::{DatabaseStore, SyncManager};
+///
+/// # fn demo(database: Arc<dyn NostrDatabase>) -> Result<(), Box<dyn std::error::Error>> {
+/// let manager = SyncManager::builder()
+///     .store(Arc::new(DatabaseStore::new(database)))
+///     .build()?;
+/// // The relay hands the events it accepts (30617, 1617, 1618, 1621) to
+/// // the engine in process instead of a self-subscription:
+/// let accepted = manager.own_events_sender();
+/// # drop(accepted);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct DatabaseStore {
     database: Arc<dyn NostrDatabase>,
@@ -22,7 +41,7 @@ impl DatabaseStore {
 }
 
 fn backend(error: nostr_database::error::Error) -> StoreError {
-    StoreError::Backend(error.to_string())
+    StoreError::backend(error)
 }
 
 #[async_trait]

@@ -46,10 +46,13 @@ mod status;
 mod store;
 
 pub use clock::TokioClock;
-pub use connection::{ConnectionConfig, WsTransport};
+pub use connection::ConnectionConfig;
 pub use database::DatabaseStore;
 pub use grasp_sync_core as core;
 pub use manager::{BuildError, ShutdownHandle, Summary, SyncManager, SyncManagerBuilder};
 pub use nip11::Nip11Error;
+pub use nostr;
+pub use nostr_database;
+pub use prometheus;
 pub use status::SyncStatus;
 pub use store::RelayStore;

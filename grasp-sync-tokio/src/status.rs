@@ -7,7 +7,7 @@ use grasp_sync_core::engine::{EngineStats, LiveMode, SyncEngine};
 
 /// A snapshot of the sync's progress. Obtain the receiver with
 /// [`SyncManager::status`](crate::SyncManager::status) before `run()`; it is
-/// refreshed at most every [`STATUS_INTERVAL`](crate::manager::STATUS_INTERVAL)
+/// refreshed at most every 100 ms
 /// while something changes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]

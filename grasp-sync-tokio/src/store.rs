@@ -4,6 +4,7 @@
 //! events matching the filter page by page (`until` pagination: strfry and
 //! nostr-relay-builder clamp every REQ to 500 results without a word).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,10 +21,44 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 type Socket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Publishes verified events to a relay (normally the own relay) and lists
-/// what it holds.
+/// what it holds. One connection, opened on first use (inside the runtime
+/// that uses the store) and reopened after a failure; its task ends when
+/// the last clone of the store is dropped.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use grasp_sync_tokio::core::store::EventStore;
+/// use grasp_sync_tokio::nostr::prelude::{Filter, Kind, RelayUrl};
+/// use grasp_sync_tokio::RelayStore;
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let own = RelayUrl::parse("ws://127.0.0.1:7777")?;
+/// let store = RelayStore::new(own, Duration::from_secs(10));
+/// // What negentropy compares with: every announcement the relay holds,
+/// // read page by page past the relay's result limit.
+/// let items = store
+///     .negentropy_items(&Filter::new().kind(Kind::Custom(30617)))
+///     .await?;
+/// println!("{} announcements", items.len());
+/// // Hand it to the manager: `.store(Arc::new(store))`.
+/// let _shared: Arc<dyn EventStore> = Arc::new(store);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct RelayStore {
     requests: mpsc::Sender<Request>,
+    /// The connection task's side, until the first request spawns it.
+    pending: Arc<Mutex<Option<Pending>>>,
+}
+
+/// What the connection task needs, kept until the first request.
+#[derive(Debug)]
+struct Pending {
+    relay: RelayUrl,
+    timeout: Duration,
+    receiver: mpsc::Receiver<Request>,
 }
 
 #[derive(Debug)]
@@ -41,24 +76,50 @@ enum Request {
 impl RelayStore {
     /// A store writing to `relay`; `timeout` bounds every request. The
     /// connection opens on first use and reopens after a failure.
+    /// Nothing runs until the first request, so the store can be built
+    /// outside a tokio runtime.
     pub fn new(relay: RelayUrl, timeout: Duration) -> Self {
         let (requests, receiver) = mpsc::channel(1024);
-        tokio::spawn(serve(relay, timeout, receiver));
-        RelayStore { requests }
+        let pending = Pending {
+            relay,
+            timeout,
+            receiver,
+        };
+        RelayStore {
+            requests,
+            pending: Arc::new(Mutex::new(Some(pending))),
+        }
+    }
+
+    /// Starts the connection task on first use (we are inside the
+    /// runtime that awaits the store).
+    fn start(&self) {
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(Pending {
+            relay,
+            timeout,
+            receiver,
+        }) = pending
+        {
+            tokio::spawn(serve(relay, timeout, receiver));
+        }
     }
 
     async fn ask<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Request,
     ) -> Result<T, StoreError> {
+        self.start();
         let (reply, answer) = oneshot::channel();
         self.requests
             .send(make(reply))
             .await
-            .map_err(|_| StoreError::Backend("relay store stopped".into()))?;
-        answer
-            .await
-            .map_err(|_| StoreError::Backend("relay store stopped".into()))?
+            .map_err(|_| StoreError::Stopped)?;
+        answer.await.map_err(|_| StoreError::Stopped)?
     }
 }
 
@@ -106,7 +167,7 @@ async fn serve(relay: RelayUrl, timeout: Duration, mut requests: mpsc::Receiver<
         let ok = match request {
             Request::Ingest(event, reply) => {
                 let result = tokio::time::timeout(timeout, publish(ws, &event)).await;
-                let (result, ok) = flatten(result);
+                let (result, ok) = flatten(result, timeout);
                 let _ = reply.send(result);
                 ok
             }
@@ -129,19 +190,17 @@ async fn serve(relay: RelayUrl, timeout: Duration, mut requests: mpsc::Receiver<
 
 fn flatten<T>(
     result: Result<Result<T, StoreError>, tokio::time::error::Elapsed>,
+    timeout: Duration,
 ) -> (Result<T, StoreError>, bool) {
     match result {
         Ok(Ok(value)) => (Ok(value), true),
         Ok(Err(error)) => (Err(error), false),
-        Err(_) => (
-            Err(StoreError::Backend("store relay timed out".into())),
-            false,
-        ),
+        Err(_) => (Err(StoreError::TimedOut(timeout)), false),
     }
 }
 
 fn fail(request: Request, reason: &str) {
-    let error = StoreError::Backend(reason.into());
+    let error = StoreError::unavailable(reason);
     match request {
         Request::Ingest(_, reply) => {
             let _ = reply.send(Err(error));
@@ -155,7 +214,7 @@ fn fail(request: Request, reason: &str) {
 async fn send(ws: &mut Socket, message: ClientMessage<'_>) -> Result<(), StoreError> {
     ws.send(Message::Text(message.as_json().into()))
         .await
-        .map_err(|error| StoreError::Backend(error.to_string()))
+        .map_err(StoreError::unavailable)
 }
 
 async fn next_message(ws: &mut Socket) -> Result<RelayMessage<'static>, StoreError> {
@@ -167,10 +226,10 @@ async fn next_message(ws: &mut Socket) -> Result<RelayMessage<'static>, StoreErr
                 }
             }
             Some(Ok(Message::Close(_))) | None => {
-                return Err(StoreError::Backend("store relay closed".into()))
+                return Err(StoreError::unavailable("store relay closed the connection"))
             }
             Some(Ok(_)) => {}
-            Some(Err(error)) => return Err(StoreError::Backend(error.to_string())),
+            Some(Err(error)) => return Err(StoreError::unavailable(error)),
         }
     }
 }
@@ -220,7 +279,7 @@ async fn list(
         loop {
             let message = tokio::time::timeout(timeout, next_message(ws))
                 .await
-                .map_err(|_| StoreError::Backend("store relay timed out".into()))??;
+                .map_err(|_| StoreError::TimedOut(timeout))??;
             match message {
                 RelayMessage::Event {
                     subscription_id,
@@ -238,7 +297,7 @@ async fn list(
                     subscription_id,
                     message,
                 } if *subscription_id == id => {
-                    return Err(StoreError::Backend(format!(
+                    return Err(StoreError::unavailable(format!(
                         "store relay closed the query: {message}"
                     )));
                 }

@@ -275,7 +275,7 @@ fn fast_engine_config() -> EngineConfig {
     config.health.backoff.base = Duration::from_secs(2);
     config.health.backoff.max = Duration::from_secs(4);
     config.health.rate_limit_cooldown = Duration::from_secs(1);
-    config.retry_delay = Duration::from_millis(500);
+    config.health.work_backoff.base = Duration::from_millis(500);
     config.negentropy_timeout = Duration::from_secs(3);
     config
 }

@@ -41,8 +41,6 @@ pub struct EngineConfig {
     pub batch_timeout: Duration,
     /// A NEG-OPEN unanswered for this long counts as a refusal of NIP-77.
     pub negentropy_timeout: Duration,
-    /// Delay before a relay's failed items are planned again.
-    pub retry_delay: Duration,
     /// How often relays with nothing left to sync are dropped (spec: 60 s).
     pub disconnect_check_interval: Duration,
     /// Negentropy frame size limit in bytes (0 = none, else at least 4096);
@@ -67,12 +65,6 @@ pub struct EngineConfig {
     /// live coverage of every item is polled (`since` catch-up, paginated)
     /// for the items that did not fit.
     pub uncovered_poll_interval: Duration,
-    /// First delay before an event the store refused for now (`rate-limited:`,
-    /// `error:`, a failure or a timeout) is offered again; doubles per failure
-    /// in a row.
-    pub store_retry_base: Duration,
-    /// Longest delay between store retries.
-    pub store_retry_max: Duration,
     /// A store that answered nothing for this long while events wait is
     /// taken for stalled: the waiting events are offered again.
     pub store_timeout: Duration,
@@ -115,7 +107,6 @@ impl Default for EngineConfig {
             daily_max: Duration::from_secs(25 * 3600),
             batch_timeout: Duration::from_secs(60),
             negentropy_timeout: Duration::from_secs(10),
-            retry_delay: Duration::from_secs(30),
             disconnect_check_interval: Duration::from_secs(60),
             negentropy_frame_size_limit: 30_000,
             fetch_chunk: 500,
@@ -123,8 +114,6 @@ impl Default for EngineConfig {
             default_frame_budget: DEFAULT_FRAME_BUDGET,
             historic_slots: 4,
             uncovered_poll_interval: Duration::from_secs(5 * 60),
-            store_retry_base: Duration::from_secs(1),
-            store_retry_max: Duration::from_secs(60),
             store_timeout: Duration::from_secs(60),
             store_attempts: 5,
             max_unconfirmed_stores: 50_000,

@@ -65,12 +65,16 @@ impl SyncEngine {
     /// A connection attempt failed.
     pub fn handle_connect_failed(&mut self, now: Now, relay: &RelayUrl) {
         self.observe(now);
+        let status = self
+            .confirmed
+            .get(relay)
+            .map(|state| state.connection_status);
+        if status != Some(ConnectionStatus::Connecting) {
+            return self.ignored(relay, "connect failure without an attempt");
+        }
         let Some(state) = self.confirmed.get_mut(relay) else {
             return;
         };
-        if state.connection_status != ConnectionStatus::Connecting {
-            return;
-        }
         state.connection_status = ConnectionStatus::Disconnected;
         self.knowledge(relay).connect_deadline = None;
         self.health.on_connect_failed(relay, now.instant);
@@ -80,8 +84,17 @@ impl SyncEngine {
     /// A connection opened: fresh start on a first connect or after a long
     /// outage, quick reconnect after a short one.
     pub fn handle_connected(&mut self, now: Now, relay: &RelayUrl) {
+        self.observe(now);
         let window = self.config.quick_reconnect_window;
+        let status = self
+            .confirmed
+            .get(relay)
+            .map(|state| state.connection_status);
+        if status == Some(ConnectionStatus::Connected) {
+            return self.ignored(relay, "connected twice");
+        }
         let Some(state) = self.confirmed.get_mut(relay) else {
+            self.ignored(relay, "connected to a relay not tracked");
             self.emit(Command::Disconnect {
                 relay: relay.clone(),
             });
@@ -123,7 +136,7 @@ impl SyncEngine {
         match status {
             Some(ConnectionStatus::Connecting) => return self.handle_connect_failed(now, relay),
             Some(ConnectionStatus::Connected) => {}
-            _ => return,
+            _ => return self.ignored(relay, "disconnected while not connected"),
         }
         info!(%relay, "disconnected");
         self.learn_frame_budget(now, relay);
@@ -165,7 +178,7 @@ impl SyncEngine {
     }
 
     /// The bookkeeping of a closed connection.
-    fn forget_connection(&mut self, now: Now, relay: &RelayUrl) {
+    pub(super) fn forget_connection(&mut self, now: Now, relay: &RelayUrl) {
         self.remember_uncaught(relay);
         self.conns.remove(relay);
         self.clear_pending(relay);

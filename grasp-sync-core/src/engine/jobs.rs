@@ -273,10 +273,7 @@ impl SyncEngine {
             conn.subs.insert(id.clone(), sub);
             conn.last_opened = Some(id.clone());
         }
-        if let Some(pending) = self.pending.batch_mut(relay, batch) {
-            pending.outstanding_subs.insert(id);
-            pending.last_progress = now.instant;
-        }
+        self.progress(now, batch);
     }
 
     /// The `limit` of a historic page on `relay`.
@@ -358,9 +355,9 @@ impl SyncEngine {
     }
 
     /// Records progress of the batch a subscription belongs to.
-    pub(super) fn progress(&mut self, now: Now, relay: &RelayUrl, batch: BatchId) {
-        if let Some(pending) = self.pending.batch_mut(relay, batch) {
-            pending.last_progress = now.instant;
+    pub(super) fn progress(&mut self, now: Now, batch: BatchId) {
+        if let Some(info) = self.batches.get_mut(&batch) {
+            info.last_progress = now.instant;
         }
     }
 
@@ -377,10 +374,7 @@ impl SyncEngine {
         let Some(batch) = sub.batch() else {
             return;
         };
-        if let Some(pending) = self.pending.batch_mut(relay, batch) {
-            pending.outstanding_subs.remove(id);
-            pending.last_progress = now.instant;
-        }
+        self.progress(now, batch);
         let interval = self.config.uncovered_poll_interval;
         let done = self.batches.get_mut(&batch).map(|info| {
             info.jobs = info.jobs.saturating_sub(1);
@@ -439,10 +433,7 @@ impl SyncEngine {
             return;
         };
         conn.queue.push_front(QueuedJob { batch, job });
-        if let Some(pending) = self.pending.batch_mut(relay, batch) {
-            pending.outstanding_subs.remove(id);
-            pending.last_progress = now.instant;
-        }
+        self.progress(now, batch);
     }
 
     /// Adds jobs to a running batch, ahead of other queued work.
@@ -492,7 +483,7 @@ impl SyncEngine {
         };
         debug!(%relay, %batch, purpose = ?info.purpose, "batch confirmed");
         self.stats.batches_confirmed += 1;
-        self.knowledge(relay).failures_in_a_row = 0;
+        self.health.on_work_confirmed(relay);
         let Some(state) = self.confirmed.get_mut(relay) else {
             return;
         };
@@ -584,16 +575,11 @@ impl SyncEngine {
     pub(super) fn expire_batches(&mut self, now: Now) {
         let timeout = self.config.batch_timeout;
         let stalled: Vec<(RelayUrl, BatchId)> = self
-            .pending
-            .relays()
-            .flat_map(|relay| {
-                self.pending
-                    .batches(relay)
-                    .iter()
-                    .filter(|batch| !batch.outstanding_subs.is_empty())
-                    .filter(|batch| batch.last_progress + timeout <= now.instant)
-                    .map(|batch| (relay.clone(), batch.batch_id))
-            })
+            .batches
+            .iter()
+            .filter(|(_, info)| info.last_progress + timeout <= now.instant)
+            .filter(|(batch, info)| self.has_running_job(&info.relay, **batch))
+            .map(|(batch, info)| (info.relay.clone(), *batch))
             .collect();
         for (relay, batch) in stalled {
             let silent = self
@@ -644,14 +630,21 @@ impl SyncEngine {
         }
     }
 
+    /// `true` while a job of `batch` holds a subscription slot on `relay`
+    /// (queued jobs wait for a slot and do not time out).
+    fn has_running_job(&self, relay: &RelayUrl, batch: BatchId) -> bool {
+        self.conns
+            .get(relay)
+            .is_some_and(|conn| conn.subs.values().any(|sub| sub.batch() == Some(batch)))
+    }
+
     /// Deadlines of batch timeouts.
     pub(super) fn batch_deadlines(&self) -> Vec<Option<Instant>> {
         let timeout = self.config.batch_timeout;
-        self.pending
-            .relays()
-            .flat_map(|relay| self.pending.batches(relay))
-            .filter(|batch| !batch.outstanding_subs.is_empty())
-            .map(|batch| Some(batch.last_progress + timeout))
+        self.batches
+            .iter()
+            .filter(|(batch, info)| self.has_running_job(&info.relay, **batch))
+            .map(|(_, info)| Some(info.last_progress + timeout))
             .chain(self.conns.values().flat_map(|conn| {
                 conn.subs.values().filter_map(move |sub| match sub {
                     Sub::Live {

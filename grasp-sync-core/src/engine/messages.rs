@@ -25,7 +25,7 @@ impl SyncEngine {
         message: RelayMessage<'_>,
     ) {
         let Some(conn) = self.conns.get_mut(relay) else {
-            return;
+            return self.ignored(relay, "message from a relay not connected");
         };
         let answered = match &message {
             RelayMessage::Event {
@@ -144,7 +144,7 @@ impl SyncEngine {
             _ => None,
         };
         if let Some(batch) = batch {
-            self.progress(now, relay, batch);
+            self.progress(now, batch);
         }
         self.store(now, relay, event, batch);
     }
@@ -190,7 +190,7 @@ impl SyncEngine {
                     self.stats.crowded_seconds += crowded as u64;
                     warn!(%relay, "a full page of events shares one second; events beyond the page may be missing");
                 }
-                self.progress(now, relay, batch);
+                self.progress(now, batch);
                 match outcome {
                     PageOutcome::NextPage(filter) if self.rate_allows(now, relay) => {
                         self.emit(Command::Subscribe {
@@ -522,7 +522,7 @@ impl SyncEngine {
         let step = session.step(message);
         match step {
             Ok(Step::Continue(next)) => {
-                self.progress(now, relay, batch);
+                self.progress(now, batch);
                 self.emit(Command::NegMsg {
                     relay: relay.clone(),
                     id: id.clone(),

@@ -56,6 +56,7 @@ mod classify;
 mod command;
 mod config;
 mod connection;
+mod dispatch;
 mod frames;
 mod jobs;
 mod messages;
@@ -77,6 +78,7 @@ use crate::planner::RepoSyncIndex;
 pub use classify::{classify, Classified, Prefix};
 pub use command::Command;
 pub use config::{EngineConfig, RelayLimits, DEFAULT_FRAME_BUDGET, MIN_FRAME_BUDGET};
+pub use dispatch::{execute, CommandSink};
 pub use frames::req_frame_len;
 pub use session::SessionError;
 pub use stores::StoreVerdict;
@@ -135,6 +137,12 @@ pub struct EngineStats {
     /// Negentropy sessions replaced by REQ because the store could not list
     /// its items.
     pub local_items_failures: u64,
+    /// Inputs that did not fit the engine's state (a message from a relay
+    /// not connected, a store answer for an event not waiting …), logged at
+    /// `debug` and ignored.
+    pub inputs_ignored: u64,
+    /// Relay URLs from announcements refused by the relay policy.
+    pub relays_refused: u64,
 }
 
 /// How a relay's live coverage stands.
@@ -189,6 +197,9 @@ struct OwnRelay {
     connected: bool,
     /// The current connection's history was read completely.
     history_complete: bool,
+    /// When the self-subscriber should (re)connect, as the health tracker
+    /// decided; `None` while a connection is open or being opened.
+    reconnect_at: Option<Instant>,
     /// `created_at` of the announcement applied per repository, so an older
     /// announcement never replaces a newer one.
     announced_at: HashMap<RepoRef, Timestamp>,
@@ -196,6 +207,36 @@ struct OwnRelay {
 
 /// The sync engine. See the [module documentation](self) for the driving
 /// contract.
+///
+/// ```
+/// use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
+/// use grasp_sync_core::{Instant, Now};
+/// use nostr::prelude::{RelayUrl, Timestamp};
+///
+/// let start = Now::new(Instant::ZERO, Timestamp::from_secs(1_750_000_000));
+/// let relay = RelayUrl::parse("wss://relay.example.com").unwrap();
+/// let config = EngineConfig {
+///     bootstrap_relays: vec![relay.clone()],
+///     ..EngineConfig::default()
+/// };
+/// let mut engine = SyncEngine::new(config, start);
+/// engine.handle_timeout(start);
+/// // The bootstrap relay is connected first.
+/// assert!(matches!(
+///     engine.poll_command(),
+///     Some(Command::Connect { relay: r, .. }) if r == relay
+/// ));
+/// engine.handle_connected(start, &relay);
+/// // Layer 1: announcements live and their history.
+/// let mut subscriptions = 0;
+/// while let Some(command) = engine.poll_command() {
+///     if matches!(command, Command::Subscribe { .. } | Command::QueryLocalItems { .. }) {
+///         subscriptions += 1;
+///     }
+/// }
+/// assert!(subscriptions >= 2);
+/// assert!(!engine.is_idle(), "historic sync has only started");
+/// ```
 #[derive(Debug)]
 pub struct SyncEngine {
     config: EngineConfig,
@@ -210,6 +251,8 @@ pub struct SyncEngine {
     batches: HashMap<BatchId, BatchInfo>,
     own: OwnRelay,
     stores: StoreTracker,
+    /// Relay URLs the policy refused (warned about once each).
+    refused_relays: std::collections::HashSet<RelayUrl>,
     commands: VecDeque<Command>,
     next_batch: u64,
     next_sub: u64,
@@ -228,6 +271,10 @@ impl SyncEngine {
         let mut jitter = Jitter::new(config.seed);
         let daily_at = now.instant + jitter.between(config.daily_min, config.daily_max);
         let disconnect_check_at = now.instant + config.disconnect_check_interval;
+        let own = OwnRelay {
+            reconnect_at: Some(now.instant),
+            ..OwnRelay::default()
+        };
         let mut engine = SyncEngine {
             health: HealthTracker::new(config.health.clone()),
             repos: RepoSyncIndex::new(),
@@ -236,8 +283,9 @@ impl SyncEngine {
             known: HashMap::new(),
             conns: HashMap::new(),
             batches: HashMap::new(),
-            own: OwnRelay::default(),
+            own,
             stores: StoreTracker::default(),
+            refused_relays: Default::default(),
             commands: VecDeque::new(),
             next_batch: 0,
             next_sub: 0,
@@ -362,11 +410,29 @@ impl SyncEngine {
         }
     }
 
+    /// When the self-subscriber should open the own relay connection: at
+    /// the start, then after every loss with the health tracker's backoff.
+    /// Open it then and report [`SyncEngine::handle_own_relay_connecting`].
+    /// A driver with a self-subscriber wakes for it besides
+    /// [`SyncEngine::poll_timeout`] (which leaves it out: a relay that
+    /// embeds the library has no own relay connection).
+    pub fn own_relay_reconnect_at(&self) -> Option<Instant> {
+        self.own.reconnect_at
+    }
+
+    /// The self-subscriber started opening the own relay connection.
+    pub fn handle_own_relay_connecting(&mut self, now: Now) {
+        self.observe(now);
+        self.own.reconnect_at = None;
+    }
+
     /// The own relay connection opened; its history is being read.
     pub fn handle_own_relay_connected(&mut self, now: Now) {
         self.observe(now);
         self.own.connected = true;
         self.own.history_complete = false;
+        self.own.reconnect_at = None;
+        self.health.on_own_relay_connected();
     }
 
     /// The own relay's history (every page of the self-subscription's
@@ -381,9 +447,11 @@ impl SyncEngine {
         }
     }
 
-    /// The own relay connection dropped. If its history had been read
-    /// completely, everything up to now was seen; otherwise the catch-up
-    /// point stays where the last complete read left it.
+    /// The own relay connection dropped or could not be opened. If its
+    /// history had been read completely, everything up to now was seen;
+    /// otherwise the catch-up point stays where the last complete read left
+    /// it. The next attempt is due after the health tracker's backoff
+    /// ([`SyncEngine::own_relay_reconnect_at`]).
     pub fn handle_own_relay_disconnected(&mut self, now: Now) {
         self.observe(now);
         if self.own.connected && self.own.history_complete {
@@ -391,6 +459,8 @@ impl SyncEngine {
         }
         self.own.connected = false;
         self.own.history_complete = false;
+        let delay = self.health.on_own_relay_lost();
+        self.own.reconnect_at = Some(now.instant + delay);
     }
 
     /// Events the own relay accepted (from the self-subscription). They are
@@ -525,6 +595,12 @@ impl SyncEngine {
         deadlines.extend(self.batch_deadlines());
         deadlines.push(self.health_deadline());
         deadlines.into_iter().flatten().min()
+    }
+
+    /// Counts and logs an input that does not fit the state.
+    fn ignored(&mut self, relay: &RelayUrl, what: &str) {
+        self.stats.inputs_ignored += 1;
+        tracing::debug!(%relay, what, "input ignored in the current state");
     }
 
     fn knowledge(&mut self, relay: &RelayUrl) -> &mut RelayKnowledge {
@@ -664,20 +740,11 @@ impl SyncEngine {
         rate.is_none_or(|rate| within < rate)
     }
 
-    /// After every input: connect relays whose backoff allows it, start
-    /// queued work where limits allow.
-    /// The delay before retrying work that failed on `relay`: the retry
-    /// delay doubled for each failure in a row, capped at an hour, so a relay
-    /// that keeps refusing (`blocked:`, `auth-required:`) is not hammered.
+    /// The delay before retrying work that failed on `relay`, as the health
+    /// tracker decides: doubling for each failure in a row, so a relay that
+    /// keeps refusing (`blocked:`, `auth-required:`) is not hammered.
     fn retry_delay(&mut self, relay: &RelayUrl) -> std::time::Duration {
-        let known = self.knowledge(relay);
-        known.failures_in_a_row = known.failures_in_a_row.saturating_add(1);
-        let failures = known.failures_in_a_row;
-        crate::backoff::ExponentialBackoff::new(
-            self.config.retry_delay,
-            std::time::Duration::from_secs(3600),
-        )
-        .delay(failures)
+        self.health.on_work_failed(relay)
     }
 
     /// Records the time of an input, so commands emitted while handling it
@@ -686,6 +753,8 @@ impl SyncEngine {
         self.last_now = self.last_now.max(now.instant);
     }
 
+    /// After every input: connect relays whose backoff allows it, start
+    /// queued work where limits allow.
     fn maintain(&mut self, now: Now) {
         self.observe(now);
         self.connect_ready_relays(now);

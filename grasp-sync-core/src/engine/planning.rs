@@ -2,7 +2,7 @@
 //! live subscriptions with their consolidation.
 
 use nostr::prelude::{Event, Filter, Kind, RelayUrl, Timestamp};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::runtime::{BatchInfo, Job, Purpose, QueuedJob, Sub};
 use super::{Command, SyncEngine};
@@ -69,19 +69,14 @@ impl SyncEngine {
         self.own
             .announced_at
             .insert(announcement.repo.clone(), event.created_at);
-        let relays: Vec<RelayUrl> = announcement
+        let listed: Vec<RelayUrl> = announcement
             .relays
             .into_iter()
             .filter(|relay| !service.contains(relay))
-            .filter(
-                |relay| match self.config.relay_policy.check_relay_url(relay) {
-                    Ok(()) => true,
-                    Err(error) => {
-                        debug!(%relay, %error, "relay refused by policy");
-                        false
-                    }
-                },
-            )
+            .collect();
+        let relays: Vec<RelayUrl> = listed
+            .into_iter()
+            .filter(|relay| self.relay_allowed(relay))
             .collect();
         let change = self.repos.set_repo_relays(&announcement.repo, relays);
         for relay in change.added {
@@ -90,6 +85,24 @@ impl SyncEngine {
                 self.register_relay(relay, false);
             }
         }
+    }
+
+    /// `true` if the relay policy allows `relay`. A refusal is counted and
+    /// warned about once per URL (a sidecar tested on loopback without
+    /// `allow_local_addresses` would otherwise sync nothing and look done).
+    fn relay_allowed(&mut self, relay: &RelayUrl) -> bool {
+        let Err(error) = self.config.relay_policy.check_relay_url(relay) else {
+            return true;
+        };
+        self.stats.relays_refused += 1;
+        let first = self.refused_relays.len() < REFUSED_RELAYS_REMEMBERED
+            && self.refused_relays.insert(relay.clone());
+        if first {
+            warn!(%relay, %error, "relay refused by the relay policy; not syncing from it");
+        } else {
+            debug!(%relay, %error, "relay refused by the relay policy");
+        }
+        false
     }
 
     /// Plans everything `relay` should sync that is neither pending nor
@@ -225,6 +238,7 @@ impl SyncEngine {
                 purpose,
                 jobs: jobs.len(),
                 stores: 0,
+                last_progress: now.instant,
                 started_unix: now.unix,
                 fetching: Default::default(),
                 covers_from: None,
@@ -466,6 +480,9 @@ impl SyncEngine {
         }
     }
 }
+
+/// Relay URLs refused by the policy that are warned about once each.
+const REFUSED_RELAYS_REMEMBERED: usize = 10_000;
 
 /// Closed live subscriptions whose late events are still accepted.
 const CLOSED_LIVE_KEPT: usize = 64;

@@ -40,6 +40,9 @@ pub(crate) struct BatchInfo {
     pub(crate) jobs: usize,
     /// Events of the batch handed to the store and not stored yet.
     pub(crate) stores: usize,
+    /// When the batch last made progress (a job started, an event, an EOSE,
+    /// a NEG-MSG); its timeout counts from here while a job of it runs.
+    pub(crate) last_progress: Instant,
     /// When the batch started (wall clock).
     pub(crate) started_unix: nostr::prelude::Timestamp,
     /// Ids a negentropy round of the batch already asked for.
@@ -50,7 +53,8 @@ pub(crate) struct BatchInfo {
 }
 
 impl BatchInfo {
-    /// No job queued or running, no event waiting for the store.
+    /// No job queued or running, no event waiting for the store: the one
+    /// completion rule of a batch.
     pub(crate) fn is_done(&self) -> bool {
         self.jobs == 0 && self.stores == 0
     }
@@ -161,9 +165,6 @@ pub(crate) struct RelayKnowledge {
     pub(crate) layer1_retry_at: Option<Instant>,
     /// When live subscriptions are rebuilt after one was refused.
     pub(crate) rebuild_live_at: Option<Instant>,
-    /// Batch or live failures in a row (CLOSED, timeout), for the backoff of
-    /// retries; reset when a batch confirms.
-    pub(crate) failures_in_a_row: u32,
     /// A frame budget smaller than the relay announced, learned when it
     /// dropped the connection right after a large frame.
     pub(crate) learned_frame_budget: Option<usize>,

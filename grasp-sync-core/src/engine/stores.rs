@@ -14,7 +14,6 @@ use tracing::{debug, warn};
 
 use super::classify::{classify, Prefix};
 use super::{Command, SyncEngine};
-use crate::backoff::ExponentialBackoff;
 use crate::clock::{Instant, Now};
 use crate::model::BatchId;
 use crate::nip34::{is_root_kind, KIND_REPO_ANNOUNCEMENT};
@@ -89,7 +88,6 @@ pub(crate) struct StoreTracker {
     /// Events refused for now, in the order they were first stored.
     retry: VecDeque<EventId>,
     retry_at: Option<Instant>,
-    failures_in_a_row: u32,
     /// The store's last sign of life (an answer, or the first event handed
     /// to an idle store): with events waiting and no answer for the store
     /// timeout after it, the store is taken for stalled.
@@ -198,10 +196,13 @@ impl SyncEngine {
     fn apply_store_verdict(&mut self, now: Now, id: &EventId, verdict: StoreVerdict) {
         let attempts = self.config.store_attempts;
         let Some(waiting) = self.stores.in_flight.get_mut(id) else {
+            self.stats.inputs_ignored += 1;
+            debug!(%id, "store answer for an event not waiting (already settled)");
             return;
         };
         if waiting.retrying {
             // A late answer to an event already queued for a retry.
+            self.stats.inputs_ignored += 1;
             return;
         }
         let verdict = match verdict {
@@ -223,18 +224,13 @@ impl SyncEngine {
                 if self.stores.retry_at.is_none() {
                     // One round of retries per backoff step, however many
                     // events the store refused in it.
-                    self.stores.failures_in_a_row = self.stores.failures_in_a_row.saturating_add(1);
-                    let delay = ExponentialBackoff::new(
-                        self.config.store_retry_base,
-                        self.config.store_retry_max,
-                    )
-                    .delay(self.stores.failures_in_a_row);
+                    let delay = self.health.on_store_refused();
                     debug!(%id, reason, ?delay, "store refused for now; retrying");
                     self.stores.retry_at = Some(now.instant + delay);
                 }
             }
             StoreVerdict::Refused(reason) | StoreVerdict::Unclear(reason) => {
-                self.stores.failures_in_a_row = 0;
+                self.health.on_store_answered();
                 self.stats.store_refused += 1;
                 if let Some(done) = self.settle(now, id) {
                     warn!(id = %done.event.id, relay = %done.relay, reason, "store refused event; not downloading it again");
@@ -242,7 +238,7 @@ impl SyncEngine {
                 }
             }
             StoreVerdict::Stored | StoreVerdict::Duplicate => {
-                self.stores.failures_in_a_row = 0;
+                self.health.on_store_answered();
                 if let Some(done) = self.settle(now, id) {
                     if verdict == StoreVerdict::Stored {
                         self.stats.events_stored += 1;
@@ -381,7 +377,9 @@ mod tests {
             );
         }
         assert!(matches!(
-            StoreVerdict::of(&Err(StoreError::Backend("timed out".into()))),
+            StoreVerdict::of(&Err(StoreError::TimedOut(std::time::Duration::from_secs(
+                10
+            )))),
             StoreVerdict::Retry(_)
         ));
         for permanent in [

@@ -51,9 +51,12 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::backoff::ExponentialBackoff;
+pub use backoff::ExponentialBackoff;
+pub use retry::Retry;
 
+pub mod backoff;
 mod relay;
+mod retry;
 mod tracker;
 
 pub use relay::RelayHealth;
@@ -142,6 +145,16 @@ pub struct HealthConfig {
     pub rate_limit_cooldown: Duration,
     /// How long a connection must last to count as stable (5 min).
     pub stability_period: Duration,
+    /// Delay before a relay's failed historic work (a CLOSED batch, a
+    /// timeout, a refused live subscription) is tried again (30 s, doubling
+    /// to 1 h).
+    pub work_backoff: ExponentialBackoff,
+    /// Delay before events the store refused for now are offered again
+    /// (1 s, doubling to 60 s).
+    pub store_backoff: ExponentialBackoff,
+    /// Delay before the self-subscriber reconnects to the own relay (2 s,
+    /// doubling to 32 s).
+    pub own_relay_backoff: ExponentialBackoff,
 }
 
 impl HealthConfig {
@@ -160,6 +173,15 @@ impl Default for HealthConfig {
             dead_retry_interval: DEFAULT_DEAD_RETRY_INTERVAL,
             rate_limit_cooldown: DEFAULT_RATE_LIMIT_COOLDOWN,
             stability_period: DEFAULT_STABILITY_PERIOD,
+            work_backoff: ExponentialBackoff::new(
+                Duration::from_secs(30),
+                Duration::from_secs(3600),
+            ),
+            store_backoff: ExponentialBackoff::new(Duration::from_secs(1), Duration::from_secs(60)),
+            own_relay_backoff: ExponentialBackoff::new(
+                Duration::from_secs(2),
+                Duration::from_secs(32),
+            ),
         }
     }
 }

@@ -633,6 +633,7 @@ mod proptests {
                     dead_retry_interval: Duration::from_secs(retry),
                     rate_limit_cooldown: Duration::from_secs(cooldown),
                     stability_period: Duration::from_secs(stable),
+                    ..HealthConfig::default()
                 },
             )
     }

@@ -3,7 +3,9 @@
 use indexmap::IndexMap;
 use nostr::types::RelayUrl;
 
-use super::{HealthConfig, HealthState, RelayHealth};
+use std::time::Duration;
+
+use super::{HealthConfig, HealthState, RelayHealth, Retry};
 use crate::clock::Instant;
 
 /// How many tracked relays are in each state, for the summary metrics.
@@ -66,6 +68,12 @@ impl HealthCounts {
 pub struct HealthTracker {
     config: HealthConfig,
     relays: IndexMap<RelayUrl, RelayHealth>,
+    /// Failed historic work per relay.
+    work: std::collections::HashMap<RelayUrl, Retry>,
+    /// The store's refusals for now.
+    store: Option<Retry>,
+    /// The own relay's lost connections.
+    own_relay: Option<Retry>,
 }
 
 impl HealthTracker {
@@ -74,7 +82,51 @@ impl HealthTracker {
         HealthTracker {
             config,
             relays: IndexMap::new(),
+            work: std::collections::HashMap::new(),
+            store: None,
+            own_relay: None,
         }
+    }
+
+    /// Historic work on `relay` failed (a batch closed or timed out, a live
+    /// subscription refused): the delay before it is planned again.
+    pub fn on_work_failed(&mut self, relay: &RelayUrl) -> Duration {
+        let backoff = self.config.work_backoff;
+        self.work
+            .entry(relay.clone())
+            .or_insert_with(|| Retry::new(backoff))
+            .fail()
+    }
+
+    /// Historic work on `relay` was confirmed: its next failure starts over.
+    pub fn on_work_confirmed(&mut self, relay: &RelayUrl) {
+        self.work.remove(relay);
+    }
+
+    /// The store refused events for now: the delay before they are offered
+    /// again.
+    pub fn on_store_refused(&mut self) -> Duration {
+        let backoff = self.config.store_backoff;
+        self.store.get_or_insert_with(|| Retry::new(backoff)).fail()
+    }
+
+    /// The store took or settled an event: its next refusal starts over.
+    pub fn on_store_answered(&mut self) {
+        self.store = None;
+    }
+
+    /// The own relay connection was lost (or could not be opened): the
+    /// delay before the self-subscriber reconnects.
+    pub fn on_own_relay_lost(&mut self) -> Duration {
+        let backoff = self.config.own_relay_backoff;
+        self.own_relay
+            .get_or_insert_with(|| Retry::new(backoff))
+            .fail()
+    }
+
+    /// The own relay connection opened.
+    pub fn on_own_relay_connected(&mut self) {
+        self.own_relay = None;
     }
 
     /// The timing constants in use.
@@ -91,6 +143,7 @@ impl HealthTracker {
     /// Stops tracking `relay`; the others keep their order.
     pub fn remove(&mut self, relay: &RelayUrl) {
         self.relays.shift_remove(relay);
+        self.work.remove(relay);
     }
 
     /// The state machine of `relay`, if tracked.
@@ -132,7 +185,7 @@ impl HealthTracker {
 
     /// See [`RelayHealth::on_connect_failed`].
     pub fn on_connect_failed(&mut self, relay: &RelayUrl, now: Instant) {
-        let Self { config, relays } = self;
+        let Self { config, relays, .. } = self;
         let health = relays.entry(relay.clone()).or_default();
         health.on_connect_failed(now);
         tracing::debug!(
@@ -145,7 +198,7 @@ impl HealthTracker {
 
     /// See [`RelayHealth::on_disconnected`].
     pub fn on_disconnected(&mut self, relay: &RelayUrl, now: Instant) {
-        let Self { config, relays } = self;
+        let Self { config, relays, .. } = self;
         let health = relays.entry(relay.clone()).or_default();
         health.on_disconnected(now, config);
         tracing::debug!(
@@ -162,7 +215,7 @@ impl HealthTracker {
             cooldown = ?self.config.rate_limit_cooldown,
             "relay rate limited"
         );
-        let Self { config, relays } = self;
+        let Self { config, relays, .. } = self;
         relays
             .entry(relay.clone())
             .or_default()

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 use grasp_sync_core::clock::{Instant, Now};
-use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
+use grasp_sync_core::engine::{execute, Command, CommandSink, EngineConfig, SyncEngine};
 use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore, StoreError};
+use grasp_sync_core::transport::{MemoryTransport, RelayTransport, Wire};
 use grasp_sync_core::url_policy::RelayUrlPolicy;
 use nostr::prelude::*;
 
@@ -23,8 +24,6 @@ pub const UNIX_ORIGIN: u64 = 1_750_000_000;
 pub const LATENCY: Duration = Duration::from_millis(20);
 /// Events per page of the self-subscription's history.
 pub const OWN_PAGE: usize = 25;
-/// Delay before the self-subscriber reconnects to the own relay.
-pub const OWN_RECONNECT: Duration = Duration::from_secs(1);
 
 /// What reaches the engine from a relay, the own relay or the store.
 #[derive(Debug)]
@@ -39,8 +38,6 @@ enum Delivery {
     OwnHistoryComplete,
     /// The own relay connection dropped.
     OwnDisconnected,
-    /// The self-subscriber reconnects.
-    OwnReconnect,
     /// The store's answer to a `Command::Store`.
     StoreOutcome(EventId, Result<IngestOutcome, StoreError>),
 }
@@ -114,6 +111,38 @@ pub struct World {
     /// Every relay message other than EVENT the engine received, with the
     /// time.
     pub received_log: Vec<(Instant, RelayUrl, RelayMessage<'static>)>,
+    /// Where the core's dispatch puts the engine's commands.
+    outbox: Outbox,
+}
+
+/// A store write or query the engine asked for.
+enum Effect {
+    Store(Event),
+    Query(RelayUrl, SubscriptionId, Filter),
+}
+
+/// The simulation's side of the core's [`CommandSink`]: one recording
+/// [`MemoryTransport`] per relay, and the store's work in order.
+#[derive(Default)]
+struct Outbox {
+    transports: BTreeMap<RelayUrl, MemoryTransport>,
+    effects: Vec<Effect>,
+}
+
+impl CommandSink for Outbox {
+    fn transport(&mut self, relay: &RelayUrl) -> &mut dyn RelayTransport {
+        self.transports
+            .entry(relay.clone())
+            .or_insert_with(|| MemoryTransport::new(relay.clone()))
+    }
+
+    fn store(&mut self, _relay: RelayUrl, event: Box<Event>) {
+        self.effects.push(Effect::Store(*event));
+    }
+
+    fn query_local_items(&mut self, relay: RelayUrl, id: SubscriptionId, filter: Filter) {
+        self.effects.push(Effect::Query(relay, id, filter));
+    }
 }
 
 /// The own relay's URL in every simulation.
@@ -172,6 +201,7 @@ impl World {
             steps: 0,
             command_log: Vec::new(),
             received_log: Vec::new(),
+            outbox: Outbox::default(),
         };
         let at = world.clock();
         for event in own_events {
@@ -188,6 +218,7 @@ impl World {
     pub fn own_connect(&mut self) {
         let now = self.clock();
         self.own.connected = true;
+        self.engine.handle_own_relay_connecting(now);
         self.engine.handle_own_relay_connected(now);
         let filter = self.engine.own_subscription_filter();
         let mut history: Vec<Event> = self
@@ -273,7 +304,17 @@ impl World {
 
     fn next_time(&self) -> Option<Instant> {
         let inbox = self.inbox.iter().map(|(at, ..)| *at).min();
-        [inbox, self.engine.poll_timeout()]
+        [inbox, self.wake_at()].into_iter().flatten().min()
+    }
+
+    /// The engine's next deadline, or the self-subscriber's reconnect when
+    /// the engine says it is due (the self-subscriber is the driver's).
+    fn wake_at(&self) -> Option<Instant> {
+        let reconnect = self
+            .engine
+            .own_relay_reconnect_at()
+            .filter(|_| !self.own.connected);
+        [self.engine.poll_timeout(), reconnect]
             .into_iter()
             .flatten()
             .min()
@@ -286,13 +327,22 @@ impl World {
         if self.execute_commands() {
             return true;
         }
+        let reconnect_due = !self.own.connected
+            && self
+                .engine
+                .own_relay_reconnect_at()
+                .is_some_and(|at| at <= self.now);
+        if reconnect_due {
+            self.own_connect();
+            return true;
+        }
         if let Some(position) = self.next_delivery() {
             let (at, _, relay, delivery) = self.inbox.remove(position).expect("position exists");
             self.now = self.now.max(at);
             self.deliver(relay, delivery);
             return true;
         }
-        match self.engine.poll_timeout() {
+        match self.wake_at() {
             Some(at) => {
                 self.now = self.now.max(at);
                 let now = self.clock();
@@ -310,7 +360,7 @@ impl World {
             .iter()
             .enumerate()
             .min_by_key(|(_, (at, sequence, ..))| (*at, *sequence))?;
-        let deadline = self.engine.poll_timeout();
+        let deadline = self.wake_at();
         (deadline.is_none_or(|deadline| *at <= deadline.max(self.now))).then_some(position)
     }
 
@@ -342,14 +392,8 @@ impl World {
                 if self.own.connected {
                     self.own.connected = false;
                     self.own.drops += 1;
+                    // The engine decides when to reconnect.
                     self.engine.handle_own_relay_disconnected(now);
-                    let own = self.own.url.clone();
-                    self.push_after(&own, OWN_RECONNECT, Delivery::OwnReconnect);
-                }
-            }
-            Delivery::OwnReconnect => {
-                if !self.own.connected {
-                    self.own_connect();
                 }
             }
             Delivery::StoreOutcome(id, outcome) => {
@@ -368,82 +412,81 @@ impl World {
             .push_back((self.now + delay, self.sequence, relay.clone(), delivery));
     }
 
-    /// Executes every waiting command; returns whether there was any.
+    /// Executes every waiting command through the core's dispatch onto
+    /// the simulation's transports and store; returns whether there was any.
     fn execute_commands(&mut self) -> bool {
         let mut any = false;
         while let Some(command) = self.engine.poll_command() {
             any = true;
             self.command_log.push((self.now, command.clone()));
-            self.execute(command);
+            let relay = command.relay().clone();
+            if let Err(error) = execute(command, &mut self.outbox) {
+                let now = self.clock();
+                self.engine.handle_send_failed(now, &relay, &error);
+            }
+            self.apply_outbox();
         }
         any
     }
 
-    fn execute(&mut self, command: Command) {
-        let now = self.now;
-        match command {
-            Command::Connect { relay, .. } => {
-                let connected = self
-                    .relays
-                    .get_mut(&relay)
-                    .is_some_and(|sim| sim.connect(now));
-                let delivery = if connected {
-                    Delivery::Connected
-                } else {
-                    Delivery::ConnectFailed
-                };
-                self.push(&relay, delivery);
+    /// Carries out what the transports and the store were asked to do.
+    fn apply_outbox(&mut self) {
+        let wires: Vec<(RelayUrl, Wire)> = self
+            .outbox
+            .transports
+            .iter_mut()
+            .flat_map(|(relay, transport)| {
+                transport
+                    .take_log()
+                    .into_iter()
+                    .map(move |wire| (relay.clone(), wire))
+            })
+            .collect();
+        for (relay, wire) in wires {
+            match wire {
+                Wire::Connect(_) => self.connect_relay(&relay),
+                Wire::Close => self.disconnect_relay(&relay),
+                Wire::Message(message) => self.send(&relay, message),
             }
-            Command::Disconnect { relay } => {
-                if let Some(sim) = self.relays.get_mut(&relay) {
-                    sim.disconnect();
-                }
-                self.inbox.retain(|(_, _, to, _)| to != &relay);
-            }
-            Command::Subscribe { relay, id, filters } => {
-                self.send(&relay, ClientMessage::req(id, filters))
-            }
-            Command::Unsubscribe { relay, id } => self.send(&relay, ClientMessage::close(id)),
-            Command::NegOpen {
-                relay,
-                id,
-                filter,
-                initial_message,
-            } => self.send(
-                &relay,
-                ClientMessage::NegOpen {
-                    subscription_id: std::borrow::Cow::Owned(id),
-                    filter: std::borrow::Cow::Owned(filter),
-                    initial_message: std::borrow::Cow::Owned(initial_message),
-                },
-            ),
-            Command::NegMsg { relay, id, message } => self.send(
-                &relay,
-                ClientMessage::NegMsg {
-                    subscription_id: std::borrow::Cow::Owned(id),
-                    message: std::borrow::Cow::Owned(message),
-                },
-            ),
-            Command::NegClose { relay, id } => self.send(
-                &relay,
-                ClientMessage::NegClose {
-                    subscription_id: std::borrow::Cow::Owned(id),
-                },
-            ),
-            Command::QueryLocalItems { relay, id, filter } => {
-                let at = self.clock();
-                if self.own.items_failing {
-                    self.engine
-                        .handle_local_items_failed(at, &relay, &id, "store backend down");
-                    return;
-                }
-                let items =
-                    block_on(self.own.store.negentropy_items(&filter)).expect("memory store");
-                self.engine.handle_local_items(at, &relay, &id, items);
-            }
-            Command::Store { event, .. } => self.store(*event),
-            _ => {}
         }
+        for effect in std::mem::take(&mut self.outbox.effects) {
+            match effect {
+                Effect::Store(event) => self.store(event),
+                Effect::Query(relay, id, filter) => self.query_local_items(&relay, &id, &filter),
+            }
+        }
+    }
+
+    fn connect_relay(&mut self, relay: &RelayUrl) {
+        let now = self.now;
+        let connected = self
+            .relays
+            .get_mut(relay)
+            .is_some_and(|sim| sim.connect(now));
+        let delivery = if connected {
+            Delivery::Connected
+        } else {
+            Delivery::ConnectFailed
+        };
+        self.push(relay, delivery);
+    }
+
+    fn disconnect_relay(&mut self, relay: &RelayUrl) {
+        if let Some(sim) = self.relays.get_mut(relay) {
+            sim.disconnect();
+        }
+        self.inbox.retain(|(_, _, to, _)| to != relay);
+    }
+
+    fn query_local_items(&mut self, relay: &RelayUrl, id: &SubscriptionId, filter: &Filter) {
+        let at = self.clock();
+        if self.own.items_failing {
+            self.engine
+                .handle_local_items_failed(at, relay, id, "store backend down");
+            return;
+        }
+        let items = block_on(self.own.store.negentropy_items(filter)).expect("memory store");
+        self.engine.handle_local_items(at, relay, id, items);
     }
 
     /// Stores into the own relay and answers with the outcome; accepted
@@ -455,7 +498,7 @@ impl World {
         }
         let id = event.id;
         let outcome = if self.own.store_failing {
-            Err(StoreError::Backend("store backend down".into()))
+            Err(StoreError::unavailable("store backend down"))
         } else if self.own.write_rate_limited {
             Ok(IngestOutcome::Rejected {
                 reason: "rate-limited: slow down".into(),

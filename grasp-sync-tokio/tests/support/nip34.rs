@@ -44,6 +44,6 @@ pub fn loopback_engine_config() -> EngineConfig {
     };
     config.health.backoff.base = Duration::from_secs(2);
     config.health.backoff.max = Duration::from_secs(4);
-    config.retry_delay = Duration::from_millis(500);
+    config.health.work_backoff.base = Duration::from_millis(500);
     config
 }

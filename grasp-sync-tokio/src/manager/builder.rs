@@ -1,0 +1,364 @@
+//! Building a [`SyncManager`]: the engine's settings from defaults, a whole
+//! [`EngineConfig`], the spec's environment variables and individual
+//! setters, in that order of precedence whatever the order of the calls.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use grasp_sync_core::engine::EngineConfig;
+use grasp_sync_core::store::EventStore;
+use grasp_sync_core::url_policy::RelayUrlPolicy;
+use nostr::prelude::RelayUrl;
+use tokio::sync::{mpsc, watch};
+
+use super::SyncManager;
+use crate::connection::{tls_config, ConnectionConfig, Dialer};
+use crate::metrics::Metrics;
+use crate::status::SyncStatus;
+
+/// Why the manager could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// No store was given.
+    #[error("a store is required")]
+    MissingStore,
+    /// TLS could not be configured.
+    #[error("tls configuration failed: {0}")]
+    Tls(#[from] rustls::Error),
+    /// Metrics could not be registered.
+    #[error("metrics registration failed: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// An environment variable holds a value that is not a number.
+    #[error("environment variable {name} is not a valid number: {value:?}")]
+    Env {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+    },
+}
+
+/// The spec's environment variables, as read by
+/// [`SyncManagerBuilder::from_env`].
+#[derive(Clone, Copy, Debug, Default)]
+struct EnvSettings {
+    batch_window: Option<Duration>,
+    base_backoff: Option<Duration>,
+    max_backoff: Option<Duration>,
+}
+
+impl EnvSettings {
+    fn read() -> Result<Self, BuildError> {
+        Ok(EnvSettings {
+            batch_window: env_number("NGIT_SYNC_BATCH_WINDOW_MS")?.map(Duration::from_millis),
+            base_backoff: env_number("NGIT_SYNC_BASE_BACKOFF_SECS")?.map(Duration::from_secs),
+            max_backoff: env_number("NGIT_SYNC_MAX_BACKOFF_SECS")?.map(Duration::from_secs),
+        })
+    }
+
+    fn apply(&self, config: &mut EngineConfig) {
+        if let Some(window) = self.batch_window {
+            config.batch_window = window;
+        }
+        if let Some(base) = self.base_backoff {
+            config.health.backoff.base = base;
+        }
+        if let Some(max) = self.max_backoff {
+            config.health.backoff.max = max;
+        }
+    }
+}
+
+/// Settings given one by one; they win over the environment and over a
+/// whole [`EngineConfig`].
+#[derive(Clone, Debug, Default)]
+struct Explicit {
+    batch_window: Option<Duration>,
+    relay_policy: Option<RelayUrlPolicy>,
+    allow_local_addresses: Option<bool>,
+}
+
+impl Explicit {
+    fn apply(&self, config: &mut EngineConfig) {
+        if let Some(window) = self.batch_window {
+            config.batch_window = window;
+        }
+        if let Some(policy) = &self.relay_policy {
+            config.relay_policy = policy.clone();
+        }
+        if let Some(allow) = self.allow_local_addresses {
+            config.relay_policy = config.relay_policy.clone().allow_local_addresses(allow);
+        }
+    }
+}
+
+/// Builds a [`SyncManager`].
+///
+/// Precedence, whatever the order of the calls: individual setters
+/// ([`SyncManagerBuilder::batch_window`], [`SyncManagerBuilder::relay_policy`],
+/// [`SyncManagerBuilder::allow_local_addresses`]) over the environment
+/// ([`SyncManagerBuilder::from_env`]) over a whole
+/// [`SyncManagerBuilder::engine_config`] over the spec's defaults.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use grasp_sync_tokio::nostr::prelude::RelayUrl;
+/// use grasp_sync_tokio::{RelayStore, SyncManager};
+///
+/// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let own = RelayUrl::parse("ws://127.0.0.1:7777")?;
+/// let manager = SyncManager::builder()
+///     .own_relay(own.clone())
+///     .service_relay(RelayUrl::parse("wss://relay.example.com")?)
+///     .allow_local_addresses(true) // a test on loopback
+///     .store(Arc::new(RelayStore::new(own, Duration::from_secs(10))))
+///     .from_env()?
+///     .build()?;
+/// # drop(manager);
+/// # Ok(())
+/// # }
+/// ```
+pub struct SyncManagerBuilder {
+    base: EngineConfig,
+    env: EnvSettings,
+    explicit: Explicit,
+    service_relays: Vec<RelayUrl>,
+    bootstrap_relays: Vec<RelayUrl>,
+    own_relay: Option<RelayUrl>,
+    connection: ConnectionConfig,
+    store: Option<Arc<dyn EventStore>>,
+    registry: Option<prometheus::Registry>,
+}
+
+impl std::fmt::Debug for SyncManagerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncManagerBuilder")
+            .field("engine", &self.engine_config_in_effect())
+            .field("own_relay", &self.own_relay)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for SyncManagerBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SyncManagerBuilder {
+    /// Defaults of the spec.
+    pub fn new() -> Self {
+        SyncManagerBuilder {
+            base: EngineConfig::default(),
+            env: EnvSettings::default(),
+            explicit: Explicit::default(),
+            service_relays: Vec::new(),
+            bootstrap_relays: Vec::new(),
+            own_relay: None,
+            connection: ConnectionConfig::default(),
+            store: None,
+            registry: None,
+        }
+    }
+
+    /// The own relay: the self-subscriber reads accepted announcements and
+    /// root events from it over WebSocket. It is also our service relay.
+    pub fn own_relay(mut self, url: RelayUrl) -> Self {
+        if !self.service_relays.contains(&url) {
+            self.service_relays.push(url.clone());
+        }
+        self.own_relay = Some(url);
+        self
+    }
+
+    /// A URL under which announcements list our service, when it differs
+    /// from the URL the self-subscriber connects to (a sidecar reaching its
+    /// relay at `ws://127.0.0.1:…` while announcements say `wss://…`).
+    pub fn service_relay(mut self, url: RelayUrl) -> Self {
+        if !self.service_relays.contains(&url) {
+            self.service_relays.push(url);
+        }
+        self
+    }
+
+    /// A relay connected from the start and never dropped.
+    pub fn bootstrap_relay(mut self, url: RelayUrl) -> Self {
+        self.bootstrap_relays.push(url);
+        self
+    }
+
+    /// Where verified events go (and what negentropy compares with).
+    pub fn store(mut self, store: Arc<dyn EventStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Every constant of the engine, as the base the environment and the
+    /// individual setters apply to (its service and bootstrap relays are
+    /// added to those given to the builder).
+    pub fn engine_config(mut self, config: EngineConfig) -> Self {
+        self.base = config;
+        self
+    }
+
+    /// Which relay URLs from announcements may be connected to.
+    pub fn relay_policy(mut self, policy: RelayUrlPolicy) -> Self {
+        self.explicit.relay_policy = Some(policy);
+        self
+    }
+
+    /// Allows relays on loopback and private addresses (tests, a sidecar
+    /// next to relays on one machine). Off by default.
+    pub fn allow_local_addresses(mut self, allow: bool) -> Self {
+        self.explicit.allow_local_addresses = Some(allow);
+        self
+    }
+
+    /// The self-subscriber's batch window (spec: 5 s).
+    pub fn batch_window(mut self, window: Duration) -> Self {
+        self.explicit.batch_window = Some(window);
+        self
+    }
+
+    /// Connection limits and timers.
+    pub fn connection_config(mut self, config: ConnectionConfig) -> Self {
+        self.connection = config;
+        self
+    }
+
+    /// Registers the metrics in `registry` instead of a private one.
+    pub fn registry(mut self, registry: prometheus::Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// Reads the spec's environment variables: `NGIT_SYNC_BATCH_WINDOW_MS`,
+    /// `NGIT_SYNC_BASE_BACKOFF_SECS`, `NGIT_SYNC_MAX_BACKOFF_SECS`. They
+    /// apply over [`SyncManagerBuilder::engine_config`] and under the
+    /// individual setters, whatever the order of the calls.
+    pub fn from_env(mut self) -> Result<Self, BuildError> {
+        self.env = EnvSettings::read()?;
+        Ok(self)
+    }
+
+    /// The engine configuration the manager will run with: the base, then
+    /// the environment, then the individual setters.
+    pub fn engine_config_in_effect(&self) -> EngineConfig {
+        let mut config = self.base.clone();
+        self.env.apply(&mut config);
+        self.explicit.apply(&mut config);
+        for relay in &self.service_relays {
+            if !config.service_relays.contains(relay) {
+                config.service_relays.push(relay.clone());
+            }
+        }
+        config
+            .bootstrap_relays
+            .extend(self.bootstrap_relays.iter().cloned());
+        config
+    }
+
+    /// Builds the manager; call [`SyncManager::run`] inside a tokio runtime.
+    pub fn build(self) -> Result<SyncManager, BuildError> {
+        let engine_config = self.engine_config_in_effect();
+        let store = self.store.ok_or(BuildError::MissingStore)?;
+        let registry = self.registry.unwrap_or_default();
+        let metrics = Metrics::register(&registry)?;
+        let (inbound_tx, inbound_rx) = mpsc::channel(4096);
+        let (own_events_tx, own_events_rx) = mpsc::channel(4096);
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (status_tx, _) = watch::channel(SyncStatus::default());
+        let dialer = Dialer {
+            config: self.connection,
+            tls: tls_config()?,
+            inbound: inbound_tx,
+            shutdown: shutdown_rx,
+        };
+        Ok(SyncManager {
+            engine_config,
+            own_relay: self.own_relay,
+            store,
+            registry,
+            metrics,
+            dialer,
+            inbound: inbound_rx,
+            own_events_tx,
+            own_events: own_events_rx,
+            shutdown_tx,
+            status_tx,
+        })
+    }
+}
+
+fn env_number(name: &'static str) -> Result<Option<u64>, BuildError> {
+    match std::env::var(name) {
+        Ok(value) => value
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| BuildError::Env { name, value }),
+        Err(_) => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> SyncManagerBuilder {
+        SyncManagerBuilder::new()
+    }
+
+    #[test]
+    fn individual_settings_win_over_the_environment_and_a_whole_config_in_any_order() {
+        let base = EngineConfig {
+            batch_window: Duration::from_secs(9),
+            ..EngineConfig::default()
+        };
+        let env = EnvSettings {
+            batch_window: Some(Duration::from_millis(700)),
+            base_backoff: Some(Duration::from_secs(3)),
+            max_backoff: None,
+        };
+        // engine_config after the environment: the environment still applies.
+        let mut late_config = builder().batch_window(Duration::from_millis(50));
+        late_config.env = env;
+        let late_config = late_config.engine_config(base.clone());
+        let config = late_config.engine_config_in_effect();
+        assert_eq!(
+            config.batch_window,
+            Duration::from_millis(50),
+            "explicit wins"
+        );
+        assert_eq!(
+            config.health.backoff.base,
+            Duration::from_secs(3),
+            "env applies over the base"
+        );
+
+        let mut env_only = builder().engine_config(base);
+        env_only.env = env;
+        assert_eq!(
+            env_only.engine_config_in_effect().batch_window,
+            Duration::from_millis(700)
+        );
+    }
+
+    #[test]
+    fn allow_local_addresses_and_relay_policy_reach_the_engine() {
+        let local = RelayUrl::parse("ws://127.0.0.1:7777").unwrap();
+        let refused = builder().engine_config_in_effect();
+        assert!(refused.relay_policy.check_relay_url(&local).is_err());
+        let allowed = builder()
+            .allow_local_addresses(true)
+            .engine_config_in_effect();
+        assert!(allowed.relay_policy.check_relay_url(&local).is_ok());
+        let own = builder()
+            .own_relay(local.clone())
+            .engine_config(EngineConfig::default())
+            .engine_config_in_effect();
+        assert_eq!(own.service_relays, vec![local], "kept after engine_config");
+    }
+}

@@ -1,0 +1,204 @@
+//! The runtime: one task owns the engine, feeds it what the connections and
+//! the self-subscriber report, executes its commands through the core's
+//! dispatch, and wakes at its deadline. No decision is taken here.
+//!
+//! - [`builder`]: settings and their precedence, building the manager;
+//! - `runner`: the loop's state, the connections, status and shutdown;
+//! - `own_relay`: the self-subscriber;
+//! - `store_worker`: the store task and its answers;
+//! - `summary`: the shutdown handle and the run's summary.
+
+mod builder;
+mod own_relay;
+mod runner;
+mod store_worker;
+mod summary;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use grasp_sync_core::clock::Clock;
+use grasp_sync_core::engine::{EngineConfig, SyncEngine};
+use grasp_sync_core::store::EventStore;
+use nostr::prelude::{Event, RelayUrl};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+pub use builder::{BuildError, SyncManagerBuilder};
+pub use summary::{ShutdownHandle, Summary};
+
+use crate::clock::TokioClock;
+use crate::connection::{Dialer, Inbound, WsTransport};
+use crate::metrics::Metrics;
+use crate::status::SyncStatus;
+use own_relay::OwnConnection;
+use runner::{Connections, Runner};
+use store_worker::store_worker;
+
+/// Runs GRASP-02 proactive sync against real relays.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use grasp_sync_tokio::nostr::prelude::RelayUrl;
+/// use grasp_sync_tokio::{RelayStore, SyncManager};
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let own = RelayUrl::parse("wss://relay.example.com")?;
+/// let manager = SyncManager::builder()
+///     .own_relay(own.clone())
+///     .store(Arc::new(RelayStore::new(own, Duration::from_secs(10))))
+///     .from_env()?
+///     .build()?;
+/// let mut status = manager.status();
+/// let shutdown = manager.shutdown_handle();
+/// let run = tokio::spawn(manager.run());
+/// status.wait_for(|status| status.historic_sync_complete).await?;
+/// shutdown.shutdown();
+/// let summary = run.await?;
+/// println!("stored {} events", summary.events_stored);
+/// # Ok(())
+/// # }
+/// ```
+pub struct SyncManager {
+    engine_config: EngineConfig,
+    own_relay: Option<RelayUrl>,
+    store: Arc<dyn EventStore>,
+    registry: prometheus::Registry,
+    metrics: Metrics,
+    dialer: Dialer,
+    inbound: mpsc::Receiver<Inbound>,
+    own_events_tx: mpsc::Sender<Event>,
+    own_events: mpsc::Receiver<Event>,
+    shutdown_tx: watch::Sender<bool>,
+    status_tx: watch::Sender<SyncStatus>,
+}
+
+impl std::fmt::Debug for SyncManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncManager")
+            .field("own_relay", &self.own_relay)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SyncManager {
+    /// A builder with the spec's defaults.
+    pub fn builder() -> SyncManagerBuilder {
+        SyncManagerBuilder::new()
+    }
+
+    /// A handle that stops [`SyncManager::run`].
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle {
+            sender: self.shutdown_tx.clone(),
+        }
+    }
+
+    /// For relays that embed the library: hand accepted events (30617, 1617,
+    /// 1618, 1621) here instead of (or besides) the WebSocket
+    /// self-subscription.
+    pub fn own_events_sender(&self) -> mpsc::Sender<Event> {
+        self.own_events_tx.clone()
+    }
+
+    /// The sync's progress, refreshed while it runs: wait for
+    /// [`SyncStatus::historic_sync_complete`] to know historic sync is done.
+    pub fn status(&self) -> watch::Receiver<SyncStatus> {
+        self.status_tx.subscribe()
+    }
+
+    /// The metrics registry (ours, or the one given to the builder).
+    pub fn registry(&self) -> &prometheus::Registry {
+        &self.registry
+    }
+
+    /// Runs until shut down; every connection task stops within one second
+    /// of the shutdown (stragglers are aborted and counted).
+    pub async fn run(self) -> Summary {
+        let SyncManager {
+            engine_config,
+            own_relay,
+            store,
+            metrics,
+            dialer,
+            mut inbound,
+            mut own_events,
+            shutdown_tx,
+            status_tx,
+            ..
+        } = self;
+        let clock = TokioClock::new();
+        let (store_jobs, store_jobs_rx) = mpsc::unbounded_channel();
+        let (store_results_tx, mut store_results) = mpsc::channel(4096);
+        let mut store_task = JoinSet::new();
+        store_task.spawn(store_worker(
+            store,
+            store_jobs_rx,
+            store_results_tx,
+            shutdown_tx.subscribe(),
+        ));
+        let connections = Connections {
+            dialer,
+            transports: HashMap::new(),
+            store_jobs,
+            sent: Arc::new(AtomicU64::new(0)),
+            bytes_sent: metrics.bytes_sent.clone(),
+            connection_attempts: metrics.connection_attempts.clone(),
+        };
+        let own = own_relay.map(|url| {
+            let sent = connections.sent_counter(&url);
+            OwnConnection::new(WsTransport::new(url, connections.dialer.clone(), sent))
+        });
+        let mut runner = Runner {
+            engine: SyncEngine::new(engine_config, clock.read()),
+            clock,
+            connections,
+            store_task,
+            metrics,
+            own,
+            summary: Summary::default(),
+            status: status_tx,
+            status_at: tokio::time::Instant::now(),
+        };
+        let mut shutdown = shutdown_tx.subscribe();
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        let now = runner.clock_now();
+        runner.engine.handle_timeout(now);
+        loop {
+            if *shutdown.borrow_and_update() {
+                break;
+            }
+            runner.drain_commands();
+            runner.connect_own();
+            runner.refresh_status(false);
+            let deadline = runner.next_deadline();
+            // Biased: messages already received are handled before a
+            // deadline fires, so a reply waiting in the queue is never taken
+            // for silence.
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => break,
+                Some(result) = store_results.recv() => runner.on_store_result(result),
+                Some(message) = inbound.recv() => runner.on_inbound(message),
+                Some(event) = own_events.recv() => {
+                    let now = runner.clock_now();
+                    runner.engine.handle_own_events(now, [event]);
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    let now = runner.clock_now();
+                    runner.engine.handle_timeout(now);
+                }
+                _ = tick.tick() => {
+                    runner.update_metrics();
+                    runner.refresh_status(true);
+                }
+            }
+        }
+        let _ = shutdown_tx.send(true);
+        drop(inbound);
+        runner.stop().await
+    }
+}

@@ -1,0 +1,236 @@
+//! The run loop's state: the engine, the connections, the store task, the
+//! metrics. It feeds the engine what happens and executes its commands
+//! through the core's dispatch ([`CommandSink`]); it decides nothing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use grasp_sync_core::clock::{Clock, Now};
+use grasp_sync_core::engine::{CommandSink, SyncEngine};
+use grasp_sync_core::transport::RelayTransport;
+use nostr::prelude::{Event, Filter, RelayUrl, SubscriptionId};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use super::own_relay::OwnConnection;
+use super::store_worker::StoreJob;
+use super::summary::Summary;
+use crate::clock::TokioClock;
+use crate::connection::{Dialer, Inbound, Report, SentCounter, WsTransport};
+use crate::metrics::Metrics;
+use crate::status::SyncStatus;
+
+/// The shortest interval between two status snapshots.
+pub(crate) const STATUS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Where the engine's commands are executed: one connection per relay and
+/// the store task.
+pub(super) struct Connections {
+    pub(super) dialer: Dialer,
+    pub(super) transports: HashMap<RelayUrl, WsTransport>,
+    pub(super) store_jobs: mpsc::UnboundedSender<StoreJob>,
+    pub(super) sent: Arc<AtomicU64>,
+    pub(super) bytes_sent: prometheus::IntCounterVec,
+    pub(super) connection_attempts: prometheus::IntCounterVec,
+}
+
+/// The run loop's state.
+pub(super) struct Runner {
+    pub(super) engine: SyncEngine,
+    pub(super) clock: TokioClock,
+    pub(super) connections: Connections,
+    pub(super) store_task: JoinSet<()>,
+    pub(super) metrics: Metrics,
+    pub(super) own: Option<OwnConnection>,
+    pub(super) summary: Summary,
+    pub(super) status: watch::Sender<SyncStatus>,
+    /// When the status was last refreshed.
+    pub(super) status_at: tokio::time::Instant,
+}
+
+impl Connections {
+    /// The bytes-sent counters of `relay`.
+    pub(super) fn sent_counter(&self, relay: &RelayUrl) -> SentCounter {
+        SentCounter {
+            total: self.sent.clone(),
+            relay: self.bytes_sent.with_label_values(&[relay.as_str()]),
+            connects: Some(
+                self.connection_attempts
+                    .with_label_values(&[relay.as_str(), "started"]),
+            ),
+        }
+    }
+}
+
+impl CommandSink for Connections {
+    fn transport(&mut self, relay: &RelayUrl) -> &mut dyn RelayTransport {
+        let dialer = self.dialer.clone();
+        let sent = self.sent_counter(relay);
+        self.transports
+            .entry(relay.clone())
+            .or_insert_with(|| WsTransport::new(relay.clone(), dialer, sent))
+    }
+
+    fn store(&mut self, relay: RelayUrl, event: Box<Event>) {
+        if self
+            .store_jobs
+            .send(StoreJob::Ingest { relay, event })
+            .is_err()
+        {
+            warn!("the store task stopped");
+        }
+    }
+
+    fn query_local_items(&mut self, relay: RelayUrl, id: SubscriptionId, filter: Filter) {
+        let job = StoreJob::Items {
+            relay,
+            id,
+            filter: Box::new(filter),
+        };
+        if self.store_jobs.send(job).is_err() {
+            warn!("the store task stopped");
+        }
+    }
+}
+
+impl Runner {
+    /// The engine's view of now.
+    pub(super) fn clock_now(&self) -> Now {
+        self.clock.read()
+    }
+
+    /// Executes the engine's commands (step 2 of its driving contract).
+    pub(super) fn drain_commands(&mut self) {
+        let now = self.clock_now();
+        self.engine.execute_commands(now, &mut self.connections);
+    }
+
+    /// The engine's next deadline, or the own relay's reconnect, capped so
+    /// the loop never sleeps forever.
+    pub(super) fn next_deadline(&self) -> tokio::time::Instant {
+        let engine = self.engine.poll_timeout();
+        let own = self
+            .own
+            .as_ref()
+            .filter(|own| !own.is_open())
+            .and_then(|_| self.engine.own_relay_reconnect_at());
+        let far = tokio::time::Instant::now() + Duration::from_secs(3600);
+        [engine, own]
+            .into_iter()
+            .flatten()
+            .map(|at| self.clock.to_tokio(at))
+            .min()
+            .unwrap_or(far)
+    }
+
+    /// A report from a connection task.
+    pub(super) fn on_inbound(&mut self, inbound: Inbound) {
+        let Inbound {
+            relay,
+            generation,
+            report,
+        } = inbound;
+        if self.own.as_ref().is_some_and(|own| own.is_for(&relay)) {
+            return self.on_own(generation, report);
+        }
+        let current = self
+            .connections
+            .transports
+            .get(&relay)
+            .map(WsTransport::generation);
+        if current != Some(generation) {
+            return;
+        }
+        let now = self.clock_now();
+        match report {
+            Report::Connected => {
+                self.metrics
+                    .connection_attempts
+                    .with_label_values(&[relay.as_str(), "success"])
+                    .inc();
+                self.engine.handle_connected(now, &relay);
+            }
+            Report::Limits(limits) => self.engine.handle_relay_limits(now, &relay, limits),
+            Report::ConnectFailed(reason) => {
+                self.metrics
+                    .connection_attempts
+                    .with_label_values(&[relay.as_str(), "failure"])
+                    .inc();
+                debug!(%relay, reason, "connect failed");
+                self.engine.handle_connect_failed(now, &relay);
+            }
+            Report::Disconnected(reason) => {
+                info!(%relay, reason, "connection lost");
+                self.engine.handle_disconnected(now, &relay);
+            }
+            Report::Message(message, size) => {
+                self.summary.bytes_received += size as u64;
+                self.metrics
+                    .bytes_received
+                    .with_label_values(&[relay.as_str()])
+                    .inc_by(size as u64);
+                self.engine.handle_relay_message(now, &relay, *message);
+            }
+            Report::Malformed(size) => {
+                self.summary.bytes_received += size as u64;
+                self.metrics.dropped.with_label_values(&["malformed"]).inc();
+            }
+        }
+    }
+
+    /// Publishes a new status snapshot if the last one is older than
+    /// [`STATUS_INTERVAL`] (or `force`) and something changed.
+    pub(super) fn refresh_status(&mut self, force: bool) {
+        let now = tokio::time::Instant::now();
+        if !force && now < self.status_at + STATUS_INTERVAL {
+            return;
+        }
+        self.status_at = now;
+        let status = SyncStatus::of(&self.engine, self.own.is_some());
+        self.status.send_if_modified(|current| {
+            let changed = *current != status;
+            if changed {
+                *current = status;
+            }
+            changed
+        });
+    }
+
+    pub(super) fn update_metrics(&mut self) {
+        let now = self.clock_now();
+        self.metrics.update(&self.engine, now.instant);
+        self.summary.bytes_sent = self.connections.sent.load(Ordering::Relaxed);
+    }
+
+    /// Closes every connection and waits up to one second for the tasks.
+    pub(super) async fn stop(mut self) -> Summary {
+        self.update_metrics();
+        let mut tasks: Vec<JoinSet<()>> = self
+            .connections
+            .transports
+            .values_mut()
+            .chain(self.own.as_mut().map(OwnConnection::transport_mut))
+            .filter_map(WsTransport::take_tasks)
+            .collect();
+        tasks.push(std::mem::take(&mut self.store_task));
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(900);
+        for set in &mut tasks {
+            while tokio::time::timeout_at(deadline, set.join_next())
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+            {}
+        }
+        for set in &mut tasks {
+            self.summary.tasks_aborted += set.len();
+            set.abort_all();
+        }
+        self.summary.engine = self.engine.stats().clone();
+        self.summary.bytes_sent = self.connections.sent.load(Ordering::Relaxed);
+        self.summary
+    }
+}

@@ -1,0 +1,124 @@
+//! The store task: the run loop never awaits the store itself, so a slow
+//! store never delays relay messages or deadlines. Answers go back to the
+//! engine, which decides what a refusal or a failure means.
+
+use std::sync::Arc;
+
+use grasp_sync_core::engine::StoreVerdict;
+use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
+use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId, Timestamp};
+use tokio::sync::{mpsc, watch};
+use tracing::debug;
+
+use super::runner::Runner;
+
+/// Work for the store task.
+pub(super) enum StoreJob {
+    Ingest {
+        relay: RelayUrl,
+        event: Box<Event>,
+    },
+    Items {
+        relay: RelayUrl,
+        id: SubscriptionId,
+        filter: Box<Filter>,
+    },
+}
+
+/// What the store task reports back to the run loop.
+pub(super) enum StoreResult {
+    Ingested {
+        relay: RelayUrl,
+        id: EventId,
+        outcome: Result<IngestOutcome, StoreError>,
+    },
+    Items {
+        relay: RelayUrl,
+        id: SubscriptionId,
+        items: Result<Vec<(EventId, Timestamp)>, StoreError>,
+    },
+}
+
+/// Runs store jobs one at a time until the job channel closes or shutdown.
+pub(super) async fn store_worker(
+    store: Arc<dyn EventStore>,
+    mut jobs: mpsc::UnboundedReceiver<StoreJob>,
+    results: mpsc::Sender<StoreResult>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let job = tokio::select! {
+            job = jobs.recv() => job,
+            _ = shutdown.changed() => return,
+        };
+        let Some(job) = job else {
+            return;
+        };
+        let result = match job {
+            StoreJob::Ingest { relay, event } => StoreResult::Ingested {
+                outcome: store.ingest(&event).await,
+                id: event.id,
+                relay,
+            },
+            StoreJob::Items { relay, id, filter } => StoreResult::Items {
+                items: store.negentropy_items(&filter).await,
+                relay,
+                id,
+            },
+        };
+        tokio::select! {
+            _ = results.send(result) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+impl Runner {
+    /// Counts the store's answer and hands it to the engine.
+    pub(super) fn on_store_result(&mut self, result: StoreResult) {
+        let now = self.clock_now();
+        match result {
+            StoreResult::Ingested { relay, id, outcome } => {
+                self.count_store_outcome(&relay, id, &outcome);
+                self.engine.handle_store_outcome(now, &id, outcome);
+            }
+            StoreResult::Items { relay, id, items } => match items {
+                Ok(items) => self.engine.handle_local_items(now, &relay, &id, items),
+                Err(error) => {
+                    self.engine
+                        .handle_local_items_failed(now, &relay, &id, &error.to_string())
+                }
+            },
+        }
+    }
+
+    /// The summary's and the metrics' view of a store answer (the engine
+    /// decides what it means).
+    fn count_store_outcome(
+        &mut self,
+        relay: &RelayUrl,
+        id: EventId,
+        outcome: &Result<IngestOutcome, StoreError>,
+    ) {
+        match StoreVerdict::of(outcome) {
+            StoreVerdict::Stored => {
+                self.summary.events_stored += 1;
+                self.metrics.events_synced.inc();
+            }
+            StoreVerdict::Duplicate => self.summary.events_duplicate += 1,
+            StoreVerdict::Refused(reason) => {
+                self.summary.events_rejected += 1;
+                self.metrics
+                    .dropped
+                    .with_label_values(&["rejected_by_store"])
+                    .inc();
+                debug!(%relay, %id, reason, "store refused event");
+            }
+            StoreVerdict::Retry(reason) | StoreVerdict::Unclear(reason) => {
+                self.summary.store_retries += 1;
+                debug!(%relay, %id, reason, "store refused event for now; the engine decides");
+            }
+            _ => {}
+        }
+    }
+}
