@@ -1,13 +1,13 @@
-//! Relay messages: EVENT (verified and matched before it is stored), EOSE,
-//! CLOSED, NOTICE, OK and the NIP-77 replies.
+//! Relay messages routed to what handles them (EVENT to [`trust`](super::trust),
+//! NOTICE/OK to [`refusals`](super::refusals), NEG-* to [`nip77`](super::nip77)),
+//! and what an EOSE or a CLOSED means for the subscription it ends: the
+//! next page, a finished job, a fetch asked again, a refused slot put back.
 
-use nostr::filter::MatchEventOptions;
-use nostr::prelude::{Event, RelayMessage, RelayUrl, SubscriptionId};
-use tracing::{debug, info, warn};
+use nostr::prelude::{RelayMessage, RelayUrl, SubscriptionId};
+use tracing::{info, warn};
 
-use super::classify::{classify, Classified};
+use super::classify::classify;
 use super::runtime::{Job, Sub};
-use super::session::Step;
 use super::{Command, SyncEngine};
 use crate::clock::Now;
 use crate::pagination::PageOutcome;
@@ -76,97 +76,7 @@ impl SyncEngine {
         }
     }
 
-    /// Trust: store an event only if it matches a filter of its subscription
-    /// and its id and signature verify.
-    fn on_event(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId, event: Event) {
-        let Some(conn) = self.conns.get_mut(relay) else {
-            return;
-        };
-        if !conn.subs.contains_key(id) {
-            // Sent before the relay saw our CLOSE of a consolidated live
-            // subscription: still something we asked for.
-            let matches = conn.closed_live.get(id).map(|filters| {
-                filters
-                    .iter()
-                    .any(|filter| filter.match_event(&event, MatchEventOptions::new()))
-            });
-            return match matches {
-                Some(true) => self.store_verified(now, relay, event),
-                Some(false) => self.stats.dropped_off_filter += 1,
-                None => self.stats.dropped_unknown_subscription += 1,
-            };
-        }
-        let Some(sub) = conn.subs.get_mut(id) else {
-            return;
-        };
-        let options = MatchEventOptions::new();
-        let matches = match &*sub {
-            Sub::Live { filters, .. } => filters
-                .iter()
-                .any(|filter| filter.match_event(&event, options)),
-            Sub::Req { paging, .. } => paging.matches(&event),
-            Sub::Fetch { filter, .. } => filter.match_event(&event, options),
-            Sub::Poll { filters, .. } => filters
-                .iter()
-                .any(|filter| filter.match_event(&event, options)),
-            Sub::Negentropy { .. } => false,
-        };
-        if !matches {
-            self.stats.dropped_off_filter += 1;
-            debug!(%relay, id = %event.id, "dropped event outside the subscription's filters");
-            return;
-        }
-        if !self.verifies(relay, &event) {
-            return;
-        }
-        let Some(sub) = self
-            .conns
-            .get_mut(relay)
-            .and_then(|conn| conn.subs.get_mut(id))
-        else {
-            return;
-        };
-        let batch = match sub {
-            Sub::Req { batch, paging } => {
-                paging.on_event(event.id, event.created_at);
-                Some(*batch)
-            }
-            Sub::Fetch { batch, missing, .. } => {
-                missing.remove(&event.id);
-                Some(*batch)
-            }
-            Sub::Poll { batch, pages, .. } => {
-                for page in pages.iter_mut().filter(|page| page.matches(&event)) {
-                    page.on_event(event.id, event.created_at);
-                }
-                Some(*batch)
-            }
-            _ => None,
-        };
-        if let Some(batch) = batch {
-            self.progress(now, batch);
-        }
-        self.store(now, relay, event, batch);
-    }
-
-    /// `true` if the event's id and signature verify; counts it otherwise.
-    fn verifies(&mut self, relay: &RelayUrl, event: &Event) -> bool {
-        let valid = event.verify().is_ok();
-        if !valid {
-            self.stats.dropped_forged += 1;
-            warn!(%relay, id = %event.id, "dropped event with a bad id or signature");
-        }
-        valid
-    }
-
-    /// Stores an event that matched: only if its id and signature verify.
-    fn store_verified(&mut self, now: Now, relay: &RelayUrl, event: Event) {
-        if self.verifies(relay, &event) {
-            self.store(now, relay, event, None);
-        }
-    }
-
-    fn on_eose(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
+    pub(super) fn on_eose(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
         let Some(conn) = self.conns.get_mut(relay) else {
             return;
         };
@@ -281,7 +191,13 @@ impl SyncEngine {
         }
     }
 
-    fn on_closed(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId, message: &str) {
+    pub(super) fn on_closed(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+        message: &str,
+    ) {
         let classified = classify(message);
         if !self
             .conns
@@ -348,234 +264,6 @@ impl SyncEngine {
                     self.fail_batch(now, relay, batch, message);
                 }
             }
-        }
-    }
-
-    /// Learns from a refusal: rate limits start the cooldown, a refused
-    /// subscription lowers the relay's known limit. Returns `true` when the
-    /// refused subscription should simply be retried later.
-    fn note_limits(&mut self, now: Now, relay: &RelayUrl, classified: &Classified) -> bool {
-        if classified.too_many_subscriptions {
-            let open = self.conns.get(relay).map_or(1, |conn| conn.subs.len());
-            // Never below two: one live and one historic slot.
-            let limit = open.saturating_sub(1).max(2);
-            let known = self.knowledge(relay);
-            known.learned_sub_limit =
-                Some(known.learned_sub_limit.map_or(limit, |old| old.min(limit)));
-            self.stats.subscription_refusals += 1;
-            warn!(%relay, limit, "relay refused a subscription; lowering its subscription limit");
-        }
-        if classified.too_many_subscriptions {
-            // The cooldown, without halving the learned rate: the limit
-            // learned above is what prevents the next refusal.
-            self.stats.rate_limits += 1;
-            self.health.on_rate_limited(relay, now.instant);
-        } else if classified.rate_limited {
-            self.rate_limited(now, relay);
-        }
-        classified.too_many_subscriptions || classified.rate_limited
-    }
-
-    pub(super) fn rate_limited(&mut self, now: Now, relay: &RelayUrl) {
-        self.stats.rate_limits += 1;
-        let already = self
-            .health
-            .get(relay)
-            .is_some_and(|health| health.is_rate_limited(now.instant));
-        self.health.on_rate_limited(relay, now.instant);
-        if !already {
-            // Once per episode: halve the REQs we send per window.
-            let window = self.rate_window();
-            let opened = self
-                .conns
-                .get_mut(relay)
-                .map_or(1, |conn| conn.opens_within(now.instant, window));
-            let known = self.knowledge(relay);
-            let rate = (known.learned_rate.unwrap_or(opened).min(opened) / 2).max(1);
-            known.learned_rate = Some(rate);
-        }
-        warn!(%relay, "rate-limited by relay; pausing new subscriptions for the cooldown");
-    }
-
-    fn on_notice(&mut self, now: Now, relay: &RelayUrl, message: &str) {
-        let classified = classify(message);
-        info!(%relay, message, "notice");
-        if classified.too_many_subscriptions {
-            self.note_limits(now, relay, &classified);
-            // A NOTICE names no subscription: relays answer in order, so it
-            // refuses the oldest subscription not answered yet.
-            if let Some(id) = self.oldest_unanswered(relay) {
-                self.retry_refused_slot(now, relay, &id);
-            }
-            return;
-        }
-        if classified.rate_limited {
-            self.rate_limited(now, relay);
-            if let Some(id) = self.oldest_unanswered(relay) {
-                self.retry_refused_slot(now, relay, &id);
-            }
-            return;
-        }
-        let waiting: Vec<SubscriptionId> = self
-            .conns
-            .get(relay)
-            .map(|conn| {
-                conn.subs
-                    .iter()
-                    .filter(|(_, sub)| {
-                        matches!(
-                            sub,
-                            Sub::Negentropy {
-                                session: Some(_),
-                                answered: false,
-                                ..
-                            }
-                        )
-                    })
-                    .map(|(id, _)| id.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        for id in waiting {
-            self.negentropy_refused(now, relay, &id, message, true);
-        }
-    }
-
-    /// The oldest open subscription the relay has not answered at all: the
-    /// one a NOTICE refusal is about, since relays answer in order.
-    fn oldest_unanswered(&mut self, relay: &RelayUrl) -> Option<SubscriptionId> {
-        let conn = self.conns.get_mut(relay)?;
-        while let Some(id) = conn.unanswered.pop_front() {
-            if conn.subs.contains_key(&id) {
-                return Some(id);
-            }
-        }
-        None
-    }
-
-    /// Retries the slot `id` later after the relay refused it.
-    fn retry_refused_slot(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
-        let Some(sub) = self.conns.get(relay).and_then(|conn| conn.subs.get(id)) else {
-            return;
-        };
-        let job = match sub {
-            Sub::Live { .. } => None,
-            Sub::Req { paging, .. } => Some(Job::Page(Box::new(paging.clone()))),
-            Sub::Negentropy { filter, .. } => Some(Job::Negentropy(filter.clone())),
-            Sub::Fetch {
-                filter, fruitless, ..
-            } => Some(Job::Fetch {
-                filter: filter.clone(),
-                fruitless: *fruitless,
-            }),
-            Sub::Poll { filters, .. } => Some(Job::Poll(filters.clone())),
-        };
-        // The guess may be wrong: tell the relay too (a CLOSE of an unknown
-        // id is harmless), so it never holds more than we count.
-        self.emit(Command::Unsubscribe {
-            relay: relay.clone(),
-            id: id.clone(),
-        });
-        match job {
-            Some(job) => self.replace_job(now, relay, id, job),
-            None => self.requeue_live(now, relay, id),
-        }
-    }
-
-    /// Moves a paginated subscription back to the queue, keeping its paging.
-    fn pause_page(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
-        let paging = match self.conns.get(relay).and_then(|conn| conn.subs.get(id)) {
-            Some(Sub::Req { paging, .. }) => paging.clone(),
-            _ => return,
-        };
-        self.replace_job(now, relay, id, Job::Page(Box::new(paging)));
-    }
-
-    /// A refused live REQ is sent again, unchanged, when the relay allows.
-    fn requeue_live(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
-        let Some(conn) = self.conns.get_mut(relay) else {
-            return;
-        };
-        if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
-            conn.forget_live(id);
-            conn.refused_live.push(filters);
-            conn.live_gap_since.get_or_insert(now.unix);
-        }
-    }
-
-    fn on_neg_msg(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId, message: &str) {
-        let Some(Sub::Negentropy {
-            batch,
-            filter,
-            session: Some(session),
-            answered,
-            ..
-        }) = self
-            .conns
-            .get_mut(relay)
-            .and_then(|conn| conn.subs.get_mut(id))
-        else {
-            return;
-        };
-        *answered = true;
-        let batch = *batch;
-        let step = session.step(message);
-        match step {
-            Ok(Step::Continue(next)) => {
-                self.progress(now, batch);
-                self.emit(Command::NegMsg {
-                    relay: relay.clone(),
-                    id: id.clone(),
-                    message: next,
-                });
-            }
-            Ok(Step::Done) => {
-                let need = std::mem::take(&mut session.need);
-                let filter = filter.clone();
-                debug!(%relay, missing = need.len(), "negentropy round finished");
-                self.stats.negentropy_rounds += 1;
-                self.emit(Command::NegClose {
-                    relay: relay.clone(),
-                    id: id.clone(),
-                });
-                // Another filter of the batch may have found the same ids
-                // missing (a reply tagging its root with both `e` and `E`):
-                // each id is fetched once per batch.
-                let need: Vec<_> = match self.batches.get_mut(&batch) {
-                    Some(info) => need
-                        .into_iter()
-                        .filter(|id| info.fetching.insert(*id))
-                        .collect(),
-                    None => need,
-                };
-                let jobs = self.fetch_jobs(relay, &filter, &need, 0);
-                self.add_jobs(relay, batch, jobs);
-                self.finish_job(now, relay, id);
-            }
-            Err(error) => {
-                let filter = filter.clone();
-                warn!(%relay, %error, "bad negentropy message; using REQ for this filter");
-                self.emit(Command::NegClose {
-                    relay: relay.clone(),
-                    id: id.clone(),
-                });
-                self.replace_job(now, relay, id, Job::Req(filter));
-            }
-        }
-    }
-
-    fn on_neg_err(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId, message: &str) {
-        let classified = classify(message);
-        let Some(Sub::Negentropy { filter, .. }) =
-            self.conns.get(relay).and_then(|conn| conn.subs.get(id))
-        else {
-            return;
-        };
-        let filter = filter.clone();
-        if self.note_limits(now, relay, &classified) {
-            self.replace_job(now, relay, id, Job::Negentropy(filter));
-        } else {
-            self.negentropy_refused(now, relay, id, message, false);
         }
     }
 }

@@ -1,0 +1,211 @@
+//! A batch's lifecycle: its jobs finishing, its events stored, confirmed
+//! (the one completion rule, [`BatchInfo::is_done`]) or failed and planned
+//! again.
+
+use nostr::prelude::{RelayUrl, SubscriptionId};
+use tracing::{debug, warn};
+
+use super::runtime::{Job, Purpose, QueuedJob, Sub};
+use super::{Command, SyncEngine};
+use crate::clock::Now;
+use crate::model::BatchId;
+
+impl SyncEngine {
+    /// Records progress of the batch a subscription belongs to.
+    pub(super) fn progress(&mut self, now: Now, batch: BatchId) {
+        if let Some(info) = self.batches.get_mut(&batch) {
+            info.last_progress = now.instant;
+        }
+    }
+
+    /// Removes a finished subscription slot; when its batch has no work
+    /// left, the batch is confirmed.
+    pub(super) fn finish_job(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
+        let Some(sub) = self
+            .conns
+            .get_mut(relay)
+            .and_then(|conn| conn.subs.shift_remove(id))
+        else {
+            return;
+        };
+        let Some(batch) = sub.batch() else {
+            return;
+        };
+        self.progress(now, batch);
+        let interval = self.config.uncovered_poll_interval;
+        let done = self.batches.get_mut(&batch).map(|info| {
+            info.jobs = info.jobs.saturating_sub(1);
+            (
+                info.is_done(),
+                info.jobs == 0 && info.purpose == Purpose::Poll,
+            )
+        });
+        let (done, polled) = match done {
+            Some((done, polled)) => (Some(done), polled),
+            None => (None, false),
+        };
+        if polled {
+            // The next poll does not wait for a slow store; it starts from
+            // where the last confirmed poll did.
+            if let Some(conn) = self.conns.get_mut(relay) {
+                conn.next_poll_at.get_or_insert(now.instant + interval);
+            }
+        }
+        if done == Some(true) {
+            self.complete_batch(now, relay, batch);
+        }
+    }
+
+    /// Counts events of `batch` handed to the store (`+1`) or answered
+    /// (`-1`); a batch whose jobs are done confirms with its last store.
+    pub(super) fn count_store(&mut self, now: Now, batch: BatchId, delta: i32) {
+        let Some(info) = self.batches.get_mut(&batch) else {
+            return;
+        };
+        info.stores = if delta >= 0 {
+            info.stores.saturating_add(delta.unsigned_abs() as usize)
+        } else {
+            info.stores.saturating_sub(delta.unsigned_abs() as usize)
+        };
+        if info.is_done() {
+            let relay = info.relay.clone();
+            self.complete_batch(now, &relay, batch);
+        }
+    }
+
+    /// Puts `job` back at the front of the queue in place of the slot `id`
+    /// (a refused or rate-limited subscription, a negentropy fallback). The
+    /// batch keeps the same amount of work.
+    pub(super) fn replace_job(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+        job: Job,
+    ) {
+        let Some(conn) = self.conns.get_mut(relay) else {
+            return;
+        };
+        let Some(batch) = conn.subs.shift_remove(id).and_then(|sub| sub.batch()) else {
+            return;
+        };
+        conn.queue.push_front(QueuedJob { batch, job });
+        self.progress(now, batch);
+    }
+
+    /// Adds jobs to a running batch, ahead of other queued work.
+    pub(super) fn add_jobs(&mut self, relay: &RelayUrl, batch: BatchId, jobs: Vec<Job>) {
+        if let Some(info) = self.batches.get_mut(&batch) {
+            info.jobs += jobs.len();
+        }
+        if let Some(conn) = self.conns.get_mut(relay) {
+            for job in jobs.into_iter().rev() {
+                conn.queue.push_front(QueuedJob { batch, job });
+            }
+        }
+    }
+
+    pub(super) fn complete_batch(&mut self, now: Now, relay: &RelayUrl, batch: BatchId) {
+        let Some(info) = self.batches.remove(&batch) else {
+            return;
+        };
+        let Some(pending) = self.pending.remove_batch(relay, batch) else {
+            return;
+        };
+        debug!(%relay, %batch, purpose = ?info.purpose, "batch confirmed");
+        self.stats.batches_confirmed += 1;
+        self.health.on_work_confirmed(relay);
+        let Some(state) = self.confirmed.get_mut(relay) else {
+            return;
+        };
+        match info.purpose {
+            Purpose::Items => state.confirm(&pending.items),
+            Purpose::Layer1 => state.announcements_synced = true,
+            Purpose::CatchUp | Purpose::Gap => {}
+            Purpose::Poll => {
+                if let Some(conn) = self.conns.get_mut(relay) {
+                    conn.poll_from = Some(info.started_unix);
+                    conn.next_poll_at = Some(now.instant + self.config.uncovered_poll_interval);
+                }
+            }
+        }
+    }
+
+    /// Fails a batch: closes its subscriptions, drops its queued jobs and
+    /// schedules its work to be planned again.
+    pub(super) fn fail_batch(&mut self, now: Now, relay: &RelayUrl, batch: BatchId, reason: &str) {
+        let Some(info) = self.batches.remove(&batch) else {
+            return;
+        };
+        warn!(%relay, %batch, reason, "batch failed; its items will be planned again");
+        self.stats.batches_failed += 1;
+        self.pending.remove_batch(relay, batch);
+        if let Some(conn) = self.conns.get_mut(relay) {
+            conn.queue.retain(|queued| queued.batch != batch);
+            let ids: Vec<SubscriptionId> = conn
+                .subs
+                .iter()
+                .filter(|(_, sub)| sub.batch() == Some(batch))
+                .map(|(id, _)| id.clone())
+                .collect();
+            let closing: Vec<(SubscriptionId, Sub)> = ids
+                .into_iter()
+                .filter_map(|id| conn.subs.shift_remove(&id).map(|sub| (id, sub)))
+                .collect();
+            for (id, sub) in closing {
+                self.send_close(relay, id, &sub);
+            }
+        }
+        let retry_at = now.instant + self.retry_delay(relay);
+        match info.purpose {
+            Purpose::Items => self.knowledge(relay).replan_at = Some(retry_at),
+            Purpose::Layer1 => self.knowledge(relay).layer1_retry_at = Some(retry_at),
+            Purpose::CatchUp => {
+                // The gap was not caught up: sync those items fully again.
+                if let Some(state) = self.confirmed.get_mut(relay) {
+                    state.repos.clear();
+                    state.root_events.clear();
+                }
+                self.knowledge(relay).replan_at = Some(retry_at);
+            }
+            Purpose::Gap => {
+                // Live coverage is rebuilt later, catching up again from
+                // the same moment.
+                if let (Some(conn), Some(from)) = (self.conns.get_mut(relay), info.covers_from) {
+                    conn.live_gap_since =
+                        Some(conn.live_gap_since.map_or(from, |gap| gap.min(from)));
+                }
+                self.knowledge(relay).rebuild_live_at = Some(retry_at);
+            }
+            Purpose::Poll => {
+                // `poll_from` stays: the next poll covers this one's span.
+                if let Some(conn) = self.conns.get_mut(relay) {
+                    conn.next_poll_at = Some(retry_at);
+                }
+            }
+        }
+    }
+
+    /// Tells the relay a slot is no longer wanted.
+    pub(super) fn send_close(&mut self, relay: &RelayUrl, id: SubscriptionId, sub: &Sub) {
+        match sub {
+            Sub::Negentropy { session: None, .. } => {}
+            Sub::Negentropy { .. } => self.emit(Command::NegClose {
+                relay: relay.clone(),
+                id,
+            }),
+            _ => self.emit(Command::Unsubscribe {
+                relay: relay.clone(),
+                id,
+            }),
+        }
+    }
+
+    /// `true` while a job of `batch` holds a subscription slot on `relay`
+    /// (queued jobs wait for a slot and do not time out).
+    pub(super) fn has_running_job(&self, relay: &RelayUrl, batch: BatchId) -> bool {
+        self.conns
+            .get(relay)
+            .is_some_and(|conn| conn.subs.values().any(|sub| sub.batch() == Some(batch)))
+    }
+}

@@ -1,0 +1,135 @@
+//! Catching up by `since`: a quick reconnect's catch-up, the gap of live
+//! coverage that waited, and the periodic poll of filters that do not fit.
+
+use crate::filters::{layer2_and_layer3_filters, FilterMode};
+
+use nostr::prelude::{Filter, RelayUrl, Timestamp};
+use tracing::debug;
+
+use super::runtime::{Job, Purpose};
+use super::SyncEngine;
+use crate::clock::Now;
+use crate::model::{PendingItems, SyncMethod};
+
+impl SyncEngine {
+    /// Live filters that open late: what was published since the coverage
+    /// started waiting (minus the quick-reconnect window) is fetched by a
+    /// paginated `since` catch-up, so nothing published in the gap is missed.
+    pub(super) fn catch_up_gap(&mut self, now: Now, relay: &RelayUrl, filters: &[Filter]) {
+        let window = self.config.quick_reconnect_window.as_secs();
+        let Some(gap_since) = self.conns.get(relay).and_then(|conn| conn.live_gap_since) else {
+            return;
+        };
+        let since = Timestamp::from_secs(
+            gap_since
+                .as_secs()
+                .saturating_sub(window)
+                .min(now.unix.as_secs()),
+        );
+        let jobs = self.poll_jobs(relay, filters, since);
+        let batch = self.start_batch(
+            now,
+            relay,
+            Purpose::Gap,
+            Default::default(),
+            crate::model::SyncMethod::ReqEose,
+            jobs,
+        );
+        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+            info.covers_from = Some(gap_since);
+        }
+    }
+
+    /// What `filters` (live ones) match from `since` on, packed into as few
+    /// REQs as the relay's limits allow, each filter with the page limit (so
+    /// a clamp is seen and paged).
+    pub(super) fn poll_jobs(
+        &self,
+        relay: &RelayUrl,
+        filters: &[Filter],
+        since: Timestamp,
+    ) -> Vec<Job> {
+        let limit = self.page_limit(relay);
+        let filters = filters
+            .iter()
+            .cloned()
+            .map(|mut filter| {
+                filter.limit = Some(limit);
+                filter.since = Some(since);
+                filter
+            })
+            .collect();
+        super::frames::pack_filters(
+            filters,
+            self.filters_per_req(relay),
+            self.frame_budget(relay),
+        )
+        .into_iter()
+        .map(Job::Poll)
+        .collect()
+    }
+
+    /// Quick reconnect: catch up the confirmed items from `since`.
+    pub(super) fn start_catch_up(&mut self, now: Now, relay: &RelayUrl, since: Timestamp) {
+        let Some(state) = self.confirmed.get(relay) else {
+            return;
+        };
+        let items = PendingItems {
+            repos: state.repos.clone(),
+            root_events: state.root_events.clone(),
+        };
+        let mode = FilterMode::Historic { since: Some(since) };
+        let jobs: Vec<Job> = layer2_and_layer3_filters(&items, self.config.chunk_size, mode)
+            .into_iter()
+            .map(Job::Req)
+            .collect();
+        if !jobs.is_empty() {
+            self.start_batch(
+                now,
+                relay,
+                Purpose::CatchUp,
+                PendingItems::default(),
+                SyncMethod::ReqEose,
+                jobs,
+            );
+        }
+    }
+
+    /// Starts the `since` poll of every relay whose uncovered live filters
+    /// are due.
+    pub(super) fn run_polls(&mut self, now: Now) {
+        let due: Vec<RelayUrl> = self
+            .conns
+            .iter()
+            .filter(|(_, conn)| conn.next_poll_at.is_some_and(|at| at <= now.instant))
+            .map(|(relay, _)| relay.clone())
+            .collect();
+        let window = self.config.quick_reconnect_window.as_secs();
+        for relay in due {
+            let Some(conn) = self.conns.get_mut(&relay) else {
+                continue;
+            };
+            conn.next_poll_at = None;
+            if conn.uncovered.is_empty() {
+                continue;
+            }
+            let from = conn.poll_from.unwrap_or(now.unix);
+            let since = Timestamp::from_secs(from.as_secs().saturating_sub(window));
+            let filters: Vec<Filter> = conn.uncovered.iter().cloned().collect();
+            debug!(%relay, filters = filters.len(), "polling live filters that do not fit");
+            self.stats.uncovered_polls += 1;
+            let jobs = self.poll_jobs(&relay, &filters, since);
+            let batch = self.start_batch(
+                now,
+                &relay,
+                Purpose::Poll,
+                PendingItems::default(),
+                SyncMethod::ReqEose,
+                jobs,
+            );
+            if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+                info.covers_from = Some(from);
+            }
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! NIP-77: opening a reconciliation with the store's items, its rounds,
+//! fetching what it found missing, and a relay's refusal of it.
+
+use super::classify::classify;
+
+use nostr::prelude::{EventId, Filter, RelayUrl, SubscriptionId, Timestamp};
+use tracing::{debug, warn};
+
+use super::runtime::{Job, Sub};
+use super::session::{NegSession, Step};
+use super::{Command, SyncEngine};
+use crate::clock::Now;
+
+impl SyncEngine {
+    /// The store answered with our items for a negentropy session: open it.
+    pub(super) fn open_negentropy(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+        items: &[(EventId, Timestamp)],
+    ) {
+        let budget = self.frame_budget(relay);
+        let configured = self.config.negentropy_frame_size_limit;
+        let Some(Sub::Negentropy {
+            filter, session, ..
+        }) = self.conns.get(relay).and_then(|conn| conn.subs.get(id))
+        else {
+            return;
+        };
+        if session.is_some() {
+            return;
+        }
+        let filter = filter.clone();
+        if !self.rate_allows(now, relay) {
+            // The store answered during a rate-limit cooldown: wait for it.
+            self.replace_job(now, relay, id, Job::Negentropy(filter));
+            return;
+        }
+        let Some(Sub::Negentropy {
+            filter,
+            session,
+            opened_at,
+            ..
+        }) = self
+            .conns
+            .get_mut(relay)
+            .and_then(|conn| conn.subs.get_mut(id))
+        else {
+            return;
+        };
+        // `None` cannot happen (checked when the job started), but the
+        // budget may have shrunk since: fall back to REQ then.
+        let Some(frame_size_limit) =
+            super::frames::negentropy_frame_limit(budget, filter, configured)
+        else {
+            let filter = filter.clone();
+            self.replace_job(now, relay, id, Job::Req(filter));
+            return;
+        };
+        match NegSession::start(items, frame_size_limit) {
+            Ok((started, initial_message)) => {
+                *session = Some(started);
+                *opened_at = now.instant;
+                let filter = filter.clone();
+                self.emit(Command::NegOpen {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                    filter,
+                    initial_message,
+                });
+            }
+            Err(error) => {
+                warn!(%relay, %error, "cannot start negentropy; using REQ");
+                let filter = filter.clone();
+                self.replace_job(now, relay, id, Job::Req(filter));
+            }
+        }
+    }
+
+    /// The relay refused NIP-77 (NEG-ERR, a NOTICE, CLOSED on the session id,
+    /// or silence): remember it, warn once, and sync the filter by REQ.
+    pub(super) fn negentropy_refused(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+        reason: &str,
+        send_close: bool,
+    ) {
+        let Some(Sub::Negentropy {
+            filter, session, ..
+        }) = self.conns.get(relay).and_then(|conn| conn.subs.get(id))
+        else {
+            return;
+        };
+        let filter = filter.clone();
+        let opened = session.is_some();
+        let known = self.knowledge(relay);
+        if !known.negentropy_refused {
+            known.negentropy_refused = true;
+            self.stats.negentropy_refusals += 1;
+            warn!(%relay, reason, "relay refused NIP-77; falling back to REQ+EOSE");
+        }
+        if send_close && opened {
+            self.emit(Command::NegClose {
+                relay: relay.clone(),
+                id: id.clone(),
+            });
+        }
+        self.replace_job(now, relay, id, Job::Req(filter));
+    }
+
+    /// Fetch jobs for ids a negentropy round found missing, restricted to the
+    /// reconciled filter so a relay cannot slip other events in.
+    /// Chunks are as large as the configured fetch chunk and the relay's
+    /// frame budget allow.
+    pub(super) fn fetch_jobs(
+        &self,
+        relay: &RelayUrl,
+        filter: &Filter,
+        need: &[EventId],
+        fruitless: u32,
+    ) -> Vec<Job> {
+        let mut base = filter.clone();
+        // `Filter::ids` adds to the ids already there: start afresh.
+        base.ids = None;
+        base.limit = None;
+        base.until = None;
+        base.since = None;
+        let fit = super::frames::ids_per_fetch(self.frame_budget(relay), &base);
+        need.chunks(self.config.fetch_chunk.min(fit).max(1))
+            .map(|chunk| Job::Fetch {
+                filter: base.clone().ids(chunk.iter().copied()),
+                fruitless,
+            })
+            .collect()
+    }
+
+    pub(super) fn on_neg_msg(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+        message: &str,
+    ) {
+        let Some(Sub::Negentropy {
+            batch,
+            filter,
+            session: Some(session),
+            answered,
+            ..
+        }) = self
+            .conns
+            .get_mut(relay)
+            .and_then(|conn| conn.subs.get_mut(id))
+        else {
+            return;
+        };
+        *answered = true;
+        let batch = *batch;
+        let step = session.step(message);
+        match step {
+            Ok(Step::Continue(next)) => {
+                self.progress(now, batch);
+                self.emit(Command::NegMsg {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                    message: next,
+                });
+            }
+            Ok(Step::Done) => {
+                let need = std::mem::take(&mut session.need);
+                let filter = filter.clone();
+                debug!(%relay, missing = need.len(), "negentropy round finished");
+                self.stats.negentropy_rounds += 1;
+                self.emit(Command::NegClose {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                });
+                // Another filter of the batch may have found the same ids
+                // missing (a reply tagging its root with both `e` and `E`):
+                // each id is fetched once per batch.
+                let need: Vec<_> = match self.batches.get_mut(&batch) {
+                    Some(info) => need
+                        .into_iter()
+                        .filter(|id| info.fetching.insert(*id))
+                        .collect(),
+                    None => need,
+                };
+                let jobs = self.fetch_jobs(relay, &filter, &need, 0);
+                self.add_jobs(relay, batch, jobs);
+                self.finish_job(now, relay, id);
+            }
+            Err(error) => {
+                let filter = filter.clone();
+                warn!(%relay, %error, "bad negentropy message; using REQ for this filter");
+                self.emit(Command::NegClose {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                });
+                self.replace_job(now, relay, id, Job::Req(filter));
+            }
+        }
+    }
+
+    pub(super) fn on_neg_err(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+        message: &str,
+    ) {
+        let classified = classify(message);
+        let Some(Sub::Negentropy { filter, .. }) =
+            self.conns.get(relay).and_then(|conn| conn.subs.get(id))
+        else {
+            return;
+        };
+        let filter = filter.clone();
+        if self.note_limits(now, relay, &classified) {
+            self.replace_job(now, relay, id, Job::Negentropy(filter));
+        } else {
+            self.negentropy_refused(now, relay, id, message, false);
+        }
+    }
+}

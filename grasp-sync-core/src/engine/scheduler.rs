@@ -1,0 +1,229 @@
+//! Starting work within a relay's limits: live subscriptions within the
+//! live slots, historic jobs in the rest, each job's first frame.
+
+use super::live::LiveList;
+use std::collections::HashSet;
+
+use nostr::prelude::{EventId, RelayUrl};
+
+use super::runtime::{Job, QueuedJob, Sub};
+use super::{Command, SyncEngine};
+use crate::clock::Now;
+use crate::pagination::PaginationState;
+
+impl SyncEngine {
+    /// Starts waiting live subscriptions and queued jobs while the relay is
+    /// not rate-limited and has free subscription slots.
+    pub(super) fn pump(&mut self, now: Now, relay: &RelayUrl) {
+        self.resend_refused_live(now, relay);
+        let live_slots = self.live_slots(relay);
+        let (waiting_live, no_live, over, polling) = match self.conns.get_mut(relay) {
+            Some(conn) => (
+                std::mem::take(&mut conn.deferred_live),
+                conn.live_count() == 0 && conn.refused_live.is_empty(),
+                conn.live_count() + conn.refused_live.len() > live_slots,
+                !conn.uncovered.is_empty(),
+            ),
+            None => return,
+        };
+        // Layer 1 live went with a consolidation that found no slot, or the
+        // live slots shrank (limits told or learned after connecting): cover
+        // everything again within them.
+        let rebuild = (no_live && !polling) || over;
+        let can = self.rate_allows(now, relay) && (live_slots == 0 || self.may_open(now, relay));
+        if rebuild && can {
+            self.rebuild_live(now, relay, &waiting_live);
+        } else if !waiting_live.is_empty() {
+            self.add_live(now, relay, &waiting_live);
+        }
+        let rebuild_waiting = self
+            .known
+            .get(relay)
+            .is_some_and(|known| known.rebuild_live_at.is_some());
+        if let Some(conn) = self.conns.get_mut(relay) {
+            if conn.deferred_live.is_empty() && conn.refused_live.is_empty() && !rebuild_waiting {
+                conn.live_gap_since = None;
+            }
+        }
+        while self.may_open_historic(now, relay) {
+            let Some(queued) = self
+                .conns
+                .get_mut(relay)
+                .and_then(|conn| conn.queue.pop_front())
+            else {
+                return;
+            };
+            self.start_job(now, relay, queued);
+        }
+    }
+
+    /// `true` if one more historic job may start on `relay`: it leaves room
+    /// for the live REQs that are open or waiting (up to the live slots) and
+    /// the rate allows.
+    pub(super) fn may_open_historic(&mut self, now: Now, relay: &RelayUrl) -> bool {
+        let limit = self.sub_limit(relay);
+        let live_slots = self.live_slots(relay);
+        let Some(conn) = self.conns.get(relay) else {
+            return false;
+        };
+        let live = conn.live_count();
+        let live_reserved = live_slots.min(live + conn.refused_live.len());
+        let historic = conn.subs.len().saturating_sub(live);
+        // Backpressure: a store that falls behind holds new historic work.
+        let store_keeps_up = self.stores.in_flight() < self.config.max_unconfirmed_stores;
+        historic + live_reserved < limit && store_keeps_up && self.may_open(now, relay)
+    }
+
+    /// `true` if one more live subscription may be opened on `relay`: a
+    /// free live slot (the historic ones stay free) and the rate allows.
+    pub(super) fn may_open_live(&mut self, now: Now, relay: &RelayUrl) -> bool {
+        let live_slots = self.live_slots(relay);
+        let free = self
+            .conns
+            .get(relay)
+            .is_some_and(|conn| conn.live_count() < live_slots);
+        free && self.may_open(now, relay)
+    }
+
+    /// Sends live REQs the relay refused again, as far as it allows.
+    pub(super) fn resend_refused_live(&mut self, now: Now, relay: &RelayUrl) {
+        while self.may_open_live(now, relay) {
+            let Some(filters) = self
+                .conns
+                .get_mut(relay)
+                .and_then(|conn| conn.refused_live.pop())
+            else {
+                return;
+            };
+            self.open_live(now, relay, filters, LiveList::Base);
+        }
+    }
+
+    pub(super) fn start_job(&mut self, now: Now, relay: &RelayUrl, queued: QueuedJob) {
+        let QueuedJob { batch, job } = queued;
+        let budget = self.frame_budget(relay);
+        let frame_limit = self.config.negentropy_frame_size_limit;
+        let job = match job {
+            Job::Negentropy(filter) if self.knowledge(relay).negentropy_refused => Job::Req(filter),
+            Job::Negentropy(filter)
+                if super::frames::negentropy_frame_limit(budget, &filter, frame_limit)
+                    .is_none() =>
+            {
+                Job::Req(filter)
+            }
+            job => job,
+        };
+        let (id, sub) = match job {
+            Job::Req(filter) => {
+                // A filter too large for the relay's frames (a long list of
+                // repositories) is split; the parts join the batch.
+                let mut parts =
+                    super::frames::split_to_fit(filter, super::frames::req_room(budget));
+                let mut filter = parts.remove(0);
+                if !parts.is_empty() {
+                    self.add_jobs(relay, batch, parts.into_iter().map(Job::Req).collect());
+                }
+                if filter.limit.is_none() {
+                    filter.limit = Some(self.page_limit(relay));
+                }
+                let id = self.next_sub_id("req");
+                self.emit(Command::Subscribe {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                    filters: vec![filter.clone()],
+                });
+                (
+                    id,
+                    Sub::Req {
+                        batch,
+                        paging: PaginationState::new(filter),
+                    },
+                )
+            }
+            Job::Page(paging) => {
+                let id = self.next_sub_id("req");
+                self.emit(Command::Subscribe {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                    filters: vec![paging.current_filter()],
+                });
+                (
+                    id,
+                    Sub::Req {
+                        batch,
+                        paging: *paging,
+                    },
+                )
+            }
+            Job::Negentropy(filter) => {
+                let id = self.next_sub_id("neg");
+                self.emit(Command::QueryLocalItems {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                    filter: filter.clone(),
+                });
+                let sub = Sub::Negentropy {
+                    batch,
+                    filter,
+                    session: None,
+                    answered: false,
+                    opened_at: now.instant,
+                };
+                (id, sub)
+            }
+            Job::Fetch { filter, fruitless } => {
+                let id = self.next_sub_id("fetch");
+                let missing: HashSet<EventId> =
+                    filter.ids.clone().unwrap_or_default().into_iter().collect();
+                self.emit(Command::Subscribe {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                    filters: vec![filter.clone()],
+                });
+                (
+                    id,
+                    Sub::Fetch {
+                        batch,
+                        filter,
+                        missing,
+                        fruitless,
+                    },
+                )
+            }
+            Job::Poll(filters) => {
+                let id = self.next_sub_id("poll");
+                self.emit(Command::Subscribe {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                    filters: filters.clone(),
+                });
+                let pages = filters.iter().cloned().map(PaginationState::new).collect();
+                (
+                    id,
+                    Sub::Poll {
+                        batch,
+                        filters,
+                        pages,
+                    },
+                )
+            }
+        };
+        if let Some(conn) = self.conns.get_mut(relay) {
+            conn.subs.insert(id.clone(), sub);
+            conn.last_opened = Some(id.clone());
+        }
+        self.progress(now, batch);
+    }
+
+    /// The `limit` of a historic page on `relay`.
+    pub(super) fn page_limit(&self, relay: &RelayUrl) -> usize {
+        let told = self
+            .known
+            .get(relay)
+            .and_then(|known| known.limits.max_limit);
+        told.map_or(self.config.page_limit, |max| {
+            max.min(self.config.page_limit)
+        })
+        .max(1)
+    }
+}

@@ -1,0 +1,133 @@
+//! What the engine reports about itself: counters, and what is open and
+//! waiting on each relay.
+
+use nostr::prelude::RelayUrl;
+
+use super::SyncEngine;
+
+/// Counters of what the engine did and dropped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Events handed to the store.
+    pub events_accepted: u64,
+    /// Events dropped because the id or signature did not verify.
+    pub dropped_forged: u64,
+    /// Events dropped because they matched no filter of their subscription.
+    pub dropped_off_filter: u64,
+    /// Events on a subscription we do not have open.
+    pub dropped_unknown_subscription: u64,
+    /// Batches confirmed.
+    pub batches_confirmed: u64,
+    /// Batches failed (and planned again).
+    pub batches_failed: u64,
+    /// Relays that refused NIP-77 and are synced by REQ+EOSE.
+    pub negentropy_refusals: u64,
+    /// Negentropy rounds completed.
+    pub negentropy_rounds: u64,
+    /// Seconds that held a full page (of a plausible relay page size) during
+    /// REQ pagination: events beyond the page may be missing.
+    pub crowded_seconds: u64,
+    /// Rate-limit signals received.
+    pub rate_limits: u64,
+    /// Subscription-limit refusals received.
+    pub subscription_refusals: u64,
+    /// Consolidations of live subscriptions.
+    pub consolidations: u64,
+    /// Relays dropped because nothing is left to sync from them.
+    pub relays_dropped: u64,
+    /// Ids a relay's negentropy set held but fetches did not return, after
+    /// every retry.
+    pub fetch_missing: u64,
+    /// Fetches of missing ids asked again because they brought nothing new.
+    pub fetch_retries: u64,
+    /// Events the store reported newly stored.
+    pub events_stored: u64,
+    /// Store answers that asked for a retry (`rate-limited:`, `error:`,
+    /// failures, timeouts).
+    pub store_retries: u64,
+    /// Events the store refused for good.
+    pub store_refused: u64,
+    /// Times a relay's frame budget was lowered after it dropped the
+    /// connection right after a large frame.
+    pub frame_budget_lowered: u64,
+    /// Polls of items whose live subscription did not fit a relay's limits.
+    pub uncovered_polls: u64,
+    /// Negentropy sessions replaced by REQ because the store could not list
+    /// its items.
+    pub local_items_failures: u64,
+    /// Inputs that did not fit the engine's state (a message from a relay
+    /// not connected, a store answer for an event not waiting …), logged at
+    /// `debug` and ignored.
+    pub inputs_ignored: u64,
+    /// Relay URLs from announcements refused by the relay policy.
+    pub relays_refused: u64,
+}
+
+/// How a relay's live coverage stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LiveMode {
+    /// Every item has a live subscription.
+    #[default]
+    Full,
+    /// The relay's subscription and frame limits cannot hold live filters for
+    /// every item: `uncovered_filters` of them are polled with a `since`
+    /// catch-up every [`EngineConfig::uncovered_poll_interval`].
+    Polling {
+        /// Live filters that did not fit.
+        uncovered_filters: usize,
+    },
+}
+
+/// What is open and waiting on one connected relay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RelayActivity {
+    /// Subscriptions and negentropy sessions open (or reserved).
+    pub open_subscriptions: usize,
+    /// Live subscriptions among them.
+    pub live_subscriptions: usize,
+    /// Historic jobs waiting for a slot.
+    pub queued_jobs: usize,
+    /// Items whose live subscription waits.
+    pub deferred_live_items: usize,
+    /// The subscription limit in force.
+    pub subscription_limit: usize,
+    /// Slots live subscriptions may take (the rest is kept for history).
+    pub live_slots: usize,
+    /// The largest frame sent to the relay, in bytes.
+    pub frame_budget: usize,
+    /// Whether every item is covered live or some are polled.
+    pub live_mode: LiveMode,
+}
+
+impl SyncEngine {
+    /// What is open and waiting on `relay`, if connected.
+    pub fn relay_activity(&self, relay: &RelayUrl) -> Option<RelayActivity> {
+        let conn = self.conns.get(relay)?;
+        let live_mode = match conn.uncovered.len() {
+            0 => LiveMode::Full,
+            uncovered_filters => LiveMode::Polling { uncovered_filters },
+        };
+        Some(RelayActivity {
+            open_subscriptions: conn.subs.len(),
+            live_subscriptions: conn.live_count(),
+            queued_jobs: conn.queue.len(),
+            deferred_live_items: conn.deferred_live.len(),
+            subscription_limit: self.sub_limit(relay),
+            live_slots: self.live_slots(relay),
+            frame_budget: self.frame_budget(relay),
+            live_mode,
+        })
+    }
+
+    /// Events handed to the store and not confirmed yet (answered or
+    /// waiting for a retry).
+    pub fn unconfirmed_stores(&self) -> usize {
+        self.stores.in_flight()
+    }
+
+    /// Events the store refused for now, waiting for their retry.
+    pub fn store_retries_waiting(&self) -> usize {
+        self.stores.retrying()
+    }
+}

@@ -1,0 +1,124 @@
+//! Timeouts and delayed work: batches without progress, silent relays,
+//! unanswered NEG-OPENs, and the retries whose delay is over.
+
+use nostr::prelude::{RelayUrl, SubscriptionId};
+
+use super::runtime::Sub;
+use super::SyncEngine;
+use crate::clock::{Instant, Now};
+use crate::model::BatchId;
+
+impl SyncEngine {
+    /// Fails batches without progress and treats unanswered NEG-OPENs as
+    /// refusals.
+    pub(super) fn expire_batches(&mut self, now: Now) {
+        let timeout = self.config.batch_timeout;
+        let stalled: Vec<(RelayUrl, BatchId)> = self
+            .batches
+            .iter()
+            .filter(|(_, info)| info.last_progress + timeout <= now.instant)
+            .filter(|(batch, info)| self.has_running_job(&info.relay, **batch))
+            .map(|(batch, info)| (info.relay.clone(), *batch))
+            .collect();
+        for (relay, batch) in stalled {
+            let silent = self
+                .conns
+                .get(&relay)
+                .is_some_and(|conn| conn.last_heard + timeout <= now.instant);
+            if silent {
+                self.drop_silent_connection(now, &relay);
+            } else {
+                self.fail_batch(now, &relay, batch, "no progress before the batch timeout");
+            }
+        }
+        let unanswered_live: Vec<RelayUrl> = self
+            .conns
+            .iter()
+            .filter(|(_, conn)| conn.last_heard + timeout <= now.instant)
+            .filter(|(_, conn)| {
+                conn.subs.values().any(|sub| {
+                    matches!(sub, Sub::Live { answered: false, opened_at, .. }
+                        if *opened_at + timeout <= now.instant)
+                })
+            })
+            .map(|(relay, _)| relay.clone())
+            .collect();
+        for relay in unanswered_live {
+            self.drop_silent_connection(now, &relay);
+        }
+        let negentropy_timeout = self.config.negentropy_timeout;
+        let silent: Vec<(RelayUrl, SubscriptionId)> = self
+            .conns
+            .iter()
+            .flat_map(|(relay, conn)| {
+                conn.subs.iter().filter_map(move |(id, sub)| match sub {
+                    Sub::Negentropy {
+                        session: Some(_),
+                        answered: false,
+                        opened_at,
+                        ..
+                    } if *opened_at + negentropy_timeout <= now.instant => {
+                        Some((relay.clone(), id.clone()))
+                    }
+                    _ => None,
+                })
+            })
+            .collect();
+        for (relay, id) in silent {
+            self.negentropy_refused(now, &relay, &id, "no answer to NEG-OPEN", true);
+        }
+    }
+
+    /// Deadlines of batch timeouts.
+    pub(super) fn batch_deadlines(&self) -> Vec<Option<Instant>> {
+        let timeout = self.config.batch_timeout;
+        self.batches
+            .iter()
+            .filter(|(batch, info)| self.has_running_job(&info.relay, **batch))
+            .map(|(_, info)| Some(info.last_progress + timeout))
+            .chain(self.conns.values().flat_map(|conn| {
+                conn.subs.values().filter_map(move |sub| match sub {
+                    Sub::Live {
+                        answered: false,
+                        opened_at,
+                        ..
+                    } => Some(Some((*opened_at).max(conn.last_heard) + timeout)),
+                    _ => None,
+                })
+            }))
+            .collect()
+    }
+
+    /// Re-plans failed items, retries Layer 1, rebuilds refused live
+    /// subscriptions, when their delays are over.
+    pub(super) fn run_retries(&mut self, now: Now) {
+        let relays: Vec<RelayUrl> = self.known.keys().cloned().collect();
+        for relay in relays {
+            let known = self.knowledge(&relay);
+            let replan = known.replan_at.is_some_and(|at| at <= now.instant);
+            let layer1 = known.layer1_retry_at.is_some_and(|at| at <= now.instant);
+            let live = known.rebuild_live_at.is_some_and(|at| at <= now.instant);
+            if replan {
+                known.replan_at = None;
+            }
+            if layer1 {
+                known.layer1_retry_at = None;
+            }
+            if live {
+                known.rebuild_live_at = None;
+            }
+            if !self.conns.contains_key(&relay) {
+                continue;
+            }
+            if layer1 {
+                self.start_layer1(now, &relay, None);
+            }
+            if live {
+                self.rebuild_live(now, &relay, &Default::default());
+            }
+            if replan {
+                self.plan_relay(now, &relay);
+            }
+        }
+    }
+}
