@@ -34,8 +34,22 @@ use crate::connection::{Dialer, Inbound, WsTransport};
 use crate::metrics::Metrics;
 use crate::status::SyncStatus;
 use own_relay::OwnConnection;
-use runner::{Connections, Runner};
+use runner::Connections;
 use store_worker::store_worker;
+
+/// The run loop's state.
+struct Runner {
+    engine: SyncEngine,
+    clock: TokioClock,
+    connections: Connections,
+    store_task: JoinSet<()>,
+    metrics: Metrics,
+    own: Option<OwnConnection>,
+    summary: Summary,
+    status: watch::Sender<SyncStatus>,
+    /// When the status was last refreshed.
+    status_at: tokio::time::Instant,
+}
 
 /// Runs GRASP-02 proactive sync against real relays.
 ///

@@ -12,7 +12,7 @@ use grasp_sync_core::transport::RelayTransport;
 use nostr::prelude::{Filter, RelayMessage, RelayUrl, SubscriptionId};
 use tracing::warn;
 
-use super::runner::Runner;
+use super::Runner;
 use crate::connection::{Report, WsTransport};
 
 const OWN_LIVE: &str = "grasp-sync-own-live";

@@ -8,19 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grasp_sync_core::clock::{Clock, Now};
-use grasp_sync_core::engine::{CommandSink, SyncEngine};
+use grasp_sync_core::engine::CommandSink;
 use grasp_sync_core::transport::RelayTransport;
 use nostr::prelude::{Event, Filter, RelayUrl, SubscriptionId};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use super::own_relay::OwnConnection;
 use super::store_worker::StoreJob;
 use super::summary::Summary;
-use crate::clock::TokioClock;
+use super::Runner;
 use crate::connection::{Dialer, Inbound, Report, SentCounter, WsTransport};
-use crate::metrics::Metrics;
 use crate::status::SyncStatus;
 
 /// The shortest interval between two status snapshots.
@@ -35,20 +34,6 @@ pub(super) struct Connections {
     pub(super) sent: Arc<AtomicU64>,
     pub(super) bytes_sent: prometheus::IntCounterVec,
     pub(super) connection_attempts: prometheus::IntCounterVec,
-}
-
-/// The run loop's state.
-pub(super) struct Runner {
-    pub(super) engine: SyncEngine,
-    pub(super) clock: TokioClock,
-    pub(super) connections: Connections,
-    pub(super) store_task: JoinSet<()>,
-    pub(super) metrics: Metrics,
-    pub(super) own: Option<OwnConnection>,
-    pub(super) summary: Summary,
-    pub(super) status: watch::Sender<SyncStatus>,
-    /// When the status was last refreshed.
-    pub(super) status_at: tokio::time::Instant,
 }
 
 impl Connections {

@@ -10,7 +10,7 @@ use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId, Timestamp
 use tokio::sync::{mpsc, watch};
 use tracing::debug;
 
-use super::runner::Runner;
+use super::Runner;
 
 /// Work for the store task.
 pub(super) enum StoreJob {
