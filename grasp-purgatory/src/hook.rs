@@ -10,7 +10,7 @@
 //! # async fn wire(
 //! #     store: std::sync::Arc<grasp_sync_core::store::MemoryEventStore>,
 //! #     announcements: std::sync::Arc<grasp_purgatory::MemoryAnnouncements>,
-//! # ) -> Result<(), grasp_purgatory::BuildError> {
+//! # ) -> Result<(), grasp_purgatory::PurgatoryBuildError> {
 //! use std::sync::Arc;
 //! use grasp_purgatory::{Purgatory, PurgatoryGate, StoreSink};
 //!
@@ -18,8 +18,7 @@
 //!     .announcements(announcements)
 //!     .repos_root("/srv/git")
 //!     .sink(Arc::new(StoreSink::new(Arc::clone(&store))))
-//!     .build()
-//!     .await?;
+//!     .build()?;
 //! let gate = PurgatoryGate::new(store, purgatory.clone());
 //! // SyncManager::builder().store(Arc::new(gate)) ... ; tokio::spawn(purgatory.run())
 //! # Ok(()) }

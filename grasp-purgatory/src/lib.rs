@@ -12,9 +12,12 @@
 //!   (debounce 3 min for user-submitted events, 500 ms for synced ones; backoff 20 s,
 //!   40 s, 80 s, then 2 min), expiry after 30 min (reported), persistence to a file.
 //! - [`ThrottleManager`]: per-domain limits (5 in flight, 30 per minute) and queues of
-//!   identifiers waiting for a throttled domain, served when capacity frees.
+//!   identifiers waiting for a throttled domain. It decides capacity only and yields
+//!   the core's [`QueueStep`](grasp_sync_core::purgatory::QueueStep)s
+//!   ([`ThrottleManager::poll_step`]); the purgatory's loop serves them.
 //! - [`sync_identifier`], [`sync_identifier_next_url`], [`sync_identifier_from_url`]: the
-//!   spec's sync functions over any [`SyncContext`](grasp_sync_core::purgatory::SyncContext).
+//!   spec's sync functions over any [`SyncContext`](grasp_sync_core::purgatory::SyncContext);
+//!   [`serve_queued_identifier`]: one turn of a domain's queue.
 //! - [`GitSyncContext`] and [`GitFetcher`]: the real context, fetching exact objects with
 //!   the git command line, safely (see [`git`]).
 //! - [`PurgatoryGate`]: wiring to `grasp-sync-tokio`, so events arriving by proactive
@@ -26,6 +29,32 @@
 //! `purgatory_sync_oids_fetched_total`, `purgatory_domain_in_flight`,
 //! `purgatory_domain_requests_total`, plus `purgatory_events_held`,
 //! `purgatory_events_released_total` and `purgatory_events_expired_total`.
+//!
+//! Building and driving one (see [`Purgatory`] for a longer example):
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use grasp_purgatory::{ChannelSink, MemoryAnnouncements, Purgatory, PurgatoryBuildError};
+//!
+//! # async fn demo() -> Result<(), PurgatoryBuildError> {
+//! let (sink, _outputs) = ChannelSink::new();
+//! let purgatory = Purgatory::builder()
+//!     .announcements(Arc::new(MemoryAnnouncements::new()))
+//!     .repos_root("/srv/git")
+//!     .sink(Arc::new(sink))
+//!     .from_env()?
+//!     .build()?;
+//! tokio::spawn({
+//!     let purgatory = purgatory.clone();
+//!     async move { purgatory.run().await }
+//! });
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The crates an embedder needs to name this API are re-exported: [`nostr`],
+//! [`prometheus`] and [`core`] (`grasp-sync-core`).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -58,8 +87,15 @@ pub use repos::{
     repository_data, AnnouncementError, Announcements, DatabaseAnnouncements, MemoryAnnouncements,
     NpubLayout, RepoLocator,
 };
-pub use service::{BuildError, Purgatory, PurgatoryBuilder};
+pub use service::{Purgatory, PurgatoryBuildError, PurgatoryBuilder};
 pub use sink::{ChannelSink, PurgatoryOutput, ReleaseError, ReleaseSink, StoreSink};
 pub use store::{Inserted, PurgatoryStore};
-pub use sync::{sync_identifier, sync_identifier_from_url, sync_identifier_next_url, FromUrl};
-pub use throttle_manager::ThrottleManager;
+pub use sync::{
+    serve_queued_identifier, sync_identifier, sync_identifier_from_url, sync_identifier_next_url,
+    FromUrl,
+};
+pub use throttle_manager::{DomainStep, ThrottleManager};
+
+pub use grasp_sync_core as core;
+pub use nostr;
+pub use prometheus;

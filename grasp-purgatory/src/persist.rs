@@ -34,7 +34,7 @@ pub struct RejectedLine {
     pub reason: String,
 }
 
-/// What [`load`] read.
+/// What [`load`] (or [`load_blocking`]) read.
 #[derive(Clone, Debug, Default)]
 pub struct LoadReport {
     /// Events read back.
@@ -64,13 +64,24 @@ pub async fn save<'a>(
 
 /// Reads a purgatory file. A missing file is an empty report.
 pub async fn load(path: &Path) -> std::io::Result<LoadReport> {
-    let text = match tokio::fs::read_to_string(path).await {
-        Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(LoadReport::default())
-        }
-        Err(error) => return Err(error),
-    };
+    match tokio::fs::read_to_string(path).await {
+        Ok(text) => Ok(parse(&text)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(LoadReport::default()),
+        Err(error) => Err(error),
+    }
+}
+
+/// [`load`] without a runtime: reads the file with `std::fs`, blocking the thread.
+pub fn load_blocking(path: &Path) -> std::io::Result<LoadReport> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(parse(&text)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(LoadReport::default()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Reads the lines of a purgatory file's text.
+fn parse(text: &str) -> LoadReport {
     let mut report = LoadReport::default();
     for (index, line) in text.lines().enumerate() {
         if line.trim().is_empty() || line.starts_with('#') {
@@ -84,7 +95,7 @@ pub async fn load(path: &Path) -> std::io::Result<LoadReport> {
             }),
         }
     }
-    Ok(report)
+    report
 }
 
 fn parse_line(line: &str) -> Result<SavedEvent, String> {

@@ -1,37 +1,49 @@
-//! Per-domain throttling of git fetches, and the queues of identifiers waiting for a
-//! throttled domain, served when capacity frees (no polling loop).
+//! Per-domain capacity of git fetches, shared by the main sync and the domain queues.
 //!
-//! The decisions are the core's [`DomainThrottles`]; this module adds the locking, the
-//! spawning and the triggers: a domain's queue is served when an identifier is enqueued,
-//! when a fetch of the domain starts (to fill the next free slot) or completes, and, when
-//! the domain is at its per-minute limit with nothing in flight, by a one-shot timer at
-//! the moment the oldest request leaves the window.
+//! The decisions are the core's [`DomainThrottles`]; this module adds the lock, the
+//! metrics and the triggers. It never spawns a task and never fetches: every input that
+//! may let a domain's queue move (an identifier enqueued, a fetch of the domain started
+//! — to fill the next free slot — or completed, a served identifier finished, a wake-up
+//! deadline passed) records a trigger and wakes [`ThrottleManager::step_ready`]; the
+//! driver (the purgatory's loop) drains the resulting [`QueueStep`]s with
+//! [`ThrottleManager::poll_step`] and serves them.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use grasp_sync_core::purgatory::{DomainThrottles, QueueStep, SyncContext, ThrottleConfig};
+use grasp_sync_core::purgatory::{DomainThrottles, QueueStep, ThrottleConfig};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use tokio::sync::Notify;
 
 use crate::clock::PurgatoryClock;
 use crate::metrics::Metrics;
-use crate::sync::{sync_identifier_from_url, sync_identifier_next_url, FromUrl};
-use crate::tasks::Tasks;
+
+/// What one domain's queue should do next, from [`ThrottleManager::poll_step`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DomainStep {
+    /// The domain whose queue this is.
+    pub domain: String,
+    /// What to do: serve an identifier now ([`QueueStep::Serve`], already marked in
+    /// progress: finish it with [`ThrottleManager::finish_serving`] or
+    /// [`ThrottleManager::remove_identifier`]) or look again at a deadline
+    /// ([`QueueStep::WakeAt`], then [`ThrottleManager::wake_domain`]). Never
+    /// [`QueueStep::Idle`].
+    pub step: QueueStep,
+}
 
 /// Rate limits per domain and the waiting queues, shared by the main sync and the
-/// domain queues.
+/// domain queues. Decides capacity only; whoever drives it serves the steps of
+/// [`ThrottleManager::poll_step`].
 pub struct ThrottleManager {
     throttles: Mutex<DomainThrottles>,
-    /// Domains with a wake-up timer scheduled.
-    timers: Mutex<HashSet<String>>,
+    /// Domains whose queue should be looked at, one entry per trigger, oldest first.
+    triggered: Mutex<VecDeque<String>>,
     clock: PurgatoryClock,
     policy: CloneUrlPolicy,
-    ctx: Arc<dyn SyncContext>,
     metrics: Option<Metrics>,
-    tasks: Arc<Tasks>,
-    /// Wakes the main loop after a domain queue served an identifier.
-    wake: Arc<Notify>,
+    /// Wakes the driver when a domain was triggered.
+    steps: Notify,
 }
 
 impl std::fmt::Debug for ThrottleManager {
@@ -43,25 +55,20 @@ impl std::fmt::Debug for ThrottleManager {
 }
 
 impl ThrottleManager {
-    /// A manager applying `config` to every domain, serving queues through `ctx`.
+    /// A manager applying `config` to every domain.
     pub(crate) fn new(
         config: ThrottleConfig,
         clock: PurgatoryClock,
         policy: CloneUrlPolicy,
-        ctx: Arc<dyn SyncContext>,
         metrics: Option<Metrics>,
-        tasks: Arc<Tasks>,
-        wake: Arc<Notify>,
     ) -> Self {
         ThrottleManager {
             throttles: Mutex::new(DomainThrottles::new(config)),
-            timers: Mutex::new(HashSet::new()),
+            triggered: Mutex::new(VecDeque::new()),
             clock,
             policy,
-            ctx,
             metrics,
-            tasks,
-            wake,
+            steps: Notify::new(),
         }
     }
 
@@ -96,7 +103,7 @@ impl ThrottleManager {
 
     /// Takes a request slot of `domain` if it has capacity; on success a waiting
     /// identifier may take the next slot.
-    pub fn try_start_request(self: &Arc<Self>, domain: &str) -> bool {
+    pub fn try_start_request(&self, domain: &str) -> bool {
         let started = self
             .lock()
             .entry(domain)
@@ -111,8 +118,8 @@ impl ThrottleManager {
         started
     }
 
-    /// Gives back a request slot of `domain` and serves its queue.
-    pub fn complete_request(self: &Arc<Self>, domain: &str) {
+    /// Gives back a request slot of `domain`, so its queue may move.
+    pub fn complete_request(&self, domain: &str) {
         if let Some(throttle) = self.lock().get_mut(domain) {
             throttle.complete_request(self.clock.now());
         }
@@ -122,10 +129,10 @@ impl ThrottleManager {
         self.trigger(domain);
     }
 
-    /// Puts `identifier` in `domain`'s queue (merging the URLs already tried) and serves
-    /// the queue if the domain has capacity.
+    /// Puts `identifier` in `domain`'s queue (merging the URLs already tried), to be
+    /// served when the domain has capacity.
     pub fn enqueue_identifier(
-        self: &Arc<Self>,
+        &self,
         domain: &str,
         identifier: &str,
         tried_urls_for_domain: HashSet<String>,
@@ -137,68 +144,62 @@ impl ThrottleManager {
         self.trigger(domain);
     }
 
-    /// Serves the next waiting identifier of `domain` if it has capacity, or schedules a
-    /// wake-up when only the per-minute window holds it back.
-    fn trigger(self: &Arc<Self>, domain: &str) {
-        let now = self.clock.now();
-        let step = match self.lock().get_mut(domain) {
-            Some(throttle) => throttle.next_step(now),
-            None => return,
-        };
-        match step {
-            QueueStep::Serve(identifier) => {
-                let manager = Arc::clone(self);
-                let domain = domain.to_owned();
-                self.tasks
-                    .spawn(async move { manager.serve(domain, identifier).await });
+    /// The URLs of `domain` already tried for `identifier` from its queue.
+    pub fn tried_urls(&self, domain: &str, identifier: &str) -> HashSet<String> {
+        self.lock()
+            .get(domain)
+            .map(|t| t.get_tried_urls(identifier))
+            .unwrap_or_default()
+    }
+
+    /// A served identifier's turn ended: records `tried_url` (when a fetch ran) and
+    /// lets the identifier be served again.
+    pub fn finish_serving(&self, domain: &str, identifier: &str, tried_url: Option<&str>) {
+        if let Some(throttle) = self.lock().get_mut(domain) {
+            if let Some(url) = tried_url {
+                throttle.mark_url_tried(identifier, url);
             }
-            QueueStep::WakeAt(at) => self.wake_at(domain, at),
-            QueueStep::Idle => {}
+            throttle.mark_identifier_not_in_progress(identifier);
+        }
+        self.trigger(domain);
+    }
+
+    /// Drops `identifier` from `domain`'s queue (no URL of the domain is left for it).
+    pub fn remove_identifier(&self, domain: &str, identifier: &str) {
+        if let Some(throttle) = self.lock().get_mut(domain) {
+            throttle.remove_identifier(identifier);
+        }
+        self.trigger(domain);
+    }
+
+    /// A [`QueueStep::WakeAt`] deadline of `domain` passed: look at its queue again.
+    pub fn wake_domain(&self, domain: &str) {
+        self.trigger(domain);
+    }
+
+    /// Waits until a domain was triggered since the last wait (at once if one was):
+    /// then drain [`ThrottleManager::poll_step`]. One driver waits at a time.
+    pub async fn step_ready(&self) {
+        self.steps.notified().await;
+    }
+
+    /// The next step of a triggered domain's queue, decided now; `None` when no
+    /// triggered domain has anything to do. Drain it after every
+    /// [`ThrottleManager::step_ready`].
+    pub fn poll_step(&self) -> Option<DomainStep> {
+        loop {
+            let domain = self.triggered().pop_front()?;
+            match self.lock().next_step(&domain, self.clock.now()) {
+                QueueStep::Idle => continue,
+                step => return Some(DomainStep { domain, step }),
+            }
         }
     }
 
-    /// Schedules one timer per domain that triggers it at `at`.
-    fn wake_at(self: &Arc<Self>, domain: &str, at: grasp_sync_core::clock::Instant) {
-        if !self.timers().insert(domain.to_owned()) {
-            return;
-        }
-        let manager = Arc::clone(self);
-        let domain = domain.to_owned();
-        let deadline = self.clock.to_tokio(at);
-        self.tasks.spawn(async move {
-            tokio::time::sleep_until(deadline).await;
-            manager.timers().remove(&domain);
-            manager.trigger(&domain);
-        });
-    }
-
-    /// Fetches for `identifier` from the next untried URL of `domain`, or drops the
-    /// identifier from the domain's queue when none is left; then serves the queue again.
-    async fn serve(self: Arc<Self>, domain: String, identifier: String) {
-        let tried = self
-            .lock()
-            .get(&domain)
-            .map(|t| t.get_tried_urls(&identifier))
-            .unwrap_or_default();
-        let ctx = Arc::clone(&self.ctx);
-        let url =
-            sync_identifier_next_url(ctx.as_ref(), &identifier, Some(&domain), &tried, &self).await;
-        let Some(url) = url else {
-            if let Some(throttle) = self.lock().get_mut(&domain) {
-                throttle.remove_identifier(&identifier);
-            }
-            self.trigger(&domain);
-            return;
-        };
-        let outcome = sync_identifier_from_url(ctx.as_ref(), &identifier, &url, &self).await;
-        if let Some(throttle) = self.lock().get_mut(&domain) {
-            if !matches!(outcome, FromUrl::Throttled) {
-                throttle.mark_url_tried(&identifier, url.as_str());
-            }
-            throttle.mark_identifier_not_in_progress(&identifier);
-        }
-        self.wake.notify_one();
-        self.trigger(&domain);
+    /// Records that `domain`'s queue may move and wakes the driver.
+    fn trigger(&self, domain: &str) {
+        self.triggered().push_back(domain.to_owned());
+        self.steps.notify_one();
     }
 
     fn lock(&self) -> MutexGuard<'_, DomainThrottles> {
@@ -207,7 +208,9 @@ impl ThrottleManager {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn timers(&self) -> MutexGuard<'_, HashSet<String>> {
-        self.timers.lock().unwrap_or_else(PoisonError::into_inner)
+    fn triggered(&self) -> MutexGuard<'_, VecDeque<String>> {
+        self.triggered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -65,7 +65,6 @@ impl Relay {
             .clone_policy(test_policy())
             .sink(Arc::new(sink))
             .build()
-            .await
             .unwrap();
         let run = events::spawn_run(&purgatory);
         Relay {
@@ -309,7 +308,6 @@ async fn hostile_urls_and_object_ids_are_refused_before_any_process_runs() {
         .immediate_delay(Duration::from_millis(10))
         .sink(Arc::new(sink))
         .build()
-        .await
         .unwrap();
     let run = events::spawn_run(&purgatory);
     let owner = Keys::generate();

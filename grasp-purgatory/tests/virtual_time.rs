@@ -42,7 +42,7 @@ async fn world(
         .repo_locator(Arc::new(OneRepo("/memory".into())))
         .git_backend(git.clone())
         .sink(Arc::new(sink));
-    let purgatory = configure(builder).build().await.unwrap();
+    let purgatory = configure(builder).build().unwrap();
     let run = events::spawn_run(&purgatory);
     World {
         purgatory,
@@ -364,7 +364,6 @@ async fn events_arriving_through_sync_enter_purgatory_and_reach_the_store_when_r
         .git_backend(git.clone())
         .sink(Arc::new(StoreSink::new(store.clone())))
         .build()
-        .await
         .unwrap();
     let run = events::spawn_run(&purgatory);
     let gate = PurgatoryGate::new(store.clone(), purgatory.clone());

@@ -72,7 +72,7 @@ pub enum Wire {
     /// `close`.
     Close,
     /// A message sent.
-    Message(ClientMessage<'static>),
+    Message(Box<ClientMessage<'static>>),
 }
 
 /// An in-memory [`RelayTransport`] that records everything it is asked to
@@ -121,7 +121,7 @@ impl MemoryTransport {
         self.log
             .iter()
             .filter_map(|wire| match wire {
-                Wire::Message(message) => Some(message),
+                Wire::Message(message) => Some(message.as_ref()),
                 _ => None,
             })
             .collect()
@@ -136,7 +136,7 @@ impl MemoryTransport {
         if !self.connected {
             return Err(TransportError::NotConnected(self.relay.clone()));
         }
-        self.log.push(Wire::Message(message));
+        self.log.push(Wire::Message(Box::new(message)));
         Ok(())
     }
 }

@@ -108,7 +108,6 @@ async fn events_synced_from_a_remote_relay_wait_in_purgatory_until_their_commits
         .sink(Arc::new(StoreSink::new(store.clone())))
         .registry(registry.clone())
         .build()
-        .await
         .unwrap();
     let purgatory_run = tokio::spawn({
         let purgatory = purgatory.clone();

@@ -446,7 +446,7 @@ impl World {
             match wire {
                 Wire::Connect(_) => self.connect_relay(&relay),
                 Wire::Close => self.disconnect_relay(&relay),
-                Wire::Message(message) => self.send(&relay, message),
+                Wire::Message(message) => self.send(&relay, *message),
             }
         }
         for effect in std::mem::take(&mut self.outbox.effects) {

@@ -1,0 +1,55 @@
+//! The git operations purgatory needs, as a trait: [`GitFetcher`] runs the git command
+//! line; tests may put an in-memory implementation in its place.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use async_trait::async_trait;
+use grasp_sync_core::nip34::GitOid;
+
+use super::error::GitError;
+use super::fetch::{FetchReport, GitFetcher};
+
+/// The git operations purgatory needs. [`GitFetcher`] runs the git command line; tests
+/// may put an in-memory implementation in its place.
+#[async_trait]
+pub trait GitBackend: Send + Sync {
+    /// Fetches `oids` from `url` into the bare repository at `repo` and reports which
+    /// are present afterwards. Must refuse URLs its policy refuses without side effects.
+    async fn fetch(&self, repo: &Path, url: &str, oids: &[GitOid])
+        -> Result<FetchReport, GitError>;
+
+    /// Which of `oids` exist in the repository at `repo`.
+    async fn existing(&self, repo: &Path, oids: &[GitOid]) -> Result<BTreeSet<GitOid>, GitError>;
+
+    /// Points refs at objects (`Some`) or deletes them (`None`).
+    async fn update_refs(
+        &self,
+        repo: &Path,
+        updates: &[(String, Option<GitOid>)],
+    ) -> Result<(), GitError>;
+}
+
+#[async_trait]
+impl GitBackend for GitFetcher {
+    async fn fetch(
+        &self,
+        repo: &Path,
+        url: &str,
+        oids: &[GitOid],
+    ) -> Result<FetchReport, GitError> {
+        GitFetcher::fetch(self, repo, url, oids).await
+    }
+
+    async fn existing(&self, repo: &Path, oids: &[GitOid]) -> Result<BTreeSet<GitOid>, GitError> {
+        GitFetcher::existing(self, repo, oids).await
+    }
+
+    async fn update_refs(
+        &self,
+        repo: &Path,
+        updates: &[(String, Option<GitOid>)],
+    ) -> Result<(), GitError> {
+        GitFetcher::update_refs(self, repo, updates).await
+    }
+}

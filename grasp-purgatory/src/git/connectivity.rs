@@ -1,0 +1,83 @@
+//! Which objects count as present in a local repository: they exist and everything
+//! they reach is there too, so no event is released over broken history.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use grasp_sync_core::nip34::GitOid;
+
+use super::error::GitError;
+use super::process::GitRunner;
+
+/// Object ids checked for connectivity in one `rev-list`.
+const CONNECTIVITY_CHUNK: usize = 100;
+
+/// When a chunk is not connected, at most this many of its ids are checked alone.
+const MAX_SINGLE_CHECKS: usize = 32;
+
+/// Which of `oids` are present in the repository at `repo` with their whole history:
+/// the object exists (`git cat-file --batch-check`) and everything it reaches is there
+/// too (`git rev-list --objects`, stopping at existing refs).
+pub(super) async fn existing(
+    runner: &GitRunner,
+    repo: &Path,
+    oids: &[GitOid],
+) -> Result<BTreeSet<GitOid>, GitError> {
+    let exist = objects_exist(runner, repo, oids).await?;
+    let mut connected = BTreeSet::new();
+    let exist: Vec<GitOid> = exist.into_iter().collect();
+    for chunk in exist.chunks(CONNECTIVITY_CHUNK) {
+        if is_connected(runner, repo, chunk).await? {
+            connected.extend(chunk.iter().cloned());
+            continue;
+        }
+        for oid in chunk.iter().take(MAX_SINGLE_CHECKS) {
+            if is_connected(runner, repo, std::slice::from_ref(oid)).await? {
+                connected.insert(oid.clone());
+            }
+        }
+    }
+    Ok(connected)
+}
+
+/// Which of `oids` exist as objects, connected or not.
+async fn objects_exist(
+    runner: &GitRunner,
+    repo: &Path,
+    oids: &[GitOid],
+) -> Result<BTreeSet<GitOid>, GitError> {
+    if oids.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let input: String = oids.iter().map(|oid| format!("{oid}\n")).collect();
+    let mut command = runner.command(repo);
+    command.args(["cat-file", "--batch-check"]);
+    let output = runner.run(command, "cat-file", Some(input)).await?;
+    Ok(present_in_batch_check(&output.stdout, oids))
+}
+
+/// Whether everything reachable from `oids` is in the repository.
+async fn is_connected(runner: &GitRunner, repo: &Path, oids: &[GitOid]) -> Result<bool, GitError> {
+    let mut command = runner.command(repo);
+    command.args(["rev-list", "--objects", "--quiet"]);
+    command.args(oids.iter().map(GitOid::as_str));
+    command.args(["--not", "--all"]);
+    match runner.run(command, "rev-list", None).await {
+        Ok(_) => Ok(true),
+        Err(GitError::Failed { .. }) => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// The ids `git cat-file --batch-check` reported as existing (`<oid> <type> <size>`).
+pub(super) fn present_in_batch_check(stdout: &[u8], asked: &[GitOid]) -> BTreeSet<GitOid> {
+    let text = String::from_utf8_lossy(stdout);
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let oid = GitOid::parse(words.next()?).ok()?;
+            let kind = words.next()?;
+            (kind != "missing" && asked.contains(&oid)).then_some(oid)
+        })
+        .collect()
+}

@@ -1,0 +1,92 @@
+//! Unit tests of the pure parts of running git, and of the policy check before any
+//! process.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use grasp_sync_core::nip34::GitOid;
+use grasp_sync_core::url_policy::CloneUrlPolicy;
+
+use super::connectivity::present_in_batch_check;
+use super::error::GitError;
+use super::fetch::{GitFetcher, GitFetcherConfig};
+use super::process::last_lines;
+use super::refs::purgatory_refspec;
+
+fn oid(byte: char) -> GitOid {
+    GitOid::parse(&byte.to_string().repeat(40)).unwrap()
+}
+
+#[test]
+fn batch_check_output_gives_the_existing_ids_only() {
+    let asked = [oid('a'), oid('b'), oid('c')];
+    let stdout = format!(
+        "{} commit 210\n{} missing\n{} tag 150\n{} commit 1\n",
+        oid('a'),
+        oid('b'),
+        oid('c'),
+        oid('d')
+    );
+    let present = present_in_batch_check(stdout.as_bytes(), &asked);
+    assert_eq!(present, BTreeSet::from([oid('a'), oid('c')]));
+}
+
+#[test]
+fn refspecs_keep_objects_under_the_purgatory_namespace() {
+    assert_eq!(
+        purgatory_refspec(&oid('e')),
+        format!("{0}:refs/purgatory/{0}", oid('e'))
+    );
+}
+
+#[test]
+fn error_text_keeps_the_last_lines() {
+    let stderr = b"one\ntwo\n\nthree\nfour\nfive\n";
+    assert_eq!(last_lines(stderr), "two | three | four | five");
+}
+
+#[test]
+fn fetch_settings_allow_only_the_protocols_the_policy_allows() {
+    let strict = GitFetcher::new(GitFetcherConfig::default());
+    let keys: Vec<&str> = strict.protocol_settings().iter().map(|(k, _)| *k).collect();
+    assert!(keys.contains(&"protocol.https.allow"));
+    assert!(!keys.contains(&"protocol.http.allow"));
+    assert!(!keys.contains(&"protocol.git.allow"));
+    let loose = GitFetcher::new(GitFetcherConfig {
+        policy: CloneUrlPolicy::new()
+            .allow_http(true)
+            .allow_git_protocol(true),
+        ..GitFetcherConfig::default()
+    });
+    let keys: Vec<&str> = loose.protocol_settings().iter().map(|(k, _)| *k).collect();
+    assert!(keys.contains(&"protocol.http.allow"));
+    assert!(keys.contains(&"protocol.git.allow"));
+}
+
+#[tokio::test]
+async fn refused_urls_spawn_nothing() {
+    let fetcher = GitFetcher::new(GitFetcherConfig::default());
+    let hostile = [
+        "file:///etc",
+        "ext::sh -c touch% /tmp/pwned",
+        "-u/bin/sh",
+        "--upload-pack=touch /tmp/pwned",
+        "https://user:pass@example.com/r.git",
+        "https://127.0.0.1/r.git",
+        "https://10.0.0.1/r.git",
+        "git://example.com/r.git",
+        "http://example.com/r.git",
+        "ssh://example.com/r.git",
+        "git@example.com:r.git",
+    ];
+    for url in hostile {
+        let result = fetcher
+            .fetch(Path::new("/nonexistent"), url, &[oid('a')])
+            .await;
+        assert!(
+            matches!(result, Err(GitError::Policy { .. })),
+            "{url}: {result:?}"
+        );
+    }
+    assert_eq!(fetcher.processes_spawned(), 0);
+}

@@ -1,0 +1,255 @@
+//! Building a [`Purgatory`]: its parts, its settings, and restoring what a previous run
+//! saved.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use grasp_sync_core::purgatory::{SyncContext, SyncQueue};
+use grasp_sync_core::url_policy::CloneUrlPolicy;
+use prometheus::Registry;
+use tokio::sync::{watch, Notify};
+
+use super::api::{Purgatory, Shared};
+use crate::clock::PurgatoryClock;
+use crate::config::{EnvError, PurgatoryConfig};
+use crate::context::{ContextParts, GitSyncContext, SharedStore};
+use crate::git::{GitBackend, GitFetcher};
+use crate::metrics::Metrics;
+use crate::repos::{Announcements, NpubLayout, RepoLocator};
+use crate::sink::ReleaseSink;
+use crate::store::PurgatoryStore;
+use crate::tasks::Tasks;
+use crate::throttle_manager::ThrottleManager;
+
+/// Why a purgatory could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PurgatoryBuildError {
+    /// A required part was not given.
+    #[error("purgatory needs {0}")]
+    Missing(&'static str),
+    /// An environment variable was malformed.
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    /// The metrics could not be registered.
+    #[error("registering purgatory metrics failed: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// The persistence file could not be read.
+    #[error("reading the purgatory file {path} failed: {source}")]
+    Restore {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Purgatory {
+    /// Starts building a purgatory.
+    pub fn builder() -> PurgatoryBuilder {
+        PurgatoryBuilder::new()
+    }
+}
+
+/// Builds a [`Purgatory`].
+///
+/// Needs the announcements (for clone URLs), where the repositories are
+/// ([`PurgatoryBuilder::repos_root`] or a [`RepoLocator`]) and where released events go.
+#[must_use]
+pub struct PurgatoryBuilder {
+    config: PurgatoryConfig,
+    announcements: Option<Arc<dyn Announcements>>,
+    locator: Option<Arc<dyn RepoLocator>>,
+    git: Option<Arc<dyn GitBackend>>,
+    sink: Option<Arc<dyn ReleaseSink>>,
+    registry: Option<Registry>,
+}
+
+impl std::fmt::Debug for PurgatoryBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PurgatoryBuilder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PurgatoryBuilder {
+    fn new() -> Self {
+        PurgatoryBuilder {
+            config: PurgatoryConfig::default(),
+            announcements: None,
+            locator: None,
+            git: None,
+            sink: None,
+            registry: None,
+        }
+    }
+
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: PurgatoryConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Applies the process environment (see [`crate::config::ENV_VARIABLES`]).
+    pub fn from_env(mut self) -> Result<Self, PurgatoryBuildError> {
+        self.config = self.config.apply_env(|name| std::env::var(name).ok())?;
+        Ok(self)
+    }
+
+    /// Where repository announcements come from.
+    pub fn announcements(mut self, announcements: Arc<dyn Announcements>) -> Self {
+        self.announcements = Some(announcements);
+        self
+    }
+
+    /// Repositories live at `<root>/<npub>/<identifier>.git` ([`NpubLayout`]).
+    pub fn repos_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.locator = Some(Arc::new(NpubLayout::new(root)));
+        self
+    }
+
+    /// Finds repositories with a custom locator.
+    pub fn repo_locator(mut self, locator: Arc<dyn RepoLocator>) -> Self {
+        self.locator = Some(locator);
+        self
+    }
+
+    /// Where released and expired events go.
+    pub fn sink(mut self, sink: Arc<dyn ReleaseSink>) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
+    /// Runs git through this backend instead of a [`GitFetcher`] built from the config.
+    pub fn git_backend(mut self, git: Arc<dyn GitBackend>) -> Self {
+        self.git = Some(git);
+        self
+    }
+
+    /// Registers the `purgatory_*` metrics in `registry`.
+    pub fn registry(mut self, registry: Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// Which clone URLs may be fetched from (https to public hosts by default).
+    pub fn clone_policy(mut self, policy: CloneUrlPolicy) -> Self {
+        self.config.git.policy = policy;
+        self
+    }
+
+    /// How long one git command may run (at least 100 ms).
+    pub fn fetch_timeout(mut self, timeout: Duration) -> Self {
+        self.config.git.fetch_timeout = timeout.max(Duration::from_millis(100));
+        self
+    }
+
+    /// Fetches in flight per domain.
+    pub fn domain_concurrent(mut self, max: u32) -> Self {
+        self.config.throttle.max_concurrent = max.max(1);
+        self
+    }
+
+    /// Fetches started per domain per minute.
+    pub fn domain_rate_limit(mut self, per_minute: u32) -> Self {
+        self.config.throttle.max_per_minute = per_minute.max(1);
+        self
+    }
+
+    /// Wait before syncing user-submitted events.
+    pub fn default_delay(mut self, delay: Duration) -> Self {
+        self.config.queue.default_delay = delay;
+        self
+    }
+
+    /// Wait before syncing events that arrived by sync.
+    pub fn immediate_delay(mut self, delay: Duration) -> Self {
+        self.config.queue.immediate_delay = delay;
+        self
+    }
+
+    /// How long an event waits for its data before it expires.
+    pub fn expiry(mut self, expiry: Duration) -> Self {
+        self.config.expiry = expiry;
+        self
+    }
+
+    /// Our own git server's domain, never fetched from.
+    pub fn our_domain(mut self, domain: impl Into<String>) -> Self {
+        self.config.our_domain = Some(domain.into());
+        self
+    }
+
+    /// Saves the purgatory to `path` on shutdown and restores it from there on build.
+    pub fn persist_to(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.persist_path = Some(path.into());
+        self
+    }
+
+    /// Builds the purgatory, restoring its saved events if a persistence file is set
+    /// (read synchronously: call it before serving, or from a blocking context if the
+    /// file may be large).
+    pub fn build(self) -> Result<Purgatory, PurgatoryBuildError> {
+        let announcements = self
+            .announcements
+            .ok_or(PurgatoryBuildError::Missing("announcements"))?;
+        let locator = self
+            .locator
+            .ok_or(PurgatoryBuildError::Missing("a repository locator"))?;
+        let sink = self
+            .sink
+            .ok_or(PurgatoryBuildError::Missing("a release sink"))?;
+        let git = self
+            .git
+            .unwrap_or_else(|| Arc::new(GitFetcher::new(self.config.git.clone())));
+        let metrics = self.registry.as_ref().map(Metrics::register).transpose()?;
+        let store: SharedStore = Arc::new(Mutex::new(PurgatoryStore::new()));
+        let mut context = GitSyncContext::new(ContextParts {
+            store: Arc::clone(&store),
+            announcements,
+            locator,
+            git,
+            sink: Arc::clone(&sink),
+            our_domain: self.config.our_domain.clone(),
+        });
+        if let Some(metrics) = &metrics {
+            context = context.with_metrics(metrics.clone());
+        }
+        let ctx: Arc<dyn SyncContext> = Arc::new(context);
+        let clock = PurgatoryClock::new();
+        let wake = Arc::new(Notify::new());
+        let manager = Arc::new(ThrottleManager::new(
+            self.config.throttle,
+            clock,
+            self.config.git.policy.clone(),
+            metrics.clone(),
+        ));
+        let (shutdown, _) = watch::channel(false);
+        let persist_path = self.config.persist_path.clone();
+        let purgatory = Purgatory {
+            shared: Arc::new(Shared {
+                queue: Mutex::new(SyncQueue::new(self.config.queue)),
+                store,
+                wake,
+                shutdown,
+                manager,
+                ctx,
+                sink,
+                clock,
+                metrics,
+                tasks: Arc::new(Tasks::default()),
+                restore_rejected: Mutex::new(Vec::new()),
+                config: self.config,
+            }),
+        };
+        if let Some(path) = persist_path {
+            purgatory
+                .restore(&path)
+                .map_err(|source| PurgatoryBuildError::Restore { path, source })?;
+        }
+        Ok(purgatory)
+    }
+}

@@ -1,0 +1,26 @@
+//! Expiry: events that waited longer than the expiry time for their git data are dropped
+//! and reported to the sink.
+
+use super::api::Purgatory;
+use crate::context::lock;
+
+impl Purgatory {
+    /// Drops events that waited longer than the expiry time and reports each.
+    pub(super) async fn expire(&self) {
+        let shared = &self.shared;
+        let cutoff = shared.clock.unix() - shared.config.expiry;
+        let expired = lock(&shared.store).take_expired(cutoff);
+        for held in &expired {
+            shared.sink.expired(held).await;
+        }
+        if !expired.is_empty() {
+            self.forget_released();
+        }
+        if let Some(metrics) = &shared.metrics {
+            metrics.events_expired.inc_by(expired.len() as u64);
+        }
+        if !expired.is_empty() {
+            self.update_gauges();
+        }
+    }
+}

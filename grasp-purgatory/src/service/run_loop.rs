@@ -1,0 +1,121 @@
+//! The main loop: starts every identifier whose debounce or backoff ended, applies the
+//! backoff or removes it when its sync ends, serves the domain queues, expires events,
+//! and stops every task at shutdown.
+
+use grasp_sync_core::clock::Instant;
+use tokio::sync::watch;
+
+use super::api::Purgatory;
+use super::domain_queues::DomainWakes;
+use crate::context::lock;
+use crate::sync::sync_identifier;
+
+impl Purgatory {
+    /// Runs the main sync loop until [`Purgatory::shutdown`]: starts every ready
+    /// identifier in parallel, applies backoff or removes it when its sync ends, serves
+    /// the queues of throttled domains when they have capacity, and expires events that
+    /// waited too long. On shutdown, stops every task and saves the purgatory if a
+    /// persistence file is set.
+    ///
+    /// Wakes on a new event, a finished sync, the next queue or domain deadline, and at
+    /// least every loop interval; serves the domain queues whenever the
+    /// [`ThrottleManager`](crate::ThrottleManager) has steps.
+    pub async fn run(&self) -> Result<(), std::io::Error> {
+        let mut shutdown = self.shared.shutdown.subscribe();
+        let mut wakes = DomainWakes::default();
+        while !*shutdown.borrow_and_update() {
+            self.expire().await;
+            self.forget_released();
+            self.shared.manager.forget_idle_domains();
+            self.start_ready();
+            self.serve_domain_queues(&mut wakes);
+            self.wait(&mut shutdown, &mut wakes).await;
+        }
+        let aborted = self.shared.tasks.shutdown().await;
+        tracing::debug!(aborted, "purgatory stopped");
+        self.save().await
+    }
+
+    /// Sleeps until the loop has work (shutdown, a new event, a finished sync, the next
+    /// deadline), serving the domain queues whenever the throttle manager has steps.
+    async fn wait(&self, shutdown: &mut watch::Receiver<bool>, wakes: &mut DomainWakes) {
+        let latest = self.next_wake(wakes);
+        loop {
+            let domain_wake = wakes
+                .poll_timeout()
+                .map(|at| self.shared.clock.to_tokio(at));
+            let deadline = domain_wake.map_or(latest, |at| at.min(latest));
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                () = self.shared.wake.notified() => return,
+                () = tokio::time::sleep_until(deadline) => return,
+                () = self.shared.manager.step_ready() => self.serve_domain_queues(wakes),
+            }
+        }
+    }
+
+    /// When the loop wakes next: the next queue or domain deadline, and at least every
+    /// loop interval.
+    fn next_wake(&self, wakes: &DomainWakes) -> tokio::time::Instant {
+        let clock = &self.shared.clock;
+        let latest = clock.tokio_after(self.shared.config.loop_interval);
+        let queue = self.queue().poll_timeout();
+        match [queue, wakes.poll_timeout()].into_iter().flatten().min() {
+            Some(at) => clock.to_tokio(at).min(latest),
+            None => latest,
+        }
+    }
+
+    /// Ends the running sync of `identifier` (removing it from the queue) if no event
+    /// of it is held; checked and done under the store lock so no event added meanwhile
+    /// is left unqueued. Returns whether it was ended.
+    fn finish_if_nothing_held(&self, identifier: &str, now: Instant) -> bool {
+        let store = lock(&self.shared.store);
+        if store.has_pending(identifier) {
+            return false;
+        }
+        self.queue().complete(identifier, now, true);
+        true
+    }
+
+    /// Starts a sync task for every ready identifier.
+    fn start_ready(&self) {
+        let now = self.shared.clock.now();
+        let ready = self.queue().take_ready(now);
+        for identifier in ready {
+            if self.finish_if_nothing_held(&identifier, now) {
+                continue;
+            }
+            let purgatory = self.clone();
+            self.shared
+                .tasks
+                .spawn(async move { purgatory.sync_one(identifier).await });
+        }
+        self.update_gauges();
+    }
+
+    /// One attempt for `identifier`; then backoff or removal.
+    async fn sync_one(&self, identifier: String) {
+        let shared = &self.shared;
+        let complete = sync_identifier(shared.ctx.as_ref(), &identifier, &shared.manager).await;
+        let now = shared.clock.now();
+        let done = self.finish_if_nothing_held(&identifier, now);
+        if !done {
+            // Events remain (or arrived during the sync): back off, or keep the new
+            // event's shorter delay.
+            self.queue().complete(&identifier, now, false);
+            if complete {
+                tracing::debug!(%identifier, "new events arrived during the sync");
+            }
+        }
+        if let Some(metrics) = &shared.metrics {
+            let result = if done { "done" } else { "retry" };
+            metrics.sync_attempts.with_label_values(&[result]).inc();
+        }
+        if !done {
+            tracing::debug!(%identifier, entry = ?self.queue_entry(&identifier), "backing off");
+        }
+        self.update_gauges();
+        shared.wake.notify_one();
+    }
+}

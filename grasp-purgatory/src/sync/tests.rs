@@ -1,0 +1,198 @@
+//! The spec's unit tests of the sync functions, on the core's in-memory context.
+
+use std::sync::Arc;
+
+use grasp_sync_core::nip34::{GitOid, RepoAnnouncement, RepoRef};
+use grasp_sync_core::purgatory::{MemorySyncContext, QueueStep, RepositoryData, ThrottleConfig};
+use grasp_sync_core::url_policy::CloneUrlPolicy;
+use nostr::prelude::Keys;
+
+use super::*;
+use crate::clock::PurgatoryClock;
+
+const ONE: &str = "https://example.com/repo.git";
+const TWO: &str = "https://other.com/repo.git";
+
+fn oid(n: u8) -> GitOid {
+    GitOid::parse(&format!("{n:02x}").repeat(20)).unwrap()
+}
+
+fn repository(urls: &[&str]) -> RepositoryData {
+    let author = Keys::generate().public_key();
+    RepositoryData {
+        announcements: vec![RepoAnnouncement {
+            repo: RepoRef::new(author, "test").unwrap(),
+            relays: Vec::new(),
+            clone_urls: urls.iter().map(|url| (*url).to_owned()).collect(),
+            maintainers: Vec::new(),
+            skipped: Vec::new(),
+        }],
+    }
+}
+
+/// A context holding one event of "test" that needs `needed`, with these URLs.
+fn context(urls: &[&str], needed: &[GitOid]) -> Arc<MemorySyncContext> {
+    let ctx = MemorySyncContext::new();
+    ctx.add_repository("test", repository(urls));
+    if !needed.is_empty() {
+        ctx.add_pending_event("test", needed.iter().cloned());
+    }
+    Arc::new(ctx)
+}
+
+fn manager() -> ThrottleManager {
+    ThrottleManager::new(
+        ThrottleConfig::default(),
+        PurgatoryClock::new(),
+        CloneUrlPolicy::new(),
+        None,
+    )
+}
+
+fn tried(urls: &[&str]) -> HashSet<String> {
+    urls.iter().map(|url| (*url).to_owned()).collect()
+}
+
+async fn next(ctx: &Arc<MemorySyncContext>, domain: Option<&str>, skip: &[&str]) -> Option<String> {
+    let manager = manager();
+    sync_identifier_next_url(ctx.as_ref(), "test", domain, &tried(skip), &manager)
+        .await
+        .map(|url| url.as_str().to_owned())
+}
+
+#[tokio::test]
+async fn next_url_is_none_without_pending_events() {
+    let ctx = context(&[ONE], &[]);
+    assert_eq!(next(&ctx, None, &[]).await, None);
+}
+
+#[tokio::test]
+async fn next_url_is_none_when_no_object_is_needed() {
+    let ctx = context(&[ONE], &[oid(1)]);
+    ctx.add_local_oid(oid(1));
+    assert_eq!(next(&ctx, None, &[]).await, None);
+}
+
+#[tokio::test]
+async fn next_url_returns_a_url_of_a_domain_with_capacity() {
+    let ctx = context(&[ONE], &[oid(1)]);
+    assert_eq!(next(&ctx, None, &[]).await.as_deref(), Some(ONE));
+}
+
+#[tokio::test]
+async fn next_url_skips_tried_urls() {
+    let ctx = context(&[ONE, TWO], &[oid(1)]);
+    assert_eq!(next(&ctx, None, &[ONE]).await.as_deref(), Some(TWO));
+}
+
+#[tokio::test]
+async fn next_url_for_a_domain_returns_only_that_domain() {
+    let ctx = context(&[ONE, TWO], &[oid(1)]);
+    assert_eq!(
+        next(&ctx, Some("other.com"), &[]).await.as_deref(),
+        Some(TWO)
+    );
+    assert_eq!(next(&ctx, Some("other.com"), &[TWO]).await, None);
+}
+
+#[tokio::test]
+async fn next_url_is_none_when_every_url_was_tried() {
+    let ctx = context(&[ONE], &[oid(1)]);
+    assert_eq!(next(&ctx, None, &[ONE]).await, None);
+}
+
+#[tokio::test]
+async fn next_url_skips_throttled_domains_and_urls_the_policy_refuses() {
+    let ctx = context(
+        &["file:///etc/passwd", "https://10.0.0.1/r.git", ONE, TWO],
+        &[oid(1)],
+    );
+    let manager = manager();
+    for _ in 0..5 {
+        assert!(manager.try_start_request("example.com"));
+    }
+    let url = sync_identifier_next_url(ctx.as_ref(), "test", None, &HashSet::new(), &manager).await;
+    assert_eq!(url.map(|u| u.as_str().to_owned()).as_deref(), Some(TWO));
+}
+
+#[tokio::test]
+async fn from_url_fetches_and_releases() {
+    let ctx = context(&[ONE], &[oid(1)]);
+    ctx.set_remote(ONE, [oid(1)]);
+    let manager = manager();
+    let url = CloneUrlPolicy::new().check(ONE).unwrap();
+    let outcome = sync_identifier_from_url(ctx.as_ref(), "test", &url, &manager).await;
+    assert!(matches!(outcome, FromUrl::Fetched(1)), "{outcome:?}");
+    assert_eq!(ctx.released("test"), 1);
+    assert!(!ctx.has_pending_events("test"));
+    assert_eq!(manager.in_flight("example.com"), 0);
+}
+
+#[tokio::test]
+async fn from_url_on_a_full_domain_fetches_nothing() {
+    let ctx = context(&[ONE], &[oid(1)]);
+    ctx.set_remote(ONE, [oid(1)]);
+    let manager = manager();
+    for _ in 0..5 {
+        assert!(manager.try_start_request("example.com"));
+    }
+    let url = CloneUrlPolicy::new().check(ONE).unwrap();
+    let outcome = sync_identifier_from_url(ctx.as_ref(), "test", &url, &manager).await;
+    assert!(matches!(outcome, FromUrl::Throttled), "{outcome:?}");
+    assert!(ctx.fetch_log().is_empty());
+}
+
+#[tokio::test]
+async fn full_sync_tries_the_second_server_when_the_first_lacks_the_objects() {
+    let ctx = context(&[ONE, TWO], &[oid(1)]);
+    ctx.set_remote(ONE, []);
+    ctx.set_remote(TWO, [oid(1)]);
+    let manager = manager();
+    assert!(sync_identifier(ctx.as_ref(), "test", &manager).await);
+    let urls: Vec<String> = ctx.fetch_log().into_iter().map(|call| call.url).collect();
+    assert_eq!(urls, vec![ONE.to_owned(), TWO.to_owned()]);
+    assert_eq!(ctx.released("test"), 1);
+}
+
+#[tokio::test]
+async fn full_sync_leaves_the_identifier_with_a_throttled_domain() {
+    let ctx = context(&[ONE, TWO], &[oid(1)]);
+    ctx.set_remote(ONE, [oid(1)]);
+    ctx.set_remote(TWO, []);
+    let manager = manager();
+    for _ in 0..5 {
+        assert!(manager.try_start_request("example.com"));
+    }
+    assert!(!sync_identifier(ctx.as_ref(), "test", &manager).await);
+    let urls: Vec<String> = ctx.fetch_log().into_iter().map(|call| call.url).collect();
+    assert_eq!(urls, vec![TWO.to_owned()]);
+    assert_eq!(manager.queued("example.com"), vec!["test".to_owned()]);
+
+    // A slot frees: the domain's queue serves the identifier from the throttled URL.
+    manager.complete_request("example.com");
+    let mut served = Vec::new();
+    while let Some(step) = manager.poll_step() {
+        if let QueueStep::Serve(identifier) = step.step {
+            serve_queued_identifier(ctx.as_ref(), &step.domain, &identifier, &manager).await;
+            served.push((step.domain, identifier));
+        }
+    }
+    // Served once to fetch, and once more to find nothing left and leave the queue.
+    let expected = ("example.com".to_owned(), "test".to_owned());
+    assert_eq!(served, vec![expected.clone(), expected]);
+    assert!(!ctx.has_pending_events("test"));
+    assert!(manager.queued("example.com").is_empty());
+    assert_eq!(ctx.released("test"), 1);
+    let urls: Vec<String> = ctx.fetch_log().into_iter().map(|call| call.url).collect();
+    assert_eq!(urls, vec![TWO.to_owned(), ONE.to_owned()]);
+}
+
+#[tokio::test]
+async fn full_sync_releases_objects_that_are_already_present_without_fetching() {
+    let ctx = context(&[ONE], &[oid(1)]);
+    ctx.add_local_oid(oid(1));
+    let manager = manager();
+    assert!(sync_identifier(ctx.as_ref(), "test", &manager).await);
+    assert!(ctx.fetch_log().is_empty());
+    assert_eq!(ctx.released("test"), 1);
+}

@@ -1,0 +1,183 @@
+use super::super::test_support::repository;
+use super::*;
+
+fn policy() -> CloneUrlPolicy {
+    CloneUrlPolicy::new()
+        .allow_http(false)
+        .allow_local_addresses(false)
+}
+
+fn candidates(urls: &[&str]) -> CandidateUrls {
+    candidate_urls(&repository(&[urls]), &policy(), None)
+}
+
+fn tried(list: &[&str]) -> HashSet<String> {
+    list.iter().map(|u| (*u).to_owned()).collect()
+}
+
+fn not_throttled(_: &str) -> bool {
+    false
+}
+
+fn as_str(url: Option<CloneUrl>) -> Option<String> {
+    url.map(|u| u.as_str().to_owned())
+}
+
+fn flat(candidates: &CandidateUrls) -> Vec<&str> {
+    candidates
+        .values()
+        .flatten()
+        .map(CloneUrl::as_str)
+        .collect()
+}
+
+#[test]
+fn no_candidates_no_url() {
+    let none = candidate_urls(&RepositoryData::default(), &policy(), None);
+    assert!(none.is_empty());
+    assert_eq!(next_url(&none, None, &tried(&[]), not_throttled), None);
+    assert_eq!(
+        next_url(&none, Some("example.com"), &tried(&[]), not_throttled),
+        None
+    );
+}
+
+#[test]
+fn returns_non_throttled() {
+    let c = candidates(&["https://example.com/repo.git", "https://other.com/repo.git"]);
+    let url = next_url(&c, None, &tried(&[]), |d| d == "example.com");
+    assert_eq!(as_str(url).as_deref(), Some("https://other.com/repo.git"));
+    let url = next_url(&c, None, &tried(&[]), not_throttled);
+    assert_eq!(as_str(url).as_deref(), Some("https://example.com/repo.git"));
+    assert_eq!(next_url(&c, None, &tried(&[]), |_| true), None);
+}
+
+#[test]
+fn skips_tried() {
+    let c = candidates(&["https://example.com/repo.git", "https://other.com/repo.git"]);
+    let url = next_url(
+        &c,
+        None,
+        &tried(&["https://example.com/repo.git"]),
+        not_throttled,
+    );
+    assert_eq!(as_str(url).as_deref(), Some("https://other.com/repo.git"));
+}
+
+#[test]
+fn specific_domain_even_when_throttled() {
+    let c = candidates(&[
+        "https://example.com/repo.git",
+        "https://other.com/a.git",
+        "https://other.com/b.git",
+    ]);
+    let url = next_url(&c, Some("other.com"), &tried(&[]), |_| true);
+    assert_eq!(as_str(url).as_deref(), Some("https://other.com/a.git"));
+    let url = next_url(
+        &c,
+        Some("other.com"),
+        &tried(&["https://other.com/a.git"]),
+        |_| true,
+    );
+    assert_eq!(as_str(url).as_deref(), Some("https://other.com/b.git"));
+    assert_eq!(
+        next_url(&c, Some("unknown.com"), &tried(&[]), not_throttled),
+        None
+    );
+}
+
+#[test]
+fn none_when_all_tried() {
+    let c = candidates(&["https://example.com/repo.git"]);
+    let all = tried(&["https://example.com/repo.git"]);
+    assert_eq!(next_url(&c, None, &all, not_throttled), None);
+    assert_eq!(next_url(&c, Some("example.com"), &all, not_throttled), None);
+}
+
+#[test]
+fn throttled_domains_with_untried_urls_lists_only_those() {
+    let c = candidates(&[
+        "https://a.com/1.git",
+        "https://a.com/2.git",
+        "https://b.com/1.git",
+        "https://c.com/1.git",
+    ]);
+    let done = tried(&[
+        "https://a.com/1.git",
+        "https://c.com/1.git",
+        "https://x.com/1.git",
+    ]);
+    let info = throttled_domains_with_untried_urls(&c, &done, |d| d != "b.com");
+    assert_eq!(
+        info,
+        vec![ThrottledDomainInfo {
+            domain: "a.com".to_owned(),
+            tried_urls_for_domain: tried(&["https://a.com/1.git"]),
+        }]
+    );
+    assert!(throttled_domains_with_untried_urls(&c, &done, not_throttled).is_empty());
+}
+
+#[test]
+fn own_domain_exact_match_excludes_only_that_host() {
+    let data = repository(&[&[
+        "https://git.example.com/repo.git",
+        "https://example.com/repo.git",
+        "https://example.com.evil.org/repo.git",
+        "https://mirror.git.example.com/repo.git",
+    ]]);
+    let c = candidate_urls(&data, &policy(), Some("git.example.com"));
+    assert_eq!(
+        flat(&c),
+        vec![
+            "https://example.com/repo.git",
+            "https://example.com.evil.org/repo.git",
+            "https://mirror.git.example.com/repo.git",
+        ]
+    );
+    assert!(!c.contains_key("git.example.com"));
+}
+
+#[test]
+fn policy_drops_file_and_private_urls() {
+    let data = repository(&[&[
+        "file:///etc/passwd",
+        "https://127.0.0.1/repo.git",
+        "https://192.168.1.10/repo.git",
+        "https://localhost/repo.git",
+        "http://plain.example.org/repo.git",
+        "https://public.example.org/repo.git",
+    ]]);
+    let c = candidate_urls(&data, &policy(), None);
+    assert_eq!(flat(&c), vec!["https://public.example.org/repo.git"]);
+
+    let loopback = repository(&[&["http://127.0.0.1:8080/repo.git"]]);
+    let lenient = CloneUrlPolicy::new()
+        .allow_http(true)
+        .allow_local_addresses(true);
+    let c = candidate_urls(&loopback, &lenient, None);
+    assert_eq!(flat(&c), vec!["http://127.0.0.1:8080/repo.git"]);
+}
+
+#[test]
+fn dedups_and_groups_in_first_appearance_order() {
+    let data = repository(&[
+        &["https://b.com/1.git", "https://a.com/1.git"],
+        &[
+            "https://a.com/1.git",
+            "https://b.com/2.git",
+            "https://b.com/1.git",
+        ],
+    ]);
+    let c = candidate_urls(&data, &policy(), None);
+    assert_eq!(c.keys().collect::<Vec<_>>(), vec!["b.com", "a.com"]);
+    assert_eq!(
+        flat(&c),
+        vec![
+            "https://b.com/1.git",
+            "https://b.com/2.git",
+            "https://a.com/1.git"
+        ]
+    );
+    assert_eq!(data.clone_urls().count(), 5);
+}
