@@ -18,10 +18,59 @@
 //!   `compute_actions`, the only place that decides new subscriptions.
 //! - [`filters`] and [`pagination`] — Layer 1/2/3 filters and lossless
 //!   `until` paging.
-//! - [`health`] — relay health: backoff, dead relays, rate-limit cooldown.
+//! - [`health`] — relay health and every retry delay (connects, failed work,
+//!   the store, the own relay).
+//! - [`engine`] — the sync engine: a deterministic state machine driven by
+//!   `handle_*` inputs, its commands executed through [`engine::CommandSink`].
 //! - [`purgatory`] — sync queue, domain throttle and clone-URL selection.
 //! - [`clock`], [`backoff`], [`transport`], [`store`] — time, the shared
 //!   backoff formula, and the effect traits.
+//!
+//! `ARCHITECTURE.md` at the repository root names the function behind each
+//! decision.
+//!
+//! ## Driving the engine
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use grasp_sync_core::engine::{CommandSink, EngineConfig, SyncEngine};
+//! use grasp_sync_core::transport::{MemoryTransport, RelayTransport, Wire};
+//! use grasp_sync_core::{Instant, Now};
+//! use nostr::prelude::{Event, Filter, RelayUrl, SubscriptionId, Timestamp};
+//!
+//! /// Records what the engine asks for (a real driver sends it).
+//! #[derive(Default)]
+//! struct Recorder {
+//!     transports: HashMap<RelayUrl, MemoryTransport>,
+//!     stored: Vec<Event>,
+//! }
+//!
+//! impl CommandSink for Recorder {
+//!     fn transport(&mut self, relay: &RelayUrl) -> &mut dyn RelayTransport {
+//!         self.transports
+//!             .entry(relay.clone())
+//!             .or_insert_with(|| MemoryTransport::new(relay.clone()))
+//!     }
+//!     fn store(&mut self, _relay: RelayUrl, event: Box<Event>) {
+//!         self.stored.push(*event);
+//!     }
+//!     fn query_local_items(&mut self, _relay: RelayUrl, _id: SubscriptionId, _filter: Filter) {}
+//! }
+//!
+//! let relay = RelayUrl::parse("wss://relay.example.com").unwrap();
+//! let now = Now::new(Instant::ZERO, Timestamp::from_secs(1_750_000_000));
+//! let config = EngineConfig {
+//!     bootstrap_relays: vec![relay.clone()],
+//!     ..EngineConfig::default()
+//! };
+//! let mut engine = SyncEngine::new(config, now);
+//! let mut sink = Recorder::default();
+//! engine.handle_timeout(now);
+//! engine.execute_commands(now, &mut sink);
+//! // The bootstrap relay's transport was asked to connect.
+//! let log = sink.transports.get_mut(&relay).unwrap().take_log();
+//! assert!(matches!(log.as_slice(), [Wire::Connect(_)]));
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
