@@ -54,5 +54,5 @@ pub use nip11::Nip11Error;
 pub use nostr;
 pub use nostr_database;
 pub use prometheus;
-pub use status::SyncStatus;
+pub use status::{RelayStatus, SyncStatus};
 pub use store::RelayStore;

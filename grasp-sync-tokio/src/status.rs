@@ -2,57 +2,158 @@
 //! cheap snapshot on a `tokio::sync::watch` channel: a program that embeds
 //! the manager waits on [`SyncStatus::historic_sync_complete`] instead of
 //! guessing from quiet time.
+//!
+//! ```no_run
+//! # async fn demo(manager: grasp_sync_tokio::SyncManager) -> Result<(), Box<dyn std::error::Error>> {
+//! let mut status = manager.status(); // before run()
+//! tokio::spawn(manager.run());
+//! let done = status
+//!     .wait_for(|status| status.historic_sync_complete)
+//!     .await?
+//!     .clone();
+//! for relay in done.relays.iter().filter(|relay| relay.unreachable) {
+//!     eprintln!("{} unreachable: {:?}", relay.relay, relay.last_error);
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
-use grasp_sync_core::engine::{EngineStats, LiveMode, SyncEngine};
+use std::time::Duration;
+
+use grasp_sync_core::clock::Instant;
+use grasp_sync_core::engine::{EngineStats, LiveMode, RelayReport, SyncEngine};
+use grasp_sync_core::health::HealthState;
+use grasp_sync_core::model::{ConnectionStatus, SyncMethod};
+use nostr::prelude::RelayUrl;
 
 /// A snapshot of the sync's progress. Obtain the receiver with
 /// [`SyncManager::status`](crate::SyncManager::status) before `run()`; it is
-/// refreshed at most every 100 ms
-/// while something changes.
+/// refreshed at most every 100 ms while something changes, and every 2 s.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SyncStatus {
     /// The own relay's history was read completely (always `true` without
     /// an own relay: an embedding relay hands events in process).
     pub own_history_complete: bool,
-    /// Historic sync is confirmed: the own relay's history was read, every
-    /// registered relay is connected with every target item confirmed,
-    /// nothing is pending or queued, and every event handed to the store
-    /// was stored (or refused for good).
+    /// Historic sync is confirmed on every reachable relay: the own relay's
+    /// history was read, every event handed to the store was stored (or
+    /// refused for good), and every relay is confirmed or unreachable
+    /// (see [`RelayStatus::unreachable`]).
     pub historic_sync_complete: bool,
+    /// Repositories we sync.
+    pub repositories: usize,
+    /// Root events (patches, PRs, issues) of those repositories.
+    pub root_events: usize,
     /// Relays registered (bootstrap and listed by our repositories).
     pub relays_tracked: usize,
     /// Relays connected now.
     pub relays_connected: usize,
+    /// Relays that failed to connect too often: not waited for.
+    pub relays_unreachable: usize,
+    /// Relays failing for a day.
+    pub relays_dead: usize,
     /// Connected relays whose limits cannot hold live filters for every
-    /// item: the rest is polled with a `since` catch-up
-    /// ([`LiveMode::Polling`]).
+    /// item: the rest is polled with a `since` catch-up.
     pub relays_polling: usize,
     /// Events handed to the store and not confirmed yet.
     pub unconfirmed_stores: usize,
+    /// Each relay.
+    pub relays: Vec<RelayStatus>,
     /// The engine's counters.
     pub engine: EngineStats,
 }
 
+/// One relay in a [`SyncStatus`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RelayStatus {
+    /// The relay.
+    pub relay: RelayUrl,
+    /// Disconnected, connecting or connected.
+    pub connection: ConnectionStatus,
+    /// Its health.
+    pub health: HealthState,
+    /// NIP-77, or REQ+EOSE once it refused NIP-77.
+    pub method: SyncMethod,
+    /// Verified events from it handed to the store.
+    pub events_received: u64,
+    /// Events from it newly stored.
+    pub events_stored: u64,
+    /// Bytes received from it.
+    pub bytes_received: u64,
+    /// Bytes sent to it.
+    pub bytes_sent: u64,
+    /// Historic sync of what it should hold is confirmed.
+    pub historic_confirmed: bool,
+    /// It failed to connect too often (or is dead): not waited for.
+    pub unreachable: bool,
+    /// The last thing that went wrong.
+    pub last_error: Option<String>,
+    /// Time until the next connection attempt, while not connected.
+    pub retry_in: Option<Duration>,
+    /// Live coverage while connected: every item, or some polled.
+    pub live_mode: Option<LiveMode>,
+}
+
+impl RelayStatus {
+    fn of(report: RelayReport, now: Instant, bytes: (u64, u64)) -> RelayStatus {
+        RelayStatus {
+            retry_in: report.retry_at.map(|at| at.saturating_duration_since(now)),
+            relay: report.relay,
+            connection: report.connection,
+            health: report.health,
+            method: report.method,
+            events_received: report.events_received,
+            events_stored: report.events_stored,
+            bytes_received: bytes.0,
+            bytes_sent: bytes.1,
+            historic_confirmed: report.historic_confirmed,
+            unreachable: report.unreachable,
+            last_error: report.last_error,
+            live_mode: report.live_mode,
+        }
+    }
+}
+
 impl SyncStatus {
-    /// The snapshot of `engine` now.
-    pub(crate) fn of(engine: &SyncEngine, has_own_relay: bool) -> SyncStatus {
+    /// The snapshot of `engine` at `now`; `bytes` gives a relay's bytes
+    /// received and sent.
+    pub(crate) fn of(
+        engine: &SyncEngine,
+        has_own_relay: bool,
+        now: Instant,
+        bytes: impl Fn(&RelayUrl) -> (u64, u64),
+    ) -> SyncStatus {
         let own_history_complete = !has_own_relay || engine.own_history_complete();
-        let index = engine.relay_index();
+        let relays: Vec<RelayStatus> = engine
+            .relay_reports()
+            .into_iter()
+            .map(|report| {
+                let traffic = bytes(&report.relay);
+                RelayStatus::of(report, now, traffic)
+            })
+            .collect();
+        let count =
+            |keep: fn(&RelayStatus) -> bool| relays.iter().filter(|relay| keep(relay)).count();
         SyncStatus {
             own_history_complete,
-            historic_sync_complete: own_history_complete && engine.is_idle(),
-            relays_tracked: index.len(),
-            relays_connected: index
-                .iter()
-                .filter(|(_, state)| state.is_connected())
-                .count(),
-            relays_polling: index
-                .iter()
-                .filter_map(|(relay, _)| engine.relay_activity(relay))
-                .filter(|activity| matches!(activity.live_mode, LiveMode::Polling { .. }))
-                .count(),
+            historic_sync_complete: own_history_complete && engine.historic_sync_complete(),
+            repositories: engine.repo_index().repos().len(),
+            root_events: engine
+                .repo_index()
+                .repos()
+                .values()
+                .map(|needs| needs.root_events.len())
+                .sum(),
+            relays_tracked: relays.len(),
+            relays_connected: count(|relay| relay.connection == ConnectionStatus::Connected),
+            relays_unreachable: count(|relay| relay.unreachable),
+            relays_dead: count(|relay| relay.health == HealthState::Dead),
+            relays_polling: count(|relay| {
+                matches!(relay.live_mode, Some(LiveMode::Polling { .. }))
+            }),
             unconfirmed_stores: engine.unconfirmed_stores(),
+            relays,
             engine: engine.stats().clone(),
         }
     }

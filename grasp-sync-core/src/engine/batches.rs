@@ -138,6 +138,7 @@ impl SyncEngine {
             return;
         };
         warn!(%relay, %batch, reason, "batch failed; its items will be planned again");
+        self.note_error(relay, format!("batch failed: {reason}"));
         self.stats.batches_failed += 1;
         self.pending.remove_batch(relay, batch);
         if let Some(conn) = self.conns.get_mut(relay) {

@@ -80,6 +80,10 @@ pub struct EngineConfig {
     /// Times a fetch of missing ids that brought nothing new is tried before
     /// the ids are reported missing.
     pub fetch_attempts: u32,
+    /// Failed connects in a row after which a relay counts as unreachable:
+    /// it is still retried, but historic sync does not wait for it
+    /// ([`SyncEngine::historic_sync_complete`](super::SyncEngine::historic_sync_complete)).
+    pub unreachable_after: u32,
     /// Which relay URLs from announcements may be connected to.
     pub relay_policy: RelayUrlPolicy,
     /// Our service's relay URLs. When not empty, only announcements that
@@ -119,6 +123,7 @@ impl Default for EngineConfig {
             max_unconfirmed_stores: 50_000,
             refused_memory: 10_000,
             fetch_attempts: 3,
+            unreachable_after: 3,
             relay_policy: RelayUrlPolicy::new(),
             service_relays: Vec::new(),
             bootstrap_relays: Vec::new(),

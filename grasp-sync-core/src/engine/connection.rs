@@ -77,6 +77,7 @@ impl SyncEngine {
         };
         state.connection_status = ConnectionStatus::Disconnected;
         self.knowledge(relay).connect_deadline = None;
+        self.note_error(relay, "connection failed or timed out");
         self.health.on_connect_failed(relay, now.instant);
         self.maintain(now);
     }
@@ -139,6 +140,7 @@ impl SyncEngine {
             _ => return self.ignored(relay, "disconnected while not connected"),
         }
         info!(%relay, "disconnected");
+        self.note_error(relay, "connection lost");
         self.learn_frame_budget(now, relay);
         self.forget_connection(now, relay);
         self.maintain(now);
@@ -171,6 +173,7 @@ impl SyncEngine {
     /// message for a whole batch timeout while work was outstanding.
     pub(super) fn drop_silent_connection(&mut self, now: Now, relay: &RelayUrl) {
         warn!(%relay, "relay silent for the batch timeout; reconnecting");
+        self.note_error(relay, "silent for the batch timeout");
         self.emit(Command::Disconnect {
             relay: relay.clone(),
         });

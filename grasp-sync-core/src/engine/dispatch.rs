@@ -81,15 +81,20 @@ impl SyncEngine {
     /// planned again on reconnect.
     pub fn handle_send_failed(&mut self, now: Now, relay: &RelayUrl, error: &TransportError) {
         self.observe(now);
-        let connected = self
+        let status = self
             .confirmed
             .get(relay)
-            .is_some_and(|state| state.is_connected());
-        if !connected {
-            self.ignored(relay, "send failure while not connected");
-            return;
+            .map(|state| state.connection_status);
+        match status {
+            Some(crate::model::ConnectionStatus::Connected) => {}
+            Some(crate::model::ConnectionStatus::Connecting) => {
+                // The connect itself could not be started.
+                return self.handle_connect_failed(now, relay);
+            }
+            _ => return self.ignored(relay, "send failure while not connected"),
         }
         warn!(%relay, %error, "cannot send to relay; reconnecting");
+        self.note_error(relay, format!("send failed: {error}"));
         self.emit(Command::Disconnect {
             relay: relay.clone(),
         });

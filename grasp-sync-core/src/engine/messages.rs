@@ -102,7 +102,9 @@ impl SyncEngine {
                 }
                 self.progress(now, batch);
                 match outcome {
-                    PageOutcome::NextPage(filter) if self.rate_allows(now, relay) => {
+                    PageOutcome::NextPage(filter)
+                        if self.store_keeps_up() && self.rate_allows(now, relay) =>
+                    {
                         self.emit(Command::Subscribe {
                             relay: relay.clone(),
                             id: id.clone(),
@@ -110,7 +112,8 @@ impl SyncEngine {
                         })
                     }
                     PageOutcome::NextPage(_) => {
-                        // Over the learned rate: free the slot, resume later.
+                        // Over the learned rate, or the store is behind:
+                        // free the slot, resume later.
                         self.emit(Command::Unsubscribe {
                             relay: relay.clone(),
                             id: id.clone(),

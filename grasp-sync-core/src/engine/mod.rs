@@ -75,6 +75,7 @@ mod nip77;
 mod own_relay;
 mod planning;
 mod refusals;
+mod report;
 mod runtime;
 mod scheduler;
 mod session;
@@ -97,6 +98,7 @@ pub use command::Command;
 pub use config::{EngineConfig, RelayLimits, DEFAULT_FRAME_BUDGET, MIN_FRAME_BUDGET};
 pub use dispatch::{execute, CommandSink};
 pub use frames::req_frame_len;
+pub use report::RelayReport;
 pub use session::SessionError;
 pub use stats::{EngineStats, LiveMode, RelayActivity};
 pub use stores::StoreVerdict;
@@ -365,6 +367,14 @@ impl SyncEngine {
         deadlines.extend(self.batch_deadlines());
         deadlines.push(self.health_deadline());
         deadlines.into_iter().flatten().min()
+    }
+
+    /// Remembers the last thing that went wrong with `relay` (reported by
+    /// [`SyncEngine::relay_reports`]).
+    fn note_error(&mut self, relay: &RelayUrl, error: impl Into<String>) {
+        if let Some(known) = self.known.get_mut(relay) {
+            known.last_error = Some(error.into());
+        }
     }
 
     /// Counts and logs an input that does not fit the state.

@@ -101,6 +101,7 @@ impl SyncEngine {
             known.negentropy_refused = true;
             self.stats.negentropy_refusals += 1;
             warn!(%relay, reason, "relay refused NIP-77; falling back to REQ+EOSE");
+            self.note_error(relay, format!("NIP-77 refused: {reason}"));
         }
         if send_close && opened {
             self.emit(Command::NegClose {

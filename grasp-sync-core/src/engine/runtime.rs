@@ -172,6 +172,12 @@ pub(crate) struct RelayKnowledge {
     /// the last connection dropped (a gap, a poll span): the next quick
     /// reconnect catches up from there.
     pub(crate) uncaught_since: Option<nostr::prelude::Timestamp>,
+    /// Verified events from the relay handed to the store.
+    pub(crate) events_received: u64,
+    /// Events from the relay the store reported newly stored.
+    pub(crate) events_stored: u64,
+    /// The last thing that went wrong with the relay.
+    pub(crate) last_error: Option<String>,
 }
 
 impl RelayKnowledge {

@@ -70,8 +70,13 @@ impl SyncEngine {
         let live_reserved = live_slots.min(live + conn.refused_live.len());
         let historic = conn.subs.len().saturating_sub(live);
         // Backpressure: a store that falls behind holds new historic work.
-        let store_keeps_up = self.stores.in_flight() < self.config.max_unconfirmed_stores;
-        historic + live_reserved < limit && store_keeps_up && self.may_open(now, relay)
+        historic + live_reserved < limit && self.store_keeps_up() && self.may_open(now, relay)
+    }
+
+    /// `false` while more than `max_unconfirmed_stores` events wait for the
+    /// store: new historic jobs and next pages wait (backpressure).
+    pub(super) fn store_keeps_up(&self) -> bool {
+        self.stores.in_flight() < self.config.max_unconfirmed_stores
     }
 
     /// `true` if one more live subscription may be opened on `relay`: a

@@ -143,6 +143,7 @@ impl SyncEngine {
         event: Event,
         batch: Option<BatchId>,
     ) {
+        self.knowledge(relay).events_received += 1;
         if self.stores.is_refused(&event.id) {
             return;
         }
@@ -242,6 +243,9 @@ impl SyncEngine {
                 if let Some(done) = self.settle(now, id) {
                     if verdict == StoreVerdict::Stored {
                         self.stats.events_stored += 1;
+                        if let Some(known) = self.known.get_mut(&done.relay) {
+                            known.events_stored += 1;
+                        }
                     }
                     self.plan_stored(now, done.event);
                 }

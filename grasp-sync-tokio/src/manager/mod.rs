@@ -30,7 +30,7 @@ pub use builder::{BuildError, SyncManagerBuilder};
 pub use summary::{ShutdownHandle, Summary};
 
 use crate::clock::TokioClock;
-use crate::connection::{Dialer, Inbound, WsTransport};
+use crate::connection::{Dialer, Inbound, SentCounter, WsTransport};
 use crate::metrics::Metrics;
 use crate::status::SyncStatus;
 use own_relay::OwnConnection;
@@ -50,6 +50,10 @@ struct Runner {
     /// When the status was last refreshed.
     status_at: tokio::time::Instant,
 }
+
+/// Store jobs queued for the store task before more are answered "store
+/// queue full" (the engine then retries them with backoff).
+const STORE_QUEUE: usize = 65_536;
 
 /// Runs GRASP-02 proactive sync against real relays.
 ///
@@ -145,7 +149,7 @@ impl SyncManager {
             ..
         } = self;
         let clock = TokioClock::new();
-        let (store_jobs, store_jobs_rx) = mpsc::unbounded_channel();
+        let (store_jobs, store_jobs_rx) = mpsc::channel(STORE_QUEUE);
         let (store_results_tx, mut store_results) = mpsc::channel(4096);
         let mut store_task = JoinSet::new();
         store_task.spawn(store_worker(
@@ -158,12 +162,17 @@ impl SyncManager {
             dialer,
             transports: HashMap::new(),
             store_jobs,
+            overflow: Vec::new(),
             sent: Arc::new(AtomicU64::new(0)),
             bytes_sent: metrics.bytes_sent.clone(),
             connection_attempts: metrics.connection_attempts.clone(),
         };
         let own = own_relay.map(|url| {
-            let sent = connections.sent_counter(&url);
+            // The own relay's attempts are not relay sync's.
+            let sent = SentCounter {
+                connects: None,
+                ..connections.sent_counter(&url)
+            };
             OwnConnection::new(WsTransport::new(url, connections.dialer.clone(), sent))
         });
         let mut runner = Runner {

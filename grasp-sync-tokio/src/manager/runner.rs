@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use grasp_sync_core::clock::{Clock, Now};
 use grasp_sync_core::engine::CommandSink;
+use grasp_sync_core::store::StoreError;
 use grasp_sync_core::transport::RelayTransport;
 use nostr::prelude::{Event, Filter, RelayUrl, SubscriptionId};
 use tokio::sync::mpsc;
@@ -30,7 +31,10 @@ pub(crate) const STATUS_INTERVAL: Duration = Duration::from_millis(100);
 pub(super) struct Connections {
     pub(super) dialer: Dialer,
     pub(super) transports: HashMap<RelayUrl, WsTransport>,
-    pub(super) store_jobs: mpsc::UnboundedSender<StoreJob>,
+    pub(super) store_jobs: mpsc::Sender<StoreJob>,
+    /// Store work refused because the store task's queue was full, to be
+    /// answered to the engine as a transient store failure.
+    pub(super) overflow: Vec<StoreJob>,
     pub(super) sent: Arc<AtomicU64>,
     pub(super) bytes_sent: prometheus::IntCounterVec,
     pub(super) connection_attempts: prometheus::IntCounterVec,
@@ -60,23 +64,26 @@ impl CommandSink for Connections {
     }
 
     fn store(&mut self, relay: RelayUrl, event: Box<Event>) {
-        if self
-            .store_jobs
-            .send(StoreJob::Ingest { relay, event })
-            .is_err()
-        {
-            warn!("the store task stopped");
-        }
+        self.queue_store_job(StoreJob::Ingest { relay, event });
     }
 
     fn query_local_items(&mut self, relay: RelayUrl, id: SubscriptionId, filter: Filter) {
-        let job = StoreJob::Items {
+        self.queue_store_job(StoreJob::Items {
             relay,
             id,
             filter: Box::new(filter),
-        };
-        if self.store_jobs.send(job).is_err() {
-            warn!("the store task stopped");
+        });
+    }
+}
+
+impl Connections {
+    /// Hands a job to the store task; a full queue (a store far behind)
+    /// sends it back as a transient failure instead of growing memory.
+    fn queue_store_job(&mut self, job: StoreJob) {
+        match self.store_jobs.try_send(job) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(job)) => self.overflow.push(job),
+            Err(mpsc::error::TrySendError::Closed(_)) => warn!("the store task stopped"),
         }
     }
 }
@@ -87,10 +94,31 @@ impl Runner {
         self.clock.read()
     }
 
-    /// Executes the engine's commands (step 2 of its driving contract).
+    /// Executes the engine's commands (step 2 of its driving contract);
+    /// store work the full store queue refused is answered as a transient
+    /// failure (the engine retries it with the health tracker's backoff).
     pub(super) fn drain_commands(&mut self) {
-        let now = self.clock_now();
-        self.engine.execute_commands(now, &mut self.connections);
+        loop {
+            let now = self.clock_now();
+            self.engine.execute_commands(now, &mut self.connections);
+            let overflow = std::mem::take(&mut self.connections.overflow);
+            if overflow.is_empty() {
+                return;
+            }
+            let full = || StoreError::unavailable("store queue full");
+            for job in overflow {
+                match job {
+                    StoreJob::Ingest { event, .. } => {
+                        self.engine
+                            .handle_store_outcome(now, &event.id, Err(full()))
+                    }
+                    StoreJob::Items { relay, id, .. } => {
+                        self.engine
+                            .handle_local_items_failed(now, &relay, &id, &full().to_string())
+                    }
+                }
+            }
+        }
     }
 
     /// The engine's next deadline, or the own relay's reconnect, capped so
@@ -174,7 +202,17 @@ impl Runner {
             return;
         }
         self.status_at = now;
-        let status = SyncStatus::of(&self.engine, self.own.is_some());
+        let clock_now = self.clock_now();
+        let received = &self.metrics.bytes_received;
+        let sent = &self.connections.bytes_sent;
+        let bytes = |relay: &RelayUrl| {
+            let label = [relay.as_str()];
+            (
+                received.with_label_values(&label).get(),
+                sent.with_label_values(&label).get(),
+            )
+        };
+        let status = SyncStatus::of(&self.engine, self.own.is_some(), clock_now.instant, bytes);
         self.status.send_if_modified(|current| {
             let changed = *current != status;
             if changed {

@@ -42,7 +42,7 @@ pub(super) enum StoreResult {
 /// Runs store jobs one at a time until the job channel closes or shutdown.
 pub(super) async fn store_worker(
     store: Arc<dyn EventStore>,
-    mut jobs: mpsc::UnboundedReceiver<StoreJob>,
+    mut jobs: mpsc::Receiver<StoreJob>,
     results: mpsc::Sender<StoreResult>,
     mut shutdown: watch::Receiver<bool>,
 ) {

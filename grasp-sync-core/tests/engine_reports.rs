@@ -1,0 +1,73 @@
+//! What the engine reports per relay, and historic sync complete on every
+//! reachable relay: an unreachable relay is reported, not waited for.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod sim;
+
+use grasp_sync_core::model::{ConnectionStatus, SyncMethod};
+use nostr::prelude::*;
+
+use sim::events::{self, repo_ref};
+use sim::relay::{NegRefusal, SimRelayConfig};
+use sim::{config, own_url, relay_url, sim_relay_with, World, UNIX_ORIGIN};
+
+const STEPS: u64 = 100_000;
+
+#[test]
+fn an_unreachable_relay_is_reported_and_does_not_hold_historic_sync() {
+    let maintainer = Keys::generate();
+    let user = Keys::generate();
+    let (a, b, c) = (relay_url("a"), relay_url("b"), relay_url("c"));
+    let at = UNIX_ORIGIN - 10_000;
+    let announcement = events::announcement(&maintainer, "alpha", &[&own_url(), &a, &b, &c], at);
+    let repo = repo_ref(&maintainer, "alpha");
+    let issue = events::root(&user, 1621, &repo, "issue", at + 1);
+    let reply = events::reply(&user, &issue.id, "reply", at + 2);
+    let remote = vec![announcement.clone(), issue.clone(), reply.clone()];
+    let refusing = SimRelayConfig {
+        nip77: NegRefusal::NegErr,
+        ..SimRelayConfig::default()
+    };
+    let mut world = World::new(
+        config(),
+        vec![
+            sim_relay_with("a", remote.clone(), SimRelayConfig::default()),
+            sim_relay_with("b", remote.clone(), refusing),
+            sim_relay_with("c", remote, SimRelayConfig::default()),
+        ],
+        vec![announcement],
+    );
+    world.relays.get_mut(&c).unwrap().set_down(true);
+    assert!(
+        world.run_until(STEPS, |w| w.own.histories_completed >= 1
+            && w.engine.historic_sync_complete()),
+        "{}",
+        world.dump()
+    );
+    assert!(
+        !world.engine.is_idle(),
+        "is_idle still waits for every relay"
+    );
+    assert!(world.stored().contains(&reply.id));
+    let reports = world.engine.relay_reports();
+    let report = |relay: &RelayUrl| reports.iter().find(|r| &r.relay == relay).unwrap().clone();
+    let (ra, rb, rc) = (report(&a), report(&b), report(&c));
+    assert!(ra.historic_confirmed && !ra.unreachable);
+    assert_eq!(ra.connection, ConnectionStatus::Connected);
+    assert_eq!(ra.method, SyncMethod::Negentropy);
+    assert!(ra.events_received >= 1);
+    assert_eq!(rb.method, SyncMethod::ReqEose, "b refused NIP-77");
+    assert!(rb
+        .last_error
+        .as_deref()
+        .is_some_and(|e| e.contains("NIP-77")));
+    assert!(rc.unreachable && !rc.historic_confirmed);
+    assert_ne!(rc.connection, ConnectionStatus::Connected);
+    assert!(rc.last_error.is_some());
+    assert!(rc.retry_at.is_some(), "still retried");
+    let stored_total: u64 = reports.iter().map(|r| r.events_stored).sum();
+    assert!(
+        stored_total >= 2,
+        "the issue and the reply were stored from a or b"
+    );
+}
