@@ -1,0 +1,92 @@
+//! `/metrics` (Prometheus text) and `/status` (JSON of the sync's status)
+//! over HTTP/1.1.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use grasp_sync_tokio::SyncStatus;
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use prometheus::{Encoder, TextEncoder};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::status_json::status_json;
+
+/// Serves until `shutdown` flips; returns the bound address at once.
+pub(crate) async fn serve(
+    addr: SocketAddr,
+    registry: prometheus::Registry,
+    status: watch::Receiver<SyncStatus>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<SocketAddr, std::io::Error> {
+    let listener = TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    info!(%bound, "serving /metrics and /status");
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = shutdown.changed() => return,
+            };
+            let Ok((stream, _)) = accepted else {
+                continue;
+            };
+            let registry = registry.clone();
+            let status = status.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request| {
+                    let answer = answer(&request, &registry, &status);
+                    async move { Ok::<_, Infallible>(answer) }
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                if let Err(error) = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, service)
+                    .await
+                {
+                    warn!(%error, "metrics connection failed");
+                }
+            });
+        }
+    });
+    Ok(bound)
+}
+
+fn answer(
+    request: &Request<Incoming>,
+    registry: &prometheus::Registry,
+    status: &watch::Receiver<SyncStatus>,
+) -> Response<Full<Bytes>> {
+    match request.uri().path() {
+        "/metrics" => {
+            let mut text = Vec::new();
+            let encoder = TextEncoder::new();
+            match encoder.encode(&registry.gather(), &mut text) {
+                Ok(()) => reply(StatusCode::OK, encoder.format_type(), text),
+                Err(error) => reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    error.to_string().into_bytes(),
+                ),
+            }
+        }
+        "/status" => {
+            let body = status_json(&status.borrow()).to_string().into_bytes();
+            reply(StatusCode::OK, "application/json", body)
+        }
+        _ => reply(StatusCode::NOT_FOUND, "text/plain", b"not found\n".to_vec()),
+    }
+}
+
+fn reply(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    if let Ok(value) = hyper::header::HeaderValue::from_str(content_type) {
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, value);
+    }
+    response
+}

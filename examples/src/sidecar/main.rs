@@ -1,0 +1,222 @@
+//! `grasp-sync`: GRASP-02 proactive sync as a sidecar next to a relay you
+//! already run. See `grasp-sync --help`.
+
+mod cli;
+mod http;
+mod status_json;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use grasp_sync_tokio::{RelayStore, SyncManager, SyncStatus};
+use tokio::sync::watch;
+use tracing::info;
+
+use cli::{Args, Settings};
+
+/// How long the own relay may take to accept the first connection.
+const OWN_RELAY_PROBE: Duration = Duration::from_secs(5);
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(error) if !error.use_stderr() => {
+            // --help, --version
+            print!("{error}");
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            let rendered = error.to_string();
+            let line = rendered.lines().next().unwrap_or("invalid arguments");
+            eprintln!("{line} (see grasp-sync --help)");
+            return ExitCode::from(2);
+        }
+    };
+    init_logs(args.log_json);
+    let settings = match cli::settings(&args) {
+        Ok(settings) => settings,
+        Err(line) => {
+            eprintln!("error: {line}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(settings)) {
+        Ok(code) => code,
+        Err(line) => {
+            eprintln!("error: {line}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr, human-readable or JSON, filtered by `RUST_LOG` (default
+/// `info`).
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn run(settings: Settings) -> Result<ExitCode, String> {
+    probe_own_relay(&settings).await?;
+    let registry = prometheus::Registry::new();
+    let mut builder = SyncManager::builder()
+        .own_relay(settings.own_relay.clone())
+        .allow_local_addresses(settings.allow_local_addresses)
+        .store(Arc::new(RelayStore::new(
+            settings.own_relay.clone(),
+            Duration::from_secs(10),
+        )))
+        .registry(registry.clone());
+    for url in &settings.service_urls {
+        builder = builder.service_relay(url.clone());
+    }
+    for url in &settings.bootstrap_relays {
+        builder = builder.bootstrap_relay(url.clone());
+    }
+    let manager = builder
+        .from_env()
+        .map_err(|error| error.to_string())?
+        .build()
+        .map_err(|error| error.to_string())?;
+    let mut status = manager.status();
+    let shutdown = manager.shutdown_handle();
+    let (http_stop, http_stopped) = watch::channel(false);
+    if let Some(addr) = settings.metrics_addr {
+        http::serve(addr, registry, status.clone(), http_stopped)
+            .await
+            .map_err(|error| format!("cannot serve on {addr}: {error}"))?;
+    }
+    let run = tokio::spawn(manager.run());
+    let code = if settings.once {
+        wait_once(&mut status, settings.timeout).await
+    } else {
+        wait_for_signal().await;
+        ExitCode::SUCCESS
+    };
+    shutdown.shutdown();
+    let _ = http_stop.send(true);
+    let summary = run.await.map_err(|error| error.to_string())?;
+    info!(
+        stored = summary.events_stored,
+        duplicates = summary.events_duplicate,
+        rejected = summary.events_rejected,
+        "stopped"
+    );
+    Ok(code)
+}
+
+/// The own relay must accept a connection: without it nothing can be read
+/// or stored.
+async fn probe_own_relay(settings: &Settings) -> Result<(), String> {
+    let url = settings.own_relay.as_str();
+    let connecting = tokio_tungstenite::connect_async(url);
+    match tokio::time::timeout(OWN_RELAY_PROBE, connecting).await {
+        Ok(Ok((mut socket, _))) => {
+            let _ = socket.close(None).await;
+            Ok(())
+        }
+        Ok(Err(error)) => Err(format!("own relay {url} is unreachable: {error}")),
+        Err(_) => Err(format!(
+            "own relay {url} is unreachable: no answer within {OWN_RELAY_PROBE:?}"
+        )),
+    }
+}
+
+/// `--once`: until historic sync is complete on every reachable relay (exit
+/// 0, with a line per relay), the timeout (exit 3) or a signal (exit 130).
+async fn wait_once(status: &mut watch::Receiver<SyncStatus>, timeout: Duration) -> ExitCode {
+    let complete = async {
+        status
+            .wait_for(|status| status.historic_sync_complete)
+            .await
+            .map(|status| status.clone())
+    };
+    tokio::select! {
+        done = tokio::time::timeout(timeout, complete) => match done {
+            Ok(Ok(done)) => {
+                report(&done);
+                ExitCode::SUCCESS
+            }
+            Ok(Err(_)) => {
+                eprintln!("error: the sync stopped before historic sync completed");
+                ExitCode::FAILURE
+            }
+            Err(_) => {
+                eprintln!(
+                    "error: historic sync not complete after {}s: {}",
+                    timeout.as_secs(),
+                    status_json::status_json(&status.borrow())
+                );
+                ExitCode::from(3)
+            }
+        },
+        _ = wait_for_signal() => ExitCode::from(130),
+    }
+}
+
+/// One line per relay on stdout.
+fn report(status: &SyncStatus) {
+    println!(
+        "historic sync complete: {} repositories, {} root events, {} events stored",
+        status.repositories, status.root_events, status.engine.events_stored
+    );
+    for relay in &status.relays {
+        let state = if relay.unreachable {
+            format!(
+                "unreachable ({})",
+                relay.last_error.as_deref().unwrap_or("no answer")
+            )
+        } else if relay.historic_confirmed {
+            "confirmed".to_owned()
+        } else {
+            "not confirmed".to_owned()
+        };
+        println!(
+            "relay {}: {state}, {:?}, {} events received, {} bytes received",
+            relay.relay, relay.method, relay.events_received, relay.bytes_received
+        );
+    }
+}
+
+/// SIGINT or SIGTERM.
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,209 @@
+//! The `grasp-sync` sidecar as a process against relays on 127.0.0.1:
+//! `--once` exits 0 with the own relay holding exactly the expected set, an
+//! unreachable bootstrap relay is reported and not waited for, an
+//! unreachable own relay is one line and a non-zero exit; `/metrics` and
+//! `/status` are served over HTTP; SIGTERM stops it gracefully.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeSet;
+use std::process::Stdio;
+use std::time::Duration;
+
+use grasp_sync_core::RepoRef;
+use nostr::prelude::*;
+use support::{announcement, sign, tag, TestRelay, TestRelayConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_grasp-sync");
+const WAIT: Duration = Duration::from_secs(120);
+
+/// A port of 127.0.0.1 nobody listens on (bound, then released).
+async fn free_port() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// Own relay with an announcement; relay a with its issues and replies.
+async fn world() -> (TestRelay, TestRelay, BTreeSet<EventId>) {
+    let own = TestRelay::start(TestRelayConfig::default()).await;
+    let a = TestRelay::start(TestRelayConfig::default()).await;
+    let maintainer = Keys::generate();
+    let user = Keys::generate();
+    let base = Timestamp::now().as_secs() - 5_000;
+    let alpha = announcement(&maintainer, "alpha", &[&own.url(), &a.url()], base);
+    let repo = RepoRef::new(maintainer.public_key(), "alpha")
+        .unwrap()
+        .to_string();
+    let mut remote = vec![alpha.clone()];
+    for n in 0..30 {
+        let issue = sign(
+            &user,
+            1621,
+            &format!("issue {n}"),
+            vec![tag(&["a", &repo])],
+            base + 1 + n,
+        );
+        let reply = sign(
+            &user,
+            1111,
+            &format!("reply {n}"),
+            vec![tag(&["E", &issue.id.to_hex()])],
+            base + 100 + n,
+        );
+        remote.push(issue);
+        remote.push(reply);
+    }
+    let noise = sign(&user, 1, "noise", Vec::new(), base + 3);
+    remote.push(noise);
+    own.add_event(&alpha).await;
+    a.add_events(&remote).await;
+    let expected = remote
+        .iter()
+        .filter(|event| event.kind != Kind::TextNote)
+        .map(|event| event.id)
+        .collect();
+    (own, a, expected)
+}
+
+fn sidecar(args: &[String]) -> Child {
+    Command::new(BIN)
+        .args(args)
+        .env("NGIT_SYNC_BATCH_WINDOW_MS", "200")
+        .env("NGIT_SYNC_BASE_BACKOFF_SECS", "1")
+        .env("NGIT_SYNC_MAX_BACKOFF_SECS", "2")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start grasp-sync")
+}
+
+async fn finish(child: Child) -> (std::process::ExitStatus, String, String) {
+    let output = tokio::time::timeout(WAIT, child.wait_with_output())
+        .await
+        .expect("grasp-sync exits in time")
+        .expect("wait for grasp-sync");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_syncs_exactly_and_reports_an_unreachable_bootstrap_relay() {
+    let (own, _a, expected) = world().await;
+    let dead = format!("ws://127.0.0.1:{}", free_port().await);
+    let child = sidecar(&[
+        "--own-relay".into(),
+        own.url().to_string(),
+        "--bootstrap-relay".into(),
+        dead.clone(),
+        "--allow-local-addresses".into(),
+        "--once".into(),
+    ]);
+    let (status, stdout, stderr) = finish(child).await;
+    assert!(status.success(), "exit {status}: {stdout}\n{stderr}");
+    assert_eq!(own.event_ids().await, expected, "exactly the expected set");
+    let dead_line = stdout
+        .lines()
+        .find(|line| line.contains(dead.as_str()))
+        .unwrap_or_default();
+    assert!(dead_line.contains("unreachable"), "{stdout}");
+    assert!(stdout.contains("historic sync complete"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_own_relay_is_one_line_and_a_failure() {
+    let own = format!("ws://127.0.0.1:{}", free_port().await);
+    let child = sidecar(&["--own-relay".into(), own.clone(), "--once".into()]);
+    let (status, stdout, stderr) = finish(child).await;
+    assert!(!status.success());
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr:?} {stdout:?}");
+    assert!(
+        lines[0].contains("unreachable") && lines[0].contains(&own),
+        "{stderr}"
+    );
+    let bad = sidecar(&["--own-relay".into(), "not a url".into()]);
+    let (status, _, stderr) = finish(bad).await;
+    assert_eq!(status.code(), Some(2));
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+/// GET `path` on 127.0.0.1:`port`; the body, or `None` if not served yet.
+async fn get(port: u16, path: &str) -> Option<String> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response))
+        .await
+        .ok()?
+        .ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_status_are_served_and_sigterm_stops_it() {
+    let (own, _a, expected) = world().await;
+    let port = free_port().await;
+    let child = sidecar(&[
+        "--own-relay".into(),
+        own.url().to_string(),
+        "--allow-local-addresses".into(),
+        "--metrics-addr".into(),
+        format!("127.0.0.1:{port}"),
+    ]);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(body) = get(port, "/status").await {
+            let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if status["historic_sync_complete"] == serde_json::Value::Bool(true) {
+                break status;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "status never complete"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(status["repositories"], 1);
+    assert!(status["relays"]
+        .as_array()
+        .is_some_and(|relays| !relays.is_empty()));
+    assert_eq!(own.event_ids().await, expected);
+    let metrics = get(port, "/metrics").await.expect("/metrics");
+    assert!(
+        metrics.contains("ngit_sync_events_synced_total"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("ngit_sync_relays_connected_total"));
+    let pid = child.id().expect("pid").to_string();
+    let started = tokio::time::Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(killed.success());
+    let (status, _, stderr) = finish(child).await;
+    assert!(
+        status.success(),
+        "graceful exit on SIGTERM: {status} {stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
