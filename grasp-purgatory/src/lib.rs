@@ -22,6 +22,9 @@
 //!   the git command line, safely (see [`git`]).
 //! - [`PurgatoryGate`]: wiring to `grasp-sync-tokio`, so events arriving by proactive
 //!   sync enter purgatory with the immediate delay.
+//! - [`PurgatoryStatus`]: what is held, releasing, released, expired, queued and being
+//!   fetched, on a watch channel ([`Purgatory::status`]) or on demand
+//!   ([`Purgatory::status_now`]).
 //!
 //! Configuration: [`PurgatoryBuilder`] methods, or the environment variables of
 //! [`config::ENV_VARIABLES`] through [`PurgatoryBuilder::from_env`]. Metrics (when a
@@ -69,6 +72,7 @@ pub mod persist;
 mod repos;
 mod service;
 mod sink;
+mod status;
 mod store;
 mod sync;
 mod tasks;
@@ -89,6 +93,7 @@ pub use repos::{
 };
 pub use service::{Purgatory, PurgatoryBuildError, PurgatoryBuilder};
 pub use sink::{ChannelSink, PurgatoryOutput, ReleaseError, ReleaseSink, StoreSink};
+pub use status::PurgatoryStatus;
 pub use store::{Inserted, PurgatoryStore};
 pub use sync::{
     serve_queued_identifier, sync_identifier, sync_identifier_from_url, sync_identifier_next_url,

@@ -1,8 +1,11 @@
 //! The spec's `purgatory_*` Prometheus metrics, plus held, released and expired events.
+//!
+//! They always exist (the status reads its totals from them) and are registered only
+//! when the embedder gives a registry.
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
-/// Every purgatory metric, registered once in the caller's registry.
+/// Every purgatory metric, registered once in the caller's registry (if any).
 #[derive(Clone, Debug)]
 pub(crate) struct Metrics {
     pub(crate) queue_size: IntGauge,
@@ -16,9 +19,9 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    /// Creates the metrics and registers them in `registry`.
-    pub(crate) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let metrics = Metrics {
+    /// Creates the metrics, not registered anywhere yet.
+    pub(crate) fn new() -> Result<Self, prometheus::Error> {
+        Ok(Metrics {
             queue_size: IntGauge::new(
                 "purgatory_sync_queue_size",
                 "Identifiers waiting in the purgatory sync queue",
@@ -57,15 +60,19 @@ impl Metrics {
                 "purgatory_events_expired_total",
                 "Events dropped from purgatory because their git data never arrived",
             )?,
-        };
-        registry.register(Box::new(metrics.queue_size.clone()))?;
-        registry.register(Box::new(metrics.sync_attempts.clone()))?;
-        registry.register(Box::new(metrics.oids_fetched.clone()))?;
-        registry.register(Box::new(metrics.domain_in_flight.clone()))?;
-        registry.register(Box::new(metrics.domain_requests.clone()))?;
-        registry.register(Box::new(metrics.events_held.clone()))?;
-        registry.register(Box::new(metrics.events_released.clone()))?;
-        registry.register(Box::new(metrics.events_expired.clone()))?;
-        Ok(metrics)
+        })
+    }
+
+    /// Registers every metric in `registry`.
+    pub(crate) fn register(&self, registry: &Registry) -> Result<(), prometheus::Error> {
+        registry.register(Box::new(self.queue_size.clone()))?;
+        registry.register(Box::new(self.sync_attempts.clone()))?;
+        registry.register(Box::new(self.oids_fetched.clone()))?;
+        registry.register(Box::new(self.domain_in_flight.clone()))?;
+        registry.register(Box::new(self.domain_requests.clone()))?;
+        registry.register(Box::new(self.events_held.clone()))?;
+        registry.register(Box::new(self.events_released.clone()))?;
+        registry.register(Box::new(self.events_expired.clone()))?;
+        Ok(())
     }
 }

@@ -106,6 +106,12 @@ impl PurgatoryStore {
         self.ids.len()
     }
 
+    /// How many held events are being handed to the sink (between
+    /// [`PurgatoryStore::begin_release`] and its finish or abort).
+    pub fn releasing(&self) -> usize {
+        self.releasing.len()
+    }
+
     /// Whether nothing is held.
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
@@ -326,6 +332,7 @@ mod tests {
         store.mark_present("r", [oid(1)]);
         let releasing = store.begin_release("r");
         assert_eq!(releasing.len(), 2);
+        assert_eq!(store.releasing(), 2);
         assert!(store.begin_release("r").is_empty(), "not offered twice");
         assert_eq!(store.len(), 2, "still held while the sink works");
         assert!(store
@@ -333,6 +340,7 @@ mod tests {
             .is_empty());
         store.finish_release("r", &[first_id]);
         store.abort_release(&[second_id]);
+        assert_eq!(store.releasing(), 0);
         assert!(!store.contains(&first_id));
         assert!(store.contains(&second_id));
         assert_eq!(

@@ -8,7 +8,7 @@
 //! driver (the purgatory's loop) drains the resulting [`QueueStep`]s with
 //! [`ThrottleManager::poll_step`] and serves them.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use grasp_sync_core::purgatory::{DomainThrottles, QueueStep, ThrottleConfig};
@@ -41,7 +41,7 @@ pub struct ThrottleManager {
     triggered: Mutex<VecDeque<String>>,
     clock: PurgatoryClock,
     policy: CloneUrlPolicy,
-    metrics: Option<Metrics>,
+    metrics: Metrics,
     /// Wakes the driver when a domain was triggered.
     steps: Notify,
 }
@@ -60,7 +60,7 @@ impl ThrottleManager {
         config: ThrottleConfig,
         clock: PurgatoryClock,
         policy: CloneUrlPolicy,
-        metrics: Option<Metrics>,
+        metrics: Metrics,
     ) -> Self {
         ThrottleManager {
             throttles: Mutex::new(DomainThrottles::new(config)),
@@ -87,6 +87,24 @@ impl ThrottleManager {
         self.lock().get(domain).map_or(0, |t| t.in_flight())
     }
 
+    /// Fetches in flight per domain, for the domains with at least one.
+    pub fn in_flight_by_domain(&self) -> BTreeMap<String, u32> {
+        self.lock()
+            .iter()
+            .filter(|throttle| throttle.in_flight() > 0)
+            .map(|throttle| (throttle.domain().to_owned(), throttle.in_flight()))
+            .collect()
+    }
+
+    /// Every identifier waiting in (or being served from) the queue of a throttled
+    /// domain, whichever domain it waits for.
+    pub fn queued_identifiers(&self) -> BTreeSet<String> {
+        self.lock()
+            .iter()
+            .flat_map(|throttle| throttle.queued_identifiers().map(str::to_owned))
+            .collect()
+    }
+
     /// Identifiers waiting in `domain`'s queue.
     pub fn queued(&self, domain: &str) -> Vec<String> {
         self.lock()
@@ -109,10 +127,9 @@ impl ThrottleManager {
             .entry(domain)
             .try_start_request(self.clock.now());
         if started {
-            if let Some(metrics) = &self.metrics {
-                metrics.domain_requests.with_label_values(&[domain]).inc();
-                metrics.domain_in_flight.with_label_values(&[domain]).inc();
-            }
+            let metrics = &self.metrics;
+            metrics.domain_requests.with_label_values(&[domain]).inc();
+            metrics.domain_in_flight.with_label_values(&[domain]).inc();
             self.trigger(domain);
         }
         started
@@ -123,9 +140,10 @@ impl ThrottleManager {
         if let Some(throttle) = self.lock().get_mut(domain) {
             throttle.complete_request(self.clock.now());
         }
-        if let Some(metrics) = &self.metrics {
-            metrics.domain_in_flight.with_label_values(&[domain]).dec();
-        }
+        self.metrics
+            .domain_in_flight
+            .with_label_values(&[domain])
+            .dec();
         self.trigger(domain);
     }
 

@@ -15,6 +15,7 @@ use crate::held::{hold_event, HeldEvent, HoldError, Origin};
 use crate::metrics::Metrics;
 use crate::persist::RejectedLine;
 use crate::sink::ReleaseSink;
+use crate::status::PurgatoryStatus;
 use crate::store::Inserted;
 use crate::tasks::Tasks;
 use crate::throttle_manager::ThrottleManager;
@@ -31,7 +32,10 @@ pub(super) struct Shared {
     pub(super) ctx: Arc<dyn SyncContext>,
     pub(super) sink: Arc<dyn ReleaseSink>,
     pub(super) clock: PurgatoryClock,
-    pub(super) metrics: Option<Metrics>,
+    /// Always present; registered only when the builder was given a registry.
+    pub(super) metrics: Metrics,
+    /// The last published status (see [`Purgatory::status`]).
+    pub(super) status: watch::Sender<PurgatoryStatus>,
     pub(super) tasks: Arc<Tasks>,
     pub(super) restore_rejected: Mutex<Vec<RejectedLine>>,
 }
@@ -141,19 +145,24 @@ impl Purgatory {
         };
         self.shared.wake.notify_one();
         self.update_gauges();
+        self.publish_if_settled();
         inserted
     }
 
     /// Syncs `identifier` after the immediate delay (for example right after a push),
     /// resetting its backoff. Does nothing when no event of it is held.
     pub fn trigger_immediate_sync(&self, identifier: &str) {
-        let store = lock(&self.shared.store);
-        if store.has_pending(identifier) {
+        {
+            let store = lock(&self.shared.store);
+            if !store.has_pending(identifier) {
+                return;
+            }
             let now = self.shared.clock.now();
             let delay = self.shared.config.queue.immediate_delay;
             self.queue().enqueue(identifier, now, delay);
-            self.shared.wake.notify_one();
         }
+        self.shared.wake.notify_one();
+        self.publish_if_settled();
     }
 
     /// Queues `identifier` to be synced `delay` from now.
@@ -240,10 +249,9 @@ impl Purgatory {
 
     /// Sets the queue-size and held-events gauges.
     pub(super) fn update_gauges(&self) {
-        if let Some(metrics) = &self.shared.metrics {
-            metrics.queue_size.set(gauge(self.queue_len()));
-            metrics.events_held.set(gauge(self.held()));
-        }
+        let metrics = &self.shared.metrics;
+        metrics.queue_size.set(gauge(self.queue_len()));
+        metrics.events_held.set(gauge(self.held()));
     }
 
     /// Locks the sync queue (plain data every operation leaves consistent, so a panic

@@ -18,6 +18,7 @@ use crate::git::{GitBackend, GitFetcher};
 use crate::metrics::Metrics;
 use crate::repos::{Announcements, NpubLayout, RepoLocator};
 use crate::sink::ReleaseSink;
+use crate::status::PurgatoryStatus;
 use crate::store::PurgatoryStore;
 use crate::tasks::Tasks;
 use crate::throttle_manager::ThrottleManager;
@@ -205,9 +206,12 @@ impl PurgatoryBuilder {
         let git = self
             .git
             .unwrap_or_else(|| Arc::new(GitFetcher::new(self.config.git.clone())));
-        let metrics = self.registry.as_ref().map(Metrics::register).transpose()?;
+        let metrics = Metrics::new()?;
+        if let Some(registry) = &self.registry {
+            metrics.register(registry)?;
+        }
         let store: SharedStore = Arc::new(Mutex::new(PurgatoryStore::new()));
-        let mut context = GitSyncContext::new(ContextParts {
+        let context = GitSyncContext::new(ContextParts {
             store: Arc::clone(&store),
             announcements,
             locator,
@@ -215,10 +219,7 @@ impl PurgatoryBuilder {
             sink: Arc::clone(&sink),
             our_domain: self.config.our_domain.clone(),
         });
-        if let Some(metrics) = &metrics {
-            context = context.with_metrics(metrics.clone());
-        }
-        let ctx: Arc<dyn SyncContext> = Arc::new(context);
+        let ctx: Arc<dyn SyncContext> = Arc::new(context.with_metrics(metrics.clone()));
         let clock = PurgatoryClock::new();
         let wake = Arc::new(Notify::new());
         let manager = Arc::new(ThrottleManager::new(
@@ -228,6 +229,7 @@ impl PurgatoryBuilder {
             metrics.clone(),
         ));
         let (shutdown, _) = watch::channel(false);
+        let (status, _) = watch::channel(PurgatoryStatus::default());
         let persist_path = self.config.persist_path.clone();
         let purgatory = Purgatory {
             shared: Arc::new(Shared {
@@ -240,6 +242,7 @@ impl PurgatoryBuilder {
                 sink,
                 clock,
                 metrics,
+                status,
                 tasks: Arc::new(Tasks::default()),
                 restore_rejected: Mutex::new(Vec::new()),
                 config: self.config,
@@ -250,6 +253,7 @@ impl PurgatoryBuilder {
                 .restore(&path)
                 .map_err(|source| PurgatoryBuildError::Restore { path, source })?;
         }
+        purgatory.publish_status();
         Ok(purgatory)
     }
 }

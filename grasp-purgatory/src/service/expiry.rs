@@ -16,9 +16,7 @@ impl Purgatory {
         if !expired.is_empty() {
             self.forget_released();
         }
-        if let Some(metrics) = &shared.metrics {
-            metrics.events_expired.inc_by(expired.len() as u64);
-        }
+        shared.metrics.events_expired.inc_by(expired.len() as u64);
         if !expired.is_empty() {
             self.update_gauges();
         }

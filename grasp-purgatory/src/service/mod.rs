@@ -8,6 +8,7 @@
 //! - [`domain_queues`]: serving the throttle manager's steps.
 //! - [`expiry`]: dropping and reporting events that waited too long.
 //! - [`persistence`]: saving at shutdown, restoring at build.
+//! - [`status`]: computing and publishing the [`PurgatoryStatus`](crate::PurgatoryStatus).
 
 mod api;
 mod builder;
@@ -15,6 +16,7 @@ mod domain_queues;
 mod expiry;
 mod persistence;
 mod run_loop;
+mod status;
 
 pub use api::Purgatory;
 pub use builder::{PurgatoryBuildError, PurgatoryBuilder};

@@ -1,12 +1,13 @@
 //! The main loop: starts every identifier whose debounce or backoff ended, applies the
 //! backoff or removes it when its sync ends, serves the domain queues, expires events,
-//! and stops every task at shutdown.
+//! publishes the status, and stops every task at shutdown.
 
 use grasp_sync_core::clock::Instant;
 use tokio::sync::watch;
 
 use super::api::Purgatory;
 use super::domain_queues::DomainWakes;
+use super::status::StatusRefresh;
 use crate::context::lock;
 use crate::sync::sync_identifier;
 
@@ -14,8 +15,8 @@ impl Purgatory {
     /// Runs the main sync loop until [`Purgatory::shutdown`]: starts every ready
     /// identifier in parallel, applies backoff or removes it when its sync ends, serves
     /// the queues of throttled domains when they have capacity, and expires events that
-    /// waited too long. On shutdown, stops every task and saves the purgatory if a
-    /// persistence file is set.
+    /// waited too long, publishing the [`Purgatory::status`] as things change. On
+    /// shutdown, stops every task and saves the purgatory if a persistence file is set.
     ///
     /// Wakes on a new event, a finished sync, the next queue or domain deadline, and at
     /// least every loop interval; serves the domain queues whenever the
@@ -23,33 +24,49 @@ impl Purgatory {
     pub async fn run(&self) -> Result<(), std::io::Error> {
         let mut shutdown = self.shared.shutdown.subscribe();
         let mut wakes = DomainWakes::default();
+        let mut refresh = StatusRefresh::default();
         while !*shutdown.borrow_and_update() {
             self.expire().await;
             self.forget_released();
             self.shared.manager.forget_idle_domains();
             self.start_ready();
             self.serve_domain_queues(&mut wakes);
-            self.wait(&mut shutdown, &mut wakes).await;
+            self.refresh_status(&mut refresh);
+            self.wait(&mut shutdown, &mut wakes, &mut refresh).await;
         }
         let aborted = self.shared.tasks.shutdown().await;
         tracing::debug!(aborted, "purgatory stopped");
+        self.publish_status();
         self.save().await
     }
 
     /// Sleeps until the loop has work (shutdown, a new event, a finished sync, the next
-    /// deadline), serving the domain queues whenever the throttle manager has steps.
-    async fn wait(&self, shutdown: &mut watch::Receiver<bool>, wakes: &mut DomainWakes) {
+    /// deadline, a status refresh that was skipped), serving the domain queues (and
+    /// refreshing the status: fetches start and end) whenever the throttle manager has
+    /// steps.
+    async fn wait(
+        &self,
+        shutdown: &mut watch::Receiver<bool>,
+        wakes: &mut DomainWakes,
+        refresh: &mut StatusRefresh,
+    ) {
         let latest = self.next_wake(wakes);
         loop {
             let domain_wake = wakes
                 .poll_timeout()
                 .map(|at| self.shared.clock.to_tokio(at));
-            let deadline = domain_wake.map_or(latest, |at| at.min(latest));
+            let deadline = [domain_wake, refresh.deadline()]
+                .into_iter()
+                .flatten()
+                .fold(latest, tokio::time::Instant::min);
             tokio::select! {
                 _ = shutdown.changed() => return,
                 () = self.shared.wake.notified() => return,
                 () = tokio::time::sleep_until(deadline) => return,
-                () = self.shared.manager.step_ready() => self.serve_domain_queues(wakes),
+                () = self.shared.manager.step_ready() => {
+                    self.serve_domain_queues(wakes);
+                    self.refresh_status(refresh);
+                }
             }
         }
     }
@@ -108,10 +125,12 @@ impl Purgatory {
                 tracing::debug!(%identifier, "new events arrived during the sync");
             }
         }
-        if let Some(metrics) = &shared.metrics {
-            let result = if done { "done" } else { "retry" };
-            metrics.sync_attempts.with_label_values(&[result]).inc();
-        }
+        let result = if done { "done" } else { "retry" };
+        shared
+            .metrics
+            .sync_attempts
+            .with_label_values(&[result])
+            .inc();
         if !done {
             tracing::debug!(%identifier, entry = ?self.queue_entry(&identifier), "backing off");
         }

@@ -45,7 +45,7 @@ fn manager() -> ThrottleManager {
         ThrottleConfig::default(),
         PurgatoryClock::new(),
         CloneUrlPolicy::new(),
-        None,
+        crate::metrics::Metrics::new().unwrap(),
     )
 }
 

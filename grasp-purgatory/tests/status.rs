@@ -1,0 +1,148 @@
+#![allow(clippy::unwrap_used)]
+//! The purgatory's status on virtual time (`tokio::time::pause`) with the in-memory git
+//! backend: held and queued after adding, the domain's fetches while they are in
+//! flight, released and nothing ready afterwards, expired when the data never arrives.
+
+mod events;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use events::memory_git::{MemoryGit, OneRepo};
+use events::{announcement, hex, pull_request};
+use grasp_purgatory::{ChannelSink, MemoryAnnouncements, Origin, Purgatory, PurgatoryStatus};
+use nostr::prelude::*;
+use tokio::sync::watch;
+
+const HOST: &str = "git.example.com";
+const DOWN: &str = "down.example.org";
+
+/// Waits (virtual time) until the published status satisfies `done`.
+async fn until(
+    status: &mut watch::Receiver<PurgatoryStatus>,
+    within: Duration,
+    done: impl FnMut(&PurgatoryStatus) -> bool,
+) -> PurgatoryStatus {
+    let found = match tokio::time::timeout(within, status.wait_for(done)).await {
+        Ok(Ok(found)) => Some(found.clone()),
+        _ => None,
+    };
+    found.unwrap_or_else(|| panic!("not within {within:?}: {:?}", *status.borrow()))
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_status_follows_events_from_held_to_released_and_expired() {
+    let git = Arc::new(MemoryGit::with_delay(Duration::from_secs(3)));
+    let announcements = Arc::new(MemoryAnnouncements::new());
+    let (sink, _outputs) = ChannelSink::new();
+    let purgatory = Purgatory::builder()
+        .announcements(announcements.clone())
+        .repo_locator(Arc::new(OneRepo("/memory".into())))
+        .git_backend(git.clone())
+        .sink(Arc::new(sink))
+        .domain_concurrent(1)
+        .build()
+        .unwrap();
+    let mut status = purgatory.status();
+    assert!(
+        status.borrow().nothing_ready,
+        "an empty purgatory is settled"
+    );
+    assert_eq!(status.borrow().events_held, 0);
+    let run = events::spawn_run(&purgatory);
+
+    let owner = Keys::generate();
+    for identifier in ["one", "two"] {
+        let url = format!("https://{HOST}/{identifier}.git");
+        announcements
+            .add(announcement(&owner, identifier, &[&url]))
+            .unwrap();
+    }
+    git.serve(&format!("https://{HOST}/one.git"), [hex(1)]);
+    git.serve(&format!("https://{HOST}/two.git"), [hex(2)]);
+    let add = |identifier: &str, tip: &str| {
+        let event = pull_request(&Keys::generate(), &owner.public_key(), identifier, tip);
+        purgatory.add_pr(event, Origin::Synced).unwrap();
+    };
+
+    // Held and queued; the add itself ends "nothing ready", without waiting for the loop.
+    add("one", &hex(1));
+    assert!(!status.borrow().nothing_ready, "never stale after an add");
+    add("two", &hex(2));
+    let now = purgatory.status_now();
+    assert_eq!(now.events_held, 2);
+    assert_eq!(now.identifiers_queued, 2);
+    assert_eq!(
+        now.identifiers_ready, 2,
+        "debounced for the immediate delay"
+    );
+    let held = until(&mut status, Duration::from_millis(200), |s| {
+        s.events_held == 2
+    })
+    .await;
+    assert_eq!(held.identifiers_queued, 2);
+    assert_eq!(held.identifiers_ready, 2);
+    assert_eq!(held.fetches_in_flight, 0);
+    assert_eq!(held.events_released, 0);
+    assert!(!held.nothing_ready);
+
+    // After the 500 ms debounce, one fetch runs (one at a time per domain); the other
+    // identifier waits in the domain's queue.
+    let fetching = until(&mut status, Duration::from_secs(1), |s| {
+        s.fetches_in_flight == 1 && s.identifiers_waiting_for_domain == 1
+    })
+    .await;
+    assert_eq!(
+        fetching.fetches_by_domain,
+        BTreeMap::from([(HOST.to_owned(), 1)])
+    );
+    assert_eq!(fetching.events_held, 2);
+    assert_eq!(fetching.identifiers_ready, 0);
+    assert!(!fetching.nothing_ready);
+    assert_eq!(git.log().len(), 1);
+
+    // Both fetched (3 s each, one after the other) and released.
+    let released = until(&mut status, Duration::from_secs(10), |s| {
+        s.events_released == 2 && s.nothing_ready
+    })
+    .await;
+    assert_eq!(released.events_held, 0);
+    assert_eq!(released.events_releasing, 0);
+    assert_eq!(released.identifiers_queued, 0);
+    assert_eq!(released.identifiers_waiting_for_domain, 0);
+    assert_eq!(released.fetches_in_flight, 0);
+    assert!(released.fetches_by_domain.is_empty());
+    assert_eq!(released.oids_fetched, 2);
+    assert_eq!(released.events_expired, 0);
+    assert_eq!(git.log().len(), 2);
+
+    // An unreachable server: after the failed attempt the event waits for its backoff
+    // (nothing ready, still held), then expires after thirty minutes.
+    let url = format!("https://{DOWN}/three.git");
+    announcements
+        .add(announcement(&owner, "three", &[&url]))
+        .unwrap();
+    git.fail(&url);
+    add("three", &hex(3));
+    assert!(!status.borrow().nothing_ready);
+    let backing_off = until(&mut status, Duration::from_secs(10), |s| {
+        s.nothing_ready && s.events_held == 1
+    })
+    .await;
+    assert_eq!(backing_off.identifiers_queued, 1);
+    assert_eq!(backing_off.identifiers_ready, 0);
+    assert_eq!(git.log().len(), 3, "the failed attempt ran");
+    let expired = until(&mut status, Duration::from_secs(2000), |s| {
+        s.events_expired == 1
+    })
+    .await;
+    assert_eq!(expired.events_held, 0);
+    assert_eq!(expired.identifiers_queued, 0);
+    assert_eq!(expired.events_released, 2);
+    assert!(expired.nothing_ready);
+
+    purgatory.shutdown();
+    run.await.unwrap().unwrap();
+    assert_eq!(purgatory.status_now(), *status.borrow());
+}
