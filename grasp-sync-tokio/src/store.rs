@@ -67,10 +67,7 @@ enum Request {
         Box<Event>,
         oneshot::Sender<Result<IngestOutcome, StoreError>>,
     ),
-    Items(
-        Filter,
-        oneshot::Sender<Result<Vec<(EventId, Timestamp)>, StoreError>>,
-    ),
+    Events(Filter, oneshot::Sender<Result<Vec<Event>, StoreError>>),
 }
 
 impl RelayStore {
@@ -109,6 +106,14 @@ impl RelayStore {
         }
     }
 
+    /// Every event the relay holds matching `filter`, read page by page
+    /// past the relay's result limit (for example the announcements of one
+    /// repository, to find its clone URLs).
+    pub async fn events(&self, filter: &Filter) -> Result<Vec<Event>, StoreError> {
+        self.ask(|reply| Request::Events(filter.clone(), reply))
+            .await
+    }
+
     async fn ask<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Request,
@@ -139,8 +144,11 @@ impl EventStore for RelayStore {
         &self,
         filter: &Filter,
     ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
-        self.ask(|reply| Request::Items(filter.clone(), reply))
-            .await
+        let events = self.events(filter).await?;
+        Ok(events
+            .into_iter()
+            .map(|event| (event.id, event.created_at))
+            .collect())
     }
 }
 
@@ -171,7 +179,7 @@ async fn serve(relay: RelayUrl, timeout: Duration, mut requests: mpsc::Receiver<
                 let _ = reply.send(result);
                 ok
             }
-            Request::Items(filter, reply) => {
+            Request::Events(filter, reply) => {
                 let id = SubscriptionId::new(format!("store-{next_id}"));
                 // The timeout bounds every page, not the whole listing.
                 let (result, ok) = match list(ws, id, filter, timeout).await {
@@ -205,7 +213,7 @@ fn fail(request: Request, reason: &str) {
         Request::Ingest(_, reply) => {
             let _ = reply.send(Err(error));
         }
-        Request::Items(_, reply) => {
+        Request::Events(_, reply) => {
             let _ = reply.send(Err(error));
         }
     }
@@ -260,14 +268,14 @@ async fn publish(ws: &mut Socket, event: &Event) -> Result<IngestOutcome, StoreE
 /// Events asked for per page of a listing.
 const LIST_PAGE: usize = 500;
 
-/// Every `(id, created_at)` the relay holds for `filter`, read page by page
-/// with lossless `until` pagination until a page brings nothing new.
+/// Every event the relay holds for `filter`, read page by page with
+/// lossless `until` pagination until a page brings nothing new.
 async fn list(
     ws: &mut Socket,
     id: SubscriptionId,
     mut filter: Filter,
     timeout: Duration,
-) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
+) -> Result<Vec<Event>, StoreError> {
     if filter.limit.is_none() {
         filter.limit = Some(LIST_PAGE);
     }
@@ -289,7 +297,7 @@ async fn list(
                     // page: keep each once.
                     let is_new = paging.on_event(event.id, event.created_at);
                     if is_new {
-                        items.push((event.id, event.created_at));
+                        items.push(event.into_owned());
                     }
                 }
                 RelayMessage::EndOfStoredEvents(sub) if *sub == id => break,

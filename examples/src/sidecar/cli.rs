@@ -26,10 +26,15 @@ pub(crate) struct Args {
     /// A relay synced from the start and never dropped (repeatable).
     #[arg(long = "bootstrap-relay", value_name = "URL")]
     pub(crate) bootstrap_relays: Vec<String>,
-    /// Purgatory's bare repositories (`<dir>/<npub>/<identifier>.git`).
-    /// Not supported by this build yet: it exits with an error.
+    /// Purgatory's bare repositories (`<dir>/<npub>/<identifier>.git`):
+    /// states and PRs wait until their commits are fetched from the
+    /// repository's clone URLs. Omit to run without purgatory.
     #[arg(long, value_name = "DIR")]
     pub(crate) git_root: Option<PathBuf>,
+    /// Let purgatory fetch over plain `http://` and `git://` (https only
+    /// otherwise).
+    #[arg(long)]
+    pub(crate) allow_insecure_clone_urls: bool,
     /// Serve Prometheus `/metrics` and a JSON `/status` on this address.
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics_addr: Option<SocketAddr>,
@@ -51,6 +56,8 @@ pub(crate) struct Args {
 #[derive(Debug)]
 pub(crate) struct Settings {
     pub(crate) own_relay: RelayUrl,
+    pub(crate) git_root: Option<PathBuf>,
+    pub(crate) allow_insecure_clone_urls: bool,
     pub(crate) service_urls: Vec<RelayUrl>,
     pub(crate) bootstrap_relays: Vec<RelayUrl>,
     pub(crate) metrics_addr: Option<SocketAddr>,
@@ -62,10 +69,9 @@ pub(crate) struct Settings {
 /// Checks the flags; the error is one line for the user.
 pub(crate) fn settings(args: &Args) -> Result<Settings, String> {
     if let Some(root) = &args.git_root {
-        return Err(format!(
-            "--git-root {}: purgatory is not available in this build of the sidecar yet",
-            root.display()
-        ));
+        if !root.is_dir() {
+            return Err(format!("--git-root {}: not a directory", root.display()));
+        }
     }
     let url = |flag: &str, value: &str| {
         RelayUrl::parse(value)
@@ -73,6 +79,8 @@ pub(crate) fn settings(args: &Args) -> Result<Settings, String> {
     };
     Ok(Settings {
         own_relay: url("--own-relay", &args.own_relay)?,
+        git_root: args.git_root.clone(),
+        allow_insecure_clone_urls: args.allow_insecure_clone_urls,
         service_urls: args
             .service_urls
             .iter()

@@ -3,6 +3,7 @@
 
 mod cli;
 mod http;
+mod purgatory;
 mod status_json;
 
 use std::process::ExitCode;
@@ -10,6 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use grasp_purgatory::{Purgatory, PurgatoryGate};
+use grasp_sync_tokio::core::store::EventStore;
 use grasp_sync_tokio::{RelayStore, SyncManager, SyncStatus};
 use tokio::sync::watch;
 use tracing::info;
@@ -79,13 +82,18 @@ fn init_logs(json: bool) {
 async fn run(settings: Settings) -> Result<ExitCode, String> {
     probe_own_relay(&settings).await?;
     let registry = prometheus::Registry::new();
+    let store = RelayStore::new(settings.own_relay.clone(), Duration::from_secs(10));
+    let purgatory = purgatory::build(&settings, &store, &registry)?;
+    // With purgatory, states and PRs wait for their commits before they
+    // reach the own relay.
+    let sync_store: Arc<dyn EventStore> = match &purgatory {
+        Some(purgatory) => Arc::new(PurgatoryGate::new(store.clone(), purgatory.clone())),
+        None => Arc::new(store.clone()),
+    };
     let mut builder = SyncManager::builder()
         .own_relay(settings.own_relay.clone())
         .allow_local_addresses(settings.allow_local_addresses)
-        .store(Arc::new(RelayStore::new(
-            settings.own_relay.clone(),
-            Duration::from_secs(10),
-        )))
+        .store(sync_store)
         .registry(registry.clone());
     for url in &settings.service_urls {
         builder = builder.service_relay(url.clone());
@@ -107,13 +115,24 @@ async fn run(settings: Settings) -> Result<ExitCode, String> {
             .map_err(|error| format!("cannot serve on {addr}: {error}"))?;
     }
     let run = tokio::spawn(manager.run());
+    let purgatory_run = purgatory
+        .clone()
+        .map(|purgatory| tokio::spawn(async move { purgatory.run().await }));
     let code = if settings.once {
-        wait_once(&mut status, settings.timeout).await
+        wait_once(&mut status, purgatory.as_ref(), settings.timeout).await
     } else {
         wait_for_signal().await;
         ExitCode::SUCCESS
     };
     shutdown.shutdown();
+    if let Some(purgatory) = &purgatory {
+        purgatory.shutdown();
+    }
+    if let Some(task) = purgatory_run {
+        if let Ok(Err(error)) = task.await {
+            tracing::warn!(%error, "purgatory could not save its state");
+        }
+    }
     let _ = http_stop.send(true);
     let summary = run.await.map_err(|error| error.to_string())?;
     info!(
@@ -142,14 +161,34 @@ async fn probe_own_relay(settings: &Settings) -> Result<(), String> {
     }
 }
 
-/// `--once`: until historic sync is complete on every reachable relay (exit
-/// 0, with a line per relay), the timeout (exit 3) or a signal (exit 130).
-async fn wait_once(status: &mut watch::Receiver<SyncStatus>, timeout: Duration) -> ExitCode {
+/// `--once`: until historic sync is complete on every reachable relay and
+/// purgatory has nothing ready (exit 0, with a line per relay), the timeout
+/// (exit 3) or a signal (exit 130).
+async fn wait_once(
+    status: &mut watch::Receiver<SyncStatus>,
+    purgatory: Option<&Purgatory>,
+    timeout: Duration,
+) -> ExitCode {
+    let mut purgatory_status = purgatory.map(Purgatory::status);
     let complete = async {
-        status
-            .wait_for(|status| status.historic_sync_complete)
-            .await
-            .map(|status| status.clone())
+        loop {
+            let done = status
+                .wait_for(|status| status.historic_sync_complete)
+                .await
+                .map(|status| status.clone())?;
+            let Some(purgatory) = purgatory_status.as_mut() else {
+                return Ok::<_, watch::error::RecvError>(done);
+            };
+            let quiet = tokio::time::timeout(
+                Duration::from_secs(1),
+                purgatory.wait_for(|status| status.nothing_ready),
+            )
+            .await;
+            // Both at once: the sync may have brought new work meanwhile.
+            if matches!(quiet, Ok(Ok(_))) && status.borrow().historic_sync_complete {
+                return Ok(done);
+            }
+        }
     };
     tokio::select! {
         done = tokio::time::timeout(timeout, complete) => match done {

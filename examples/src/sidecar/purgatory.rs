@@ -1,0 +1,60 @@
+//! Purgatory in the sidecar: announcements (for clone URLs) are read from
+//! the own relay, released events are published to it.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use grasp_purgatory::{AnnouncementError, Announcements, Purgatory, StoreSink};
+use grasp_sync_tokio::core::url_policy::CloneUrlPolicy;
+use grasp_sync_tokio::RelayStore;
+use nostr::prelude::{Event, Filter, Kind};
+
+use crate::cli::Settings;
+
+/// The own relay as purgatory's source of announcements.
+struct OwnRelayAnnouncements {
+    store: RelayStore,
+}
+
+#[async_trait]
+impl Announcements for OwnRelayAnnouncements {
+    async fn announcements(&self, identifier: &str) -> Result<Vec<Event>, AnnouncementError> {
+        let filter = Filter::new()
+            .kind(Kind::Custom(30617))
+            .identifier(identifier);
+        self.store
+            .events(&filter)
+            .await
+            .map_err(|error| AnnouncementError::Backend(error.to_string()))
+    }
+}
+
+/// Builds the purgatory over `store` (the own relay) if `--git-root` is
+/// given; the error is one line for the user.
+pub(crate) fn build(
+    settings: &Settings,
+    store: &RelayStore,
+    registry: &prometheus::Registry,
+) -> Result<Option<Purgatory>, String> {
+    let Some(root) = &settings.git_root else {
+        return Ok(None);
+    };
+    let policy = CloneUrlPolicy::new()
+        .allow_local_addresses(settings.allow_local_addresses)
+        .allow_http(settings.allow_insecure_clone_urls)
+        .allow_git_protocol(settings.allow_insecure_clone_urls);
+    let purgatory = Purgatory::builder()
+        .announcements(Arc::new(OwnRelayAnnouncements {
+            store: store.clone(),
+        }))
+        .repos_root(root)
+        .clone_policy(policy)
+        .sink(Arc::new(StoreSink::new(store.clone())))
+        .registry(registry.clone())
+        .persist_to(root.join("purgatory.txt"))
+        .from_env()
+        .map_err(|error| error.to_string())?
+        .build()
+        .map_err(|error| error.to_string())?;
+    Ok(Some(purgatory))
+}
