@@ -66,3 +66,9 @@ pub mod r44 {
         RelayBuilder,
     };
 }
+
+/// The README's code blocks, compiled (and checked) as doc tests: a README
+/// example that stops compiling fails CI.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
