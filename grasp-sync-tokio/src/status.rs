@@ -11,8 +11,8 @@
 //!     .wait_for(|status| status.historic_sync_complete)
 //!     .await?
 //!     .clone();
-//! for relay in done.relays.iter().filter(|relay| relay.unreachable) {
-//!     eprintln!("{} unreachable: {:?}", relay.relay, relay.last_error);
+//! for relay in done.relays.iter().filter(|relay| relay.report.unreachable) {
+//!     eprintln!("{} unreachable: {:?}", relay.report.relay, relay.report.last_error);
 //! }
 //! # Ok(())
 //! # }
@@ -23,7 +23,7 @@ use std::time::Duration;
 use grasp_sync_core::clock::Instant;
 use grasp_sync_core::engine::{EngineStats, LiveMode, RelayReport, SyncEngine};
 use grasp_sync_core::health::HealthState;
-use grasp_sync_core::model::{ConnectionStatus, SyncMethod};
+use grasp_sync_core::model::ConnectionStatus;
 use nostr::prelude::RelayUrl;
 
 /// A snapshot of the sync's progress. Obtain the receiver with
@@ -66,54 +66,29 @@ pub struct SyncStatus {
     pub engine: EngineStats,
 }
 
-/// One relay in a [`SyncStatus`].
+/// One relay in a [`SyncStatus`]: the engine's report and what the adapter
+/// adds (traffic, time to the next attempt).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RelayStatus {
-    /// The relay.
-    pub relay: RelayUrl,
-    /// Disconnected, connecting or connected.
-    pub connection: ConnectionStatus,
-    /// Its health.
-    pub health: HealthState,
-    /// NIP-77, or REQ+EOSE once it refused NIP-77.
-    pub method: SyncMethod,
-    /// Verified events from it handed to the store.
-    pub events_received: u64,
-    /// Events from it newly stored.
-    pub events_stored: u64,
+    /// What the engine knows: connection, health, method, events,
+    /// confirmed, unreachable, last error, live mode.
+    pub report: RelayReport,
     /// Bytes received from it.
     pub bytes_received: u64,
     /// Bytes sent to it.
     pub bytes_sent: u64,
-    /// Historic sync of what it should hold is confirmed.
-    pub historic_confirmed: bool,
-    /// It failed to connect too often (or is dead): not waited for.
-    pub unreachable: bool,
-    /// The last thing that went wrong.
-    pub last_error: Option<String>,
     /// Time until the next connection attempt, while not connected.
     pub retry_in: Option<Duration>,
-    /// Live coverage while connected: every item, or some polled.
-    pub live_mode: Option<LiveMode>,
 }
 
 impl RelayStatus {
     fn of(report: RelayReport, now: Instant, bytes: (u64, u64)) -> RelayStatus {
         RelayStatus {
             retry_in: report.retry_at.map(|at| at.saturating_duration_since(now)),
-            relay: report.relay,
-            connection: report.connection,
-            health: report.health,
-            method: report.method,
-            events_received: report.events_received,
-            events_stored: report.events_stored,
+            report,
             bytes_received: bytes.0,
             bytes_sent: bytes.1,
-            historic_confirmed: report.historic_confirmed,
-            unreachable: report.unreachable,
-            last_error: report.last_error,
-            live_mode: report.live_mode,
         }
     }
 }
@@ -149,11 +124,11 @@ impl SyncStatus {
                 .map(|needs| needs.root_events.len())
                 .sum(),
             relays_tracked: relays.len(),
-            relays_connected: count(|relay| relay.connection == ConnectionStatus::Connected),
-            relays_unreachable: count(|relay| relay.unreachable),
-            relays_dead: count(|relay| relay.health == HealthState::Dead),
+            relays_connected: count(|relay| relay.report.connection == ConnectionStatus::Connected),
+            relays_unreachable: count(|relay| relay.report.unreachable),
+            relays_dead: count(|relay| relay.report.health == HealthState::Dead),
             relays_polling: count(|relay| {
-                matches!(relay.live_mode, Some(LiveMode::Polling { .. }))
+                matches!(relay.report.live_mode, Some(LiveMode::Polling { .. }))
             }),
             unconfirmed_stores: engine.unconfirmed_stores(),
             relays,

@@ -83,13 +83,13 @@ async fn an_unreachable_bootstrap_relay_is_reported_and_does_not_hold_historic_s
     assert_eq!(done.relays_unreachable, 1, "{done:?}");
     assert_eq!(done.repositories, 1);
     assert!(done.root_events >= 1);
-    let relay = |url: &RelayUrl| done.relays.iter().find(|r| &r.relay == url).unwrap();
+    let relay = |url: &RelayUrl| done.relays.iter().find(|r| &r.report.relay == url).unwrap();
     let unreachable = relay(&dead);
-    assert!(unreachable.unreachable && !unreachable.historic_confirmed);
-    assert!(unreachable.last_error.is_some());
+    assert!(unreachable.report.unreachable && !unreachable.report.historic_confirmed);
+    assert!(unreachable.report.last_error.is_some());
     let synced = relay(&a.url());
-    assert!(synced.historic_confirmed && !synced.unreachable);
-    assert!(synced.events_received >= 2, "{synced:?}");
+    assert!(synced.report.historic_confirmed && !synced.report.unreachable);
+    assert!(synced.report.events_received >= 2, "{synced:?}");
     assert!(
         synced.bytes_received > 0 && synced.bytes_sent > 0,
         "{synced:?}"

@@ -114,12 +114,12 @@ async fn display(
 /// makes it unconfirmed again: the last confirmation counts).
 fn note_confirmations(status: &SyncStatus, started: Instant, confirmed: &mut Confirmations) {
     for relay in &status.relays {
-        if relay.historic_confirmed {
+        if relay.report.historic_confirmed {
             confirmed
-                .entry(relay.relay.clone())
+                .entry(relay.report.relay.clone())
                 .or_insert_with(|| started.elapsed());
         } else {
-            confirmed.remove(&relay.relay);
+            confirmed.remove(&relay.report.relay);
         }
     }
 }
@@ -185,31 +185,31 @@ pub(crate) fn sorted_relays<'a>(
     names: &BTreeMap<RelayUrl, String>,
 ) -> Vec<&'a RelayStatus> {
     let mut relays: Vec<&RelayStatus> = status.relays.iter().collect();
-    relays.sort_by_key(|relay| names.get(&relay.relay).cloned());
+    relays.sort_by_key(|relay| names.get(&relay.report.relay).cloned());
     relays
 }
 
 /// One relay's progress line.
 fn relay_line(relay: &RelayStatus, names: &BTreeMap<RelayUrl, String>) -> String {
     let name = names
-        .get(&relay.relay)
+        .get(&relay.report.relay)
         .cloned()
-        .unwrap_or_else(|| relay.relay.to_string());
-    let state = if relay.historic_confirmed {
+        .unwrap_or_else(|| relay.report.relay.to_string());
+    let state = if relay.report.historic_confirmed {
         "confirmed".to_owned()
-    } else if relay.unreachable {
+    } else if relay.report.unreachable {
         format!(
             "unreachable ({})",
-            relay.last_error.as_deref().unwrap_or("no answer")
+            relay.report.last_error.as_deref().unwrap_or("no answer")
         )
     } else {
         "syncing".to_owned()
     };
     format!(
         "  {name:<9} {state:<13} {:<12} {:<6} {:>5} events, {:>9}",
-        connection_name(relay.connection),
-        method_name(relay.method),
-        relay.events_received,
+        connection_name(relay.report.connection),
+        method_name(relay.report.method),
+        relay.report.events_received,
         human_bytes(relay.bytes_received),
     )
 }

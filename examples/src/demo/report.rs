@@ -34,7 +34,7 @@ pub(crate) fn print_summary(
         let remote = world
             .remotes
             .iter()
-            .find(|remote| remote.relay.url() == relay.relay);
+            .find(|remote| remote.relay.url() == relay.report.relay);
         let (name, description, reqs, negs) = match remote {
             Some(remote) => (
                 remote.name.to_owned(),
@@ -43,23 +43,26 @@ pub(crate) fn print_summary(
                 remote.relay.neg_opens_seen().to_string(),
             ),
             None => (
-                relay.relay.to_string(),
+                relay.report.relay.to_string(),
                 String::new(),
                 "-".into(),
                 "-".into(),
             ),
         };
-        let confirmed = match (relay.historic_confirmed, confirmations.get(&relay.relay)) {
+        let confirmed = match (
+            relay.report.historic_confirmed,
+            confirmations.get(&relay.report.relay),
+        ) {
             (true, Some(at)) => format!("yes, {:.1} s after the start", at.as_secs_f64()),
             (true, None) => "yes".to_owned(),
-            (false, _) if relay.unreachable => "no (unreachable)".to_owned(),
+            (false, _) if relay.report.unreachable => "no (unreachable)".to_owned(),
             (false, _) => "no".to_owned(),
         };
         println!(
             "{name:<9}  {description:<34}  {:<6}  {:>8}  {:>7}  {:>10}  {reqs:>5}  {negs:>9}  {confirmed}",
-            method_name(relay.method),
-            relay.events_received,
-            relay.events_stored,
+            method_name(relay.report.method),
+            relay.report.events_received,
+            relay.report.events_stored,
             human_bytes(relay.bytes_received),
         );
     }

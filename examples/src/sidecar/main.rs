@@ -220,19 +220,22 @@ fn report(status: &SyncStatus) {
         status.repositories, status.root_events, status.engine.events_stored
     );
     for relay in &status.relays {
-        let state = if relay.unreachable {
+        let state = if relay.report.unreachable {
             format!(
                 "unreachable ({})",
-                relay.last_error.as_deref().unwrap_or("no answer")
+                relay.report.last_error.as_deref().unwrap_or("no answer")
             )
-        } else if relay.historic_confirmed {
+        } else if relay.report.historic_confirmed {
             "confirmed".to_owned()
         } else {
             "not confirmed".to_owned()
         };
         println!(
             "relay {}: {state}, {:?}, {} events received, {} bytes received",
-            relay.relay, relay.method, relay.events_received, relay.bytes_received
+            relay.report.relay,
+            relay.report.method,
+            relay.report.events_received,
+            relay.bytes_received
         );
     }
 }

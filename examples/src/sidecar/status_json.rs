@@ -23,23 +23,23 @@ pub(crate) fn status_json(status: &SyncStatus) -> Value {
 }
 
 fn relay_json(relay: &RelayStatus) -> Value {
-    let live = match relay.live_mode {
+    let live = match relay.report.live_mode {
         Some(LiveMode::Full) => json!("full"),
         Some(LiveMode::Polling { uncovered_filters }) => json!({ "polling": uncovered_filters }),
         _ => Value::Null,
     };
     json!({
-        "relay": relay.relay.as_str(),
-        "connection": format!("{:?}", relay.connection).to_lowercase(),
-        "health": relay.health.as_str(),
-        "method": format!("{:?}", relay.method),
-        "events_received": relay.events_received,
-        "events_stored": relay.events_stored,
+        "relay": relay.report.relay.as_str(),
+        "connection": format!("{:?}", relay.report.connection).to_lowercase(),
+        "health": relay.report.health.as_str(),
+        "method": format!("{:?}", relay.report.method),
+        "events_received": relay.report.events_received,
+        "events_stored": relay.report.events_stored,
         "bytes_received": relay.bytes_received,
         "bytes_sent": relay.bytes_sent,
-        "historic_confirmed": relay.historic_confirmed,
-        "unreachable": relay.unreachable,
-        "last_error": relay.last_error,
+        "historic_confirmed": relay.report.historic_confirmed,
+        "unreachable": relay.report.unreachable,
+        "last_error": relay.report.last_error,
         "retry_in_secs": relay.retry_in.map(|retry| retry.as_secs_f64()),
         "live": live,
     })
