@@ -21,6 +21,13 @@ pub enum Command {
         /// The relay.
         relay: RelayUrl,
     },
+    /// The relay is no longer tracked (nothing listed it for a while):
+    /// close its connection if open and release what the driver keeps for
+    /// it (transport, metric series). The engine expects no reports of it.
+    Forget {
+        /// The relay.
+        relay: RelayUrl,
+    },
     /// Send `REQ` (replacing any open subscription with the same id).
     Subscribe {
         /// The relay.
@@ -90,6 +97,7 @@ impl Command {
         match self {
             Command::Connect { relay, .. }
             | Command::Disconnect { relay }
+            | Command::Forget { relay }
             | Command::Subscribe { relay, .. }
             | Command::Unsubscribe { relay, .. }
             | Command::NegOpen { relay, .. }

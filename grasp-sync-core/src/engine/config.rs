@@ -84,6 +84,34 @@ pub struct EngineConfig {
     /// it is still retried, but historic sync does not wait for it
     /// ([`SyncEngine::historic_sync_complete`](super::SyncEngine::historic_sync_complete)).
     pub unreachable_after: u32,
+    /// Relay messages one negentropy session answers before it is cut off
+    /// (a relay could otherwise keep it going forever). A cut session is
+    /// counted, the relay's NIP-77 is no longer trusted and the filter is
+    /// synced by REQ+EOSE. 1 000 rounds reconcile far more than a million
+    /// ids at the default frame size.
+    pub max_negentropy_rounds: u32,
+    /// Missing ids one negentropy session collects before it is cut off
+    /// (32 bytes each: 100 000 ids ≈ 3.2 MB); the filter is then synced by
+    /// paginated REQ+EOSE instead, whose memory the store backpressure
+    /// bounds.
+    pub max_negentropy_need: usize,
+    /// Relays taken from one announcement, in its order, after the relay
+    /// policy (the rest are counted in
+    /// [`EngineStats::relays_over_cap`](super::EngineStats::relays_over_cap)
+    /// and not synced). Real announcements list a handful.
+    pub max_relays_per_announcement: usize,
+    /// Relays tracked in total, bootstrap relays included. A relay an
+    /// announcement lists beyond it is counted and not synced until a
+    /// tracked relay is dropped (checked every
+    /// [`EngineConfig::disconnect_check_interval`]).
+    pub max_relays: usize,
+    /// Repositories tracked that no announcement of ours names (root events
+    /// may arrive before their announcement). Root events of further such
+    /// repositories are counted in
+    /// [`EngineStats::root_events_over_cap`](super::EngineStats::root_events_over_cap)
+    /// and not indexed; the own relay's next full read (a restart) sees them
+    /// again.
+    pub max_unannounced_repos: usize,
     /// Which relay URLs from announcements may be connected to.
     pub relay_policy: RelayUrlPolicy,
     /// Our service's relay URLs. When not empty, only announcements that
@@ -124,6 +152,11 @@ impl Default for EngineConfig {
             refused_memory: 10_000,
             fetch_attempts: 3,
             unreachable_after: 3,
+            max_negentropy_rounds: 1_000,
+            max_negentropy_need: 100_000,
+            max_relays_per_announcement: 20,
+            max_relays: 1_000,
+            max_unannounced_repos: 10_000,
             relay_policy: RelayUrlPolicy::new(),
             service_relays: Vec::new(),
             bootstrap_relays: Vec::new(),

@@ -282,15 +282,9 @@ impl SyncEngine {
             .collect();
         for relay in unwanted {
             info!(%relay, "dropping relay with nothing to sync");
-            if self
-                .confirmed
-                .get(&relay)
-                .is_some_and(|state| state.connection_status != ConnectionStatus::Disconnected)
-            {
-                self.emit(Command::Disconnect {
-                    relay: relay.clone(),
-                });
-            }
+            self.emit(Command::Forget {
+                relay: relay.clone(),
+            });
             self.clear_pending(&relay);
             self.conns.remove(&relay);
             self.confirmed.remove(&relay);
@@ -298,6 +292,7 @@ impl SyncEngine {
             self.known.remove(&relay);
             self.stats.relays_dropped += 1;
         }
+        self.readmit_relays_over_cap();
     }
 
     /// Closes every subscription open on `relay` and forgets queued work.

@@ -26,6 +26,14 @@ pub trait CommandSink {
     /// `filter`; answer with [`SyncEngine::handle_local_items`] or
     /// [`SyncEngine::handle_local_items_failed`].
     fn query_local_items(&mut self, relay: RelayUrl, id: SubscriptionId, filter: Filter);
+
+    /// Forgets `relay` ([`Command::Forget`]): closes its connection and
+    /// releases what is kept for it. By default only closes the transport;
+    /// a sink that keeps per-relay state (a connection map, metric series)
+    /// removes it here.
+    fn forget(&mut self, relay: &RelayUrl) -> Result<(), TransportError> {
+        self.transport(relay).close()
+    }
 }
 
 /// Executes one command on `sink`. An error means the relay's transport
@@ -34,6 +42,7 @@ pub fn execute(command: Command, sink: &mut impl CommandSink) -> Result<(), Tran
     match command {
         Command::Connect { relay, timeout } => sink.transport(&relay).connect(timeout),
         Command::Disconnect { relay } => sink.transport(&relay).close(),
+        Command::Forget { relay } => sink.forget(&relay),
         Command::Subscribe { relay, id, filters } => {
             sink.transport(&relay).subscribe(&id, &filters)
         }

@@ -53,6 +53,7 @@
 //!   again; nothing is silently dropped.
 
 mod batches;
+mod caps;
 mod catch_up;
 // Where each decision is made (see ARCHITECTURE.md):
 // planning — what is new to sync; live — live subscriptions and what fits;
@@ -156,6 +157,10 @@ pub struct SyncEngine {
     stores: StoreTracker,
     /// Relay URLs the policy refused (warned about once each).
     refused_relays: std::collections::HashSet<RelayUrl>,
+    /// Repositories some of whose relays wait for room under
+    /// [`EngineConfig::max_relays`]: every relay they list within the
+    /// per-announcement cap.
+    over_cap: HashMap<crate::nip34::RepoRef, Vec<RelayUrl>>,
     commands: VecDeque<Command>,
     next_batch: u64,
     next_sub: u64,
@@ -189,6 +194,7 @@ impl SyncEngine {
             own,
             stores: StoreTracker::default(),
             refused_relays: Default::default(),
+            over_cap: HashMap::new(),
             commands: VecDeque::new(),
             next_batch: 0,
             next_sub: 0,

@@ -7,7 +7,7 @@ use nostr::prelude::{EventId, Filter, RelayUrl, SubscriptionId, Timestamp};
 use tracing::{debug, warn};
 
 use super::runtime::{Job, Sub};
-use super::session::{NegSession, Step};
+use super::session::{NegSession, SessionCaps, SessionError, Step};
 use super::{Command, SyncEngine};
 use crate::clock::Now;
 
@@ -58,7 +58,11 @@ impl SyncEngine {
             self.replace_job(now, relay, id, Job::Req(filter));
             return;
         };
-        match NegSession::start(items, frame_size_limit) {
+        let caps = SessionCaps {
+            max_rounds: self.config.max_negentropy_rounds,
+            max_need: self.config.max_negentropy_need,
+        };
+        match NegSession::start(items, frame_size_limit, caps) {
             Ok((started, initial_message)) => {
                 *session = Some(started);
                 *opened_at = now.instant;
@@ -195,13 +199,29 @@ impl SyncEngine {
             }
             Err(error) => {
                 let filter = filter.clone();
-                warn!(%relay, %error, "bad negentropy message; using REQ for this filter");
                 self.emit(Command::NegClose {
                     relay: relay.clone(),
                     id: id.clone(),
                 });
+                if error.is_cap() {
+                    self.negentropy_cut(relay, &error);
+                } else {
+                    warn!(%relay, %error, "bad negentropy message; using REQ for this filter");
+                }
                 self.replace_job(now, relay, id, Job::Req(filter));
             }
+        }
+    }
+
+    /// A session hit a cap: count it, and after endless rounds stop using
+    /// the relay's NIP-77 (a relay that keeps a session going is not
+    /// reconciling). The caller syncs the filter by REQ.
+    fn negentropy_cut(&mut self, relay: &RelayUrl, error: &SessionError) {
+        self.stats.negentropy_sessions_cut += 1;
+        warn!(%relay, %error, "negentropy session cut off; using REQ for this filter");
+        self.note_error(relay, error.to_string());
+        if matches!(error, SessionError::TooManyRounds { .. }) {
+            self.knowledge(relay).negentropy_refused = true;
         }
     }
 

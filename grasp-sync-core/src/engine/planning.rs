@@ -3,7 +3,7 @@
 //! batches of jobs (`compute_actions` decides what is new).
 
 use nostr::prelude::{Event, Kind, RelayUrl, Timestamp};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use super::live::LiveList;
 use super::runtime::{BatchInfo, Job, Purpose, QueuedJob};
@@ -28,7 +28,9 @@ impl SyncEngine {
                 self.apply_announcement(event);
             } else if is_root_kind(event.kind) {
                 for repo in root_event_repo_refs(event).value {
-                    self.repos.add_root_event(&repo, event.id);
+                    if self.root_repo_allowed(&repo) {
+                        self.repos.add_root_event(&repo, event.id);
+                    }
                 }
             }
         }
@@ -74,17 +76,12 @@ impl SyncEngine {
             .into_iter()
             .filter(|relay| !service.contains(relay))
             .collect();
-        let relays: Vec<RelayUrl> = listed
+        let allowed: Vec<RelayUrl> = listed
             .into_iter()
             .filter(|relay| self.relay_allowed(relay))
             .collect();
-        let change = self.repos.set_repo_relays(&announcement.repo, relays);
-        for relay in change.added {
-            if self.confirmed.get(&relay).is_none() {
-                info!(%relay, "discovered relay");
-                self.register_relay(relay, false);
-            }
-        }
+        let relays = self.relays_within_caps(&announcement.repo, allowed);
+        self.set_repo_relays(&announcement.repo, relays);
     }
 
     /// `true` if the relay policy allows `relay`. A refusal is counted and

@@ -61,6 +61,18 @@ pub struct EngineStats {
     pub inputs_ignored: u64,
     /// Relay URLs from announcements refused by the relay policy.
     pub relays_refused: u64,
+    /// Relay URLs from announcements not synced because of
+    /// [`EngineConfig::max_relays_per_announcement`](super::EngineConfig::max_relays_per_announcement)
+    /// or [`EngineConfig::max_relays`](super::EngineConfig::max_relays).
+    pub relays_over_cap: u64,
+    /// Negentropy sessions cut off by
+    /// [`EngineConfig::max_negentropy_rounds`](super::EngineConfig::max_negentropy_rounds)
+    /// or [`EngineConfig::max_negentropy_need`](super::EngineConfig::max_negentropy_need).
+    pub negentropy_sessions_cut: u64,
+    /// Root events not indexed because their repository is not announced
+    /// and [`EngineConfig::max_unannounced_repos`](super::EngineConfig::max_unannounced_repos)
+    /// such repositories are tracked already.
+    pub root_events_over_cap: u64,
 }
 
 /// How a relay's live coverage stands.
