@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use grasp_sync_core::transport::{RelayTransport, TransportError};
 use nostr::prelude::{ClientMessage, Event, Filter, RelayMessage, RelayUrl, SubscriptionId};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
@@ -27,6 +27,11 @@ pub struct ConnectionConfig {
     pub ping_interval: Duration,
     /// Messages queued for one relay before sends fail.
     pub outgoing_queue: usize,
+    /// Bytes of one relay's messages received and not yet handled by the
+    /// engine: past it the connection stops reading until the engine
+    /// catches up (a message larger than this waits until nothing else of
+    /// the relay is buffered).
+    pub inbound_bytes_per_relay: usize,
 }
 
 impl Default for ConnectionConfig {
@@ -36,6 +41,7 @@ impl Default for ConnectionConfig {
             max_frame_size: 16 * 1024 * 1024,
             ping_interval: Duration::from_secs(30),
             outgoing_queue: 4096,
+            inbound_bytes_per_relay: 8 * 1024 * 1024,
         }
     }
 }
@@ -47,6 +53,9 @@ pub(crate) enum Report {
     Connected,
     /// The connection could not be opened.
     ConnectFailed(String),
+    /// Every address the relay's host resolved to was refused by the relay
+    /// policy: nothing was connected.
+    AddressRefused(String),
     /// A message from the relay and its size on the wire.
     Message(Box<RelayMessage<'static>>, usize),
     /// A frame that is not a NIP-01/NIP-77 message.
@@ -64,6 +73,9 @@ pub(crate) struct Inbound {
     pub(crate) relay: RelayUrl,
     pub(crate) generation: u64,
     pub(crate) report: Report,
+    /// The report's share of the relay's inbound byte budget, given back
+    /// when the report is dropped (after it was handled).
+    pub(crate) budget: Option<OwnedSemaphorePermit>,
 }
 
 enum Outgoing {
@@ -85,6 +97,8 @@ pub(crate) struct SentCounter {
 pub(crate) struct Dialer {
     pub(crate) config: ConnectionConfig,
     pub(crate) tls: Arc<rustls::ClientConfig>,
+    /// Resolves each relay once and checks its addresses.
+    pub(crate) address: crate::resolve::AddressCheck,
     pub(crate) inbound: mpsc::Sender<Inbound>,
     pub(crate) shutdown: watch::Receiver<bool>,
 }
@@ -111,6 +125,8 @@ pub(crate) struct WsTransport {
     outgoing: Option<mpsc::Sender<Outgoing>>,
     sent: SentCounter,
     tasks: Option<JoinSet<()>>,
+    /// The relay's inbound byte budget, shared by its connections.
+    budget: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for WsTransport {
@@ -125,11 +141,16 @@ impl std::fmt::Debug for WsTransport {
 
 impl WsTransport {
     pub(crate) fn new(relay: RelayUrl, connector: Dialer, sent: SentCounter) -> Self {
+        let budget = connector
+            .config
+            .inbound_bytes_per_relay
+            .clamp(1, Semaphore::MAX_PERMITS);
         WsTransport {
             relay,
             connector,
             generation: 0,
             outgoing: None,
+            budget: Arc::new(Semaphore::new(budget)),
             sent,
             tasks: Some(JoinSet::new()),
         }
@@ -186,6 +207,7 @@ impl RelayTransport for WsTransport {
             generation: self.generation,
             connector: self.connector.clone(),
             outgoing: receiver,
+            budget: self.budget.clone(),
         };
         if let Some(tasks) = &mut self.tasks {
             tasks.spawn(driver.run(timeout));
@@ -241,20 +263,45 @@ impl RelayTransport for WsTransport {
     }
 }
 
+/// Why a connection could not be opened.
+enum Failure {
+    Dial(crate::resolve::DialError),
+    Handshake(String),
+}
+
 /// The task of one connection.
 struct Driver {
     relay: RelayUrl,
     generation: u64,
     connector: Dialer,
     outgoing: mpsc::Receiver<Outgoing>,
+    budget: Arc<Semaphore>,
 }
 
 impl Driver {
     async fn report(&self, report: Report) {
+        self.report_holding(report, None).await;
+    }
+
+    /// Reports a message once the relay's inbound byte budget has room for
+    /// its `size`: a relay cannot buffer more than the budget in memory.
+    async fn report_message(&self, report: Report, size: usize) {
+        let budget = self.connector.config.inbound_bytes_per_relay.max(1);
+        let permits = u32::try_from(size.clamp(1, budget)).unwrap_or(u32::MAX);
+        let mut shutdown = self.connector.shutdown.clone();
+        let permit = tokio::select! {
+            permit = self.budget.clone().acquire_many_owned(permits) => permit.ok(),
+            _ = shutdown.changed() => return,
+        };
+        self.report_holding(report, permit).await;
+    }
+
+    async fn report_holding(&self, report: Report, budget: Option<OwnedSemaphorePermit>) {
         let inbound = Inbound {
             relay: self.relay.clone(),
             generation: self.generation,
             report,
+            budget,
         };
         let mut shutdown = self.connector.shutdown.clone();
         if *shutdown.borrow() {
@@ -272,18 +319,28 @@ impl Driver {
             .max_message_size(Some(config.max_message_size))
             .max_frame_size(Some(config.max_frame_size));
         let connector = Connector::Rustls(self.connector.tls.clone());
-        // Nagle off: a REQ written right after another would otherwise wait
-        // for the delayed ACK (~40 ms per request pattern on loopback).
-        let connecting = tokio_tungstenite::connect_async_tls_with_config(
-            self.relay.as_str(),
-            Some(ws_config),
-            true,
-            Some(connector),
-        );
         // NIP-11 is fetched alongside the handshake and reported whenever
         // (if ever) it answers: a stalling endpoint never holds the
         // connection up; the engine uses safe sizes until it knows better.
         self.spawn_nip11(timeout);
+        let address = self.connector.address.clone();
+        let relay = self.relay.clone();
+        let connecting = async move {
+            // One resolution, every address checked, the socket opened to a
+            // checked one; the handshake runs over that socket.
+            let stream = address
+                .connect(&relay, timeout)
+                .await
+                .map_err(Failure::Dial)?;
+            tokio_tungstenite::client_async_tls_with_config(
+                relay.as_str(),
+                stream,
+                Some(ws_config),
+                Some(connector),
+            )
+            .await
+            .map_err(|error| Failure::Handshake(error.to_string()))
+        };
         let mut shutdown = self.connector.shutdown.clone();
         let ws = tokio::select! {
             result = tokio::time::timeout(timeout, connecting) => result,
@@ -291,7 +348,15 @@ impl Driver {
         };
         let ws = match ws {
             Ok(Ok((ws, _))) => ws,
-            Ok(Err(error)) => return self.report(Report::ConnectFailed(error.to_string())).await,
+            Ok(Err(Failure::Dial(crate::resolve::DialError::Refused(error)))) => {
+                return self.report(Report::AddressRefused(error.to_string())).await
+            }
+            Ok(Err(Failure::Dial(error))) => {
+                return self.report(Report::ConnectFailed(error.to_string())).await
+            }
+            Ok(Err(Failure::Handshake(error))) => {
+                return self.report(Report::ConnectFailed(error)).await
+            }
             Err(_) => {
                 return self
                     .report(Report::ConnectFailed("connect timed out".into()))
@@ -312,10 +377,11 @@ impl Driver {
         let relay = self.relay.clone();
         let generation = self.generation;
         let tls = self.connector.tls.clone();
+        let address = self.connector.address.clone();
         let inbound = self.connector.inbound.clone();
         let mut shutdown = self.connector.shutdown.clone();
         tokio::spawn(async move {
-            let fetch = crate::nip11::fetch_limits(&relay, tls, timeout);
+            let fetch = crate::nip11::fetch_limits(&relay, &address, tls, timeout);
             let limits = tokio::select! {
                 limits = fetch => limits,
                 _ = shutdown.changed() => return,
@@ -326,6 +392,7 @@ impl Driver {
                         relay,
                         generation,
                         report: Report::Limits(limits),
+                        budget: None,
                     };
                     tokio::select! {
                         _ = inbound.send(report) => {}
@@ -356,7 +423,9 @@ impl Driver {
                     Some(Ok(Message::Text(text))) => {
                         let size = text.len();
                         match RelayMessage::from_json(text.as_str()) {
-                            Ok(message) => self.report(Report::Message(Box::new(message), size)).await,
+                            Ok(message) => {
+                                self.report_message(Report::Message(Box::new(message), size), size).await
+                            }
                             Err(_) => self.report(Report::Malformed(size)).await,
                         }
                     }

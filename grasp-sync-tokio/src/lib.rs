@@ -42,6 +42,7 @@ mod database;
 mod manager;
 mod metrics;
 mod nip11;
+mod resolve;
 mod status;
 mod store;
 
@@ -54,5 +55,6 @@ pub use nip11::Nip11Error;
 pub use nostr;
 pub use nostr_database;
 pub use prometheus;
+pub use resolve::{DialError, Resolver, StaticResolver, SystemResolver};
 pub use status::{RelayStatus, SyncStatus};
 pub use store::RelayStore;

@@ -1,9 +1,13 @@
 //! The spec's `ngit_sync_*` Prometheus metrics, plus bytes per relay and
 //! dropped events by reason.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use grasp_sync_core::clock::Instant;
 use grasp_sync_core::engine::SyncEngine;
 use grasp_sync_core::health::HealthState;
+use nostr::prelude::RelayUrl;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// Every metric, registered once.
@@ -20,16 +24,9 @@ pub(crate) struct Metrics {
     pub(crate) bytes_received: IntCounterVec,
     pub(crate) bytes_sent: IntCounterVec,
     pub(crate) dropped: IntCounterVec,
-    /// Engine drop counts already added to `dropped`.
-    reported: Reported,
-}
-
-/// Engine counters already turned into metric increments.
-#[derive(Clone, Debug, Default)]
-struct Reported {
-    dropped_forged: std::cell::Cell<u64>,
-    dropped_off_filter: std::cell::Cell<u64>,
-    dropped_unknown_subscription: std::cell::Cell<u64>,
+    pub(crate) refused: IntCounterVec,
+    /// Engine counters already added to `dropped` and `refused`, by label.
+    reported: RefCell<HashMap<&'static str, u64>>,
 }
 
 impl Metrics {
@@ -91,7 +88,14 @@ impl Metrics {
                 ),
                 &["reason"],
             )?,
-            reported: Reported::default(),
+            refused: IntCounterVec::new(
+                Opts::new(
+                    "ngit_sync_refused_total",
+                    "Work refused by a policy or a cap, by reason: relay_policy, resolved_address, relays_over_cap, negentropy_session_cut, root_events_over_cap",
+                ),
+                &["reason"],
+            )?,
+            reported: RefCell::default(),
         };
         registry.register(Box::new(metrics.relay_connected.clone()))?;
         registry.register(Box::new(metrics.connection_attempts.clone()))?;
@@ -104,6 +108,7 @@ impl Metrics {
         registry.register(Box::new(metrics.bytes_received.clone()))?;
         registry.register(Box::new(metrics.bytes_sent.clone()))?;
         registry.register(Box::new(metrics.dropped.clone()))?;
+        registry.register(Box::new(metrics.refused.clone()))?;
         Ok(metrics)
     }
 
@@ -132,33 +137,51 @@ impl Metrics {
         self.relays_dead
             .set(counts.in_state(HealthState::Dead) as i64);
         let stats = engine.stats();
-        for (reason, now_total, before) in [
+        for (vec, reason, total) in [
+            (&self.dropped, "forged", stats.dropped_forged),
+            (&self.dropped, "off_filter", stats.dropped_off_filter),
             (
-                "forged",
-                stats.dropped_forged,
-                self.reported.dropped_forged.get(),
-            ),
-            (
-                "off_filter",
-                stats.dropped_off_filter,
-                self.reported.dropped_off_filter.get(),
-            ),
-            (
+                &self.dropped,
                 "unknown_subscription",
                 stats.dropped_unknown_subscription,
-                self.reported.dropped_unknown_subscription.get(),
+            ),
+            (&self.refused, "relay_policy", stats.relays_refused),
+            (&self.refused, "relays_over_cap", stats.relays_over_cap),
+            (
+                &self.refused,
+                "negentropy_session_cut",
+                stats.negentropy_sessions_cut,
+            ),
+            (
+                &self.refused,
+                "root_events_over_cap",
+                stats.root_events_over_cap,
             ),
         ] {
-            self.dropped
-                .with_label_values(&[reason])
-                .inc_by(now_total.saturating_sub(before));
+            let mut reported = self.reported.borrow_mut();
+            let before = reported.entry(reason).or_default();
+            vec.with_label_values(&[reason])
+                .inc_by(total.saturating_sub(*before));
+            *before = total;
         }
-        self.reported.dropped_forged.set(stats.dropped_forged);
-        self.reported
-            .dropped_off_filter
-            .set(stats.dropped_off_filter);
-        self.reported
-            .dropped_unknown_subscription
-            .set(stats.dropped_unknown_subscription);
+    }
+
+    /// Removes every series labelled with `relay` (a relay no longer
+    /// tracked): the label sets stay bounded by the relays tracked.
+    pub(crate) fn forget_relay(&self, relay: &RelayUrl) {
+        let url = relay.as_str();
+        for vec in [
+            &self.relay_connected,
+            &self.relay_status,
+            &self.relay_failures,
+        ] {
+            let _ = vec.remove_label_values(&[url]);
+        }
+        for vec in [&self.bytes_received, &self.bytes_sent] {
+            let _ = vec.remove_label_values(&[url]);
+        }
+        for result in ["started", "success", "failure"] {
+            let _ = self.connection_attempts.remove_label_values(&[url, result]);
+        }
     }
 }

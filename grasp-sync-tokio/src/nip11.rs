@@ -7,7 +7,13 @@ use std::time::Duration;
 use grasp_sync_core::engine::RelayLimits;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
 use nostr::prelude::RelayUrl;
+use nostr::types::url::Url;
+use rustls::pki_types::ServerName;
+use tokio_rustls::TlsConnector;
+
+use crate::resolve::AddressCheck;
 
 /// Largest document accepted.
 const MAX_DOCUMENT: usize = 256 * 1024;
@@ -30,53 +36,91 @@ pub enum Nip11Error {
     Document(String),
 }
 
-/// The HTTP(S) URL of a relay's information document.
-fn http_url(relay: &RelayUrl) -> String {
-    let url = relay.as_str();
-    if let Some(rest) = url.strip_prefix("wss://") {
-        format!("https://{rest}")
-    } else if let Some(rest) = url.strip_prefix("ws://") {
-        format!("http://{rest}")
-    } else {
-        url.to_owned()
-    }
-}
-
-/// Fetches the relay's limits (`Accept: application/nostr+json`).
+/// Fetches the relay's limits (`Accept: application/nostr+json`) over a
+/// connection to one of the relay's checked addresses
+/// ([`AddressCheck::connect`]): the host is not resolved again.
 pub(crate) async fn fetch_limits(
     relay: &RelayUrl,
+    address: &AddressCheck,
     tls: Arc<rustls::ClientConfig>,
     timeout: Duration,
 ) -> Result<RelayLimits, Nip11Error> {
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config((*tls).clone())
-        .https_or_http()
-        .enable_http1()
-        .build();
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build::<_, Empty<Bytes>>(connector);
-    let request = hyper::Request::get(http_url(relay))
-        .header("Accept", "application/nostr+json")
-        .body(Empty::<Bytes>::new())
-        .map_err(|error| Nip11Error::Request(error.to_string()))?;
-    let response = tokio::time::timeout(timeout, client.request(request))
+    tokio::time::timeout(timeout, fetch_document(relay, address, tls, timeout))
         .await
         .map_err(|_| Nip11Error::Timeout)?
-        .map_err(|error| Nip11Error::Request(error.to_string()))?;
+        .and_then(|text| limits_of(&text))
+}
+
+/// The information document's text.
+async fn fetch_document(
+    relay: &RelayUrl,
+    address: &AddressCheck,
+    tls: Arc<rustls::ClientConfig>,
+    timeout: Duration,
+) -> Result<String, Nip11Error> {
+    let request_error = |error: &dyn std::fmt::Display| Nip11Error::Request(error.to_string());
+    let url: &Url = relay.into();
+    let host = url.host_str().ok_or_else(|| request_error(&"no host"))?;
+    let stream = address
+        .connect(relay, timeout)
+        .await
+        .map_err(|error| request_error(&error))?;
+    let path = match url.query() {
+        Some(query) => format!("{}?{query}", url.path()),
+        None => url.path().to_owned(),
+    };
+    let authority = match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    };
+    let request = hyper::Request::get(path)
+        .header(hyper::header::HOST, authority)
+        .header(hyper::header::ACCEPT, "application/nostr+json")
+        .body(Empty::<Bytes>::new())
+        .map_err(|error| request_error(&error))?;
+    let response = if url.scheme() == "wss" {
+        let name = ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']'))
+            .map_err(|error| request_error(&error))?
+            .to_owned();
+        let tls_stream = TlsConnector::from(tls)
+            .connect(name, stream)
+            .await
+            .map_err(|error| request_error(&error))?;
+        send(tls_stream, request).await?
+    } else {
+        send(stream, request).await?
+    };
     if !response.status().is_success() {
         return Err(Nip11Error::Status(response.status().as_u16()));
     }
-    let body = tokio::time::timeout(
-        timeout,
-        Limited::new(response.into_body(), MAX_DOCUMENT).collect(),
-    )
-    .await
-    .map_err(|_| Nip11Error::Timeout)?
-    .map_err(|error| Nip11Error::Request(error.to_string()))?
-    .to_bytes();
-    let text =
-        std::str::from_utf8(&body).map_err(|error| Nip11Error::Document(error.to_string()))?;
-    limits_of(text)
+    let body = Limited::new(response.into_body(), MAX_DOCUMENT)
+        .collect()
+        .await
+        .map_err(|error| Nip11Error::Request(error.to_string()))?
+        .to_bytes();
+    String::from_utf8(body.to_vec()).map_err(|error| Nip11Error::Document(error.to_string()))
+}
+
+/// One HTTP/1.1 request over `io`.
+async fn send<T>(
+    io: T,
+    request: hyper::Request<Empty<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, Nip11Error>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|error| Nip11Error::Request(error.to_string()))?;
+    // The connection task ends with the response body (or the timeout that
+    // drops this future and the sender with it).
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    sender
+        .send_request(request)
+        .await
+        .map_err(|error| Nip11Error::Request(error.to_string()))
 }
 
 /// The part of a relay information document the engine uses, read from the
@@ -112,14 +156,6 @@ pub(crate) fn limits_of(text: &str) -> Result<RelayLimits, Nip11Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn relay_urls_map_to_http_urls() {
-        let wss = RelayUrl::parse("wss://relay.example.com/path").unwrap();
-        assert_eq!(http_url(&wss), "https://relay.example.com/path");
-        let ws = RelayUrl::parse("ws://127.0.0.1:7777").unwrap();
-        assert_eq!(http_url(&ws), "http://127.0.0.1:7777");
-    }
 
     #[test]
     fn limits_come_from_the_limitation_and_ignore_nonsense() {

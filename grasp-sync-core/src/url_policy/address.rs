@@ -102,6 +102,20 @@ impl AddressRules {
     }
 }
 
+impl AddressRules {
+    /// Checks an address `host` resolved to.
+    pub(super) fn check_resolved(
+        &self,
+        host: &Host<String>,
+        address: IpAddr,
+    ) -> Result<(), UrlPolicyError> {
+        if self.allow_local_addresses || self.allowed_hosts.contains(&host_key(host)) {
+            return Ok(());
+        }
+        check_address(address)
+    }
+}
+
 fn check_address(address: IpAddr) -> Result<(), UrlPolicyError> {
     if is_forbidden_address(address) {
         Err(UrlPolicyError::ForbiddenAddress { address })

@@ -641,3 +641,24 @@ fn clip_respects_character_boundaries() {
     assert!(clipped.len() <= MAX_ERROR_TEXT_LEN);
     assert!(text.starts_with(&clipped));
 }
+
+#[test]
+fn resolved_addresses_are_checked_unless_local_or_the_host_is_allowed() {
+    let url = RelayUrl::parse("wss://relay.example.com").unwrap();
+    let metadata = IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254));
+    let public = IpAddr::V4(Ipv4Addr::new(93, 184, 216, 34));
+    let strict = RelayUrlPolicy::new();
+    assert!(is_forbidden_address_error(
+        &strict.check_resolved_address(&url, metadata).unwrap_err()
+    ));
+    assert!(strict
+        .check_resolved_address(&url, IpAddr::V4(Ipv4Addr::LOCALHOST))
+        .is_err());
+    assert_eq!(strict.check_resolved_address(&url, public), Ok(()));
+    let local = RelayUrlPolicy::new().allow_local_addresses(true);
+    assert_eq!(local.check_resolved_address(&url, metadata), Ok(()));
+    let host = RelayUrlPolicy::new().allow_host("relay.example.com");
+    assert_eq!(host.check_resolved_address(&url, metadata), Ok(()));
+    let other = RelayUrl::parse("wss://other.example.com").unwrap();
+    assert!(host.check_resolved_address(&other, metadata).is_err());
+}

@@ -2,6 +2,7 @@
 //! [`EngineConfig`], the spec's environment variables and individual
 //! setters, in that order of precedence whatever the order of the calls.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 use super::SyncManager;
 use crate::connection::{tls_config, ConnectionConfig, Dialer};
 use crate::metrics::Metrics;
+use crate::resolve::{AddressCheck, Resolver, SystemResolver};
 use crate::status::SyncStatus;
 
 /// Why the manager could not be built.
@@ -130,6 +132,7 @@ pub struct SyncManagerBuilder {
     connection: ConnectionConfig,
     store: Option<Arc<dyn EventStore>>,
     registry: Option<prometheus::Registry>,
+    resolver: Arc<dyn Resolver>,
 }
 
 impl std::fmt::Debug for SyncManagerBuilder {
@@ -160,6 +163,7 @@ impl SyncManagerBuilder {
             connection: ConnectionConfig::default(),
             store: None,
             registry: None,
+            resolver: Arc::new(SystemResolver),
         }
     }
 
@@ -228,6 +232,16 @@ impl SyncManagerBuilder {
         self
     }
 
+    /// How relay host names are resolved (the system resolver by default).
+    /// Every address a relay from an announcement resolves to is checked
+    /// with the relay policy and the connection (WebSocket and NIP-11) goes
+    /// to a checked address; the name is never resolved a second time. The
+    /// own and bootstrap relays are resolved the same way, not checked.
+    pub fn resolver(mut self, resolver: impl Resolver + 'static) -> Self {
+        self.resolver = Arc::new(resolver);
+        self
+    }
+
     /// Registers the metrics in `registry` instead of a private one.
     pub fn registry(mut self, registry: prometheus::Registry) -> Self {
         self.registry = Some(registry);
@@ -270,9 +284,21 @@ impl SyncManagerBuilder {
         let (own_events_tx, own_events_rx) = mpsc::channel(4096);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (status_tx, _) = watch::channel(SyncStatus::default());
+        let trusted: HashSet<RelayUrl> = engine_config
+            .bootstrap_relays
+            .iter()
+            .chain(self.own_relay.iter())
+            .cloned()
+            .collect();
+        let address = AddressCheck {
+            resolver: self.resolver,
+            policy: engine_config.relay_policy.clone(),
+            trusted: Arc::new(trusted),
+        };
         let dialer = Dialer {
             config: self.connection,
             tls: tls_config()?,
+            address,
             inbound: inbound_tx,
             shutdown: shutdown_rx,
         };

@@ -49,6 +49,22 @@ struct Runner {
     status: watch::Sender<SyncStatus>,
     /// When the status was last refreshed.
     status_at: tokio::time::Instant,
+    /// Relays whose refused address was warned about.
+    address_refusals: WarnOnce,
+}
+
+/// Remembers which relays were warned about (at most
+/// [`WarnOnce::REMEMBERED`]; past that, every refusal is logged at `debug`).
+#[derive(Debug, Default)]
+struct WarnOnce(std::collections::HashSet<RelayUrl>);
+
+impl WarnOnce {
+    const REMEMBERED: usize = 10_000;
+
+    /// `true` the first time `relay` is seen.
+    fn warn_once(&mut self, relay: &RelayUrl) -> bool {
+        self.0.len() < Self::REMEMBERED && self.0.insert(relay.clone())
+    }
 }
 
 /// Store jobs queued for the store task before more are answered "store
@@ -166,6 +182,7 @@ impl SyncManager {
             sent: Arc::new(AtomicU64::new(0)),
             bytes_sent: metrics.bytes_sent.clone(),
             connection_attempts: metrics.connection_attempts.clone(),
+            metrics: metrics.clone(),
         };
         let own = own_relay.map(|url| {
             // The own relay's attempts are not relay sync's.
@@ -185,6 +202,7 @@ impl SyncManager {
             summary: Summary::default(),
             status: status_tx,
             status_at: tokio::time::Instant::now(),
+            address_refusals: WarnOnce::default(),
         };
         let mut shutdown = shutdown_tx.subscribe();
         let mut tick = tokio::time::interval(Duration::from_secs(2));

@@ -94,9 +94,9 @@ impl Runner {
                 self.subscribe_own(filter);
             }
             Report::Message(message, _) => self.on_own_message(now, *message),
-            Report::ConnectFailed(reason) | Report::Disconnected(reason) => {
-                self.own_lost(now, &reason)
-            }
+            Report::ConnectFailed(reason)
+            | Report::AddressRefused(reason)
+            | Report::Disconnected(reason) => self.own_lost(now, &reason),
             Report::Malformed(_) | Report::Limits(_) => {}
         }
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use grasp_sync_core::clock::{Clock, Now};
 use grasp_sync_core::engine::CommandSink;
 use grasp_sync_core::store::StoreError;
-use grasp_sync_core::transport::RelayTransport;
+use grasp_sync_core::transport::{RelayTransport, TransportError};
 use nostr::prelude::{Event, Filter, RelayUrl, SubscriptionId};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -38,6 +38,8 @@ pub(super) struct Connections {
     pub(super) sent: Arc<AtomicU64>,
     pub(super) bytes_sent: prometheus::IntCounterVec,
     pub(super) connection_attempts: prometheus::IntCounterVec,
+    /// To remove a forgotten relay's series.
+    pub(super) metrics: crate::metrics::Metrics,
 }
 
 impl Connections {
@@ -73,6 +75,17 @@ impl CommandSink for Connections {
             id,
             filter: Box::new(filter),
         });
+    }
+
+    /// A relay no longer tracked: its connection closes, its driver tasks
+    /// end (dropping their set aborts what is left), and its metric series
+    /// go, so strangers' relays cannot grow either without bound.
+    fn forget(&mut self, relay: &RelayUrl) -> Result<(), TransportError> {
+        if let Some(mut transport) = self.transports.remove(relay) {
+            let _ = transport.close();
+        }
+        self.metrics.forget_relay(relay);
+        Ok(())
     }
 }
 
@@ -141,10 +154,13 @@ impl Runner {
 
     /// A report from a connection task.
     pub(super) fn on_inbound(&mut self, inbound: Inbound) {
+        // `_held`, the report's share of the relay's inbound byte budget, is
+        // given back when this function returns.
         let Inbound {
             relay,
             generation,
             report,
+            budget: _held,
         } = inbound;
         if self.own.as_ref().is_some_and(|own| own.is_for(&relay)) {
             return self.on_own(generation, report);
@@ -173,6 +189,18 @@ impl Runner {
                     .with_label_values(&[relay.as_str(), "failure"])
                     .inc();
                 debug!(%relay, reason, "connect failed");
+                self.engine.handle_connect_failed(now, &relay);
+            }
+            Report::AddressRefused(reason) => {
+                self.metrics
+                    .refused
+                    .with_label_values(&["resolved_address"])
+                    .inc();
+                if self.address_refusals.warn_once(&relay) {
+                    warn!(%relay, reason, "relay address refused by the relay policy; not connecting");
+                } else {
+                    debug!(%relay, reason, "relay address refused");
+                }
                 self.engine.handle_connect_failed(now, &relay);
             }
             Report::Disconnected(reason) => {
