@@ -92,7 +92,7 @@ fn refused(registry: &prometheus::Registry) -> u64 {
                 .iter()
                 .any(|label| label.value() == "resolved_address")
         })
-        .map(|metric| metric.get_counter().value() as u64)
+        .map(|metric| metric.get_counter().get_value() as u64)
         .sum()
 }
 
