@@ -381,12 +381,30 @@ async fn negentropy_resync_downloads_nothing_again_and_req_fallback_pages_past_t
     expected.insert(alpha.id);
 
     let manager = fast_manager(&own);
+    let mut status = manager.status();
     let shutdown = manager.shutdown_handle();
     let run = tokio::spawn(manager.run());
     let held = wait_for(&own, &expected).await;
     assert_eq!(held, expected, "every relay fully synced");
-    // The events may all have come from other relays first: wait until each
+    // The events may all have come from other relays first: wait until the
+    // engine has taken each refusal (the relay is synced by REQ) and each
     // refusing relay has been paged through too.
+    let refusers: Vec<RelayUrl> = [&refusing, &neg_err, &silent]
+        .iter()
+        .map(|relay| relay.url())
+        .collect();
+    let _ = tokio::time::timeout(
+        WAIT,
+        status.wait_for(|status| {
+            refusers.iter().all(|url| {
+                status.relays.iter().any(|relay| {
+                    &relay.report.relay == url
+                        && relay.report.method == grasp_sync_core::model::SyncMethod::ReqEose
+                })
+            })
+        }),
+    )
+    .await;
     let deadline = tokio::time::Instant::now() + WAIT;
     while [&refusing, &neg_err, &silent]
         .iter()
