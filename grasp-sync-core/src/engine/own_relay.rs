@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use crate::nip34::RepoRef;
 
-use nostr::prelude::{Event, Timestamp};
+use nostr::prelude::{Event, EventId, Timestamp};
 
 use super::SyncEngine;
 use crate::clock::{Instant, Now};
@@ -28,9 +28,11 @@ pub(super) struct OwnRelay {
     /// When the self-subscriber should (re)connect, as the health tracker
     /// decided; `None` while a connection is open or being opened.
     pub(super) reconnect_at: Option<Instant>,
-    /// `created_at` of the announcement applied per repository, so an older
-    /// announcement never replaces a newer one.
-    pub(super) announced_at: HashMap<RepoRef, Timestamp>,
+    /// `created_at` and id of the announcement applied per repository, so an
+    /// older announcement never replaces a newer one and the same one is
+    /// applied once (NIP-01: of two with the same `created_at`, the lower id
+    /// stands).
+    pub(super) announced_at: HashMap<RepoRef, (Timestamp, EventId)>,
 }
 
 impl SyncEngine {

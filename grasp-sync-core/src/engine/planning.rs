@@ -2,7 +2,7 @@
 //! the repository index), new Layer 1 and Layer 2+3 work for a relay as
 //! batches of jobs (`compute_actions` decides what is new).
 
-use nostr::prelude::{Event, Kind, RelayUrl, Timestamp};
+use nostr::prelude::{Event, EventId, Kind, RelayUrl, Timestamp};
 use tracing::{debug, warn};
 
 use super::live::LiveList;
@@ -60,17 +60,22 @@ impl SyncEngine {
             debug!(repo = %announcement.repo, "announcement does not list our service");
             return;
         }
+        let this = (event.created_at, event.id);
+        // The applied one stands if it is newer, or as new with an id no
+        // higher (the same event coming back included).
+        let stands =
+            |&(at, id): &(Timestamp, EventId)| at > this.0 || (at == this.0 && id <= this.1);
         if self
             .own
             .announced_at
             .get(&announcement.repo)
-            .is_some_and(|at| *at > event.created_at)
+            .is_some_and(stands)
         {
             return;
         }
         self.own
             .announced_at
-            .insert(announcement.repo.clone(), event.created_at);
+            .insert(announcement.repo.clone(), this);
         let listed: Vec<RelayUrl> = announcement
             .relays
             .into_iter()

@@ -1,0 +1,103 @@
+//! The caps on what strangers make us do, against real relays on
+//! 127.0.0.1: an announcement listing 1 000 relays leads to at most the
+//! configured number of connections, and the refused rest is counted.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use grasp_sync_core::RepoRef;
+use grasp_sync_tokio::{RelayStore, SyncManager};
+use nostr::prelude::*;
+use support::{announcement, loopback_engine_config, sign, tag, TestRelay, TestRelayConfig};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn counter(registry: &prometheus::Registry, name: &str, label: &str) -> f64 {
+    registry
+        .gather()
+        .iter()
+        .filter(|family| family.name() == name)
+        .flat_map(|family| family.get_metric().to_vec())
+        .filter(|metric| metric.get_label().iter().any(|l| l.value() == label))
+        .map(|metric| metric.get_counter().get_value())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_announcement_listing_1000_relays_connects_at_most_the_cap() {
+    let own = TestRelay::start(TestRelayConfig::default()).await;
+    let remote = TestRelay::start(TestRelayConfig::default()).await;
+    // 1 000 distinct relay URLs, all served by the one remote relay (the
+    // path tells them apart for the engine).
+    let base_url = remote.url().as_str().trim_end_matches('/').to_owned();
+    let listed: Vec<RelayUrl> = (0..1000)
+        .map(|n| RelayUrl::parse(&format!("{base_url}/r{n}")).unwrap())
+        .collect();
+    let maintainer = Keys::generate();
+    let base = Timestamp::now().as_secs() - 1_000;
+    let own_url = own.url();
+    let mut relays: Vec<&RelayUrl> = vec![&own_url];
+    relays.extend(listed.iter());
+    let wide = announcement(&maintainer, "wide", &relays, base);
+    let repo = RepoRef::new(maintainer.public_key(), "wide")
+        .unwrap()
+        .to_string();
+    let issue = sign(
+        &maintainer,
+        1621,
+        "issue",
+        vec![tag(&["a", &repo])],
+        base + 1,
+    );
+    own.add_event(&wide).await;
+    remote.add_events(&[wide, issue.clone()]).await;
+
+    let cap = 20;
+    let mut config = loopback_engine_config();
+    config.max_relays_per_announcement = cap;
+    let manager = SyncManager::builder()
+        .own_relay(own.url())
+        .engine_config(config)
+        .store(Arc::new(RelayStore::new(
+            own.url(),
+            Duration::from_secs(10),
+        )))
+        .build()
+        .unwrap();
+    let registry = manager.registry().clone();
+    let mut status = manager.status();
+    let shutdown = manager.shutdown_handle();
+    let run = tokio::spawn(manager.run());
+    let done = tokio::time::timeout(WAIT, async {
+        status
+            .wait_for(|status| status.historic_sync_complete && status.relays_connected == cap)
+            .await
+            .map(|status| status.clone())
+    })
+    .await
+    .expect("historic sync completes on the relays within the cap")
+    .expect("manager running");
+    shutdown.shutdown();
+    tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .unwrap()
+        .unwrap();
+
+    assert_eq!(done.relays.len(), cap, "relays tracked");
+    assert!(
+        done.relays
+            .iter()
+            .all(|relay| listed[..cap].contains(&relay.report.relay)),
+        "the first relays of the announcement are the ones synced"
+    );
+    assert_eq!(remote.connections_seen(), cap, "connections opened");
+    assert!(remote.nip11_requests_seen() <= cap);
+    assert_eq!(
+        counter(&registry, "ngit_sync_refused_total", "relays_over_cap") as usize,
+        1000 - cap
+    );
+    assert!(own.event_ids().await.contains(&issue.id));
+}
