@@ -6,6 +6,7 @@ use std::time::Duration;
 use grasp_sync_core::purgatory::{SyncQueueConfig, ThrottleConfig};
 
 use crate::git::GitFetcherConfig;
+use crate::store::HeldLimits;
 
 /// The environment variables [`PurgatoryConfig::apply_env`] reads, with the setting each
 /// one sets.
@@ -38,6 +39,19 @@ pub const ENV_VARIABLES: &[(&str, &str)] = &[
         "NGIT_PURGATORY_FETCH_TIMEOUT_SECS",
         "how long one git command may run (60)",
     ),
+    (
+        "NGIT_PURGATORY_MAX_PACK_BYTES",
+        "largest pack one fetch may write, 0 for no limit (536870912)",
+    ),
+    ("NGIT_PURGATORY_MAX_HELD", "events held in total (10000)"),
+    (
+        "NGIT_PURGATORY_MAX_HELD_PER_REPOSITORY",
+        "events held per repository (1000)",
+    ),
+    (
+        "NGIT_PURGATORY_MAX_HELD_PER_AUTHOR",
+        "events held per author (1000)",
+    ),
 ];
 
 /// Everything a purgatory can be configured with.
@@ -53,11 +67,14 @@ pub struct PurgatoryConfig {
     /// How long an event may wait for its git data before it is dropped and reported
     /// (30 min, as GRASP-01 asks).
     pub expiry: Duration,
-    /// How git runs: timeout and clone-URL policy.
+    /// How git runs: timeout, pack size limit, clone-URL policy, resolver.
     pub git: GitFetcherConfig,
+    /// The most events held per repository, per author and in total.
+    pub limits: HeldLimits,
     /// Our own git server's domain, never fetched from.
     pub our_domain: Option<String>,
-    /// Where the purgatory is saved on shutdown and restored from on start.
+    /// The journal: every event entering and leaving purgatory is appended to it, and it
+    /// is replayed on start (see [`crate::journal`]). `None`: nothing survives a restart.
     pub persist_path: Option<PathBuf>,
 }
 
@@ -69,6 +86,7 @@ impl Default for PurgatoryConfig {
             throttle: ThrottleConfig::default(),
             expiry: Duration::from_secs(30 * 60),
             git: GitFetcherConfig::default(),
+            limits: HeldLimits::default(),
             our_domain: None,
             persist_path: None,
         }
@@ -121,12 +139,28 @@ impl PurgatoryConfig {
         if let Some(secs) = number("NGIT_PURGATORY_FETCH_TIMEOUT_SECS")? {
             self.git.fetch_timeout = Duration::from_secs(secs.max(1));
         }
+        if let Some(bytes) = number("NGIT_PURGATORY_MAX_PACK_BYTES")? {
+            self.git.max_pack_bytes = (bytes > 0).then_some(bytes);
+        }
+        if let Some(n) = number("NGIT_PURGATORY_MAX_HELD")? {
+            self.limits.total = clamp_usize(n);
+        }
+        if let Some(n) = number("NGIT_PURGATORY_MAX_HELD_PER_REPOSITORY")? {
+            self.limits.per_repository = clamp_usize(n);
+        }
+        if let Some(n) = number("NGIT_PURGATORY_MAX_HELD_PER_AUTHOR")? {
+            self.limits.per_author = clamp_usize(n);
+        }
         Ok(self)
     }
 }
 
 fn clamp_u32(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn clamp_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]
@@ -155,6 +189,8 @@ mod tests {
         assert_eq!(config.queue.default_delay, Duration::from_secs(180));
         assert_eq!(config.queue.immediate_delay, Duration::from_millis(500));
         assert_eq!(config.expiry, Duration::from_secs(1800));
+        assert_eq!(config.git.max_pack_bytes, Some(512 * 1024 * 1024));
+        assert_eq!(config.limits, HeldLimits::default());
     }
 
     #[test]
@@ -168,6 +204,10 @@ mod tests {
                 ("NGIT_SYNC_IMMEDIATE_DELAY_MS", "100"),
                 ("NGIT_PURGATORY_EXPIRY_SECS", "600"),
                 ("NGIT_PURGATORY_FETCH_TIMEOUT_SECS", "9"),
+                ("NGIT_PURGATORY_MAX_PACK_BYTES", "0"),
+                ("NGIT_PURGATORY_MAX_HELD", "50"),
+                ("NGIT_PURGATORY_MAX_HELD_PER_REPOSITORY", "5"),
+                ("NGIT_PURGATORY_MAX_HELD_PER_AUTHOR", "7"),
             ]))
             .unwrap();
         assert_eq!(config.loop_interval, Duration::from_millis(250));
@@ -177,7 +217,16 @@ mod tests {
         assert_eq!(config.queue.immediate_delay, Duration::from_millis(100));
         assert_eq!(config.expiry, Duration::from_secs(600));
         assert_eq!(config.git.fetch_timeout, Duration::from_secs(9));
-        assert_eq!(ENV_VARIABLES.len(), 7);
+        assert_eq!(config.git.max_pack_bytes, None);
+        assert_eq!(
+            config.limits,
+            HeldLimits {
+                per_repository: 5,
+                per_author: 7,
+                total: 50
+            }
+        );
+        assert_eq!(ENV_VARIABLES.len(), 11);
     }
 
     #[test]

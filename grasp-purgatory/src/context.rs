@@ -1,18 +1,20 @@
 //! The git-backed [`SyncContext`]: purgatory's store, the relay's announcements, the local
-//! repositories and git, behind the trait the sync functions drive.
+//! repositories and git, behind the trait the sync functions drive. Everything is per
+//! repository (`30617:<owner>:<identifier>`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use grasp_sync_core::nip34::GitOid;
+use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::purgatory::{RepositoryData, SyncContext, SyncContextError};
 use grasp_sync_core::url_policy::CloneUrl;
 
 use crate::git::{GitBackend, GitError, NOSTR_REF_PREFIX, PURGATORY_REF_PREFIX};
 use crate::held::{HeldEvent, HeldKind};
 use crate::metrics::Metrics;
+use crate::refusals::UrlRefusals;
 use crate::repos::{repository_data, Announcements, RepoLocator};
 use crate::sink::ReleaseSink;
 use crate::store::PurgatoryStore;
@@ -36,6 +38,7 @@ pub struct GitSyncContext {
     sink: Arc<dyn ReleaseSink>,
     our_domain: Option<String>,
     metrics: Option<Metrics>,
+    refusals: Option<UrlRefusals>,
 }
 
 impl std::fmt::Debug for GitSyncContext {
@@ -73,23 +76,22 @@ impl GitSyncContext {
             sink: parts.sink,
             our_domain: parts.our_domain,
             metrics: None,
+            refusals: None,
         }
     }
 
-    /// Counts fetched objects in these metrics.
+    /// Counts fetched objects, refused URLs and removed refs in these metrics.
     pub(crate) fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.refusals = Some(UrlRefusals::new(metrics.url_refusals.clone()));
         self.metrics = Some(metrics);
         self
     }
 
     /// Checks which needed objects are present and records it.
-    async fn refresh_present(&self, identifier: &str, target: &Path) -> Result<(), GitError> {
-        let needed: Vec<GitOid> = lock(&self.store)
-            .needed_oids(identifier)
-            .into_iter()
-            .collect();
+    async fn refresh_present(&self, repo: &RepoRef, target: &Path) -> Result<(), GitError> {
+        let needed: Vec<GitOid> = lock(&self.store).needed_oids(repo).into_iter().collect();
         let present = self.git.existing(target, &needed).await?;
-        lock(&self.store).mark_present(identifier, present);
+        lock(&self.store).mark_present(repo, present);
         Ok(())
     }
 
@@ -108,20 +110,49 @@ impl GitSyncContext {
             .map_err(|error| error.to_string())
     }
 
-    /// Deletes the temporary refs of objects no held event of `identifier` needs any more.
-    async fn drop_temporary_refs(&self, identifier: &str, target: &Path, released: &[HeldEvent]) {
-        let still_needed = lock(&self.store).needed_oids(identifier);
-        let unneeded: BTreeSet<GitOid> = released
-            .iter()
-            .flat_map(HeldEvent::needed_oids)
-            .filter(|oid| !still_needed.contains(oid))
+    /// Deletes the `refs/purgatory/*` of `repo`'s local repository that no held event of
+    /// `repo` needs (their events were released, expired or replaced, or a crash left
+    /// them); returns how many. Failures are logged: the refs only keep objects alive.
+    pub(crate) async fn sweep_refs(&self, repo: &RepoRef) -> usize {
+        let Some(target) = self.locator.locate(repo) else {
+            return 0;
+        };
+        let names = match self.git.purgatory_refs(&target).await {
+            Ok(names) => names,
+            Err(error) => {
+                tracing::warn!(%repo, %error, "listing purgatory refs failed");
+                return 0;
+            }
+        };
+        let needed = lock(&self.store).needed_oids(repo);
+        let stale: Vec<(String, Option<GitOid>)> = names
+            .into_iter()
+            .filter(|name| {
+                let oid = name
+                    .strip_prefix(PURGATORY_REF_PREFIX)
+                    .and_then(|hex| GitOid::parse(hex).ok());
+                oid.is_none_or(|oid| !needed.contains(&oid))
+            })
+            .map(|name| (name, None))
             .collect();
-        let deletions: Vec<(String, Option<GitOid>)> = unneeded
-            .iter()
-            .map(|oid| (format!("{PURGATORY_REF_PREFIX}{oid}"), None))
-            .collect();
-        if let Err(error) = self.git.update_refs(target, &deletions).await {
-            tracing::warn!(%identifier, %error, "deleting temporary purgatory refs failed");
+        if stale.is_empty() {
+            return 0;
+        }
+        if let Err(error) = self.git.update_refs(&target, &stale).await {
+            tracing::warn!(%repo, %error, "deleting stale purgatory refs failed");
+            return 0;
+        }
+        tracing::debug!(%repo, removed = stale.len(), "stale purgatory refs deleted");
+        if let Some(metrics) = &self.metrics {
+            metrics.stale_refs_removed.inc_by(stale.len() as u64);
+        }
+        stale.len()
+    }
+
+    fn processing_error(repo: &RepoRef, reason: impl std::fmt::Display) -> SyncContextError {
+        SyncContextError::Processing {
+            repo: repo.clone(),
+            reason: reason.to_string(),
         }
     }
 }
@@ -130,32 +161,22 @@ impl GitSyncContext {
 impl SyncContext for GitSyncContext {
     async fn fetch_repository_data(
         &self,
-        identifier: &str,
+        repo: &RepoRef,
     ) -> Result<RepositoryData, SyncContextError> {
-        let events = self
-            .announcements
-            .announcements(identifier)
+        repository_data(self.announcements.as_ref(), repo)
             .await
-            .map_err(|error| SyncContextError::Processing {
-                identifier: identifier.to_owned(),
-                reason: error.to_string(),
-            })?;
-        let data = repository_data(&events);
-        if data.announcements.is_empty() {
-            return Err(SyncContextError::UnknownRepository {
-                identifier: identifier.to_owned(),
-            });
-        }
-        Ok(data)
+            .map_err(|error| Self::processing_error(repo, error))?
+            .ok_or_else(|| SyncContextError::UnknownRepository { repo: repo.clone() })
     }
 
-    fn collect_needed_oids(&self, identifier: &str) -> BTreeSet<GitOid> {
-        lock(&self.store).missing_oids(identifier)
+    fn collect_needed_oids(&self, repo: &RepoRef) -> BTreeSet<GitOid> {
+        lock(&self.store).missing_oids(repo)
     }
 
-    /// Answers from what purgatory last saw in the repositories (no process is run).
-    fn oid_exists(&self, _repo_path: &Path, oid: &GitOid) -> bool {
-        lock(&self.store).is_known_present(oid)
+    /// Answers from what purgatory last saw in `repo`'s local repository (no process is
+    /// run).
+    fn oid_exists(&self, repo: &RepoRef, oid: &GitOid) -> bool {
+        lock(&self.store).is_known_present(repo, oid)
     }
 
     async fn fetch_oids(
@@ -164,22 +185,26 @@ impl SyncContext for GitSyncContext {
         url: &CloneUrl,
         oids: &[GitOid],
     ) -> Result<Vec<GitOid>, SyncContextError> {
-        let report = self
-            .git
-            .fetch(repo_path, url.as_str(), oids)
-            .await
-            .map_err(|error| SyncContextError::Fetch {
-                url: url.as_str().to_owned(),
-                reason: error.to_string(),
-            })?;
-        if let Some(error) = &report.error {
-            tracing::info!(
-                url = %url,
-                fetched = report.present.len(),
-                missing = report.missing.len(),
-                %error,
-                "partial fetch: some objects are not on this server"
-            );
+        let report = match self.git.fetch(repo_path, url.as_str(), oids).await {
+            Ok(report) => report,
+            Err(error) => {
+                if let Some(refusals) = &self.refusals {
+                    refusals.note(url.as_str(), &error);
+                }
+                return Err(SyncContextError::Fetch {
+                    url: url.as_str().to_owned(),
+                    reason: error.to_string(),
+                });
+            }
+        };
+        if let Some(reason) = report.error {
+            if oids.len() > 1 {
+                return Err(SyncContextError::ObjectsMissing {
+                    url: url.as_str().to_owned(),
+                    reason,
+                });
+            }
+            tracing::debug!(%url, %reason, "the server lacks the object");
         }
         if let Some(metrics) = &self.metrics {
             metrics.oids_fetched.inc_by(report.present.len() as u64);
@@ -187,27 +212,20 @@ impl SyncContext for GitSyncContext {
         Ok(report.present.into_iter().collect())
     }
 
-    async fn process_satisfiable_events(
-        &self,
-        identifier: &str,
-    ) -> Result<usize, SyncContextError> {
-        let data = self.fetch_repository_data(identifier).await?;
-        let Some(target) = self.find_target_repo(&data) else {
+    async fn process_satisfiable_events(&self, repo: &RepoRef) -> Result<usize, SyncContextError> {
+        let Some(target) = self.find_target_repo(repo) else {
             return Ok(0);
         };
-        self.refresh_present(identifier, &target)
+        self.refresh_present(repo, &target)
             .await
-            .map_err(|error| SyncContextError::Processing {
-                identifier: identifier.to_owned(),
-                reason: error.to_string(),
-            })?;
-        let satisfied = lock(&self.store).begin_release(identifier);
+            .map_err(|error| Self::processing_error(repo, error))?;
+        let satisfied = lock(&self.store).begin_release(repo);
         let mut released = Vec::new();
         let mut failed = Vec::new();
         let mut last_error = None;
         for held in satisfied {
             match self.release_one(&target, &held).await {
-                Ok(()) => released.push(held),
+                Ok(()) => released.push(held.event.id),
                 Err(reason) => {
                     tracing::warn!(id = %held.event.id, %reason, "releasing a purgatory event failed");
                     last_error = Some(reason);
@@ -215,35 +233,30 @@ impl SyncContext for GitSyncContext {
                 }
             }
         }
-        let released_ids: Vec<_> = released.iter().map(|held| held.event.id).collect();
         {
             let mut store = lock(&self.store);
-            store.finish_release(identifier, &released_ids);
+            store.finish_release(repo, &released);
             store.abort_release(&failed);
         }
-        self.drop_temporary_refs(identifier, &target, &released)
-            .await;
+        if !released.is_empty() {
+            self.sweep_refs(repo).await;
+            tracing::info!(%repo, released = released.len(), "released purgatory events");
+        }
         if let Some(metrics) = &self.metrics {
             metrics.events_released.inc_by(released.len() as u64);
         }
-        if !released.is_empty() {
-            tracing::info!(%identifier, released = released.len(), "released purgatory events");
-        }
         match last_error {
-            Some(reason) if released.is_empty() => Err(SyncContextError::Processing {
-                identifier: identifier.to_owned(),
-                reason,
-            }),
+            Some(reason) if released.is_empty() => Err(Self::processing_error(repo, reason)),
             _ => Ok(released.len()),
         }
     }
 
-    fn has_pending_events(&self, identifier: &str) -> bool {
-        lock(&self.store).has_pending(identifier)
+    fn has_pending_events(&self, repo: &RepoRef) -> bool {
+        lock(&self.store).has_pending(repo)
     }
 
-    fn find_target_repo(&self, data: &RepositoryData) -> Option<PathBuf> {
-        self.locator.locate(data)
+    fn find_target_repo(&self, repo: &RepoRef) -> Option<PathBuf> {
+        self.locator.locate(repo)
     }
 
     fn our_domain(&self) -> Option<&str> {

@@ -1,4 +1,9 @@
-//! What one event in purgatory waits for: the git objects it names.
+//! What one event in purgatory waits for: the git objects it names, in which repository.
+//!
+//! The repository is a coordinate `30617:<owner>:<identifier>`, never a bare identifier:
+//! a state's owner is its author, a pull request's owner the repository its `a` tag
+//! names. The objects are fetched into the owner's repository, from the clone URLs of the
+//! owner's announcement and of the maintainers it lists.
 //!
 //! A repository state (30618) waits for the tip of every ref it lists; a pull request
 //! (1618) or pull request update (1619) waits for its commit (`c` tag). Everything is read
@@ -9,7 +14,7 @@
 use std::collections::BTreeSet;
 
 use grasp_sync_core::nip34::{
-    parse_repo_state, pull_request_tip, root_event_repo_refs, GitOid, Nip34Error,
+    parse_repo_state, pull_request_tip, root_event_repo_refs, GitOid, Nip34Error, RepoRef,
     KIND_PULL_REQUEST, KIND_PULL_REQUEST_UPDATE, KIND_REPO_STATE,
 };
 use nostr::prelude::{Event, Timestamp};
@@ -65,8 +70,9 @@ pub enum HeldKind {
 pub struct HeldEvent {
     /// The event itself, verified by whoever handed it over.
     pub event: Event,
-    /// The repository identifier (`d` tag of the state, or of the PR's `a` tag).
-    pub identifier: String,
+    /// The repository it belongs to: `30617:<state author>:<d tag>` for a state, the
+    /// first `a` tag of a pull request or update.
+    pub repo: RepoRef,
     /// What the event asks of the repository.
     pub kind: HeldKind,
     /// Who handed it over.
@@ -76,6 +82,11 @@ pub struct HeldEvent {
 }
 
 impl HeldEvent {
+    /// The repository identifier (the `d` tag of its announcement).
+    pub fn identifier(&self) -> &str {
+        self.repo.identifier()
+    }
+
     /// Every object the event needs, whether present locally or not.
     pub fn needed_oids(&self) -> BTreeSet<GitOid> {
         match &self.kind {
@@ -124,9 +135,11 @@ pub fn hold_state(event: Event, origin: Origin, now: Timestamp) -> Result<HeldEv
             first_index: first.index,
         });
     }
+    let repo = RepoRef::new(event.pubkey, state.identifier)
+        .map_err(|error| HoldError::MalformedState(Nip34Error::InvalidRepoRef(error)))?;
     Ok(HeldEvent {
         event,
-        identifier: state.identifier,
+        repo,
         kind: HeldKind::State { refs: state.refs },
         origin,
         held_since: now,
@@ -135,7 +148,7 @@ pub fn hold_state(event: Event, origin: Origin, now: Timestamp) -> Result<HeldEv
 
 /// Reads a pull request (1618) or pull request update (1619) into a [`HeldEvent`].
 ///
-/// The identifier is the one of the first repository the event names.
+/// The repository is the first one the event names (`a` tag).
 pub fn hold_pull_request(
     event: Event,
     origin: Origin,
@@ -148,14 +161,14 @@ pub fn hold_pull_request(
     let tip = pull_request_tip(&event)
         .value
         .ok_or(HoldError::MissingTip)?;
-    let identifier = root_event_repo_refs(&event)
+    let repo = root_event_repo_refs(&event)
         .value
-        .first()
-        .map(|repo| repo.identifier().to_owned())
+        .into_iter()
+        .next()
         .ok_or(HoldError::MissingRepository)?;
     Ok(HeldEvent {
         event,
-        identifier,
+        repo,
         kind: HeldKind::PullRequest { tip },
         origin,
         held_since: now,
@@ -197,7 +210,7 @@ mod tests {
             NOW,
         );
         let held = held.unwrap();
-        assert_eq!(held.identifier, "r");
+        assert_eq!(held.repo, RepoRef::new(keys.public_key(), "r").unwrap());
         let needed: Vec<String> = held.needed_oids().iter().map(|o| o.to_string()).collect();
         assert_eq!(needed, vec![hex(1), hex(2)]);
         assert_eq!(held.held_since, NOW);
@@ -221,7 +234,8 @@ mod tests {
         let keys = Keys::generate();
         let event = pull_request(&keys, &keys.public_key(), "r", &hex(7));
         let held = hold_pull_request(event, Origin::Submitted, NOW).unwrap();
-        assert_eq!(held.identifier, "r");
+        assert_eq!(held.repo, RepoRef::new(keys.public_key(), "r").unwrap());
+        assert_eq!(held.identifier(), "r");
         assert!(matches!(&held.kind, HeldKind::PullRequest { tip } if tip.as_str() == hex(7)));
     }
 

@@ -31,7 +31,7 @@ use nostr::prelude::{Event, EventId, Filter, Timestamp};
 
 use crate::held::{is_held_kind, Origin};
 use crate::service::Purgatory;
-use crate::store::Inserted;
+use crate::store::{AddError, Inserted};
 
 /// An [`EventStore`] in front of the relay's store that holds git-data events in
 /// purgatory.
@@ -40,7 +40,10 @@ use crate::store::Inserted;
 /// reported by [`EventStore::contains`] and listed in negentropy items, so sync neither
 /// fetches it again nor re-adds it; it reaches the inner store when its data is present
 /// (through the purgatory's sink), or expires (reported by the sink). An event purgatory
-/// refuses (malformed refs or tip) is [`IngestOutcome::Rejected`] with the reason.
+/// refuses is [`IngestOutcome::Rejected`] with a NIP-01 prefixed reason: `invalid:` for
+/// malformed refs or tips (refused for good), `rate-limited:` when purgatory is full
+/// (see [`HeldLimits`](crate::HeldLimits)) and `error:` when its journal cannot be
+/// written; the sync engine retries those two later, so nothing is lost.
 #[derive(Debug)]
 pub struct PurgatoryGate<S> {
     inner: S,
@@ -69,7 +72,7 @@ impl<S: EventStore> EventStore for PurgatoryGate<S> {
             Ok(Inserted::New | Inserted::Replaced { .. }) => IngestOutcome::Stored,
             Ok(Inserted::Duplicate | Inserted::Superseded) => IngestOutcome::Duplicate,
             Err(error) => IngestOutcome::Rejected {
-                reason: format!("purgatory: {error}"),
+                reason: rejection(&error),
             },
         })
     }
@@ -98,4 +101,14 @@ impl<S: EventStore> EventStore for PurgatoryGate<S> {
         items.dedup();
         Ok(items)
     }
+}
+
+/// The NIP-01 prefixed reason a refused event is rejected with.
+fn rejection(error: &AddError) -> String {
+    let prefix = match error {
+        AddError::Malformed(_) => "invalid",
+        AddError::Full { .. } => "rate-limited",
+        _ => "error",
+    };
+    format!("{prefix}: purgatory: {error}")
 }

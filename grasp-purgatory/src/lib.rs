@@ -3,16 +3,30 @@
 //! Events that reference git objects the server does not have yet — repository states
 //! (30618), pull requests (1618) and pull request updates (1619) — wait in a purgatory
 //! until those objects are fetched from the repository's clone URLs; then they are
-//! released to the caller's [`ReleaseSink`]. Sync is per identifier, not per event: a
+//! released to the caller's [`ReleaseSink`]. Sync is per repository, not per event: a
 //! burst of events for one repository causes one fetch.
+//!
+//! A repository is a coordinate `30617:<owner>:<identifier>`, never a bare identifier:
+//! a state belongs to its author's repository, a pull request to the one its `a` tag
+//! names. Its objects are fetched into the owner's repository from the clone URLs of the
+//! owner's announcement and of the maintainers it lists; another author announcing the
+//! same identifier takes no part.
+//!
+//! Bounded and crash-safe: events held are limited per repository, per author and in
+//! total ([`HeldLimits`]; beyond them an event is refused with [`AddError::Full`],
+//! logged and counted); every event entering and leaving is appended to a journal that
+//! is replayed on start ([`journal`]); `refs/purgatory/*` no held event needs are
+//! deleted; one request to a host takes one slot of its domain's throttle; fetched packs
+//! are checked (`fsck`) and limited in size and time; clone URL hosts are resolved once
+//! through a replaceable [`Resolver`], checked, and git connects to the checked address.
 //!
 //! - [`Purgatory`] (built by [`PurgatoryBuilder`]): [`Purgatory::add_state`],
 //!   [`Purgatory::add_pr`], [`Purgatory::trigger_immediate_sync`], the main loop
 //!   ([`Purgatory::run`]) over the core's [`SyncQueue`](grasp_sync_core::purgatory::SyncQueue)
 //!   (debounce 3 min for user-submitted events, 500 ms for synced ones; backoff 20 s,
-//!   40 s, 80 s, then 2 min), expiry after 30 min (reported), persistence to a file.
+//!   40 s, 80 s, then 2 min), expiry after 30 min (reported), a journal.
 //! - [`ThrottleManager`]: per-domain limits (5 in flight, 30 per minute) and queues of
-//!   identifiers waiting for a throttled domain. It decides capacity only and yields
+//!   repositories waiting for a throttled domain. It decides capacity only and yields
 //!   the core's [`QueueStep`](grasp_sync_core::purgatory::QueueStep)s
 //!   ([`ThrottleManager::poll_step`]); the purgatory's loop serves them.
 //! - [`sync_identifier`], [`sync_identifier_next_url`], [`sync_identifier_from_url`]: the
@@ -30,8 +44,11 @@
 //! [`config::ENV_VARIABLES`] through [`PurgatoryBuilder::from_env`]. Metrics (when a
 //! registry is given): `purgatory_sync_queue_size`, `purgatory_sync_attempts_total`,
 //! `purgatory_sync_oids_fetched_total`, `purgatory_domain_in_flight`,
-//! `purgatory_domain_requests_total`, plus `purgatory_events_held`,
-//! `purgatory_events_released_total` and `purgatory_events_expired_total`.
+//! `purgatory_domain_requests_total` (the `domain` series of idle domains are removed),
+//! plus `purgatory_events_held`, `purgatory_events_released_total`,
+//! `purgatory_events_expired_total`, `purgatory_events_refused_total{reason}`,
+//! `purgatory_clone_url_refusals_total{reason}` and
+//! `purgatory_stale_refs_removed_total`.
 //!
 //! Building and driving one (see [`Purgatory`] for a longer example):
 //!
@@ -67,8 +84,9 @@ mod context;
 pub mod git;
 mod held;
 mod hook;
+pub mod journal;
 mod metrics;
-pub mod persist;
+mod refusals;
 mod repos;
 mod service;
 mod sink;
@@ -82,7 +100,10 @@ mod throttle_manager;
 
 pub use config::{EnvError, PurgatoryConfig};
 pub use context::{ContextParts, GitSyncContext, SharedStore};
-pub use git::{FetchReport, GitBackend, GitError, GitFetcher, GitFetcherConfig};
+pub use git::{
+    FetchReport, GitBackend, GitError, GitFetcher, GitFetcherConfig, PinnedUrl, Resolver,
+    StaticResolver, SystemResolver,
+};
 pub use held::{
     hold_event, hold_pull_request, hold_state, is_held_kind, HeldEvent, HeldKind, HoldError, Origin,
 };
@@ -94,10 +115,10 @@ pub use repos::{
 pub use service::{Purgatory, PurgatoryBuildError, PurgatoryBuilder};
 pub use sink::{ChannelSink, PurgatoryOutput, ReleaseError, ReleaseSink, StoreSink};
 pub use status::PurgatoryStatus;
-pub use store::{Inserted, PurgatoryStore};
+pub use store::{AddError, Cap, HeldLimits, Inserted, PurgatoryStore};
 pub use sync::{
     serve_queued_identifier, sync_identifier, sync_identifier_from_url, sync_identifier_next_url,
-    FromUrl,
+    FromUrl, MAX_SINGLE_FETCHES,
 };
 pub use throttle_manager::{DomainStep, ThrottleManager};
 

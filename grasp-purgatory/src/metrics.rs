@@ -1,7 +1,10 @@
-//! The spec's `purgatory_*` Prometheus metrics, plus held, released and expired events.
+//! The spec's `purgatory_*` Prometheus metrics, plus held, released, expired and refused
+//! events, refused clone URLs and removed stale refs.
 //!
 //! They always exist (the status reads its totals from them) and are registered only
-//! when the embedder gives a registry.
+//! when the embedder gives a registry. Every label set is bounded: `reason` and `result`
+//! take a few fixed values, and the `domain` series of a domain are removed when the
+//! domain goes idle (nothing in flight, in its window or queued).
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
@@ -16,6 +19,9 @@ pub(crate) struct Metrics {
     pub(crate) events_held: IntGauge,
     pub(crate) events_released: IntCounter,
     pub(crate) events_expired: IntCounter,
+    pub(crate) events_refused: IntCounterVec,
+    pub(crate) url_refusals: IntCounterVec,
+    pub(crate) stale_refs_removed: IntCounter,
 }
 
 impl Metrics {
@@ -60,6 +66,26 @@ impl Metrics {
                 "purgatory_events_expired_total",
                 "Events dropped from purgatory because their git data never arrived",
             )?,
+            events_refused: IntCounterVec::new(
+                Opts::new(
+                    "purgatory_events_refused_total",
+                    "Events refused by purgatory, by reason (repository_full, author_full, \
+                     total_full, journal)",
+                ),
+                &["reason"],
+            )?,
+            url_refusals: IntCounterVec::new(
+                Opts::new(
+                    "purgatory_clone_url_refusals_total",
+                    "Clone URLs refused before any process ran, once per URL, by reason \
+                     (policy, forbidden_address, unresolvable)",
+                ),
+                &["reason"],
+            )?,
+            stale_refs_removed: IntCounter::new(
+                "purgatory_stale_refs_removed_total",
+                "refs/purgatory/* deleted because no held event needs them any more",
+            )?,
         })
     }
 
@@ -73,6 +99,25 @@ impl Metrics {
         registry.register(Box::new(self.events_held.clone()))?;
         registry.register(Box::new(self.events_released.clone()))?;
         registry.register(Box::new(self.events_expired.clone()))?;
+        registry.register(Box::new(self.events_refused.clone()))?;
+        registry.register(Box::new(self.url_refusals.clone()))?;
+        registry.register(Box::new(self.stale_refs_removed.clone()))?;
         Ok(())
+    }
+
+    /// Drops the `domain` series of `domain` (it went idle), so the label set follows
+    /// the active domains only.
+    pub(crate) fn forget_domain(&self, domain: &str) {
+        // An error only means the series did not exist.
+        let _ = self.domain_in_flight.remove_label_values(&[domain]);
+        let _ = self.domain_requests.remove_label_values(&[domain]);
+    }
+
+    /// How many events were refused, over every reason.
+    pub(crate) fn events_refused_total(&self) -> u64 {
+        ["repository_full", "author_full", "total_full", "journal"]
+            .iter()
+            .map(|reason| self.events_refused.with_label_values(&[reason]).get())
+            .sum()
     }
 }

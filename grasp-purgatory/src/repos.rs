@@ -1,5 +1,9 @@
 //! Where purgatory learns about repositories: their announcements (for clone URLs) and
 //! the local bare repository objects are fetched into.
+//!
+//! Both are per repository (`30617:<owner>:<identifier>`): the announcements read are
+//! the owner's and those of the maintainers it lists ([`repository_data`]), and the
+//! local repository is the owner's ([`RepoLocator`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -7,9 +11,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use grasp_sync_core::nip34::{
-    parse_announcement, Nip34Error, RepoAnnouncement, KIND_REPO_ANNOUNCEMENT,
+    parse_announcement, Nip34Error, RepoAnnouncement, RepoRef, KIND_REPO_ANNOUNCEMENT,
 };
-use grasp_sync_core::purgatory::RepositoryData;
+use grasp_sync_core::purgatory::{listed_maintainers, select_repository, RepositoryData};
 use nostr::prelude::{Event, Filter, Kind, PublicKey, ToBech32};
 use nostr_database::NostrDatabase;
 
@@ -27,6 +31,24 @@ pub enum AnnouncementError {
 pub trait Announcements: Send + Sync {
     /// Every announcement whose identifier (`d` tag) is `identifier`, one per author.
     async fn announcements(&self, identifier: &str) -> Result<Vec<Event>, AnnouncementError>;
+
+    /// The announcements of `identifier` by these `authors` (purgatory asks for a
+    /// repository's owner, then for the maintainers it lists). The default filters
+    /// [`Announcements::announcements`]; a database should ask for the authors only.
+    async fn announcements_by(
+        &self,
+        identifier: &str,
+        authors: &[PublicKey],
+    ) -> Result<Vec<Event>, AnnouncementError> {
+        if authors.is_empty() {
+            return Ok(Vec::new());
+        }
+        let all = self.announcements(identifier).await?;
+        Ok(all
+            .into_iter()
+            .filter(|event| authors.contains(&event.pubkey))
+            .collect())
+    }
 }
 
 /// Announcements kept in memory: the newest per author and identifier.
@@ -73,6 +95,24 @@ impl Announcements for MemoryAnnouncements {
             .map(|authors| authors.values().cloned().collect())
             .unwrap_or_default())
     }
+
+    async fn announcements_by(
+        &self,
+        identifier: &str,
+        authors: &[PublicKey],
+    ) -> Result<Vec<Event>, AnnouncementError> {
+        let map = self
+            .by_identifier
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(by_author) = map.get(identifier) else {
+            return Ok(Vec::new());
+        };
+        Ok(authors
+            .iter()
+            .filter_map(|author| by_author.get(author).cloned())
+            .collect())
+    }
 }
 
 /// Announcements read from a `nostr-database` [`NostrDatabase`] (the relay's own store).
@@ -101,12 +141,57 @@ impl Announcements for DatabaseAnnouncements {
             .map_err(|error| AnnouncementError::Backend(error.to_string()))?;
         Ok(events.into_iter().collect())
     }
+
+    async fn announcements_by(
+        &self,
+        identifier: &str,
+        authors: &[PublicKey],
+    ) -> Result<Vec<Event>, AnnouncementError> {
+        if authors.is_empty() {
+            return Ok(Vec::new());
+        }
+        let filter = Filter::new()
+            .kind(Kind::Custom(KIND_REPO_ANNOUNCEMENT))
+            .identifier(identifier)
+            .authors(authors.iter().copied());
+        let events = self
+            .database
+            .query(filter)
+            .await
+            .map_err(|error| AnnouncementError::Backend(error.to_string()))?;
+        Ok(events.into_iter().collect())
+    }
 }
 
-/// Reads announcement events into [`RepositoryData`], skipping (and logging) any that
-/// do not parse.
-pub fn repository_data(events: &[Event]) -> RepositoryData {
-    let announcements: Vec<RepoAnnouncement> = events
+/// The announcements that speak for `repo` (its owner's, then those of the maintainers
+/// the owner's lists; see
+/// [`select_repository`](grasp_sync_core::purgatory::select_repository)), read from
+/// `source`. `None` when the owner has not announced it. Announcements that do not
+/// parse are skipped (and logged).
+pub async fn repository_data(
+    source: &dyn Announcements,
+    repo: &RepoRef,
+) -> Result<Option<RepositoryData>, AnnouncementError> {
+    let identifier = repo.identifier();
+    let owners = source
+        .announcements_by(identifier, &[*repo.pubkey()])
+        .await?;
+    let owner_announcements = parse_all(&owners);
+    let Some(owner) = owner_announcements
+        .iter()
+        .find(|announcement| announcement.repo == *repo)
+    else {
+        return Ok(None);
+    };
+    let maintainers = listed_maintainers(owner);
+    let listed = source.announcements_by(identifier, &maintainers).await?;
+    let all = owner_announcements.into_iter().chain(parse_all(&listed));
+    Ok(select_repository(repo, all))
+}
+
+/// Parses announcement events, skipping (and logging) any that do not parse.
+fn parse_all(events: &[Event]) -> Vec<RepoAnnouncement> {
+    events
         .iter()
         .filter_map(|event| match parse_announcement(event) {
             Ok(announcement) => Some(announcement),
@@ -115,21 +200,21 @@ pub fn repository_data(events: &[Event]) -> RepositoryData {
                 None
             }
         })
-        .collect();
-    RepositoryData { announcements }
+        .collect()
 }
 
 /// Finds the local bare repository to fetch a repository's objects into.
 pub trait RepoLocator: Send + Sync {
-    /// The repository directory for these announcements, if one exists.
-    fn locate(&self, data: &RepositoryData) -> Option<PathBuf>;
+    /// The local repository of `repo` (its owner's), if it exists.
+    fn locate(&self, repo: &RepoRef) -> Option<PathBuf>;
 }
 
 /// The layout of ngit-relay style git servers: `<root>/<npub>/<identifier>.git`.
 ///
-/// The first announcement whose directory exists wins. Identifiers that are not a plain
-/// path component (empty, `.`/`..`, containing `/`, `\`, NUL or control characters) are
-/// never turned into paths.
+/// A repository's objects go to its owner's directory only, never to another author's
+/// repository of the same identifier. Identifiers that are not a plain path component
+/// (empty, `.`/`..`, containing `/`, `\`, NUL or control characters) are never turned
+/// into paths.
 #[derive(Clone, Debug)]
 pub struct NpubLayout {
     root: PathBuf,
@@ -158,11 +243,9 @@ impl NpubLayout {
 }
 
 impl RepoLocator for NpubLayout {
-    fn locate(&self, data: &RepositoryData) -> Option<PathBuf> {
-        data.announcements
-            .iter()
-            .filter_map(|a| self.path_of(a.repo.pubkey(), a.repo.identifier()))
-            .find(|path| path.is_dir())
+    fn locate(&self, repo: &RepoRef) -> Option<PathBuf> {
+        self.path_of(repo.pubkey(), repo.identifier())
+            .filter(|path| path.is_dir())
     }
 }
 
@@ -180,7 +263,93 @@ fn is_safe_component(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_events::{sign, tag};
     use nostr::prelude::Keys;
+
+    fn announce(keys: &Keys, url: &str, maintainers: &[&Keys]) -> Event {
+        let mut listed = vec!["maintainers".to_owned()];
+        listed.extend(maintainers.iter().map(|k| k.public_key().to_hex()));
+        sign(
+            keys,
+            KIND_REPO_ANNOUNCEMENT,
+            vec![tag(&["d", "r"]), tag(&["clone", url]), listed],
+            1,
+        )
+    }
+
+    /// Only the default `announcements_by`, as a relay's own implementation may have.
+    struct AllOfIdentifier(MemoryAnnouncements);
+
+    #[async_trait]
+    impl Announcements for AllOfIdentifier {
+        async fn announcements(&self, identifier: &str) -> Result<Vec<Event>, AnnouncementError> {
+            self.0.announcements(identifier).await
+        }
+    }
+
+    #[tokio::test]
+    async fn only_the_owner_and_the_maintainers_it_lists_give_clone_urls() {
+        let (owner, maintainer, stranger) = (Keys::generate(), Keys::generate(), Keys::generate());
+        let memory = MemoryAnnouncements::new();
+        memory
+            .add(announce(
+                &owner,
+                "https://owner.example/r.git",
+                &[&maintainer],
+            ))
+            .unwrap();
+        memory
+            .add(announce(
+                &maintainer,
+                "https://maintainer.example/r.git",
+                &[&stranger],
+            ))
+            .unwrap();
+        memory
+            .add(announce(
+                &stranger,
+                "https://stranger.example/r.git",
+                &[&owner],
+            ))
+            .unwrap();
+        let repo = RepoRef::new(owner.public_key(), "r").unwrap();
+        let expected = vec![
+            "https://owner.example/r.git".to_owned(),
+            "https://maintainer.example/r.git".to_owned(),
+        ];
+        let data = repository_data(&memory, &repo).await.unwrap().unwrap();
+        let urls: Vec<String> = data.clone_urls().map(str::to_owned).collect();
+        assert_eq!(urls, expected);
+        let default = AllOfIdentifier(memory);
+        let data = repository_data(&default, &repo).await.unwrap().unwrap();
+        let urls: Vec<String> = data.clone_urls().map(str::to_owned).collect();
+        assert_eq!(urls, expected, "the default implementation filters too");
+        let unannounced = RepoRef::new(Keys::generate().public_key(), "r").unwrap();
+        assert!(repository_data(&default, &unannounced)
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn the_target_is_the_owners_repository_only() {
+        let root =
+            std::env::temp_dir().join(format!("grasp-purgatory-layout-{}", std::process::id()));
+        let layout = NpubLayout::new(&root);
+        let (owner, other) = (Keys::generate(), Keys::generate());
+        let other_path = layout.path_of(&other.public_key(), "r").unwrap();
+        std::fs::create_dir_all(&other_path).unwrap();
+        let repo = RepoRef::new(owner.public_key(), "r").unwrap();
+        assert_eq!(
+            layout.locate(&repo),
+            None,
+            "another author's repository is not a target"
+        );
+        let own_path = layout.path_of(&owner.public_key(), "r").unwrap();
+        std::fs::create_dir_all(&own_path).unwrap();
+        assert_eq!(layout.locate(&repo), Some(own_path));
+        let _ = std::fs::remove_dir_all(&root);
+    }
 
     #[test]
     fn unsafe_identifiers_never_become_paths() {

@@ -32,7 +32,7 @@ pub trait ReleaseSink: Send + Sync {
     async fn expired(&self, held: &HeldEvent) {
         tracing::warn!(
             id = %held.event.id,
-            identifier = %held.identifier,
+            repo = %held.repo,
             "purgatory event expired before its git data arrived"
         );
     }
@@ -70,7 +70,7 @@ impl ReleaseSink for ChannelSink {
     }
 
     async fn expired(&self, held: &HeldEvent) {
-        tracing::warn!(id = %held.event.id, identifier = %held.identifier, "purgatory event expired");
+        tracing::warn!(id = %held.event.id, repo = %held.repo, "purgatory event expired");
         if self
             .sender
             .send(PurgatoryOutput::Expired(held.clone()))

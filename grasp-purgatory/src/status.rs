@@ -22,7 +22,12 @@ pub struct PurgatoryStatus {
     /// Events dropped because their git data never arrived, since the purgatory was
     /// built.
     pub events_expired: u64,
-    /// Identifiers in the sync queue (waiting, backing off or being synced).
+    /// Events refused since the purgatory was built because a limit was reached (per
+    /// repository, per author, in total) or the journal could not be written
+    /// (`purgatory_events_refused_total` by reason). Malformed events are not counted.
+    pub events_refused: u64,
+    /// Repositories (`30617:<owner>:<identifier>`) in the sync queue (waiting, backing
+    /// off or being synced).
     pub identifiers_queued: usize,
     /// Identifiers whose sync is due now or within the immediate delay (a burst of
     /// synced events being debounced) and not running yet. An identifier backing off

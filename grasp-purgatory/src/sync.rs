@@ -1,18 +1,26 @@
-//! Syncing one identifier: the spec's `sync_identifier_next_url`,
-//! `sync_identifier_from_url` and `sync_identifier`, over any [`SyncContext`].
+//! Syncing one repository: the spec's `sync_identifier_next_url`,
+//! `sync_identifier_from_url` and `sync_identifier`, over any [`SyncContext`]. The spec's
+//! "identifier" is a repository coordinate `30617:<owner>:<identifier>` ([`RepoRef`]):
+//! only the owner's announcement and those of the maintainers it lists give clone URLs.
 //!
 //! The main sync ([`sync_identifier`]) tries every clone URL whose domain has capacity,
-//! then leaves the identifier in the queue of each throttled domain that still has
+//! then leaves the repository in the queue of each throttled domain that still has
 //! untried URLs and returns (the queue backs off and retries later). When capacity
 //! frees, the [`ThrottleManager`] yields a [`QueueStep::Serve`] and its driver runs
 //! [`serve_queued_identifier`]. Both paths use the same two functions,
 //! [`sync_identifier_next_url`] and [`sync_identifier_from_url`].
 //!
+//! One request to a host takes one slot of its domain's throttle: when a server refuses
+//! a request for several objects because it lacks some, the objects are asked for one at
+//! a time (at most [`MAX_SINGLE_FETCHES`]), each in a slot of its own, stopping when the
+//! domain is full (the rest waits for the next attempt).
+//!
 //! [`QueueStep::Serve`]: grasp_sync_core::purgatory::QueueStep::Serve
 
 use std::collections::HashSet;
+use std::path::Path;
 
-use grasp_sync_core::nip34::GitOid;
+use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::purgatory::{
     candidate_urls, next_url, throttled_domains_with_untried_urls, CandidateUrls, SyncContext,
     SyncContextError,
@@ -20,6 +28,10 @@ use grasp_sync_core::purgatory::{
 use grasp_sync_core::url_policy::CloneUrl;
 
 use crate::throttle_manager::ThrottleManager;
+
+/// When a server lacks some of the objects asked for, at most this many are then asked
+/// for one at a time in one attempt (each a request in its own throttle slot).
+pub const MAX_SINGLE_FETCHES: usize = 16;
 
 /// What [`sync_identifier_from_url`] did.
 #[derive(Debug)]
@@ -29,171 +41,212 @@ pub enum FromUrl {
     Throttled,
     /// Nothing was left to fetch, or there is no local repository to fetch into.
     NothingToDo,
-    /// The fetch ran and obtained this many objects.
+    /// The fetches ran and obtained this many objects.
     Fetched(usize),
     /// The fetch (or reading the repository) failed.
     Failed(SyncContextError),
 }
 
-/// The candidate clone URLs of `identifier`, or `None` when nothing is left to do.
+/// The candidate clone URLs of `repo`, or `None` when nothing is left to do.
 async fn candidates_if_needed(
     ctx: &dyn SyncContext,
-    identifier: &str,
+    repo: &RepoRef,
     manager: &ThrottleManager,
 ) -> Option<CandidateUrls> {
-    if !ctx.has_pending_events(identifier) || ctx.collect_needed_oids(identifier).is_empty() {
+    if !ctx.has_pending_events(repo) || ctx.collect_needed_oids(repo).is_empty() {
         return None;
     }
-    match ctx.fetch_repository_data(identifier).await {
+    match ctx.fetch_repository_data(repo).await {
         Ok(data) => Some(candidate_urls(&data, manager.policy(), ctx.our_domain())),
         Err(error) => {
-            tracing::debug!(%identifier, %error, "no repository data");
+            tracing::debug!(%repo, %error, "no repository data");
             None
         }
     }
 }
 
-/// The next clone URL to try for `identifier`: with `domain = None` any untried URL of
-/// a domain that is not throttled; with `Some(domain)` any untried URL of that domain.
-/// `None` when the identifier has no pending events, needs no objects, or has no such URL.
+/// The next clone URL to try for `repo`: with `domain = None` any untried URL of a
+/// domain that is not throttled; with `Some(domain)` any untried URL of that domain.
+/// `None` when the repository has no pending events, needs no objects, or has no such
+/// URL.
 pub async fn sync_identifier_next_url(
     ctx: &dyn SyncContext,
-    identifier: &str,
+    repo: &RepoRef,
     domain: Option<&str>,
     tried: &HashSet<String>,
     manager: &ThrottleManager,
 ) -> Option<CloneUrl> {
-    let candidates = candidates_if_needed(ctx, identifier, manager).await?;
+    let candidates = candidates_if_needed(ctx, repo, manager).await?;
     next_url(&candidates, domain, tried, |d| manager.is_throttled(d))
 }
 
-/// Fetches the objects `identifier` still needs from `url`, within `url`'s domain
-/// limits, and releases the events they satisfy.
+/// One request for `oids` from `url` in a slot of its domain; `None` when the domain
+/// has no capacity (nothing was asked).
+async fn fetch_in_slot(
+    ctx: &dyn SyncContext,
+    target: &Path,
+    url: &CloneUrl,
+    oids: &[GitOid],
+    manager: &ThrottleManager,
+) -> Option<Result<Vec<GitOid>, SyncContextError>> {
+    if !manager.try_start_request(url.domain()) {
+        return None;
+    }
+    let result = ctx.fetch_oids(target, url, oids).await;
+    manager.complete_request(url.domain());
+    Some(result)
+}
+
+/// Asks for each of `oids` on its own (at most [`MAX_SINGLE_FETCHES`]), each in a slot
+/// of its own; stops when the domain is full or a request fails for another reason
+/// than a missing object.
+async fn fetch_one_by_one(
+    ctx: &dyn SyncContext,
+    target: &Path,
+    url: &CloneUrl,
+    oids: &[GitOid],
+    manager: &ThrottleManager,
+) -> FromUrl {
+    let mut fetched = 0;
+    for oid in oids.iter().take(MAX_SINGLE_FETCHES) {
+        match fetch_in_slot(ctx, target, url, std::slice::from_ref(oid), manager).await {
+            None => break,
+            Some(Ok(got)) => fetched += got.len(),
+            Some(Err(SyncContextError::ObjectsMissing { .. })) => {}
+            Some(Err(error)) if fetched == 0 => return FromUrl::Failed(error),
+            Some(Err(_)) => break,
+        }
+    }
+    FromUrl::Fetched(fetched)
+}
+
+/// Fetches the objects `repo` still needs from `url`, within `url`'s domain limits (one
+/// slot per request), and releases the events they satisfy.
 pub async fn sync_identifier_from_url(
     ctx: &dyn SyncContext,
-    identifier: &str,
+    repo: &RepoRef,
     url: &CloneUrl,
     manager: &ThrottleManager,
 ) -> FromUrl {
-    let data = match ctx.fetch_repository_data(identifier).await {
-        Ok(data) => data,
-        Err(error) => return FromUrl::Failed(error),
-    };
-    let Some(target) = ctx.find_target_repo(&data) else {
-        tracing::debug!(%identifier, "no local repository to fetch into");
+    let Some(target) = ctx.find_target_repo(repo) else {
+        tracing::debug!(%repo, "no local repository to fetch into");
         return FromUrl::NothingToDo;
     };
-    let needed: Vec<GitOid> = ctx.collect_needed_oids(identifier).into_iter().collect();
+    let needed: Vec<GitOid> = ctx.collect_needed_oids(repo).into_iter().collect();
     if needed.is_empty() {
         return FromUrl::NothingToDo;
     }
-    if !manager.try_start_request(url.domain()) {
-        return FromUrl::Throttled;
-    }
-    tracing::debug!(%identifier, %url, oids = needed.len(), "fetching");
-    let result = ctx.fetch_oids(&target, url, &needed).await;
-    manager.complete_request(url.domain());
-    match result {
-        Ok(fetched) => {
-            if !fetched.is_empty() {
-                release(ctx, identifier).await;
-            }
-            FromUrl::Fetched(fetched.len())
+    tracing::debug!(%repo, %url, oids = needed.len(), "fetching");
+    let outcome = match fetch_in_slot(ctx, &target, url, &needed, manager).await {
+        None => return FromUrl::Throttled,
+        Some(Ok(fetched)) => FromUrl::Fetched(fetched.len()),
+        Some(Err(SyncContextError::ObjectsMissing { reason, .. })) => {
+            tracing::debug!(%repo, %url, %reason, "the server lacks some objects; asking one at a time");
+            fetch_one_by_one(ctx, &target, url, &needed, manager).await
         }
-        Err(error) => {
-            tracing::debug!(%identifier, %url, %error, "fetch failed");
-            FromUrl::Failed(error)
+        Some(Err(error)) => {
+            tracing::debug!(%repo, %url, %error, "fetch failed");
+            return FromUrl::Failed(error);
         }
+    };
+    if matches!(outcome, FromUrl::Fetched(n) if n > 0) {
+        release(ctx, repo).await;
     }
+    outcome
 }
 
-/// One turn of `domain`'s queue for `identifier` (after a [`QueueStep::Serve`] of the
-/// [`ThrottleManager`]): fetches from the next URL of `domain` not tried for it yet, or
-/// drops the identifier from the domain's queue when none is left.
+/// One turn of `domain`'s queue for the repository queued under `key` (after a
+/// [`QueueStep::Serve`] of the [`ThrottleManager`]): fetches from the next URL of
+/// `domain` not tried for it yet, or drops it from the domain's queue when none is left
+/// (or the key is not a repository coordinate).
 ///
 /// [`QueueStep::Serve`]: grasp_sync_core::purgatory::QueueStep::Serve
 pub async fn serve_queued_identifier(
     ctx: &dyn SyncContext,
     domain: &str,
-    identifier: &str,
+    key: &str,
     manager: &ThrottleManager,
 ) {
-    let tried = manager.tried_urls(domain, identifier);
-    let url = sync_identifier_next_url(ctx, identifier, Some(domain), &tried, manager).await;
-    let Some(url) = url else {
-        manager.remove_identifier(domain, identifier);
+    let Ok(repo) = RepoRef::parse(key) else {
+        tracing::warn!(%domain, key, "a domain queue holds something that is not a repository");
+        manager.remove_identifier(domain, key);
         return;
     };
-    let outcome = sync_identifier_from_url(ctx, identifier, &url, manager).await;
+    let tried = manager.tried_urls(domain, key);
+    let url = sync_identifier_next_url(ctx, &repo, Some(domain), &tried, manager).await;
+    let Some(url) = url else {
+        manager.remove_identifier(domain, key);
+        return;
+    };
+    let outcome = sync_identifier_from_url(ctx, &repo, &url, manager).await;
     let tried_url = (!matches!(outcome, FromUrl::Throttled)).then_some(url.as_str());
-    manager.finish_serving(domain, identifier, tried_url);
+    manager.finish_serving(domain, key, tried_url);
 }
 
 /// Releases whatever is satisfiable now, logging a failure.
-async fn release(ctx: &dyn SyncContext, identifier: &str) {
-    if let Err(error) = ctx.process_satisfiable_events(identifier).await {
-        tracing::warn!(%identifier, %error, "releasing satisfied events failed");
+async fn release(ctx: &dyn SyncContext, repo: &RepoRef) {
+    if let Err(error) = ctx.process_satisfiable_events(repo).await {
+        tracing::warn!(%repo, %error, "releasing satisfied events failed");
     }
 }
 
-/// Whether nothing is left to do for `identifier`: no events held, or every object
-/// present and every event released.
-async fn is_complete(ctx: &dyn SyncContext, identifier: &str) -> bool {
-    if !ctx.has_pending_events(identifier) {
+/// Whether nothing is left to do for `repo`: no events held, or every object present
+/// and every event released.
+async fn is_complete(ctx: &dyn SyncContext, repo: &RepoRef) -> bool {
+    if !ctx.has_pending_events(repo) {
         return true;
     }
-    if !ctx.collect_needed_oids(identifier).is_empty() {
+    if !ctx.collect_needed_oids(repo).is_empty() {
         return false;
     }
-    release(ctx, identifier).await;
-    !ctx.has_pending_events(identifier)
+    release(ctx, repo).await;
+    !ctx.has_pending_events(repo)
 }
 
-/// One attempt of the main sync for `identifier`. Returns `true` when the identifier is
-/// done (nothing held any more), `false` when it should be retried after backoff.
+/// One attempt of the main sync for `repo`. Returns `true` when the repository is done
+/// (nothing held any more), `false` when it should be retried after backoff.
 ///
 /// First releases events whose objects arrived meanwhile (a push), then tries every
-/// untried URL of every domain with capacity, and finally leaves the identifier with
+/// untried URL of every domain with capacity, and finally leaves the repository with
 /// each throttled domain that still has untried URLs.
 pub async fn sync_identifier(
     ctx: &dyn SyncContext,
-    identifier: &str,
+    repo: &RepoRef,
     manager: &ThrottleManager,
 ) -> bool {
-    if ctx.has_pending_events(identifier) {
-        release(ctx, identifier).await;
+    if ctx.has_pending_events(repo) {
+        release(ctx, repo).await;
     }
     let mut tried: HashSet<String> = HashSet::new();
     let mut deferred: HashSet<String> = HashSet::new();
     loop {
-        if is_complete(ctx, identifier).await {
-            tracing::info!(%identifier, "purgatory sync complete");
+        if is_complete(ctx, repo).await {
+            tracing::info!(%repo, "purgatory sync complete");
             return true;
         }
         let skip: HashSet<String> = tried.union(&deferred).cloned().collect();
-        let Some(url) = sync_identifier_next_url(ctx, identifier, None, &skip, manager).await
-        else {
+        let Some(url) = sync_identifier_next_url(ctx, repo, None, &skip, manager).await else {
             break;
         };
-        match sync_identifier_from_url(ctx, identifier, &url, manager).await {
+        match sync_identifier_from_url(ctx, repo, &url, manager).await {
             FromUrl::Throttled => deferred.insert(url.as_str().to_owned()),
             _ => tried.insert(url.as_str().to_owned()),
         };
     }
-    enqueue_with_throttled_domains(ctx, identifier, &tried, &deferred, manager).await;
+    enqueue_with_throttled_domains(ctx, repo, &tried, &deferred, manager).await;
     false
 }
 
-/// Leaves `identifier` with each throttled domain (and each domain that turned out to be
-/// full when a fetch was about to start) that has URLs not tried yet.
+/// Leaves `repo` with each throttled domain (and each domain that turned out to be full
+/// when a fetch was about to start) that has URLs not tried yet.
 async fn enqueue_with_throttled_domains(
     ctx: &dyn SyncContext,
-    identifier: &str,
+    repo: &RepoRef,
     tried: &HashSet<String>,
     deferred: &HashSet<String>,
     manager: &ThrottleManager,
 ) {
-    let Some(candidates) = candidates_if_needed(ctx, identifier, manager).await else {
+    let Some(candidates) = candidates_if_needed(ctx, repo, manager).await else {
         return;
     };
     let deferred_domains: HashSet<&str> = candidates
@@ -204,8 +257,9 @@ async fn enqueue_with_throttled_domains(
     let waiting = throttled_domains_with_untried_urls(&candidates, tried, |d| {
         deferred_domains.contains(d) || manager.is_throttled(d)
     });
+    let key = repo.to_string();
     for info in waiting {
-        manager.enqueue_identifier(&info.domain, identifier, info.tried_urls_for_domain);
+        manager.enqueue_identifier(&info.domain, &key, info.tried_urls_for_domain);
     }
 }
 

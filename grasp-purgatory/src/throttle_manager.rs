@@ -34,7 +34,8 @@ pub struct DomainStep {
 
 /// Rate limits per domain and the waiting queues, shared by the main sync and the
 /// domain queues. Decides capacity only; whoever drives it serves the steps of
-/// [`ThrottleManager::poll_step`].
+/// [`ThrottleManager::poll_step`]. Queues hold repositories under the text of their
+/// coordinate (`30617:<owner>:<identifier>`).
 pub struct ThrottleManager {
     throttles: Mutex<DomainThrottles>,
     /// Domains whose queue should be looked at, one entry per trigger, oldest first.
@@ -113,10 +114,14 @@ impl ThrottleManager {
             .unwrap_or_default()
     }
 
-    /// Forgets the domains with nothing in flight, in the window or queued, so memory
-    /// follows the active domains only.
+    /// Forgets the domains with nothing in flight, in the window or queued, and their
+    /// `domain` metric series, so memory and the label set follow the active domains
+    /// only.
     pub fn forget_idle_domains(&self) {
-        self.lock().remove_idle(self.clock.now());
+        let removed = self.lock().remove_idle(self.clock.now());
+        for domain in removed {
+            self.metrics.forget_domain(&domain);
+        }
     }
 
     /// Takes a request slot of `domain` if it has capacity; on success a waiting

@@ -14,7 +14,7 @@ use grasp_purgatory::{
     ChannelSink, GitError, GitFetcher, GitFetcherConfig, MemoryAnnouncements, NpubLayout, Origin,
     Purgatory, PurgatoryOutput,
 };
-use grasp_sync_core::nip34::GitOid;
+use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use nostr::prelude::*;
 use support::{
@@ -76,6 +76,11 @@ impl Relay {
             owner: Keys::generate(),
             run,
         }
+    }
+
+    /// The owner's repository `identifier`.
+    fn repo(&self, identifier: &str) -> RepoRef {
+        RepoRef::new(self.owner.public_key(), identifier).unwrap()
     }
 
     /// Announces `identifier` with these clone URLs and creates its local bare repository.
@@ -329,7 +334,8 @@ async fn hostile_urls_and_object_ids_are_refused_before_any_process_runs() {
     }
     // Let the sync run its first attempt (and back off).
     let deadline = Instant::now() + Duration::from_secs(10);
-    while purgatory.queue_entry("r").map(|e| e.attempt_count) != Some(1) {
+    let repo = RepoRef::new(owner.public_key(), "r").unwrap();
+    while purgatory.queue_entry(&repo).map(|e| e.attempt_count) != Some(1) {
         assert!(Instant::now() < deadline, "first attempt within 10 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -372,39 +378,34 @@ async fn a_hanging_server_is_cut_off_by_the_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partial_fetch_keeps_what_it_got_and_reports_the_rest() {
+async fn a_server_lacking_one_of_several_ids_refuses_the_request_and_each_id_alone_is_one_request()
+{
     let dir = TempDir::new("purgatory-partial");
     let source = SourceRepo::create(dir.join("served/r.git"));
     let present = source.commit("on the server");
-    let daemon = GitDaemon::start(&dir.join("served"));
+    let http = GitHttpServer::start(dir.join("served"), IPV4_LOOPBACK).await;
+    let url = http.url("r.git");
     let repo = dir.join("local.git");
     init_bare_repo(&repo);
     let fetcher = fetcher(Duration::from_secs(20));
-    let wanted = [
-        GitOid::parse(&present).unwrap(),
-        GitOid::parse(&hex(9)).unwrap(),
-    ];
+    let present_oid = GitOid::parse(&present).unwrap();
+    let wanted = [present_oid.clone(), GitOid::parse(&hex(9)).unwrap()];
+    // One request: the server refuses it whole, nothing is fetched, the report says why.
+    let report = fetcher.fetch(&repo, &url, &wanted).await.unwrap();
+    assert!(report.present.is_empty());
+    assert_eq!(report.missing.len(), 2);
+    assert!(report.error.is_some());
+    assert_eq!(fetcher.fetch_processes_spawned(), 1);
+    assert_eq!(http.stats().fetches(), 1);
+    // The id the server has, asked alone: one more request.
     let report = fetcher
-        .fetch(&repo, &daemon.url("r.git"), &wanted)
+        .fetch(&repo, &url, std::slice::from_ref(&present_oid))
         .await
         .unwrap();
-    assert_eq!(
-        report
-            .present
-            .iter()
-            .map(|o| o.to_string())
-            .collect::<Vec<_>>(),
-        vec![present.clone()]
-    );
-    assert_eq!(
-        report
-            .missing
-            .iter()
-            .map(|o| o.to_string())
-            .collect::<Vec<_>>(),
-        vec![hex(9)]
-    );
-    assert!(report.error.is_some());
+    assert_eq!(report.present, [present_oid].into_iter().collect());
+    assert!(report.error.is_none());
+    assert_eq!(fetcher.fetch_processes_spawned(), 2);
+    assert_eq!(http.stats().fetches(), 2);
     assert_eq!(
         refs_under(&repo, "refs/purgatory/").trim(),
         format!("refs/purgatory/{present} {present}")
@@ -456,8 +457,9 @@ async fn an_unreachable_url_fails_fast_and_is_retried_twenty_seconds_later() {
     relay.add_pr("r", &hex(3));
     let deadline = Instant::now() + Duration::from_secs(10);
     let retry_in = loop {
-        let attempted = relay.purgatory.queue_entry("r").map(|e| e.attempt_count) == Some(1);
-        if let Some(retry_in) = relay.purgatory.retry_in("r").filter(|_| attempted) {
+        let repo = relay.repo("r");
+        let attempted = relay.purgatory.queue_entry(&repo).map(|e| e.attempt_count) == Some(1);
+        if let Some(retry_in) = relay.purgatory.retry_in(&repo).filter(|_| attempted) {
             break retry_in;
         }
         assert!(Instant::now() < deadline, "first attempt within 10 s");

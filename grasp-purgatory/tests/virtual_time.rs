@@ -14,6 +14,7 @@ use events::{announcement, hex, pull_request, pull_request_update, state};
 use grasp_purgatory::{
     ChannelSink, MemoryAnnouncements, Origin, Purgatory, PurgatoryGate, PurgatoryOutput, StoreSink,
 };
+use grasp_sync_core::nip34::RepoRef;
 use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore};
 use nostr::prelude::*;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -55,6 +56,11 @@ async fn world(
 }
 
 impl World {
+    /// The owner's repository `identifier`.
+    fn repo(&self, identifier: &str) -> RepoRef {
+        RepoRef::new(self.owner.public_key(), identifier).unwrap()
+    }
+
     fn announce(&self, identifier: &str, urls: &[&str]) {
         self.announcements
             .add(announcement(&self.owner, identifier, urls))
@@ -210,7 +216,10 @@ async fn a_new_event_resets_the_backoff() {
         "{third:?}"
     );
     assert_eq!(
-        world.purgatory.queue_entry("r").map(|e| e.attempt_count),
+        world
+            .purgatory
+            .queue_entry(&world.repo("r"))
+            .map(|e| e.attempt_count),
         Some(1)
     );
     world.stop().await;

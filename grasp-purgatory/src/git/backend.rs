@@ -14,8 +14,9 @@ use super::fetch::{FetchReport, GitFetcher};
 /// may put an in-memory implementation in its place.
 #[async_trait]
 pub trait GitBackend: Send + Sync {
-    /// Fetches `oids` from `url` into the bare repository at `repo` and reports which
-    /// are present afterwards. Must refuse URLs its policy refuses without side effects.
+    /// Fetches `oids` from `url` into the bare repository at `repo` with one request to
+    /// the server, and reports which are present afterwards. Must refuse URLs its policy
+    /// refuses without side effects.
     async fn fetch(&self, repo: &Path, url: &str, oids: &[GitOid])
         -> Result<FetchReport, GitError>;
 
@@ -28,6 +29,9 @@ pub trait GitBackend: Send + Sync {
         repo: &Path,
         updates: &[(String, Option<GitOid>)],
     ) -> Result<(), GitError>;
+
+    /// The names of the refs under `refs/purgatory/` in the repository at `repo`.
+    async fn purgatory_refs(&self, repo: &Path) -> Result<Vec<String>, GitError>;
 }
 
 #[async_trait]
@@ -51,5 +55,9 @@ impl GitBackend for GitFetcher {
         updates: &[(String, Option<GitOid>)],
     ) -> Result<(), GitError> {
         GitFetcher::update_refs(self, repo, updates).await
+    }
+
+    async fn purgatory_refs(&self, repo: &Path) -> Result<Vec<String>, GitError> {
+        GitFetcher::purgatory_refs(self, repo).await
     }
 }

@@ -18,7 +18,8 @@ pub enum GitError {
         #[source]
         source: UrlPolicyError,
     },
-    /// The URL's host resolves to a forbidden address; no process was spawned.
+    /// The URL's host resolves to a forbidden address (one of them is enough); no process
+    /// was spawned.
     #[error("clone url {url} resolves to forbidden address {address}")]
     ForbiddenAddress {
         /// The URL.
@@ -55,6 +56,13 @@ pub enum GitError {
         /// The timeout.
         after: Duration,
     },
+    /// The server sent a pack larger than the limit; git was stopped at the limit and
+    /// the partial pack was removed.
+    #[error("the server sent a pack larger than {limit} bytes")]
+    PackTooLarge {
+        /// The limit, in bytes.
+        limit: u64,
+    },
     /// git exited with an error.
     #[error("git {operation} failed ({status}): {stderr}")]
     Failed {
@@ -65,4 +73,18 @@ pub enum GitError {
         /// The last lines git wrote to stderr.
         stderr: String,
     },
+}
+
+impl GitError {
+    /// For a refused clone URL (no process was spawned), the `reason` label of
+    /// `purgatory_clone_url_refusals_total`: `policy`, `forbidden_address` or
+    /// `unresolvable`. `None` for every other error.
+    pub fn refusal_reason(&self) -> Option<&'static str> {
+        match self {
+            GitError::Policy { .. } => Some("policy"),
+            GitError::ForbiddenAddress { .. } => Some("forbidden_address"),
+            GitError::Resolve { .. } => Some("unresolvable"),
+            _ => None,
+        }
+    }
 }

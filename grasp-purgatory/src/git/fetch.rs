@@ -1,5 +1,6 @@
-//! [`GitFetcher`]: fetching exact objects from a checked clone URL, all ids at once and,
-//! when the server lacks some, one by one, so a partial success keeps what it got.
+//! [`GitFetcher`]: fetching exact objects from a checked, pinned clone URL with one
+//! request per call, the pack checked (`fsck`) and limited in size, the whole command
+//! limited in time.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -8,22 +9,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grasp_sync_core::nip34::GitOid;
-use grasp_sync_core::url_policy::{CloneUrl, CloneUrlPolicy};
+use grasp_sync_core::url_policy::CloneUrlPolicy;
 use tokio::process::Command;
 use tokio::sync::Semaphore;
 
 use super::connectivity;
 use super::error::GitError;
-use super::policy::check_url;
+use super::policy::{check_url, PinnedUrl};
 use super::process::GitRunner;
-use super::refs::{purgatory_refspec, update_refs};
+use super::refs::{purgatory_refs, purgatory_refspec, update_refs};
+use super::resolve::{Resolver, SystemResolver};
 
 /// Object ids asked for in one fetch; the rest wait for the next attempt.
 pub const MAX_OIDS_PER_FETCH: usize = 256;
 
-/// When a server lacks some ids, at most this many are then fetched one by one (each a
-/// git process), so a flood of unknown ids cannot multiply the requests.
-pub const MAX_SINGLE_FETCHES: usize = 16;
+/// The default [`GitFetcherConfig::max_pack_bytes`]: 512 MiB.
+pub const DEFAULT_MAX_PACK_BYTES: u64 = 512 * 1024 * 1024;
 
 /// How git says the server does not have an object that was asked for.
 const MISSING_ON_SERVER: &[&str] = &[
@@ -38,17 +39,27 @@ const MISSING_ON_SERVER: &[&str] = &[
 pub struct GitFetcherConfig {
     /// The git program (`git`, found on `PATH`).
     pub git_program: PathBuf,
-    /// How long one git command may run before it is killed (60 s).
+    /// How long one git command may run before it is killed, with its process group
+    /// (60 s): the time limit of a whole fetch. HTTP transfers also give up when they
+    /// stall for that long.
     pub fetch_timeout: Duration,
-    /// Which clone URLs may be fetched from (https to public hosts by default).
+    /// Which clone URLs may be fetched from (https to public hosts by default). Unless
+    /// it allows local addresses, every address a host name resolves to is checked too.
     pub policy: CloneUrlPolicy,
+    /// Resolves clone URL hosts, once per fetch; git connects to the checked address
+    /// ([`SystemResolver`] by default; replace it to pin names, or in tests).
+    pub resolver: Arc<dyn Resolver>,
     /// Git fetches running at once across all domains (16): a bound on processes
     /// however many domains the announcements name.
     pub max_concurrent_fetches: usize,
-    /// Resolve host names before fetching and refuse those that resolve to a local,
-    /// private or otherwise forbidden address (on by default; turn off only together
-    /// with a policy that allows local addresses). IP literals are checked by the policy.
-    pub check_resolved_addresses: bool,
+    /// The largest pack one fetch may write, in bytes ([`DEFAULT_MAX_PACK_BYTES`]);
+    /// `None`: no limit. Enforced by the kernel: git runs under
+    /// `prlimit --fsize=<limit>` (util-linux), so no file it writes grows past it, and
+    /// a cut-off pack is removed ([`GitError::PackTooLarge`]).
+    pub max_pack_bytes: Option<u64>,
+    /// The `prlimit` program (`prlimit`, found on `PATH`), used when
+    /// [`GitFetcherConfig::max_pack_bytes`] is set.
+    pub prlimit_program: PathBuf,
 }
 
 impl Default for GitFetcherConfig {
@@ -57,8 +68,10 @@ impl Default for GitFetcherConfig {
             git_program: PathBuf::from("git"),
             fetch_timeout: Duration::from_secs(60),
             policy: CloneUrlPolicy::new(),
+            resolver: Arc::new(SystemResolver),
             max_concurrent_fetches: 16,
-            check_resolved_addresses: true,
+            max_pack_bytes: Some(DEFAULT_MAX_PACK_BYTES),
+            prlimit_program: PathBuf::from("prlimit"),
         }
     }
 }
@@ -70,7 +83,9 @@ pub struct FetchReport {
     pub present: BTreeSet<GitOid>,
     /// Requested objects still missing.
     pub missing: BTreeSet<GitOid>,
-    /// git's error, when some objects could not be fetched (partial success).
+    /// git's message when the server lacks some of the ids asked for: it refused the
+    /// whole request, so nothing was fetched (ask for fewer ids, each as its own
+    /// request, to get those it has).
     pub error: Option<String>,
 }
 
@@ -112,19 +127,22 @@ impl GitFetcher {
         self.fetches.load(Ordering::Relaxed)
     }
 
-    /// Checks `url` against the policy and, for host names, the addresses they resolve
-    /// to. Spawns nothing.
-    pub async fn check_url(&self, url: &str) -> Result<CloneUrl, GitError> {
+    /// Checks `url` against the policy, resolves its host once (through the configured
+    /// [`Resolver`]), checks every address and pins the URL to the checked one. Spawns
+    /// nothing.
+    pub async fn check_url(&self, url: &str) -> Result<PinnedUrl, GitError> {
         let config = &self.config;
-        check_url(&config.policy, config.check_resolved_addresses, url).await
+        check_url(&config.policy, config.resolver.as_ref(), url).await
     }
 
-    /// Fetches `oids` from `url` into the bare repository at `repo`, keeping them under
+    /// Fetches `oids` (at most [`MAX_OIDS_PER_FETCH`]) from `url` into the bare
+    /// repository at `repo` with one git request, keeping them under
     /// `refs/purgatory/<oid>`, and reports which are present afterwards.
     ///
-    /// Returns an error without spawning anything when the URL is refused; returns the
-    /// timeout error when git hangs. A fetch that fails for some ids only is a report
-    /// with `error` set, not an error.
+    /// Returns an error without spawning anything when the URL is refused; the timeout
+    /// error when git runs too long; [`GitError::PackTooLarge`] when the server sends
+    /// more than the pack limit. A server that lacks some of the ids refuses the whole
+    /// request: that is a report with `error` set (nothing fetched; ask for fewer).
     pub async fn fetch(
         &self,
         repo: &Path,
@@ -137,11 +155,11 @@ impl GitFetcher {
         let url = self.check_url(url).await?;
         let _permit = self.permits.acquire().await.ok();
         let asked = &oids[..oids.len().min(MAX_OIDS_PER_FETCH)];
-        let error = match self.fetch_all(repo, &url, asked).await {
+        let error = match self.fetch_once(repo, &url, asked).await {
             Ok(()) => None,
-            Err(GitError::Failed { stderr, .. }) if asked.len() > 1 && lacks_some(&stderr) => {
-                tracing::debug!(url = %url, %stderr, "the server lacks some ids; fetching one by one");
-                self.fetch_each(repo, &url, asked).await?
+            Err(GitError::Failed { stderr, .. }) if lacks_some(&stderr) => {
+                tracing::debug!(url = %url.url(), %stderr, "the server lacks some of the ids");
+                Some(stderr)
             }
             Err(error) => return Err(error),
         };
@@ -182,58 +200,56 @@ impl GitFetcher {
         update_refs(&self.runner, repo, updates).await
     }
 
-    async fn fetch_all(
+    /// The names of the refs under `refs/purgatory/` in the repository at `repo`.
+    pub async fn purgatory_refs(&self, repo: &Path) -> Result<Vec<String>, GitError> {
+        purgatory_refs(&self.runner, repo).await
+    }
+
+    /// One `git fetch` of `oids` from the pinned `url`.
+    async fn fetch_once(
         &self,
         repo: &Path,
-        url: &CloneUrl,
+        url: &PinnedUrl,
         oids: &[GitOid],
     ) -> Result<(), GitError> {
         let mut command = self.fetch_command(repo);
-        command.arg("--").arg(url.as_str());
+        if let Some(resolve) = url.curl_resolve() {
+            command
+                .arg("-c")
+                .arg(format!("http.curloptResolve={resolve}"));
+        }
+        command.args(FETCH_ARGS);
+        command.arg("--").arg(url.git_url());
         command.args(oids.iter().map(purgatory_refspec));
         self.fetches.fetch_add(1, Ordering::Relaxed);
-        self.runner.run(command, "fetch", None).await.map(drop)
-    }
-
-    /// Fetches each id on its own (at most [`MAX_SINGLE_FETCHES`]); returns the last
-    /// error, if any. Stops at a timeout or a failure that is not a missing id.
-    async fn fetch_each(
-        &self,
-        repo: &Path,
-        url: &CloneUrl,
-        oids: &[GitOid],
-    ) -> Result<Option<String>, GitError> {
-        let mut last_error = None;
-        for oid in oids.iter().take(MAX_SINGLE_FETCHES) {
-            match self.fetch_all(repo, url, std::slice::from_ref(oid)).await {
-                Ok(()) => {}
-                Err(GitError::Failed { stderr, .. }) if lacks_some(&stderr) => {
-                    last_error = Some(stderr);
-                }
-                Err(GitError::Failed { stderr, .. }) => return Ok(Some(stderr)),
-                Err(error) => return Err(error),
+        let result = self.runner.run(command, "fetch", None).await.map(drop);
+        match (result, self.config.max_pack_bytes) {
+            (Err(error), Some(limit)) if remove_cut_packs(repo, limit) => {
+                tracing::warn!(url = %url.url(), limit, %error, "the server sent a pack over the limit");
+                Err(GitError::PackTooLarge { limit })
             }
+            (result, _) => result,
         }
-        Ok(last_error)
     }
 
+    /// `git [-c ...]` for a fetch, under `prlimit` when the pack size is limited (the
+    /// caller adds `fetch` and its arguments).
     fn fetch_command(&self, repo: &Path) -> Command {
-        let mut command = self.runner.command(repo);
+        let config = &self.config;
+        let mut command = match config.max_pack_bytes {
+            Some(limit) => self
+                .runner
+                .limited_command(repo, &config.prlimit_program, limit),
+            None => self.runner.command(repo),
+        };
         for (key, value) in self.protocol_settings() {
             command.arg("-c").arg(format!("{key}={value}"));
         }
-        command.args([
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--no-recurse-submodules",
-            "--no-auto-gc",
-        ]);
         command
     }
 
-    /// `-c` settings of every fetch: protocols, redirects, stalls, no credentials.
+    /// `-c` settings of every fetch: protocols, redirects, stalls, no credentials, every
+    /// object checked (`fsck`) and kept in one pack (so the size limit applies to it).
     pub(super) fn protocol_settings(&self) -> Vec<(&'static str, String)> {
         let stall_secs = self.config.fetch_timeout.as_secs().max(1).to_string();
         let mut settings = vec![
@@ -245,6 +261,10 @@ impl GitFetcher {
             ("http.lowSpeedTime", stall_secs),
             ("credential.helper", String::new()),
             ("core.askPass", String::new()),
+            ("fetch.fsckObjects", "true".to_owned()),
+            ("transfer.fsckObjects", "true".to_owned()),
+            ("fetch.unpackLimit", "1".to_owned()),
+            ("transfer.unpackLimit", "1".to_owned()),
         ];
         if self.config.policy.allows_http() {
             settings.push(("protocol.http.allow", "always".to_owned()));
@@ -254,6 +274,37 @@ impl GitFetcher {
         }
         settings
     }
+}
+
+/// The arguments of `git fetch` (before `--`, the URL and the refspecs).
+const FETCH_ARGS: [&str; 6] = [
+    "fetch",
+    "--quiet",
+    "--no-tags",
+    "--no-write-fetch-head",
+    "--no-recurse-submodules",
+    "--no-auto-gc",
+];
+
+/// Removes the temporary packs (`objects/pack/tmp_pack_*`) a fetch cut off at `limit`
+/// bytes left behind (the kernel stopped the writer, which could not clean up); returns
+/// whether there was one.
+fn remove_cut_packs(repo: &Path, limit: u64) -> bool {
+    let Ok(entries) = std::fs::read_dir(repo.join("objects").join("pack")) else {
+        return false;
+    };
+    let mut found = false;
+    for entry in entries.flatten() {
+        let cut = entry.file_name().to_string_lossy().starts_with("tmp_pack_")
+            && entry.metadata().is_ok_and(|meta| meta.len() >= limit);
+        if cut {
+            found = true;
+            if let Err(error) = std::fs::remove_file(entry.path()) {
+                tracing::warn!(%error, path = %entry.path().display(), "removing a cut-off pack failed");
+            }
+        }
+    }
+    found
 }
 
 /// Whether git's error says the server lacks some of the ids (rather than failing as a

@@ -2,30 +2,38 @@
 //!
 //! Clone URLs and object ids come from strangers' events. Before a process is spawned:
 //! the URL must pass the [`CloneUrlPolicy`] (https only by default; no `file:`, `ext::`,
-//! `ssh`, credentials, option-like hosts, local or private addresses), a host name must
-//! not resolve to a forbidden address, and object ids are [`GitOid`]s (hex, checked when
-//! the event was read). The command itself:
+//! `ssh`, credentials, option-like hosts, local or private addresses), its host name is
+//! resolved once through the caller's [`Resolver`] and every address must be allowed
+//! (unless the policy allows local addresses), and object ids are [`GitOid`]s (hex,
+//! checked when the event was read). The command itself:
 //!
+//! - connects to the checked address only (`http.curloptResolve` for http(s), the
+//!   address in the URL for `git://`): git never resolves the name again, so DNS
+//!   rebinding reaches nothing;
 //! - takes the URL and refspecs after `--`, so nothing can be read as an option;
 //! - allows only the protocols the policy allows (`protocol.allow=never` plus explicit
 //!   `protocol.<name>.allow=always`), never follows redirects, uses protocol v2 (which
 //!   fetches any object by id), and reads no system or global configuration;
+//! - checks every object it receives (`fetch.fsckObjects`, `transfer.fsckObjects`) and
+//!   keeps them in one pack whose size is limited by the kernel (`prlimit --fsize`,
+//!   [`GitFetcherConfig::max_pack_bytes`], 512 MiB);
 //! - never prompts (`GIT_TERMINAL_PROMPT=0`, empty environment apart from `PATH` and
 //!   proxy settings);
 //! - runs in its own process group and is killed, group and all, when the per-fetch
-//!   timeout passes; HTTP transfers also give up when they stall for that long.
+//!   timeout passes (60 s); HTTP transfers also give up when they stall for that long.
 //!
-//! Fetched objects are written under `refs/purgatory/<oid>` so that a `git gc` cannot
-//! prune them before the events that need them are released. When all requested ids
-//! cannot be fetched at once (a server that lacks one refuses the whole request), each id
-//! is fetched on its own, so a partial success keeps what it got.
+//! One [`GitFetcher::fetch`] is one request to the server. Fetched objects are written
+//! under `refs/purgatory/<oid>` so that a `git gc` cannot prune them before the events
+//! that need them are released; purgatory deletes the ones no held event needs. A
+//! server that lacks one of several ids refuses the whole request: the report says so,
+//! and purgatory asks for the ids one at a time, each as its own throttled request.
 //!
-//! Where each part lives: `policy` decides whether a URL may be fetched from (policy
-//! and resolved addresses); `process` spawns git with a clean environment, a timeout
-//! and a process-group kill; `fetch` holds [`GitFetcher`] and its fetch strategy (all
-//! ids at once, then one by one); `connectivity` decides which objects count as present
-//! (existing with their whole history); `refs` names and writes refs; `backend` is the
-//! [`GitBackend`] trait purgatory runs git through; `error` is [`GitError`].
+//! Where each part lives: `resolve` is the [`Resolver`] trait; `policy` decides whether
+//! a URL may be fetched from and pins it ([`PinnedUrl`]); `process` spawns git with a
+//! clean environment, a timeout and a process-group kill; `fetch` holds [`GitFetcher`];
+//! `connectivity` decides which objects count as present (existing with their whole
+//! history); `refs` names, lists and writes refs; `backend` is the [`GitBackend`] trait
+//! purgatory runs git through; `error` is [`GitError`].
 //!
 //! [`CloneUrlPolicy`]: grasp_sync_core::url_policy::CloneUrlPolicy
 //! [`GitOid`]: grasp_sync_core::nip34::GitOid
@@ -37,12 +45,15 @@ mod fetch;
 mod policy;
 mod process;
 mod refs;
+mod resolve;
 #[cfg(test)]
 mod tests;
 
 pub use backend::GitBackend;
 pub use error::GitError;
 pub use fetch::{
-    FetchReport, GitFetcher, GitFetcherConfig, MAX_OIDS_PER_FETCH, MAX_SINGLE_FETCHES,
+    FetchReport, GitFetcher, GitFetcherConfig, DEFAULT_MAX_PACK_BYTES, MAX_OIDS_PER_FETCH,
 };
+pub use policy::PinnedUrl;
 pub use refs::{NOSTR_REF_PREFIX, PURGATORY_REF_PREFIX};
+pub use resolve::{Resolver, StaticResolver, SystemResolver, RESOLVE_TIMEOUT};

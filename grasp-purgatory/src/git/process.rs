@@ -58,6 +58,29 @@ impl GitRunner {
     /// the repository's own.
     pub(super) fn command(&self, repo: &Path) -> Command {
         let mut command = Command::new(&self.program);
+        self.configure(&mut command, repo);
+        command
+    }
+
+    /// [`GitRunner::command`] run under `prlimit --fsize=<max_file_bytes>`: no file git
+    /// (or a helper it starts, such as `index-pack`) writes can grow past that size; the
+    /// kernel stops the writer at the limit.
+    pub(super) fn limited_command(
+        &self,
+        repo: &Path,
+        prlimit: &Path,
+        max_file_bytes: u64,
+    ) -> Command {
+        let mut command = Command::new(prlimit);
+        command
+            .arg(format!("--fsize={max_file_bytes}"))
+            .arg("--")
+            .arg(&self.program);
+        self.configure(&mut command, repo);
+        command
+    }
+
+    fn configure(&self, command: &mut Command, repo: &Path) {
         command.env_clear();
         for name in PASSED_ENV {
             if let Some(value) = std::env::var_os(name) {
@@ -79,7 +102,6 @@ impl GitRunner {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .process_group(0);
-        command
     }
 
     /// Runs `command` under the timeout, feeding it `input`; kills its process group when

@@ -1,5 +1,6 @@
 //! The refs purgatory writes: temporary `refs/purgatory/<oid>` that keep fetched objects
-//! from `git gc` until their events are released, and `refs/nostr/<event id>` for pull
+//! from `git gc` until their events are released (or expire, or are replaced: purgatory
+//! then deletes the refs no held event needs), and `refs/nostr/<event id>` for pull
 //! request tips.
 
 use std::path::Path;
@@ -43,4 +44,19 @@ pub(super) async fn update_refs(
         .run(command, "update-ref", Some(input))
         .await
         .map(drop)
+}
+
+/// The names of every ref under [`PURGATORY_REF_PREFIX`] in the repository at `repo`.
+pub(super) async fn purgatory_refs(
+    runner: &GitRunner,
+    repo: &Path,
+) -> Result<Vec<String>, GitError> {
+    let mut command = runner.command(repo);
+    command.args(["for-each-ref", "--format=%(refname)", PURGATORY_REF_PREFIX]);
+    let output = runner.run(command, "for-each-ref", None).await?;
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|name| name.starts_with(PURGATORY_REF_PREFIX))
+        .map(str::to_owned)
+        .collect())
 }

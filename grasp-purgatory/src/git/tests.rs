@@ -63,6 +63,22 @@ fn fetch_settings_allow_only_the_protocols_the_policy_allows() {
     assert!(keys.contains(&"protocol.git.allow"));
 }
 
+#[test]
+fn every_fetch_checks_its_objects_and_keeps_them_in_one_pack() {
+    let settings = GitFetcher::new(GitFetcherConfig::default()).protocol_settings();
+    for (key, value) in [
+        ("fetch.fsckObjects", "true"),
+        ("transfer.fsckObjects", "true"),
+        ("fetch.unpackLimit", "1"),
+        ("transfer.unpackLimit", "1"),
+    ] {
+        assert!(
+            settings.iter().any(|(k, v)| *k == key && v == value),
+            "{key}={value} in {settings:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn refused_urls_spawn_nothing() {
     let fetcher = GitFetcher::new(GitFetcherConfig::default());

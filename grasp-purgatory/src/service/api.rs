@@ -1,22 +1,25 @@
 //! The [`Purgatory`] handle and what embedders call on it: holding events, triggering
 //! a sync, reading what is held and queued, shutting down.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use grasp_sync_core::purgatory::{SyncContext, SyncQueue, SyncQueueEntry};
+use grasp_sync_core::nip34::RepoRef;
+use grasp_sync_core::purgatory::{SyncQueue, SyncQueueEntry};
 use nostr::prelude::{Event, EventId};
 use tokio::sync::{watch, Notify};
 
 use crate::clock::PurgatoryClock;
 use crate::config::PurgatoryConfig;
-use crate::context::{lock, SharedStore};
+use crate::context::{lock, GitSyncContext, SharedStore};
 use crate::held::{hold_event, HeldEvent, HoldError, Origin};
+use crate::journal::RejectedLine;
 use crate::metrics::Metrics;
-use crate::persist::RejectedLine;
+use crate::refusals::EventRefusalLog;
 use crate::sink::ReleaseSink;
 use crate::status::PurgatoryStatus;
-use crate::store::Inserted;
+use crate::store::{AddError, Inserted};
 use crate::tasks::Tasks;
 use crate::throttle_manager::ThrottleManager;
 
@@ -29,7 +32,7 @@ pub(super) struct Shared {
     pub(super) wake: Arc<Notify>,
     pub(super) shutdown: watch::Sender<bool>,
     pub(super) manager: Arc<ThrottleManager>,
-    pub(super) ctx: Arc<dyn SyncContext>,
+    pub(super) ctx: Arc<GitSyncContext>,
     pub(super) sink: Arc<dyn ReleaseSink>,
     pub(super) clock: PurgatoryClock,
     /// Always present; registered only when the builder was given a registry.
@@ -38,6 +41,11 @@ pub(super) struct Shared {
     pub(super) status: watch::Sender<PurgatoryStatus>,
     pub(super) tasks: Arc<Tasks>,
     pub(super) restore_rejected: Mutex<Vec<RejectedLine>>,
+    /// Repositories whose `refs/purgatory/*` may hold refs no event needs any more
+    /// (events expired or were replaced; restored from the journal).
+    pub(super) sweeps: Mutex<BTreeSet<RepoRef>>,
+    /// When refused events were last logged.
+    pub(super) refusal_log: EventRefusalLog,
 }
 
 /// Holds events until their git objects are present, fetching them from the
@@ -48,6 +56,13 @@ pub(super) struct Shared {
 /// [`Purgatory::add_state`] / [`Purgatory::add_pr`]). After a `git push` that may have
 /// brought the objects, [`Purgatory::trigger_immediate_sync`] checks again without
 /// waiting for the debounce.
+///
+/// Everything is per repository (`30617:<owner>:<identifier>`): an event waits for
+/// objects in its owner's repository, fetched from the clone URLs of the owner's
+/// announcement and of the maintainers it lists; another author announcing the same
+/// identifier takes no part. How many events are held is limited
+/// ([`HeldLimits`](crate::HeldLimits)); an event beyond a limit is refused
+/// ([`AddError::Full`]), logged and counted, never dropped after being accepted.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -78,7 +93,7 @@ pub(super) struct Shared {
 ///     println!("released {}", held.event.id);
 /// }
 /// purgatory.shutdown();
-/// run.await??; // saves the purgatory when a persistence file is set
+/// run.await??; // syncs the journal to disk when one is set
 /// # Ok(())
 /// # }
 /// ```
@@ -98,38 +113,46 @@ impl std::fmt::Debug for Purgatory {
 
 impl Purgatory {
     /// Holds a repository state event (30618) until every ref tip is present.
-    pub fn add_state(&self, event: Event, origin: Origin) -> Result<Inserted, HoldError> {
+    pub fn add_state(&self, event: Event, origin: Origin) -> Result<Inserted, AddError> {
         if event.kind.as_u16() != grasp_sync_core::nip34::KIND_REPO_STATE {
             return Err(HoldError::UnsupportedKind {
                 kind: event.kind.as_u16(),
-            });
+            }
+            .into());
         }
         self.add(event, origin)
     }
 
     /// Holds a pull request (1618) or update (1619) until its commit is present.
-    pub fn add_pr(&self, event: Event, origin: Origin) -> Result<Inserted, HoldError> {
+    pub fn add_pr(&self, event: Event, origin: Origin) -> Result<Inserted, AddError> {
         if event.kind.as_u16() == grasp_sync_core::nip34::KIND_REPO_STATE {
             return Err(HoldError::UnsupportedKind {
                 kind: event.kind.as_u16(),
-            });
+            }
+            .into());
         }
         self.add(event, origin)
     }
 
-    /// Holds a state, pull request or pull request update, and queues its identifier:
+    /// Holds a state, pull request or pull request update, and queues its repository:
     /// after the default delay for [`Origin::Submitted`], the immediate delay for
-    /// [`Origin::Synced`]. A new event resets the identifier's backoff.
-    pub fn add(&self, event: Event, origin: Origin) -> Result<Inserted, HoldError> {
+    /// [`Origin::Synced`]. A new event resets the repository's backoff.
+    ///
+    /// When this returns `Ok`, the event is in the journal (if one is set) and survives a
+    /// crash. Refused ([`AddError`]) when it is malformed, when purgatory holds as many
+    /// events as its limits allow (counted in `purgatory_events_refused_total` and the
+    /// status, logged at warn at most once a minute per reason), or when the journal
+    /// cannot be written.
+    pub fn add(&self, event: Event, origin: Origin) -> Result<Inserted, AddError> {
         let held = hold_event(event, origin, self.shared.clock.unix())?;
-        Ok(self.hold(held))
+        self.hold(held)
     }
 
-    /// Holds the event and queues its identifier in one step (store lock, then queue
+    /// Holds the event and queues its repository in one step (store lock, then queue
     /// lock: the order every check-and-remove of the queue uses too), so a concurrent
-    /// clean-up never forgets a freshly queued identifier.
-    pub(super) fn hold(&self, held: HeldEvent) -> Inserted {
-        let identifier = held.identifier.clone();
+    /// clean-up never forgets a freshly queued repository.
+    pub(super) fn hold(&self, held: HeldEvent) -> Result<Inserted, AddError> {
+        let repo = held.repo.clone();
         let delay = match held.origin {
             Origin::Submitted => self.shared.config.queue.default_delay,
             Origin::Synced => self.shared.config.queue.immediate_delay,
@@ -137,38 +160,89 @@ impl Purgatory {
         let inserted = {
             let mut store = lock(&self.shared.store);
             let inserted = store.insert(held);
-            if matches!(inserted, Inserted::New | Inserted::Replaced { .. }) {
+            if matches!(inserted, Ok(Inserted::New | Inserted::Replaced { .. })) {
                 self.queue()
-                    .enqueue(&identifier, self.shared.clock.now(), delay);
+                    .enqueue(&repo.to_string(), self.shared.clock.now(), delay);
             }
             inserted
         };
+        match &inserted {
+            Err(error) => self.count_refusal(&repo, error),
+            // The older state's refs may be needed by nothing any more.
+            Ok(Inserted::Replaced { .. }) => self.sweep_later([repo]),
+            Ok(_) => {}
+        }
         self.shared.wake.notify_one();
         self.update_gauges();
         self.publish_if_settled();
         inserted
     }
 
-    /// Syncs `identifier` after the immediate delay (for example right after a push),
-    /// resetting its backoff. Does nothing when no event of it is held.
+    /// Counts (and, at most once a minute per reason, logs) a refused event.
+    fn count_refusal(&self, repo: &RepoRef, error: &AddError) {
+        let Some(reason) = error.refusal_label() else {
+            return;
+        };
+        let shared = &self.shared;
+        shared
+            .metrics
+            .events_refused
+            .with_label_values(&[reason])
+            .inc();
+        if let Some(refused) = shared.refusal_log.due(reason, shared.clock.now()) {
+            tracing::warn!(%repo, reason, %error, refused, "purgatory refused events (count since the last warning)");
+        }
+    }
+
+    /// Sweeps these repositories' stale `refs/purgatory/*` soon (from the run loop).
+    pub(super) fn sweep_later(&self, repos: impl IntoIterator<Item = RepoRef>) {
+        let mut repos = repos.into_iter().peekable();
+        if repos.peek().is_none() {
+            return;
+        }
+        self.shared
+            .sweeps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(repos);
+        self.shared.wake.notify_one();
+    }
+
+    /// Syncs every held repository with this `identifier` (whoever owns it) after the
+    /// immediate delay, for example right after a push, resetting their backoff. Each
+    /// repository still syncs on its own, from its own clone URLs. Does nothing when no
+    /// event of such a repository is held.
     pub fn trigger_immediate_sync(&self, identifier: &str) {
+        let repos: Vec<RepoRef> = lock(&self.shared.store)
+            .repositories()
+            .filter(|repo| repo.identifier() == identifier)
+            .cloned()
+            .collect();
+        for repo in repos {
+            self.trigger_repository_sync(&repo);
+        }
+    }
+
+    /// Syncs `repo` after the immediate delay (for example right after a push to it),
+    /// resetting its backoff. Does nothing when no event of it is held.
+    pub fn trigger_repository_sync(&self, repo: &RepoRef) {
         {
             let store = lock(&self.shared.store);
-            if !store.has_pending(identifier) {
+            if !store.has_pending(repo) {
                 return;
             }
             let now = self.shared.clock.now();
             let delay = self.shared.config.queue.immediate_delay;
-            self.queue().enqueue(identifier, now, delay);
+            self.queue().enqueue(&repo.to_string(), now, delay);
         }
         self.shared.wake.notify_one();
         self.publish_if_settled();
     }
 
-    /// Queues `identifier` to be synced `delay` from now.
-    pub(super) fn enqueue(&self, identifier: &str, delay: Duration) {
+    /// Queues `repo` to be synced `delay` from now.
+    pub(super) fn enqueue(&self, repo: &RepoRef, delay: Duration) {
         let now = self.shared.clock.now();
-        self.queue().enqueue(identifier, now, delay);
+        self.queue().enqueue(&repo.to_string(), now, delay);
         self.shared.wake.notify_one();
     }
 
@@ -182,9 +256,9 @@ impl Purgatory {
         lock(&self.shared.store).len()
     }
 
-    /// The held events of `identifier`.
-    pub fn held_events(&self, identifier: &str) -> Vec<HeldEvent> {
-        lock(&self.shared.store).events(identifier).to_vec()
+    /// The held events of `repo`.
+    pub fn held_events(&self, repo: &RepoRef) -> Vec<HeldEvent> {
+        lock(&self.shared.store).events(repo).to_vec()
     }
 
     /// Every held event.
@@ -192,22 +266,20 @@ impl Purgatory {
         lock(&self.shared.store).iter().cloned().collect()
     }
 
-    /// How many identifiers wait in the sync queue.
+    /// How many repositories wait in the sync queue.
     pub fn queue_len(&self) -> usize {
         self.queue().len()
     }
 
-    /// The sync-queue entry of `identifier`, if queued.
-    pub fn queue_entry(&self, identifier: &str) -> Option<SyncQueueEntry> {
-        self.queue().get(identifier).copied()
+    /// The sync-queue entry of `repo`, if queued.
+    pub fn queue_entry(&self, repo: &RepoRef) -> Option<SyncQueueEntry> {
+        self.queue().get(&repo.to_string()).copied()
     }
 
-    /// How long until `identifier` is synced next, if it is queued and not being
-    /// synced (zero when it is due).
-    pub fn retry_in(&self, identifier: &str) -> Option<Duration> {
-        let entry = self
-            .queue_entry(identifier)
-            .filter(|entry| !entry.in_progress)?;
+    /// How long until `repo` is synced next, if it is queued and not being synced (zero
+    /// when it is due).
+    pub fn retry_in(&self, repo: &RepoRef) -> Option<Duration> {
+        let entry = self.queue_entry(repo).filter(|entry| !entry.in_progress)?;
         Some(
             entry
                 .next_attempt
@@ -220,7 +292,8 @@ impl Purgatory {
         &self.shared.manager
     }
 
-    /// Lines of the persistence file that could not be restored at build.
+    /// Lines of the journal that could not be restored at build (line 0: an event that
+    /// was read but could not be held again, for example beyond a lowered limit).
     pub fn restore_rejected(&self) -> Vec<RejectedLine> {
         self.shared
             .restore_rejected
@@ -240,7 +313,7 @@ impl Purgatory {
         let forgotten = {
             let store = lock(&self.shared.store);
             self.queue()
-                .retain_idle(|identifier| store.has_pending(identifier))
+                .retain_idle(|key| RepoRef::parse(key).is_ok_and(|repo| store.has_pending(&repo)))
         };
         if forgotten > 0 {
             self.update_gauges();

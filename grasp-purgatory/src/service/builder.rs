@@ -1,11 +1,12 @@
-//! Building a [`Purgatory`]: its parts, its settings, and restoring what a previous run
-//! saved.
+//! Building a [`Purgatory`]: its parts, its settings, and replaying the journal a
+//! previous run wrote.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use grasp_sync_core::purgatory::{SyncContext, SyncQueue};
+use grasp_sync_core::purgatory::SyncQueue;
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use prometheus::Registry;
 use tokio::sync::{watch, Notify};
@@ -14,12 +15,13 @@ use super::api::{Purgatory, Shared};
 use crate::clock::PurgatoryClock;
 use crate::config::{EnvError, PurgatoryConfig};
 use crate::context::{ContextParts, GitSyncContext, SharedStore};
-use crate::git::{GitBackend, GitFetcher};
+use crate::git::{GitBackend, GitFetcher, Resolver};
 use crate::metrics::Metrics;
+use crate::refusals::EventRefusalLog;
 use crate::repos::{Announcements, NpubLayout, RepoLocator};
 use crate::sink::ReleaseSink;
 use crate::status::PurgatoryStatus;
-use crate::store::PurgatoryStore;
+use crate::store::{HeldLimits, PurgatoryStore};
 use crate::tasks::Tasks;
 use crate::throttle_manager::ThrottleManager;
 
@@ -36,8 +38,8 @@ pub enum PurgatoryBuildError {
     /// The metrics could not be registered.
     #[error("registering purgatory metrics failed: {0}")]
     Metrics(#[from] prometheus::Error),
-    /// The persistence file could not be read.
-    #[error("reading the purgatory file {path} failed: {source}")]
+    /// The journal could not be read or rewritten.
+    #[error("restoring the purgatory journal {path} failed: {source}")]
     Restore {
         /// The file.
         path: PathBuf,
@@ -142,9 +144,29 @@ impl PurgatoryBuilder {
         self
     }
 
-    /// How long one git command may run (at least 100 ms).
+    /// How long one git command may run (at least 100 ms): the time limit of a fetch.
     pub fn fetch_timeout(mut self, timeout: Duration) -> Self {
         self.config.git.fetch_timeout = timeout.max(Duration::from_millis(100));
+        self
+    }
+
+    /// The largest pack one fetch may write, in bytes (`None`: no limit); see
+    /// [`GitFetcherConfig::max_pack_bytes`](crate::GitFetcherConfig::max_pack_bytes).
+    pub fn max_pack_bytes(mut self, limit: Option<u64>) -> Self {
+        self.config.git.max_pack_bytes = limit;
+        self
+    }
+
+    /// Resolves clone URL hosts with `resolver` (the system's by default); git connects
+    /// to the address it gave, once checked.
+    pub fn resolver(mut self, resolver: Arc<dyn Resolver>) -> Self {
+        self.config.git.resolver = resolver;
+        self
+    }
+
+    /// The most events held per repository, per author and in total.
+    pub fn limits(mut self, limits: HeldLimits) -> Self {
+        self.config.limits = limits;
         self
     }
 
@@ -184,15 +206,16 @@ impl PurgatoryBuilder {
         self
     }
 
-    /// Saves the purgatory to `path` on shutdown and restores it from there on build.
+    /// Journals every event entering and leaving purgatory to `path`, and replays it on
+    /// build (see [`crate::journal`]): nothing accepted is lost to a crash.
     pub fn persist_to(mut self, path: impl Into<PathBuf>) -> Self {
         self.config.persist_path = Some(path.into());
         self
     }
 
-    /// Builds the purgatory, restoring its saved events if a persistence file is set
-    /// (read synchronously: call it before serving, or from a blocking context if the
-    /// file may be large).
+    /// Builds the purgatory, replaying its journal if one is set and rewriting it with
+    /// the live events only (synchronous file I/O: call it before serving, or from a
+    /// blocking context if the journal may be large).
     pub fn build(self) -> Result<Purgatory, PurgatoryBuildError> {
         let announcements = self
             .announcements
@@ -210,7 +233,8 @@ impl PurgatoryBuilder {
         if let Some(registry) = &self.registry {
             metrics.register(registry)?;
         }
-        let store: SharedStore = Arc::new(Mutex::new(PurgatoryStore::new()));
+        let store: SharedStore =
+            Arc::new(Mutex::new(PurgatoryStore::with_limits(self.config.limits)));
         let context = GitSyncContext::new(ContextParts {
             store: Arc::clone(&store),
             announcements,
@@ -219,7 +243,7 @@ impl PurgatoryBuilder {
             sink: Arc::clone(&sink),
             our_domain: self.config.our_domain.clone(),
         });
-        let ctx: Arc<dyn SyncContext> = Arc::new(context.with_metrics(metrics.clone()));
+        let ctx = Arc::new(context.with_metrics(metrics.clone()));
         let clock = PurgatoryClock::new();
         let wake = Arc::new(Notify::new());
         let manager = Arc::new(ThrottleManager::new(
@@ -245,6 +269,8 @@ impl PurgatoryBuilder {
                 status,
                 tasks: Arc::new(Tasks::default()),
                 restore_rejected: Mutex::new(Vec::new()),
+                sweeps: Mutex::new(BTreeSet::new()),
+                refusal_log: EventRefusalLog::default(),
                 config: self.config,
             }),
         };

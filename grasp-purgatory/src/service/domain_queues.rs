@@ -1,5 +1,5 @@
 //! Serving the queues of throttled domains: the loop drains the
-//! [`ThrottleManager`](crate::ThrottleManager)'s steps, spawns one task per identifier
+//! [`ThrottleManager`](crate::ThrottleManager)'s steps, spawns one task per repository
 //! to serve and keeps one wake-up deadline per domain that waits for its per-minute
 //! window.
 
@@ -56,12 +56,12 @@ impl Purgatory {
         }
         while let Some(DomainStep { domain, step }) = manager.poll_step() {
             match step {
-                QueueStep::Serve(identifier) => {
+                QueueStep::Serve(key) => {
                     let ctx = Arc::clone(&self.shared.ctx);
                     let manager = Arc::clone(manager);
                     let wake = Arc::clone(&self.shared.wake);
                     self.shared.tasks.spawn(async move {
-                        serve_queued_identifier(ctx.as_ref(), &domain, &identifier, &manager).await;
+                        serve_queued_identifier(ctx.as_ref(), &domain, &key, &manager).await;
                         // Events may have been released: let the loop forget them.
                         wake.notify_one();
                     });

@@ -1,5 +1,5 @@
 //! Expiry: events that waited longer than the expiry time for their git data are dropped
-//! and reported to the sink.
+//! and reported to the sink, and their repositories' stale refs swept.
 
 use super::api::Purgatory;
 use crate::context::lock;
@@ -13,6 +13,8 @@ impl Purgatory {
         for held in &expired {
             shared.sink.expired(held).await;
         }
+        // The refs that kept their objects are needed by nothing any more.
+        self.sweep_later(expired.iter().map(|held| held.repo.clone()));
         if !expired.is_empty() {
             self.forget_released();
         }

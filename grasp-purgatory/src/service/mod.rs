@@ -1,13 +1,13 @@
-//! The purgatory service: holds events, runs the sync queue's main loop, serves the
-//! domain queues, expires events, and shuts down cleanly (saving the purgatory when
-//! asked to).
+//! The purgatory service: holds events (within its limits, journaled), runs the sync
+//! queue's main loop, serves the domain queues, expires events, sweeps stale refs, and
+//! shuts down cleanly.
 //!
 //! - [`api`]: the [`Purgatory`] handle and what embedders call on it.
 //! - [`builder`]: [`PurgatoryBuilder`], [`PurgatoryBuildError`].
 //! - [`run_loop`]: [`Purgatory::run`], starting and finishing identifier syncs.
 //! - [`domain_queues`]: serving the throttle manager's steps.
 //! - [`expiry`]: dropping and reporting events that waited too long.
-//! - [`persistence`]: saving at shutdown, restoring at build.
+//! - [`persistence`]: the journal: replayed at build, compacted and synced by the loop.
 //! - [`status`]: computing and publishing the [`PurgatoryStatus`](crate::PurgatoryStatus).
 
 mod api;

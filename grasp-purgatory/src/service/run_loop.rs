@@ -1,12 +1,17 @@
-//! The main loop: starts every identifier whose debounce or backoff ended, applies the
+//! The main loop: starts every repository whose debounce or backoff ended, applies the
 //! backoff or removes it when its sync ends, serves the domain queues, expires events,
-//! publishes the status, and stops every task at shutdown.
+//! sweeps stale refs, keeps the journal compact and synced, publishes the status, and
+//! stops every task at shutdown.
+
+use std::sync::PoisonError;
 
 use grasp_sync_core::clock::Instant;
+use grasp_sync_core::nip34::RepoRef;
 use tokio::sync::watch;
 
 use super::api::Purgatory;
 use super::domain_queues::DomainWakes;
+use super::persistence::JournalSync;
 use super::status::StatusRefresh;
 use crate::context::lock;
 use crate::sync::sync_identifier;
@@ -15,8 +20,10 @@ impl Purgatory {
     /// Runs the main sync loop until [`Purgatory::shutdown`]: starts every ready
     /// identifier in parallel, applies backoff or removes it when its sync ends, serves
     /// the queues of throttled domains when they have capacity, and expires events that
-    /// waited too long, publishing the [`Purgatory::status`] as things change. On
-    /// shutdown, stops every task and saves the purgatory if a persistence file is set.
+    /// waited too long, publishing the [`Purgatory::status`] as things change. Deletes
+    /// the `refs/purgatory/*` no held event needs (after expiry, replacement and
+    /// restart), compacts the journal when it grows and `fsync`s it at most every second.
+    /// On shutdown, stops every task, then compacts and `fsync`s the journal.
     ///
     /// Wakes on a new event, a finished sync, the next queue or domain deadline, and at
     /// least every loop interval; serves the domain queues whenever the
@@ -25,12 +32,15 @@ impl Purgatory {
         let mut shutdown = self.shared.shutdown.subscribe();
         let mut wakes = DomainWakes::default();
         let mut refresh = StatusRefresh::default();
+        let mut journal = JournalSync::default();
         while !*shutdown.borrow_and_update() {
             self.expire().await;
             self.forget_released();
             self.shared.manager.forget_idle_domains();
             self.start_ready();
+            self.start_sweeps();
             self.serve_domain_queues(&mut wakes);
+            self.maintain_journal(&mut journal).await;
             self.refresh_status(&mut refresh);
             self.wait(&mut shutdown, &mut wakes, &mut refresh).await;
         }
@@ -83,46 +93,72 @@ impl Purgatory {
         }
     }
 
-    /// Ends the running sync of `identifier` (removing it from the queue) if no event
-    /// of it is held; checked and done under the store lock so no event added meanwhile
-    /// is left unqueued. Returns whether it was ended.
-    fn finish_if_nothing_held(&self, identifier: &str, now: Instant) -> bool {
+    /// Ends the running sync of `repo` (removing it from the queue) if no event of it is
+    /// held; checked and done under the store lock so no event added meanwhile is left
+    /// unqueued. Returns whether it was ended.
+    fn finish_if_nothing_held(&self, repo: &RepoRef, now: Instant) -> bool {
         let store = lock(&self.shared.store);
-        if store.has_pending(identifier) {
+        if store.has_pending(repo) {
             return false;
         }
-        self.queue().complete(identifier, now, true);
+        self.queue().complete(&repo.to_string(), now, true);
         true
     }
 
-    /// Starts a sync task for every ready identifier.
+    /// Starts a sync task for every ready repository.
     fn start_ready(&self) {
         let now = self.shared.clock.now();
         let ready = self.queue().take_ready(now);
-        for identifier in ready {
-            if self.finish_if_nothing_held(&identifier, now) {
+        for key in ready {
+            let Ok(repo) = RepoRef::parse(&key) else {
+                tracing::warn!(
+                    key,
+                    "the sync queue holds something that is not a repository"
+                );
+                self.queue().complete(&key, now, true);
+                continue;
+            };
+            if self.finish_if_nothing_held(&repo, now) {
                 continue;
             }
             let purgatory = self.clone();
             self.shared
                 .tasks
-                .spawn(async move { purgatory.sync_one(identifier).await });
+                .spawn(async move { purgatory.sync_one(repo).await });
         }
         self.update_gauges();
     }
 
-    /// One attempt for `identifier`; then backoff or removal.
-    async fn sync_one(&self, identifier: String) {
+    /// Starts a task deleting the stale `refs/purgatory/*` of every repository marked
+    /// for it.
+    fn start_sweeps(&self) {
+        let repos = std::mem::take(
+            &mut *self
+                .shared
+                .sweeps
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for repo in repos {
+            let ctx = std::sync::Arc::clone(&self.shared.ctx);
+            self.shared.tasks.spawn(async move {
+                ctx.sweep_refs(&repo).await;
+            });
+        }
+    }
+
+    /// One attempt for `repo`; then backoff or removal.
+    async fn sync_one(&self, repo: RepoRef) {
         let shared = &self.shared;
-        let complete = sync_identifier(shared.ctx.as_ref(), &identifier, &shared.manager).await;
+        let complete = sync_identifier(shared.ctx.as_ref(), &repo, &shared.manager).await;
         let now = shared.clock.now();
-        let done = self.finish_if_nothing_held(&identifier, now);
+        let done = self.finish_if_nothing_held(&repo, now);
         if !done {
             // Events remain (or arrived during the sync): back off, or keep the new
             // event's shorter delay.
-            self.queue().complete(&identifier, now, false);
+            self.queue().complete(&repo.to_string(), now, false);
             if complete {
-                tracing::debug!(%identifier, "new events arrived during the sync");
+                tracing::debug!(%repo, "new events arrived during the sync");
             }
         }
         let result = if done { "done" } else { "retry" };
@@ -132,7 +168,7 @@ impl Purgatory {
             .with_label_values(&[result])
             .inc();
         if !done {
-            tracing::debug!(%identifier, entry = ?self.queue_entry(&identifier), "backing off");
+            tracing::debug!(%repo, entry = ?self.queue_entry(&repo), "backing off");
         }
         self.update_gauges();
         shared.wake.notify_one();

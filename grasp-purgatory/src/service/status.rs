@@ -80,8 +80,8 @@ impl Purgatory {
             let store = lock(&shared.store);
             let queue = self.queue();
             let (mut ready, mut syncing) = (0, 0);
-            for identifier in store.identifiers() {
-                match queue.get(identifier) {
+            for repo in store.repositories() {
+                match queue.get(&repo.to_string()) {
                     Some(entry) if entry.in_progress => syncing += 1,
                     Some(entry) if entry.next_attempt <= soon => ready += 1,
                     _ => {}
@@ -98,6 +98,7 @@ impl Purgatory {
             events_releasing,
             events_released: metrics.events_released.get(),
             events_expired: metrics.events_expired.get(),
+            events_refused: metrics.events_refused_total(),
             identifiers_queued,
             identifiers_ready: ready,
             identifiers_syncing: syncing,

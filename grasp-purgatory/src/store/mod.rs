@@ -1,16 +1,24 @@
-//! The events purgatory holds, by identifier, and which of their objects are known to be
+//! The events purgatory holds, by repository, and which of their objects are known to be
 //! present locally.
 //!
-//! [`PurgatoryStore`] is plain data with no locking and no I/O; the service keeps it behind
-//! a mutex. A repository state is addressable: a newer state of the same author and
-//! identifier replaces the held one, an older one is ignored.
+//! [`PurgatoryStore`] is plain data with no locking; the service keeps it behind a mutex.
+//! Its only I/O is its journal, when one is attached: every event that enters is written
+//! to it before it is held, every event that leaves is recorded as it leaves (see
+//! [`crate::journal`]). A repository state is addressable: a newer state of the same
+//! author and repository replaces the held one, an older one is ignored. Holding obeys
+//! the [`HeldLimits`].
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+mod limits;
 
-use grasp_sync_core::nip34::GitOid;
-use nostr::prelude::{EventId, Timestamp};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use grasp_sync_core::nip34::{GitOid, RepoRef};
+use nostr::prelude::{EventId, PublicKey, Timestamp};
+
+pub use limits::{AddError, Cap, HeldLimits};
 
 use crate::held::{HeldEvent, HeldKind};
+use crate::journal::{Journal, Removal, Snapshot, WrittenSnapshot};
 
 /// What [`PurgatoryStore::insert`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,57 +27,112 @@ pub enum Inserted {
     New,
     /// The event was already held.
     Duplicate,
-    /// The event replaced an older state of the same author and identifier, which was
+    /// The event replaced an older state of the same author and repository, which was
     /// dropped from purgatory (it is superseded, not lost: the newer state wins anyway).
     Replaced {
         /// The id of the dropped older state.
         old: EventId,
     },
-    /// A newer state of the same author and identifier is already held; this one is
+    /// A newer state of the same author and repository is already held; this one is
     /// superseded and not held.
     Superseded,
 }
 
-/// Events waiting for git data, by identifier.
+/// Events waiting for git data, by repository.
 #[derive(Debug, Default)]
 pub struct PurgatoryStore {
-    by_identifier: BTreeMap<String, Vec<HeldEvent>>,
+    by_repo: BTreeMap<RepoRef, Vec<HeldEvent>>,
     ids: HashSet<EventId>,
-    /// Events being handed to the sink: still held (and saved at shutdown) until the
-    /// sink confirms, but not offered again meanwhile.
+    by_author: HashMap<PublicKey, usize>,
+    /// Events being handed to the sink: still held (and journaled) until the sink
+    /// confirms, but not offered again meanwhile.
     releasing: HashSet<EventId>,
-    /// Per identifier, objects known to exist in the target repository.
-    present: BTreeMap<String, BTreeSet<GitOid>>,
+    /// Per repository, objects known to exist in its local repository.
+    present: BTreeMap<RepoRef, BTreeSet<GitOid>>,
+    limits: HeldLimits,
+    journal: Option<Journal>,
 }
 
 impl PurgatoryStore {
-    /// An empty purgatory.
+    /// An empty purgatory with the default [`HeldLimits`] and no journal.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Holds `held`, replacing an older state of the same author and identifier.
-    pub fn insert(&mut self, held: HeldEvent) -> Inserted {
+    /// An empty purgatory holding at most `limits`.
+    pub fn with_limits(limits: HeldLimits) -> Self {
+        PurgatoryStore {
+            limits,
+            ..Self::default()
+        }
+    }
+
+    /// The limits this store applies.
+    pub fn limits(&self) -> HeldLimits {
+        self.limits
+    }
+
+    /// Writes every change to `journal` from now on.
+    pub(crate) fn attach_journal(&mut self, journal: Journal) {
+        self.journal = Some(journal);
+    }
+
+    /// Holds `held`, replacing an older state of the same author and repository. Refuses
+    /// it when a limit is reached or the journal cannot take it; then nothing changed.
+    pub fn insert(&mut self, held: HeldEvent) -> Result<Inserted, AddError> {
         if self.ids.contains(&held.event.id) {
-            return Inserted::Duplicate;
+            return Ok(Inserted::Duplicate);
         }
-        let events = self
-            .by_identifier
-            .entry(held.identifier.clone())
-            .or_default();
-        let mut outcome = Inserted::New;
-        if matches!(held.kind, HeldKind::State { .. }) {
-            if let Some(index) = older_state_index(events, &held) {
-                let old = events.remove(index).event.id;
-                self.ids.remove(&old);
-                outcome = Inserted::Replaced { old };
-            } else if has_newer_state(events, &held) {
-                return Inserted::Superseded;
+        let events = self.events(&held.repo);
+        let older = match &held.kind {
+            HeldKind::State { .. } if has_newer_state(events, &held) => {
+                return Ok(Inserted::Superseded)
             }
+            HeldKind::State { .. } => older_state_index(events, &held),
+            HeldKind::PullRequest { .. } => None,
+        };
+        if older.is_none() {
+            self.check_limits(&held)?;
         }
+        if let Some(journal) = &mut self.journal {
+            journal.added(&held).map_err(AddError::Journal)?;
+        }
+        let replaced = older.and_then(|index| {
+            let events = self.by_repo.get_mut(&held.repo)?;
+            (index < events.len()).then(|| events.remove(index))
+        });
+        let outcome = match replaced {
+            Some(old) => {
+                self.forget_event(&old, Removal::Replaced);
+                Inserted::Replaced { old: old.event.id }
+            }
+            None => Inserted::New,
+        };
         self.ids.insert(held.event.id);
-        events.push(held);
-        outcome
+        *self.by_author.entry(held.event.pubkey).or_default() += 1;
+        self.by_repo
+            .entry(held.repo.clone())
+            .or_default()
+            .push(held);
+        Ok(outcome)
+    }
+
+    fn check_limits(&self, held: &HeldEvent) -> Result<(), AddError> {
+        let limits = self.limits;
+        let author = self.by_author.get(&held.event.pubkey).copied().unwrap_or(0);
+        let full = if self.events(&held.repo).len() >= limits.per_repository {
+            Some((Cap::Repository, limits.per_repository))
+        } else if author >= limits.per_author {
+            Some((Cap::Author, limits.per_author))
+        } else if self.ids.len() >= limits.total {
+            Some((Cap::Total, limits.total))
+        } else {
+            None
+        };
+        match full {
+            Some((cap, limit)) => Err(AddError::Full { cap, limit }),
+            None => Ok(()),
+        }
     }
 
     /// Whether the event with this id is held.
@@ -77,28 +140,24 @@ impl PurgatoryStore {
         self.ids.contains(id)
     }
 
-    /// Whether any event of `identifier` is held.
-    pub fn has_pending(&self, identifier: &str) -> bool {
-        self.by_identifier
-            .get(identifier)
-            .is_some_and(|events| !events.is_empty())
+    /// Whether any event of `repo` is held.
+    pub fn has_pending(&self, repo: &RepoRef) -> bool {
+        !self.events(repo).is_empty()
     }
 
-    /// The held events of `identifier`, in arrival order.
-    pub fn events(&self, identifier: &str) -> &[HeldEvent] {
-        self.by_identifier
-            .get(identifier)
-            .map_or(&[], Vec::as_slice)
+    /// The held events of `repo`, in arrival order.
+    pub fn events(&self, repo: &RepoRef) -> &[HeldEvent] {
+        self.by_repo.get(repo).map_or(&[], Vec::as_slice)
     }
 
-    /// Every held event, by identifier.
+    /// Every held event, by repository.
     pub fn iter(&self) -> impl Iterator<Item = &HeldEvent> {
-        self.by_identifier.values().flatten()
+        self.by_repo.values().flatten()
     }
 
-    /// The identifiers with held events.
-    pub fn identifiers(&self) -> impl Iterator<Item = &str> {
-        self.by_identifier.keys().map(String::as_str)
+    /// The repositories with held events.
+    pub fn repositories(&self) -> impl Iterator<Item = &RepoRef> {
+        self.by_repo.keys()
     }
 
     /// How many events are held.
@@ -117,47 +176,46 @@ impl PurgatoryStore {
         self.ids.is_empty()
     }
 
-    /// Every object the held events of `identifier` need.
-    pub fn needed_oids(&self, identifier: &str) -> BTreeSet<GitOid> {
-        self.events(identifier)
+    /// Every object the held events of `repo` need.
+    pub fn needed_oids(&self, repo: &RepoRef) -> BTreeSet<GitOid> {
+        self.events(repo)
             .iter()
             .flat_map(HeldEvent::needed_oids)
             .collect()
     }
 
-    /// The objects the held events of `identifier` need that are not known to be present.
-    pub fn missing_oids(&self, identifier: &str) -> BTreeSet<GitOid> {
-        let present = self.present.get(identifier);
-        self.needed_oids(identifier)
+    /// The objects the held events of `repo` need that are not known to be present.
+    pub fn missing_oids(&self, repo: &RepoRef) -> BTreeSet<GitOid> {
+        let present = self.present.get(repo);
+        self.needed_oids(repo)
             .into_iter()
             .filter(|oid| !present.is_some_and(|present| present.contains(oid)))
             .collect()
     }
 
-    /// Records that these objects exist in the target repository of `identifier`.
-    pub fn mark_present(&mut self, identifier: &str, oids: impl IntoIterator<Item = GitOid>) {
-        if !self.has_pending(identifier) {
+    /// Records that these objects exist in the local repository of `repo`.
+    pub fn mark_present(&mut self, repo: &RepoRef, oids: impl IntoIterator<Item = GitOid>) {
+        if !self.has_pending(repo) {
             return;
         }
+        self.present.entry(repo.clone()).or_default().extend(oids);
+    }
+
+    /// Whether `oid` was seen present in `repo`'s local repository at the last check.
+    pub fn is_known_present(&self, repo: &RepoRef, oid: &GitOid) -> bool {
         self.present
-            .entry(identifier.to_owned())
-            .or_default()
-            .extend(oids);
+            .get(repo)
+            .is_some_and(|present| present.contains(oid))
     }
 
-    /// Whether `oid` was seen present in any identifier's repository at the last check.
-    pub fn is_known_present(&self, oid: &GitOid) -> bool {
-        self.present.values().any(|present| present.contains(oid))
-    }
-
-    /// The held events of `identifier` whose objects are all present and that are not
-    /// being released already, now marked as being released. They stay held until
+    /// The held events of `repo` whose objects are all present and that are not being
+    /// released already, now marked as being released. They stay held until
     /// [`PurgatoryStore::finish_release`] (so a crash or shutdown in between loses
     /// nothing) or [`PurgatoryStore::abort_release`].
-    pub fn begin_release(&mut self, identifier: &str) -> Vec<HeldEvent> {
-        let present = self.present.get(identifier).cloned().unwrap_or_default();
+    pub fn begin_release(&mut self, repo: &RepoRef) -> Vec<HeldEvent> {
+        let present = self.present.get(repo).cloned().unwrap_or_default();
         let satisfied: Vec<HeldEvent> = self
-            .events(identifier)
+            .events(repo)
             .iter()
             .filter(|held| !self.releasing.contains(&held.event.id))
             .filter(|held| held.needed_oids().is_subset(&present))
@@ -169,12 +227,14 @@ impl PurgatoryStore {
     }
 
     /// The sink took these events: they leave purgatory.
-    pub fn finish_release(&mut self, identifier: &str, released: &[EventId]) {
+    pub fn finish_release(&mut self, repo: &RepoRef, released: &[EventId]) {
         for id in released {
             self.releasing.remove(id);
         }
-        self.take_where(identifier, |held| released.contains(&held.event.id));
-        self.forget_if_empty(identifier);
+        self.take_where(repo, Removal::Released, |held| {
+            released.contains(&held.event.id)
+        });
+        self.forget_if_empty(repo);
     }
 
     /// The sink refused these events: they stay held and will be offered again.
@@ -186,31 +246,79 @@ impl PurgatoryStore {
 
     /// Removes and returns every held event that entered purgatory at or before `cutoff`.
     pub fn take_expired(&mut self, cutoff: Timestamp) -> Vec<HeldEvent> {
-        let identifiers: Vec<String> = self.by_identifier.keys().cloned().collect();
+        let repos: Vec<RepoRef> = self.by_repo.keys().cloned().collect();
         let mut expired = Vec::new();
-        for identifier in identifiers {
+        for repo in repos {
             let releasing = &self.releasing;
-            let events = self
-                .by_identifier
-                .get(&identifier)
-                .map_or(&[][..], Vec::as_slice);
-            let due: Vec<EventId> = events
+            let due: Vec<EventId> = self
+                .events(&repo)
                 .iter()
                 .filter(|held| held.held_since <= cutoff && !releasing.contains(&held.event.id))
                 .map(|held| held.event.id)
                 .collect();
-            expired.extend(self.take_where(&identifier, |held| due.contains(&held.event.id)));
-            self.forget_if_empty(&identifier);
+            if due.is_empty() {
+                continue;
+            }
+            expired.extend(
+                self.take_where(&repo, Removal::Expired, |held| due.contains(&held.event.id)),
+            );
+            self.forget_if_empty(&repo);
         }
         expired
     }
 
+    /// Whether the journal should be compacted now.
+    pub(crate) fn journal_needs_compaction(&self) -> bool {
+        self.journal
+            .as_ref()
+            .is_some_and(|journal| journal.needs_compaction(self.len()))
+    }
+
+    /// Starts compacting the journal to the events held now (see
+    /// [`Journal::begin_compaction`]); `None` without a journal.
+    pub(crate) fn begin_compaction(&mut self) -> Option<Snapshot> {
+        let live: Vec<&HeldEvent> = self.by_repo.values().flatten().collect();
+        let journal = self.journal.as_mut()?;
+        Some(journal.begin_compaction(live))
+    }
+
+    /// Ends a compaction started by [`PurgatoryStore::begin_compaction`]: with the
+    /// written snapshot, or (`None`) giving up.
+    pub(crate) fn finish_compaction(
+        &mut self,
+        written: Option<WrittenSnapshot>,
+    ) -> std::io::Result<()> {
+        let Some(journal) = &mut self.journal else {
+            return Ok(());
+        };
+        match written {
+            Some(written) => journal.finish_compaction(written).inspect_err(|_| {
+                journal.abort_compaction();
+            }),
+            None => {
+                journal.abort_compaction();
+                Ok(())
+            }
+        }
+    }
+
+    /// A handle to `fsync` the journal with, if it was written since the last one.
+    pub(crate) fn journal_to_sync(&mut self) -> Option<std::io::Result<std::fs::File>> {
+        self.journal.as_mut()?.take_unsynced()
+    }
+
+    /// Records in the journal file (0 without a journal).
+    pub fn journal_records(&self) -> usize {
+        self.journal.as_ref().map_or(0, Journal::records)
+    }
+
     fn take_where(
         &mut self,
-        identifier: &str,
+        repo: &RepoRef,
+        why: Removal,
         mut take: impl FnMut(&HeldEvent) -> bool,
     ) -> Vec<HeldEvent> {
-        let Some(events) = self.by_identifier.get_mut(identifier) else {
+        let Some(events) = self.by_repo.get_mut(repo) else {
             return Vec::new();
         };
         let (taken, kept): (Vec<HeldEvent>, Vec<HeldEvent>) = std::mem::take(events)
@@ -218,23 +326,38 @@ impl PurgatoryStore {
             .partition(|held| take(held));
         *events = kept;
         for held in &taken {
-            self.ids.remove(&held.event.id);
+            self.forget_event(held, why);
         }
         taken
     }
 
-    fn forget_if_empty(&mut self, identifier: &str) {
-        if !self.has_pending(identifier) {
-            self.by_identifier.remove(identifier);
-            self.present.remove(identifier);
+    /// Forgets a removed event's id and author count and journals its removal (a failed
+    /// write is logged: replaying would hold it again, and release or expire it again).
+    fn forget_event(&mut self, held: &HeldEvent, why: Removal) {
+        self.ids.remove(&held.event.id);
+        if let Some(count) = self.by_author.get_mut(&held.event.pubkey) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.by_author.remove(&held.event.pubkey);
+            }
+        }
+        if let Some(journal) = &mut self.journal {
+            if let Err(error) = journal.removed(&held.event.id, why) {
+                tracing::warn!(id = %held.event.id, %error, "journaling a purgatory removal failed");
+            }
+        }
+    }
+
+    fn forget_if_empty(&mut self, repo: &RepoRef) {
+        if !self.has_pending(repo) {
+            self.by_repo.remove(repo);
+            self.present.remove(repo);
         }
     }
 }
 
 fn same_address(a: &HeldEvent, b: &HeldEvent) -> bool {
-    matches!(a.kind, HeldKind::State { .. })
-        && a.event.pubkey == b.event.pubkey
-        && a.identifier == b.identifier
+    matches!(a.kind, HeldKind::State { .. }) && a.event.pubkey == b.event.pubkey && a.repo == b.repo
 }
 
 /// Whether `a` is a newer version than `b` of one addressable event (ties broken by the
@@ -257,115 +380,4 @@ fn has_newer_state(events: &[HeldEvent], new: &HeldEvent) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use nostr::prelude::Keys;
-
-    use super::*;
-    use crate::held::{hold_event, Origin};
-    use crate::test_events::{hex, pull_request, state};
-
-    fn held(event: nostr::prelude::Event, since: u64) -> HeldEvent {
-        hold_event(event, Origin::Synced, Timestamp::from_secs(since)).unwrap()
-    }
-
-    fn oid(n: u8) -> GitOid {
-        GitOid::parse(&hex(n)).unwrap()
-    }
-
-    #[test]
-    fn a_newer_state_replaces_the_older_and_an_older_one_is_ignored() {
-        let keys = Keys::generate();
-        let mut store = PurgatoryStore::new();
-        let old = held(state(&keys, "r", &[&hex(1)], 10), 0);
-        let new = held(state(&keys, "r", &[&hex(2)], 20), 0);
-        let old_id = old.event.id;
-        assert_eq!(store.insert(old.clone()), Inserted::New);
-        assert_eq!(store.insert(old.clone()), Inserted::Duplicate);
-        assert_eq!(store.insert(new), Inserted::Replaced { old: old_id });
-        assert_eq!(store.insert(old), Inserted::Superseded);
-        assert_eq!(store.len(), 1);
-        assert_eq!(store.missing_oids("r"), BTreeSet::from([oid(2)]));
-        // Another author's state of the same identifier is held beside it.
-        let other = held(state(&Keys::generate(), "r", &[&hex(3)], 5), 0);
-        assert_eq!(store.insert(other), Inserted::New);
-        assert_eq!(store.len(), 2);
-    }
-
-    #[test]
-    fn events_are_released_once_all_their_objects_are_present() {
-        let keys = Keys::generate();
-        let mut store = PurgatoryStore::new();
-        store.insert(held(state(&keys, "r", &[&hex(1), &hex(2)], 10), 0));
-        store.insert(held(
-            pull_request(&keys, &keys.public_key(), "r", &hex(2)),
-            0,
-        ));
-        store.mark_present("r", [oid(2)]);
-        assert_eq!(store.missing_oids("r"), BTreeSet::from([oid(1)]));
-        let released = store.begin_release("r");
-        assert_eq!(released.len(), 1);
-        assert!(matches!(released[0].kind, HeldKind::PullRequest { .. }));
-        store.finish_release("r", &[released[0].event.id]);
-        assert!(store.has_pending("r"));
-        store.mark_present("r", [oid(1)]);
-        let released = store.begin_release("r");
-        assert_eq!(released.len(), 1);
-        store.finish_release("r", &[released[0].event.id]);
-        assert!(!store.has_pending("r"));
-        assert!(store.is_empty());
-        // Presence is forgotten with the identifier.
-        assert!(!store.is_known_present(&oid(1)));
-    }
-
-    #[test]
-    fn events_being_released_stay_held_until_the_sink_confirms() {
-        let keys = Keys::generate();
-        let mut store = PurgatoryStore::new();
-        let first = held(pull_request(&keys, &keys.public_key(), "r", &hex(1)), 0);
-        let second = held(
-            pull_request(&Keys::generate(), &keys.public_key(), "r", &hex(1)),
-            0,
-        );
-        let (first_id, second_id) = (first.event.id, second.event.id);
-        store.insert(first);
-        store.insert(second);
-        store.mark_present("r", [oid(1)]);
-        let releasing = store.begin_release("r");
-        assert_eq!(releasing.len(), 2);
-        assert_eq!(store.releasing(), 2);
-        assert!(store.begin_release("r").is_empty(), "not offered twice");
-        assert_eq!(store.len(), 2, "still held while the sink works");
-        assert!(store
-            .take_expired(Timestamp::from_secs(u64::MAX))
-            .is_empty());
-        store.finish_release("r", &[first_id]);
-        store.abort_release(&[second_id]);
-        assert_eq!(store.releasing(), 0);
-        assert!(!store.contains(&first_id));
-        assert!(store.contains(&second_id));
-        assert_eq!(
-            store.begin_release("r").len(),
-            1,
-            "a refused event is offered again"
-        );
-    }
-
-    #[test]
-    fn expiry_takes_only_events_held_long_enough() {
-        let keys = Keys::generate();
-        let mut store = PurgatoryStore::new();
-        store.insert(held(
-            pull_request(&keys, &keys.public_key(), "a", &hex(1)),
-            100,
-        ));
-        store.insert(held(
-            pull_request(&keys, &keys.public_key(), "b", &hex(2)),
-            200,
-        ));
-        let expired = store.take_expired(Timestamp::from_secs(150));
-        assert_eq!(expired.len(), 1);
-        assert_eq!(expired[0].identifier, "a");
-        assert!(!store.has_pending("a"));
-        assert!(store.has_pending("b"));
-    }
-}
+mod tests;

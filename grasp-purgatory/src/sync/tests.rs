@@ -6,6 +6,7 @@ use grasp_sync_core::nip34::{GitOid, RepoAnnouncement, RepoRef};
 use grasp_sync_core::purgatory::{MemorySyncContext, QueueStep, RepositoryData, ThrottleConfig};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use nostr::prelude::Keys;
+use nostr::prelude::PublicKey;
 
 use super::*;
 use crate::clock::PurgatoryClock;
@@ -17,11 +18,18 @@ fn oid(n: u8) -> GitOid {
     GitOid::parse(&format!("{n:02x}").repeat(20)).unwrap()
 }
 
+/// The repository the tests sync: `30617:<the generator point>:test`.
+fn repo() -> RepoRef {
+    let owner =
+        PublicKey::from_hex("79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798")
+            .unwrap();
+    RepoRef::new(owner, "test").unwrap()
+}
+
 fn repository(urls: &[&str]) -> RepositoryData {
-    let author = Keys::generate().public_key();
     RepositoryData {
         announcements: vec![RepoAnnouncement {
-            repo: RepoRef::new(author, "test").unwrap(),
+            repo: repo(),
             relays: Vec::new(),
             clone_urls: urls.iter().map(|url| (*url).to_owned()).collect(),
             maintainers: Vec::new(),
@@ -30,19 +38,23 @@ fn repository(urls: &[&str]) -> RepositoryData {
     }
 }
 
-/// A context holding one event of "test" that needs `needed`, with these URLs.
+/// A context holding one event of [`repo`] that needs `needed`, with these URLs.
 fn context(urls: &[&str], needed: &[GitOid]) -> Arc<MemorySyncContext> {
     let ctx = MemorySyncContext::new();
-    ctx.add_repository("test", repository(urls));
+    ctx.add_repository(&repo(), repository(urls));
     if !needed.is_empty() {
-        ctx.add_pending_event("test", needed.iter().cloned());
+        ctx.add_pending_event(&repo(), needed.iter().cloned());
     }
     Arc::new(ctx)
 }
 
 fn manager() -> ThrottleManager {
+    manager_with(ThrottleConfig::default())
+}
+
+fn manager_with(config: ThrottleConfig) -> ThrottleManager {
     ThrottleManager::new(
-        ThrottleConfig::default(),
+        config,
         PurgatoryClock::new(),
         CloneUrlPolicy::new(),
         crate::metrics::Metrics::new().unwrap(),
@@ -55,7 +67,7 @@ fn tried(urls: &[&str]) -> HashSet<String> {
 
 async fn next(ctx: &Arc<MemorySyncContext>, domain: Option<&str>, skip: &[&str]) -> Option<String> {
     let manager = manager();
-    sync_identifier_next_url(ctx.as_ref(), "test", domain, &tried(skip), &manager)
+    sync_identifier_next_url(ctx.as_ref(), &repo(), domain, &tried(skip), &manager)
         .await
         .map(|url| url.as_str().to_owned())
 }
@@ -111,7 +123,8 @@ async fn next_url_skips_throttled_domains_and_urls_the_policy_refuses() {
     for _ in 0..5 {
         assert!(manager.try_start_request("example.com"));
     }
-    let url = sync_identifier_next_url(ctx.as_ref(), "test", None, &HashSet::new(), &manager).await;
+    let url =
+        sync_identifier_next_url(ctx.as_ref(), &repo(), None, &HashSet::new(), &manager).await;
     assert_eq!(url.map(|u| u.as_str().to_owned()).as_deref(), Some(TWO));
 }
 
@@ -121,10 +134,10 @@ async fn from_url_fetches_and_releases() {
     ctx.set_remote(ONE, [oid(1)]);
     let manager = manager();
     let url = CloneUrlPolicy::new().check(ONE).unwrap();
-    let outcome = sync_identifier_from_url(ctx.as_ref(), "test", &url, &manager).await;
+    let outcome = sync_identifier_from_url(ctx.as_ref(), &repo(), &url, &manager).await;
     assert!(matches!(outcome, FromUrl::Fetched(1)), "{outcome:?}");
-    assert_eq!(ctx.released("test"), 1);
-    assert!(!ctx.has_pending_events("test"));
+    assert_eq!(ctx.released(&repo()), 1);
+    assert!(!ctx.has_pending_events(&repo()));
     assert_eq!(manager.in_flight("example.com"), 0);
 }
 
@@ -137,7 +150,7 @@ async fn from_url_on_a_full_domain_fetches_nothing() {
         assert!(manager.try_start_request("example.com"));
     }
     let url = CloneUrlPolicy::new().check(ONE).unwrap();
-    let outcome = sync_identifier_from_url(ctx.as_ref(), "test", &url, &manager).await;
+    let outcome = sync_identifier_from_url(ctx.as_ref(), &repo(), &url, &manager).await;
     assert!(matches!(outcome, FromUrl::Throttled), "{outcome:?}");
     assert!(ctx.fetch_log().is_empty());
 }
@@ -148,10 +161,10 @@ async fn full_sync_tries_the_second_server_when_the_first_lacks_the_objects() {
     ctx.set_remote(ONE, []);
     ctx.set_remote(TWO, [oid(1)]);
     let manager = manager();
-    assert!(sync_identifier(ctx.as_ref(), "test", &manager).await);
+    assert!(sync_identifier(ctx.as_ref(), &repo(), &manager).await);
     let urls: Vec<String> = ctx.fetch_log().into_iter().map(|call| call.url).collect();
     assert_eq!(urls, vec![ONE.to_owned(), TWO.to_owned()]);
-    assert_eq!(ctx.released("test"), 1);
+    assert_eq!(ctx.released(&repo()), 1);
 }
 
 #[tokio::test]
@@ -163,10 +176,10 @@ async fn full_sync_leaves_the_identifier_with_a_throttled_domain() {
     for _ in 0..5 {
         assert!(manager.try_start_request("example.com"));
     }
-    assert!(!sync_identifier(ctx.as_ref(), "test", &manager).await);
+    assert!(!sync_identifier(ctx.as_ref(), &repo(), &manager).await);
     let urls: Vec<String> = ctx.fetch_log().into_iter().map(|call| call.url).collect();
     assert_eq!(urls, vec![TWO.to_owned()]);
-    assert_eq!(manager.queued("example.com"), vec!["test".to_owned()]);
+    assert_eq!(manager.queued("example.com"), vec![repo().to_string()]);
 
     // A slot frees: the domain's queue serves the identifier from the throttled URL.
     manager.complete_request("example.com");
@@ -178,11 +191,11 @@ async fn full_sync_leaves_the_identifier_with_a_throttled_domain() {
         }
     }
     // Served once to fetch, and once more to find nothing left and leave the queue.
-    let expected = ("example.com".to_owned(), "test".to_owned());
+    let expected = ("example.com".to_owned(), repo().to_string());
     assert_eq!(served, vec![expected.clone(), expected]);
-    assert!(!ctx.has_pending_events("test"));
+    assert!(!ctx.has_pending_events(&repo()));
     assert!(manager.queued("example.com").is_empty());
-    assert_eq!(ctx.released("test"), 1);
+    assert_eq!(ctx.released(&repo()), 1);
     let urls: Vec<String> = ctx.fetch_log().into_iter().map(|call| call.url).collect();
     assert_eq!(urls, vec![TWO.to_owned(), ONE.to_owned()]);
 }
@@ -192,7 +205,42 @@ async fn full_sync_releases_objects_that_are_already_present_without_fetching() 
     let ctx = context(&[ONE], &[oid(1)]);
     ctx.add_local_oid(oid(1));
     let manager = manager();
-    assert!(sync_identifier(ctx.as_ref(), "test", &manager).await);
+    assert!(sync_identifier(ctx.as_ref(), &repo(), &manager).await);
     assert!(ctx.fetch_log().is_empty());
-    assert_eq!(ctx.released("test"), 1);
+    assert_eq!(ctx.released(&repo()), 1);
+}
+
+#[tokio::test]
+async fn a_server_lacking_some_objects_is_asked_one_at_a_time_each_in_its_own_slot() {
+    let ctx = context(&[ONE], &[oid(1), oid(2), oid(3)]);
+    ctx.set_remote_strict(ONE, [oid(1), oid(3)]);
+    let manager = manager_with(ThrottleConfig {
+        max_per_minute: 3,
+        ..ThrottleConfig::default()
+    });
+    let url = CloneUrlPolicy::new().check(ONE).unwrap();
+    let outcome = sync_identifier_from_url(ctx.as_ref(), &repo(), &url, &manager).await;
+    // The request for all three, then one for oid 1 and one for oid 2: the window is
+    // full, so oid 3 waits for the next attempt.
+    assert!(matches!(outcome, FromUrl::Fetched(1)), "{outcome:?}");
+    let asked: Vec<usize> = ctx.fetch_log().iter().map(|call| call.oids.len()).collect();
+    assert_eq!(asked, vec![3, 1, 1]);
+    assert!(manager.is_throttled("example.com"));
+    assert_eq!(manager.in_flight("example.com"), 0);
+    assert_eq!(
+        ctx.collect_needed_oids(&repo()),
+        [oid(2), oid(3)].into_iter().collect()
+    );
+}
+
+#[tokio::test]
+async fn another_repository_of_the_same_identifier_lends_no_url() {
+    let ctx = MemorySyncContext::new();
+    let stranger = RepoRef::new(Keys::generate().public_key(), "test").unwrap();
+    ctx.add_repository(&stranger, repository(&[ONE]));
+    ctx.add_pending_event(&repo(), [oid(1)]);
+    ctx.set_remote(ONE, [oid(1)]);
+    let manager = manager();
+    assert!(!sync_identifier(&ctx, &repo(), &manager).await);
+    assert!(ctx.fetch_log().is_empty());
 }

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use grasp_purgatory::{FetchReport, GitBackend, GitError, RepoLocator};
-use grasp_sync_core::nip34::GitOid;
-use grasp_sync_core::purgatory::RepositoryData;
+use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::url_policy::extract_domain;
 use tokio::time::Instant;
 
@@ -190,13 +189,23 @@ impl GitBackend for MemoryGit {
         }
         Ok(())
     }
+
+    async fn purgatory_refs(&self, _repo: &Path) -> Result<Vec<String>, GitError> {
+        let state = self.state.lock().unwrap();
+        Ok(state
+            .refs
+            .keys()
+            .filter(|name| name.starts_with("refs/purgatory/"))
+            .cloned()
+            .collect())
+    }
 }
 
 /// Every repository is this one path.
 pub struct OneRepo(pub PathBuf);
 
 impl RepoLocator for OneRepo {
-    fn locate(&self, _data: &RepositoryData) -> Option<PathBuf> {
+    fn locate(&self, _repo: &RepoRef) -> Option<PathBuf> {
         Some(self.0.clone())
     }
 }

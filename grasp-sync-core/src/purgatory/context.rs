@@ -13,19 +13,19 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 
-use super::url_select::RepositoryData;
-use crate::nip34::GitOid;
+use super::repository::RepositoryData;
+use crate::nip34::{GitOid, RepoRef};
 use crate::url_policy::CloneUrl;
 
 /// Why a [`SyncContext`] operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SyncContextError {
-    /// The local store has no announcement for the identifier.
-    #[error("no repository data for identifier {identifier}")]
+    /// The local store has no announcement of the repository by its owner.
+    #[error("no announcement of repository {repo}")]
     UnknownRepository {
-        /// The identifier asked for.
-        identifier: String,
+        /// The repository asked for.
+        repo: RepoRef,
     },
     /// Fetching from a clone URL failed (unreachable, refused, missing repo).
     #[error("fetch from {url} failed: {reason}")]
@@ -35,11 +35,22 @@ pub enum SyncContextError {
         /// What went wrong, as reported by git or the transport.
         reason: String,
     },
+    /// The server refused a request for several objects because it lacks some
+    /// of them (git servers refuse the whole request): nothing was fetched.
+    /// Asking for the objects one at a time, each as its own request, gets
+    /// those it has.
+    #[error("{url} lacks some of the objects asked for: {reason}")]
+    ObjectsMissing {
+        /// The clone URL.
+        url: String,
+        /// What the server said.
+        reason: String,
+    },
     /// Releasing satisfied events (saving, notifying) failed.
-    #[error("processing events of {identifier} failed: {reason}")]
+    #[error("processing events of {repo} failed: {reason}")]
     Processing {
-        /// The identifier whose events were processed.
-        identifier: String,
+        /// The repository whose events were processed.
+        repo: RepoRef,
         /// What went wrong.
         reason: String,
     },
@@ -57,27 +68,34 @@ pub enum SyncContextError {
 /// The effects of purgatory sync: everything that reads the store or the
 /// purgatory, or talks to git.
 ///
+/// Everything is per repository ([`RepoRef`]: owner and identifier), never per
+/// bare identifier: the repository's data comes from its owner's announcement
+/// and the maintainers it lists (see [`select_repository`](super::select_repository)),
+/// and objects are fetched into the owner's repository.
+///
 /// The decisions (which URL, when, whether a domain has capacity) stay out of
 /// it, in [`candidate_urls`](super::candidate_urls),
 /// [`next_url`](super::next_url), [`SyncQueue`](super::SyncQueue) and
 /// [`DomainThrottle`](super::DomainThrottle).
 #[async_trait]
 pub trait SyncContext: Send + Sync {
-    /// The repository's announcements from the local store.
+    /// The announcements that speak for `repo`, from the local store.
     async fn fetch_repository_data(
         &self,
-        identifier: &str,
+        repo: &RepoRef,
     ) -> Result<RepositoryData, SyncContextError>;
 
-    /// The OIDs that purgatory events of `identifier` need and that are not
+    /// The OIDs that purgatory events of `repo` need and that are not
     /// available locally yet. Empty means nothing is left to fetch.
-    fn collect_needed_oids(&self, identifier: &str) -> BTreeSet<GitOid>;
+    fn collect_needed_oids(&self, repo: &RepoRef) -> BTreeSet<GitOid>;
 
-    /// Whether `oid` exists in the local repository at `repo_path`.
-    fn oid_exists(&self, repo_path: &Path, oid: &GitOid) -> bool;
+    /// Whether `oid` is known to exist in `repo`'s local repository.
+    fn oid_exists(&self, repo: &RepoRef, oid: &GitOid) -> bool;
 
-    /// Fetches `oids` from `url` into the repository at `repo_path`; returns
-    /// the OIDs that were obtained.
+    /// Fetches `oids` from `url` into the repository at `repo_path` with one
+    /// request; returns the OIDs that were obtained.
+    /// [`SyncContextError::ObjectsMissing`] when the server refused the request
+    /// because it lacks some of them.
     async fn fetch_oids(
         &self,
         repo_path: &Path,
@@ -85,16 +103,15 @@ pub trait SyncContext: Send + Sync {
         oids: &[GitOid],
     ) -> Result<Vec<GitOid>, SyncContextError>;
 
-    /// Releases the purgatory events of `identifier` whose objects are all
-    /// present (store, notify, remove from purgatory); returns how many.
-    async fn process_satisfiable_events(&self, identifier: &str)
-        -> Result<usize, SyncContextError>;
+    /// Releases the purgatory events of `repo` whose objects are all present
+    /// (store, notify, remove from purgatory); returns how many.
+    async fn process_satisfiable_events(&self, repo: &RepoRef) -> Result<usize, SyncContextError>;
 
-    /// Whether purgatory still holds events of `identifier`.
-    fn has_pending_events(&self, identifier: &str) -> bool;
+    /// Whether purgatory still holds events of `repo`.
+    fn has_pending_events(&self, repo: &RepoRef) -> bool;
 
-    /// The local repository to fetch into for this repository, if any.
-    fn find_target_repo(&self, data: &RepositoryData) -> Option<PathBuf>;
+    /// The local repository of `repo` to fetch into, if it exists.
+    fn find_target_repo(&self, repo: &RepoRef) -> Option<PathBuf>;
 
     /// Our own git server's domain, excluded from clone URLs.
     fn our_domain(&self) -> Option<&str>;
@@ -112,18 +129,23 @@ pub struct FetchCall {
 /// What a remote clone URL answers in a [`MemorySyncContext`].
 #[derive(Clone, Debug)]
 enum Remote {
-    /// Serves these objects.
-    Serves(BTreeSet<GitOid>),
+    /// Serves these objects; a request for several objects some of which it
+    /// lacks is refused whole when `strict` (as git servers do), answered with
+    /// the ones it has otherwise.
+    Serves {
+        oids: BTreeSet<GitOid>,
+        strict: bool,
+    },
     /// Every fetch fails with this reason.
     Fails(String),
 }
 
 #[derive(Debug, Default)]
 struct MemoryState {
-    repositories: HashMap<String, RepositoryData>,
-    /// Per identifier, the OIDs each waiting event needs.
-    pending: HashMap<String, Vec<BTreeSet<GitOid>>>,
-    released: HashMap<String, usize>,
+    repositories: HashMap<RepoRef, RepositoryData>,
+    /// Per repository, the OIDs each waiting event needs.
+    pending: HashMap<RepoRef, Vec<BTreeSet<GitOid>>>,
+    released: HashMap<RepoRef, usize>,
     local: BTreeSet<GitOid>,
     remotes: HashMap<String, Remote>,
     fetches: Vec<FetchCall>,
@@ -135,8 +157,8 @@ impl MemoryState {
             url: url.to_owned(),
             oids: oids.to_vec(),
         });
-        let served = match self.remotes.get(url) {
-            Some(Remote::Serves(served)) => served,
+        let (served, strict) = match self.remotes.get(url) {
+            Some(Remote::Serves { oids, strict }) => (oids, *strict),
             Some(Remote::Fails(reason)) => return Err(fetch_error(url, reason)),
             None => return Err(fetch_error(url, "no such remote")),
         };
@@ -145,21 +167,27 @@ impl MemoryState {
             .filter(|oid| served.contains(*oid))
             .cloned()
             .collect();
+        if strict && oids.len() > 1 && fetched.len() < oids.len() {
+            return Err(SyncContextError::ObjectsMissing {
+                url: url.to_owned(),
+                reason: "not our ref".to_owned(),
+            });
+        }
         self.local.extend(fetched.iter().cloned());
         Ok(fetched)
     }
 
-    fn release_satisfied(&mut self, identifier: &str) -> usize {
-        let Some(mut events) = self.pending.remove(identifier) else {
+    fn release_satisfied(&mut self, repo: &RepoRef) -> usize {
+        let Some(mut events) = self.pending.remove(repo) else {
             return 0;
         };
         let before = events.len();
         events.retain(|needed| !needed.is_subset(&self.local));
         let released = before.saturating_sub(events.len());
         if !events.is_empty() {
-            self.pending.insert(identifier.to_owned(), events);
+            self.pending.insert(repo.clone(), events);
         }
-        let total = self.released.entry(identifier.to_owned()).or_default();
+        let total = self.released.entry(repo.clone()).or_default();
         *total = total.saturating_add(released);
         released
     }
@@ -213,16 +241,16 @@ impl MemorySyncContext {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Stores the repository data of `identifier`.
-    pub fn add_repository(&self, identifier: &str, data: RepositoryData) {
-        self.lock().repositories.insert(identifier.to_owned(), data);
+    /// Stores the repository data of `repo`.
+    pub fn add_repository(&self, repo: &RepoRef, data: RepositoryData) {
+        self.lock().repositories.insert(repo.clone(), data);
     }
 
-    /// Puts one event of `identifier` into purgatory, waiting for `needed`.
-    pub fn add_pending_event(&self, identifier: &str, needed: impl IntoIterator<Item = GitOid>) {
+    /// Puts one event of `repo` into purgatory, waiting for `needed`.
+    pub fn add_pending_event(&self, repo: &RepoRef, needed: impl IntoIterator<Item = GitOid>) {
         self.lock()
             .pending
-            .entry(identifier.to_owned())
+            .entry(repo.clone())
             .or_default()
             .push(needed.into_iter().collect());
     }
@@ -232,9 +260,24 @@ impl MemorySyncContext {
         self.lock().local.insert(oid);
     }
 
-    /// Makes `url` serve `oids` (replacing what it served or its failure).
+    /// Makes `url` serve `oids` (replacing what it served or its failure),
+    /// answering a request with the objects it has.
     pub fn set_remote(&self, url: &str, oids: impl IntoIterator<Item = GitOid>) {
-        let remote = Remote::Serves(oids.into_iter().collect());
+        let remote = Remote::Serves {
+            oids: oids.into_iter().collect(),
+            strict: false,
+        };
+        self.lock().remotes.insert(url.to_owned(), remote);
+    }
+
+    /// Makes `url` serve `oids` the way git servers do: a request for several
+    /// objects, some of which it lacks, fails whole with
+    /// [`SyncContextError::ObjectsMissing`].
+    pub fn set_remote_strict(&self, url: &str, oids: impl IntoIterator<Item = GitOid>) {
+        let remote = Remote::Serves {
+            oids: oids.into_iter().collect(),
+            strict: true,
+        };
         self.lock().remotes.insert(url.to_owned(), remote);
     }
 
@@ -249,9 +292,9 @@ impl MemorySyncContext {
         self.lock().fetches.clone()
     }
 
-    /// How many events of `identifier` were released so far.
-    pub fn released(&self, identifier: &str) -> usize {
-        self.lock().released.get(identifier).copied().unwrap_or(0)
+    /// How many events of `repo` were released so far.
+    pub fn released(&self, repo: &RepoRef) -> usize {
+        self.lock().released.get(repo).copied().unwrap_or(0)
     }
 }
 
@@ -259,22 +302,20 @@ impl MemorySyncContext {
 impl SyncContext for MemorySyncContext {
     async fn fetch_repository_data(
         &self,
-        identifier: &str,
+        repo: &RepoRef,
     ) -> Result<RepositoryData, SyncContextError> {
         self.lock()
             .repositories
-            .get(identifier)
+            .get(repo)
             .cloned()
-            .ok_or_else(|| SyncContextError::UnknownRepository {
-                identifier: identifier.to_owned(),
-            })
+            .ok_or_else(|| SyncContextError::UnknownRepository { repo: repo.clone() })
     }
 
-    fn collect_needed_oids(&self, identifier: &str) -> BTreeSet<GitOid> {
+    fn collect_needed_oids(&self, repo: &RepoRef) -> BTreeSet<GitOid> {
         let state = self.lock();
         state
             .pending
-            .get(identifier)
+            .get(repo)
             .into_iter()
             .flatten()
             .flatten()
@@ -283,7 +324,7 @@ impl SyncContext for MemorySyncContext {
             .collect()
     }
 
-    fn oid_exists(&self, _repo_path: &Path, oid: &GitOid) -> bool {
+    fn oid_exists(&self, _repo: &RepoRef, oid: &GitOid) -> bool {
         self.lock().local.contains(oid)
     }
 
@@ -296,22 +337,22 @@ impl SyncContext for MemorySyncContext {
         self.lock().fetch(url.as_str(), oids)
     }
 
-    async fn process_satisfiable_events(
-        &self,
-        identifier: &str,
-    ) -> Result<usize, SyncContextError> {
-        Ok(self.lock().release_satisfied(identifier))
+    async fn process_satisfiable_events(&self, repo: &RepoRef) -> Result<usize, SyncContextError> {
+        Ok(self.lock().release_satisfied(repo))
     }
 
-    fn has_pending_events(&self, identifier: &str) -> bool {
+    fn has_pending_events(&self, repo: &RepoRef) -> bool {
         self.lock()
             .pending
-            .get(identifier)
+            .get(repo)
             .is_some_and(|events| !events.is_empty())
     }
 
-    fn find_target_repo(&self, data: &RepositoryData) -> Option<PathBuf> {
-        (!data.announcements.is_empty()).then(|| self.target_repo.clone())
+    fn find_target_repo(&self, repo: &RepoRef) -> Option<PathBuf> {
+        self.lock()
+            .repositories
+            .contains_key(repo)
+            .then(|| self.target_repo.clone())
     }
 
     fn our_domain(&self) -> Option<&str> {

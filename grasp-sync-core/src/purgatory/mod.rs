@@ -2,17 +2,25 @@
 //!
 //! Events that point at git objects the server does not have wait in a
 //! purgatory until those objects are fetched from the repository's clone
-//! URLs. Sync is per identifier, not per event: a burst of events for one
-//! repository causes one fetch. This module holds every decision of that
+//! URLs. Sync is per repository, not per event: a burst of events for one
+//! repository causes one fetch. A repository is a coordinate
+//! `30617:<owner>:<identifier>` ([`RepoRef`](crate::nip34::RepoRef)), never a
+//! bare identifier: only the owner's announcement and those of the maintainers
+//! it lists give clone URLs ([`select_repository`]), so a stranger announcing
+//! the same identifier takes no part. This module holds every decision of that
 //! sync and none of its effects; nothing here reads a clock (every
 //! time-dependent method takes `now`), spawns a task or does I/O.
 //!
-//! - [`SyncQueue`] / [`SyncQueueEntry`]: when each identifier is synced next
+//! - [`select_repository`]: which announcements speak for a repository.
+//! - [`SyncQueue`] / [`SyncQueueEntry`]: when each repository is synced next
 //!   (debounce of 3 min for user-submitted events, 500 ms for events that
 //!   arrived by sync; backoff 20 s, 40 s, 80 s, then 2 min).
 //! - [`DomainThrottle`] / [`DomainThrottles`]: per-domain limits (5 in
-//!   flight, 30 per minute) and the round-robin queue of identifiers waiting
-//!   for a throttled domain.
+//!   flight, 30 per minute) and the round-robin queue of repositories waiting
+//!   for a throttled domain. One request to a host takes one slot.
+//!
+//! The queue and the throttles key what they schedule by an opaque string
+//! (the spec's "identifier"); purgatory uses the repository coordinate's text.
 //! - [`candidate_urls`], [`next_url`], [`throttled_domains_with_untried_urls`]:
 //!   which clone URL to try next.
 //! - [`SyncContext`]: the effects (store, purgatory, git) the async driver
@@ -52,6 +60,7 @@
 
 mod context;
 mod queue;
+mod repository;
 #[cfg(test)]
 mod test_support;
 mod throttle;
@@ -59,9 +68,12 @@ mod url_select;
 
 pub use context::{FetchCall, MemorySyncContext, SyncContext, SyncContextError};
 pub use queue::{SyncQueue, SyncQueueConfig, SyncQueueEntry};
+pub use repository::{
+    listed_maintainers, select_repository, RepositoryData, MAX_REPOSITORY_MAINTAINERS,
+};
 pub use throttle::{DomainThrottle, DomainThrottles, QueueStep, ThrottleConfig};
 pub use url_select::{
-    candidate_urls, next_url, throttled_domains_with_untried_urls, CandidateUrls, RepositoryData,
+    candidate_urls, next_url, throttled_domains_with_untried_urls, CandidateUrls,
     ThrottledDomainInfo,
 };
 
@@ -73,27 +85,31 @@ mod tests {
 
     use futures::executor::block_on;
 
-    use super::test_support::{oid, repository};
+    use super::test_support::{oid, repo, repository};
     use super::*;
     use crate::clock::Instant;
-    use crate::nip34::GitOid;
+    use crate::nip34::{GitOid, RepoRef};
     use crate::url_policy::CloneUrlPolicy;
 
     /// One pass of the main sync for `id`, as sketched in the module doc.
     /// Returns whether nothing is left to fetch.
     fn sync_identifier(
         ctx: &MemorySyncContext,
-        id: &str,
+        key: &str,
         throttles: &mut DomainThrottles,
         now: Instant,
     ) -> bool {
         let policy = CloneUrlPolicy::new();
         let mut tried = HashSet::new();
+        let Ok(id) = RepoRef::parse(key) else {
+            return false;
+        };
+        let id = &id;
         let Ok(data) = block_on(ctx.fetch_repository_data(id)) else {
             return false;
         };
         let candidates = candidate_urls(&data, &policy, ctx.our_domain());
-        let Some(target) = ctx.find_target_repo(&data) else {
+        let Some(target) = ctx.find_target_repo(id) else {
             return false;
         };
         loop {
@@ -118,7 +134,7 @@ mod tests {
         for info in throttled_domains_with_untried_urls(&candidates, &tried, is_throttled) {
             throttles
                 .entry(&info.domain)
-                .enqueue_identifier(id, info.tried_urls_for_domain);
+                .enqueue_identifier(key, info.tried_urls_for_domain);
         }
         false
     }
@@ -126,18 +142,19 @@ mod tests {
     #[test]
     fn full_sync_tries_servers_until_the_objects_arrive() {
         let ctx = MemorySyncContext::new();
+        let key = repo().to_string();
         let urls = [
             "https://server1.example/r.git",
             "https://server2.example/r.git",
         ];
-        ctx.add_repository("r", repository(&[&urls]));
-        ctx.add_pending_event("r", [oid(1)]);
+        ctx.add_repository(&repo(), repository(&[&urls]));
+        ctx.add_pending_event(&repo(), [oid(1)]);
         ctx.set_remote(urls[0], []);
         ctx.set_remote(urls[1], [oid(1)]);
 
         let mut queue = SyncQueue::default();
         let mut throttles = DomainThrottles::default();
-        queue.enqueue("r", Instant::ZERO, queue.config().immediate_delay);
+        queue.enqueue(&key, Instant::ZERO, queue.config().immediate_delay);
         let now = Instant::from_secs(1);
         for id in queue.take_ready(now) {
             let done = sync_identifier(&ctx, &id, &mut throttles, now);
@@ -146,20 +163,21 @@ mod tests {
 
         let fetched: Vec<String> = ctx.fetch_log().into_iter().map(|call| call.url).collect();
         assert_eq!(fetched, urls.to_vec());
-        assert_eq!(ctx.released("r"), 1);
+        assert_eq!(ctx.released(&repo()), 1);
         assert!(queue.is_empty());
     }
 
     #[test]
     fn throttled_domain_gets_the_identifier_and_the_queue_backs_off() {
         let ctx = MemorySyncContext::new().with_our_domain("ours.example");
+        let key = repo().to_string();
         let urls = [
             "https://ours.example/r.git",
             "https://busy.example/r.git",
             "https://empty.example/r.git",
         ];
-        ctx.add_repository("r", repository(&[&urls]));
-        ctx.add_pending_event("r", [oid(7)]);
+        ctx.add_repository(&repo(), repository(&[&urls]));
+        ctx.add_pending_event(&repo(), [oid(7)]);
         ctx.set_remote(urls[1], [oid(7)]);
         ctx.set_remote(urls[2], []);
 
@@ -169,7 +187,7 @@ mod tests {
             assert!(throttles.entry("busy.example").try_start_request(start));
         }
         let mut queue = SyncQueue::default();
-        queue.enqueue("r", start, queue.config().immediate_delay);
+        queue.enqueue(&key, start, queue.config().immediate_delay);
         let now = Instant::from_secs(1);
         for id in queue.take_ready(now) {
             let done = sync_identifier(&ctx, &id, &mut throttles, now);
@@ -182,7 +200,7 @@ mod tests {
         let queued: Option<Vec<&str>> = throttles
             .get("busy.example")
             .map(|t| t.queued_identifiers().collect());
-        assert_eq!(queued, Some(vec!["r"]));
+        assert_eq!(queued, Some(vec![key.as_str()]));
 
         // Capacity frees on busy.example: its queue serves the identifier.
         let Some(busy) = throttles.get_mut("busy.example") else {
@@ -190,22 +208,25 @@ mod tests {
         };
         busy.complete_request(now);
         assert!(busy.has_capacity(now));
-        assert_eq!(busy.next_ready_identifier().as_deref(), Some("r"));
-        let data = block_on(ctx.fetch_repository_data("r")).unwrap_or_default();
+        assert_eq!(busy.next_ready_identifier().as_deref(), Some(key.as_str()));
+        let data = block_on(ctx.fetch_repository_data(&repo())).unwrap_or_default();
         let candidates = candidate_urls(&data, &CloneUrlPolicy::new(), ctx.our_domain());
-        let tried = busy.get_tried_urls("r");
+        let tried = busy.get_tried_urls(&key);
         let url = next_url(&candidates, Some("busy.example"), &tried, |_| true);
         assert_eq!(url.as_ref().map(|u| u.as_str()), Some(urls[1]));
         if let Some(url) = url {
             assert!(busy.try_start_request(now));
-            let needed: Vec<GitOid> = ctx.collect_needed_oids("r").into_iter().collect();
+            let needed: Vec<GitOid> = ctx.collect_needed_oids(&repo()).into_iter().collect();
             let got = block_on(ctx.fetch_oids(std::path::Path::new("memory"), &url, &needed));
             busy.complete_request(now);
-            busy.mark_url_tried("r", url.as_str());
-            busy.mark_identifier_not_in_progress("r");
+            busy.mark_url_tried(&key, url.as_str());
+            busy.mark_identifier_not_in_progress(&key);
             assert_eq!(got.ok(), Some(vec![oid(7)]));
         }
-        assert_eq!(block_on(ctx.process_satisfiable_events("r")).ok(), Some(1));
-        assert!(!ctx.has_pending_events("r"));
+        assert_eq!(
+            block_on(ctx.process_satisfiable_events(&repo())).ok(),
+            Some(1)
+        );
+        assert!(!ctx.has_pending_events(&repo()));
     }
 }

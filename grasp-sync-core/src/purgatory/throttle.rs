@@ -375,8 +375,18 @@ impl DomainThrottles {
 
     /// Drops the throttles that are idle at `now` (see
     /// [`DomainThrottle::is_idle`]), so memory follows active domains only.
-    pub fn remove_idle(&mut self, now: Instant) {
-        self.throttles.retain(|_, throttle| !throttle.is_idle(now));
+    /// Returns the domains dropped, in creation order (so a driver can drop
+    /// what it keeps per domain too, such as metric label series).
+    pub fn remove_idle(&mut self, now: Instant) -> Vec<String> {
+        let mut removed = Vec::new();
+        self.throttles.retain(|domain, throttle| {
+            let idle = throttle.is_idle(now);
+            if idle {
+                removed.push(domain.clone());
+            }
+            !idle
+        });
+        removed
     }
 
     /// The earliest [`DomainThrottle::poll_timeout`] of all domains.

@@ -16,24 +16,8 @@ use std::collections::HashSet;
 
 use indexmap::IndexMap;
 
-use crate::nip34::RepoAnnouncement;
+use super::repository::RepositoryData;
 use crate::url_policy::{is_own_domain, CloneUrl, CloneUrlPolicy};
-
-/// What the local store knows about a repository: its announcements.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RepositoryData {
-    /// Every announcement of the repository (one per maintainer).
-    pub announcements: Vec<RepoAnnouncement>,
-}
-
-impl RepositoryData {
-    /// The clone URLs of all announcements, in order, with repetitions.
-    pub fn clone_urls(&self) -> impl Iterator<Item = &str> {
-        self.announcements
-            .iter()
-            .flat_map(|announcement| announcement.clone_urls.iter().map(String::as_str))
-    }
-}
 
 /// Clone URLs that passed the policy, grouped by domain, in first-appearance
 /// order (both the domains and the URLs within a domain).

@@ -1,7 +1,7 @@
 use futures::executor::block_on;
 use proptest::prelude::*;
 
-use super::super::test_support::oid;
+use super::super::test_support::{oid, repo};
 use super::*;
 use crate::url_policy::CloneUrlPolicy;
 
@@ -13,21 +13,21 @@ proptest! {
     ) {
         let ctx = MemorySyncContext::new();
         for needed in &events {
-            ctx.add_pending_event("r", needed.iter().map(|n| oid(*n)));
+            ctx.add_pending_event(&repo(), needed.iter().map(|n| oid(*n)));
         }
         ctx.set_remote("https://a.example/r.git", served.iter().map(|n| oid(*n)));
         let url = CloneUrlPolicy::new().check("https://a.example/r.git");
         prop_assert!(url.is_ok());
         if let Ok(url) = url {
-            let needed: Vec<GitOid> = ctx.collect_needed_oids("r").into_iter().collect();
+            let needed: Vec<GitOid> = ctx.collect_needed_oids(&repo()).into_iter().collect();
             let fetched = block_on(ctx.fetch_oids(Path::new("memory"), &url, &needed));
             prop_assert!(fetched.is_ok());
         }
-        let released = block_on(ctx.process_satisfiable_events("r")).unwrap_or(usize::MAX);
+        let released = block_on(ctx.process_satisfiable_events(&repo())).unwrap_or(usize::MAX);
         let satisfiable = events.iter().filter(|needed| needed.is_subset(&served)).count();
         prop_assert_eq!(released, satisfiable);
-        prop_assert_eq!(ctx.has_pending_events("r"), satisfiable < events.len());
-        for n in ctx.collect_needed_oids("r") {
+        prop_assert_eq!(ctx.has_pending_events(&repo()), satisfiable < events.len());
+        for n in ctx.collect_needed_oids(&repo()) {
             prop_assert!(!served.iter().any(|s| oid(*s) == n));
         }
     }

@@ -1,6 +1,6 @@
 use futures::executor::block_on;
 
-use super::super::test_support::{oid, repository};
+use super::super::test_support::{oid, repo, repo_named, repository};
 use super::*;
 use crate::url_policy::CloneUrlPolicy;
 
@@ -16,25 +16,29 @@ fn ids(list: &[u8]) -> BTreeSet<GitOid> {
 fn repository_data_or_unknown() {
     let ctx = MemorySyncContext::new();
     let data = repository(&[&["https://a.example/r.git"]]);
-    ctx.add_repository("r", data.clone());
-    assert_eq!(block_on(ctx.fetch_repository_data("r")).ok(), Some(data));
-    let missing = block_on(ctx.fetch_repository_data("other"));
+    ctx.add_repository(&repo(), data.clone());
+    assert_eq!(
+        block_on(ctx.fetch_repository_data(&repo())).ok(),
+        Some(data)
+    );
+    let other = repo_named("other");
+    let missing = block_on(ctx.fetch_repository_data(&other));
     assert!(matches!(
         missing,
-        Err(SyncContextError::UnknownRepository { identifier }) if identifier == "other"
+        Err(SyncContextError::UnknownRepository { repo }) if repo == other
     ));
 }
 
 #[test]
 fn needed_oids_exclude_local_ones() {
     let ctx = MemorySyncContext::new();
-    ctx.add_pending_event("r", ids(&[1, 2]));
-    ctx.add_pending_event("r", ids(&[2, 3]));
+    ctx.add_pending_event(&repo(), ids(&[1, 2]));
+    ctx.add_pending_event(&repo(), ids(&[2, 3]));
     ctx.add_local_oid(oid(2));
-    assert_eq!(ctx.collect_needed_oids("r"), ids(&[1, 3]));
-    assert!(ctx.collect_needed_oids("other").is_empty());
-    assert!(ctx.oid_exists(Path::new("memory"), &oid(2)));
-    assert!(!ctx.oid_exists(Path::new("memory"), &oid(1)));
+    assert_eq!(ctx.collect_needed_oids(&repo()), ids(&[1, 3]));
+    assert!(ctx.collect_needed_oids(&repo_named("other")).is_empty());
+    assert!(ctx.oid_exists(&repo(), &oid(2)));
+    assert!(!ctx.oid_exists(&repo(), &oid(1)));
 }
 
 #[test]
@@ -45,8 +49,8 @@ fn fetch_returns_the_intersection_and_stores_it() {
     let fetched =
         block_on(ctx.fetch_oids(Path::new("memory"), &url("https://a.example/r.git"), &asked));
     assert_eq!(fetched.ok(), Some(vec![oid(1), oid(3)]));
-    assert!(ctx.oid_exists(Path::new("memory"), &oid(3)));
-    assert!(!ctx.oid_exists(Path::new("memory"), &oid(9)));
+    assert!(ctx.oid_exists(&repo(), &oid(3)));
+    assert!(!ctx.oid_exists(&repo(), &oid(9)));
     assert_eq!(
         ctx.fetch_log(),
         vec![FetchCall {
@@ -74,44 +78,73 @@ fn failing_and_unknown_remotes_are_fetch_errors() {
     let unknown = block_on(ctx.fetch_oids(path, &url("https://nowhere.example/r.git"), &[oid(1)]));
     assert!(matches!(unknown, Err(SyncContextError::Fetch { .. })));
     assert_eq!(ctx.fetch_log().len(), 2);
-    assert!(!ctx.oid_exists(path, &oid(1)));
+    assert!(!ctx.oid_exists(&repo(), &oid(1)));
 }
 
 #[test]
 fn process_releases_only_satisfied_events() {
     let ctx = MemorySyncContext::new();
-    ctx.add_pending_event("r", ids(&[1]));
-    ctx.add_pending_event("r", ids(&[1, 2]));
-    assert!(ctx.has_pending_events("r"));
-    assert_eq!(block_on(ctx.process_satisfiable_events("r")).ok(), Some(0));
+    ctx.add_pending_event(&repo(), ids(&[1]));
+    ctx.add_pending_event(&repo(), ids(&[1, 2]));
+    assert!(ctx.has_pending_events(&repo()));
+    assert_eq!(
+        block_on(ctx.process_satisfiable_events(&repo())).ok(),
+        Some(0)
+    );
 
     ctx.add_local_oid(oid(1));
-    assert_eq!(block_on(ctx.process_satisfiable_events("r")).ok(), Some(1));
-    assert!(ctx.has_pending_events("r"));
+    assert_eq!(
+        block_on(ctx.process_satisfiable_events(&repo())).ok(),
+        Some(1)
+    );
+    assert!(ctx.has_pending_events(&repo()));
 
     ctx.add_local_oid(oid(2));
-    assert_eq!(block_on(ctx.process_satisfiable_events("r")).ok(), Some(1));
-    assert!(!ctx.has_pending_events("r"));
-    assert_eq!(ctx.released("r"), 2);
-    assert_eq!(block_on(ctx.process_satisfiable_events("r")).ok(), Some(0));
-    assert_eq!(ctx.released("unknown"), 0);
+    assert_eq!(
+        block_on(ctx.process_satisfiable_events(&repo())).ok(),
+        Some(1)
+    );
+    assert!(!ctx.has_pending_events(&repo()));
+    assert_eq!(ctx.released(&repo()), 2);
+    assert_eq!(
+        block_on(ctx.process_satisfiable_events(&repo())).ok(),
+        Some(0)
+    );
+    assert_eq!(ctx.released(&repo_named("unknown")), 0);
 }
 
 #[test]
 fn target_repo_and_our_domain() {
     let ctx = MemorySyncContext::default().with_our_domain("git.example.com");
     assert_eq!(ctx.our_domain(), Some("git.example.com"));
-    assert_eq!(ctx.find_target_repo(&RepositoryData::default()), None);
-    let data = repository(&[&["https://a.example/r.git"]]);
-    assert_eq!(ctx.find_target_repo(&data), Some(PathBuf::from("memory")));
+    assert_eq!(ctx.find_target_repo(&repo()), None);
+    ctx.add_repository(&repo(), repository(&[&["https://a.example/r.git"]]));
+    assert_eq!(ctx.find_target_repo(&repo()), Some(PathBuf::from("memory")));
     assert_eq!(MemorySyncContext::new().our_domain(), None);
 }
 
 #[test]
 fn usable_as_a_shared_trait_object() {
     let ctx: std::sync::Arc<dyn SyncContext> = std::sync::Arc::new(MemorySyncContext::new());
-    assert!(!ctx.has_pending_events("r"));
-    assert!(block_on(ctx.fetch_repository_data("r")).is_err());
+    assert!(!ctx.has_pending_events(&repo()));
+    assert!(block_on(ctx.fetch_repository_data(&repo())).is_err());
+}
+
+#[test]
+fn a_strict_remote_refuses_a_request_for_objects_it_partly_lacks() {
+    let ctx = MemorySyncContext::new();
+    ctx.set_remote_strict("https://a.example/r.git", ids(&[1]));
+    let path = Path::new("memory");
+    let both = block_on(ctx.fetch_oids(path, &url("https://a.example/r.git"), &[oid(1), oid(2)]));
+    assert!(matches!(both, Err(SyncContextError::ObjectsMissing { .. })));
+    assert!(
+        !ctx.oid_exists(&repo(), &oid(1)),
+        "nothing of a refused request"
+    );
+    let one = block_on(ctx.fetch_oids(path, &url("https://a.example/r.git"), &[oid(1)]));
+    assert_eq!(one.ok(), Some(vec![oid(1)]));
+    let missing = block_on(ctx.fetch_oids(path, &url("https://a.example/r.git"), &[oid(2)]));
+    assert_eq!(missing.ok(), Some(Vec::new()));
 }
 
 #[test]

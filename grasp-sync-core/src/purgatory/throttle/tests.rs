@@ -259,10 +259,16 @@ fn idle_throttles_are_dropped() {
         .complete_request(Instant::ZERO);
     throttles.entry("idle.example");
     assert_eq!(throttles.len(), 3);
-    throttles.remove_idle(Instant::from_secs(1));
+    assert_eq!(
+        throttles.remove_idle(Instant::from_secs(1)),
+        vec!["idle.example"]
+    );
     let left: Vec<&str> = throttles.iter().map(DomainThrottle::domain).collect();
     assert_eq!(left, vec!["busy.example", "recent.example"]);
-    throttles.remove_idle(Instant::from_secs(61));
+    assert_eq!(
+        throttles.remove_idle(Instant::from_secs(61)),
+        vec!["recent.example"]
+    );
     assert_eq!(throttles.len(), 1);
     assert!(!throttles.is_empty());
 }

@@ -1,0 +1,297 @@
+use nostr::prelude::{Event, Keys};
+
+use super::*;
+use crate::held::{hold_event, Origin};
+use crate::journal::{replay, Journal};
+use crate::test_events::{hex, pull_request, state};
+
+fn held(event: Event, since: u64) -> HeldEvent {
+    hold_event(event, Origin::Synced, Timestamp::from_secs(since)).unwrap()
+}
+
+fn oid(n: u8) -> GitOid {
+    GitOid::parse(&hex(n)).unwrap()
+}
+
+fn repo(keys: &Keys, identifier: &str) -> RepoRef {
+    RepoRef::new(keys.public_key(), identifier).unwrap()
+}
+
+fn pr(owner: &Keys, identifier: &str, tip: u8) -> HeldEvent {
+    held(
+        pull_request(
+            &Keys::generate(),
+            &owner.public_key(),
+            identifier,
+            &hex(tip),
+        ),
+        0,
+    )
+}
+
+#[test]
+fn a_newer_state_replaces_the_older_and_an_older_one_is_ignored() {
+    let keys = Keys::generate();
+    let mut store = PurgatoryStore::new();
+    let old = held(state(&keys, "r", &[&hex(1)], 10), 0);
+    let new = held(state(&keys, "r", &[&hex(2)], 20), 0);
+    let old_id = old.event.id;
+    assert_eq!(store.insert(old.clone()).unwrap(), Inserted::New);
+    assert_eq!(store.insert(old.clone()).unwrap(), Inserted::Duplicate);
+    assert_eq!(
+        store.insert(new).unwrap(),
+        Inserted::Replaced { old: old_id }
+    );
+    assert_eq!(store.insert(old).unwrap(), Inserted::Superseded);
+    assert_eq!(store.len(), 1);
+    assert_eq!(
+        store.missing_oids(&repo(&keys, "r")),
+        BTreeSet::from([oid(2)])
+    );
+    // Another author's state of the same identifier is another repository.
+    let stranger = Keys::generate();
+    let other = held(state(&stranger, "r", &[&hex(3)], 5), 0);
+    assert_eq!(store.insert(other).unwrap(), Inserted::New);
+    assert_eq!(store.len(), 2);
+    assert_eq!(
+        store.needed_oids(&repo(&keys, "r")),
+        BTreeSet::from([oid(2)])
+    );
+    assert_eq!(
+        store.needed_oids(&repo(&stranger, "r")),
+        BTreeSet::from([oid(3)])
+    );
+}
+
+#[test]
+fn events_are_released_once_all_their_objects_are_present() {
+    let keys = Keys::generate();
+    let r = repo(&keys, "r");
+    let mut store = PurgatoryStore::new();
+    store
+        .insert(held(state(&keys, "r", &[&hex(1), &hex(2)], 10), 0))
+        .unwrap();
+    store.insert(pr(&keys, "r", 2)).unwrap();
+    store.mark_present(&r, [oid(2)]);
+    assert_eq!(store.missing_oids(&r), BTreeSet::from([oid(1)]));
+    let released = store.begin_release(&r);
+    assert_eq!(released.len(), 1);
+    assert!(matches!(released[0].kind, HeldKind::PullRequest { .. }));
+    store.finish_release(&r, &[released[0].event.id]);
+    assert!(store.has_pending(&r));
+    store.mark_present(&r, [oid(1)]);
+    let released = store.begin_release(&r);
+    assert_eq!(released.len(), 1);
+    store.finish_release(&r, &[released[0].event.id]);
+    assert!(!store.has_pending(&r));
+    assert!(store.is_empty());
+    // Presence is forgotten with the repository.
+    assert!(!store.is_known_present(&r, &oid(1)));
+}
+
+#[test]
+fn presence_in_one_repository_says_nothing_of_another() {
+    let (one, two) = (Keys::generate(), Keys::generate());
+    let mut store = PurgatoryStore::new();
+    store.insert(pr(&one, "r", 1)).unwrap();
+    store.insert(pr(&two, "r", 1)).unwrap();
+    store.mark_present(&repo(&one, "r"), [oid(1)]);
+    assert!(store.is_known_present(&repo(&one, "r"), &oid(1)));
+    assert!(!store.is_known_present(&repo(&two, "r"), &oid(1)));
+    assert_eq!(store.begin_release(&repo(&two, "r")).len(), 0);
+    assert_eq!(store.begin_release(&repo(&one, "r")).len(), 1);
+}
+
+#[test]
+fn events_being_released_stay_held_until_the_sink_confirms() {
+    let keys = Keys::generate();
+    let r = repo(&keys, "r");
+    let mut store = PurgatoryStore::new();
+    let first = pr(&keys, "r", 1);
+    let second = pr(&keys, "r", 1);
+    let (first_id, second_id) = (first.event.id, second.event.id);
+    store.insert(first).unwrap();
+    store.insert(second).unwrap();
+    store.mark_present(&r, [oid(1)]);
+    let releasing = store.begin_release(&r);
+    assert_eq!(releasing.len(), 2);
+    assert_eq!(store.releasing(), 2);
+    assert!(store.begin_release(&r).is_empty(), "not offered twice");
+    assert_eq!(store.len(), 2, "still held while the sink works");
+    assert!(store
+        .take_expired(Timestamp::from_secs(u64::MAX))
+        .is_empty());
+    store.finish_release(&r, &[first_id]);
+    store.abort_release(&[second_id]);
+    assert_eq!(store.releasing(), 0);
+    assert!(!store.contains(&first_id));
+    assert!(store.contains(&second_id));
+    assert_eq!(
+        store.begin_release(&r).len(),
+        1,
+        "a refused event is offered again"
+    );
+}
+
+#[test]
+fn expiry_takes_only_events_held_long_enough() {
+    let keys = Keys::generate();
+    let mut store = PurgatoryStore::new();
+    store
+        .insert(held(
+            pull_request(&keys, &keys.public_key(), "a", &hex(1)),
+            100,
+        ))
+        .unwrap();
+    store
+        .insert(held(
+            pull_request(&keys, &keys.public_key(), "b", &hex(2)),
+            200,
+        ))
+        .unwrap();
+    let expired = store.take_expired(Timestamp::from_secs(150));
+    assert_eq!(expired.len(), 1);
+    assert_eq!(expired[0].identifier(), "a");
+    assert!(!store.has_pending(&repo(&keys, "a")));
+    assert!(store.has_pending(&repo(&keys, "b")));
+}
+
+#[test]
+fn each_limit_refuses_the_event_beyond_it_and_holds_nothing() {
+    let limits = HeldLimits {
+        per_repository: 2,
+        per_author: 3,
+        total: 4,
+    };
+    let mut store = PurgatoryStore::with_limits(limits);
+    let owner = Keys::generate();
+    store.insert(pr(&owner, "r", 1)).unwrap();
+    store.insert(pr(&owner, "r", 2)).unwrap();
+    let third = pr(&owner, "r", 3);
+    let third_id = third.event.id;
+    assert!(matches!(
+        store.insert(third),
+        Err(AddError::Full {
+            cap: Cap::Repository,
+            limit: 2
+        })
+    ));
+    assert!(!store.contains(&third_id));
+    assert_eq!(store.len(), 2);
+
+    // One author across repositories.
+    let author = Keys::generate();
+    for identifier in ["a", "b", "c"] {
+        store
+            .insert(held(
+                pull_request(&author, &owner.public_key(), identifier, &hex(4)),
+                0,
+            ))
+            .unwrap_or_else(|error| panic!("{identifier}: {error}"));
+        if store.len() == 4 {
+            break;
+        }
+    }
+    assert_eq!(store.len(), 4);
+    // The total is reached: anything new is refused.
+    assert!(matches!(
+        store.insert(pr(&Keys::generate(), "z", 5)),
+        Err(AddError::Full {
+            cap: Cap::Total,
+            limit: 4
+        })
+    ));
+    // A newer state replacing a held one never is, even at the total.
+    let mut states = PurgatoryStore::with_limits(HeldLimits { total: 1, ..limits });
+    states
+        .insert(held(state(&owner, "r", &[&hex(1)], 1), 0))
+        .unwrap();
+    let newer = held(state(&owner, "r", &[&hex(2)], 2), 0);
+    assert!(matches!(
+        states.insert(newer).unwrap(),
+        Inserted::Replaced { .. }
+    ));
+}
+
+#[test]
+fn the_per_author_limit_counts_every_repository_and_frees_on_removal() {
+    let limits = HeldLimits {
+        per_repository: 10,
+        per_author: 2,
+        total: 10,
+    };
+    let mut store = PurgatoryStore::with_limits(limits);
+    let (owner, author) = (Keys::generate(), Keys::generate());
+    let by_author = |identifier: &str, tip: u8| {
+        held(
+            pull_request(&author, &owner.public_key(), identifier, &hex(tip)),
+            0,
+        )
+    };
+    store.insert(by_author("a", 1)).unwrap();
+    store.insert(by_author("b", 2)).unwrap();
+    assert!(matches!(
+        store.insert(by_author("c", 3)),
+        Err(AddError::Full {
+            cap: Cap::Author,
+            ..
+        })
+    ));
+    let a = repo(&owner, "a");
+    store.mark_present(&a, [oid(1)]);
+    let released = store.begin_release(&a);
+    store.finish_release(&a, &[released[0].event.id]);
+    assert_eq!(store.insert(by_author("c", 3)).unwrap(), Inserted::New);
+}
+
+#[test]
+fn every_change_is_journaled_and_replays_to_the_same_events() {
+    let dir = std::env::temp_dir().join(format!(
+        "grasp-purgatory-store-journal-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("journal.txt");
+    let keys = Keys::generate();
+    let r = repo(&keys, "r");
+    let mut store = PurgatoryStore::new();
+    store.attach_journal(Journal::create(&path, []).unwrap());
+    let released = pr(&keys, "r", 1);
+    let kept = pr(&keys, "r", 2);
+    let old_state = held(state(&keys, "r", &[&hex(3)], 1), 0);
+    let new_state = held(state(&keys, "r", &[&hex(4)], 2), 0);
+    let expiring = held(pull_request(&keys, &keys.public_key(), "x", &hex(5)), 0);
+    for event in [&released, &kept, &old_state, &new_state] {
+        store.insert(event.clone()).unwrap();
+    }
+    store.insert(expiring.clone()).unwrap();
+    store.mark_present(&r, [oid(1)]);
+    let releasing = store.begin_release(&r);
+    assert_eq!(releasing.len(), 1);
+    store.finish_release(&r, &[released.event.id]);
+    let expired = store.take_expired(Timestamp::from_secs(0));
+    assert_eq!(expired.len(), 3, "every event entered at time 0");
+    store
+        .insert(held(
+            pull_request(&keys, &keys.public_key(), "y", &hex(6)),
+            9,
+        ))
+        .unwrap();
+    assert_eq!(store.len(), 1);
+
+    let replayed = replay(&path).unwrap();
+    assert!(replayed.rejected.is_empty(), "{:?}", replayed.rejected);
+    let live: Vec<EventId> = replayed.live.iter().map(|s| s.event.id).collect();
+    let held_now: Vec<EventId> = store.iter().map(|h| h.event.id).collect();
+    assert_eq!(live.len(), held_now.len());
+    for id in &held_now {
+        assert!(live.contains(id));
+    }
+    let left: Vec<EventId> = replayed.left.iter().map(|s| s.event.id).collect();
+    assert_eq!(left.len(), 5);
+    for gone in [&released, &old_state, &kept, &new_state, &expiring] {
+        assert!(left.contains(&gone.event.id));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
