@@ -159,6 +159,42 @@ impl Client {
         }
     }
 
+    /// Send a WebSocket ping and wait up to `timeout` for the pong. Text frames arriving
+    /// meanwhile are parsed and queued (unparsable ones are an error).
+    pub async fn ping(&mut self, timeout: Duration) -> Result<(), RecvError> {
+        let sent = tokio::time::timeout(timeout, self.ws.send(Message::Ping(Vec::new().into())));
+        match sent.await {
+            Err(_) => return Err(RecvError::Timeout),
+            Ok(Err(e)) => return Err(RecvError::Closed(e.to_string())),
+            Ok(Ok(())) => {}
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match tokio::time::timeout(left, self.ws.next()).await {
+                Err(_) => return Err(RecvError::Timeout),
+                Ok(None) => return Err(RecvError::Closed("stream ended".to_owned())),
+                Ok(Some(Err(e))) => return Err(RecvError::Closed(e.to_string())),
+                Ok(Some(Ok(Message::Pong(_)))) => return Ok(()),
+                Ok(Some(Ok(Message::Text(text)))) => {
+                    let msg = RelayMessage::from_json(text.as_bytes()).map_err(|e| {
+                        RecvError::BadMessage {
+                            text: text.as_str().to_owned(),
+                            error: e.to_string(),
+                        }
+                    })?;
+                    if !self.is_stale(&msg) {
+                        self.pending.push_back(msg);
+                    }
+                }
+                Ok(Some(Ok(Message::Close(frame)))) => {
+                    return Err(RecvError::Closed(format!("close frame {frame:?}")))
+                }
+                Ok(Some(Ok(_))) => continue,
+            }
+        }
+    }
+
     /// Panics if any message arrives (or is queued) within `duration`.
     pub async fn assert_silent(&mut self, duration: Duration) {
         match self.try_recv(duration).await {

@@ -5,7 +5,11 @@
 //!   WebSocket proxy in front of it on every connection. The proxy counts what clients do
 //!   (concurrent REQs, NEG-OPENs, EVENTs and bytes sent), can refuse NIP-77 the ways real
 //!   relays do ([`Nip77Mode`]), can inject hostile events before every EOSE, and can drop
-//!   the TCP connection on a client frame over a size limit (no close frame, like strfry).
+//!   the TCP connection on a client frame over a size limit (no close frame, like strfry),
+//!   and can inject seeded faults ([`FaultPlan`]: drops, stalls, delays, reordered,
+//!   duplicated, junk, truncated and oversized frames, NOTICE/CLOSED with every NIP-01
+//!   prefix, NEG-ERR refusals, forged and off-filter events, endless negentropy), switched
+//!   off at run time with [`TestRelay::stop_faults`].
 //!   The same listener serves a NIP-11 document, or stalls NIP-11 requests. A preset
 //!   emulates strfry's limits ([`TestRelayConfig::strfry`]). `stop` / `restart` are
 //!   deterministic (our own accept loop; `LocalRelay::run`/`shutdown` are never used).
@@ -22,13 +26,19 @@
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 mod client;
+mod endless;
+mod faults;
+mod inject;
 mod nip34;
 mod proxy;
 mod relay;
+mod rng;
 
 pub use client::{connect_client, try_connect_client, Client, RecvError, RECV_TIMEOUT};
+pub use faults::{FaultCounts, FaultPlan, NIP01_PREFIXES};
 pub use nip34::{announcement, loopback_engine_config, sign, tag};
 pub use relay::{Nip77Mode, TestRelay, TestRelayConfig};
+pub use rng::SeededRng;
 
 use nostr::prelude::*;
 

@@ -3,22 +3,25 @@
 //! The client's WebSocket ends here; the relay gets the other end of an in-memory
 //! `tokio::io::duplex` pipe through `LocalRelay::take_connection` (no second socket). Frames
 //! are forwarded both ways; only the first two JSON array elements (message type and
-//! subscription id) are looked at, so large event streams stay cheap.
+//! subscription id) are looked at, so large event streams stay cheap. A [`FaultPlan`]
+//! (decided in [`super::inject`]) injects faults, relay -> client mainly.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{FutureExt as _, SinkExt as _, StreamExt as _};
-use tokio::io::DuplexStream;
+use tokio::io::{AsyncReadExt as _, DuplexStream};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
+use super::faults::{FaultPlan, FaultStats};
+use super::inject::{ClientVerdict, ConnFaults, Out};
 use super::relay::{r44, Nip77Mode, TestRelayConfig};
 
 /// In-memory pipe capacity between the proxy and the relay session.
@@ -40,6 +43,12 @@ pub(crate) struct Shared {
     pub(crate) max_frame_bytes: Option<usize>,
     /// Counters.
     pub(crate) stats: Stats,
+    /// [`TestRelayConfig::faults`].
+    pub(crate) faults: Option<FaultPlan>,
+    /// Faults are injected (with a plan) while this is set.
+    pub(crate) faults_on: AtomicBool,
+    /// What the faults did.
+    pub(crate) fault_stats: FaultStats,
 }
 
 impl Shared {
@@ -52,7 +61,15 @@ impl Shared {
             nip11_stall: config.nip11_stall,
             max_frame_bytes: config.max_frame_bytes,
             stats: Stats::default(),
+            faults: config.faults.clone(),
+            faults_on: AtomicBool::new(config.faults.is_some()),
+            fault_stats: FaultStats::default(),
         }
+    }
+
+    /// Whether faults are injected now (a plan, and not stopped).
+    pub(crate) fn faults_active(&self) -> bool {
+        self.faults.is_some() && self.faults_on.load(Ordering::SeqCst)
     }
 }
 
@@ -139,6 +156,17 @@ enum Verdict {
     Swallow,
 }
 
+/// How the relay → client side of the pump goes on.
+enum Flow {
+    Continue,
+    /// The client is gone (a send failed, or the relay closed).
+    End,
+    /// Drop the TCP connection now.
+    Drop,
+    /// Stall the connection now.
+    Stall,
+}
+
 async fn pump(
     mut client: WebSocketStream<TcpStream>,
     mut upstream: WebSocketStream<DuplexStream>,
@@ -146,6 +174,7 @@ async fn pump(
 ) {
     // Sub ids of the REQs open on this connection.
     let mut open: HashSet<String> = HashSet::new();
+    let mut faults = ConnFaults::new(shared.faults.as_ref(), &shared.fault_stats);
     loop {
         tokio::select! {
             msg = client.next() => {
@@ -159,20 +188,22 @@ async fn pump(
                     }
                 }
                 match msg {
-                    Message::Text(text) => match from_client(text.as_str(), &mut open, shared) {
-                        Verdict::Forward => {
-                            if upstream.send(Message::Text(text)).await.is_err() {
-                                break;
+                    Message::Text(text) => {
+                        match from_client(text.as_str(), &mut open, &mut faults, shared) {
+                            Verdict::Forward => {
+                                if upstream.send(Message::Text(text)).await.is_err() {
+                                    break;
+                                }
                             }
-                        }
-                        Verdict::Reply(reply) => {
-                            let sent = to_client(&mut client, reply.into(), false, shared).await;
-                            if sent.is_err() || client.flush().await.is_err() {
-                                break;
+                            Verdict::Reply(reply) => {
+                                let sent = to_client(&mut client, reply.into(), false, shared).await;
+                                if sent.is_err() || client.flush().await.is_err() {
+                                    break;
+                                }
                             }
+                            Verdict::Swallow => {}
                         }
-                        Verdict::Swallow => {}
-                    },
+                    }
                     Message::Binary(bytes) => {
                         if upstream.send(Message::Binary(bytes)).await.is_err() {
                             break;
@@ -192,27 +223,39 @@ async fn pump(
                 let mut next = Some(first);
                 let mut forwarded = 0;
                 while let Some(msg) = next.take() {
-                    let sent = match msg {
-                        Message::Text(text) => from_relay(&mut client, text, &mut open, shared).await,
+                    let flow = match msg {
+                        Message::Text(text) => {
+                            from_relay(&mut client, &mut upstream, text, &mut open, &mut faults, shared)
+                                .await
+                        }
                         Message::Binary(bytes) => {
                             let len = bytes.len() as u64;
                             shared.stats.bytes_sent.fetch_add(len, Ordering::SeqCst);
-                            client.feed(Message::Binary(bytes)).await
+                            ended(client.feed(Message::Binary(bytes)).await)
                         }
                         Message::Close(frame) => {
                             let _ = client.send(Message::Close(frame)).await;
                             return;
                         }
-                        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => Ok(()),
+                        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => Flow::Continue,
                     };
-                    if sent.is_err() {
-                        return;
+                    match flow {
+                        Flow::Continue => {}
+                        Flow::End => return,
+                        Flow::Drop => return drop_connection(client),
+                        Flow::Stall => return stall(client, upstream).await,
                     }
                     forwarded += 1;
                     if forwarded < BATCH {
                         if let Some(Some(Ok(msg))) = upstream.next().now_or_never() {
                             next = Some(msg);
                         }
+                    }
+                }
+                // End of a burst: a frame held back for reordering goes out now.
+                if let Some(Out::Text(text, is_event)) = faults.release() {
+                    if to_client(&mut client, text.into(), is_event, shared).await.is_err() {
+                        break;
                     }
                 }
                 if client.flush().await.is_err() {
@@ -222,6 +265,13 @@ async fn pump(
         }
     }
     // Dropping both streams: the client sees the TCP connection end, the relay sees EOF.
+}
+
+fn ended(sent: Result<(), WsError>) -> Flow {
+    match sent {
+        Ok(()) => Flow::Continue,
+        Err(_) => Flow::End,
+    }
 }
 
 /// Record a client frame of `len` payload bytes in the stats; `true` (and counted in
@@ -243,11 +293,46 @@ fn drop_connection(client: WebSocketStream<TcpStream>) {
     drop(client);
 }
 
-/// Client -> relay: count, and apply the NIP-77 mode.
-fn from_client(text: &str, open: &mut HashSet<String>, shared: &Shared) -> Verdict {
+/// A half-open connection: the relay session ends, nothing more reaches the client (not
+/// even a pong: the client's bytes are read raw and discarded, below the WebSocket layer),
+/// and the socket stays open until the client closes it (or the relay stops).
+async fn stall(mut client: WebSocketStream<TcpStream>, upstream: WebSocketStream<DuplexStream>) {
+    drop(upstream);
+    let socket = client.get_mut();
+    let mut sink = [0u8; 4096];
+    loop {
+        match socket.read(&mut sink).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Client -> relay: count, apply the fault plan's NIP-77 faults and the NIP-77 mode.
+fn from_client(
+    text: &str,
+    open: &mut HashSet<String>,
+    faults: &mut ConnFaults,
+    shared: &Shared,
+) -> Verdict {
     let Some((kind, sub)) = head(text) else {
         return Verdict::Forward;
     };
+    match faults.on_client(
+        &kind,
+        sub.as_deref(),
+        shared.faults_active(),
+        &shared.fault_stats,
+    ) {
+        ClientVerdict::Pass => {}
+        ClientVerdict::Reply(reply) => {
+            if kind == "NEG-OPEN" {
+                shared.stats.neg_opens.fetch_add(1, Ordering::SeqCst);
+            }
+            return Verdict::Reply(reply);
+        }
+        ClientVerdict::Swallow => return Verdict::Swallow,
+    }
     let stats = &shared.stats;
     match kind.as_ref() {
         "REQ" => {
@@ -290,34 +375,76 @@ fn from_client(text: &str, open: &mut HashSet<String>, shared: &Shared) -> Verdi
     }
 }
 
-/// Relay -> client: count, inject hostile events before EOSE, forward (fed, not flushed).
+/// Relay -> client: count, inject hostile events before EOSE, apply the fault plan, forward
+/// (fed, not flushed, except before a pause).
 async fn from_relay(
     client: &mut WebSocketStream<TcpStream>,
+    upstream: &mut WebSocketStream<DuplexStream>,
     text: Utf8Bytes,
     open: &mut HashSet<String>,
+    faults: &mut ConnFaults,
     shared: &Shared,
-) -> Result<(), WsError> {
-    let mut is_event = false;
-    if let Some((kind, sub)) = head(text.as_str()) {
-        match kind.as_ref() {
-            "EVENT" => is_event = true,
-            "EOSE" if !shared.hostile.is_empty() => {
-                let sub = serde_json::to_string(sub.as_deref().unwrap_or_default())
-                    .expect("string to JSON");
-                for event in &shared.hostile {
-                    let injected = format!(r#"["EVENT",{sub},{event}]"#);
-                    to_client(client, injected.into(), true, shared).await?;
-                }
-            }
-            "CLOSED" => {
-                if let Some(sub) = sub {
-                    open.remove(sub.as_ref());
-                }
-            }
-            _ => {}
+) -> Flow {
+    let Some((kind, sub)) = head(text.as_str()) else {
+        return ended(to_client(client, text, false, shared).await);
+    };
+    let (kind, sub) = (kind.into_owned(), sub.map(Cow::into_owned));
+    if let Some(sub) = &sub {
+        if matches!(kind.as_str(), "EVENT" | "EOSE" | "CLOSED") && faults.is_killed(sub) {
+            // Closed by an injected CLOSED: the relay had not seen our CLOSE yet.
+            return Flow::Continue;
         }
     }
-    to_client(client, text, is_event, shared).await
+    match kind.as_str() {
+        "EOSE" if !shared.hostile.is_empty() => {
+            let sub =
+                serde_json::to_string(sub.as_deref().unwrap_or_default()).expect("string to JSON");
+            for event in &shared.hostile {
+                let injected = format!(r#"["EVENT",{sub},{event}]"#);
+                if to_client(client, injected.into(), true, shared)
+                    .await
+                    .is_err()
+                {
+                    return Flow::End;
+                }
+            }
+        }
+        "CLOSED" => {
+            if let Some(sub) = &sub {
+                open.remove(sub);
+            }
+        }
+        _ => {}
+    }
+    let text = text.as_str().to_owned();
+    let active = shared.faults_active();
+    let stats = &shared.fault_stats;
+    for out in faults.on_relay(text, &kind, sub.as_deref(), open, active, stats) {
+        let sent = match out {
+            Out::Text(text, is_event) => to_client(client, text.into(), is_event, shared).await,
+            Out::Binary(bytes) => {
+                let len = bytes.len() as u64;
+                shared.stats.bytes_sent.fetch_add(len, Ordering::SeqCst);
+                client.feed(Message::Binary(bytes.into())).await
+            }
+            Out::Upstream(text) => {
+                // The relay gone is seen on its side of the select.
+                let _ = upstream.send(Message::text(text)).await;
+                Ok(())
+            }
+            Out::Pause(pause) => {
+                let flushed = client.flush().await;
+                tokio::time::sleep(pause).await;
+                flushed
+            }
+            Out::Drop => return Flow::Drop,
+            Out::Stall => return Flow::Stall,
+        };
+        if sent.is_err() {
+            return Flow::End;
+        }
+    }
+    Flow::Continue
 }
 
 async fn to_client(

@@ -12,6 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 
+use super::faults::{FaultCounts, FaultPlan};
 use super::proxy::{self, Shared};
 
 /// The relay side: nostr 0.44 types, all through the relay-builder prelude.
@@ -37,7 +38,8 @@ pub enum Nip77Mode {
 }
 
 /// Configuration of a [`TestRelay`]. `Default`: NIP-77 served, relay-builder limits except
-/// writes (unlimited), no frame size limit, no NIP-11 document, no hostile events.
+/// writes (unlimited), no frame size limit, no NIP-11 document, no hostile events, no
+/// faults.
 /// [`TestRelayConfig::strfry`]: strfry's limits, as far as the proxy can emulate them.
 #[derive(Debug, Clone, Default)]
 pub struct TestRelayConfig {
@@ -72,9 +74,20 @@ pub struct TestRelayConfig {
     /// Raw JSON event objects injected as `["EVENT",<sub_id>,<ev>]` before every EOSE the
     /// proxy forwards (forged / off-filter event tests). Not stored in the database.
     pub hostile: Vec<String>,
+    /// Seeded faults the proxy injects ([`FaultPlan`]), from the start until
+    /// [`TestRelay::stop_faults`]. None: none.
+    pub faults: Option<FaultPlan>,
 }
 
 impl TestRelayConfig {
+    /// This configuration with `plan`'s faults.
+    pub fn with_faults(self, plan: FaultPlan) -> TestRelayConfig {
+        TestRelayConfig {
+            faults: Some(plan),
+            ..self
+        }
+    }
+
     /// strfry's `relay.maxWebsocketPayloadSize` (131 072 bytes), advertised as NIP-11
     /// `limitation.max_message_length`.
     pub const STRFRY_MAX_MESSAGE_LENGTH: usize = 131_072;
@@ -106,7 +119,8 @@ impl TestRelayConfig {
     /// * an oversized frame is read completely before the connection is dropped (strfry can
     ///   cut it while the client is still sending, so the client may see a write error).
     ///
-    /// Combine with struct update syntax, e.g. a stalling strfry:
+    /// Combine with struct update syntax (or [`TestRelayConfig::with_faults`]), e.g. a
+    /// stalling strfry:
     /// `TestRelayConfig { nip11_stall: true, ..TestRelayConfig::strfry() }`.
     pub fn strfry() -> TestRelayConfig {
         let nip11 = serde_json::json!({
@@ -141,7 +155,8 @@ struct Server {
 }
 
 /// A nostr-relay-builder 0.44.1 `LocalRelay` served on `127.0.0.1:<port>` by our own
-/// listener, with a counting / NIP-77-refusing / hostile-injecting proxy on every connection.
+/// listener, with a counting / NIP-77-refusing / hostile-injecting / fault-injecting proxy
+/// on every connection.
 ///
 /// Dropping it stops the listener and every connection (in the background; call
 /// [`TestRelay::stop`] to wait for it).
@@ -361,7 +376,40 @@ impl TestRelay {
             .load(Ordering::SeqCst)
     }
 
-    /// Reset every counter above to 0 (except `connections_open`).
+    /// Stop injecting faults: from now on every frame is forwarded as it comes (a connection
+    /// stalled before stays stalled; an endless negentropy session gets `NEG-ERR` at its
+    /// next message). The relay's frames for a subscription closed by an injected CLOSED
+    /// are still not forwarded until the client opens it again.
+    pub fn stop_faults(&self) {
+        self.shared.faults_on.store(false, Ordering::SeqCst);
+    }
+
+    /// Inject faults again (after [`TestRelay::stop_faults`]); no-op without a plan.
+    pub fn start_faults(&self) {
+        self.shared.faults_on.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether faults are being injected now.
+    pub fn faults_active(&self) -> bool {
+        self.shared.faults_active()
+    }
+
+    /// How many faults of each kind were injected so far (never reset).
+    pub fn fault_counts(&self) -> FaultCounts {
+        self.shared.fault_stats.snapshot()
+    }
+
+    /// Endless negentropy messages sent so far ([`FaultPlan::endless_negentropy`]).
+    pub fn endless_rounds_served(&self) -> u64 {
+        self.fault_counts().endless_rounds
+    }
+
+    /// Ids of the forged and off-filter events injected so far (the first 100 000).
+    pub fn injected_event_ids(&self) -> Vec<EventId> {
+        self.shared.fault_stats.injected_ids()
+    }
+
+    /// Reset every counter above to 0 (except `connections_open` and the fault counters).
     pub fn reset_counters(&self) {
         self.shared.stats.reset();
     }
