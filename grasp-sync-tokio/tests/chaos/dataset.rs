@@ -1,0 +1,337 @@
+//! The chaos test's data set, generated from the seed: demo-sized NIP-34 repositories on
+//! three remote relays, and the ids the own relay must end with, known by construction.
+//!
+//! What the sync must bring (the three layers of the spec, on the relays our repositories
+//! list; every remote is listed by some repository, so every remote is connected):
+//!
+//! - Layer 1: every announcement (30617) and state (30618) on any remote, also a
+//!   stranger's repository that does not list us;
+//! - Layer 2: events tagging (`a`) one of our repositories, on a relay that repository
+//!   lists;
+//! - Layer 3: events tagging (`e`, `E`, `q`) a root event (patch 1617, pull request 1618,
+//!   issue 1621) of our repositories, on a relay the repository lists.
+//!
+//! And what it must not: notes without tags, the stranger's issues and their replies, and
+//! events tagging our repository on a remote the repository does not list.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use nostr::prelude::*;
+
+use crate::support::{sign, tag, SeededRng};
+
+/// Our repositories: the remotes each lists, and whether its maintainer also publishes
+/// the announcement to the own relay (otherwise the sync discovers it, Layer 1).
+const REPOS: [(&[usize], bool); 6] = [
+    (&[0, 1, 2], true),
+    (&[0, 1], true),
+    (&[1, 2], true),
+    (&[0], true),
+    (&[2], false),
+    (&[0, 2], false),
+];
+/// Issues, patches and pull requests per repository.
+const ISSUES: usize = 20;
+const PATCHES: usize = 8;
+const PULL_REQUESTS: usize = 4;
+/// Issues of a repository placed on a remote it does not list (not synced).
+const MISPLACED: usize = 3;
+/// Tagless notes spread over the remotes.
+const NOISE: usize = 120;
+/// The stranger's issues (its repository does not list us).
+const STRANGER_ISSUES: usize = 10;
+
+/// One of our repositories.
+pub(crate) struct Repo {
+    /// `30617:<pubkey>:<d>`.
+    pub(crate) coordinate: String,
+    /// The remotes it lists (indices).
+    pub(crate) remotes: Vec<usize>,
+    /// Its root events.
+    pub(crate) roots: Vec<EventId>,
+}
+
+/// The generated data set.
+pub(crate) struct DataSet {
+    /// Published to the own relay before the sync starts (announcements).
+    pub(crate) own: Vec<Event>,
+    /// What each remote holds.
+    pub(crate) remotes: Vec<Vec<Event>>,
+    /// What the own relay must hold in the end.
+    pub(crate) expected: BTreeSet<EventId>,
+    /// Kind and a short description of every generated event (for failure messages).
+    pub(crate) described: BTreeMap<EventId, String>,
+    /// Our repositories (the live publisher adds to them).
+    pub(crate) repos: Vec<Repo>,
+    /// Authors of issues and replies.
+    pub(crate) users: Vec<Keys>,
+}
+
+impl DataSet {
+    /// Generates the data set for `own` and `remotes` from `rng`, timestamps from `base`.
+    pub(crate) fn generate(
+        rng: &mut SeededRng,
+        own: &RelayUrl,
+        remotes: &[RelayUrl],
+        base: u64,
+    ) -> DataSet {
+        let users: Vec<Keys> = (0..4).map(|_| rng.keys()).collect();
+        let mut set = DataSet {
+            own: Vec::new(),
+            remotes: vec![Vec::new(); remotes.len()],
+            expected: BTreeSet::new(),
+            described: BTreeMap::new(),
+            repos: Vec::new(),
+            users,
+        };
+        let mut clock = Clock::from(base);
+        for (index, (listed, on_own)) in REPOS.iter().enumerate() {
+            set.repository(rng, &mut clock, own, remotes, index, listed, *on_own);
+        }
+        set.stranger(rng, &mut clock, remotes);
+        for n in 0..NOISE {
+            let author = rng.pick(&set.users).clone();
+            let note = sign(&author, 1, &format!("noise {n}"), Vec::new(), clock.next());
+            let remote = rng.below(remotes.len() as u64) as usize;
+            set.place(&note, &[remote], false, "noise note");
+        }
+        set
+    }
+
+    /// Records `event` on `on` (remotes), expected or not.
+    pub(crate) fn place(&mut self, event: &Event, on: &[usize], expected: bool, what: &str) {
+        for remote in on {
+            self.remotes[*remote].push(event.clone());
+        }
+        if expected {
+            self.expected.insert(event.id);
+        }
+        let expected = if expected { "expected" } else { "not expected" };
+        self.described.insert(
+            event.id,
+            format!("kind {} {what} on remotes {on:?} ({expected})", event.kind),
+        );
+    }
+
+    /// A non-empty random subset of `of`.
+    pub(crate) fn subset(rng: &mut SeededRng, of: &[usize]) -> Vec<usize> {
+        loop {
+            let chosen: Vec<usize> = of.iter().copied().filter(|_| rng.chance(0.6)).collect();
+            if !chosen.is_empty() {
+                return chosen;
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn repository(
+        &mut self,
+        rng: &mut SeededRng,
+        clock: &mut Clock,
+        own: &RelayUrl,
+        remotes: &[RelayUrl],
+        index: usize,
+        listed: &[usize],
+        on_own: bool,
+    ) {
+        let maintainer = rng.keys();
+        let identifier = format!("chaos-{index}");
+        let mut relays = vec![own.to_string()];
+        relays.extend(listed.iter().map(|r| remotes[*r].to_string()));
+        let relays: Vec<&str> = std::iter::once("relays")
+            .chain(relays.iter().map(String::as_str))
+            .collect();
+        let announcement = sign(
+            &maintainer,
+            30617,
+            "",
+            vec![tag(&["d", &identifier]), tag(&relays)],
+            clock.next(),
+        );
+        if on_own {
+            self.own.push(announcement.clone());
+            self.expected.insert(announcement.id);
+        }
+        self.place(&announcement, listed, true, "announcement");
+        let state = sign(
+            &maintainer,
+            30618,
+            "",
+            vec![
+                tag(&["d", &identifier]),
+                tag(&["refs/heads/main", &"ab".repeat(20)]),
+            ],
+            clock.next(),
+        );
+        self.place(&state, listed, true, "state");
+        let coordinate = format!("30617:{}:{identifier}", maintainer.public_key().to_hex());
+        self.repos.push(Repo {
+            coordinate: coordinate.clone(),
+            remotes: listed.to_vec(),
+            roots: Vec::new(),
+        });
+        let kinds = std::iter::repeat_n(1621, ISSUES)
+            .chain(std::iter::repeat_n(1617, PATCHES))
+            .chain(std::iter::repeat_n(1618, PULL_REQUESTS));
+        for (n, kind) in kinds.enumerate() {
+            let author = rng.pick(&self.users).clone();
+            let root = sign(
+                &author,
+                kind,
+                &format!("{coordinate} root {n}"),
+                vec![tag(&["a", &coordinate])],
+                clock.next(),
+            );
+            let on = Self::subset(rng, listed);
+            self.place(&root, &on, true, "root");
+            self.repos[index].roots.push(root.id);
+            self.replies(rng, clock, index, &root);
+        }
+        let unlisted: Vec<usize> = (0..remotes.len()).filter(|r| !listed.contains(r)).collect();
+        if !unlisted.is_empty() {
+            for n in 0..MISPLACED {
+                let author = rng.pick(&self.users).clone();
+                let issue = sign(
+                    &author,
+                    1621,
+                    &format!("{coordinate} misplaced {n}"),
+                    vec![tag(&["a", &coordinate])],
+                    clock.next(),
+                );
+                let on = [*rng.pick(&unlisted)];
+                self.place(
+                    &issue,
+                    &on,
+                    false,
+                    "issue on a remote its repository does not list",
+                );
+            }
+        }
+    }
+
+    /// Replies, a reaction, a quote and (for a pull request) an update to `root` of repo
+    /// `index`, each on a random subset of the repository's remotes.
+    pub(crate) fn replies(
+        &mut self,
+        rng: &mut SeededRng,
+        clock: &mut Clock,
+        index: usize,
+        root: &Event,
+    ) {
+        let listed = self.repos[index].remotes.clone();
+        let coordinate = self.repos[index].coordinate.clone();
+        let root_hex = root.id.to_hex();
+        let author = rng.pick(&self.users).clone();
+        let mut replies = vec![
+            sign(
+                &author,
+                1111,
+                "a comment",
+                vec![
+                    tag(&["E", &root_hex]),
+                    tag(&["K", &root.kind.to_string()]),
+                    tag(&["P", &root.pubkey.to_hex()]),
+                ],
+                clock.next(),
+            ),
+            sign(
+                &author,
+                1622,
+                "a reply",
+                vec![tag(&["e", &root_hex])],
+                clock.next(),
+            ),
+        ];
+        if rng.chance(0.5) {
+            replies.push(sign(
+                &author,
+                7,
+                "+",
+                vec![tag(&["e", &root_hex])],
+                clock.next(),
+            ));
+        }
+        if rng.chance(0.3) {
+            replies.push(sign(
+                &author,
+                1,
+                "look at this",
+                vec![tag(&["q", &root_hex])],
+                clock.next(),
+            ));
+        }
+        if root.kind == Kind::Custom(1618) {
+            replies.push(sign(
+                &author,
+                1619,
+                "",
+                vec![tag(&["E", &root_hex]), tag(&["a", &coordinate])],
+                clock.next(),
+            ));
+        }
+        for reply in &replies {
+            let on = Self::subset(rng, &listed);
+            self.place(reply, &on, true, "reply to a root");
+        }
+    }
+
+    /// A stranger's repository listing remote 0 but not us: its announcement and state are
+    /// Layer 1 (synced), its issues and their replies are not.
+    fn stranger(&mut self, rng: &mut SeededRng, clock: &mut Clock, remotes: &[RelayUrl]) {
+        let stranger = rng.keys();
+        let announcement = sign(
+            &stranger,
+            30617,
+            "",
+            vec![
+                tag(&["d", "strangers"]),
+                tag(&["relays", remotes[0].as_str()]),
+            ],
+            clock.next(),
+        );
+        self.place(&announcement, &[0], true, "stranger's announcement");
+        let state = sign(
+            &stranger,
+            30618,
+            "",
+            vec![tag(&["d", "strangers"])],
+            clock.next(),
+        );
+        self.place(&state, &[0], true, "stranger's state");
+        let coordinate = format!("30617:{}:strangers", stranger.public_key().to_hex());
+        for n in 0..STRANGER_ISSUES {
+            let issue = sign(
+                &stranger,
+                1621,
+                &format!("stranger {n}"),
+                vec![tag(&["a", &coordinate])],
+                clock.next(),
+            );
+            self.place(&issue, &[0], false, "stranger's issue");
+            let reply = sign(
+                &stranger,
+                1111,
+                "stranger's reply",
+                vec![tag(&["E", &issue.id.to_hex()])],
+                clock.next(),
+            );
+            self.place(&reply, &[0], false, "reply to a stranger's issue");
+        }
+    }
+}
+
+/// Increasing timestamps, two events per second (no second holds a page).
+pub(crate) struct Clock(u64);
+
+impl Clock {
+    /// Timestamps from `base` on.
+    pub(crate) fn from(base: u64) -> Clock {
+        Clock(base.saturating_mul(2))
+    }
+
+    /// The next timestamp.
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 += 1;
+        self.0 / 2
+    }
+}
