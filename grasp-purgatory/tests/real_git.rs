@@ -173,11 +173,12 @@ async fn a_state_and_a_pr_are_released_from_the_second_url_when_the_first_lacks_
         format!("refs/nostr/{pr} {pr_tip}"),
         "the PR tip is under refs/nostr/<event id>"
     );
-    assert_eq!(
-        refs_under(&local, "refs/purgatory/"),
-        "",
-        "temporary refs are dropped"
-    );
+    events::eventually(
+        "temporary refs are dropped",
+        Duration::from_secs(10),
+        || refs_under(&local, "refs/purgatory/").is_empty(),
+    )
+    .await;
     assert_eq!(http.stats().fetches(), 1, "one fetch for both events");
     assert!(http.stats().v2_requests > 0);
     assert_eq!(relay.purgatory.held(), 0);

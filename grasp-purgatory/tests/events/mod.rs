@@ -13,6 +13,18 @@ pub fn spawn_run(
     tokio::spawn(async move { purgatory.run().await })
 }
 
+/// Polls `check` every 20 ms until it holds; panics naming `what` after `within`.
+pub async fn eventually(what: &str, within: std::time::Duration, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !check() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Signs an event of `kind` with these tags.
 pub fn sign(keys: &Keys, kind: u16, tags: Vec<Vec<String>>, at: u64) -> Event {
     let tags: Vec<Tag> = tags.into_iter().map(|t| Tag::parse(t).unwrap()).collect();
