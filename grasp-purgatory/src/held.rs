@@ -31,7 +31,7 @@ pub enum Origin {
 }
 
 impl Origin {
-    /// The name used in the persistence file.
+    /// The name used in the journal.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Origin::Submitted => "submitted",
@@ -39,7 +39,7 @@ impl Origin {
         }
     }
 
-    /// The origin named `text` in the persistence file.
+    /// The origin named `text` in the journal.
     pub(crate) fn parse(text: &str) -> Option<Self> {
         match text {
             "submitted" => Some(Origin::Submitted),
@@ -231,10 +231,14 @@ mod tests {
 
     #[test]
     fn a_pull_request_needs_its_tip_and_names_its_repository() {
-        let keys = Keys::generate();
-        let event = pull_request(&keys, &keys.public_key(), "r", &hex(7));
+        let (author, owner) = (Keys::generate(), Keys::generate());
+        let event = pull_request(&author, &owner.public_key(), "r", &hex(7));
         let held = hold_pull_request(event, Origin::Submitted, NOW).unwrap();
-        assert_eq!(held.repo, RepoRef::new(keys.public_key(), "r").unwrap());
+        assert_eq!(
+            held.repo,
+            RepoRef::new(owner.public_key(), "r").unwrap(),
+            "the repository it names, not its author's"
+        );
         assert_eq!(held.identifier(), "r");
         assert!(matches!(&held.kind, HeldKind::PullRequest { tip } if tip.as_str() == hex(7)));
     }
