@@ -101,3 +101,90 @@ async fn an_announcement_listing_1000_relays_connects_at_most_the_cap() {
     );
     assert!(own.event_ids().await.contains(&issue.id));
 }
+
+/// A relay that answers every NEG-MSG with another round that claims new
+/// ids and never finishes: the session is cut off at the round cap,
+/// counted, and the relay's events are synced by REQ all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_with_endless_negentropy_rounds_is_cut_off_counted_and_synced() {
+    let own = TestRelay::start(TestRelayConfig::default()).await;
+    let endless = TestRelay::start(
+        TestRelayConfig::default().with_faults(support::FaultPlan::endless_negentropy(7)),
+    )
+    .await;
+    let maintainer = Keys::generate();
+    let base = Timestamp::now().as_secs() - 1_000;
+    let alpha = announcement(&maintainer, "alpha", &[&own.url(), &endless.url()], base);
+    let repo = RepoRef::new(maintainer.public_key(), "alpha")
+        .unwrap()
+        .to_string();
+    let issues: Vec<Event> = (0..30)
+        .map(|n| {
+            sign(
+                &maintainer,
+                1621,
+                &format!("issue {n}"),
+                vec![tag(&["a", &repo])],
+                base + 1 + n,
+            )
+        })
+        .collect();
+    own.add_event(&alpha).await;
+    endless.add_event(&alpha).await;
+    endless.add_events(&issues).await;
+
+    let rounds = 40;
+    let mut config = loopback_engine_config();
+    config.max_negentropy_rounds = rounds;
+    let manager = SyncManager::builder()
+        .own_relay(own.url())
+        .engine_config(config)
+        .store(Arc::new(RelayStore::new(
+            own.url(),
+            Duration::from_secs(10),
+        )))
+        .build()
+        .unwrap();
+    let registry = manager.registry().clone();
+    let mut status = manager.status();
+    let shutdown = manager.shutdown_handle();
+    let run = tokio::spawn(manager.run());
+    tokio::time::timeout(WAIT, async {
+        status
+            .wait_for(|status| status.historic_sync_complete && status.root_events >= 30)
+            .await
+            .map(|_| ())
+    })
+    .await
+    .expect("historic sync completes despite the endless relay")
+    .expect("manager running");
+    shutdown.shutdown();
+    let summary = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let held = own.event_ids().await;
+    assert!(
+        issues.iter().all(|issue| held.contains(&issue.id)),
+        "the relay's events are synced by REQ after the cut"
+    );
+    assert!(summary.engine.negentropy_sessions_cut >= 1, "{summary:?}");
+    assert!(
+        counter(
+            &registry,
+            "ngit_sync_refused_total",
+            "negentropy_session_cut"
+        ) >= 1.0,
+        "the cut is counted in the metrics"
+    );
+    // Every session the relay kept going was answered at most `rounds`
+    // times: the endless rounds served stay within the cap per session.
+    let served = endless.fault_counts().endless_rounds;
+    let sessions = endless.neg_opens_seen() as u64;
+    assert!(sessions >= 1);
+    assert!(
+        served <= sessions * (u64::from(rounds) + 1),
+        "{served} rounds over {sessions} sessions"
+    );
+}
