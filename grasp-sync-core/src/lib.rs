@@ -84,6 +84,7 @@ pub mod nip34;
 pub mod pagination;
 pub mod planner;
 pub mod purgatory;
+pub mod resolve;
 pub mod store;
 pub mod transport;
 pub mod url_policy;

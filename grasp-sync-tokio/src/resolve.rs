@@ -3,28 +3,22 @@
 //! the name a second time (no DNS rebinding between the check and the
 //! connect), for the WebSocket and the NIP-11 request alike.
 //!
-//! Name resolution goes through a [`Resolver`] the caller can replace
+//! Name resolution goes through a [`Resolver`] (the core's trait, shared
+//! with purgatory's git fetches) the caller can replace
 //! ([`SyncManagerBuilder::resolver`](crate::SyncManagerBuilder::resolver));
 //! the system resolver is the default.
 
-use std::collections::{HashMap, HashSet};
-use std::fmt;
+use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+pub use grasp_sync_core::resolve::{Resolver, StaticResolver};
 use grasp_sync_core::url_policy::{RelayUrlPolicy, UrlPolicyError};
 use nostr::prelude::RelayUrl;
 use nostr::types::url::{Host, Url};
 use tokio::net::TcpStream;
-
-/// Turns a host name into addresses.
-#[async_trait]
-pub trait Resolver: Send + Sync + fmt::Debug {
-    /// The addresses of `host` (a name, never an IP literal) at `port`.
-    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>>;
-}
 
 /// The operating system's resolver (`getaddrinfo`, through tokio).
 #[derive(Clone, Copy, Debug, Default)]
@@ -34,41 +28,6 @@ pub struct SystemResolver;
 impl Resolver for SystemResolver {
     async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
         Ok(tokio::net::lookup_host((host, port)).await?.collect())
-    }
-}
-
-/// Fixed answers: each listed name resolves to its addresses, any other
-/// name to nothing. For tests, and for pinning relays to known addresses.
-#[derive(Clone, Debug, Default)]
-pub struct StaticResolver {
-    names: HashMap<String, Vec<IpAddr>>,
-}
-
-impl StaticResolver {
-    /// No names.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// `name` (case-insensitive) resolves to `addresses`.
-    pub fn with(mut self, name: &str, addresses: impl IntoIterator<Item = IpAddr>) -> Self {
-        self.names
-            .insert(name.to_ascii_lowercase(), addresses.into_iter().collect());
-        self
-    }
-}
-
-#[async_trait]
-impl Resolver for StaticResolver {
-    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
-        let addresses = self
-            .names
-            .get(&host.to_ascii_lowercase())
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "unknown name"))?;
-        Ok(addresses
-            .iter()
-            .map(|ip| SocketAddr::new(*ip, port))
-            .collect())
     }
 }
 

@@ -5,7 +5,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use nostr::types::url::Host;
 
-use super::{clip, host_key, normalize_domain, normalize_host_input, UrlPolicyError};
+use nostr::types::url::Url;
+use nostr::types::RelayUrl;
+
+use super::{
+    clip, effective_host, host_key, normalize_domain, normalize_host_input, UrlPolicyError,
+};
 
 /// Whether `ip` is an address no URL from a stranger may point at.
 ///
@@ -99,6 +104,22 @@ impl AddressRules {
             Host::Ipv6(ip) => check_address(IpAddr::V6(*ip)),
             Host::Domain(name) => check_host_name(&normalize_domain(name)),
         }
+    }
+}
+
+impl super::RelayUrlPolicy {
+    /// Checks an address `url`'s host resolved to: refused when it is one no
+    /// URL from a stranger may point at ([`is_forbidden_address`]), unless
+    /// local addresses or this host are allowed. Adapters call it for every
+    /// resolved address and connect only to one that passed.
+    pub fn check_resolved_address(
+        &self,
+        url: &RelayUrl,
+        address: IpAddr,
+    ) -> Result<(), UrlPolicyError> {
+        let url: &Url = url.into();
+        let host = effective_host(url)?;
+        self.address_rules.check_resolved(&host, address)
     }
 }
 

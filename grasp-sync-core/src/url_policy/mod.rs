@@ -171,20 +171,6 @@ impl RelayUrlPolicy {
         let host = effective_host(url)?;
         self.address_rules.check(&host)
     }
-
-    /// Checks an address `url`'s host resolved to: refused when it is one no
-    /// URL from a stranger may point at ([`is_forbidden_address`]), unless
-    /// local addresses or this host are allowed. Adapters call it for every
-    /// resolved address and connect only to one that passed.
-    pub fn check_resolved_address(
-        &self,
-        url: &RelayUrl,
-        address: IpAddr,
-    ) -> Result<(), UrlPolicyError> {
-        let url: &Url = url.into();
-        let host = effective_host(url)?;
-        self.address_rules.check_resolved(&host, address)
-    }
 }
 
 /// Checks that a git clone URL from a stranger's event may be handed to git.
