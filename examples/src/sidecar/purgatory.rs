@@ -51,7 +51,7 @@ pub(crate) fn build(
         .clone_policy(policy)
         .sink(Arc::new(StoreSink::new(store.clone())))
         .registry(registry.clone())
-        .persist_to(root.join("purgatory.txt"))
+        .persist_to(root.join("purgatory.journal"))
         .from_env()
         .map_err(|error| error.to_string())?
         .build()
