@@ -118,11 +118,16 @@ fn run_seed(seed: u64) {
 
 /// The engine on loopback, with short timeouts so faults are noticed in seconds: a silent
 /// NEG-OPEN after 3 s, a batch without progress after 10 s, rate limits for 1 s, failed
-/// work retried within 4 s.
+/// work retried within 4 s, and live filters that no longer fit a relay's (learned)
+/// limits polled every 3 s instead of every 5 minutes: faults lower the limits the engine
+/// learns (a drop after a large frame halves its frame budget, a refusal its subscription
+/// limit), and what does not fit live is polled; the poll, not the live subscription, then
+/// brings an event published meanwhile.
 fn engine_config() -> EngineConfig {
     let mut config = EngineConfig {
         negentropy_timeout: Duration::from_secs(3),
         batch_timeout: Duration::from_secs(10),
+        uncovered_poll_interval: Duration::from_secs(3),
         ..loopback_engine_config()
     };
     config.health.rate_limit_cooldown = Duration::from_secs(1);

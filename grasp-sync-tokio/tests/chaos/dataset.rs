@@ -107,9 +107,22 @@ impl DataSet {
             self.expected.insert(event.id);
         }
         let expected = if expected { "expected" } else { "not expected" };
+        let refers: Vec<String> = event
+            .tags
+            .iter()
+            .filter_map(|tag| match tag.as_slice() {
+                [name, value, ..] if ["a", "e", "E", "q"].contains(&name.as_str()) => {
+                    Some(format!("{name}:{value}"))
+                }
+                _ => None,
+            })
+            .collect();
         self.described.insert(
             event.id,
-            format!("kind {} {what} on remotes {on:?} ({expected})", event.kind),
+            format!(
+                "kind {} {what} on remotes {on:?} ({expected}), created_at {}, tags {refers:?}",
+                event.kind, event.created_at
+            ),
         );
     }
 
