@@ -84,11 +84,19 @@ impl SyncEngine {
     /// history query) was read completely on the current connection: the
     /// catch-up point moves to now, and the live subscription keeps it
     /// moving until the connection drops.
+    ///
+    /// The history read is one batch: what it brought is planned now, not
+    /// after the batch window (which is for live events), so a start does
+    /// not wait the window before the first event is synced.
     pub fn handle_own_history_complete(&mut self, now: Now) {
         self.observe(now);
         if self.own.connected {
             self.own.history_complete = true;
             self.own.caught_up_to = Some(now.unix);
+            if self.own.batch_deadline.is_some() {
+                self.process_own_batch(now);
+                self.maintain(now);
+            }
         }
     }
 
