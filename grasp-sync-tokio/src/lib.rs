@@ -57,4 +57,4 @@ pub use nostr_database;
 pub use prometheus;
 pub use resolve::{DialError, Resolver, StaticResolver, SystemResolver};
 pub use status::{RelayStatus, SyncStatus};
-pub use store::RelayStore;
+pub use store::{RelayStore, INGEST_WINDOW};

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use grasp_sync_core::engine::StoreVerdict;
 use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
 use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId, Timestamp};
@@ -39,37 +40,54 @@ pub(super) enum StoreResult {
     },
 }
 
-/// Runs store jobs one at a time until the job channel closes or shutdown.
+/// Store jobs running at once: a store that pipelines ([`RelayStore`]
+/// keeps many events in flight on one connection, a database batches) gets
+/// that many requests without waiting for each answer.
+///
+/// [`RelayStore`]: crate::RelayStore
+pub(super) const STORE_WINDOW: usize = 256;
+
+/// Runs up to [`STORE_WINDOW`] store jobs at once, answering each as it
+/// completes (in any order: the engine matches answers by event id), until
+/// the job channel closes or shutdown.
 pub(super) async fn store_worker(
     store: Arc<dyn EventStore>,
     mut jobs: mpsc::Receiver<StoreJob>,
     results: mpsc::Sender<StoreResult>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    loop {
-        let job = tokio::select! {
-            job = jobs.recv() => job,
-            _ = shutdown.changed() => return,
-        };
-        let Some(job) = job else {
-            return;
-        };
-        let result = match job {
-            StoreJob::Ingest { relay, event } => StoreResult::Ingested {
-                outcome: store.ingest(&event).await,
-                id: event.id,
-                relay,
-            },
-            StoreJob::Items { relay, id, filter } => StoreResult::Items {
-                items: store.negentropy_items(&filter).await,
-                relay,
-                id,
-            },
-        };
+    let mut running = FuturesUnordered::new();
+    let mut open = true;
+    while open || !running.is_empty() {
         tokio::select! {
-            _ = results.send(result) => {}
+            job = jobs.recv(), if open && running.len() < STORE_WINDOW => match job {
+                Some(job) => running.push(run(store.clone(), job)),
+                None => open = false,
+            },
+            Some(result) = running.next(), if !running.is_empty() => {
+                tokio::select! {
+                    _ = results.send(result) => {}
+                    _ = shutdown.changed() => return,
+                }
+            }
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+/// One store job and its answer.
+async fn run(store: Arc<dyn EventStore>, job: StoreJob) -> StoreResult {
+    match job {
+        StoreJob::Ingest { relay, event } => StoreResult::Ingested {
+            outcome: store.ingest(&event).await,
+            id: event.id,
+            relay,
+        },
+        StoreJob::Items { relay, id, filter } => StoreResult::Items {
+            items: store.negentropy_items(&filter).await,
+            relay,
+            id,
+        },
     }
 }
 

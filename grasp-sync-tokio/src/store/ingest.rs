@@ -1,0 +1,211 @@
+//! Publishing to the store relay, pipelined: up to [`INGEST_WINDOW`] events
+//! are sent without waiting, each answered when its `OK` comes (matched by
+//! id, in any order). The same event asked twice while in flight is sent
+//! once and both callers get its answer. A connection that fails, closes,
+//! or leaves the oldest event unanswered for the timeout is dropped: every
+//! event waiting on it is answered with the failure (the engine retries),
+//! and the next event reconnects.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use grasp_sync_core::store::{IngestOutcome, StoreError};
+use nostr::prelude::{ClientMessage, Event, EventId, RelayMessage, RelayUrl};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+
+use super::query::{connect, send};
+use super::{Reply, Socket, INGEST_WINDOW};
+
+/// An event to publish and where its answer goes.
+#[derive(Debug)]
+pub(super) struct Ingest(pub(super) Box<Event>, pub(super) Reply<IngestOutcome>);
+
+/// The events sent and not answered yet.
+#[derive(Debug, Default)]
+struct InFlight {
+    replies: HashMap<EventId, Vec<Reply<IngestOutcome>>>,
+    /// Send order, for the oldest deadline (answered ids are skipped).
+    sent: VecDeque<(EventId, Instant)>,
+}
+
+impl InFlight {
+    fn len(&self) -> usize {
+        self.replies.len()
+    }
+
+    /// When the oldest unanswered event times out.
+    fn deadline(&mut self, timeout: Duration) -> Option<Instant> {
+        while let Some((id, _)) = self.sent.front() {
+            if self.replies.contains_key(id) {
+                break;
+            }
+            self.sent.pop_front();
+        }
+        self.sent.front().map(|(_, at)| *at + timeout)
+    }
+
+    fn answer(&mut self, id: &EventId, outcome: IngestOutcome) {
+        for reply in self.replies.remove(id).into_iter().flatten() {
+            let _ = reply.send(Ok(outcome.clone()));
+        }
+    }
+
+    /// Answers every waiting event with `error`.
+    fn fail_all(&mut self, error: &StoreError) {
+        for (_, replies) in self.replies.drain() {
+            for reply in replies {
+                let _ = reply.send(Err(error.clone()));
+            }
+        }
+        self.sent.clear();
+    }
+}
+
+/// The ingest connection's task.
+pub(super) async fn serve(relay: RelayUrl, timeout: Duration, mut ingests: mpsc::Receiver<Ingest>) {
+    let mut socket: Option<Socket> = None;
+    let mut in_flight = InFlight::default();
+    loop {
+        let deadline = in_flight.deadline(timeout);
+        tokio::select! {
+            ingest = ingests.recv(), if in_flight.len() < INGEST_WINDOW => {
+                let Some(Ingest(event, reply)) = ingest else {
+                    break;
+                };
+                if let Some(replies) = in_flight.replies.get_mut(&event.id) {
+                    replies.push(reply);
+                    continue;
+                }
+                if socket.is_none() {
+                    socket = connect(&relay, timeout).await;
+                }
+                let Some(ws) = socket.as_mut() else {
+                    let _ = reply.send(Err(StoreError::unavailable("cannot connect to the store relay")));
+                    continue;
+                };
+                match send(ws, ClientMessage::Event(std::borrow::Cow::Borrowed(&event))).await {
+                    Ok(()) => {
+                        in_flight.replies.insert(event.id, vec![reply]);
+                        in_flight.sent.push_back((event.id, Instant::now()));
+                    }
+                    Err(error) => {
+                        let _ = reply.send(Err(error.clone()));
+                        in_flight.fail_all(&error);
+                        socket = None;
+                    }
+                }
+            }
+            answer = next_answer(&mut socket), if in_flight.len() > 0 => match answer {
+                Ok(Some((id, outcome))) => in_flight.answer(&id, outcome),
+                Ok(None) => {}
+                Err(error) => {
+                    in_flight.fail_all(&error);
+                    socket = None;
+                }
+            },
+            _ = sleep_until(deadline) => {
+                in_flight.fail_all(&StoreError::TimedOut(timeout));
+                socket = None;
+            }
+        }
+    }
+    // The store is gone: whatever still waits is answered.
+    in_flight.fail_all(&StoreError::Stopped);
+}
+
+/// Sleeps until `deadline`, or for ever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next `OK` on the connection (`None` for any other message); pending
+/// for ever without a connection.
+async fn next_answer(
+    socket: &mut Option<Socket>,
+) -> Result<Option<(EventId, IngestOutcome)>, StoreError> {
+    let Some(ws) = socket.as_mut() else {
+        return std::future::pending().await;
+    };
+    match ws.next().await {
+        Some(Ok(Message::Text(text))) => Ok(match RelayMessage::from_json(text.as_str()) {
+            Ok(RelayMessage::Ok {
+                event_id,
+                status,
+                message,
+            }) => Some((event_id, outcome(status, &message))),
+            _ => None,
+        }),
+        Some(Ok(Message::Close(_))) | None => {
+            Err(StoreError::unavailable("store relay closed the connection"))
+        }
+        Some(Ok(_)) => Ok(None),
+        Some(Err(error)) => Err(StoreError::unavailable(error)),
+    }
+}
+
+/// What an `OK` says: stored, a duplicate, or refused with its reason.
+fn outcome(status: bool, message: &str) -> IngestOutcome {
+    match (status, message.starts_with("duplicate:")) {
+        (true, false) => IngestOutcome::Stored,
+        (_, true) => IngestOutcome::Duplicate,
+        (false, false) => IngestOutcome::Rejected {
+            reason: message.to_owned(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ok_messages_map_to_outcomes() {
+        assert_eq!(outcome(true, ""), IngestOutcome::Stored);
+        assert_eq!(
+            outcome(true, "duplicate: have it"),
+            IngestOutcome::Duplicate
+        );
+        assert_eq!(
+            outcome(false, "duplicate: have it"),
+            IngestOutcome::Duplicate
+        );
+        assert_eq!(
+            outcome(false, "blocked: no"),
+            IngestOutcome::Rejected {
+                reason: "blocked: no".into()
+            }
+        );
+    }
+
+    #[test]
+    fn the_deadline_is_the_oldest_unanswered_event() {
+        let mut in_flight = InFlight::default();
+        let start = Instant::now();
+        let (a, b) = (
+            EventId::from_byte_array([0; 32]),
+            EventId::from_byte_array([1; 32]),
+        );
+        for (id, offset) in [(a, 0), (b, 5)] {
+            let (reply, _answer) = tokio::sync::oneshot::channel();
+            in_flight.replies.insert(id, vec![reply]);
+            in_flight
+                .sent
+                .push_back((id, start + Duration::from_secs(offset)));
+        }
+        let timeout = Duration::from_secs(10);
+        assert_eq!(in_flight.deadline(timeout), Some(start + timeout));
+        in_flight.answer(&a, IngestOutcome::Stored);
+        assert_eq!(
+            in_flight.deadline(timeout),
+            Some(start + Duration::from_secs(15))
+        );
+        in_flight.answer(&b, IngestOutcome::Stored);
+        assert_eq!(in_flight.deadline(timeout), None);
+    }
+}

@@ -1,0 +1,157 @@
+//! A store that is the own relay itself, reached over WebSocket: ingesting an
+//! event publishes it and reports the relay's `OK` (stored, duplicate or
+//! rejected with its reason); listing items for negentropy reads the relay's
+//! events matching the filter page by page (`until` pagination: strfry and
+//! nostr-relay-builder clamp every REQ to 500 results without a word).
+//!
+//! Two connections: `ingest` publishes with many events in flight (their
+//! `OK`s matched by id, in any order), `query` lists one filter at a time.
+
+mod ingest;
+mod query;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
+use nostr::prelude::{Event, EventId, Filter, RelayUrl, Timestamp};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Socket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Publishes verified events to a relay (normally the own relay) and lists
+/// what it holds. Publishing is pipelined: up to [`INGEST_WINDOW`] events
+/// wait for their `OK` at once on one connection; listing runs on a second
+/// one. Both open on first use (inside the runtime that uses the store) and
+/// reopen after a failure; their tasks end when the last clone of the store
+/// is dropped.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use grasp_sync_tokio::core::store::EventStore;
+/// use grasp_sync_tokio::nostr::prelude::{Filter, Kind, RelayUrl};
+/// use grasp_sync_tokio::RelayStore;
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let own = RelayUrl::parse("ws://127.0.0.1:7777")?;
+/// let store = RelayStore::new(own, Duration::from_secs(10));
+/// // What negentropy compares with: every announcement the relay holds,
+/// // read page by page past the relay's result limit.
+/// let items = store
+///     .negentropy_items(&Filter::new().kind(Kind::Custom(30617)))
+///     .await?;
+/// println!("{} announcements", items.len());
+/// // Hand it to the manager: `.store(Arc::new(store))`.
+/// let _shared: Arc<dyn EventStore> = Arc::new(store);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RelayStore {
+    ingests: mpsc::Sender<ingest::Ingest>,
+    queries: mpsc::Sender<query::Query>,
+    /// The connection tasks' side, until the first request spawns them.
+    pending: Arc<Mutex<Option<Pending>>>,
+}
+
+/// Events published and not yet answered, at most, on the ingest
+/// connection.
+pub const INGEST_WINDOW: usize = 512;
+
+/// What the connection tasks need, kept until the first request.
+#[derive(Debug)]
+struct Pending {
+    relay: RelayUrl,
+    timeout: Duration,
+    ingests: mpsc::Receiver<ingest::Ingest>,
+    queries: mpsc::Receiver<query::Query>,
+}
+
+type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+
+impl RelayStore {
+    /// A store writing to `relay`; `timeout` bounds every request. The
+    /// connection opens on first use and reopens after a failure.
+    /// Nothing runs until the first request, so the store can be built
+    /// outside a tokio runtime.
+    pub fn new(relay: RelayUrl, timeout: Duration) -> Self {
+        let (ingests, ingests_rx) = mpsc::channel(INGEST_WINDOW);
+        let (queries, queries_rx) = mpsc::channel(64);
+        let pending = Pending {
+            relay,
+            timeout,
+            ingests: ingests_rx,
+            queries: queries_rx,
+        };
+        RelayStore {
+            ingests,
+            queries,
+            pending: Arc::new(Mutex::new(Some(pending))),
+        }
+    }
+
+    /// Starts the connection task on first use (we are inside the
+    /// runtime that awaits the store).
+    fn start(&self) {
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(Pending {
+            relay,
+            timeout,
+            ingests,
+            queries,
+        }) = pending
+        {
+            tokio::spawn(ingest::serve(relay.clone(), timeout, ingests));
+            tokio::spawn(query::serve(relay, timeout, queries));
+        }
+    }
+
+    /// Every event the relay holds matching `filter`, read page by page
+    /// past the relay's result limit (for example the announcements of one
+    /// repository, to find its clone URLs).
+    pub async fn events(&self, filter: &Filter) -> Result<Vec<Event>, StoreError> {
+        self.start();
+        let (reply, answer) = oneshot::channel();
+        self.queries
+            .send(query::Query(filter.clone(), reply))
+            .await
+            .map_err(|_| StoreError::Stopped)?;
+        answer.await.map_err(|_| StoreError::Stopped)?
+    }
+}
+
+#[async_trait]
+impl EventStore for RelayStore {
+    async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
+        self.start();
+        let (reply, answer) = oneshot::channel();
+        self.ingests
+            .send(ingest::Ingest(Box::new(event.clone()), reply))
+            .await
+            .map_err(|_| StoreError::Stopped)?;
+        answer.await.map_err(|_| StoreError::Stopped)?
+    }
+
+    async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
+        let items = self.negentropy_items(&Filter::new().id(*id)).await?;
+        Ok(!items.is_empty())
+    }
+
+    async fn negentropy_items(
+        &self,
+        filter: &Filter,
+    ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
+        let events = self.events(filter).await?;
+        Ok(events
+            .into_iter()
+            .map(|event| (event.id, event.created_at))
+            .collect())
+    }
+}
