@@ -237,7 +237,16 @@ async fn a_counting_server_never_sees_more_than_five_concurrent_or_thirty_a_minu
     relay.released(IDENTIFIERS, Duration::from_secs(120)).await;
 
     let stats = http.stats();
-    assert_eq!(stats.fetches(), IDENTIFIERS);
+    // One fetch per repository; on a loaded machine a fetch cut off by the
+    // fetcher's 20 s timeout is retried (seen once in CI: 51), which the
+    // limits below must hold for too. One fetch per burst is
+    // `ten_events_for_one_identifier_within_100_ms_cause_one_fetch_at_the_server`.
+    assert!(
+        (IDENTIFIERS..=IDENTIFIERS + 3).contains(&stats.fetches()),
+        "{} fetches: {:?}",
+        stats.fetches(),
+        stats.records
+    );
     assert!(
         stats.max_concurrent <= 5,
         "max concurrent {}",
