@@ -652,6 +652,70 @@ fn rate_limited_world() -> (World, Repo) {
     (repo.world(a), repo)
 }
 
+/// The most REQs sent to `relay` within any `window` from `since` on.
+fn max_reqs_per_window(
+    world: &World,
+    relay: &RelayUrl,
+    since: grasp_sync_core::Instant,
+    window: Duration,
+) -> usize {
+    let sent: Vec<grasp_sync_core::Instant> = world
+        .command_log
+        .iter()
+        .filter(|(at, command)| {
+            *at >= since && matches!(command, Command::Subscribe { relay: r, .. } if r == relay)
+        })
+        .map(|(at, _)| *at)
+        .collect();
+    sent.iter()
+        .map(|start| {
+            sent.iter()
+                .filter(|at| **at >= *start && at.saturating_duration_since(*start) < window)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn item8_a_learned_rate_recovers_once_the_relay_stops_refusing() {
+    let (mut world, repo) = rate_limited_world();
+    run_idle(&mut world);
+    let a = relay_url("a");
+    let window = Duration::from_secs(60);
+    let limited = max_reqs_per_window(&world, &a, grasp_sync_core::Instant::ZERO, window);
+    // The relay stops limiting; quiet hours pass.
+    world.relays.get_mut(&a).unwrap().config_mut().rate_limit = None;
+    world.run_for(Duration::from_secs(3 * 3600), STEPS);
+    // New issues, each with a reply on the relay: work needing many REQs.
+    let reference = repo_ref(&repo.maintainer, "alpha");
+    let base = world.unix().as_secs() - 1_000;
+    let issues: Vec<Event> = (0..200u64)
+        .map(|n| {
+            events::root(
+                &repo.user,
+                1621,
+                &reference,
+                &format!("later {n}"),
+                base + n,
+            )
+        })
+        .collect();
+    for issue in &issues {
+        let reply = events::reply(&repo.user, &issue.id, "reply", base + 500);
+        world.relays.get_mut(&a).unwrap().add_event(reply);
+    }
+    let since = world.now;
+    let now = world.clock();
+    world.engine.handle_own_events(now, issues);
+    run_idle(&mut world);
+    let recovered = max_reqs_per_window(&world, &a, since, window);
+    assert!(
+        recovered > 6,
+        "after the relay stopped refusing, REQs per minute rose again: {recovered} (while limited: {limited})"
+    );
+}
+
 #[test]
 fn item8_a_rate_limit_halves_the_reqs_sent_per_window() {
     let (mut world, repo) = rate_limited_world();

@@ -82,6 +82,7 @@ impl SyncEngine {
         {
             return false;
         }
+        self.recover_learned_rate(now, relay);
         let rate = self.known.get(relay).and_then(|known| known.learned_rate);
         let window = self.rate_window();
         let Some(conn) = self.conns.get_mut(relay) else {
@@ -91,6 +92,26 @@ impl SyncEngine {
         rate.is_none_or(|rate| within < rate)
     }
 
+    /// Raises a learned rate again: doubled after [`RECOVERY_WINDOWS`] rate windows without
+    /// a refusal, forgotten once above [`RATE_FORGOTTEN_ABOVE`]. A single
+    /// `rate-limited:` (a burst, a restart of the relay) must not slow the
+    /// relay down for good; a relay that keeps refusing halves it again.
+    fn recover_learned_rate(&mut self, now: Now, relay: &RelayUrl) {
+        let window = self.rate_window();
+        let Some(known) = self.known.get_mut(relay) else {
+            return;
+        };
+        let (Some(rate), Some(at)) = (known.learned_rate, known.learned_rate_at) else {
+            return;
+        };
+        if now.instant.saturating_duration_since(at) < window.saturating_mul(RECOVERY_WINDOWS) {
+            return;
+        }
+        let raised = rate.saturating_mul(2);
+        known.learned_rate = (raised <= RATE_FORGOTTEN_ABOVE).then_some(raised);
+        known.learned_rate_at = Some(now.instant);
+    }
+
     /// The delay before retrying work that failed on `relay`, as the health
     /// tracker decides: doubling for each failure in a row, so a relay that
     /// keeps refusing (`blocked:`, `auth-required:`) is not hammered.
@@ -98,3 +119,9 @@ impl SyncEngine {
         self.health.on_work_failed(relay)
     }
 }
+
+/// A learned rate raised above this many REQs per window is forgotten.
+pub(super) const RATE_FORGOTTEN_ABOVE: usize = 256;
+/// Rate windows without a refusal before a learned rate is doubled (slower
+/// than the halving, so a relay at its limit is probed rarely).
+pub(super) const RECOVERY_WINDOWS: u32 = 4;

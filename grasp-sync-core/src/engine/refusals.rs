@@ -58,6 +58,7 @@ impl SyncEngine {
             let known = self.knowledge(relay);
             let rate = (known.learned_rate.unwrap_or(opened).min(opened) / 2).max(1);
             known.learned_rate = Some(rate);
+            known.learned_rate_at = Some(now.instant);
         }
         warn!(%relay, "rate-limited by relay; pausing new subscriptions for the cooldown");
     }

@@ -155,6 +155,9 @@ pub(crate) struct RelayKnowledge {
     /// Subscriptions the relay lets us open per rate window, learned from a
     /// rate-limit refusal.
     pub(crate) learned_rate: Option<usize>,
+    /// When the learned rate last changed (a refusal halved it, or it was
+    /// raised again).
+    pub(crate) learned_rate_at: Option<Instant>,
     /// The relay refused NIP-77 in some form.
     pub(crate) negentropy_refused: bool,
     /// When a connection attempt is abandoned.
