@@ -1,6 +1,7 @@
 //! Publishing to the store relay, pipelined: up to [`INGEST_WINDOW`] events
 //! are sent without waiting, each answered when its `OK` comes (matched by
-//! id, in any order). The same event asked twice while in flight is sent
+//! id, in any order). The window adapts to the relay's write limit: halved
+//! by a `rate-limited:` answer, grown by one per event stored. The same event asked twice while in flight is sent
 //! once and both callers get its answer. A connection that fails, closes,
 //! or leaves the oldest event unanswered for the timeout is dropped: every
 //! event waiting on it is answered with the failure (the engine retries),
@@ -68,10 +69,11 @@ impl InFlight {
 pub(super) async fn serve(relay: RelayUrl, timeout: Duration, mut ingests: mpsc::Receiver<Ingest>) {
     let mut socket: Option<Socket> = None;
     let mut in_flight = InFlight::default();
+    let mut window = Window::default();
     loop {
         let deadline = in_flight.deadline(timeout);
         tokio::select! {
-            ingest = ingests.recv(), if in_flight.len() < INGEST_WINDOW => {
+            ingest = ingests.recv(), if in_flight.len() < window.size => {
                 let Some(Ingest(event, reply)) = ingest else {
                     break;
                 };
@@ -99,7 +101,10 @@ pub(super) async fn serve(relay: RelayUrl, timeout: Duration, mut ingests: mpsc:
                 }
             }
             answer = next_answer(&mut socket), if in_flight.len() > 0 => match answer {
-                Ok(Some((id, outcome))) => in_flight.answer(&id, outcome),
+                Ok(Some((id, outcome))) => {
+                    window.on_answer(&outcome);
+                    in_flight.answer(&id, outcome);
+                }
                 Ok(None) => {}
                 Err(error) => {
                     in_flight.fail_all(&error);
@@ -114,6 +119,39 @@ pub(super) async fn serve(relay: RelayUrl, timeout: Duration, mut ingests: mpsc:
     }
     // The store is gone: whatever still waits is answered.
     in_flight.fail_all(&StoreError::Stopped);
+}
+
+/// How many events may wait for their `OK` at once: halved when the relay
+/// answers `rate-limited:` (it is writing slower than we send), grown by one
+/// per event it takes, between 1 and [`INGEST_WINDOW`].
+#[derive(Debug)]
+struct Window {
+    size: usize,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Window {
+            size: INITIAL_WINDOW,
+        }
+    }
+}
+
+/// The window a new store starts with.
+const INITIAL_WINDOW: usize = 64;
+
+impl Window {
+    fn on_answer(&mut self, outcome: &IngestOutcome) {
+        match outcome {
+            IngestOutcome::Rejected { reason } if reason.starts_with("rate-limited:") => {
+                self.size = (self.size / 2).max(1);
+            }
+            IngestOutcome::Stored | IngestOutcome::Duplicate => {
+                self.size = (self.size + 1).min(INGEST_WINDOW);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Sleeps until `deadline`, or for ever without one.
@@ -181,6 +219,30 @@ mod tests {
                 reason: "blocked: no".into()
             }
         );
+    }
+
+    #[test]
+    fn the_window_halves_on_rate_limits_and_grows_on_success() {
+        let mut window = Window::default();
+        let limited = IngestOutcome::Rejected {
+            reason: "rate-limited: slow down".into(),
+        };
+        window.on_answer(&limited);
+        assert_eq!(window.size, INITIAL_WINDOW / 2);
+        for _ in 0..10 {
+            window.on_answer(&limited);
+        }
+        assert_eq!(window.size, 1);
+        window.on_answer(&IngestOutcome::Stored);
+        assert_eq!(window.size, 2);
+        for _ in 0..2 * INGEST_WINDOW {
+            window.on_answer(&IngestOutcome::Duplicate);
+        }
+        assert_eq!(window.size, INGEST_WINDOW);
+        window.on_answer(&IngestOutcome::Rejected {
+            reason: "blocked: no".into(),
+        });
+        assert_eq!(window.size, INGEST_WINDOW);
     }
 
     #[test]

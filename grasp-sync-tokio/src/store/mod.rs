@@ -58,7 +58,8 @@ pub struct RelayStore {
 }
 
 /// Events published and not yet answered, at most, on the ingest
-/// connection.
+/// connection (the window starts at 64, halves on `rate-limited:` and grows
+/// by one per event stored, up to this).
 pub const INGEST_WINDOW: usize = 512;
 
 /// What the connection tasks need, kept until the first request.
