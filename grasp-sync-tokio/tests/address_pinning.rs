@@ -81,19 +81,7 @@ fn manager(setup: &Setup, allow_local: bool) -> SyncManager {
 }
 
 fn refused(registry: &prometheus::Registry) -> u64 {
-    registry
-        .gather()
-        .iter()
-        .filter(|family| family.name() == "ngit_sync_refused_total")
-        .flat_map(|family| family.get_metric().iter())
-        .filter(|metric| {
-            metric
-                .get_label()
-                .iter()
-                .any(|label| label.value() == "resolved_address")
-        })
-        .map(|metric| metric.get_counter().get_value() as u64)
-        .sum()
+    support::counter_value(registry, "ngit_sync_refused_total", "resolved_address") as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

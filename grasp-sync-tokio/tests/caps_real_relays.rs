@@ -11,20 +11,11 @@ use std::time::Duration;
 use grasp_sync_core::RepoRef;
 use grasp_sync_tokio::{RelayStore, SyncManager};
 use nostr::prelude::*;
-use support::{announcement, loopback_engine_config, sign, tag, TestRelay, TestRelayConfig};
+use support::{
+    announcement, counter_value, loopback_engine_config, sign, tag, TestRelay, TestRelayConfig,
+};
 
 const WAIT: Duration = Duration::from_secs(90);
-
-fn counter(registry: &prometheus::Registry, name: &str, label: &str) -> f64 {
-    registry
-        .gather()
-        .iter()
-        .filter(|family| family.name() == name)
-        .flat_map(|family| family.get_metric().to_vec())
-        .filter(|metric| metric.get_label().iter().any(|l| l.value() == label))
-        .map(|metric| metric.get_counter().get_value())
-        .sum()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_announcement_listing_1000_relays_connects_at_most_the_cap() {
@@ -96,7 +87,7 @@ async fn an_announcement_listing_1000_relays_connects_at_most_the_cap() {
     assert_eq!(remote.connections_seen(), cap, "connections opened");
     assert!(remote.nip11_requests_seen() <= cap);
     assert_eq!(
-        counter(&registry, "ngit_sync_refused_total", "relays_over_cap") as usize,
+        counter_value(&registry, "ngit_sync_refused_total", "relays_over_cap") as usize,
         1000 - cap
     );
     assert!(own.event_ids().await.contains(&issue.id));
@@ -171,7 +162,7 @@ async fn a_relay_with_endless_negentropy_rounds_is_cut_off_counted_and_synced() 
     );
     assert!(summary.engine.negentropy_sessions_cut >= 1, "{summary:?}");
     assert!(
-        counter(
+        counter_value(
             &registry,
             "ngit_sync_refused_total",
             "negentropy_session_cut"

@@ -11,6 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use grasp_sync_core::engine::classify;
 use grasp_sync_core::store::{IngestOutcome, StoreError};
 use nostr::prelude::{ClientMessage, Event, EventId, RelayMessage, RelayUrl};
 use tokio::sync::mpsc;
@@ -143,7 +144,9 @@ const INITIAL_WINDOW: usize = 64;
 impl Window {
     fn on_answer(&mut self, outcome: &IngestOutcome) {
         match outcome {
-            IngestOutcome::Rejected { reason } if reason.starts_with("rate-limited:") => {
+            // The core's reading of the answer (strfry's `ERROR: ` decoration,
+            // wording), as the engine reads it.
+            IngestOutcome::Rejected { reason } if classify(reason).rate_limited => {
                 self.size = (self.size / 2).max(1);
             }
             IngestOutcome::Stored | IngestOutcome::Duplicate => {
@@ -243,6 +246,11 @@ mod tests {
             reason: "blocked: no".into(),
         });
         assert_eq!(window.size, INGEST_WINDOW);
+        // strfry's decorated form counts too.
+        window.on_answer(&IngestOutcome::Rejected {
+            reason: "ERROR: rate-limited: too fast".into(),
+        });
+        assert_eq!(window.size, INGEST_WINDOW / 2);
     }
 
     #[test]

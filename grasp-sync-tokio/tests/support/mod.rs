@@ -76,3 +76,16 @@ pub fn sign_notes(keys: &Keys, n: usize, base_ts: u64, tag: &str) -> Vec<Event> 
         })
         .collect()
 }
+
+/// The sum of the counter `name`'s series that carry a label with value
+/// `label` (e.g. `ngit_sync_refused_total`, `resolved_address`).
+pub fn counter_value(registry: &prometheus::Registry, name: &str, label: &str) -> f64 {
+    registry
+        .gather()
+        .iter()
+        .filter(|family| family.name() == name)
+        .flat_map(|family| family.get_metric().to_vec())
+        .filter(|metric| metric.get_label().iter().any(|l| l.value() == label))
+        .map(|metric| metric.get_counter().get_value())
+        .sum()
+}
