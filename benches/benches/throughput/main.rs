@@ -1,0 +1,146 @@
+//! Historic sync throughput and re-sync bytes (issue "Historic sync at the
+//! machine's limit", benchmarks 2 and 3). A plain program, not criterion:
+//! every relay is a separate process on 127.0.0.1 (`bench_relay`: a
+//! nostr-relay-builder 0.44.1 relay over nostr-lmdb 0.44), each path runs
+//! three times, and CPU seconds are read per process from `/proc`.
+//!
+//! ```text
+//! cargo bench -p grasp-sync-benches --bench throughput
+//! GRASP_BENCH_EVENTS=10000 cargo bench -p grasp-sync-benches --bench throughput   # quick
+//! ```
+//!
+//! Data: N (default 100 000) signed NIP-34 events over 500 repositories
+//! (see `dataset.rs`), cached in `target/grasp-bench-data/`. The remote relay
+//! holds all N; the own side starts with the 500 announcements (that is how
+//! the sync learns its repositories), so every path brings N − 500 events.
+//!
+//! Benchmark 2, paths (time from starting the manager or connecting the
+//! client until the store holds every event, a state, not a quiet period):
+//! - (a) ours, sidecar: `SyncManager` + `RelayStore` publishing into an own
+//!   relay process (write limit lifted);
+//! - (a') ours, in process: `SyncManager` + `DatabaseStore` over a nostr 0.45
+//!   memory database, no own relay process;
+//! - (b) as (a), the remote refusing NIP-77 (`NEG-ERR "blocked: …"` from a
+//!   proxy in front of it): REQ + EOSE with `until` pagination;
+//! - (c) nostr-sdk 0.44.1 `Client::sync` into its memory database, called
+//!   again until a call brings nothing new;
+//! - (d) `Event::verify` alone on one core over the same N events.
+//!
+//! strfry is not measured: it is not on crates.io nor in Debian (`apt-cache
+//! policy strfry` finds no candidate), the only registries this machine
+//! reaches.
+//!
+//! Benchmark 3: after each (a) run, a fresh sidecar against the complete own
+//! relay and the same remote; bytes exchanged with the remote until historic
+//! sync is complete, against one REQ re-downloading the same set.
+//!
+//! Under `cargo test` (no `--bench` argument) it does nothing.
+
+mod dataset;
+mod ours;
+mod relays;
+mod report;
+mod sdk;
+mod wire;
+
+use std::path::PathBuf;
+
+use nostr::prelude::Event;
+
+/// Repetitions of each path.
+const RUNS: usize = 3;
+
+/// The data set and where it is.
+pub(crate) struct Bench {
+    /// Events in total (announcements included).
+    pub(crate) n: usize,
+    /// The cached file of every event but the announcements.
+    pub(crate) data_file: PathBuf,
+    /// Root events (1617, 1618, 1621) in the data set.
+    pub(crate) roots: usize,
+}
+
+/// One run of one path.
+#[derive(Clone, Debug)]
+pub(crate) struct Measurement {
+    /// Seconds from start to completion.
+    pub(crate) secs: f64,
+    /// Events the path had to bring.
+    pub(crate) new_events: u64,
+    /// CPU seconds per process during the run: (name, seconds).
+    pub(crate) cpu: Vec<(String, f64)>,
+    /// Counters worth a look.
+    pub(crate) note: String,
+}
+
+impl Measurement {
+    /// Events per second.
+    pub(crate) fn rate(&self) -> f64 {
+        self.new_events as f64 / self.secs
+    }
+}
+
+fn events_wanted() -> usize {
+    std::env::var("GRASP_BENCH_EVENTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n >= 1_000)
+        .unwrap_or(100_000)
+}
+
+fn main() {
+    if !std::env::args().any(|arg| arg == "--bench") {
+        println!("throughput: run with `cargo bench -p grasp-sync-benches --bench throughput`");
+        return;
+    }
+    let n = events_wanted();
+    let target = relays::target_dir();
+    let started = std::time::Instant::now();
+    let base = dataset::base_events(&target, n);
+    let data_file = target
+        .join("grasp-bench-data")
+        .join(format!("events-{n}.jsonl"));
+    let roots = base
+        .iter()
+        .filter(|e| matches!(e.kind.as_u16(), 1617 | 1618 | 1621))
+        .count();
+    eprintln!(
+        "data set: {n} events ({} repositories, {roots} root events) in {} ({:.1} s)",
+        dataset::repo_count(n),
+        data_file.display(),
+        started.elapsed().as_secs_f64()
+    );
+    let bench = Bench {
+        n,
+        data_file,
+        roots,
+    };
+    // (d) runs over the same N events: the base set and one run's
+    // announcements.
+    let mut all: Vec<Event> = base;
+    all.extend(dataset::announcements(
+        n,
+        &["ws://127.0.0.1:1".into(), "ws://127.0.0.1:2".into()],
+    ));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mut results = report::Results::default();
+    for run in 1..=RUNS {
+        let step = |path: &str| eprintln!("run {run}/{RUNS}: {path}");
+        step("(d) Event::verify alone");
+        results.push("d", sdk::verify_alone(&all));
+        step("(a) ours, sidecar (then benchmark 3: re-sync)");
+        let (measured, resync) = runtime.block_on(ours::sidecar(&bench, false, true));
+        results.push("a", measured);
+        results.resync.extend(resync);
+        step("(a') ours, in process");
+        results.push("a'", runtime.block_on(ours::in_process(&bench)));
+        step("(b) ours, sidecar, remote refuses NIP-77");
+        results.push("b", runtime.block_on(ours::sidecar(&bench, true, false)).0);
+        step("(c) nostr-sdk Client::sync");
+        results.push("c", runtime.block_on(sdk::nostr_sdk_sync(&bench)));
+    }
+    report::print(&bench, &results);
+}

@@ -1,0 +1,330 @@
+//! Our paths: the sidecar (`SyncManager` + `RelayStore` into an own relay
+//! process), the same against a remote refusing NIP-77, and the library in
+//! process (`SyncManager` + `DatabaseStore` over a nostr 0.45 memory
+//! database, announcements handed in as an embedding relay does); and the
+//! re-sync of an already complete own relay (benchmark 3).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use grasp_sync_tokio::nostr_database::NostrDatabase as _;
+use grasp_sync_tokio::{DatabaseStore, RelayStore, SyncManager, SyncStatus};
+use nostr::prelude::{Event, Filter, RelayUrl};
+use tokio::sync::watch;
+
+use super::relays::{free_port, own_cpu, RelayProcess, RelaySpec, RunDir};
+use super::{dataset, wire, Bench, Measurement};
+
+/// How long one path may take to complete.
+const DEADLINE: Duration = Duration::from_secs(600);
+/// The batch window for live events (own events handed in, roots stored);
+/// the sidecar's default is 5 s, the demo's 200 ms.
+pub(crate) const BATCH_WINDOW: Duration = Duration::from_millis(200);
+/// Events per minute the own relay lets one connection write.
+const OWN_WRITE_LIMIT: u32 = 1_000_000_000;
+
+/// What benchmark 3 measured after one sidecar run.
+#[derive(Clone, Debug)]
+pub(crate) struct Resync {
+    /// Bytes sent to and received from the remote relay by the fresh
+    /// manager until historic sync was complete.
+    pub(crate) nip77_bytes: u64,
+    /// Seconds it took.
+    pub(crate) secs: f64,
+    /// Events the fresh manager stored (0 expected).
+    pub(crate) stored: u64,
+    /// One REQ for everything: events, bytes (sent + received).
+    pub(crate) req_events: u64,
+    /// Bytes of that REQ re-download.
+    pub(crate) req_bytes: u64,
+}
+
+fn url(text: &str) -> RelayUrl {
+    RelayUrl::parse(text).expect("a relay URL")
+}
+
+/// Waits until historic sync is complete with `repos` repositories and
+/// `stored(status)` reaches `want`; panics at the deadline.
+async fn wait_complete(
+    status: &mut watch::Receiver<SyncStatus>,
+    repos: usize,
+    want: u64,
+    stored: impl Fn(&SyncStatus) -> u64,
+    what: &str,
+) -> SyncStatus {
+    let done = tokio::time::timeout(
+        DEADLINE,
+        status
+            .wait_for(|s| s.historic_sync_complete && s.repositories == repos && stored(s) >= want),
+    )
+    .await
+    .map(|waited| waited.map(|status| status.clone()));
+    match done {
+        Ok(Ok(status)) => status,
+        _ => {
+            let last = status.borrow().clone();
+            panic!(
+                "{what}: not complete after {DEADLINE:?} (stored {} of {want}, {} repositories, \
+                 complete {}): {:?}",
+                stored(&last),
+                last.repositories,
+                last.historic_sync_complete,
+                last.engine
+            );
+        }
+    }
+}
+
+/// The remote relay of a run: the data set plus this run's announcements.
+fn start_remote(
+    bench: &Bench,
+    dir: &RunDir,
+    anns: &str,
+    no_negentropy: bool,
+    port: u16,
+) -> RelayProcess {
+    let remote = RelayProcess::start(
+        &RelaySpec {
+            name: "remote",
+            db: dir.0.join("remote-lmdb"),
+            load: vec![bench.data_file.clone(), dir.0.join(anns)],
+            write_limit: None,
+            no_negentropy,
+        },
+        port,
+    );
+    assert_eq!(
+        remote.loaded, bench.n,
+        "the remote relay loaded the data set"
+    );
+    remote
+}
+
+/// Path (a) (`no_negentropy` false) or (b): the sidecar into an own relay
+/// process. With `resync`, then benchmark 3 against the same relays.
+pub(crate) async fn sidecar(
+    bench: &Bench,
+    no_negentropy: bool,
+    resync: bool,
+) -> (Measurement, Option<Resync>) {
+    let dir = RunDir::new(if no_negentropy { "b" } else { "a" });
+    let (remote_port, own_port) = (free_port(), free_port());
+    let remote_url = format!("ws://127.0.0.1:{remote_port}");
+    let own_url = format!("ws://127.0.0.1:{own_port}");
+    let anns = dataset::announcements(bench.n, &[remote_url.clone(), own_url.clone()]);
+    dataset::write_jsonl(&dir.0.join("announcements.jsonl"), &anns);
+    let remote = start_remote(
+        bench,
+        &dir,
+        "announcements.jsonl",
+        no_negentropy,
+        remote_port,
+    );
+    let own = RelayProcess::start(
+        &RelaySpec {
+            name: "own",
+            db: dir.0.join("own-lmdb"),
+            load: vec![dir.0.join("announcements.jsonl")],
+            write_limit: Some(OWN_WRITE_LIMIT),
+            no_negentropy: false,
+        },
+        own_port,
+    );
+    let repos = anns.len();
+    let want = (bench.n - repos) as u64;
+
+    let manager = SyncManager::builder()
+        .own_relay(url(&own_url))
+        .allow_local_addresses(true)
+        .batch_window(BATCH_WINDOW)
+        .store(Arc::new(RelayStore::new(
+            url(&own_url),
+            Duration::from_secs(10),
+        )))
+        .build()
+        .expect("building the sync manager");
+    let mut status = manager.status();
+    let shutdown = manager.shutdown_handle();
+    let cpu = (own_cpu(), remote.cpu(), own.cpu());
+    let started = Instant::now();
+    let run = tokio::spawn(manager.run());
+    let last = wait_complete(
+        &mut status,
+        repos,
+        want,
+        |s| s.engine.events_stored,
+        "sidecar",
+    )
+    .await;
+    let secs = started.elapsed().as_secs_f64();
+    let cpu = (own_cpu() - cpu.0, remote.cpu() - cpu.1, own.cpu() - cpu.2);
+    shutdown.shutdown();
+    let summary = run.await.expect("the sync manager task");
+    let held = wire::count(&own_url).await;
+    assert!(
+        held >= bench.n as u64,
+        "the own relay holds {held} events, fewer than {}",
+        bench.n
+    );
+    let measurement = Measurement {
+        secs,
+        new_events: want,
+        cpu: vec![
+            ("sync".into(), cpu.0),
+            ("remote".into(), cpu.1),
+            ("own relay".into(), cpu.2),
+        ],
+        note: format!(
+            "stored {}, duplicates {}, store retries {}, rate limits {}, NIP-77 refusals {}, \
+             bytes from remote {}",
+            summary.events_stored,
+            summary.events_duplicate,
+            summary.store_retries,
+            last.engine.rate_limits,
+            last.engine.negentropy_refusals,
+            remote_bytes(&last, &remote_url).0,
+        ),
+    };
+    let resync = if resync {
+        Some(resync_run(bench, &own_url, &remote_url, repos).await)
+    } else {
+        None
+    };
+    drop((remote, own));
+    drop(dir);
+    (measurement, resync)
+}
+
+/// (received, sent) bytes of the remote relay in `status`.
+fn remote_bytes(status: &SyncStatus, remote: &str) -> (u64, u64) {
+    let remote = url(remote);
+    status
+        .relays
+        .iter()
+        .find(|relay| relay.report.relay == remote)
+        .map(|relay| (relay.bytes_received, relay.bytes_sent))
+        .unwrap_or((0, 0))
+}
+
+/// Benchmark 3: a fresh sidecar against an own relay that already holds
+/// everything, and a REQ re-download of the same set for comparison.
+async fn resync_run(bench: &Bench, own_url: &str, remote_url: &str, repos: usize) -> Resync {
+    let manager = SyncManager::builder()
+        .own_relay(url(own_url))
+        .allow_local_addresses(true)
+        .batch_window(BATCH_WINDOW)
+        .store(Arc::new(RelayStore::new(
+            url(own_url),
+            Duration::from_secs(10),
+        )))
+        .build()
+        .expect("building the sync manager");
+    let mut status = manager.status();
+    let shutdown = manager.shutdown_handle();
+    let started = Instant::now();
+    let run = tokio::spawn(manager.run());
+    // Every root event of the own relay must be known before "complete"
+    // means anything: wait for them all.
+    let roots = bench.roots as u64;
+    let last = wait_complete(
+        &mut status,
+        repos,
+        roots,
+        |s| s.root_events as u64,
+        "re-sync",
+    )
+    .await;
+    let secs = started.elapsed().as_secs_f64();
+    shutdown.shutdown();
+    let summary = run.await.expect("the sync manager task");
+    let (received, sent) = remote_bytes(&last, remote_url);
+    let (req_events, req_sent, req_received) = wire::req_download(remote_url, bench.n).await;
+    assert_eq!(
+        req_events, bench.n as u64,
+        "the REQ re-download got every event"
+    );
+    Resync {
+        nip77_bytes: received + sent,
+        secs,
+        stored: summary.events_stored,
+        req_events,
+        req_bytes: req_sent + req_received,
+    }
+}
+
+/// Path (a'): the library in process, storing into a nostr 0.45 memory
+/// database; the announcements are in the database and handed to the
+/// engine as an embedding relay's accept hook would.
+pub(crate) async fn in_process(bench: &Bench) -> Measurement {
+    let dir = RunDir::new("a-in-process");
+    let remote_port = free_port();
+    let remote_url = format!("ws://127.0.0.1:{remote_port}");
+    // The embedding relay's URL as announcements list it (nothing listens).
+    let own_url = format!("ws://127.0.0.1:{}", free_port());
+    let anns: Vec<Event> = dataset::announcements(bench.n, &[remote_url.clone(), own_url.clone()]);
+    dataset::write_jsonl(&dir.0.join("announcements.jsonl"), &anns);
+    let remote = start_remote(bench, &dir, "announcements.jsonl", false, remote_port);
+    let database = Arc::new(nostr_memory::MemoryDatabase::unbounded());
+    for event in &anns {
+        database
+            .save_event(event)
+            .await
+            .expect("saving an announcement");
+    }
+    let repos = anns.len();
+    let want = (bench.n - repos) as u64;
+    let manager = SyncManager::builder()
+        .service_relay(url(&own_url))
+        .allow_local_addresses(true)
+        .batch_window(BATCH_WINDOW)
+        .store(Arc::new(DatabaseStore::new(database.clone())))
+        .build()
+        .expect("building the sync manager");
+    let mut status = manager.status();
+    let shutdown = manager.shutdown_handle();
+    let own_events = manager.own_events_sender();
+    let cpu = (own_cpu(), remote.cpu());
+    let started = Instant::now();
+    let run = tokio::spawn(manager.run());
+    for event in anns {
+        own_events
+            .send(event)
+            .await
+            .expect("handing an announcement in");
+    }
+    let last = wait_complete(
+        &mut status,
+        repos,
+        want,
+        |s| s.engine.events_stored,
+        "in process",
+    )
+    .await;
+    let secs = started.elapsed().as_secs_f64();
+    let cpu = (own_cpu() - cpu.0, remote.cpu() - cpu.1);
+    shutdown.shutdown();
+    let summary = run.await.expect("the sync manager task");
+    let held = database
+        .count(Filter::new())
+        .await
+        .expect("counting the database");
+    assert!(
+        held >= bench.n,
+        "the database holds {held} events, fewer than {}",
+        bench.n
+    );
+    drop(remote);
+    drop(dir);
+    Measurement {
+        secs,
+        new_events: want,
+        cpu: vec![("sync".into(), cpu.0), ("remote".into(), cpu.1)],
+        note: format!(
+            "stored {}, duplicates {}, NIP-77 rounds {}, bytes from remote {}",
+            summary.events_stored,
+            summary.events_duplicate,
+            last.engine.negentropy_rounds,
+            remote_bytes(&last, &remote_url).0,
+        ),
+    }
+}

@@ -1,0 +1,172 @@
+//! Relay processes (`bench_relay`, a nostr-relay-builder 0.44 relay over
+//! LMDB) and the CPU time of processes, read from `/proc/<pid>/stat`.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The relay binary, built by cargo for this benchmark.
+const RELAY_EXE: &str = env!("CARGO_BIN_EXE_bench_relay");
+/// How long a relay may take to load its events and listen.
+const READY_WAIT: Duration = Duration::from_secs(300);
+
+/// Where cargo builds (the cached data set goes to `grasp-bench-data/` in it).
+pub(crate) fn target_dir() -> PathBuf {
+    // target/<profile>/bench_relay
+    Path::new(RELAY_EXE)
+        .ancestors()
+        .nth(2)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("target"))
+}
+
+/// A free TCP port on 127.0.0.1 (bound, read and released: the relay binds
+/// it a moment later).
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+/// How a relay process is started.
+pub(crate) struct RelaySpec<'a> {
+    /// A name for messages.
+    pub(crate) name: &'a str,
+    /// Its LMDB directory (fresh per run).
+    pub(crate) db: PathBuf,
+    /// Files of events stored before it listens.
+    pub(crate) load: Vec<PathBuf>,
+    /// Events per minute a connection may write.
+    pub(crate) write_limit: Option<u32>,
+    /// Refuse NIP-77 (through the proxy).
+    pub(crate) no_negentropy: bool,
+}
+
+/// A running relay process; killed and waited for on drop.
+pub(crate) struct RelayProcess {
+    child: Child,
+    /// Events it loaded at start.
+    pub(crate) loaded: usize,
+}
+
+impl RelayProcess {
+    /// Starts `spec` on a free port and waits for its `ready` line.
+    pub(crate) fn start(spec: &RelaySpec<'_>, port: u16) -> RelayProcess {
+        let mut command = Command::new(RELAY_EXE);
+        command
+            .arg("--port")
+            .arg(port.to_string())
+            .arg("--db")
+            .arg(&spec.db)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for file in &spec.load {
+            command.arg("--load").arg(file);
+        }
+        if let Some(limit) = spec.write_limit {
+            command.arg("--write-limit").arg(limit.to_string());
+        }
+        if spec.no_negentropy {
+            command.arg("--no-negentropy");
+        }
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {RELAY_EXE}: {e}"));
+        let stdout = child.stdout.take().expect("the relay's stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let first = lines.next();
+            let _ = tx.send(first);
+            // Keep reading so the relay never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let line = match rx.recv_timeout(READY_WAIT) {
+            Ok(Some(Ok(line))) => line,
+            other => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("relay {} did not get ready: {other:?}", spec.name);
+            }
+        };
+        let loaded = line
+            .strip_prefix("ready ")
+            .and_then(|count| count.trim().parse().ok())
+            .unwrap_or_else(|| panic!("relay {} said {line:?}, not ready", spec.name));
+        RelayProcess { child, loaded }
+    }
+
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// CPU seconds it used so far.
+    pub(crate) fn cpu(&self) -> f64 {
+        cpu_seconds(&format!("/proc/{}/stat", self.pid()))
+    }
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` (`getconf CLK_TCK`; 100 on
+/// Linux unless told otherwise).
+fn ticks_per_second() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// User + system CPU seconds of the process whose `stat` file is `path`.
+pub(crate) fn cpu_seconds(path: &str) -> f64 {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    // The command name (field 2) may hold spaces: count from its ')'.
+    let after = text.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After ')': state is field 3, so utime (14) and stime (15) are at 11, 12.
+    let ticks: f64 = fields[11..13]
+        .iter()
+        .map(|field| field.parse::<f64>().expect("a CPU tick count"))
+        .sum();
+    ticks / ticks_per_second()
+}
+
+/// CPU seconds of this process so far.
+pub(crate) fn own_cpu() -> f64 {
+    cpu_seconds("/proc/self/stat")
+}
+
+/// A fresh directory for one run, removed on drop.
+pub(crate) struct RunDir(pub(crate) PathBuf);
+
+impl RunDir {
+    /// Creates `<temp>/grasp-bench-<pid>-<label>`.
+    pub(crate) fn new(label: &str) -> RunDir {
+        let dir = std::env::temp_dir().join(format!("grasp-bench-{}-{label}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("creating a run directory");
+        RunDir(dir)
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,0 +1,156 @@
+//! The tables: per path min / median / max events/s, median CPU seconds
+//! per process, ratios to (c) and (d) from the same run; re-sync bytes.
+
+use super::ours::{Resync, BATCH_WINDOW};
+use super::{Bench, Measurement};
+
+/// The paths in the order of the table, with their descriptions.
+const PATHS: [(&str, &str); 5] = [
+    (
+        "a",
+        "ours, sidecar (SyncManager + RelayStore → own relay process)",
+    ),
+    (
+        "a'",
+        "ours, in process (SyncManager + DatabaseStore, nostr 0.45 memory db)",
+    ),
+    ("b", "ours, sidecar, remote refuses NIP-77 (REQ + EOSE)"),
+    ("c", "nostr-sdk 0.44.1 Client::sync (NIP-77), memory db"),
+    ("d", "Event::verify alone, one core"),
+];
+
+/// Every measurement of the run.
+#[derive(Default)]
+pub(crate) struct Results {
+    paths: Vec<(String, Measurement)>,
+    /// Benchmark 3, one per (a) run.
+    pub(crate) resync: Vec<Resync>,
+}
+
+impl Results {
+    /// Records one run of `path`.
+    pub(crate) fn push(&mut self, path: &str, measurement: Measurement) {
+        eprintln!(
+            "  {path}: {:.0} events/s ({} events in {:.2} s); CPU s {}; {}",
+            measurement.rate(),
+            measurement.new_events,
+            measurement.secs,
+            cpu_text(&measurement.cpu),
+            measurement.note
+        );
+        self.paths.push((path.to_owned(), measurement));
+    }
+
+    fn of(&self, path: &str) -> Vec<&Measurement> {
+        self.paths
+            .iter()
+            .filter(|(name, _)| name == path)
+            .map(|(_, m)| m)
+            .collect()
+    }
+}
+
+fn cpu_text(cpu: &[(String, f64)]) -> String {
+    cpu.iter()
+        .map(|(name, secs)| format!("{name} {secs:.2}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The median of `values` (sorted here).
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    }
+}
+
+/// The median of each process's CPU seconds over `runs`.
+fn median_cpu(runs: &[&Measurement]) -> Vec<(String, f64)> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    first
+        .cpu
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| {
+            let mut values: Vec<f64> = runs.iter().map(|m| m.cpu[i].1).collect();
+            (name.clone(), median(&mut values))
+        })
+        .collect()
+}
+
+/// Prints both benchmarks' tables on stdout.
+pub(crate) fn print(bench: &Bench, results: &Results) {
+    let median_rate = |path: &str| {
+        let mut rates: Vec<f64> = results.of(path).iter().map(|m| m.rate()).collect();
+        median(&mut rates)
+    };
+    let (c, d) = (median_rate("c"), median_rate("d"));
+    let repos = super::dataset::repo_count(bench.n);
+    println!();
+    println!(
+        "Benchmark 2: historic sync throughput — N = {} events ({repos} repositories, {} root \
+         events); the own side starts with the {repos} announcements, so a sync brings {} events; \
+         {} runs per path; batch window {} ms",
+        bench.n,
+        bench.roots,
+        bench.n - repos,
+        results.of("d").len(),
+        BATCH_WINDOW.as_millis()
+    );
+    println!();
+    println!("| path | events/s min / median / max | median time (s) | median CPU s per process | × (c) | × (d) |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for (path, what) in PATHS {
+        let runs = results.of(path);
+        if runs.is_empty() {
+            continue;
+        }
+        let mut rates: Vec<f64> = runs.iter().map(|m| m.rate()).collect();
+        let mut times: Vec<f64> = runs.iter().map(|m| m.secs).collect();
+        let med = median(&mut rates);
+        println!(
+            "| ({path}) {what} | {:.0} / {med:.0} / {:.0} | {:.2} | {} | {:.2} | {:.2} |",
+            rates[0],
+            rates[rates.len() - 1],
+            median(&mut times),
+            cpu_text(&median_cpu(&runs)),
+            med / c,
+            med / d
+        );
+    }
+    println!();
+    println!(
+        "strfry: not measured (not on crates.io nor in Debian, the only registries reachable)."
+    );
+    if results.resync.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "Benchmark 3: re-sync bytes — a fresh sidecar against an own relay already holding all {} \
+         events and the same remote; bytes sent + received with the remote (WebSocket text \
+         payload) until historic sync is complete, against one REQ for every event",
+        bench.n
+    );
+    println!();
+    println!("| run | NIP-77 re-sync bytes | time (s) | events stored | REQ re-download bytes (events) | ratio |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for (i, r) in results.resync.iter().enumerate() {
+        println!(
+            "| {} | {} | {:.2} | {} | {} ({}) | {:.3} % |",
+            i + 1,
+            r.nip77_bytes,
+            r.secs,
+            r.stored,
+            r.req_bytes,
+            r.req_events,
+            100.0 * r.nip77_bytes as f64 / r.req_bytes as f64
+        );
+    }
+}
