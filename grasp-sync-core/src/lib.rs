@@ -23,6 +23,8 @@
 //! - [`engine`] — the sync engine: a deterministic state machine driven by
 //!   `handle_*` inputs, its commands executed through [`engine::CommandSink`].
 //! - [`purgatory`] — sync queue, domain throttle and clone-URL selection.
+//! - [`verified`] — the type only a checked event has, and the shared
+//!   cache of signatures verified lately.
 //! - [`clock`], [`backoff`], [`transport`], [`store`] — time, the shared
 //!   backoff formula, and the effect traits.
 //!
@@ -88,6 +90,7 @@ pub mod resolve;
 pub mod store;
 pub mod transport;
 pub mod url_policy;
+pub mod verified;
 
 pub use clock::{Clock, Instant, ManualClock, Now, SystemClock};
 pub use nip34::RepoRef;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use grasp_sync_core::transport::{RelayTransport, TransportError};
+use grasp_sync_core::verified::{Forged, VerifiedEvent};
 use nostr::prelude::{ClientMessage, Event, Filter, RelayMessage, RelayUrl, SubscriptionId};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -14,6 +15,12 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::Connector;
 use tracing::debug;
+
+use crate::decode::{spawn_decode, Forwarder, Pending, Queued, SharedSeen};
+
+/// Frames of one connection decoding or waiting to be handed to the
+/// manager (each also holds its share of the relay's byte budget).
+const DECODE_QUEUE: usize = 1024;
 
 /// Limits and timers of every connection.
 #[derive(Clone, Debug)]
@@ -32,6 +39,10 @@ pub struct ConnectionConfig {
     /// catches up (a message larger than this waits until nothing else of
     /// the relay is buffered).
     pub inbound_bytes_per_relay: usize,
+    /// Events whose signature was verified lately, remembered across
+    /// relays (id and signature, ≈ 100 B each): the same event from another
+    /// relay is not verified again. 0 remembers none.
+    pub verified_signatures: usize,
 }
 
 impl Default for ConnectionConfig {
@@ -42,6 +53,7 @@ impl Default for ConnectionConfig {
             ping_interval: Duration::from_secs(30),
             outgoing_queue: 4096,
             inbound_bytes_per_relay: 8 * 1024 * 1024,
+            verified_signatures: 65_536,
         }
     }
 }
@@ -58,6 +70,13 @@ pub(crate) enum Report {
     AddressRefused(String),
     /// A message from the relay and its size on the wire.
     Message(Box<RelayMessage<'static>>, usize),
+    /// An `EVENT` from the relay, its id and signature checked, and its
+    /// size on the wire.
+    Event {
+        subscription_id: SubscriptionId,
+        checked: Result<VerifiedEvent, Forged>,
+        size: usize,
+    },
     /// A frame that is not a NIP-01/NIP-77 message.
     Malformed(usize),
     /// The connection closed.
@@ -101,6 +120,9 @@ pub(crate) struct Dialer {
     pub(crate) address: crate::resolve::AddressCheck,
     pub(crate) inbound: mpsc::Sender<Inbound>,
     pub(crate) shutdown: watch::Receiver<bool>,
+    /// Signatures verified lately, shared by the relay connections; `None`
+    /// for a connection whose events are not verified (the own relay's).
+    pub(crate) seen: SharedSeen,
 }
 
 /// The TLS configuration for `wss://`: rustls with ring and the webpki roots
@@ -202,14 +224,23 @@ impl RelayTransport for WsTransport {
         }
         let (sender, receiver) = mpsc::channel(self.connector.config.outgoing_queue);
         self.outgoing = Some(sender);
+        let (queue, queued) = mpsc::channel(DECODE_QUEUE);
+        let forwarder = Forwarder {
+            relay: self.relay.clone(),
+            generation: self.generation,
+            inbound: self.connector.inbound.clone(),
+            shutdown: self.connector.shutdown.clone(),
+        };
         let driver = Driver {
             relay: self.relay.clone(),
             generation: self.generation,
             connector: self.connector.clone(),
             outgoing: receiver,
             budget: self.budget.clone(),
+            queue,
         };
         if let Some(tasks) = &mut self.tasks {
+            tasks.spawn(forwarder.run(queued));
             tasks.spawn(driver.run(timeout));
         }
         Ok(())
@@ -276,39 +307,37 @@ struct Driver {
     connector: Dialer,
     outgoing: mpsc::Receiver<Outgoing>,
     budget: Arc<Semaphore>,
+    /// Reports in arrival order, to the connection's forwarder.
+    queue: mpsc::Sender<Queued>,
 }
 
 impl Driver {
     async fn report(&self, report: Report) {
-        self.report_holding(report, None).await;
+        self.enqueue(Pending::Ready(report), None).await;
     }
 
-    /// Reports a message once the relay's inbound byte budget has room for
-    /// its `size`: a relay cannot buffer more than the budget in memory.
-    async fn report_message(&self, report: Report, size: usize) {
+    /// Decodes a frame in a task of its own once the relay's inbound byte
+    /// budget has room for it: a relay cannot buffer more than the budget
+    /// in memory.
+    async fn report_frame(&self, text: tokio_tungstenite::tungstenite::Utf8Bytes) {
         let budget = self.connector.config.inbound_bytes_per_relay.max(1);
-        let permits = u32::try_from(size.clamp(1, budget)).unwrap_or(u32::MAX);
+        let permits = u32::try_from(text.len().clamp(1, budget)).unwrap_or(u32::MAX);
         let mut shutdown = self.connector.shutdown.clone();
         let permit = tokio::select! {
             permit = self.budget.clone().acquire_many_owned(permits) => permit.ok(),
             _ = shutdown.changed() => return,
         };
-        self.report_holding(report, permit).await;
+        let pending = spawn_decode(text, self.connector.seen.clone());
+        self.enqueue(pending, permit).await;
     }
 
-    async fn report_holding(&self, report: Report, budget: Option<OwnedSemaphorePermit>) {
-        let inbound = Inbound {
-            relay: self.relay.clone(),
-            generation: self.generation,
-            report,
-            budget,
-        };
+    async fn enqueue(&self, pending: Pending, budget: Option<OwnedSemaphorePermit>) {
         let mut shutdown = self.connector.shutdown.clone();
         if *shutdown.borrow() {
             return;
         }
         tokio::select! {
-            _ = self.connector.inbound.send(inbound) => {}
+            _ = self.queue.send(Queued { pending, budget }) => {}
             _ = shutdown.changed() => {}
         }
     }
@@ -420,15 +449,7 @@ impl Driver {
         loop {
             tokio::select! {
                 frame = stream.next() => match frame {
-                    Some(Ok(Message::Text(text))) => {
-                        let size = text.len();
-                        match RelayMessage::from_json(text.as_str()) {
-                            Ok(message) => {
-                                self.report_message(Report::Message(Box::new(message), size), size).await
-                            }
-                            Err(_) => self.report(Report::Malformed(size)).await,
-                        }
-                    }
+                    Some(Ok(Message::Text(text))) => self.report_frame(text).await,
                     Some(Ok(Message::Pong(_))) => awaiting_pong = false,
                     Some(Ok(Message::Close(frame))) => return Some(format!("closed by relay: {frame:?}")),
                     Some(Ok(_)) => {}

@@ -39,6 +39,7 @@
 mod clock;
 mod connection;
 mod database;
+mod decode;
 mod manager;
 mod metrics;
 mod nip11;

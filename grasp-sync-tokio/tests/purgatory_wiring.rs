@@ -152,12 +152,20 @@ async fn events_synced_from_a_remote_relay_wait_in_purgatory_until_their_commits
     let nostr_ref = git(&local, &["rev-parse", &format!("refs/nostr/{}", pr.id)]);
     assert_eq!(nostr_ref.trim(), pr_tip);
     assert!(fetcher.fetch_processes_spawned() >= 1);
-    let released = registry
-        .gather()
-        .iter()
-        .find(|family| family.name() == "purgatory_events_released_total")
-        .map(|family| family.get_metric()[0].get_counter().get_value())
-        .unwrap_or_default();
+    // Purgatory counts a release after the events reached the database:
+    // wait for the count too.
+    let released_count = || {
+        registry
+            .gather()
+            .iter()
+            .find(|family| family.name() == "purgatory_events_released_total")
+            .map(|family| family.get_metric()[0].get_counter().get_value())
+            .unwrap_or_default()
+    };
+    while released_count() < 2.0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let released = released_count();
     assert_eq!(
         released, 2.0,
         "the state and the PR were released by purgatory"

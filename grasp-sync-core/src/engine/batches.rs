@@ -119,7 +119,7 @@ impl SyncEngine {
             return;
         };
         match info.purpose {
-            Purpose::Items => state.confirm(&pending.items),
+            Purpose::Items => state.confirm(&pending.items, self.repos.ids()),
             Purpose::Layer1 => state.announcements_synced = true,
             Purpose::CatchUp | Purpose::Gap => {}
             Purpose::Poll => {

@@ -74,10 +74,7 @@ impl SyncEngine {
         let Some(state) = self.confirmed.get(relay) else {
             return;
         };
-        let items = PendingItems {
-            repos: state.repos.clone(),
-            root_events: state.root_events.clone(),
-        };
+        let items = state.items(self.repos.ids());
         let mode = FilterMode::Historic { since: Some(since) };
         let jobs: Vec<Job> = layer2_and_layer3_filters(&items, self.config.chunk_size, mode)
             .into_iter()

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use nostr::prelude::{Event, Filter, RelayUrl, SubscriptionId};
+use nostr::prelude::{Filter, RelayUrl, SubscriptionId};
+
+use crate::verified::VerifiedEvent;
 
 /// A command for the driver: a message for a relay's transport, a question
 /// for the store, or a verified event to store.
@@ -81,13 +83,13 @@ pub enum Command {
         /// The filter.
         filter: Filter,
     },
-    /// Store this event: its id and signature verified and it matched the
-    /// filter of the subscription it arrived on.
+    /// Store this event: its id and signature verified (the type says so)
+    /// and it matched the filter of the subscription it arrived on.
     Store {
         /// The relay it came from.
         relay: RelayUrl,
         /// The event.
-        event: Box<Event>,
+        event: VerifiedEvent,
     },
 }
 

@@ -265,6 +265,9 @@ impl SyncEngine {
 
     /// The daily full re-sync of every connected relay.
     pub(super) fn daily_sync(&mut self, now: Now) {
+        // The re-sync compares with the store itself: what it lost (a
+        // deletion, a restore) is stored again.
+        self.stores.stored_lately.clear();
         let connected: Vec<RelayUrl> = self.conns.keys().cloned().collect();
         for relay in connected {
             info!(%relay, "daily sync");

@@ -62,7 +62,7 @@ pub fn execute(command: Command, sink: &mut impl CommandSink) -> Result<(), Tran
             Ok(())
         }
         Command::Store { relay, event } => {
-            sink.store(relay, event);
+            sink.store(relay, event.into_event());
             Ok(())
         }
     }

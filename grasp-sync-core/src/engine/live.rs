@@ -114,8 +114,7 @@ impl SyncEngine {
         }
         let mut items = self.pending.items(relay);
         if let Some(state) = self.confirmed.get(relay) {
-            items.repos.extend(state.repos.iter().cloned());
-            items.root_events.extend(state.root_events.iter().copied());
+            items.extend(&state.items(self.repos.ids()));
         }
         items.extend(extra);
         let per_req = self.filters_per_req(relay);

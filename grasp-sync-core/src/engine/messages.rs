@@ -8,9 +8,11 @@ use tracing::{info, warn};
 
 use super::classify::classify;
 use super::runtime::{Job, Sub};
+use super::trust::Arrived;
 use super::{Command, SyncEngine};
 use crate::clock::Now;
 use crate::pagination::PageOutcome;
+use crate::verified::{Forged, VerifiedEvent};
 
 /// Below this many events a page that repeats one second is taken for the
 /// end of the results, not for a relay's page limit (no relay caps pages
@@ -24,9 +26,6 @@ impl SyncEngine {
         relay: &RelayUrl,
         message: RelayMessage<'_>,
     ) {
-        let Some(conn) = self.conns.get_mut(relay) else {
-            return self.ignored(relay, "message from a relay not connected");
-        };
         let answered = match &message {
             RelayMessage::Event {
                 subscription_id, ..
@@ -43,16 +42,19 @@ impl SyncEngine {
             RelayMessage::EndOfStoredEvents(id) => Some(id.as_ref()),
             _ => None,
         };
-        conn.last_heard = now.instant;
-        if let Some(id) = answered {
-            conn.unanswered.retain(|waiting| waiting != id);
-            conn.frame_answered(id);
+        if !self.heard(now, relay, answered) {
+            return;
         }
         match message {
             RelayMessage::Event {
                 subscription_id,
                 event,
-            } => self.on_event(now, relay, &subscription_id, event.into_owned()),
+            } => self.on_event(
+                now,
+                relay,
+                &subscription_id,
+                Arrived::Unchecked(event.into_owned()),
+            ),
             RelayMessage::EndOfStoredEvents(id) => self.on_eose(now, relay, &id),
             RelayMessage::Closed {
                 subscription_id,
@@ -74,6 +76,38 @@ impl SyncEngine {
             } => self.on_neg_err(now, relay, &subscription_id, &message),
             _ => {}
         }
+    }
+
+    /// An EVENT the driver verified already (or found forged).
+    pub(super) fn on_checked_event(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        subscription_id: &SubscriptionId,
+        checked: Result<VerifiedEvent, Forged>,
+    ) {
+        if !self.heard(now, relay, Some(subscription_id)) {
+            return;
+        }
+        match checked {
+            Ok(event) => self.on_event(now, relay, subscription_id, Arrived::Verified(event)),
+            Err(forged) => self.forged(relay, &forged),
+        }
+    }
+
+    /// Notes that `relay` spoke (and answered `answered`); `false` (counted
+    /// as ignored) if it is not connected.
+    fn heard(&mut self, now: Now, relay: &RelayUrl, answered: Option<&SubscriptionId>) -> bool {
+        let Some(conn) = self.conns.get_mut(relay) else {
+            self.ignored(relay, "message from a relay not connected");
+            return false;
+        };
+        conn.last_heard = now.instant;
+        if let Some(id) = answered {
+            conn.unanswered.retain(|waiting| waiting != id);
+            conn.frame_answered(id);
+        }
+        true
     }
 
     pub(super) fn on_eose(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {

@@ -75,6 +75,7 @@ mod messages;
 mod nip77;
 mod own_relay;
 mod planning;
+mod recent;
 mod refusals;
 mod report;
 mod runtime;
@@ -93,6 +94,7 @@ use crate::clock::{Instant, Now};
 use crate::health::HealthTracker;
 use crate::model::{BatchId, PendingSyncIndex, RelaySyncIndex};
 use crate::planner::RepoSyncIndex;
+use crate::verified::{Forged, VerifiedEvent};
 
 pub use classify::{classify, Classified, Prefix};
 pub use command::Command;
@@ -312,6 +314,22 @@ impl SyncEngine {
     pub fn handle_relay_message(&mut self, now: Now, relay: &RelayUrl, message: RelayMessage<'_>) {
         self.observe(now);
         self.on_relay_message(now, relay, message);
+        self.maintain(now);
+    }
+
+    /// An `EVENT` from a relay that the driver verified already (or found
+    /// forged) — e.g. in parallel on its own threads: the engine does not
+    /// verify it again. Same as passing the `EVENT` to
+    /// [`SyncEngine::handle_relay_message`] otherwise.
+    pub fn handle_checked_event(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        subscription_id: &SubscriptionId,
+        checked: Result<VerifiedEvent, Forged>,
+    ) {
+        self.observe(now);
+        self.on_checked_event(now, relay, subscription_id, checked);
         self.maintain(now);
     }
 

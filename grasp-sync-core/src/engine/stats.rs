@@ -10,6 +10,9 @@ use super::SyncEngine;
 pub struct EngineStats {
     /// Events handed to the store.
     pub events_accepted: u64,
+    /// Events not handed to the store again because they were stored
+    /// lately (the same event from another relay, filter or re-sync).
+    pub already_stored: u64,
     /// Events dropped because the id or signature did not verify.
     pub dropped_forged: u64,
     /// Events dropped because they matched no filter of their subscription.

@@ -13,11 +13,13 @@ use nostr::prelude::{Event, EventId, Filter, Kind, RelayUrl, Timestamp};
 use tracing::{debug, warn};
 
 use super::classify::{classify, Prefix};
+use super::recent::RecentIds;
 use super::{Command, SyncEngine};
 use crate::clock::{Instant, Now};
 use crate::model::BatchId;
 use crate::nip34::{is_root_kind, KIND_REPO_ANNOUNCEMENT};
 use crate::store::{IngestOutcome, StoreError};
+use crate::verified::VerifiedEvent;
 
 /// What the engine makes of one store answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,7 +73,7 @@ impl StoreVerdict {
 /// An event handed to the store and not answered for yet.
 #[derive(Debug)]
 struct InFlight {
-    event: Event,
+    event: VerifiedEvent,
     relay: RelayUrl,
     /// Batches that confirm only once it is stored.
     batches: Vec<BatchId>,
@@ -96,6 +98,9 @@ pub(crate) struct StoreTracker {
     refused: HashMap<EventId, Event>,
     /// `refused` in the order remembered, oldest first.
     refused_order: VecDeque<EventId>,
+    /// Stored (or held already) lately: not handed to the store again.
+    /// Forgotten at the daily re-sync, which compares with the store itself.
+    pub(super) stored_lately: RecentIds,
 }
 
 impl StoreTracker {
@@ -140,11 +145,15 @@ impl SyncEngine {
         &mut self,
         now: Now,
         relay: &RelayUrl,
-        event: Event,
+        event: VerifiedEvent,
         batch: Option<BatchId>,
     ) {
         self.knowledge(relay).events_received += 1;
         if self.stores.is_refused(&event.id) {
+            return;
+        }
+        if self.stores.stored_lately.contains(&event.id) {
+            self.stats.already_stored += 1;
             return;
         }
         if let Some(waiting) = self.stores.in_flight.get_mut(&event.id) {
@@ -176,7 +185,7 @@ impl SyncEngine {
         );
         self.emit(Command::Store {
             relay: relay.clone(),
-            event: Box::new(event),
+            event,
         });
     }
 
@@ -240,6 +249,7 @@ impl SyncEngine {
             }
             StoreVerdict::Stored | StoreVerdict::Duplicate => {
                 self.health.on_store_answered();
+                self.stores.stored_lately.insert(*id);
                 if let Some(done) = self.settle(now, id) {
                     if verdict == StoreVerdict::Stored {
                         self.stats.events_stored += 1;
@@ -247,7 +257,7 @@ impl SyncEngine {
                             known.events_stored += 1;
                         }
                     }
-                    self.plan_stored(now, done.event);
+                    self.plan_stored(now, *done.event.into_event());
                 }
             }
         }
@@ -344,7 +354,7 @@ impl SyncEngine {
         waiting.retrying = false;
         let command = Command::Store {
             relay: waiting.relay.clone(),
-            event: Box::new(waiting.event.clone()),
+            event: waiting.event.clone(),
         };
         self.emit(command);
     }

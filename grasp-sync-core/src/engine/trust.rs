@@ -1,5 +1,9 @@
 //! Trust: an event reaches the store only if it matches a filter of the
 //! subscription it arrived on and its id and signature verify.
+//!
+//! A driver may verify events before they reach the engine (in parallel, off
+//! the engine's thread): they arrive as [`VerifiedEvent`]s and are not
+//! verified again. Events inside a plain `RelayMessage` are verified here.
 
 use nostr::filter::MatchEventOptions;
 
@@ -9,6 +13,25 @@ use tracing::{debug, warn};
 use super::runtime::Sub;
 use super::SyncEngine;
 use crate::clock::Now;
+use crate::verified::VerifiedEvent;
+
+/// An EVENT as it reaches the engine: verified by the driver, or not yet.
+#[derive(Debug)]
+pub(super) enum Arrived {
+    /// From a plain `RelayMessage`: verified here if it matches.
+    Unchecked(Event),
+    /// Verified by the driver.
+    Verified(VerifiedEvent),
+}
+
+impl Arrived {
+    fn event(&self) -> &Event {
+        match self {
+            Arrived::Unchecked(event) => event,
+            Arrived::Verified(event) => event,
+        }
+    }
+}
 
 impl SyncEngine {
     /// Trust: store an event only if it matches a filter of its subscription
@@ -18,8 +41,9 @@ impl SyncEngine {
         now: Now,
         relay: &RelayUrl,
         id: &SubscriptionId,
-        event: Event,
+        arrived: Arrived,
     ) {
+        let event = arrived.event();
         let Some(conn) = self.conns.get_mut(relay) else {
             return;
         };
@@ -29,10 +53,10 @@ impl SyncEngine {
             let matches = conn.closed_live.get(id).map(|filters| {
                 filters
                     .iter()
-                    .any(|filter| filter.match_event(&event, MatchEventOptions::new()))
+                    .any(|filter| filter.match_event(event, MatchEventOptions::new()))
             });
             return match matches {
-                Some(true) => self.store_verified(now, relay, event),
+                Some(true) => self.store_verified(now, relay, arrived),
                 Some(false) => self.stats.dropped_off_filter += 1,
                 None => self.stats.dropped_unknown_subscription += 1,
             };
@@ -44,12 +68,12 @@ impl SyncEngine {
         let matches = match &*sub {
             Sub::Live { filters, .. } => filters
                 .iter()
-                .any(|filter| filter.match_event(&event, options)),
-            Sub::Req { paging, .. } => paging.matches(&event),
-            Sub::Fetch { filter, .. } => filter.match_event(&event, options),
+                .any(|filter| filter.match_event(event, options)),
+            Sub::Req { paging, .. } => paging.matches(event),
+            Sub::Fetch { filter, .. } => filter.match_event(event, options),
             Sub::Poll { filters, .. } => filters
                 .iter()
-                .any(|filter| filter.match_event(&event, options)),
+                .any(|filter| filter.match_event(event, options)),
             Sub::Negentropy { .. } => false,
         };
         if !matches {
@@ -57,9 +81,9 @@ impl SyncEngine {
             debug!(%relay, id = %event.id, "dropped event outside the subscription's filters");
             return;
         }
-        if !self.verifies(relay, &event) {
+        let Some(event) = self.verified(relay, arrived) else {
             return;
-        }
+        };
         let Some(sub) = self
             .conns
             .get_mut(relay)
@@ -90,19 +114,31 @@ impl SyncEngine {
         self.store(now, relay, event, batch);
     }
 
-    /// `true` if the event's id and signature verify; counts it otherwise.
-    pub(super) fn verifies(&mut self, relay: &RelayUrl, event: &Event) -> bool {
-        let valid = event.verify().is_ok();
-        if !valid {
-            self.stats.dropped_forged += 1;
-            warn!(%relay, id = %event.id, "dropped event with a bad id or signature");
+    /// The event verified (here, unless the driver did); counted and
+    /// dropped if its id or signature does not verify.
+    fn verified(&mut self, relay: &RelayUrl, arrived: Arrived) -> Option<VerifiedEvent> {
+        let checked = match arrived {
+            Arrived::Verified(event) => Ok(event),
+            Arrived::Unchecked(event) => VerifiedEvent::verify(event),
+        };
+        match checked {
+            Ok(event) => Some(event),
+            Err(forged) => {
+                self.forged(relay, &forged);
+                None
+            }
         }
-        valid
+    }
+
+    /// Counts an event whose id or signature did not verify.
+    pub(super) fn forged(&mut self, relay: &RelayUrl, forged: &crate::verified::Forged) {
+        self.stats.dropped_forged += 1;
+        warn!(%relay, id = %forged.id, "dropped event with a bad id or signature");
     }
 
     /// Stores an event that matched: only if its id and signature verify.
-    pub(super) fn store_verified(&mut self, now: Now, relay: &RelayUrl, event: Event) {
-        if self.verifies(relay, &event) {
+    fn store_verified(&mut self, now: Now, relay: &RelayUrl, arrived: Arrived) {
+        if let Some(event) = self.verified(relay, arrived) {
             self.store(now, relay, event, None);
         }
     }

@@ -295,7 +295,10 @@ impl SyncManagerBuilder {
             policy: engine_config.relay_policy.clone(),
             trusted: Arc::new(trusted),
         };
+        let seen =
+            grasp_sync_core::verified::SeenSignatures::new(self.connection.verified_signatures);
         let dialer = Dialer {
+            seen: Some(Arc::new(std::sync::Mutex::new(seen))),
             config: self.connection,
             tls: tls_config()?,
             address,

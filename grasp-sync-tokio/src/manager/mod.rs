@@ -190,7 +190,12 @@ impl SyncManager {
                 connects: None,
                 ..connections.sent_counter(&url)
             };
-            OwnConnection::new(WsTransport::new(url, connections.dialer.clone(), sent))
+            // The own relay's events were accepted by it: not verified again.
+            let dialer = Dialer {
+                seen: None,
+                ..connections.dialer.clone()
+            };
+            OwnConnection::new(WsTransport::new(url, dialer, sent))
         });
         let mut runner = Runner {
             engine: SyncEngine::new(engine_config, clock.read()),

@@ -97,7 +97,8 @@ impl Runner {
             Report::ConnectFailed(reason)
             | Report::AddressRefused(reason)
             | Report::Disconnected(reason) => self.own_lost(now, &reason),
-            Report::Malformed(_) | Report::Limits(_) => {}
+            // `Event` only comes from connections that verify (not this).
+            Report::Malformed(_) | Report::Limits(_) | Report::Event { .. } => {}
         }
     }
 

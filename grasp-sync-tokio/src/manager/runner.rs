@@ -208,18 +208,33 @@ impl Runner {
                 self.engine.handle_disconnected(now, &relay);
             }
             Report::Message(message, size) => {
-                self.summary.bytes_received += size as u64;
-                self.metrics
-                    .bytes_received
-                    .with_label_values(&[relay.as_str()])
-                    .inc_by(size as u64);
+                self.count_received(&relay, size);
                 self.engine.handle_relay_message(now, &relay, *message);
+            }
+            Report::Event {
+                subscription_id,
+                checked,
+                size,
+            } => {
+                // A forged event is counted by the engine (`dropped_forged`).
+                self.count_received(&relay, size);
+                self.engine
+                    .handle_checked_event(now, &relay, &subscription_id, checked);
             }
             Report::Malformed(size) => {
                 self.summary.bytes_received += size as u64;
                 self.metrics.dropped.with_label_values(&["malformed"]).inc();
             }
         }
+    }
+
+    /// Counts `size` bytes received from `relay`.
+    fn count_received(&mut self, relay: &RelayUrl, size: usize) {
+        self.summary.bytes_received += size as u64;
+        self.metrics
+            .bytes_received
+            .with_label_values(&[relay.as_str()])
+            .inc_by(size as u64);
     }
 
     /// Publishes a new status snapshot if the last one is older than
