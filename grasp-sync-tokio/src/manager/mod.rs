@@ -71,6 +71,10 @@ impl WarnOnce {
 /// queue full" (the engine then retries them with backoff).
 const STORE_QUEUE: usize = 65_536;
 
+/// Relay reports (or store answers) handled in one go when they are
+/// already waiting.
+const INBOUND_BURST: usize = 256;
+
 /// Runs GRASP-02 proactive sync against real relays.
 ///
 /// ```no_run
@@ -227,8 +231,26 @@ impl SyncManager {
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => break,
-                Some(result) = store_results.recv() => runner.on_store_result(result),
-                Some(message) = inbound.recv() => runner.on_inbound(message),
+                Some(result) = store_results.recv() => {
+                    runner.on_store_result(result);
+                    for _ in 1..INBOUND_BURST {
+                        let Ok(result) = store_results.try_recv() else { break };
+                        runner.drain_commands();
+                        runner.on_store_result(result);
+                    }
+                }
+                Some(message) = inbound.recv() => {
+                    runner.on_inbound(message);
+                    // What else already arrived is handled (each after the
+                    // commands of the one before) before the deadlines and
+                    // the status are looked at again: their cost is paid
+                    // once per burst, not per message.
+                    for _ in 1..INBOUND_BURST {
+                        let Ok(message) = inbound.try_recv() else { break };
+                        runner.drain_commands();
+                        runner.on_inbound(message);
+                    }
+                }
                 Some(event) = own_events.recv() => {
                     let now = runner.clock_now();
                     runner.engine.handle_own_events(now, [event]);
