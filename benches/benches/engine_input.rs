@@ -1,0 +1,125 @@
+//! The engine's cost per input against the number of relays (issue
+//! "Historic sync at the machine's limit": the per-input cost must not grow
+//! with the relays, subscriptions and batches).
+//!
+//! The engine tracks 1, 100 or 1 000 connected relays, each with its Layer 1
+//! subscriptions open and answered. One input is a relay message the engine
+//! has nothing to do for (an `EOSE` of a subscription it does not know, from
+//! relay 0), followed by `poll_timeout` — what a driver does after every
+//! input. What is measured is the engine's own overhead per input: keeping
+//! its relays going and finding its next deadline.
+//!
+//! `cargo bench -p grasp-sync-benches --bench engine_input`; CI only builds
+//! this.
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use grasp_sync_core::engine::{CommandSink, EngineConfig, SyncEngine};
+use grasp_sync_core::transport::{MemoryTransport, RelayTransport, Wire};
+use grasp_sync_core::{Instant, Now};
+use nostr::prelude::{
+    ClientMessage, Event, Filter, RelayMessage, RelayUrl, SubscriptionId, Timestamp,
+};
+
+/// Records what the engine asks for.
+#[derive(Default)]
+struct Recorder {
+    transports: HashMap<RelayUrl, MemoryTransport>,
+}
+
+impl CommandSink for Recorder {
+    fn transport(&mut self, relay: &RelayUrl) -> &mut dyn RelayTransport {
+        self.transports
+            .entry(relay.clone())
+            .or_insert_with(|| MemoryTransport::new(relay.clone()))
+    }
+    fn store(&mut self, _relay: RelayUrl, _event: Box<Event>) {}
+    fn query_local_items(&mut self, _relay: RelayUrl, _id: SubscriptionId, _filter: Filter) {}
+}
+
+fn relay(n: usize) -> RelayUrl {
+    RelayUrl::parse(&format!("wss://relay{n}.example.com")).expect("relay url")
+}
+
+/// An engine with `relays` connected bootstrap relays, every subscription
+/// it opened answered with `EOSE`.
+fn engine_with(relays: usize) -> (SyncEngine, Recorder, Now) {
+    let now = Now::new(
+        Instant::ZERO + Duration::from_secs(1),
+        Timestamp::from_secs(1_750_000_000),
+    );
+    let config = EngineConfig {
+        bootstrap_relays: (0..relays).map(relay).collect(),
+        ..EngineConfig::default()
+    };
+    let mut engine = SyncEngine::new(config, now);
+    let mut sink = Recorder::default();
+    engine.handle_timeout(now);
+    engine.execute_commands(now, &mut sink);
+    for n in 0..relays {
+        engine.handle_connected(now, &relay(n));
+    }
+    engine.execute_commands(now, &mut sink);
+    // Answer every REQ with EOSE, until nothing new is asked.
+    for _ in 0..4 {
+        let mut answers = Vec::new();
+        for (url, transport) in &mut sink.transports {
+            for wire in transport.take_log() {
+                if let Wire::Message(message) = wire {
+                    if let ClientMessage::Req {
+                        subscription_id, ..
+                    } = *message
+                    {
+                        answers.push((url.clone(), subscription_id.into_owned()));
+                    }
+                }
+            }
+        }
+        if answers.is_empty() {
+            break;
+        }
+        for (url, id) in answers {
+            engine.handle_relay_message(now, &url, RelayMessage::eose(id));
+        }
+        engine.execute_commands(now, &mut sink);
+    }
+    (engine, sink, now)
+}
+
+fn per_input(c: &mut Criterion) {
+    let mut group = c.benchmark_group("engine_input");
+    for relays in [1usize, 100, 1_000] {
+        let (mut engine, mut sink, now) = engine_with(relays);
+        let open = (0..relays)
+            .filter(|n| {
+                engine
+                    .relay_activity(&relay(*n))
+                    .is_some_and(|activity| activity.open_subscriptions > 0)
+            })
+            .count();
+        assert_eq!(
+            open, relays,
+            "every relay connected with subscriptions open"
+        );
+        let first = relay(0);
+        let unknown = SubscriptionId::new("unknown");
+        group.bench_with_input(BenchmarkId::new("relays", relays), &relays, |b, _| {
+            b.iter(|| {
+                engine.handle_relay_message(now, &first, RelayMessage::eose(unknown.clone()));
+                engine.execute_commands(now, &mut sink);
+                black_box(engine.poll_timeout())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(30).measurement_time(Duration::from_secs(3));
+    targets = per_input
+}
+criterion_main!(benches);
