@@ -7,6 +7,7 @@
 //! ```text
 //! cargo bench -p grasp-sync-benches --bench throughput
 //! GRASP_BENCH_EVENTS=10000 cargo bench -p grasp-sync-benches --bench throughput   # quick
+//! GRASP_BENCH_PATHS=a,c cargo bench -p grasp-sync-benches --bench throughput      # some paths
 //! ```
 //!
 //! Data: N (default 100 000) signed NIP-34 events over 500 repositories
@@ -36,6 +37,7 @@
 //!
 //! Under `cargo test` (no `--bench` argument) it does nothing.
 
+mod counting;
 mod dataset;
 mod ours;
 mod relays;
@@ -63,8 +65,12 @@ pub(crate) struct Bench {
 /// One run of one path.
 #[derive(Clone, Debug)]
 pub(crate) struct Measurement {
-    /// Seconds from start to completion.
+    /// Seconds from start until the store held every event (historic sync
+    /// was then reported complete too).
     pub(crate) secs: f64,
+    /// Seconds from start until the status said historic sync is complete
+    /// (it is refreshed at most every 100 ms, and every 2 s when idle).
+    pub(crate) status_secs: Option<f64>,
     /// Events the path had to bring.
     pub(crate) new_events: u64,
     /// CPU seconds per process during the run: (name, seconds).
@@ -86,6 +92,14 @@ fn events_wanted() -> usize {
         .and_then(|n| n.parse().ok())
         .filter(|n| *n >= 1_000)
         .unwrap_or(100_000)
+}
+
+/// The paths to run: `GRASP_BENCH_PATHS` (comma-separated, e.g. `a,c`),
+/// all by default.
+fn paths_wanted() -> Vec<String> {
+    std::env::var("GRASP_BENCH_PATHS")
+        .map(|paths| paths.split(',').map(|p| p.trim().to_owned()).collect())
+        .unwrap_or_else(|_| ["a", "a'", "b", "c", "d"].map(String::from).to_vec())
 }
 
 fn main() {
@@ -126,21 +140,35 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    let wanted = paths_wanted();
+    let on = |path: &str| wanted.iter().any(|p| p == path);
     let mut results = report::Results::default();
+    results.load_before = report::load_average();
     for run in 1..=RUNS {
         let step = |path: &str| eprintln!("run {run}/{RUNS}: {path}");
-        step("(d) Event::verify alone");
-        results.push("d", sdk::verify_alone(&all));
-        step("(a) ours, sidecar (then benchmark 3: re-sync)");
-        let (measured, resync) = runtime.block_on(ours::sidecar(&bench, false, true));
-        results.push("a", measured);
-        results.resync.extend(resync);
-        step("(a') ours, in process");
-        results.push("a'", runtime.block_on(ours::in_process(&bench)));
-        step("(b) ours, sidecar, remote refuses NIP-77");
-        results.push("b", runtime.block_on(ours::sidecar(&bench, true, false)).0);
-        step("(c) nostr-sdk Client::sync");
-        results.push("c", runtime.block_on(sdk::nostr_sdk_sync(&bench)));
+        if on("d") {
+            step("(d) Event::verify alone");
+            results.push("d", sdk::verify_alone(&all));
+        }
+        if on("a") {
+            step("(a) ours, sidecar (then benchmark 3: re-sync)");
+            let (measured, resync) = runtime.block_on(ours::sidecar(&bench, false, true));
+            results.push("a", measured);
+            results.resync.extend(resync);
+        }
+        if on("a'") {
+            step("(a') ours, in process");
+            results.push("a'", runtime.block_on(ours::in_process(&bench)));
+        }
+        if on("b") {
+            step("(b) ours, sidecar, remote refuses NIP-77");
+            results.push("b", runtime.block_on(ours::sidecar(&bench, true, false)).0);
+        }
+        if on("c") {
+            step("(c) nostr-sdk Client::sync");
+            results.push("c", runtime.block_on(sdk::nostr_sdk_sync(&bench)));
+        }
     }
+    results.load_after = report::load_average();
     report::print(&bench, &results);
 }

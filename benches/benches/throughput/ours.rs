@@ -12,6 +12,7 @@ use grasp_sync_tokio::{DatabaseStore, RelayStore, SyncManager, SyncStatus};
 use nostr::prelude::{Event, Filter, RelayUrl};
 use tokio::sync::watch;
 
+use super::counting::CountingStore;
 use super::relays::{free_port, own_cpu, RelayProcess, RelaySpec, RunDir};
 use super::{dataset, wire, Bench, Measurement};
 
@@ -26,9 +27,11 @@ const OWN_WRITE_LIMIT: u32 = 1_000_000_000;
 /// What benchmark 3 measured after one sidecar run.
 #[derive(Clone, Debug)]
 pub(crate) struct Resync {
-    /// Bytes sent to and received from the remote relay by the fresh
-    /// manager until historic sync was complete.
-    pub(crate) nip77_bytes: u64,
+    /// Bytes received from the remote relay by the fresh manager until
+    /// historic sync was complete.
+    pub(crate) received: u64,
+    /// Bytes it sent to the remote relay.
+    pub(crate) sent: u64,
     /// Seconds it took.
     pub(crate) secs: f64,
     /// Events the fresh manager stored (0 expected).
@@ -133,14 +136,15 @@ pub(crate) async fn sidecar(
     let repos = anns.len();
     let want = (bench.n - repos) as u64;
 
+    let store = CountingStore::new(
+        RelayStore::new(url(&own_url), Duration::from_secs(10)),
+        want,
+    );
     let manager = SyncManager::builder()
         .own_relay(url(&own_url))
         .allow_local_addresses(true)
         .batch_window(BATCH_WINDOW)
-        .store(Arc::new(RelayStore::new(
-            url(&own_url),
-            Duration::from_secs(10),
-        )))
+        .store(store.clone())
         .build()
         .expect("building the sync manager");
     let mut status = manager.status();
@@ -168,6 +172,7 @@ pub(crate) async fn sidecar(
     );
     let measurement = Measurement {
         secs,
+        status_secs: Some(status_secs),
         new_events: want,
         cpu: vec![
             ("sync".into(), cpu.0),
@@ -193,6 +198,14 @@ pub(crate) async fn sidecar(
     drop((remote, own));
     drop(dir);
     (measurement, resync)
+}
+
+/// Seconds from `started` until the counting store saw the last event.
+fn stored_secs(reached: &Option<Instant>, started: Instant) -> f64 {
+    reached
+        .expect("historic sync complete before every event was stored")
+        .duration_since(started)
+        .as_secs_f64()
 }
 
 /// (received, sent) bytes of the remote relay in `status`.
@@ -244,7 +257,8 @@ async fn resync_run(bench: &Bench, own_url: &str, remote_url: &str, repos: usize
         "the REQ re-download got every event"
     );
     Resync {
-        nip77_bytes: received + sent,
+        received,
+        sent,
         secs,
         stored: summary.events_stored,
         req_events,
@@ -273,11 +287,12 @@ pub(crate) async fn in_process(bench: &Bench) -> Measurement {
     }
     let repos = anns.len();
     let want = (bench.n - repos) as u64;
+    let store = CountingStore::new(DatabaseStore::new(database.clone()), want);
     let manager = SyncManager::builder()
         .service_relay(url(&own_url))
         .allow_local_addresses(true)
         .batch_window(BATCH_WINDOW)
-        .store(Arc::new(DatabaseStore::new(database.clone())))
+        .store(store.clone())
         .build()
         .expect("building the sync manager");
     let mut status = manager.status();
@@ -300,7 +315,8 @@ pub(crate) async fn in_process(bench: &Bench) -> Measurement {
         "in process",
     )
     .await;
-    let secs = started.elapsed().as_secs_f64();
+    let status_secs = started.elapsed().as_secs_f64();
+    let secs = stored_secs(&store.reached(), started);
     let cpu = (own_cpu() - cpu.0, remote.cpu() - cpu.1);
     shutdown.shutdown();
     let summary = run.await.expect("the sync manager task");
@@ -317,6 +333,7 @@ pub(crate) async fn in_process(bench: &Bench) -> Measurement {
     drop(dir);
     Measurement {
         secs,
+        status_secs: Some(status_secs),
         new_events: want,
         cpu: vec![("sync".into(), cpu.0), ("remote".into(), cpu.1)],
         note: format!(

@@ -25,16 +25,34 @@ pub(crate) struct Results {
     paths: Vec<(String, Measurement)>,
     /// Benchmark 3, one per (a) run.
     pub(crate) resync: Vec<Resync>,
+    /// `/proc/loadavg` before the first run.
+    pub(crate) load_before: String,
+    /// `/proc/loadavg` after the last run.
+    pub(crate) load_after: String,
+}
+
+/// The 1, 5 and 15 minute load averages (other work on the machine shows
+/// here: the figures are only as good as the machine was quiet).
+pub(crate) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
 }
 
 impl Results {
     /// Records one run of `path`.
     pub(crate) fn push(&mut self, path: &str, measurement: Measurement) {
         eprintln!(
-            "  {path}: {:.0} events/s ({} events in {:.2} s); CPU s {}; {}",
+            "  {path}: {:.0} events/s ({} events in {:.2} s, status complete at {:?} s); CPU s {}; {}",
             measurement.rate(),
             measurement.new_events,
             measurement.secs,
+            measurement.status_secs,
             cpu_text(&measurement.cpu),
             measurement.note
         );
@@ -104,8 +122,13 @@ pub(crate) fn print(bench: &Bench, results: &Results) {
         BATCH_WINDOW.as_millis()
     );
     println!();
-    println!("| path | events/s min / median / max | median time (s) | median CPU s per process | × (c) | × (d) |");
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!(
+        "load average (1, 5, 15 min) before: {}, after: {}",
+        results.load_before, results.load_after
+    );
+    println!();
+    println!("| path | events/s min / median / max | median time (s) | median time to status complete (s) | median CPU s per process | × (c) | × (d) |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     for (path, what) in PATHS {
         let runs = results.of(path);
         if runs.is_empty() {
@@ -114,8 +137,14 @@ pub(crate) fn print(bench: &Bench, results: &Results) {
         let mut rates: Vec<f64> = runs.iter().map(|m| m.rate()).collect();
         let mut times: Vec<f64> = runs.iter().map(|m| m.secs).collect();
         let med = median(&mut rates);
+        let mut status: Vec<f64> = runs.iter().filter_map(|m| m.status_secs).collect();
+        let status = if status.is_empty() {
+            "–".to_owned()
+        } else {
+            format!("{:.2}", median(&mut status))
+        };
         println!(
-            "| ({path}) {what} | {:.0} / {med:.0} / {:.0} | {:.2} | {} | {:.2} | {:.2} |",
+            "| ({path}) {what} | {:.0} / {med:.0} / {:.0} | {:.2} | {status} | {} | {:.2} | {:.2} |",
             rates[0],
             rates[rates.len() - 1],
             median(&mut times),
@@ -139,18 +168,20 @@ pub(crate) fn print(bench: &Bench, results: &Results) {
         bench.n
     );
     println!();
-    println!("| run | NIP-77 re-sync bytes | time (s) | events stored | REQ re-download bytes (events) | ratio |");
+    println!("| run | NIP-77 re-sync bytes (received + sent) | time to complete (s) | events stored | REQ re-download bytes (events) | ratio |");
     println!("| --- | --- | --- | --- | --- | --- |");
     for (i, r) in results.resync.iter().enumerate() {
         println!(
-            "| {} | {} | {:.2} | {} | {} ({}) | {:.3} % |",
+            "| {} | {} ({} + {}) | {:.2} | {} | {} ({}) | {:.3} % |",
             i + 1,
-            r.nip77_bytes,
+            r.received + r.sent,
+            r.received,
+            r.sent,
             r.secs,
             r.stored,
             r.req_bytes,
             r.req_events,
-            100.0 * r.nip77_bytes as f64 / r.req_bytes as f64
+            100.0 * (r.received + r.sent) as f64 / r.req_bytes as f64
         );
     }
 }

@@ -89,6 +89,7 @@ pub(crate) async fn nostr_sdk_sync(bench: &Bench) -> Measurement {
     assert_eq!(held, bench.n, "nostr-sdk's database holds every event");
     Measurement {
         secs,
+        status_secs: None,
         new_events: (bench.n - anns.len()) as u64,
         cpu: vec![("sync".into(), cpu.0), ("remote".into(), cpu.1)],
         note: format!("events received per call: {calls:?}"),
@@ -105,6 +106,7 @@ pub(crate) fn verify_alone(events: &[Event]) -> Measurement {
     let secs = started.elapsed().as_secs_f64();
     Measurement {
         secs,
+        status_secs: None,
         new_events: events.len() as u64,
         cpu: vec![("verify".into(), own_cpu() - cpu)],
         note: String::new(),

@@ -1,0 +1,60 @@
+//! A store wrapper that notes when the last wanted event was stored: the
+//! sync's status is refreshed at most every 100 ms and, once nothing
+//! changes, only every 2 s, too coarse to time a run of a few seconds.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use grasp_sync_tokio::core::store::{EventStore, IngestOutcome, StoreError};
+use nostr::prelude::{Event, EventId, Filter, Timestamp};
+
+/// Counts events newly stored by `inner`; remembers when `want` was reached.
+pub(crate) struct CountingStore<S> {
+    inner: S,
+    want: u64,
+    stored: AtomicU64,
+    reached: Mutex<Option<Instant>>,
+}
+
+impl<S: EventStore> CountingStore<S> {
+    /// Wraps `inner`, waiting for `want` new events.
+    pub(crate) fn new(inner: S, want: u64) -> Arc<Self> {
+        Arc::new(CountingStore {
+            inner,
+            want,
+            stored: AtomicU64::new(0),
+            reached: Mutex::new(None),
+        })
+    }
+
+    /// When the `want`-th new event was stored, if it was.
+    pub(crate) fn reached(&self) -> Option<Instant> {
+        *self.reached.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl<S: EventStore> EventStore for CountingStore<S> {
+    async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
+        let outcome = self.inner.ingest(event).await?;
+        if outcome == IngestOutcome::Stored
+            && self.stored.fetch_add(1, Ordering::SeqCst) + 1 == self.want
+        {
+            *self.reached.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        }
+        Ok(outcome)
+    }
+
+    async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
+        self.inner.contains(id).await
+    }
+
+    async fn negentropy_items(
+        &self,
+        filter: &Filter,
+    ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
+        self.inner.negentropy_items(filter).await
+    }
+}
