@@ -132,7 +132,7 @@ fn main() {
             &confirmed,
         );
         if let (Some(action), Some(state)) = (action, confirmed.get_mut(relay)) {
-            state.confirm(&action.items);
+            state.confirm(&action.items, index.ids());
         }
     }
     let after_confirmed = rss();

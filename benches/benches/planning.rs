@@ -15,7 +15,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use grasp_sync_core::model::{ConnectionStatus, PendingSyncIndex, RelaySyncIndex};
+use grasp_sync_core::model::{ConnectionStatus, PendingItems, PendingSyncIndex, RelaySyncIndex};
 use grasp_sync_core::planner::{
     compute_actions, compute_actions_for_changes, derive_relay_targets, RepoSyncIndex,
 };
@@ -78,10 +78,13 @@ fn world() -> World {
     let _ = index.take_changes();
     let mut confirmed = RelaySyncIndex::new();
     for (relay, needs) in index.targets() {
-        let state = confirmed.register(relay.clone(), false);
+        let state = confirmed.register(relay, false);
         state.connection_status = ConnectionStatus::Connected;
-        state.repos = needs.repos.clone();
-        state.root_events = needs.root_events.clone();
+        let items = PendingItems {
+            repos: needs.repos,
+            root_events: needs.root_events,
+        };
+        state.confirm(&items, index.ids());
     }
     World {
         index,
@@ -99,7 +102,12 @@ fn planning(c: &mut Criterion) {
     group.bench_function("full_recompute", |b| {
         b.iter(|| {
             let targets = derive_relay_targets(world.index.repos());
-            black_box(compute_actions(&targets, &world.pending, &world.confirmed))
+            black_box(compute_actions(
+                &targets,
+                world.index.ids(),
+                &world.pending,
+                &world.confirmed,
+            ))
         })
     });
     group.bench_function("one_new_root_event", |b| {

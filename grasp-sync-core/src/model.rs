@@ -9,7 +9,11 @@
 //! - [`PendingSyncIndex`] — batches of historic sync **in flight** per relay.
 //!
 //! `compute_actions` (in [`planner`](crate::planner)) subtracts pending and
-//! confirmed from the targets to decide what is new.
+//! confirmed from the targets to decide what is new. Repositories and root
+//! events are stored once, in the repository index's [`ids::SyncIds`]; the
+//! confirmed sets hold their 4-byte ids.
+
+pub mod ids;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -20,18 +24,13 @@ use nostr::prelude::{EventId, RelayUrl, Timestamp};
 
 use crate::clock::Instant;
 use crate::nip34::RepoRef;
+use ids::{RepoId, RootId, SyncIds};
 
-/// What we want to sync for one repository (the spec's `RepoSyncNeeds`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RepoSyncNeeds {
-    /// Relays listed in this repository's 30617 announcement (after policy).
-    pub relays: HashSet<RelayUrl>,
-    /// Root events (1617/1618/1621) that reference this repository.
-    pub root_events: HashSet<EventId>,
-}
-
-/// What we want to sync from one relay: the relay-centric view of the
-/// repository index (the spec's `RelaySyncNeeds`).
+/// What we want to sync from one relay, as plain values (the spec's
+/// `RelaySyncNeeds`): what the full recompute
+/// [`derive_relay_targets`](crate::planner::derive_relay_targets) returns.
+/// The repository index keeps the same without copies
+/// ([`RelayTarget`](crate::planner::RelayTarget)).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RelaySyncNeeds {
     /// Repositories to follow on this relay (Layer 2).
@@ -62,10 +61,12 @@ pub enum ConnectionStatus {
 /// lifecycle (the spec's `RelayState`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RelayState {
-    /// Repositories whose historic sync this relay has confirmed.
-    pub repos: HashSet<RepoRef>,
-    /// Root events whose historic sync this relay has confirmed.
-    pub root_events: HashSet<EventId>,
+    /// Repositories whose historic sync this relay has confirmed (ids of the
+    /// repository index's [`SyncIds`]).
+    pub repos: HashSet<RepoId>,
+    /// Root events whose historic sync this relay has confirmed (ids of the
+    /// repository index's [`SyncIds`]).
+    pub root_events: HashSet<RootId>,
     /// A bootstrap relay is never dropped, even with nothing to sync.
     pub is_bootstrap: bool,
     /// Current connection status.
@@ -116,10 +117,32 @@ impl RelayState {
         self.announcements_synced = false;
     }
 
-    /// Moves `items` into the confirmed state.
-    pub fn confirm(&mut self, items: &PendingItems) {
-        self.repos.extend(items.repos.iter().cloned());
-        self.root_events.extend(items.root_events.iter().copied());
+    /// Moves `items` into the confirmed state, as ids of `ids` (the
+    /// repository index's). An item without an id is not recorded: every
+    /// item is planned from the repository index, which never forgets one.
+    pub fn confirm(&mut self, items: &PendingItems, ids: &SyncIds) {
+        self.repos
+            .extend(items.repos.iter().filter_map(|repo| ids.repo_id(repo)));
+        self.root_events
+            .extend(items.root_events.iter().filter_map(|id| ids.root_id(id)));
+    }
+
+    /// The confirmed items as values, looked up in `ids`.
+    pub fn items(&self, ids: &SyncIds) -> PendingItems {
+        PendingItems {
+            repos: self
+                .repos
+                .iter()
+                .filter_map(|id| ids.repo(*id))
+                .cloned()
+                .collect(),
+            root_events: self
+                .root_events
+                .iter()
+                .filter_map(|id| ids.root_event(*id))
+                .copied()
+                .collect(),
+        }
     }
 }
 
@@ -401,84 +424,4 @@ impl PendingSyncIndex {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use nostr::prelude::{Keys, SecretKey};
-
-    fn repo(n: u8) -> RepoRef {
-        let mut bytes = [0u8; 32];
-        bytes[31] = 2;
-        let pubkey = Keys::new(SecretKey::from_slice(&bytes).unwrap()).public_key();
-        RepoRef::new(pubkey, format!("r{n}")).unwrap()
-    }
-
-    fn relay() -> RelayUrl {
-        RelayUrl::parse("wss://relay.example.com").unwrap()
-    }
-
-    fn batch(id: u64, repos: &[u8]) -> PendingBatch {
-        let items = PendingItems {
-            repos: repos.iter().map(|n| repo(*n)).collect(),
-            root_events: HashSet::new(),
-        };
-        PendingBatch::new(BatchId(id), items, SyncMethod::ReqEose, Instant::ZERO)
-    }
-
-    #[test]
-    fn fifteen_minute_rule_uses_wall_clock_seconds() {
-        let mut state = RelayState::new(false);
-        let window = Duration::from_secs(900);
-        assert!(
-            !state.should_clear_state(Timestamp::from_secs(10_000), window),
-            "never disconnected"
-        );
-        state.disconnected_at = Some(Timestamp::from_secs(10_000));
-        assert!(!state.should_clear_state(Timestamp::from_secs(10_900), window));
-        assert!(state.should_clear_state(Timestamp::from_secs(10_901), window));
-        assert!(
-            !state.should_clear_state(Timestamp::from_secs(5), window),
-            "clock going back"
-        );
-    }
-
-    #[test]
-    fn clear_sync_state_forgets_confirmed_items() {
-        let mut state = RelayState::new(true);
-        state.confirm(&batch(1, &[1, 2]).items);
-        state.announcements_synced = true;
-        state.clear_sync_state();
-        assert!(state.repos.is_empty() && state.root_events.is_empty());
-        assert!(!state.announcements_synced);
-        assert!(state.is_bootstrap, "bootstrap survives a fresh start");
-    }
-
-    #[test]
-    fn register_keeps_state_and_only_adds_bootstrap() {
-        let mut index = RelaySyncIndex::new();
-        index.register(relay(), false).repos.insert(repo(1));
-        assert!(!index.register(relay(), false).is_bootstrap);
-        assert!(index.register(relay(), true).is_bootstrap);
-        assert!(index.register(relay(), false).is_bootstrap);
-        assert_eq!(index.get(&relay()).unwrap().repos.len(), 1);
-    }
-
-    #[test]
-    fn pending_membership_follows_batches() {
-        let mut pending = PendingSyncIndex::new();
-        pending.insert(relay(), batch(1, &[1, 2]));
-        pending.insert(relay(), batch(2, &[2, 3]));
-        assert!(pending.contains_repo(&relay(), &repo(2)));
-        let removed = pending.remove_batch(&relay(), BatchId(1)).unwrap();
-        assert_eq!(removed.items.repos.len(), 2);
-        assert!(!pending.contains_repo(&relay(), &repo(1)));
-        assert!(
-            pending.contains_repo(&relay(), &repo(2)),
-            "still in batch 2"
-        );
-        assert_eq!(pending.items(&relay()).repos, [repo(2), repo(3)].into());
-        assert!(pending.remove_batch(&relay(), BatchId(1)).is_none());
-        assert_eq!(pending.clear_relay(&relay()).len(), 1);
-        assert!(!pending.contains_repo(&relay(), &repo(3)));
-        assert_eq!(pending.batch_count(), 0);
-    }
-}
+mod tests;

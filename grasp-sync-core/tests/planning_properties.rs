@@ -5,17 +5,19 @@
 
 mod common;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use common::{event_id, relay, repo};
 use grasp_sync_core::clock::Instant;
 use grasp_sync_core::model::{
-    BatchId, ConnectionStatus, PendingBatch, PendingItems, PendingSyncIndex, RelaySyncIndex,
-    SyncMethod,
+    BatchId, ConnectionStatus, PendingBatch, PendingItems, PendingSyncIndex, RelayState,
+    RelaySyncIndex, RelaySyncNeeds, SyncMethod,
 };
 use grasp_sync_core::planner::{
     compute_actions, compute_actions_for_changes, derive_relay_targets, RepoSyncIndex,
 };
+use grasp_sync_core::RepoRef;
+use nostr::prelude::{EventId, RelayUrl};
 use proptest::prelude::*;
 
 const REPOS: usize = 12;
@@ -47,6 +49,23 @@ fn apply(index: &mut RepoSyncIndex, change: &Change) {
     }
 }
 
+/// The targets in relay order (a walk over a `HashMap` is in no order).
+fn sorted(targets: HashMap<RelayUrl, RelaySyncNeeds>) -> Vec<(RelayUrl, RelaySyncNeeds)> {
+    let mut targets: Vec<_> = targets.into_iter().collect();
+    targets.sort_by(|a, b| a.0.cmp(&b.0));
+    targets
+}
+
+/// `true` if `state` confirmed `repo` (looked up by its id in `index`).
+fn confirms_repo(index: &RepoSyncIndex, state: &RelayState, repo: &RepoRef) -> bool {
+    index.ids().repo_id(repo).is_some_and(|id| state.repos.contains(&id))
+}
+
+/// `true` if `state` confirmed `root_event`.
+fn confirms_root_event(index: &RepoSyncIndex, state: &RelayState, root_event: &EventId) -> bool {
+    index.ids().root_id(root_event).is_some_and(|id| state.root_events.contains(&id))
+}
+
 /// Random confirmed and pending state over the targets of `index`.
 fn confirmed_and_pending(
     index: &RepoSyncIndex,
@@ -68,22 +87,25 @@ fn confirmed_and_pending(
         mask & (1 << bit) != 0
     };
     let mut batch = 0;
-    for (url, target) in index.targets() {
+    let ids = index.ids();
+    for (url, target) in sorted(index.targets()) {
         let mut items = PendingItems::default();
+        let mut confirm = PendingItems::default();
         for r in &target.repos {
             if next_bit(confirm_mask) {
-                confirmed.get_mut(url).unwrap().repos.insert(r.clone());
+                confirm.repos.insert(r.clone());
             } else if next_bit(pending_mask) {
                 items.repos.insert(r.clone());
             }
         }
         for id in &target.root_events {
             if next_bit(confirm_mask) {
-                confirmed.get_mut(url).unwrap().root_events.insert(*id);
+                confirm.root_events.insert(*id);
             } else if next_bit(pending_mask) {
                 items.root_events.insert(*id);
             }
         }
+        confirmed.get_mut(&url).unwrap().confirm(&confirm, ids);
         if !items.is_empty() {
             batch += 1;
             pending.insert(
@@ -105,7 +127,14 @@ proptest! {
         for change in &changes {
             apply(&mut index, change);
             let full = derive_relay_targets(index.repos());
-            prop_assert_eq!(index.targets(), &full);
+            for (url, needs) in &full {
+                let target = index.target(url).unwrap();
+                prop_assert_eq!(target.repos.len(), needs.repos.len());
+                prop_assert_eq!(target.root_events.len(), needs.root_events.len());
+                prop_assert!(needs.repos.iter().all(|r| target.repos.contains(r)));
+                prop_assert!(needs.root_events.iter().all(|id| target.root_events.contains(id)));
+            }
+            prop_assert_eq!(index.targets(), full);
         }
     }
 
@@ -124,7 +153,8 @@ proptest! {
             apply(&mut index, change);
         }
         let (confirmed, pending) = confirmed_and_pending(&index, &connected, confirm_mask, pending_mask);
-        let actions = compute_actions(index.targets(), &pending, &confirmed);
+        let targets = index.targets();
+        let actions = compute_actions(&targets, index.ids(), &pending, &confirmed);
 
         let mut planned_relays = HashSet::new();
         for action in &actions {
@@ -133,13 +163,13 @@ proptest! {
             prop_assert!(!action.items.is_empty());
             let state = confirmed.get(&action.relay).unwrap();
             for r in &action.items.repos {
-                prop_assert!(!state.repos.contains(r) && !pending.contains_repo(&action.relay, r));
+                prop_assert!(!confirms_repo(&index, state, r) && !pending.contains_repo(&action.relay, r));
             }
             for id in &action.items.root_events {
-                prop_assert!(!state.root_events.contains(id) && !pending.contains_root_event(&action.relay, id));
+                prop_assert!(!confirms_root_event(&index, state, id) && !pending.contains_root_event(&action.relay, id));
             }
         }
-        for (url, target) in index.targets() {
+        for (url, target) in &targets {
             if !confirmed.is_connected(url) {
                 prop_assert!(!planned_relays.contains(url));
                 continue;
@@ -147,10 +177,10 @@ proptest! {
             let planned = actions.iter().find(|a| &a.relay == url).map(|a| a.items.clone()).unwrap_or_default();
             let state = confirmed.get(url).unwrap();
             for r in &target.repos {
-                prop_assert!(planned.repos.contains(r) || state.repos.contains(r) || pending.contains_repo(url, r));
+                prop_assert!(planned.repos.contains(r) || confirms_repo(&index, state, r) || pending.contains_repo(url, r));
             }
             for id in &target.root_events {
-                prop_assert!(planned.root_events.contains(id) || state.root_events.contains(id) || pending.contains_root_event(url, id));
+                prop_assert!(planned.root_events.contains(id) || confirms_root_event(&index, state, id) || pending.contains_root_event(url, id));
             }
         }
     }
@@ -173,14 +203,14 @@ proptest! {
                 batch += 1;
                 pending.insert(action.relay, PendingBatch::new(BatchId(batch), action.items, SyncMethod::ReqEose, Instant::ZERO));
             }
-            prop_assert!(compute_actions(index.targets(), &pending, &confirmed).is_empty());
+            prop_assert!(compute_actions(&index.targets(), index.ids(), &pending, &confirmed).is_empty());
         }
         // Confirming every batch keeps the answer empty.
         for n in 0..RELAYS {
             for batch in pending.clear_relay(&relay(n)) {
-                confirmed.get_mut(&relay(n)).unwrap().confirm(&batch.items);
+                confirmed.get_mut(&relay(n)).unwrap().confirm(&batch.items, index.ids());
             }
         }
-        prop_assert!(compute_actions(index.targets(), &pending, &confirmed).is_empty());
+        prop_assert!(compute_actions(&index.targets(), index.ids(), &pending, &confirmed).is_empty());
     }
 }
