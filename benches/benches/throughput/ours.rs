@@ -160,7 +160,8 @@ pub(crate) async fn sidecar(
         "sidecar",
     )
     .await;
-    let secs = started.elapsed().as_secs_f64();
+    let status_secs = started.elapsed().as_secs_f64();
+    let secs = stored_secs(&store.reached(), started);
     let cpu = (own_cpu() - cpu.0, remote.cpu() - cpu.1, own.cpu() - cpu.2);
     shutdown.shutdown();
     let summary = run.await.expect("the sync manager task");

@@ -156,12 +156,28 @@ pub(crate) fn own_cpu() -> f64 {
 pub(crate) struct RunDir(pub(crate) PathBuf);
 
 impl RunDir {
-    /// Creates `<temp>/grasp-bench-<pid>-<label>`.
+    /// Creates `<base>/grasp-bench-<pid>-<label>`, where base is
+    /// `GRASP_BENCH_DIR`, else `/dev/shm` (tmpfs: the relays' LMDB commits
+    /// do not wait for the disk, so the sync is measured, not the disk),
+    /// else the temporary directory.
     pub(crate) fn new(label: &str) -> RunDir {
-        let dir = std::env::temp_dir().join(format!("grasp-bench-{}-{label}", std::process::id()));
+        let dir = run_base().join(format!("grasp-bench-{}-{label}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("creating a run directory");
         RunDir(dir)
+    }
+}
+
+/// Where run directories go (see [`RunDir::new`]).
+pub(crate) fn run_base() -> PathBuf {
+    if let Some(dir) = std::env::var_os("GRASP_BENCH_DIR") {
+        return PathBuf::from(dir);
+    }
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
     }
 }
 

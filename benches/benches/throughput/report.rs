@@ -123,8 +123,10 @@ pub(crate) fn print(bench: &Bench, results: &Results) {
     );
     println!();
     println!(
-        "load average (1, 5, 15 min) before: {}, after: {}",
-        results.load_before, results.load_after
+        "load average (1, 5, 15 min) before: {}, after: {}; relay databases (LMDB) under {}",
+        results.load_before,
+        results.load_after,
+        super::relays::run_base().display()
     );
     println!();
     println!("| path | events/s min / median / max | median time (s) | median time to status complete (s) | median CPU s per process | × (c) | × (d) |");
