@@ -40,7 +40,8 @@ impl SyncEngine {
     }
 
     /// When the health tracker's answers change next (a retry allowed, a
-    /// rate limit over).
+    /// rate limit over). Part of the debug builds' reference scan.
+    #[cfg(debug_assertions)]
     pub(super) fn health_deadline(&self) -> Option<crate::clock::Instant> {
         self.health.poll_timeout(self.last_now)
     }

@@ -67,6 +67,7 @@ mod classify;
 mod command;
 mod config;
 mod connection;
+mod deadlines;
 mod dispatch;
 mod frames;
 mod limits;
@@ -85,6 +86,7 @@ mod stats;
 mod stores;
 mod timers;
 mod trust;
+mod upkeep;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -157,6 +159,8 @@ pub struct SyncEngine {
     batches: HashMap<BatchId, BatchInfo>,
     own: OwnRelay,
     stores: StoreTracker,
+    /// Each relay's next deadline (timers as data).
+    deadlines: deadlines::DeadlineTable,
     /// Relay URLs the policy refused (warned about once each).
     refused_relays: std::collections::HashSet<RelayUrl>,
     /// Repositories some of whose relays wait for room under
@@ -195,6 +199,7 @@ impl SyncEngine {
             batches: HashMap::new(),
             own,
             stores: StoreTracker::default(),
+            deadlines: deadlines::DeadlineTable::default(),
             refused_relays: Default::default(),
             over_cap: HashMap::new(),
             commands: VecDeque::new(),
@@ -313,8 +318,9 @@ impl SyncEngine {
     /// A message from a relay.
     pub fn handle_relay_message(&mut self, now: Now, relay: &RelayUrl, message: RelayMessage<'_>) {
         self.observe(now);
+        let before = self.reach();
         self.on_relay_message(now, relay, message);
-        self.maintain(now);
+        self.maintain_after(now, Some(relay), before);
     }
 
     /// An `EVENT` from a relay that the driver verified already (or found
@@ -329,8 +335,9 @@ impl SyncEngine {
         checked: Result<VerifiedEvent, Forged>,
     ) {
         self.observe(now);
+        let before = self.reach();
         self.on_checked_event(now, relay, subscription_id, checked);
-        self.maintain(now);
+        self.maintain_after(now, Some(relay), before);
     }
 
     /// Timers: the self-subscriber batch window, connection retries and
@@ -360,8 +367,36 @@ impl SyncEngine {
         self.maintain(now);
     }
 
-    /// The next instant [`SyncEngine::handle_timeout`] has work to do.
+    /// The next instant [`SyncEngine::handle_timeout`] has work to do: the
+    /// earliest of the engine's own timers and the relays' deadline table
+    /// (no scan over relays, subscriptions or batches).
     pub fn poll_timeout(&self) -> Option<Instant> {
+        let fast = [
+            Some(self.daily_at),
+            Some(self.disconnect_check_at),
+            self.own.batch_deadline,
+            self.stores.next_deadline(self.config.store_timeout),
+            self.deadlines.first(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        #[cfg(debug_assertions)]
+        {
+            let scanned = self.poll_timeout_scan();
+            debug_assert!(
+                fast.is_some_and(|fast| scanned.is_none_or(|scanned| fast <= scanned)),
+                "deadline table behind: table {fast:?}, scan {scanned:?}"
+            );
+        }
+        fast
+    }
+
+    /// [`SyncEngine::poll_timeout`] by scanning every relay, subscription
+    /// and batch: the reference the deadline table is checked against in
+    /// debug builds.
+    #[cfg(debug_assertions)]
+    fn poll_timeout_scan(&self) -> Option<Instant> {
         let mut deadlines = vec![
             Some(self.daily_at),
             Some(self.disconnect_check_at),
@@ -464,16 +499,5 @@ impl SyncEngine {
     /// are stamped with it.
     fn observe(&mut self, now: Now) {
         self.last_now = self.last_now.max(now.instant);
-    }
-
-    /// After every input: connect relays whose backoff allows it, start
-    /// queued work where limits allow.
-    fn maintain(&mut self, now: Now) {
-        self.observe(now);
-        self.connect_ready_relays(now);
-        let relays: Vec<RelayUrl> = self.conns.keys().cloned().collect();
-        for relay in relays {
-            self.pump(now, &relay);
-        }
     }
 }

@@ -197,10 +197,11 @@ impl SyncEngine {
         outcome: Result<IngestOutcome, StoreError>,
     ) {
         self.observe(now);
+        let before = self.reach();
         self.stores.alive_at = Some(now.instant);
         let verdict = StoreVerdict::of(&outcome);
         self.apply_store_verdict(now, id, verdict);
-        self.maintain(now);
+        self.maintain_after(now, None, before);
     }
 
     fn apply_store_verdict(&mut self, now: Now, id: &EventId, verdict: StoreVerdict) {

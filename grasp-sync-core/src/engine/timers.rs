@@ -5,7 +5,7 @@ use nostr::prelude::{RelayUrl, SubscriptionId};
 
 use super::runtime::Sub;
 use super::SyncEngine;
-use crate::clock::{Instant, Now};
+use crate::clock::Now;
 use crate::model::BatchId;
 
 impl SyncEngine {
@@ -69,8 +69,10 @@ impl SyncEngine {
         }
     }
 
-    /// Deadlines of batch timeouts.
-    pub(super) fn batch_deadlines(&self) -> Vec<Option<Instant>> {
+    /// Deadlines of batch timeouts. Part of the debug builds' reference
+    /// scan.
+    #[cfg(debug_assertions)]
+    pub(super) fn batch_deadlines(&self) -> Vec<Option<crate::clock::Instant>> {
         let timeout = self.config.batch_timeout;
         self.batches
             .iter()

@@ -257,6 +257,19 @@ impl HealthTracker {
             .min()
     }
 
+    /// When the answers about `relay` change next (its part of
+    /// [`HealthTracker::poll_timeout`]).
+    pub fn poll_timeout_of(&self, relay: &RelayUrl, now: Instant) -> Option<Instant> {
+        self.relays
+            .get(relay)
+            .and_then(|health| health.poll_timeout(now, &self.config))
+    }
+
+    /// Every relay the tracker knows.
+    pub fn relays(&self) -> impl Iterator<Item = &RelayUrl> {
+        self.relays.keys()
+    }
+
     /// How many relays are in each state at `now`.
     pub fn counts(&self, now: Instant) -> HealthCounts {
         let mut counts = HealthCounts::default();

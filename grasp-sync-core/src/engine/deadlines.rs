@@ -1,0 +1,137 @@
+//! Timers as data: each relay's next deadline is kept in a table, updated
+//! for the relay an input touched (every relay after an input that reached
+//! further), so [`SyncEngine::poll_timeout`] reads the earliest one instead
+//! of scanning every relay, subscription and batch after every input.
+//!
+//! A deadline kept too early only wakes the engine for nothing (harmless);
+//! every change that can make a relay's deadline earlier happens while an
+//! input about that relay is handled, and that relay's entry is refreshed
+//! after it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use nostr::prelude::RelayUrl;
+
+use super::runtime::Sub;
+use super::SyncEngine;
+use crate::clock::Instant;
+
+/// Each relay's next deadline, and how many relays wait for each instant.
+#[derive(Debug, Default)]
+pub(super) struct DeadlineTable {
+    by_relay: HashMap<RelayUrl, Instant>,
+    instants: BTreeMap<Instant, usize>,
+}
+
+impl DeadlineTable {
+    /// Sets (or clears) `relay`'s deadline.
+    fn set(&mut self, relay: &RelayUrl, at: Option<Instant>) {
+        let old = match at {
+            Some(at) => self.by_relay.insert(relay.clone(), at),
+            None => self.by_relay.remove(relay),
+        };
+        if old == at {
+            return;
+        }
+        if let Some(old) = old {
+            if let Some(count) = self.instants.get_mut(&old) {
+                *count -= 1;
+                if *count == 0 {
+                    self.instants.remove(&old);
+                }
+            }
+        }
+        if let Some(at) = at {
+            *self.instants.entry(at).or_default() += 1;
+        }
+    }
+
+    /// The earliest deadline of any relay.
+    pub(super) fn first(&self) -> Option<Instant> {
+        self.instants.keys().next().copied()
+    }
+
+    fn clear(&mut self) {
+        self.by_relay.clear();
+        self.instants.clear();
+    }
+}
+
+impl SyncEngine {
+    /// When `relay` next has work for [`SyncEngine::handle_timeout`]: its
+    /// connect/replan/retry timers, its negentropy and batch timeouts, its
+    /// unanswered live subscriptions, its rate window, its health.
+    fn relay_deadline(&self, relay: &RelayUrl) -> Option<Instant> {
+        let known = self.known.get(relay);
+        let mut deadlines = vec![
+            known.and_then(|known| known.next_deadline()),
+            self.health.poll_timeout_of(relay, self.last_now),
+        ];
+        if let Some(conn) = self.conns.get(relay) {
+            let timeout = self.config.batch_timeout;
+            deadlines.push(conn.next_deadline(&self.config));
+            deadlines.push(conn.next_poll_at);
+            if !conn.is_quiet() && known.is_some_and(|known| known.learned_rate.is_some()) {
+                deadlines.push(conn.rate_window_frees_at(self.last_now, self.rate_window()));
+            }
+            for sub in conn.subs.values() {
+                deadlines.push(match sub {
+                    Sub::Live {
+                        answered: false,
+                        opened_at,
+                        ..
+                    } => Some((*opened_at).max(conn.last_heard) + timeout),
+                    sub => sub
+                        .batch()
+                        .and_then(|batch| self.batches.get(&batch))
+                        .map(|info| info.last_progress + timeout),
+                });
+            }
+        }
+        deadlines.into_iter().flatten().min()
+    }
+
+    /// Refreshes `relay`'s entry in the deadline table.
+    pub(super) fn refresh_deadline(&mut self, relay: &RelayUrl) {
+        let at = self.relay_deadline(relay);
+        self.deadlines.set(relay, at);
+    }
+
+    /// Rebuilds the deadline table for every relay the engine knows.
+    pub(super) fn refresh_all_deadlines(&mut self) {
+        let relays: HashSet<RelayUrl> = self
+            .known
+            .keys()
+            .chain(self.conns.keys())
+            .chain(self.health.relays())
+            .cloned()
+            .collect();
+        self.deadlines.clear();
+        for relay in relays {
+            self.refresh_deadline(&relay);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_keeps_the_earliest_deadline_of_any_relay() {
+        let relay = |n: u8| RelayUrl::parse(&format!("wss://r{n}.example.com")).expect("url");
+        let at = |s: u64| Instant::ZERO + std::time::Duration::from_secs(s);
+        let mut table = DeadlineTable::default();
+        table.set(&relay(1), Some(at(5)));
+        table.set(&relay(2), Some(at(5)));
+        table.set(&relay(3), Some(at(9)));
+        assert_eq!(table.first(), Some(at(5)));
+        table.set(&relay(1), Some(at(7)));
+        assert_eq!(table.first(), Some(at(5)), "relay 2 still waits for 5");
+        table.set(&relay(2), None);
+        assert_eq!(table.first(), Some(at(7)));
+        table.set(&relay(1), None);
+        table.set(&relay(3), None);
+        assert_eq!(table.first(), None);
+    }
+}
