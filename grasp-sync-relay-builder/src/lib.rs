@@ -4,7 +4,7 @@
 //! relay. The relay builder speaks nostr 0.44, the library nostr 0.45: this
 //! crate is the bridge, so the relay author's code stays short.
 //!
-//! - [`Bridge::store`]: the sync's [`EventStore`] over the relay's
+//! - [`Bridge::store`]: the sync's [`EventStore`](grasp_sync_core::store::EventStore) over the relay's
 //!   database; a synced event is saved **and** delivered to the relay's
 //!   live subscribers.
 //! - [`Bridge::write_policy`]: a write policy for the relay that hands every

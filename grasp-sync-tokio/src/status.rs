@@ -38,7 +38,7 @@ pub struct SyncStatus {
     /// Historic sync is confirmed on every reachable relay: the own relay's
     /// history was read, every event handed to the store was stored (or
     /// refused for good), and every relay is confirmed or unreachable
-    /// (see [`RelayStatus::unreachable`]). Without an own relay (an
+    /// (see [`RelayReport::unreachable`](grasp_sync_core::engine::RelayReport::unreachable)). Without an own relay (an
     /// embedding relay hands events in process) it is also true before the
     /// first announcement arrived: wait for `repositories > 0` too when you
     /// expect some.

@@ -87,7 +87,7 @@ pub enum LiveMode {
     Full,
     /// The relay's subscription and frame limits cannot hold live filters for
     /// every item: `uncovered_filters` of them are polled with a `since`
-    /// catch-up every [`EngineConfig::uncovered_poll_interval`].
+    /// catch-up every [`EngineConfig::uncovered_poll_interval`](super::EngineConfig::uncovered_poll_interval).
     Polling {
         /// Live filters that did not fit.
         uncovered_filters: usize,
