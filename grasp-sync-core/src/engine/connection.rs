@@ -269,6 +269,7 @@ impl SyncEngine {
         // The re-sync compares with the store itself: what it lost (a
         // deletion, a restore) is stored again.
         self.stores.stored_lately.clear();
+        self.stores.fresh_roots.clear();
         let connected: Vec<RelayUrl> = self.conns.keys().cloned().collect();
         for relay in connected {
             info!(%relay, "daily sync");

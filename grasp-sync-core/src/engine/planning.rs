@@ -2,6 +2,8 @@
 //! the repository index), new Layer 1 and Layer 2+3 work for a relay as
 //! batches of jobs (`compute_actions` decides what is new).
 
+use std::collections::HashSet;
+
 use nostr::prelude::{Event, EventId, Kind, RelayUrl, Timestamp};
 use tracing::{debug, warn};
 
@@ -132,20 +134,42 @@ impl SyncEngine {
             return;
         }
         self.add_live(now, relay, &items);
-        let filters =
-            layer2_and_layer3_filters(&items, self.config.chunk_size, FilterMode::FULL_HISTORY);
         let negentropy = !self.knowledge(relay).negentropy_refused;
-        let jobs = filters
-            .into_iter()
-            .map(|filter| {
-                if negentropy {
-                    Job::Negentropy(filter)
-                } else {
-                    Job::Req(filter)
-                }
-            })
-            .collect();
-        let method = if negentropy {
+        // Replies to root events the store took as new just now are new to
+        // us too: reconciling would list our (empty) side and then fetch
+        // everything by id. A REQ brings them in one go — once: the next
+        // relay planned for the root, and every later pass, reconcile.
+        let (fresh, held): (HashSet<EventId>, HashSet<EventId>) = items
+            .root_events
+            .iter()
+            .partition(|id| self.stores.fresh_roots.take(id));
+        self.stats.fresh_roots_by_req += fresh.len() as u64;
+        let reconciled = PendingItems {
+            repos: items.repos.clone(),
+            root_events: held,
+        };
+        let fresh = PendingItems {
+            repos: HashSet::new(),
+            root_events: fresh,
+        };
+        let chunk = self.config.chunk_size;
+        let mut jobs: Vec<Job> =
+            layer2_and_layer3_filters(&reconciled, chunk, FilterMode::FULL_HISTORY)
+                .into_iter()
+                .map(|filter| {
+                    if negentropy {
+                        Job::Negentropy(filter)
+                    } else {
+                        Job::Req(filter)
+                    }
+                })
+                .collect();
+        jobs.extend(
+            layer2_and_layer3_filters(&fresh, chunk, FilterMode::FULL_HISTORY)
+                .into_iter()
+                .map(Job::Req),
+        );
+        let method = if negentropy && !reconciled.is_empty() {
             SyncMethod::Negentropy
         } else {
             SyncMethod::ReqEose

@@ -41,6 +41,12 @@ impl RecentIds {
         }
     }
 
+    /// Forgets `id`; `true` if it was remembered. (Its place in the order
+    /// stays until it comes up: forgetting it then removes nothing.)
+    pub(crate) fn take(&mut self, id: &EventId) -> bool {
+        self.ids.remove(id)
+    }
+
     /// Forgets everything.
     pub(crate) fn clear(&mut self) {
         self.ids.clear();
@@ -73,5 +79,15 @@ mod tests {
         assert!(recent.contains(&id(2)) && recent.contains(&id(3)));
         recent.clear();
         assert!(!recent.contains(&id(3)));
+    }
+
+    #[test]
+    fn a_taken_id_is_forgotten_once() {
+        let id = |n: u8| EventId::from_byte_array([n; 32]);
+        let mut recent = RecentIds::new(4);
+        recent.insert(id(1));
+        assert!(recent.take(&id(1)));
+        assert!(!recent.take(&id(1)));
+        assert!(!recent.contains(&id(1)));
     }
 }

@@ -13,6 +13,9 @@ pub struct EngineStats {
     /// Events not handed to the store again because they were stored
     /// lately (the same event from another relay, filter or re-sync).
     pub already_stored: u64,
+    /// Root events whose replies were fetched by REQ without reconciling:
+    /// the store had just taken the root event as new.
+    pub fresh_roots_by_req: u64,
     /// Events dropped because the id or signature did not verify.
     pub dropped_forged: u64,
     /// Events dropped because they matched no filter of their subscription.

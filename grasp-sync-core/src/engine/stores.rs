@@ -101,6 +101,9 @@ pub(crate) struct StoreTracker {
     /// Stored (or held already) lately: not handed to the store again.
     /// Forgotten at the daily re-sync, which compares with the store itself.
     pub(super) stored_lately: RecentIds,
+    /// Root events the store took as new lately: their replies are new to
+    /// us too, so they are fetched by REQ without reconciling first.
+    pub(super) fresh_roots: RecentIds,
 }
 
 impl StoreTracker {
@@ -253,6 +256,9 @@ impl SyncEngine {
                 self.stores.stored_lately.insert(*id);
                 if let Some(done) = self.settle(now, id) {
                     if verdict == StoreVerdict::Stored {
+                        if is_root_kind(done.event.kind) {
+                            self.stores.fresh_roots.insert(*id);
+                        }
                         self.stats.events_stored += 1;
                         if let Some(known) = self.known.get_mut(&done.relay) {
                             known.events_stored += 1;
