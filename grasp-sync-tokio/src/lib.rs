@@ -58,4 +58,4 @@ pub use nostr_database;
 pub use prometheus;
 pub use resolve::{DialError, Resolver, StaticResolver, SystemResolver};
 pub use status::{RelayStatus, SyncStatus};
-pub use store::{RelayStore, INGEST_WINDOW};
+pub use store::{RelayStore, INGEST_CONNECTIONS, INGEST_WINDOW};

@@ -22,9 +22,12 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 type Socket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Publishes verified events to a relay (normally the own relay) and lists
-/// what it holds. Publishing is pipelined: up to [`INGEST_WINDOW`] events
-/// wait for their `OK` at once on one connection; listing runs on a second
-/// one. Both open on first use (inside the runtime that uses the store) and
+/// what it holds. Publishing is pipelined over [`INGEST_CONNECTIONS`]
+/// connections (a relay handles one connection's `EVENT`s one after the
+/// other; several connections let it use several cores), each with up to
+/// [`INGEST_WINDOW`] events waiting for their `OK`; an event always goes to
+/// the same connection (picked by its id). Listing runs on one more
+/// connection. All open on first use (inside the runtime that uses the store) and
 /// reopen after a failure; their tasks end when the last clone of the store
 /// is dropped.
 ///
@@ -51,7 +54,7 @@ type Socket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RelayStore {
-    ingests: mpsc::Sender<ingest::Ingest>,
+    ingests: Vec<mpsc::Sender<ingest::Ingest>>,
     queries: mpsc::Sender<query::Query>,
     /// The connection tasks' side, until the first request spawns them.
     pending: Arc<Mutex<Option<Pending>>>,
@@ -62,12 +65,15 @@ pub struct RelayStore {
 /// by one per event stored, up to this).
 pub const INGEST_WINDOW: usize = 512;
 
+/// Connections events are published on.
+pub const INGEST_CONNECTIONS: usize = 2;
+
 /// What the connection tasks need, kept until the first request.
 #[derive(Debug)]
 struct Pending {
     relay: RelayUrl,
     timeout: Duration,
-    ingests: mpsc::Receiver<ingest::Ingest>,
+    ingests: Vec<mpsc::Receiver<ingest::Ingest>>,
     queries: mpsc::Receiver<query::Query>,
 }
 
@@ -79,7 +85,9 @@ impl RelayStore {
     /// Nothing runs until the first request, so the store can be built
     /// outside a tokio runtime.
     pub fn new(relay: RelayUrl, timeout: Duration) -> Self {
-        let (ingests, ingests_rx) = mpsc::channel(INGEST_WINDOW);
+        let (ingests, ingests_rx): (Vec<_>, Vec<_>) = (0..INGEST_CONNECTIONS)
+            .map(|_| mpsc::channel(INGEST_WINDOW))
+            .unzip();
         let (queries, queries_rx) = mpsc::channel(64);
         let pending = Pending {
             relay,
@@ -109,7 +117,9 @@ impl RelayStore {
             queries,
         }) = pending
         {
-            tokio::spawn(ingest::serve(relay.clone(), timeout, ingests));
+            for ingests in ingests {
+                tokio::spawn(ingest::serve(relay.clone(), timeout, ingests));
+            }
             tokio::spawn(query::serve(relay, timeout, queries));
         }
     }
@@ -133,7 +143,10 @@ impl EventStore for RelayStore {
     async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
         self.start();
         let (reply, answer) = oneshot::channel();
-        self.ingests
+        // The same event always goes to the same connection: asked twice
+        // while in flight, it is sent once.
+        let connection = usize::from(event.id.as_bytes()[0]) % self.ingests.len();
+        self.ingests[connection]
             .send(ingest::Ingest(Box::new(event.clone()), reply))
             .await
             .map_err(|_| StoreError::Stopped)?;
