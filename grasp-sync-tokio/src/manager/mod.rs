@@ -49,6 +49,8 @@ struct Runner {
     status: watch::Sender<SyncStatus>,
     /// When the status was last refreshed.
     status_at: tokio::time::Instant,
+    /// A status refresh held back by the interval, due then.
+    status_due: Option<tokio::time::Instant>,
     /// Relays whose refused address was warned about.
     address_refusals: WarnOnce,
 }
@@ -211,6 +213,7 @@ impl SyncManager {
             summary: Summary::default(),
             status: status_tx,
             status_at: tokio::time::Instant::now(),
+            status_due: None,
             address_refusals: WarnOnce::default(),
         };
         let mut shutdown = shutdown_tx.subscribe();

@@ -134,8 +134,8 @@ impl Runner {
         }
     }
 
-    /// The engine's next deadline, or the own relay's reconnect, capped so
-    /// the loop never sleeps forever.
+    /// The engine's next deadline, the own relay's reconnect, or a held-back
+    /// status refresh, capped so the loop never sleeps forever.
     pub(super) fn next_deadline(&self) -> tokio::time::Instant {
         let engine = self.engine.poll_timeout();
         let own = self
@@ -148,6 +148,7 @@ impl Runner {
             .into_iter()
             .flatten()
             .map(|at| self.clock.to_tokio(at))
+            .chain(self.status_due)
             .min()
             .unwrap_or(far)
     }
@@ -242,9 +243,13 @@ impl Runner {
     pub(super) fn refresh_status(&mut self, force: bool) {
         let now = tokio::time::Instant::now();
         if !force && now < self.status_at + STATUS_INTERVAL {
+            // Published when the interval is over (see `next_deadline`): the
+            // last change before a quiet spell is not held back.
+            self.status_due = Some(self.status_at + STATUS_INTERVAL);
             return;
         }
         self.status_at = now;
+        self.status_due = None;
         let clock_now = self.clock_now();
         let received = &self.metrics.bytes_received;
         let sent = &self.connections.bytes_sent;
