@@ -79,7 +79,9 @@ fn cpu_text(cpu: &[(String, f64)]) -> String {
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
-    if values.len() % 2 == 1 {
+    if values.is_empty() {
+        f64::NAN
+    } else if values.len() % 2 == 1 {
         values[mid]
     } else {
         (values[mid - 1] + values[mid]) / 2.0
