@@ -256,7 +256,11 @@ impl RelayTransport for WsTransport {
     }
 
     fn subscribe(&mut self, id: &SubscriptionId, filters: &[Filter]) -> Result<(), TransportError> {
-        self.send(ClientMessage::req(id.clone(), filters.to_vec()))
+        // Borrowed: a Layer 3 filter can hold thousands of ids.
+        self.send(ClientMessage::Req {
+            subscription_id: std::borrow::Cow::Borrowed(id),
+            filters: filters.iter().map(std::borrow::Cow::Borrowed).collect(),
+        })
     }
 
     fn unsubscribe(&mut self, id: &SubscriptionId) -> Result<(), TransportError> {
