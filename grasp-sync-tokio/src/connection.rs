@@ -16,7 +16,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::Connector;
 use tracing::debug;
 
-use crate::decode::{spawn_decode, Forwarder, Pending, Queued, SharedSeen};
+use crate::decode::{
+    gather_texts, next_frame, spawn_decode, Forwarder, Pending, Queued, SharedSeen,
+};
 
 /// Frames of one connection decoding or waiting to be handed to the
 /// manager (each also holds its share of the relay's byte budget).
@@ -323,15 +325,16 @@ impl Driver {
     /// Decodes a frame in a task of its own once the relay's inbound byte
     /// budget has room for it: a relay cannot buffer more than the budget
     /// in memory.
-    async fn report_frame(&self, text: tokio_tungstenite::tungstenite::Utf8Bytes) {
+    async fn report_frames(&self, texts: Vec<tokio_tungstenite::tungstenite::Utf8Bytes>) {
         let budget = self.connector.config.inbound_bytes_per_relay.max(1);
-        let permits = u32::try_from(text.len().clamp(1, budget)).unwrap_or(u32::MAX);
+        let size: usize = texts.iter().map(|text| text.len()).sum();
+        let permits = u32::try_from(size.clamp(1, budget)).unwrap_or(u32::MAX);
         let mut shutdown = self.connector.shutdown.clone();
         let permit = tokio::select! {
             permit = self.budget.clone().acquire_many_owned(permits) => permit.ok(),
             _ = shutdown.changed() => return,
         };
-        let pending = spawn_decode(text, self.connector.seen.clone());
+        let pending = spawn_decode(texts, self.connector.seen.clone());
         self.enqueue(pending, permit).await;
     }
 
@@ -447,13 +450,18 @@ impl Driver {
         mut shutdown: watch::Receiver<bool>,
     ) -> Option<String> {
         let (mut sink, mut stream) = ws.split();
+        // A frame read while gathering text frames, handled next.
+        let mut held = None;
         let period = self.connector.config.ping_interval;
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         let mut awaiting_pong = false;
         loop {
             tokio::select! {
-                frame = stream.next() => match frame {
-                    Some(Ok(Message::Text(text))) => self.report_frame(text).await,
+                frame = next_frame(&mut stream, &mut held) => match frame {
+                    Some(Ok(Message::Text(text))) => {
+                        let texts = gather_texts(text, &mut stream, &mut held);
+                        self.report_frames(texts).await
+                    }
                     Some(Ok(Message::Pong(_))) => awaiting_pong = false,
                     Some(Ok(Message::Close(frame))) => return Some(format!("closed by relay: {frame:?}")),
                     Some(Ok(_)) => {}

@@ -1,7 +1,8 @@
 //! Frames from a relay decoded and verified in parallel, reported in order.
 //!
-//! Each text frame is parsed (and an `EVENT`'s id and signature checked) in
-//! a task of its own, so one relay's events are verified on every core of
+//! Text frames are parsed (and each `EVENT`'s id and signature checked) in
+//! tasks of their own (the frames already received together, up to 32, in
+//! one task), so one relay's events are verified on every core of
 //! the runtime instead of on the engine's thread. A forwarder task awaits
 //! the results in the order the frames arrived (an `EOSE` never overtakes
 //! the events before it) and hands them to the manager. Events verified
@@ -11,11 +12,12 @@
 
 use std::sync::{Arc, Mutex};
 
+use futures_util::{FutureExt, StreamExt};
 use grasp_sync_core::verified::{Forged, SeenSignatures, VerifiedEvent};
 use nostr::prelude::{Event, RelayMessage};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
 use crate::connection::{Inbound, Report};
 
@@ -27,7 +29,7 @@ pub(crate) type SharedSeen = Option<Arc<Mutex<SeenSignatures>>>;
 /// A report on its way to the manager: ready, or still being decoded.
 pub(crate) enum Pending {
     Ready(Report),
-    Decoding(JoinHandle<Report>),
+    Decoding(JoinHandle<Vec<Report>>),
 }
 
 /// One entry of a connection's ordered queue: the report and its share of
@@ -37,9 +39,14 @@ pub(crate) struct Queued {
     pub(crate) budget: Option<OwnedSemaphorePermit>,
 }
 
-/// Starts decoding `text` in a task of its own.
-pub(crate) fn spawn_decode(text: Utf8Bytes, seen: SharedSeen) -> Pending {
-    Pending::Decoding(tokio::spawn(async move { decode(&text, seen.as_deref()) }))
+/// Starts decoding `texts` (frames received together) in a task of its own.
+pub(crate) fn spawn_decode(texts: Vec<Utf8Bytes>, seen: SharedSeen) -> Pending {
+    Pending::Decoding(tokio::spawn(async move {
+        texts
+            .iter()
+            .map(|text| decode(text, seen.as_deref()))
+            .collect()
+    }))
 }
 
 /// A frame as a report: an `EVENT` verified (unless `seen` is `None`: the
@@ -85,6 +92,48 @@ fn check(event: Event, seen: &Mutex<SeenSignatures>) -> Result<VerifiedEvent, Fo
     }
 }
 
+/// Text frames decoded by one task at most (those already received).
+const FRAMES_PER_TASK: usize = 32;
+
+/// A frame read while gathering text frames (handled next), if any.
+pub(crate) type Held<S> = Option<Option<<S as futures_util::Stream>::Item>>;
+
+/// The frame held back by the last gathering, else the stream's next.
+pub(crate) async fn next_frame<S>(stream: &mut S, held: &mut Held<S>) -> Option<S::Item>
+where
+    S: futures_util::Stream + Unpin,
+{
+    match held.take() {
+        Some(frame) => frame,
+        None => stream.next().await,
+    }
+}
+
+/// `first` and the text frames already received after it (up to
+/// [`FRAMES_PER_TASK`]), to decode in one task; a non-text frame met on the
+/// way is held for the next turn.
+pub(crate) fn gather_texts<S>(
+    first: Utf8Bytes,
+    stream: &mut S,
+    held: &mut Held<S>,
+) -> Vec<Utf8Bytes>
+where
+    S: futures_util::Stream<Item = Result<Message, WsError>> + Unpin,
+{
+    let mut texts = vec![first];
+    while texts.len() < FRAMES_PER_TASK {
+        match stream.next().now_or_never() {
+            Some(Some(Ok(Message::Text(text)))) => texts.push(text),
+            Some(other) => {
+                *held = Some(other);
+                break;
+            }
+            None => break,
+        }
+    }
+    texts
+}
+
 /// What the forwarder of one connection needs.
 pub(crate) struct Forwarder {
     pub(crate) relay: nostr::prelude::RelayUrl,
@@ -99,27 +148,33 @@ impl Forwarder {
     /// or the manager shuts down.
     pub(crate) async fn run(mut self, mut queue: mpsc::Receiver<Queued>) {
         while let Some(Queued { pending, budget }) = queue.recv().await {
-            let report = match pending {
-                Pending::Ready(report) => report,
+            let reports = match pending {
+                Pending::Ready(report) => vec![report],
                 Pending::Decoding(task) => match task.await {
-                    Ok(report) => report,
+                    Ok(reports) => reports,
                     // The decoding task panicked or was aborted (runtime
-                    // shutting down): the frame counts as malformed.
-                    Err(_) => Report::Malformed(0),
+                    // shutting down): the frames count as malformed.
+                    Err(_) => vec![Report::Malformed(0)],
                 },
             };
-            let inbound = Inbound {
-                relay: self.relay.clone(),
-                generation: self.generation,
-                report,
-                budget,
-            };
-            if *self.shutdown.borrow() {
-                return;
-            }
-            tokio::select! {
-                sent = self.inbound.send(inbound) => if sent.is_err() { return },
-                _ = self.shutdown.changed() => return,
+            // The frames' share of the budget is given back with the last
+            // of them (reports are handled in order).
+            let last = reports.len().saturating_sub(1);
+            let mut budget = budget;
+            for (n, report) in reports.into_iter().enumerate() {
+                let inbound = Inbound {
+                    relay: self.relay.clone(),
+                    generation: self.generation,
+                    report,
+                    budget: if n == last { budget.take() } else { None },
+                };
+                if *self.shutdown.borrow() {
+                    return;
+                }
+                tokio::select! {
+                    sent = self.inbound.send(inbound) => if sent.is_err() { return },
+                    _ = self.shutdown.changed() => return,
+                }
             }
         }
     }
