@@ -58,12 +58,18 @@ fn sorted(targets: HashMap<RelayUrl, RelaySyncNeeds>) -> Vec<(RelayUrl, RelaySyn
 
 /// `true` if `state` confirmed `repo` (looked up by its id in `index`).
 fn confirms_repo(index: &RepoSyncIndex, state: &RelayState, repo: &RepoRef) -> bool {
-    index.ids().repo_id(repo).is_some_and(|id| state.repos.contains(&id))
+    index
+        .ids()
+        .repo_id(repo)
+        .is_some_and(|id| state.repos.contains(&id))
 }
 
 /// `true` if `state` confirmed `root_event`.
 fn confirms_root_event(index: &RepoSyncIndex, state: &RelayState, root_event: &EventId) -> bool {
-    index.ids().root_id(root_event).is_some_and(|id| state.root_events.contains(&id))
+    index
+        .ids()
+        .root_id(root_event)
+        .is_some_and(|id| state.root_events.contains(&id))
 }
 
 /// Random confirmed and pending state over the targets of `index`.
