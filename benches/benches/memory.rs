@@ -33,28 +33,9 @@ use grasp_sync_core::model::{
 };
 use grasp_sync_core::planner::{compute_actions_for_relay, RepoSyncIndex};
 use grasp_sync_core::RepoRef;
-use nostr::prelude::{EventId, Keys, RelayUrl};
+use nostr::prelude::{Keys, RelayUrl};
 
-const REPOS: usize = 100_000;
-const ROOT_EVENTS: usize = 1_000_000;
-const RELAYS: usize = 1_000;
-const RELAYS_PER_REPO: usize = 3;
-
-fn scale() -> usize {
-    std::env::var("GRASP_BENCH_SCALE")
-        .ok()
-        .and_then(|scale| scale.parse().ok())
-        .filter(|scale| *scale > 0)
-        .unwrap_or(1)
-}
-
-/// The planning benchmark's event ids.
-fn event_id(n: u64) -> EventId {
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&n.to_be_bytes());
-    bytes[8] = 0xee;
-    EventId::from_byte_array(bytes)
-}
+use grasp_sync_benches::{event_id, scale, RELAYS, RELAYS_PER_REPO, REPOS, ROOT_EVENTS};
 
 /// Resident memory now, in bytes (0 where `/proc` is missing).
 fn rss() -> u64 {

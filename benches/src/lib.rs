@@ -1,15 +1,43 @@
-//! Benchmarks of grasp-sync.
-//!
-//! Criterion benchmarks in `benches/`: `planning` (re-planning after one new
-//! root event among 100k repos / 1M root events / 1k relays versus a full
-//! recompute; figures in `BENCHMARKS.md`) and `memory` (bytes per tracked
-//! root event in the sync indexes at the same scale). Still to come:
-//! historic sync of 100k events over NIP-77 and REQ, bytes to re-sync an
-//! already-synced set.
+//! Benchmarks of grasp-sync (figures and commands in `BENCHMARKS.md`):
+//! `planning` (re-planning after one new root event among 100k repos / 1M
+//! root events / 1k relays versus a full recompute), `memory` (bytes per
+//! tracked root event in the sync indexes at the same scale),
+//! `engine_input` (the engine's cost per input against its relays) and
+//! `throughput` (historic sync of 100k events from relay processes, against
+//! nostr-sdk and `Event::verify`; re-sync bytes). This library holds what
+//! they share.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub use grasp_sync_core as core;
+
+use nostr::prelude::EventId;
+
+/// Repositories of the planning and memory benchmarks.
+pub const REPOS: usize = 100_000;
+/// Root events of the planning and memory benchmarks.
+pub const ROOT_EVENTS: usize = 1_000_000;
+/// Relays of the planning and memory benchmarks.
+pub const RELAYS: usize = 1_000;
+/// Relays each repository lists.
+pub const RELAYS_PER_REPO: usize = 3;
+
+/// The `n`th root event id of the planning and memory benchmarks.
+pub fn event_id(n: u64) -> EventId {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&n.to_be_bytes());
+    bytes[8] = 0xee;
+    EventId::from_byte_array(bytes)
+}
+
+/// `GRASP_BENCH_SCALE`: what the sizes are divided by (1 unless set).
+pub fn scale() -> usize {
+    std::env::var("GRASP_BENCH_SCALE")
+        .ok()
+        .and_then(|scale| scale.parse().ok())
+        .filter(|scale| *scale > 0)
+        .unwrap_or(1)
+}
 
 /// The process's resident memory in bytes: the `resident` field of
 /// `/proc/self/statm` (in pages) times the page size. The page size is

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use grasp_sync_core::transport::{RelayTransport, TransportError};
-use grasp_sync_core::verified::{Forged, VerifiedEvent};
-use nostr::prelude::{ClientMessage, Event, Filter, RelayMessage, RelayUrl, SubscriptionId};
+use nostr::prelude::{ClientMessage, Event, Filter, RelayUrl, SubscriptionId};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
@@ -19,6 +18,7 @@ use tracing::debug;
 use crate::decode::{
     gather_texts, next_frame, spawn_decode, Forwarder, Pending, Queued, SharedSeen,
 };
+use crate::inbound::{Inbound, Report};
 
 /// Frames of one connection decoding or waiting to be handed to the
 /// manager (each also holds its share of the relay's byte budget).
@@ -58,45 +58,6 @@ impl Default for ConnectionConfig {
             verified_signatures: 65_536,
         }
     }
-}
-
-/// What a connection task reports to the manager.
-#[derive(Debug)]
-pub(crate) enum Report {
-    /// The WebSocket is open.
-    Connected,
-    /// The connection could not be opened.
-    ConnectFailed(String),
-    /// Every address the relay's host resolved to was refused by the relay
-    /// policy: nothing was connected.
-    AddressRefused(String),
-    /// A message from the relay and its size on the wire.
-    Message(Box<RelayMessage<'static>>, usize),
-    /// An `EVENT` from the relay, its id and signature checked, and its
-    /// size on the wire.
-    Event {
-        subscription_id: SubscriptionId,
-        checked: Result<VerifiedEvent, Forged>,
-        size: usize,
-    },
-    /// A frame that is not a NIP-01/NIP-77 message.
-    Malformed(usize),
-    /// The connection closed.
-    Disconnected(String),
-    /// The relay's NIP-11 limits, fetched after the connection opened.
-    Limits(grasp_sync_core::engine::RelayLimits),
-}
-
-/// A report tagged with its relay and connection generation (reports of an
-/// older connection to the same relay are stale).
-#[derive(Debug)]
-pub(crate) struct Inbound {
-    pub(crate) relay: RelayUrl,
-    pub(crate) generation: u64,
-    pub(crate) report: Report,
-    /// The report's share of the relay's inbound byte budget, given back
-    /// when the report is dropped (after it was handled).
-    pub(crate) budget: Option<OwnedSemaphorePermit>,
 }
 
 enum Outgoing {

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
-use crate::connection::{Inbound, Report};
+use crate::inbound::{Inbound, Report};
 
 /// The cache of signatures verified lately, shared by a manager's
 /// connections; `None` on a connection whose events are trusted (the own

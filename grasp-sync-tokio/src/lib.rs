@@ -40,6 +40,7 @@ mod clock;
 mod connection;
 mod database;
 mod decode;
+mod inbound;
 mod manager;
 mod metrics;
 mod nip11;

@@ -30,7 +30,8 @@ pub use builder::{BuildError, SyncManagerBuilder};
 pub use summary::{ShutdownHandle, Summary};
 
 use crate::clock::TokioClock;
-use crate::connection::{Dialer, Inbound, SentCounter, WsTransport};
+use crate::connection::{Dialer, SentCounter, WsTransport};
+use crate::inbound::Inbound;
 use crate::metrics::Metrics;
 use crate::status::SyncStatus;
 use own_relay::OwnConnection;

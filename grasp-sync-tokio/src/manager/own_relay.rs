@@ -13,7 +13,8 @@ use nostr::prelude::{Filter, RelayMessage, RelayUrl, SubscriptionId};
 use tracing::warn;
 
 use super::Runner;
-use crate::connection::{Report, WsTransport};
+use crate::connection::WsTransport;
+use crate::inbound::Report;
 
 const OWN_LIVE: &str = "grasp-sync-own-live";
 const OWN_HISTORY: &str = "grasp-sync-own-history";

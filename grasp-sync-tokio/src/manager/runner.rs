@@ -20,7 +20,8 @@ use super::own_relay::OwnConnection;
 use super::store_worker::StoreJob;
 use super::summary::Summary;
 use super::Runner;
-use crate::connection::{Dialer, Inbound, Report, SentCounter, WsTransport};
+use crate::connection::{Dialer, SentCounter, WsTransport};
+use crate::inbound::{Inbound, Report};
 use crate::status::SyncStatus;
 
 /// The shortest interval between two status snapshots.

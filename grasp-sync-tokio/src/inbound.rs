@@ -1,0 +1,45 @@
+//! What connection tasks report to the manager: a [`Report`] tagged with
+//! its relay and connection generation ([`Inbound`]).
+
+use grasp_sync_core::verified::{Forged, VerifiedEvent};
+use nostr::prelude::{RelayMessage, RelayUrl, SubscriptionId};
+use tokio::sync::OwnedSemaphorePermit;
+
+/// What a connection task reports to the manager.
+#[derive(Debug)]
+pub(crate) enum Report {
+    /// The WebSocket is open.
+    Connected,
+    /// The connection could not be opened.
+    ConnectFailed(String),
+    /// Every address the relay's host resolved to was refused by the relay
+    /// policy: nothing was connected.
+    AddressRefused(String),
+    /// A message from the relay and its size on the wire.
+    Message(Box<RelayMessage<'static>>, usize),
+    /// An `EVENT` from the relay, its id and signature checked, and its
+    /// size on the wire.
+    Event {
+        subscription_id: SubscriptionId,
+        checked: Result<VerifiedEvent, Forged>,
+        size: usize,
+    },
+    /// A frame that is not a NIP-01/NIP-77 message.
+    Malformed(usize),
+    /// The connection closed.
+    Disconnected(String),
+    /// The relay's NIP-11 limits, fetched after the connection opened.
+    Limits(grasp_sync_core::engine::RelayLimits),
+}
+
+/// A report tagged with its relay and connection generation (reports of an
+/// older connection to the same relay are stale).
+#[derive(Debug)]
+pub(crate) struct Inbound {
+    pub(crate) relay: RelayUrl,
+    pub(crate) generation: u64,
+    pub(crate) report: Report,
+    /// The report's share of the relay's inbound byte budget, given back
+    /// when the report is dropped (after it was handled).
+    pub(crate) budget: Option<OwnedSemaphorePermit>,
+}
