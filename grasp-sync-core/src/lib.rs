@@ -86,6 +86,7 @@ pub mod nip34;
 pub mod pagination;
 pub mod planner;
 pub mod purgatory;
+mod recent;
 pub mod resolve;
 pub mod store;
 pub mod transport;

@@ -8,11 +8,12 @@
 //! an id-hash check and a signature comparison (≈ 1 µs) instead of a second
 //! Schnorr verification (≈ 40 µs).
 
-use std::collections::{HashMap, VecDeque};
 use std::ops::Deref;
 
 use nostr::event::Signature;
 use nostr::prelude::{Event, EventId};
+
+use crate::recent::RecentIds;
 
 /// An event whose id (the hash of its content) and signature were checked.
 ///
@@ -83,18 +84,14 @@ impl Deref for VerifiedEvent {
 /// cannot pass a forged signature off on a known id.
 #[derive(Clone, Debug)]
 pub struct SeenSignatures {
-    signatures: HashMap<EventId, Signature>,
-    order: VecDeque<EventId>,
-    capacity: usize,
+    signatures: RecentIds<Signature>,
 }
 
 impl SeenSignatures {
     /// Remembers at most `capacity` events (0 remembers none).
     pub fn new(capacity: usize) -> Self {
         SeenSignatures {
-            signatures: HashMap::new(),
-            order: VecDeque::new(),
-            capacity,
+            signatures: RecentIds::new(capacity),
         }
     }
 
@@ -105,7 +102,7 @@ impl SeenSignatures {
 
     /// `true` when nothing is remembered.
     pub fn is_empty(&self) -> bool {
-        self.signatures.is_empty()
+        self.signatures.len() == 0
     }
 
     /// The event as verified if the same id with the same signature was
@@ -125,16 +122,7 @@ impl SeenSignatures {
 
     /// Remembers a verified event, forgetting the oldest past the capacity.
     pub fn remember(&mut self, event: &VerifiedEvent) {
-        if self.capacity == 0 || self.signatures.contains_key(&event.id) {
-            return;
-        }
-        while self.order.len() >= self.capacity {
-            if let Some(oldest) = self.order.pop_front() {
-                self.signatures.remove(&oldest);
-            }
-        }
         self.signatures.insert(event.id, event.sig);
-        self.order.push_back(event.id);
     }
 }
 

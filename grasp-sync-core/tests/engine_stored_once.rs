@@ -5,8 +5,6 @@
 
 mod sim;
 
-use std::time::Duration;
-
 use grasp_sync_core::engine::Command;
 use nostr::prelude::*;
 
@@ -55,8 +53,19 @@ fn an_event_coming_back_after_it_was_stored_is_not_stored_again() {
         "{}",
         world.dump()
     );
-    // Both relays answered (well within a day: no daily re-sync yet).
-    world.run_for(Duration::from_secs(600), 200_000);
+    // Until both relays' historic sync is confirmed (each brought the issue).
+    assert!(
+        world.run_until(200_000, |w| {
+            let reports = w.engine.relay_reports();
+            [&a, &b].iter().all(|relay| {
+                reports
+                    .iter()
+                    .any(|report| report.relay == **relay && report.historic_confirmed)
+            })
+        }),
+        "{}",
+        world.dump()
+    );
     assert_eq!(stores_of(&world, &issue.id), 1, "two relays, one store");
 
     assert!(

@@ -76,7 +76,6 @@ mod messages;
 mod nip77;
 mod own_relay;
 mod planning;
-mod recent;
 mod refusals;
 mod report;
 mod runtime;

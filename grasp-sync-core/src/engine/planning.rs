@@ -142,7 +142,7 @@ impl SyncEngine {
         let (fresh, held): (HashSet<EventId>, HashSet<EventId>) = items
             .root_events
             .iter()
-            .partition(|id| self.stores.fresh_roots.take(id));
+            .partition(|id| self.stores.fresh_roots.take(id).is_some());
         self.stats.fresh_roots_by_req += fresh.len() as u64;
         let reconciled = PendingItems {
             repos: items.repos.clone(),

@@ -13,11 +13,11 @@ use nostr::prelude::{Event, EventId, Filter, Kind, RelayUrl, Timestamp};
 use tracing::{debug, warn};
 
 use super::classify::{classify, Prefix};
-use super::recent::RecentIds;
 use super::{Command, SyncEngine};
 use crate::clock::{Instant, Now};
 use crate::model::BatchId;
 use crate::nip34::{is_root_kind, KIND_REPO_ANNOUNCEMENT};
+use crate::recent::RecentIds;
 use crate::store::{IngestOutcome, StoreError};
 use crate::verified::VerifiedEvent;
 
@@ -253,11 +253,11 @@ impl SyncEngine {
             }
             StoreVerdict::Stored | StoreVerdict::Duplicate => {
                 self.health.on_store_answered();
-                self.stores.stored_lately.insert(*id);
+                self.stores.stored_lately.insert(*id, ());
                 if let Some(done) = self.settle(now, id) {
                     if verdict == StoreVerdict::Stored {
                         if is_root_kind(done.event.kind) {
-                            self.stores.fresh_roots.insert(*id);
+                            self.stores.fresh_roots.insert(*id, ());
                         }
                         self.stats.events_stored += 1;
                         if let Some(known) = self.known.get_mut(&done.relay) {
