@@ -32,10 +32,8 @@ use grasp_sync_core::model::{
     BatchId, ConnectionStatus, PendingBatch, PendingSyncIndex, RelaySyncIndex, SyncMethod,
 };
 use grasp_sync_core::planner::{compute_actions_for_relay, RepoSyncIndex};
-use grasp_sync_core::RepoRef;
-use nostr::prelude::{Keys, RelayUrl};
 
-use grasp_sync_benches::{event_id, scale, RELAYS, RELAYS_PER_REPO, REPOS, ROOT_EVENTS};
+use grasp_sync_benches::{event_id, inputs, Inputs, RELAYS_PER_REPO};
 
 /// Resident memory now, in bytes (0 where `/proc` is missing).
 fn rss() -> u64 {
@@ -55,21 +53,13 @@ fn main() {
     if !std::env::args().any(|arg| arg == "--bench") {
         return;
     }
-    let scale = scale();
-    let (repos_n, roots_n, relays_n) = (
-        REPOS / scale,
-        ROOT_EVENTS / scale,
-        (RELAYS / scale).max(RELAYS_PER_REPO),
-    );
-    let relays: Vec<RelayUrl> = (0..relays_n)
-        .map(|n| RelayUrl::parse(&format!("wss://relay{n}.example.com")).expect("relay url"))
-        .collect();
-    let owners: Vec<Keys> = (0..64).map(|_| Keys::generate()).collect();
-    let repos: Vec<RepoRef> = (0..repos_n)
-        .map(|n| {
-            RepoRef::new(owners[n % owners.len()].public_key(), format!("repo-{n}")).expect("repo")
-        })
-        .collect();
+    let Inputs {
+        scale,
+        relays,
+        repos,
+        root_events: roots_n,
+    } = inputs();
+    let (repos_n, relays_n) = (repos.len(), relays.len());
     println!(
         "memory: {repos_n} repositories, {roots_n} root events, {relays_n} relays \
          ({RELAYS_PER_REPO} per repository), scale 1/{scale}"

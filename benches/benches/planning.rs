@@ -20,9 +20,8 @@ use grasp_sync_core::planner::{
     compute_actions, compute_actions_for_changes, derive_relay_targets, RepoSyncIndex,
 };
 use grasp_sync_core::RepoRef;
-use nostr::prelude::{Keys, RelayUrl};
 
-use grasp_sync_benches::{event_id, scale, RELAYS, RELAYS_PER_REPO, REPOS, ROOT_EVENTS};
+use grasp_sync_benches::{event_id, inputs, Inputs, RELAYS_PER_REPO};
 
 /// The index, and the confirmed state of relays that synced all of it.
 struct World {
@@ -34,21 +33,13 @@ struct World {
 }
 
 fn world() -> World {
-    let scale = scale();
-    let (repos_n, roots_n, relays_n) = (
-        REPOS / scale,
-        ROOT_EVENTS / scale,
-        (RELAYS / scale).max(RELAYS_PER_REPO),
-    );
-    let relays: Vec<RelayUrl> = (0..relays_n)
-        .map(|n| RelayUrl::parse(&format!("wss://relay{n}.example.com")).expect("relay url"))
-        .collect();
-    let owners: Vec<Keys> = (0..64).map(|_| Keys::generate()).collect();
-    let repos: Vec<RepoRef> = (0..repos_n)
-        .map(|n| {
-            RepoRef::new(owners[n % owners.len()].public_key(), format!("repo-{n}")).expect("repo")
-        })
-        .collect();
+    let Inputs {
+        relays,
+        repos,
+        root_events: roots_n,
+        ..
+    } = inputs();
+    let (repos_n, relays_n) = (repos.len(), relays.len());
     let mut index = RepoSyncIndex::new();
     for (n, repo) in repos.iter().enumerate() {
         let listed = (0..RELAYS_PER_REPO).map(|k| relays[(n * 7 + k * 131) % relays_n].clone());

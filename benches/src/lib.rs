@@ -11,7 +11,8 @@
 
 pub use grasp_sync_core as core;
 
-use nostr::prelude::EventId;
+use grasp_sync_core::RepoRef;
+use nostr::prelude::{EventId, Keys, RelayUrl};
 
 /// Repositories of the planning and memory benchmarks.
 pub const REPOS: usize = 100_000;
@@ -28,6 +29,39 @@ pub fn event_id(n: u64) -> EventId {
     bytes[..8].copy_from_slice(&n.to_be_bytes());
     bytes[8] = 0xee;
     EventId::from_byte_array(bytes)
+}
+
+/// The planning and memory benchmarks' inputs, sizes divided by [`scale`].
+#[derive(Debug)]
+pub struct Inputs {
+    /// The divisor the sizes were divided by.
+    pub scale: usize,
+    /// The relays (at least [`RELAYS_PER_REPO`]).
+    pub relays: Vec<RelayUrl>,
+    /// The repositories, owned by 64 keys.
+    pub repos: Vec<RepoRef>,
+    /// How many root events to spread over them.
+    pub root_events: usize,
+}
+
+/// [`Inputs`] at the scale `GRASP_BENCH_SCALE` asks for.
+pub fn inputs() -> Inputs {
+    let scale = scale();
+    let relays = (0..(RELAYS / scale).max(RELAYS_PER_REPO))
+        .map(|n| RelayUrl::parse(&format!("wss://relay{n}.example.com")).expect("relay url"))
+        .collect();
+    let owners: Vec<Keys> = (0..64).map(|_| Keys::generate()).collect();
+    let repos = (0..REPOS / scale)
+        .map(|n| {
+            RepoRef::new(owners[n % owners.len()].public_key(), format!("repo-{n}")).expect("repo")
+        })
+        .collect();
+    Inputs {
+        scale,
+        relays,
+        repos,
+        root_events: ROOT_EVENTS / scale,
+    }
 }
 
 /// `GRASP_BENCH_SCALE`: what the sizes are divided by (1 unless set).
