@@ -48,6 +48,7 @@ struct EnvSettings {
     batch_window: Option<Duration>,
     base_backoff: Option<Duration>,
     max_backoff: Option<Duration>,
+    batch_timeout: Option<Duration>,
 }
 
 impl EnvSettings {
@@ -56,6 +57,7 @@ impl EnvSettings {
             batch_window: env_number("NGIT_SYNC_BATCH_WINDOW_MS")?.map(Duration::from_millis),
             base_backoff: env_number("NGIT_SYNC_BASE_BACKOFF_SECS")?.map(Duration::from_secs),
             max_backoff: env_number("NGIT_SYNC_MAX_BACKOFF_SECS")?.map(Duration::from_secs),
+            batch_timeout: env_number("NGIT_SYNC_BATCH_TIMEOUT_SECS")?.map(Duration::from_secs),
         })
     }
 
@@ -68,6 +70,9 @@ impl EnvSettings {
         }
         if let Some(max) = self.max_backoff {
             config.health.backoff.max = max;
+        }
+        if let Some(timeout) = self.batch_timeout {
+            config.batch_timeout = timeout;
         }
     }
 }
@@ -249,7 +254,8 @@ impl SyncManagerBuilder {
     }
 
     /// Reads the spec's environment variables: `NGIT_SYNC_BATCH_WINDOW_MS`,
-    /// `NGIT_SYNC_BASE_BACKOFF_SECS`, `NGIT_SYNC_MAX_BACKOFF_SECS`. They
+    /// `NGIT_SYNC_BASE_BACKOFF_SECS`, `NGIT_SYNC_MAX_BACKOFF_SECS`, and
+    /// `NGIT_SYNC_BATCH_TIMEOUT_SECS` (`EngineConfig::batch_timeout`). They
     /// apply over [`SyncManagerBuilder::engine_config`] and under the
     /// individual setters, whatever the order of the calls.
     pub fn from_env(mut self) -> Result<Self, BuildError> {
@@ -350,6 +356,7 @@ mod tests {
             batch_window: Some(Duration::from_millis(700)),
             base_backoff: Some(Duration::from_secs(3)),
             max_backoff: None,
+            batch_timeout: Some(Duration::from_secs(7)),
         };
         // engine_config after the environment: the environment still applies.
         let mut late_config = builder().batch_window(Duration::from_millis(50));
@@ -366,6 +373,7 @@ mod tests {
             Duration::from_secs(3),
             "env applies over the base"
         );
+        assert_eq!(config.batch_timeout, Duration::from_secs(7));
 
         let mut env_only = builder().engine_config(base);
         env_only.env = env;

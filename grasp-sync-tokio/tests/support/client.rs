@@ -305,6 +305,56 @@ impl Client {
         }
     }
 
+    /// Publishes `events` with up to `window` EVENTs waiting for their `OK`, and waits
+    /// for every `OK` (each wait bounded by [`RECV_TIMEOUT`]). Returns how many the relay
+    /// accepted; panics listing the first refusals (a `duplicate:` answer counts as
+    /// accepted: the relay holds the event).
+    pub async fn publish_all(&mut self, events: &[Event], window: usize) -> usize {
+        let window = window.max(1);
+        let mut waiting: HashSet<EventId> = HashSet::new();
+        let mut sent = 0;
+        let mut accepted = 0;
+        let mut refused: Vec<String> = Vec::new();
+        while sent < events.len() || !waiting.is_empty() {
+            while sent < events.len() && waiting.len() < window {
+                let event = &events[sent];
+                self.send_msg(&ClientMessage::event(event.clone())).await;
+                waiting.insert(event.id);
+                sent += 1;
+            }
+            let msg = match self.read_msg(RECV_TIMEOUT).await {
+                Ok(msg) => msg,
+                Err(e) => panic!(
+                    "publish_all: waiting for {} OKs ({sent} of {} sent): {e}",
+                    waiting.len(),
+                    events.len()
+                ),
+            };
+            match msg {
+                RelayMessage::Ok {
+                    event_id,
+                    status,
+                    message,
+                } if waiting.remove(&event_id) => {
+                    if status || message.starts_with("duplicate") {
+                        accepted += 1;
+                    } else if refused.len() < 5 {
+                        refused.push(format!("{event_id}: {message}"));
+                    }
+                }
+                other if !self.is_stale(&other) => self.pending.push_back(other),
+                _ => {}
+            }
+        }
+        assert!(
+            refused.is_empty(),
+            "publish_all: {} of {} refused, first: {refused:?}",
+            events.len() - accepted,
+            events.len()
+        );
+        accepted
+    }
+
     /// Send a close frame and wait (bounded) for the relay's answer.
     pub async fn close(mut self) {
         let _ = tokio::time::timeout(RECV_TIMEOUT, self.ws.close(None)).await;

@@ -13,6 +13,8 @@
 //!   The same listener serves a NIP-11 document, or stalls NIP-11 requests. A preset
 //!   emulates strfry's limits ([`TestRelayConfig::strfry`]). `stop` / `restart` are
 //!   deterministic (our own accept loop; `LocalRelay::run`/`shutdown` are never used).
+//! * [`NostrRsRelay`]: the real nostr-rs-relay 0.8.12 as a process (REQ-only, no EOSE for
+//!   `limit: 0`), installed by `.ci/install-nostr-rs-relay`.
 //! * [`Client`] / [`connect_client`]: raw NIP-01 client over tokio-tungstenite for asserting
 //!   what a relay says.
 //!
@@ -30,6 +32,7 @@ mod endless;
 mod faults;
 mod inject;
 mod nip34;
+mod nostr_rs_relay;
 mod proxy;
 mod relay;
 mod rng;
@@ -37,6 +40,7 @@ mod rng;
 pub use client::{connect_client, try_connect_client, Client, RecvError, RECV_TIMEOUT};
 pub use faults::{FaultCounts, FaultPlan, NIP01_PREFIXES};
 pub use nip34::{announcement, loopback_engine_config, sign, tag};
+pub use nostr_rs_relay::{nostr_rs_relay_binary, NostrRsRelay, NOSTR_RS_RELAY_VERSION};
 pub use relay::{Nip77Mode, TestRelay, TestRelayConfig};
 pub use rng::SeededRng;
 
