@@ -109,16 +109,16 @@ pub use held::{
 };
 pub use hook::PurgatoryGate;
 pub use repos::{
-    repository_data, AnnouncementError, Announcements, DatabaseAnnouncements, MemoryAnnouncements,
-    NpubLayout, RepoLocator,
+    create_bare_repository, repository_data, AnnouncementError, Announcements, CreateRepoError,
+    DatabaseAnnouncements, MemoryAnnouncements, NpubLayout, RepoLocator,
 };
 pub use service::{Purgatory, PurgatoryBuildError, PurgatoryBuilder};
 pub use sink::{ChannelSink, PurgatoryOutput, ReleaseError, ReleaseSink, StoreSink};
-pub use status::PurgatoryStatus;
+pub use status::{HeldRepository, HeldState, PurgatoryStatus, MAX_LISTED_REPOSITORIES};
 pub use store::{AddError, Cap, HeldLimits, Inserted, PurgatoryStore};
 pub use sync::{
     serve_queued_identifier, sync_identifier, sync_identifier_from_url, sync_identifier_next_url,
-    FromUrl, MAX_SINGLE_FETCHES,
+    FromUrl, SyncOutcome, SyncReport, MAX_SINGLE_FETCHES,
 };
 pub use throttle_manager::{DomainStep, ThrottleManager};
 
