@@ -345,30 +345,26 @@ async fn fetch_from_every_domain(
         }
         tried.insert(url.as_str().to_owned());
     }
-    enqueue_with_throttled_domains(ctx, repo, &tried, &deferred, manager).await;
+    enqueue_with_throttled_domains(ctx, repo, &tried, manager).await;
     SyncOutcome::Retry { last_error }
 }
 
-/// Leaves `repo` with each throttled domain (and each domain that turned out to be full
-/// when a fetch was about to start) that has URLs not tried yet.
+/// Leaves `repo` with each domain that still has URLs not tried for it. The main loop
+/// ends with untried URLs only when their domains had no capacity (throttled when the
+/// next URL was chosen, or full when its fetch was about to start), so every such
+/// domain gets the repository, even one whose slot has freed since: asking again
+/// whether it is throttled now would leave the repository with no domain queue and back
+/// it off for nothing (a wave of releases 20 s late).
 async fn enqueue_with_throttled_domains(
     ctx: &dyn SyncContext,
     repo: &RepoRef,
     tried: &HashSet<String>,
-    deferred: &HashSet<String>,
     manager: &ThrottleManager,
 ) {
     let Some(candidates) = candidates_if_needed(ctx, repo, manager).await else {
         return;
     };
-    let deferred_domains: HashSet<&str> = candidates
-        .iter()
-        .filter(|(_, urls)| urls.iter().any(|url| deferred.contains(url.as_str())))
-        .map(|(domain, _)| domain.as_str())
-        .collect();
-    let waiting = throttled_domains_with_untried_urls(&candidates, tried, |d| {
-        deferred_domains.contains(d) || manager.is_throttled(d)
-    });
+    let waiting = throttled_domains_with_untried_urls(&candidates, tried, |_| true);
     let key = repo.to_string();
     for info in waiting {
         manager.enqueue_identifier(&info.domain, &key, info.tried_urls_for_domain);

@@ -319,3 +319,89 @@ async fn a_failed_fetch_is_a_retry_with_its_error() {
     };
     assert!(error.contains("connection refused"), "{error}");
 }
+
+/// The core's context, freeing one slot of `domain` when the repository data is read
+/// for the `free_on`-th time (between choosing a URL and enqueueing with domains).
+struct FreesASlot<'a> {
+    inner: &'a MemorySyncContext,
+    manager: &'a ThrottleManager,
+    domain: &'static str,
+    free_on: usize,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl SyncContext for FreesASlot<'_> {
+    async fn fetch_repository_data(
+        &self,
+        repo: &RepoRef,
+    ) -> Result<RepositoryData, SyncContextError> {
+        let read = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        if read == self.free_on {
+            self.manager.complete_request(self.domain);
+        }
+        self.inner.fetch_repository_data(repo).await
+    }
+    fn collect_needed_oids(&self, repo: &RepoRef) -> std::collections::BTreeSet<GitOid> {
+        self.inner.collect_needed_oids(repo)
+    }
+    fn oid_exists(&self, repo: &RepoRef, oid: &GitOid) -> bool {
+        self.inner.oid_exists(repo, oid)
+    }
+    async fn fetch_oids(
+        &self,
+        repo_path: &Path,
+        url: &CloneUrl,
+        oids: &[GitOid],
+    ) -> Result<Vec<GitOid>, SyncContextError> {
+        self.inner.fetch_oids(repo_path, url, oids).await
+    }
+    async fn process_satisfiable_events(&self, repo: &RepoRef) -> Result<usize, SyncContextError> {
+        self.inner.process_satisfiable_events(repo).await
+    }
+    fn has_pending_events(&self, repo: &RepoRef) -> bool {
+        self.inner.has_pending_events(repo)
+    }
+    fn find_target_repo(&self, repo: &RepoRef) -> Option<std::path::PathBuf> {
+        self.inner.find_target_repo(repo)
+    }
+    fn creates_repositories(&self) -> bool {
+        self.inner.creates_repositories()
+    }
+    async fn create_target_repo(
+        &self,
+        repo: &RepoRef,
+    ) -> Result<std::path::PathBuf, SyncContextError> {
+        self.inner.create_target_repo(repo).await
+    }
+    fn own_service(&self) -> &grasp_sync_core::purgatory::OwnService {
+        self.inner.own_service()
+    }
+}
+
+#[tokio::test]
+async fn a_domain_that_frees_a_slot_after_the_url_was_chosen_still_gets_the_repository() {
+    let inner = context(&[ONE], &[oid(1)]);
+    inner.set_remote(ONE, [oid(1)]);
+    let manager = manager();
+    for _ in 0..5 {
+        assert!(manager.try_start_request("example.com"));
+    }
+    // Reads: the attempt's, the next URL's (none: throttled), the enqueue's (a slot
+    // frees just before it).
+    let ctx = FreesASlot {
+        inner: inner.as_ref(),
+        manager: &manager,
+        domain: "example.com",
+        free_on: 3,
+        reads: std::sync::atomic::AtomicUsize::new(0),
+    };
+    let report = sync_identifier(&ctx, &repo(), &manager).await;
+    assert_eq!(report.outcome, SyncOutcome::Retry { last_error: None });
+    assert!(!manager.is_throttled("example.com"), "the slot freed");
+    assert_eq!(
+        manager.queued("example.com"),
+        vec![repo().to_string()],
+        "waits in the domain's queue instead of backing off alone"
+    );
+}
