@@ -103,10 +103,7 @@ async fn a_missing_repository_is_created_with_purgatory_refs_hidden_then_fetched
     // A ref under refs/purgatory exists in the repository but is not served.
     git(&local, &["update-ref", "refs/purgatory/kept", &tip]);
     git(&local, &["update-ref", "refs/heads/main", &tip]);
-    let served = git(
-        &dir.path().to_path_buf(),
-        &["ls-remote", local.to_str().unwrap()],
-    );
+    let served = git(dir.path(), &["ls-remote", local.to_str().unwrap()]);
     assert!(served.contains("refs/heads/main"), "{served}");
     assert!(!served.contains("refs/purgatory"), "{served}");
     let leftovers: Vec<_> = std::fs::read_dir(local.parent().unwrap())
