@@ -111,7 +111,11 @@ async fn run(settings: Settings) -> Result<ExitCode, String> {
     let shutdown = manager.shutdown_handle();
     let (http_stop, http_stopped) = watch::channel(false);
     if let Some(addr) = settings.metrics_addr {
-        http::serve(addr, registry, status.clone(), http_stopped)
+        let statuses = http::Statuses {
+            sync: status.clone(),
+            purgatory: purgatory.as_ref().map(grasp_purgatory::Purgatory::status),
+        };
+        http::serve(addr, registry, statuses, http_stopped)
             .await
             .map_err(|error| format!("cannot serve on {addr}: {error}"))?;
     }
