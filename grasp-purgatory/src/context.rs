@@ -279,10 +279,10 @@ impl SyncContext for GitSyncContext {
                 reason: error.to_string(),
             }
         };
-        let path = self
-            .locator
-            .place(repo)
-            .ok_or_else(|| failed(CreateRepoError::NoPlace { repo: repo.clone() }))?;
+        let Some(path) = self.locator.place(repo) else {
+            tracing::debug!(%repo, "no place for the local repository");
+            return Err(SyncContextError::NoPlaceForRepository { repo: repo.clone() });
+        };
         if create_bare_repository(self.git.as_ref(), &path)
             .await
             .map_err(failed)?

@@ -213,8 +213,8 @@ pub trait RepoLocator: Send + Sync {
     fn locate(&self, repo: &RepoRef) -> Option<PathBuf>;
 
     /// Where the local repository of `repo` is or would be created, if this locator
-    /// lays repositories out (the default: it does not, and purgatory cannot create a
-    /// missing one: [`CreateRepoError::NoPlace`]).
+    /// lays repositories out (the default: it does not, and a missing repository is
+    /// reported not fetchable, "no place for a local repository").
     fn place(&self, repo: &RepoRef) -> Option<PathBuf> {
         let _ = repo;
         None

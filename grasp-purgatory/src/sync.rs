@@ -247,14 +247,15 @@ async fn ensure_target(ctx: &dyn SyncContext, repo: &RepoRef) -> Result<(), Sync
         return Ok(());
     }
     match missing_repository_action(ctx.creates_repositories()) {
-        MissingRepository::Create => {
-            ctx.create_target_repo(repo)
-                .await
-                .map(drop)
-                .map_err(|error| SyncOutcome::Retry {
-                    last_error: Some(error.to_string()),
-                })
-        }
+        MissingRepository::Create => match ctx.create_target_repo(repo).await {
+            Ok(_) => Ok(()),
+            Err(SyncContextError::NoPlaceForRepository { .. }) => Err(SyncOutcome::NotFetchable(
+                NotFetchable::NoPlaceForRepository,
+            )),
+            Err(error) => Err(SyncOutcome::Retry {
+                last_error: Some(error.to_string()),
+            }),
+        },
         MissingRepository::Wait(reason) => {
             tracing::debug!(%repo, %reason, "waiting for the local repository to be created");
             Err(SyncOutcome::NotFetchable(reason))

@@ -289,3 +289,47 @@ fn is_backing_off_with_error(repository: &grasp_purgatory::HeldRepository) -> bo
         }
     )
 }
+
+/// A locator that finds no repository and lays none out.
+struct Nowhere;
+
+impl grasp_purgatory::RepoLocator for Nowhere {
+    fn locate(&self, _repo: &grasp_sync_core::nip34::RepoRef) -> Option<std::path::PathBuf> {
+        None
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_repository_with_no_place_to_be_created_is_reported_not_fetchable() {
+    let git = Arc::new(MemoryGit::default());
+    let announcements = Arc::new(MemoryAnnouncements::new());
+    let owner = Keys::generate();
+    let url = format!("https://{HOST}/r.git");
+    announcements
+        .add(announcement(&owner, "r", &[&url]))
+        .unwrap();
+    git.serve(&url, [hex(1)]);
+    let (sink, _outputs) = ChannelSink::new();
+    let purgatory = Purgatory::builder()
+        .announcements(announcements)
+        .repo_locator(Arc::new(Nowhere))
+        .git_backend(git.clone())
+        .sink(Arc::new(sink))
+        .build()
+        .unwrap();
+    let mut status = purgatory.status();
+    let run = events::spawn_run(&purgatory);
+    let pr = pull_request(&Keys::generate(), &owner.public_key(), "r", &hex(1));
+    purgatory.add_pr(pr, Origin::Synced).unwrap();
+    let reported = until(&mut status, Duration::from_secs(5), |s| s.all_accounted).await;
+    assert_eq!(
+        reported
+            .not_fetchable_by_reason
+            .get("no_place_for_repository"),
+        Some(&1),
+        "{reported:?}"
+    );
+    assert!(git.log().is_empty());
+    purgatory.shutdown();
+    run.await.unwrap().unwrap();
+}

@@ -5,8 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use grasp_sync_core::nip34::RepoRef;
-
 use crate::git::{GitBackend, GitError};
 
 /// Distinguishes the scratch directories of concurrent creations in one process.
@@ -16,13 +14,6 @@ static SCRATCH: AtomicU64 = AtomicU64::new(0);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateRepoError {
-    /// The locator has no place for the repository (a locator that does not lay
-    /// repositories out, or an identifier that is not a safe file name).
-    #[error("no place for the local repository of {repo}")]
-    NoPlace {
-        /// The repository.
-        repo: RepoRef,
-    },
     /// A directory could not be created, moved into place or cleaned up.
     #[error("{operation} {path} failed: {source}")]
     Io {

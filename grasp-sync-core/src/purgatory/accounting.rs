@@ -32,6 +32,10 @@ pub enum NotFetchable {
     /// The local repository does not exist, and purgatory does not create repositories
     /// (the GRASP server is to create it).
     RepositoryMissing,
+    /// The local repository does not exist and cannot be created: there is no place
+    /// for it (an identifier that is not a safe file name, or a locator that does not
+    /// lay repositories out).
+    NoPlaceForRepository,
 }
 
 impl NotFetchable {
@@ -44,6 +48,7 @@ impl NotFetchable {
             NotFetchable::OnlyOwnService => "only_own_service",
             NotFetchable::NoUsableCloneUrl => "no_usable_clone_url",
             NotFetchable::RepositoryMissing => "repository_missing",
+            NotFetchable::NoPlaceForRepository => "no_place_for_repository",
         }
     }
 }
@@ -61,6 +66,7 @@ impl fmt::Display for NotFetchable {
             NotFetchable::RepositoryMissing => {
                 "no local repository (created externally, not by purgatory)"
             }
+            NotFetchable::NoPlaceForRepository => "no place for a local repository",
         })
     }
 }
@@ -203,6 +209,7 @@ mod tests {
             NotFetchable::OnlyOwnService,
             NotFetchable::NoUsableCloneUrl,
             NotFetchable::RepositoryMissing,
+            NotFetchable::NoPlaceForRepository,
         ];
         let labels: std::collections::BTreeSet<&str> = all.iter().map(|r| r.label()).collect();
         assert_eq!(labels.len(), all.len());

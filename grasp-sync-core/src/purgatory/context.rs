@@ -55,6 +55,14 @@ pub enum SyncContextError {
         /// What went wrong.
         reason: String,
     },
+    /// There is no place for the local repository (an identifier that is not a safe
+    /// file name, or a layout that does not create repositories): it can never be
+    /// created.
+    #[error("no place for the local repository of {repo}")]
+    NoPlaceForRepository {
+        /// The repository.
+        repo: RepoRef,
+    },
     /// The local repository could not be created.
     #[error("creating the local repository of {repo} failed: {reason}")]
     CreateRepository {
