@@ -168,6 +168,26 @@ struct Repository {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_repositories_sync_completely_into_repositories_nobody_created_beforehand() {
+    // One git server stands in for 50 hosts: its domain may take them all.
+    let raised = [("NGIT_SYNC_DOMAIN_RATE_LIMIT", "6000")];
+    sync_repositories_completely(REPOSITORIES, &raised, true).await;
+}
+
+/// The twin with purgatory's default per-domain limits (5 in flight, 30 a minute): few
+/// enough repositories that their fetches fit the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_repositories_sync_completely_within_the_default_domain_limits() {
+    sync_repositories_completely(10, &[], false).await;
+}
+
+/// `repositories` repositories (a state and a PR each, on the remote relay) sync
+/// completely into an empty git root; `with_foreign`: plus [`FOREIGN`] announcements
+/// not listing us, none of which may reach the own relay.
+async fn sync_repositories_completely(
+    repositories_wanted: usize,
+    env: &[(&str, &str)],
+    with_foreign: bool,
+) {
     let started = Instant::now();
     let dir = TempDir::new("sidecar-git-http");
     let served = dir.join("served");
@@ -179,7 +199,7 @@ async fn fifty_repositories_sync_completely_into_repositories_nobody_created_bef
     let (own_url, remote_url) = (front.ws_url(), remote.url().to_string());
     let mut repositories = Vec::new();
     let mut announcements = Vec::new();
-    for n in 0..REPOSITORIES {
+    for n in 0..repositories_wanted {
         let owner = owners[n % owners.len()].clone();
         let identifier = format!("repo-{n}");
         let source = SourceRepo::create(served.join(format!("{identifier}.git")));
@@ -216,7 +236,8 @@ async fn fifty_repositories_sync_completely_into_repositories_nobody_created_bef
             pr,
         });
     }
-    let foreign: Vec<Event> = (0..FOREIGN)
+    let foreign_count = if with_foreign { FOREIGN } else { 0 };
+    let foreign: Vec<Event> = (0..foreign_count)
         .map(|n| {
             let identifier = format!("elsewhere-{n}");
             let clone = server.url(&format!("repo-{n}.git"));
@@ -241,15 +262,7 @@ async fn fifty_repositories_sync_completely_into_repositories_nobody_created_bef
     std::fs::create_dir(&root).unwrap();
     let prepared = started.elapsed();
 
-    let output = run_sidecar(
-        &front,
-        &root,
-        150,
-        // One git server stands in for 50 hosts: its domain may take them all.
-        &[("NGIT_SYNC_DOMAIN_RATE_LIMIT", "6000")],
-        Duration::from_secs(180),
-    )
-    .await;
+    let output = run_sidecar(&front, &root, 150, env, Duration::from_secs(180)).await;
     let ran = started.elapsed() - prepared;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -310,11 +323,11 @@ async fn fifty_repositories_sync_completely_into_repositories_nobody_created_bef
         replayed.live.len()
     );
     assert!(
-        stdout.contains(&format!("{} events released", 2 * REPOSITORIES)),
+        stdout.contains(&format!("{} events released", 2 * repositories_wanted)),
         "{stdout}"
     );
     assert!(
-        stdout.contains(&format!("{REPOSITORIES} repositories created")),
+        stdout.contains(&format!("{repositories_wanted} repositories created")),
         "{stdout}"
     );
     // Our own service was never asked for git data, though every announcement lists
@@ -322,7 +335,7 @@ async fn fifty_repositories_sync_completely_into_repositories_nobody_created_bef
     assert_eq!(front.git_requests(), Vec::<String>::new());
     let skipped = number_before(&stdout, " clone URLs on our own service skipped");
     assert!(
-        skipped >= REPOSITORIES as u64,
+        skipped >= repositories_wanted as u64,
         "skipped and counted: {stdout}"
     );
     // GRASP-01: announcements that do not list our service are not stored on the own
@@ -333,7 +346,7 @@ async fn fifty_repositories_sync_completely_into_repositories_nobody_created_bef
         .collect();
     assert!(
         foreign_stored.is_empty(),
-        "{} of {FOREIGN} announcements not listing us are on the own relay",
+        "{} of {foreign_count} announcements not listing us are on the own relay",
         foreign_stored.len()
     );
 }
