@@ -33,7 +33,8 @@ use grasp_purgatory::NpubLayout;
 use nostr::prelude::*;
 use own_front::OwnFront;
 use support::{TestRelay, TestRelayConfig};
-use tokio::process::Command;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
 
 const LOOPBACK: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 /// Repositories in the large run.
@@ -83,17 +84,17 @@ async fn relays() -> (TestRelay, OwnFront, TestRelay) {
     (own, front, remote)
 }
 
-/// Runs the sidecar with `--once` against the front, purgatory under `root`; waits at
-/// most `wait`. It logs at `warn` (`SIDECAR_TEST_LOG` sets its `RUST_LOG` instead, and
-/// the large run then prints its log).
-async fn run_sidecar(
+/// Starts the sidecar with `--once` against the front, purgatory under `root`, plus
+/// `extra` arguments. It logs at `warn` (`SIDECAR_TEST_LOG` sets its `RUST_LOG`
+/// instead, and the large run then prints its log).
+fn spawn_sidecar(
     front: &OwnFront,
     root: &Path,
     timeout_secs: u64,
     env: &[(&str, &str)],
-    wait: Duration,
-) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_grasp-sync"))
+    extra: &[String],
+) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_grasp-sync"))
         .args([
             "--own-relay",
             &front.ws_url(),
@@ -105,6 +106,7 @@ async fn run_sidecar(
             "--timeout",
             &timeout_secs.to_string(),
         ])
+        .args(extra)
         .env("NGIT_SYNC_BATCH_WINDOW_MS", "200")
         .envs(env.iter().copied())
         .env(
@@ -115,11 +117,48 @@ async fn run_sidecar(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Waits at most `wait` for the sidecar to exit.
+async fn exited(child: Child, wait: Duration) -> Output {
     tokio::time::timeout(wait, child.wait_with_output())
         .await
         .expect("the sidecar exits in time")
         .unwrap()
+}
+
+/// [`spawn_sidecar`], then [`exited`].
+async fn run_sidecar(
+    front: &OwnFront,
+    root: &Path,
+    timeout_secs: u64,
+    env: &[(&str, &str)],
+    wait: Duration,
+) -> Output {
+    exited(spawn_sidecar(front, root, timeout_secs, env, &[]), wait).await
+}
+
+/// A port of 127.0.0.1 nobody listens on (bound, then released).
+async fn free_port() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// `GET path` on 127.0.0.1:`port`: the body of a 200 answer.
+async fn get(port: u16, path: &str) -> Option<String> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response))
+        .await
+        .ok()?
+        .ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
 }
 
 /// The last line of the sidecar's stdout.
@@ -391,19 +430,45 @@ async fn a_git_server_that_never_answers_fails_the_run_after_the_timeout_naming_
     let root = dir.join("repos");
     std::fs::create_dir(&root).unwrap();
 
-    let output = run_sidecar(
+    let port = free_port().await;
+    let child = spawn_sidecar(
         &front,
         &root,
         12,
         &[("NGIT_PURGATORY_FETCH_TIMEOUT_SECS", "2")],
-        Duration::from_secs(60),
-    )
-    .await;
+        &["--metrics-addr".to_owned(), format!("127.0.0.1:{port}")],
+    );
+    let silent = format!("30617:{}:silent", owner.public_key().to_hex());
+    // While it waits, /status names the repository and why.
+    let mut reported = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let Some(body) = get(port, "/status").await else {
+            continue;
+        };
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let waiting = &json["purgatory"]["still_waiting"];
+        let names_it = waiting.as_array().is_some_and(|list| {
+            list.iter().any(|entry| {
+                entry["repo"] == silent.as_str()
+                    && entry["state"]
+                        .as_str()
+                        .is_some_and(|state| state.starts_with("fetch failed: "))
+            })
+        });
+        if names_it {
+            reported = Some(json["purgatory"].clone());
+            break;
+        }
+    }
+    let reported = reported.expect("/status names the silent repository as failing");
+    assert_eq!(reported["all_accounted"], false, "{reported}");
+    let output = exited(child, Duration::from_secs(60)).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(3), "{stdout}\n{stderr}");
-    let silent = format!("30617:{}:silent", owner.public_key().to_hex());
     let line = last_line(&output);
+    eprintln!("last line: {line}");
     assert!(
         line.starts_with("error: not complete after 12s: 1 event held: "),
         "{line}"
@@ -448,6 +513,7 @@ async fn a_repository_whose_only_clone_url_is_ours_is_reported_not_fetchable() {
     assert_eq!(output.status.code(), Some(4), "{stdout}\n{stderr}");
     let only = format!("30617:{}:only", owner.public_key().to_hex());
     let line = last_line(&output);
+    eprintln!("last line: {line}");
     assert_eq!(
         line,
         format!(
