@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use grasp_sync_core::purgatory::{SyncQueueConfig, ThrottleConfig};
+use grasp_sync_core::purgatory::{OwnService, SyncQueueConfig, ThrottleConfig};
 
 use crate::git::GitFetcherConfig;
 use crate::store::HeldLimits;
@@ -52,6 +52,10 @@ pub const ENV_VARIABLES: &[(&str, &str)] = &[
         "NGIT_PURGATORY_MAX_HELD_PER_AUTHOR",
         "events held per author (1000)",
     ),
+    (
+        "NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY",
+        "1: the GRASP server creates repositories, purgatory waits for them (0)",
+    ),
 ];
 
 /// Everything a purgatory can be configured with.
@@ -71,8 +75,11 @@ pub struct PurgatoryConfig {
     pub git: GitFetcherConfig,
     /// The most events held per repository, per author and in total.
     pub limits: HeldLimits,
-    /// Our own git server's domain, never fetched from.
-    pub our_domain: Option<String>,
+    /// Our own service's hosts: clone URLs there are never fetched from.
+    pub own_service: OwnService,
+    /// Whether someone else (a GRASP server) creates the repositories under the git
+    /// root: then purgatory waits for a missing one instead of creating it.
+    pub repositories_managed_externally: bool,
     /// The journal: every event entering and leaving purgatory is appended to it, and it
     /// is replayed on start (see [`crate::journal`]). `None`: nothing survives a restart.
     pub persist_path: Option<PathBuf>,
@@ -87,7 +94,8 @@ impl Default for PurgatoryConfig {
             expiry: Duration::from_secs(30 * 60),
             git: GitFetcherConfig::default(),
             limits: HeldLimits::default(),
-            our_domain: None,
+            own_service: OwnService::new(),
+            repositories_managed_externally: false,
             persist_path: None,
         }
     }
@@ -151,6 +159,9 @@ impl PurgatoryConfig {
         if let Some(n) = number("NGIT_PURGATORY_MAX_HELD_PER_AUTHOR")? {
             self.limits.per_author = clamp_usize(n);
         }
+        if let Some(n) = number("NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY")? {
+            self.repositories_managed_externally = n != 0;
+        }
         Ok(self)
     }
 }
@@ -191,6 +202,8 @@ mod tests {
         assert_eq!(config.expiry, Duration::from_secs(1800));
         assert_eq!(config.git.max_pack_bytes, Some(512 * 1024 * 1024));
         assert_eq!(config.limits, HeldLimits::default());
+        assert!(!config.repositories_managed_externally);
+        assert!(config.own_service.is_empty());
     }
 
     #[test]
@@ -208,6 +221,7 @@ mod tests {
                 ("NGIT_PURGATORY_MAX_HELD", "50"),
                 ("NGIT_PURGATORY_MAX_HELD_PER_REPOSITORY", "5"),
                 ("NGIT_PURGATORY_MAX_HELD_PER_AUTHOR", "7"),
+                ("NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY", "1"),
             ]))
             .unwrap();
         assert_eq!(config.loop_interval, Duration::from_millis(250));
@@ -226,7 +240,8 @@ mod tests {
                 total: 50
             }
         );
-        assert_eq!(ENV_VARIABLES.len(), 11);
+        assert!(config.repositories_managed_externally);
+        assert_eq!(ENV_VARIABLES.len(), 12);
     }
 
     #[test]

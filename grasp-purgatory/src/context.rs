@@ -8,14 +8,16 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use grasp_sync_core::nip34::{GitOid, RepoRef};
-use grasp_sync_core::purgatory::{RepositoryData, SyncContext, SyncContextError};
+use grasp_sync_core::purgatory::{OwnService, RepositoryData, SyncContext, SyncContextError};
 use grasp_sync_core::url_policy::CloneUrl;
 
 use crate::git::{GitBackend, GitError, NOSTR_REF_PREFIX, PURGATORY_REF_PREFIX};
 use crate::held::{HeldEvent, HeldKind};
 use crate::metrics::Metrics;
 use crate::refusals::UrlRefusals;
-use crate::repos::{repository_data, Announcements, RepoLocator};
+use crate::repos::{
+    create_bare_repository, repository_data, Announcements, CreateRepoError, RepoLocator,
+};
 use crate::sink::ReleaseSink;
 use crate::store::PurgatoryStore;
 
@@ -36,7 +38,8 @@ pub struct GitSyncContext {
     locator: Arc<dyn RepoLocator>,
     git: Arc<dyn GitBackend>,
     sink: Arc<dyn ReleaseSink>,
-    our_domain: Option<String>,
+    own_service: OwnService,
+    creates_repositories: bool,
     metrics: Option<Metrics>,
     refusals: Option<UrlRefusals>,
 }
@@ -44,7 +47,8 @@ pub struct GitSyncContext {
 impl std::fmt::Debug for GitSyncContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GitSyncContext")
-            .field("our_domain", &self.our_domain)
+            .field("own_service", &self.own_service)
+            .field("creates_repositories", &self.creates_repositories)
             .finish_non_exhaustive()
     }
 }
@@ -61,8 +65,11 @@ pub struct ContextParts {
     pub git: Arc<dyn GitBackend>,
     /// Where released events go.
     pub sink: Arc<dyn ReleaseSink>,
-    /// Our own git server's domain (never fetched from).
-    pub our_domain: Option<String>,
+    /// Our own service's hosts (never fetched from).
+    pub own_service: OwnService,
+    /// Whether a missing local repository is created (`git init --bare` at the
+    /// locator's [`RepoLocator::place`]) rather than waited for.
+    pub creates_repositories: bool,
 }
 
 impl GitSyncContext {
@@ -74,7 +81,8 @@ impl GitSyncContext {
             locator: parts.locator,
             git: parts.git,
             sink: parts.sink,
-            our_domain: parts.our_domain,
+            own_service: parts.own_service,
+            creates_repositories: parts.creates_repositories,
             metrics: None,
             refusals: None,
         }
@@ -259,7 +267,35 @@ impl SyncContext for GitSyncContext {
         self.locator.locate(repo)
     }
 
-    fn our_domain(&self) -> Option<&str> {
-        self.our_domain.as_deref()
+    fn creates_repositories(&self) -> bool {
+        self.creates_repositories
+    }
+
+    async fn create_target_repo(&self, repo: &RepoRef) -> Result<PathBuf, SyncContextError> {
+        let failed = |error: CreateRepoError| {
+            tracing::warn!(%repo, %error, "creating the local repository failed");
+            SyncContextError::CreateRepository {
+                repo: repo.clone(),
+                reason: error.to_string(),
+            }
+        };
+        let Some(path) = self.locator.place(repo) else {
+            tracing::debug!(%repo, "no place for the local repository");
+            return Err(SyncContextError::NoPlaceForRepository { repo: repo.clone() });
+        };
+        if create_bare_repository(self.git.as_ref(), &path)
+            .await
+            .map_err(failed)?
+        {
+            tracing::info!(%repo, path = %path.display(), "created the local repository");
+            if let Some(metrics) = &self.metrics {
+                metrics.repositories_created.inc();
+            }
+        }
+        Ok(path)
+    }
+
+    fn own_service(&self) -> &OwnService {
+        &self.own_service
     }
 }

@@ -38,7 +38,12 @@
 //!   sync enter purgatory with the immediate delay.
 //! - [`PurgatoryStatus`]: what is held, releasing, released, expired, queued and being
 //!   fetched, on a watch channel ([`Purgatory::status`]) or on demand
-//!   ([`Purgatory::status_now`]).
+//!   ([`Purgatory::status_now`]); "done" is [`PurgatoryStatus::all_accounted`]: every
+//!   held event released, expired or reported not fetchable with a reason.
+//! - Next to any relay: a missing local repository is created before it is fetched
+//!   into ([`create_bare_repository`], `refs/purgatory` hidden from serving) unless
+//!   [`PurgatoryBuilder::repositories_managed_externally`]; clone URLs on our own
+//!   service ([`PurgatoryBuilder::own_service`]) are never fetched from.
 //!
 //! Configuration: [`PurgatoryBuilder`] methods, or the environment variables of
 //! [`config::ENV_VARIABLES`] through [`PurgatoryBuilder::from_env`]. Metrics (when a
@@ -47,8 +52,9 @@
 //! `purgatory_domain_requests_total` (the `domain` series of idle domains are removed),
 //! plus `purgatory_events_held`, `purgatory_events_released_total`,
 //! `purgatory_events_expired_total`, `purgatory_events_refused_total{reason}`,
-//! `purgatory_clone_url_refusals_total{reason}` and
-//! `purgatory_stale_refs_removed_total`.
+//! `purgatory_clone_url_refusals_total{reason}`,
+//! `purgatory_clone_urls_skipped_total{reason}`, `purgatory_repositories_created_total`
+//! and `purgatory_stale_refs_removed_total`.
 //!
 //! Building and driving one (see [`Purgatory`] for a longer example):
 //!
@@ -109,16 +115,16 @@ pub use held::{
 };
 pub use hook::PurgatoryGate;
 pub use repos::{
-    repository_data, AnnouncementError, Announcements, DatabaseAnnouncements, MemoryAnnouncements,
-    NpubLayout, RepoLocator,
+    create_bare_repository, repository_data, AnnouncementError, Announcements, CreateRepoError,
+    DatabaseAnnouncements, MemoryAnnouncements, NpubLayout, RepoLocator,
 };
 pub use service::{Purgatory, PurgatoryBuildError, PurgatoryBuilder};
 pub use sink::{ChannelSink, PurgatoryOutput, ReleaseError, ReleaseSink, StoreSink};
-pub use status::PurgatoryStatus;
+pub use status::{HeldRepository, HeldState, PurgatoryStatus, MAX_LISTED_REPOSITORIES};
 pub use store::{AddError, Cap, HeldLimits, Inserted, PurgatoryStore};
 pub use sync::{
     serve_queued_identifier, sync_identifier, sync_identifier_from_url, sync_identifier_next_url,
-    FromUrl, MAX_SINGLE_FETCHES,
+    FromUrl, SyncOutcome, SyncReport, MAX_SINGLE_FETCHES,
 };
 pub use throttle_manager::{DomainStep, ThrottleManager};
 

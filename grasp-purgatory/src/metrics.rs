@@ -1,5 +1,5 @@
 //! The spec's `purgatory_*` Prometheus metrics, plus held, released, expired and refused
-//! events, refused clone URLs and removed stale refs.
+//! events, refused and skipped clone URLs, created repositories and removed stale refs.
 //!
 //! They always exist (the status reads its totals from them) and are registered only
 //! when the embedder gives a registry. Every label set is bounded: `reason` and `result`
@@ -22,6 +22,8 @@ pub(crate) struct Metrics {
     pub(crate) events_refused: IntCounterVec,
     pub(crate) url_refusals: IntCounterVec,
     pub(crate) stale_refs_removed: IntCounter,
+    pub(crate) clone_urls_skipped: IntCounterVec,
+    pub(crate) repositories_created: IntCounter,
 }
 
 impl Metrics {
@@ -86,6 +88,18 @@ impl Metrics {
                 "purgatory_stale_refs_removed_total",
                 "refs/purgatory/* deleted because no held event needs them any more",
             )?,
+            clone_urls_skipped: IntCounterVec::new(
+                Opts::new(
+                    "purgatory_clone_urls_skipped_total",
+                    "Clone URLs skipped when choosing where to fetch from, per sync attempt, \
+                     by reason (own_service: on our own service, the destination)",
+                ),
+                &["reason"],
+            )?,
+            repositories_created: IntCounter::new(
+                "purgatory_repositories_created_total",
+                "Local bare repositories created by purgatory (git init --bare)",
+            )?,
         })
     }
 
@@ -102,6 +116,8 @@ impl Metrics {
         registry.register(Box::new(self.events_refused.clone()))?;
         registry.register(Box::new(self.url_refusals.clone()))?;
         registry.register(Box::new(self.stale_refs_removed.clone()))?;
+        registry.register(Box::new(self.clone_urls_skipped.clone()))?;
+        registry.register(Box::new(self.repositories_created.clone()))?;
         Ok(())
     }
 

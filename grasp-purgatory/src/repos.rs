@@ -17,6 +17,10 @@ use grasp_sync_core::purgatory::{listed_maintainers, select_repository, Reposito
 use nostr::prelude::{Event, Filter, Kind, PublicKey, ToBech32};
 use nostr_database::NostrDatabase;
 
+mod create;
+
+pub use create::{create_bare_repository, CreateRepoError};
+
 /// Why announcements could not be read.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -207,9 +211,20 @@ fn parse_all(events: &[Event]) -> Vec<RepoAnnouncement> {
 pub trait RepoLocator: Send + Sync {
     /// The local repository of `repo` (its owner's), if it exists.
     fn locate(&self, repo: &RepoRef) -> Option<PathBuf>;
+
+    /// Where the local repository of `repo` is or would be created, if this locator
+    /// lays repositories out (the default: it does not, and a missing repository is
+    /// reported not fetchable, "no place for a local repository").
+    fn place(&self, repo: &RepoRef) -> Option<PathBuf> {
+        let _ = repo;
+        None
+    }
 }
 
 /// The layout of ngit-relay style git servers: `<root>/<npub>/<identifier>.git`.
+///
+/// Purgatory creates a missing repository at [`RepoLocator::place`] (unless told that
+/// the git root is managed externally) with [`create_bare_repository`].
 ///
 /// A repository's objects go to its owner's directory only, never to another author's
 /// repository of the same identifier. Identifiers that are not a plain path component
@@ -246,6 +261,10 @@ impl RepoLocator for NpubLayout {
     fn locate(&self, repo: &RepoRef) -> Option<PathBuf> {
         self.path_of(repo.pubkey(), repo.identifier())
             .filter(|path| path.is_dir())
+    }
+
+    fn place(&self, repo: &RepoRef) -> Option<PathBuf> {
+        self.path_of(repo.pubkey(), repo.identifier())
     }
 }
 

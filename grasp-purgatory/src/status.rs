@@ -1,9 +1,72 @@
 //! What a running [`Purgatory`](crate::Purgatory) holds and does, as a cheap snapshot on
 //! a `tokio::sync::watch` channel: a program that embeds it (or a sidecar's `--once`)
-//! waits on [`PurgatoryStatus::nothing_ready`] instead of guessing from quiet time
+//! waits on [`PurgatoryStatus::all_accounted`] instead of guessing from quiet time
 //! (see [`Purgatory::status`](crate::Purgatory::status) for an example).
 
 use std::collections::BTreeMap;
+use std::fmt;
+
+use grasp_sync_core::purgatory::NotFetchable;
+
+/// The most repositories [`PurgatoryStatus::not_fetchable`] and
+/// [`PurgatoryStatus::still_waiting`] list each (the counts cover all of them).
+pub const MAX_LISTED_REPOSITORIES: usize = 32;
+
+/// Where a held repository stands, as the status reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeldState {
+    /// Its sync is running.
+    Syncing,
+    /// Its sync is due now (or within the immediate delay).
+    Due,
+    /// It waits for (or is being served by) a throttled domain's queue.
+    WaitingForDomain,
+    /// Some of its events are being released.
+    Releasing,
+    /// Waiting for its next attempt: a backoff after a failed one (with its last error,
+    /// if the attempt had one), or the debounce of submitted events.
+    BackingOff {
+        /// The last failure of the last attempt.
+        last_error: Option<String>,
+    },
+    /// Not fetchable as things stand, with the reason: accounted for.
+    NotFetchable(NotFetchable),
+}
+
+impl fmt::Display for HeldState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HeldState::Syncing => f.write_str("fetching"),
+            HeldState::Due => f.write_str("sync due"),
+            HeldState::WaitingForDomain => f.write_str("waiting for a throttled domain"),
+            HeldState::Releasing => f.write_str("releasing"),
+            HeldState::BackingOff { last_error: None } => f.write_str("backing off"),
+            HeldState::BackingOff {
+                last_error: Some(error),
+            } => write!(f, "fetch failed: {error}, backing off"),
+            HeldState::NotFetchable(reason) => write!(f, "not fetchable: {reason}"),
+        }
+    }
+}
+
+/// One held repository in a [`PurgatoryStatus`] list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HeldRepository {
+    /// The repository, `30617:<owner>:<identifier>`.
+    pub repo: String,
+    /// How many of its events are held.
+    pub events: usize,
+    /// Where it stands.
+    pub state: HeldState,
+}
+
+impl fmt::Display for HeldRepository {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.repo, self.state)
+    }
+}
 
 /// A snapshot of a purgatory. Obtain the receiver with
 /// [`Purgatory::status`](crate::Purgatory::status) (before or after `run()`); the run
@@ -46,7 +109,34 @@ pub struct PurgatoryStatus {
     pub oids_fetched: u64,
     /// Nothing can move right now: no identifier is ready, syncing or waiting for a
     /// throttled domain, no fetch is in flight and no event is being released. What is
-    /// still held waits for a backoff, a push or its expiry. A sidecar's `--once` exits
-    /// when proactive sync is complete and this is `true`.
+    /// still held waits for a backoff, a push or its expiry. This is *not* "done": an
+    /// identifier backing off after a failed fetch will be tried again; see
+    /// [`PurgatoryStatus::all_accounted`].
     pub nothing_ready: bool,
+    /// Every held event is accounted for: each one that came in was released or
+    /// expired, or is still held because its repository is reported
+    /// [`not fetchable`](PurgatoryStatus::not_fetchable) with a reason (no announcement,
+    /// no usable clone URL, only our own service's, no local repository while the git
+    /// root is managed externally). A repository backing off after a failed fetch, due,
+    /// being fetched, waiting for a throttled domain or releasing is still on its way:
+    /// then this is `false`. `true` when nothing is held. This is what "done" means: a
+    /// sidecar's `--once` exits when proactive sync is complete and this is `true`.
+    pub all_accounted: bool,
+    /// Held events whose repository is not fetchable as things stand.
+    pub events_not_fetchable: usize,
+    /// Not fetchable repositories per [`NotFetchable::label`].
+    pub not_fetchable_by_reason: BTreeMap<&'static str, usize>,
+    /// The not fetchable repositories (at most [`MAX_LISTED_REPOSITORIES`], in
+    /// coordinate order), each with its reason.
+    pub not_fetchable: Vec<HeldRepository>,
+    /// Held repositories that are not accounted for yet (at most
+    /// [`MAX_LISTED_REPOSITORIES`], in coordinate order), each with where it stands.
+    pub still_waiting: Vec<HeldRepository>,
+    /// Held repositories not accounted for yet, in total.
+    pub repositories_waiting: usize,
+    /// Clone URLs skipped because they are on our own service (counted once per sync
+    /// attempt that met them), since the purgatory was built.
+    pub clone_urls_skipped_own_service: u64,
+    /// Local bare repositories purgatory created, since it was built.
+    pub repositories_created: u64,
 }

@@ -22,8 +22,9 @@ use std::path::Path;
 
 use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::purgatory::{
-    candidate_urls, next_url, throttled_domains_with_untried_urls, CandidateUrls, SyncContext,
-    SyncContextError,
+    candidate_urls, missing_repository_action, next_url, select_candidates,
+    throttled_domains_with_untried_urls, CandidateUrls, MissingRepository, NotFetchable,
+    SyncContext, SyncContextError,
 };
 use grasp_sync_core::url_policy::CloneUrl;
 
@@ -57,7 +58,7 @@ async fn candidates_if_needed(
         return None;
     }
     match ctx.fetch_repository_data(repo).await {
-        Ok(data) => Some(candidate_urls(&data, manager.policy(), ctx.our_domain())),
+        Ok(data) => Some(candidate_urls(&data, manager.policy(), ctx.own_service())),
         Err(error) => {
             tracing::debug!(%repo, %error, "no repository data");
             None
@@ -203,60 +204,168 @@ async fn is_complete(ctx: &dyn SyncContext, repo: &RepoRef) -> bool {
     !ctx.has_pending_events(repo)
 }
 
-/// One attempt of the main sync for `repo`. Returns `true` when the repository is done
-/// (nothing held any more), `false` when it should be retried after backoff.
+/// How one attempt of the main sync ([`sync_identifier`]) ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SyncOutcome {
+    /// Nothing of the repository is held any more.
+    Complete,
+    /// Its git data cannot be fetched as things stand (no announcement, no usable
+    /// clone URL, no local repository and none to be created): its events stay held,
+    /// reported with this reason, and the repository is tried again after backoff in
+    /// case that changes.
+    NotFetchable(NotFetchable),
+    /// Fetching was tried and more is needed: retry after backoff.
+    Retry {
+        /// The last failure of this attempt (a fetch error, a server lacking the
+        /// objects), if there was one.
+        last_error: Option<String>,
+    },
+}
+
+/// What one attempt of the main sync did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SyncReport {
+    /// How it ended.
+    pub outcome: SyncOutcome,
+    /// Clone URLs skipped because they are on our own service.
+    pub own_service_urls_skipped: usize,
+}
+
+impl SyncReport {
+    /// Whether the repository is done (nothing held any more).
+    pub fn is_complete(&self) -> bool {
+        self.outcome == SyncOutcome::Complete
+    }
+}
+
+/// `repo`'s local repository exists, or is created now; otherwise how the attempt ends
+/// (the repository is waited for, or creating it failed).
+async fn ensure_target(ctx: &dyn SyncContext, repo: &RepoRef) -> Result<(), SyncOutcome> {
+    if ctx.find_target_repo(repo).is_some() {
+        return Ok(());
+    }
+    match missing_repository_action(ctx.creates_repositories()) {
+        MissingRepository::Create => match ctx.create_target_repo(repo).await {
+            Ok(_) => Ok(()),
+            Err(SyncContextError::NoPlaceForRepository { .. }) => Err(SyncOutcome::NotFetchable(
+                NotFetchable::NoPlaceForRepository,
+            )),
+            Err(error) => Err(SyncOutcome::Retry {
+                last_error: Some(error.to_string()),
+            }),
+        },
+        MissingRepository::Wait(reason) => {
+            tracing::debug!(%repo, %reason, "waiting for the local repository to be created");
+            Err(SyncOutcome::NotFetchable(reason))
+        }
+    }
+}
+
+/// One attempt of the main sync for `repo`.
 ///
-/// First releases events whose objects arrived meanwhile (a push), then tries every
-/// untried URL of every domain with capacity, and finally leaves the repository with
-/// each throttled domain that still has untried URLs.
+/// First releases events whose objects arrived meanwhile (a push); then reads the
+/// repository's clone URLs (ending [`SyncOutcome::NotFetchable`] when none is usable:
+/// every URL on our own service is skipped and counted), makes sure the local repository
+/// exists (creating it when the context does, see
+/// [`missing_repository_action`](grasp_sync_core::purgatory::missing_repository_action)),
+/// tries every untried URL of every domain with capacity, and finally leaves the
+/// repository with each throttled domain that still has untried URLs.
 pub async fn sync_identifier(
     ctx: &dyn SyncContext,
     repo: &RepoRef,
     manager: &ThrottleManager,
-) -> bool {
+) -> SyncReport {
+    let mut report = SyncReport {
+        outcome: SyncOutcome::Complete,
+        own_service_urls_skipped: 0,
+    };
     if ctx.has_pending_events(repo) {
         release(ctx, repo).await;
     }
+    if is_complete(ctx, repo).await {
+        tracing::info!(%repo, "purgatory sync complete");
+        return report;
+    }
+    let data = match ctx.fetch_repository_data(repo).await {
+        Ok(data) => data,
+        Err(SyncContextError::UnknownRepository { .. }) => {
+            report.outcome = SyncOutcome::NotFetchable(NotFetchable::NoAnnouncement);
+            return report;
+        }
+        Err(error) => {
+            report.outcome = SyncOutcome::Retry {
+                last_error: Some(error.to_string()),
+            };
+            return report;
+        }
+    };
+    let selection = select_candidates(&data, manager.policy(), ctx.own_service());
+    report.own_service_urls_skipped = selection.own_service;
+    if let Some(reason) = selection.not_fetchable() {
+        tracing::debug!(%repo, %reason, "not fetchable");
+        report.outcome = SyncOutcome::NotFetchable(reason);
+        return report;
+    }
+    if let Err(outcome) = ensure_target(ctx, repo).await {
+        report.outcome = outcome;
+        return report;
+    }
+    report.outcome = fetch_from_every_domain(ctx, repo, manager).await;
+    report
+}
+
+/// The fetching part of [`sync_identifier`]: every untried URL of every domain with
+/// capacity, then the throttled domains' queues.
+async fn fetch_from_every_domain(
+    ctx: &dyn SyncContext,
+    repo: &RepoRef,
+    manager: &ThrottleManager,
+) -> SyncOutcome {
     let mut tried: HashSet<String> = HashSet::new();
     let mut deferred: HashSet<String> = HashSet::new();
+    let mut last_error = None;
     loop {
         if is_complete(ctx, repo).await {
             tracing::info!(%repo, "purgatory sync complete");
-            return true;
+            return SyncOutcome::Complete;
         }
         let skip: HashSet<String> = tried.union(&deferred).cloned().collect();
         let Some(url) = sync_identifier_next_url(ctx, repo, None, &skip, manager).await else {
             break;
         };
         match sync_identifier_from_url(ctx, repo, &url, manager).await {
-            FromUrl::Throttled => deferred.insert(url.as_str().to_owned()),
-            _ => tried.insert(url.as_str().to_owned()),
-        };
+            FromUrl::Throttled => {
+                deferred.insert(url.as_str().to_owned());
+                continue;
+            }
+            FromUrl::Failed(error) => last_error = Some(error.to_string()),
+            FromUrl::Fetched(0) => last_error = Some(format!("{url} lacks the objects")),
+            FromUrl::Fetched(_) | FromUrl::NothingToDo => {}
+        }
+        tried.insert(url.as_str().to_owned());
     }
-    enqueue_with_throttled_domains(ctx, repo, &tried, &deferred, manager).await;
-    false
+    enqueue_with_throttled_domains(ctx, repo, &tried, manager).await;
+    SyncOutcome::Retry { last_error }
 }
 
-/// Leaves `repo` with each throttled domain (and each domain that turned out to be full
-/// when a fetch was about to start) that has URLs not tried yet.
+/// Leaves `repo` with each domain that still has URLs not tried for it. The main loop
+/// ends with untried URLs only when their domains had no capacity (throttled when the
+/// next URL was chosen, or full when its fetch was about to start), so every such
+/// domain gets the repository, even one whose slot has freed since: asking again
+/// whether it is throttled now would leave the repository with no domain queue and back
+/// it off for nothing (a wave of releases 20 s late).
 async fn enqueue_with_throttled_domains(
     ctx: &dyn SyncContext,
     repo: &RepoRef,
     tried: &HashSet<String>,
-    deferred: &HashSet<String>,
     manager: &ThrottleManager,
 ) {
     let Some(candidates) = candidates_if_needed(ctx, repo, manager).await else {
         return;
     };
-    let deferred_domains: HashSet<&str> = candidates
-        .iter()
-        .filter(|(_, urls)| urls.iter().any(|url| deferred.contains(url.as_str())))
-        .map(|(domain, _)| domain.as_str())
-        .collect();
-    let waiting = throttled_domains_with_untried_urls(&candidates, tried, |d| {
-        deferred_domains.contains(d) || manager.is_throttled(d)
-    });
+    let waiting = throttled_domains_with_untried_urls(&candidates, tried, |_| true);
     let key = repo.to_string();
     for info in waiting {
         manager.enqueue_identifier(&info.domain, &key, info.tried_urls_for_domain);

@@ -12,8 +12,22 @@ use nostr::prelude::RelayUrl;
 /// repository announcements your relay accepted, pulls their patches, PRs,
 /// issues and replies from every relay they name, and publishes them to your
 /// relay. Every `NGIT_SYNC_*` environment variable of the spec applies.
+///
+/// With `--git-root`, states and PRs wait in purgatory until their commits are
+/// fetched: purgatory creates each repository's bare repository
+/// (`<dir>/<npub>/<identifier>.git`, `refs/purgatory` hidden from serving) and
+/// never fetches from clone URLs on your own service (the hosts of `--own-relay`
+/// and `--service-url`).
 #[derive(Debug, Parser)]
-#[command(name = "grasp-sync", version)]
+#[command(
+    name = "grasp-sync",
+    version,
+    after_help = "Exit codes with --once: 0 done (historic sync complete, every purgatory \
+event released or expired); 4 done, but events are held as not fetchable (no usable \
+clone URL, only your own service's, no announcement, or a missing repository with \
+--git-root-managed-externally), named on the last line; 3 --timeout passed first, the \
+last line names what is still held and why; 2 bad arguments; 1 failure; 130 signal."
+)]
 pub(crate) struct Args {
     /// Your relay: accepted announcements are read from it, synced events are
     /// published to it.
@@ -31,6 +45,11 @@ pub(crate) struct Args {
     /// repository's clone URLs. Omit to run without purgatory.
     #[arg(long, value_name = "DIR")]
     pub(crate) git_root: Option<PathBuf>,
+    /// The repositories under `--git-root` are created by your GRASP server:
+    /// purgatory does not create a missing one, its events wait (reported as
+    /// not fetchable). Also `NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY=1`.
+    #[arg(long, requires = "git_root")]
+    pub(crate) git_root_managed_externally: bool,
     /// Let purgatory fetch over plain `http://` and `git://` (https only
     /// otherwise).
     #[arg(long)]
@@ -41,10 +60,13 @@ pub(crate) struct Args {
     /// Allow relays on loopback and private addresses.
     #[arg(long)]
     pub(crate) allow_local_addresses: bool,
-    /// Exit 0 once historic sync is complete on every reachable relay.
+    /// Exit once the job is done: historic sync complete on every reachable
+    /// relay and, with `--git-root`, every held event released, expired or
+    /// reported not fetchable (exit codes below).
     #[arg(long)]
     pub(crate) once: bool,
-    /// With `--once`: give up (exit 3) after this many seconds.
+    /// With `--once`: give up (exit 3, naming what is still held and why)
+    /// after this many seconds.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub(crate) timeout: u64,
     /// Log JSON lines instead of human-readable text (`RUST_LOG` filters).
@@ -57,6 +79,7 @@ pub(crate) struct Args {
 pub(crate) struct Settings {
     pub(crate) own_relay: RelayUrl,
     pub(crate) git_root: Option<PathBuf>,
+    pub(crate) git_root_managed_externally: bool,
     pub(crate) allow_insecure_clone_urls: bool,
     pub(crate) service_urls: Vec<RelayUrl>,
     pub(crate) bootstrap_relays: Vec<RelayUrl>,
@@ -80,6 +103,7 @@ pub(crate) fn settings(args: &Args) -> Result<Settings, String> {
     Ok(Settings {
         own_relay: url("--own-relay", &args.own_relay)?,
         git_root: args.git_root.clone(),
+        git_root_managed_externally: args.git_root_managed_externally,
         allow_insecure_clone_urls: args.allow_insecure_clone_urls,
         service_urls: args
             .service_urls

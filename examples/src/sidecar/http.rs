@@ -1,9 +1,10 @@
-//! `/metrics` (Prometheus text) and `/status` (JSON of the sync's status)
-//! over HTTP/1.1.
+//! `/metrics` (Prometheus text) and `/status` (JSON of the sync's status,
+//! with purgatory's under `purgatory`) over HTTP/1.1.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 
+use grasp_purgatory::PurgatoryStatus;
 use grasp_sync_tokio::SyncStatus;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -13,13 +14,22 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::status_json::status_json;
+use crate::status_json::{purgatory_json, status_json};
+
+/// The statuses `/status` reports.
+#[derive(Clone)]
+pub(crate) struct Statuses {
+    /// Proactive sync's.
+    pub(crate) sync: watch::Receiver<SyncStatus>,
+    /// Purgatory's, with `--git-root`.
+    pub(crate) purgatory: Option<watch::Receiver<PurgatoryStatus>>,
+}
 
 /// Serves until `shutdown` flips; returns the bound address at once.
 pub(crate) async fn serve(
     addr: SocketAddr,
     registry: prometheus::Registry,
-    status: watch::Receiver<SyncStatus>,
+    status: Statuses,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<SocketAddr, std::io::Error> {
     let listener = TcpListener::bind(addr).await?;
@@ -57,7 +67,7 @@ pub(crate) async fn serve(
 fn answer(
     request: &Request<Incoming>,
     registry: &prometheus::Registry,
-    status: &watch::Receiver<SyncStatus>,
+    status: &Statuses,
 ) -> Response<Full<Bytes>> {
     match request.uri().path() {
         "/metrics" => {
@@ -73,7 +83,11 @@ fn answer(
             }
         }
         "/status" => {
-            let body = status_json(&status.borrow()).to_string().into_bytes();
+            let mut json = status_json(&status.sync.borrow());
+            if let Some(purgatory) = &status.purgatory {
+                json["purgatory"] = purgatory_json(&purgatory.borrow());
+            }
+            let body = json.to_string().into_bytes();
             reply(StatusCode::OK, "application/json", body)
         }
         _ => reply(StatusCode::NOT_FOUND, "text/plain", b"not found\n".to_vec()),

@@ -3,6 +3,7 @@
 
 mod cli;
 mod http;
+mod once;
 mod purgatory;
 mod status_json;
 
@@ -11,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use grasp_purgatory::{Purgatory, PurgatoryGate};
+use grasp_purgatory::PurgatoryGate;
 use grasp_sync_tokio::core::store::EventStore;
-use grasp_sync_tokio::{RelayStore, SyncManager, SyncStatus};
+use grasp_sync_tokio::{RelayStore, SyncManager};
 use tokio::sync::watch;
 use tracing::info;
 
@@ -110,7 +111,11 @@ async fn run(settings: Settings) -> Result<ExitCode, String> {
     let shutdown = manager.shutdown_handle();
     let (http_stop, http_stopped) = watch::channel(false);
     if let Some(addr) = settings.metrics_addr {
-        http::serve(addr, registry, status.clone(), http_stopped)
+        let statuses = http::Statuses {
+            sync: status.clone(),
+            purgatory: purgatory.as_ref().map(grasp_purgatory::Purgatory::status),
+        };
+        http::serve(addr, registry, statuses, http_stopped)
             .await
             .map_err(|error| format!("cannot serve on {addr}: {error}"))?;
     }
@@ -119,7 +124,13 @@ async fn run(settings: Settings) -> Result<ExitCode, String> {
         .clone()
         .map(|purgatory| tokio::spawn(async move { purgatory.run().await }));
     let code = if settings.once {
-        wait_once(&mut status, purgatory.as_ref(), settings.timeout).await
+        once::wait_once(
+            &mut status,
+            purgatory.as_ref(),
+            settings.timeout,
+            wait_for_signal(),
+        )
+        .await
     } else {
         wait_for_signal().await;
         ExitCode::SUCCESS
@@ -158,85 +169,6 @@ async fn probe_own_relay(settings: &Settings) -> Result<(), String> {
         Err(_) => Err(format!(
             "own relay {url} is unreachable: no answer within {OWN_RELAY_PROBE:?}"
         )),
-    }
-}
-
-/// `--once`: until historic sync is complete on every reachable relay and
-/// purgatory has nothing ready (exit 0, with a line per relay), the timeout
-/// (exit 3) or a signal (exit 130).
-async fn wait_once(
-    status: &mut watch::Receiver<SyncStatus>,
-    purgatory: Option<&Purgatory>,
-    timeout: Duration,
-) -> ExitCode {
-    let mut purgatory_status = purgatory.map(Purgatory::status);
-    let complete = async {
-        loop {
-            let done = status
-                .wait_for(|status| status.historic_sync_complete)
-                .await
-                .map(|status| status.clone())?;
-            let Some(purgatory) = purgatory_status.as_mut() else {
-                return Ok::<_, watch::error::RecvError>(done);
-            };
-            let quiet = tokio::time::timeout(
-                Duration::from_secs(1),
-                purgatory.wait_for(|status| status.nothing_ready),
-            )
-            .await;
-            // Both at once: the sync may have brought new work meanwhile.
-            if matches!(quiet, Ok(Ok(_))) && status.borrow().historic_sync_complete {
-                return Ok(done);
-            }
-        }
-    };
-    tokio::select! {
-        done = tokio::time::timeout(timeout, complete) => match done {
-            Ok(Ok(done)) => {
-                report(&done);
-                ExitCode::SUCCESS
-            }
-            Ok(Err(_)) => {
-                eprintln!("error: the sync stopped before historic sync completed");
-                ExitCode::FAILURE
-            }
-            Err(_) => {
-                eprintln!(
-                    "error: historic sync not complete after {}s: {}",
-                    timeout.as_secs(),
-                    status_json::status_json(&status.borrow())
-                );
-                ExitCode::from(3)
-            }
-        },
-        _ = wait_for_signal() => ExitCode::from(130),
-    }
-}
-
-/// One line per relay on stdout.
-fn report(status: &SyncStatus) {
-    println!(
-        "historic sync complete: {} repositories, {} root events, {} events stored",
-        status.repositories, status.root_events, status.engine.events_stored
-    );
-    for relay in &status.relays {
-        let state = if relay.report.unreachable {
-            format!(
-                "unreachable ({})",
-                relay.report.last_error.as_deref().unwrap_or("no answer")
-            )
-        } else if relay.report.historic_confirmed {
-            "confirmed".to_owned()
-        } else {
-            "not confirmed".to_owned()
-        };
-        println!(
-            "relay {}: {state}, {:?}, {} events received, {} bytes received",
-            relay.report.relay,
-            relay.report.method,
-            relay.report.events_received,
-            relay.bytes_received
-        );
     }
 }
 

@@ -1,9 +1,13 @@
 //! Purgatory in the sidecar: announcements (for clone URLs) are read from
-//! the own relay, released events are published to it.
+//! the own relay, released events are published to it. Missing bare
+//! repositories are created under `--git-root` (unless
+//! `--git-root-managed-externally`), and clone URLs on the hosts of
+//! `--own-relay` and `--service-url` are never fetched from.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use grasp_purgatory::core::purgatory::OwnService;
 use grasp_purgatory::{AnnouncementError, Announcements, Purgatory, StoreSink};
 use grasp_sync_tokio::core::url_policy::CloneUrlPolicy;
 use grasp_sync_tokio::RelayStore;
@@ -43,7 +47,7 @@ pub(crate) fn build(
         .allow_local_addresses(settings.allow_local_addresses)
         .allow_http(settings.allow_insecure_clone_urls)
         .allow_git_protocol(settings.allow_insecure_clone_urls);
-    let purgatory = Purgatory::builder()
+    let mut builder = Purgatory::builder()
         .announcements(Arc::new(OwnRelayAnnouncements {
             store: store.clone(),
         }))
@@ -52,9 +56,24 @@ pub(crate) fn build(
         .sink(Arc::new(StoreSink::new(store.clone())))
         .registry(registry.clone())
         .persist_to(root.join("purgatory.journal"))
+        .own_service(own_service(settings)?)
         .from_env()
-        .map_err(|error| error.to_string())?
-        .build()
         .map_err(|error| error.to_string())?;
+    // The flag wins over the environment when given.
+    if settings.git_root_managed_externally {
+        builder = builder.repositories_managed_externally(true);
+    }
+    let purgatory = builder.build().map_err(|error| error.to_string())?;
     Ok(Some(purgatory))
+}
+
+/// Our own service: the own relay's host and every `--service-url`'s (with
+/// their ports when the URLs name one).
+fn own_service(settings: &Settings) -> Result<OwnService, String> {
+    std::iter::once(&settings.own_relay)
+        .chain(&settings.service_urls)
+        .try_fold(OwnService::new(), |own, url| {
+            own.with_url(url.as_str())
+                .map_err(|error| format!("own service: {error}"))
+        })
 }

@@ -1,5 +1,6 @@
 //! The sync's status as JSON, for `/status` and the `--once` report.
 
+use grasp_purgatory::{HeldRepository, PurgatoryStatus};
 use grasp_sync_tokio::core::engine::LiveMode;
 use grasp_sync_tokio::{RelayStatus, SyncStatus};
 use serde_json::{json, Value};
@@ -42,5 +43,34 @@ fn relay_json(relay: &RelayStatus) -> Value {
         "last_error": relay.report.last_error,
         "retry_in_secs": relay.retry_in.map(|retry| retry.as_secs_f64()),
         "live": live,
+    })
+}
+
+/// Purgatory's `status` as a JSON object: what is held, whether every held event is
+/// accounted for, and which repositories are not fetchable or still waiting, and why.
+pub(crate) fn purgatory_json(status: &PurgatoryStatus) -> Value {
+    json!({
+        "all_accounted": status.all_accounted,
+        "events_held": status.events_held,
+        "events_released": status.events_released,
+        "events_expired": status.events_expired,
+        "events_refused": status.events_refused,
+        "events_not_fetchable": status.events_not_fetchable,
+        "not_fetchable_by_reason": status.not_fetchable_by_reason,
+        "not_fetchable": status.not_fetchable.iter().map(held_json).collect::<Vec<_>>(),
+        "repositories_waiting": status.repositories_waiting,
+        "still_waiting": status.still_waiting.iter().map(held_json).collect::<Vec<_>>(),
+        "fetches_in_flight": status.fetches_in_flight,
+        "oids_fetched": status.oids_fetched,
+        "repositories_created": status.repositories_created,
+        "clone_urls_skipped_own_service": status.clone_urls_skipped_own_service,
+    })
+}
+
+fn held_json(repository: &HeldRepository) -> Value {
+    json!({
+        "repo": repository.repo,
+        "events": repository.events,
+        "state": repository.state.to_string(),
     })
 }

@@ -32,6 +32,11 @@ pub trait GitBackend: Send + Sync {
 
     /// The names of the refs under `refs/purgatory/` in the repository at `repo`.
     async fn purgatory_refs(&self, repo: &Path) -> Result<Vec<String>, GitError>;
+
+    /// Makes the existing, empty directory `repo` a bare repository whose
+    /// `refs/purgatory/` are hidden from fetches and pushes
+    /// ([`HIDE_REFS_KEYS`](super::HIDE_REFS_KEYS)).
+    async fn init_bare(&self, repo: &Path) -> Result<(), GitError>;
 }
 
 #[async_trait]
@@ -59,5 +64,9 @@ impl GitBackend for GitFetcher {
 
     async fn purgatory_refs(&self, repo: &Path) -> Result<Vec<String>, GitError> {
         GitFetcher::purgatory_refs(self, repo).await
+    }
+
+    async fn init_bare(&self, repo: &Path) -> Result<(), GitError> {
+        GitFetcher::init_bare(self, repo).await
     }
 }

@@ -205,6 +205,12 @@ impl GitFetcher {
         purgatory_refs(&self.runner, repo).await
     }
 
+    /// Makes the existing, empty directory `repo` a bare repository with
+    /// `refs/purgatory` hidden from serving (see [`super::HIDE_REFS_KEYS`]).
+    pub async fn init_bare(&self, repo: &Path) -> Result<(), GitError> {
+        super::init::init_bare(&self.runner, repo).await
+    }
+
     /// One `git fetch` of `oids` from the pinned `url`.
     async fn fetch_once(
         &self,

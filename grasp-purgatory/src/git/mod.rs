@@ -32,7 +32,8 @@
 //! a URL may be fetched from and pins it ([`PinnedUrl`]); `process` spawns git with a
 //! clean environment, a timeout and a process-group kill; `fetch` holds [`GitFetcher`];
 //! `connectivity` decides which objects count as present (existing with their whole
-//! history); `refs` names, lists and writes refs; `backend` is the [`GitBackend`] trait
+//! history); `refs` names, lists and writes refs; `init` creates a bare repository with
+//! `refs/purgatory` hidden from serving; `backend` is the [`GitBackend`] trait
 //! purgatory runs git through; `error` is [`GitError`].
 //!
 //! [`CloneUrlPolicy`]: grasp_sync_core::url_policy::CloneUrlPolicy
@@ -42,6 +43,7 @@ mod backend;
 mod connectivity;
 mod error;
 mod fetch;
+mod init;
 mod policy;
 mod process;
 mod refs;
@@ -54,6 +56,7 @@ pub use error::GitError;
 pub use fetch::{
     FetchReport, GitFetcher, GitFetcherConfig, DEFAULT_MAX_PACK_BYTES, MAX_OIDS_PER_FETCH,
 };
+pub use init::{hidden_refs_value, HIDE_REFS_KEYS};
 pub use policy::PinnedUrl;
 pub use refs::{NOSTR_REF_PREFIX, PURGATORY_REF_PREFIX};
 pub use resolve::{Resolver, StaticResolver, SystemResolver, RESOLVE_TIMEOUT};

@@ -1,7 +1,7 @@
 //! The [`Purgatory`] handle and what embedders call on it: holding events, triggering
 //! a sync, reading what is held and queued, shutting down.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use crate::refusals::EventRefusalLog;
 use crate::sink::ReleaseSink;
 use crate::status::PurgatoryStatus;
 use crate::store::{AddError, Inserted};
+use crate::sync::SyncOutcome;
 use crate::tasks::Tasks;
 use crate::throttle_manager::ThrottleManager;
 
@@ -46,6 +47,9 @@ pub(super) struct Shared {
     pub(super) sweeps: Mutex<BTreeSet<RepoRef>>,
     /// When refused events were last logged.
     pub(super) refusal_log: EventRefusalLog,
+    /// How the last sync attempt of each held repository ended (forgotten once nothing
+    /// of it is held).
+    pub(super) attempts: Mutex<BTreeMap<RepoRef, SyncOutcome>>,
 }
 
 /// Holds events until their git objects are present, fetching them from the
@@ -239,6 +243,44 @@ impl Purgatory {
         self.publish_if_settled();
     }
 
+    /// Syncs every repository reported not fetchable again after the immediate delay
+    /// (resetting its backoff): for a caller that knows the inputs changed, such as a
+    /// sidecar whose proactive sync just completed (announcements that arrived since
+    /// the last attempt count then). Returns how many were queued.
+    pub fn retry_not_fetchable(&self) -> usize {
+        let repos: Vec<RepoRef> = self
+            .last_attempts()
+            .into_iter()
+            .filter(|(_, outcome)| matches!(outcome, SyncOutcome::NotFetchable(_)))
+            .map(|(repo, _)| repo)
+            .collect();
+        for repo in &repos {
+            self.trigger_repository_sync(repo);
+        }
+        repos.len()
+    }
+
+    /// How the last sync attempt of each held repository ended.
+    pub(super) fn last_attempts(&self) -> BTreeMap<RepoRef, SyncOutcome> {
+        self.attempts_lock().clone()
+    }
+
+    /// Records how the last attempt of `repo` ended (`None`: forget it).
+    pub(super) fn note_attempt(&self, repo: &RepoRef, outcome: Option<SyncOutcome>) {
+        let mut attempts = self.attempts_lock();
+        match outcome {
+            Some(outcome) => attempts.insert(repo.clone(), outcome),
+            None => attempts.remove(repo),
+        };
+    }
+
+    fn attempts_lock(&self) -> MutexGuard<'_, BTreeMap<RepoRef, SyncOutcome>> {
+        self.shared
+            .attempts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Queues `repo` to be synced `delay` from now.
     pub(super) fn enqueue(&self, repo: &RepoRef, delay: Duration) {
         let now = self.shared.clock.now();
@@ -307,11 +349,13 @@ impl Purgatory {
         self.shared.shutdown.send_replace(true);
     }
 
-    /// Drops queue entries whose events were all released (by a domain queue) or
-    /// expired, unless their sync is running.
+    /// Drops queue entries (and last attempts) whose events were all released (by a
+    /// domain queue) or expired, unless their sync is running.
     pub(super) fn forget_released(&self) {
         let forgotten = {
             let store = lock(&self.shared.store);
+            self.attempts_lock()
+                .retain(|repo, _| store.has_pending(repo));
             self.queue()
                 .retain_idle(|key| RepoRef::parse(key).is_ok_and(|repo| store.has_pending(&repo)))
         };

@@ -1,12 +1,12 @@
 //! Building a [`Purgatory`]: its parts, its settings, and replaying the journal a
 //! previous run wrote.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use grasp_sync_core::purgatory::SyncQueue;
+use grasp_sync_core::purgatory::{OwnService, SyncQueue};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use prometheus::Registry;
 use tokio::sync::{watch, Notify};
@@ -200,9 +200,37 @@ impl PurgatoryBuilder {
         self
     }
 
-    /// Our own git server's domain, never fetched from.
+    /// Our own git server's domain (every port of it), never fetched from. Adds to
+    /// [`PurgatoryBuilder::own_service`].
     pub fn our_domain(mut self, domain: impl Into<String>) -> Self {
-        self.config.our_domain = Some(domain.into());
+        let domain = domain.into();
+        self.config.own_service = self.config.own_service.with_host(&domain);
+        self
+    }
+
+    /// Our own service's hosts (the GRASP server's, or a sidecar's own relay and service
+    /// URLs): clone URLs there are the destination of fetches, never a source. They are
+    /// skipped when choosing where to fetch from, and counted
+    /// (`purgatory_clone_urls_skipped_total{reason="own_service"}`,
+    /// [`PurgatoryStatus::clone_urls_skipped_own_service`]); a repository whose only
+    /// clone URLs are ours is reported not fetchable.
+    pub fn own_service(mut self, own: OwnService) -> Self {
+        self.config.own_service = own;
+        self
+    }
+
+    /// Whether the repositories under the git root are created by someone else (a
+    /// GRASP server that runs `git init --bare` when it accepts an announcement). By
+    /// default (`false`) purgatory creates a missing repository itself, at the locator's
+    /// [`RepoLocator::place`] (`<root>/<npub>/<identifier>.git` with
+    /// [`PurgatoryBuilder::repos_root`]), with `refs/purgatory` hidden from serving,
+    /// before fetching into it. With `true`, an event of a repository that does not
+    /// exist waits, reported in the status as not fetchable
+    /// ([`NotFetchable::RepositoryMissing`]). Also `NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY=1`.
+    ///
+    /// [`NotFetchable::RepositoryMissing`]: grasp_sync_core::purgatory::NotFetchable::RepositoryMissing
+    pub fn repositories_managed_externally(mut self, external: bool) -> Self {
+        self.config.repositories_managed_externally = external;
         self
     }
 
@@ -241,7 +269,8 @@ impl PurgatoryBuilder {
             locator,
             git,
             sink: Arc::clone(&sink),
-            our_domain: self.config.our_domain.clone(),
+            own_service: self.config.own_service.clone(),
+            creates_repositories: !self.config.repositories_managed_externally,
         });
         let ctx = Arc::new(context.with_metrics(metrics.clone()));
         let clock = PurgatoryClock::new();
@@ -271,6 +300,7 @@ impl PurgatoryBuilder {
                 restore_rejected: Mutex::new(Vec::new()),
                 sweeps: Mutex::new(BTreeSet::new()),
                 refusal_log: EventRefusalLog::default(),
+                attempts: Mutex::new(BTreeMap::new()),
                 config: self.config,
             }),
         };

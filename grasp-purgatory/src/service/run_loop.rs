@@ -14,7 +14,7 @@ use super::domain_queues::DomainWakes;
 use super::persistence::JournalSync;
 use super::status::StatusRefresh;
 use crate::context::lock;
-use crate::sync::sync_identifier;
+use crate::sync::{sync_identifier, SyncOutcome};
 
 impl Purgatory {
     /// Runs the main sync loop until [`Purgatory::shutdown`]: starts every ready
@@ -147,10 +147,26 @@ impl Purgatory {
         }
     }
 
-    /// One attempt for `repo`; then backoff or removal.
+    /// One attempt for `repo`; then backoff or removal, and its outcome noted for the
+    /// status.
     async fn sync_one(&self, repo: RepoRef) {
         let shared = &self.shared;
-        let complete = sync_identifier(shared.ctx.as_ref(), &repo, &shared.manager).await;
+        let report = sync_identifier(shared.ctx.as_ref(), &repo, &shared.manager).await;
+        let complete = report.is_complete();
+        if report.own_service_urls_skipped > 0 {
+            tracing::debug!(%repo, skipped = report.own_service_urls_skipped, "clone urls on our own service skipped");
+            shared
+                .metrics
+                .clone_urls_skipped
+                .with_label_values(&["own_service"])
+                .inc_by(report.own_service_urls_skipped as u64);
+        }
+        if let SyncOutcome::NotFetchable(reason) = &report.outcome {
+            tracing::info!(%repo, %reason, "purgatory events not fetchable; waiting");
+        }
+        // Noted before the sync is marked finished, so no status sees it finished
+        // without its verdict.
+        self.note_attempt(&repo, (!complete).then_some(report.outcome));
         let now = shared.clock.now();
         let done = self.finish_if_nothing_held(&repo, now);
         if !done {

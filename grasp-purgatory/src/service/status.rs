@@ -2,13 +2,16 @@
 //! throttles and the metrics' counters, and published on a watch channel by the run
 //! loop at most every [`STATUS_INTERVAL`] while something changes.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use grasp_sync_core::purgatory::{all_accounted, held_progress, HeldProgress, RepoActivity};
 use tokio::sync::watch;
 
 use super::api::Purgatory;
 use crate::context::lock;
-use crate::status::PurgatoryStatus;
+use crate::status::{HeldRepository, HeldState, PurgatoryStatus, MAX_LISTED_REPOSITORIES};
+use crate::sync::SyncOutcome;
 
 /// The shortest interval between two snapshots published by the run loop.
 const STATUS_INTERVAL: Duration = Duration::from_millis(100);
@@ -36,8 +39,9 @@ impl Purgatory {
     /// included); the run loop refreshes it at most every 100 ms while something
     /// changes and at least every loop interval, and adding an event (or
     /// [`Purgatory::trigger_immediate_sync`]) to a purgatory whose published status
-    /// says [`nothing_ready`](PurgatoryStatus::nothing_ready) publishes at once, so
-    /// that flag is never stale after an add returned.
+    /// says [`nothing_ready`](PurgatoryStatus::nothing_ready) or
+    /// [`all_accounted`](PurgatoryStatus::all_accounted) publishes at once, so those
+    /// flags are never stale after an add returned.
     ///
     /// ```no_run
     /// use grasp_purgatory::nostr::prelude::Event;
@@ -50,15 +54,19 @@ impl Purgatory {
     ///     async move { purgatory.run().await }
     /// });
     /// purgatory.add(pull_request, Origin::Synced)?;
-    /// // Released, or waiting for a backoff (its clone URLs lack the commit).
+    /// // Done: released, expired, or reported as not fetchable with a reason (a
+    /// // backoff after a failed fetch is not done).
     /// let settled = status
-    ///     .wait_for(|status| status.nothing_ready)
+    ///     .wait_for(|status| status.all_accounted)
     ///     .await?
     ///     .clone();
     /// println!(
     ///     "released {}, expired {}, still held {}, objects fetched {}",
     ///     settled.events_released, settled.events_expired, settled.events_held, settled.oids_fetched,
     /// );
+    /// for repository in &settled.not_fetchable {
+    ///     println!("held: {repository}"); // "30617:<owner>:<d> (not fetchable: ...)"
+    /// }
     /// // What is being fetched, on demand rather than from the last snapshot.
     /// for (domain, fetches) in &purgatory.status_now().fetches_by_domain {
     ///     println!("{domain}: {fetches} fetches in flight");
@@ -76,23 +84,34 @@ impl Purgatory {
         let shared = &self.shared;
         let now = shared.clock.now();
         let soon = now + shared.config.queue.immediate_delay;
-        let (events_held, events_releasing, identifiers_queued, ready, syncing) = {
-            let store = lock(&shared.store);
-            let queue = self.queue();
-            let (mut ready, mut syncing) = (0, 0);
-            for repo in store.repositories() {
-                match queue.get(&repo.to_string()) {
-                    Some(entry) if entry.in_progress => syncing += 1,
-                    Some(entry) if entry.next_attempt <= soon => ready += 1,
-                    _ => {}
-                }
-            }
-            (store.len(), store.releasing(), queue.len(), ready, syncing)
-        };
+        let waiting_keys = shared.manager.queued_identifiers();
         let fetches_by_domain = shared.manager.in_flight_by_domain();
         let fetches_in_flight: u32 = fetches_by_domain.values().sum();
-        let waiting = shared.manager.queued_identifiers().len();
+        let attempts = self.last_attempts();
+        let mut held = HeldTally::default();
+        let (events_held, events_releasing, identifiers_queued) = {
+            let store = lock(&shared.store);
+            let queue = self.queue();
+            for repo in store.repositories() {
+                let key = repo.to_string();
+                let entry = queue.get(&key);
+                let activity = RepoActivity {
+                    syncing: entry.is_some_and(|entry| entry.in_progress),
+                    due: entry
+                        .is_some_and(|entry| !entry.in_progress && entry.next_attempt <= soon),
+                    waiting_for_domain: waiting_keys.contains(&key),
+                    releasing: false,
+                    not_fetchable: match attempts.get(repo) {
+                        Some(SyncOutcome::NotFetchable(reason)) => Some(*reason),
+                        _ => None,
+                    },
+                };
+                held.add(key, store.events(repo).len(), &activity, attempts.get(repo));
+            }
+            (store.len(), store.releasing(), queue.len())
+        };
         let metrics = &shared.metrics;
+        let all_accounted = events_releasing == 0 && all_accounted(held.progress.iter().copied());
         PurgatoryStatus {
             events_held,
             events_releasing,
@@ -100,17 +119,28 @@ impl Purgatory {
             events_expired: metrics.events_expired.get(),
             events_refused: metrics.events_refused_total(),
             identifiers_queued,
-            identifiers_ready: ready,
-            identifiers_syncing: syncing,
-            identifiers_waiting_for_domain: waiting,
+            identifiers_ready: held.ready,
+            identifiers_syncing: held.syncing,
+            identifiers_waiting_for_domain: waiting_keys.len(),
             fetches_in_flight,
             fetches_by_domain,
             oids_fetched: metrics.oids_fetched.get(),
-            nothing_ready: ready == 0
-                && syncing == 0
-                && waiting == 0
+            nothing_ready: held.ready == 0
+                && held.syncing == 0
+                && waiting_keys.is_empty()
                 && fetches_in_flight == 0
                 && events_releasing == 0,
+            all_accounted,
+            events_not_fetchable: held.events_not_fetchable,
+            not_fetchable_by_reason: held.by_reason,
+            not_fetchable: held.not_fetchable,
+            still_waiting: held.still_waiting,
+            repositories_waiting: held.repositories_waiting,
+            clone_urls_skipped_own_service: metrics
+                .clone_urls_skipped
+                .with_label_values(&["own_service"])
+                .get(),
+            repositories_created: metrics.repositories_created.get(),
         }
     }
 
@@ -130,10 +160,14 @@ impl Purgatory {
         self.publish_status();
     }
 
-    /// Publishes the status now if the published one says nothing is ready: an event
-    /// just added may change that, and nobody should read the stale flag meanwhile.
+    /// Publishes the status now if the published one says nothing is ready or all is
+    /// accounted for: an event just added may change that, and nobody should read the
+    /// stale flag meanwhile.
     pub(super) fn publish_if_settled(&self) {
-        let settled = self.shared.status.borrow().nothing_ready;
+        let settled = {
+            let status = self.shared.status.borrow();
+            status.nothing_ready || status.all_accounted
+        };
         if settled {
             self.publish_status();
         }
@@ -150,6 +184,76 @@ impl Purgatory {
                 *current = status;
             }
             changed
+        });
+    }
+}
+
+/// The held repositories, tallied for the status.
+#[derive(Default)]
+struct HeldTally {
+    progress: Vec<HeldProgress>,
+    ready: usize,
+    syncing: usize,
+    events_not_fetchable: usize,
+    by_reason: BTreeMap<&'static str, usize>,
+    not_fetchable: Vec<HeldRepository>,
+    still_waiting: Vec<HeldRepository>,
+    repositories_waiting: usize,
+}
+
+impl HeldTally {
+    /// Adds one held repository (`key`, with `events` held events).
+    fn add(
+        &mut self,
+        key: String,
+        events: usize,
+        activity: &RepoActivity,
+        last: Option<&SyncOutcome>,
+    ) {
+        let progress = held_progress(activity);
+        self.progress.push(progress);
+        self.syncing += usize::from(activity.syncing);
+        self.ready += usize::from(activity.due);
+        let state = match progress {
+            HeldProgress::NotFetchable(reason) => {
+                self.events_not_fetchable += events;
+                *self.by_reason.entry(reason.label()).or_default() += 1;
+                let state = HeldState::NotFetchable(reason);
+                return push_bounded(&mut self.not_fetchable, key, events, state);
+            }
+            HeldProgress::Moving => moving_state(activity),
+            HeldProgress::BackingOff => HeldState::BackingOff {
+                last_error: match last {
+                    Some(SyncOutcome::Retry { last_error }) => last_error.clone(),
+                    _ => None,
+                },
+            },
+        };
+        self.repositories_waiting += 1;
+        push_bounded(&mut self.still_waiting, key, events, state);
+    }
+}
+
+/// What a moving repository is doing, for the status.
+fn moving_state(activity: &RepoActivity) -> HeldState {
+    if activity.syncing {
+        HeldState::Syncing
+    } else if activity.waiting_for_domain {
+        HeldState::WaitingForDomain
+    } else if activity.due {
+        HeldState::Due
+    } else {
+        HeldState::Releasing
+    }
+}
+
+/// Appends to a status list unless it is full.
+fn push_bounded(list: &mut Vec<HeldRepository>, repo: String, events: usize, state: HeldState) {
+    if list.len() < MAX_LISTED_REPOSITORIES {
+        list.push(HeldRepository {
+            repo,
+            events,
+            state,
         });
     }
 }

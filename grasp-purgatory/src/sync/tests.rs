@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use grasp_sync_core::nip34::{GitOid, RepoAnnouncement, RepoRef};
-use grasp_sync_core::purgatory::{MemorySyncContext, QueueStep, RepositoryData, ThrottleConfig};
+use grasp_sync_core::purgatory::{
+    MemorySyncContext, NotFetchable, QueueStep, RepositoryData, ThrottleConfig,
+};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use nostr::prelude::Keys;
 use nostr::prelude::PublicKey;
@@ -161,7 +163,9 @@ async fn full_sync_tries_the_second_server_when_the_first_lacks_the_objects() {
     ctx.set_remote(ONE, []);
     ctx.set_remote(TWO, [oid(1)]);
     let manager = manager();
-    assert!(sync_identifier(ctx.as_ref(), &repo(), &manager).await);
+    assert!(sync_identifier(ctx.as_ref(), &repo(), &manager)
+        .await
+        .is_complete());
     let urls: Vec<String> = ctx.fetch_log().into_iter().map(|call| call.url).collect();
     assert_eq!(urls, vec![ONE.to_owned(), TWO.to_owned()]);
     assert_eq!(ctx.released(&repo()), 1);
@@ -176,7 +180,9 @@ async fn full_sync_leaves_the_identifier_with_a_throttled_domain() {
     for _ in 0..5 {
         assert!(manager.try_start_request("example.com"));
     }
-    assert!(!sync_identifier(ctx.as_ref(), &repo(), &manager).await);
+    assert!(!sync_identifier(ctx.as_ref(), &repo(), &manager)
+        .await
+        .is_complete());
     let urls: Vec<String> = ctx.fetch_log().into_iter().map(|call| call.url).collect();
     assert_eq!(urls, vec![TWO.to_owned()]);
     assert_eq!(manager.queued("example.com"), vec![repo().to_string()]);
@@ -205,7 +211,9 @@ async fn full_sync_releases_objects_that_are_already_present_without_fetching() 
     let ctx = context(&[ONE], &[oid(1)]);
     ctx.add_local_oid(oid(1));
     let manager = manager();
-    assert!(sync_identifier(ctx.as_ref(), &repo(), &manager).await);
+    assert!(sync_identifier(ctx.as_ref(), &repo(), &manager)
+        .await
+        .is_complete());
     assert!(ctx.fetch_log().is_empty());
     assert_eq!(ctx.released(&repo()), 1);
 }
@@ -241,6 +249,159 @@ async fn another_repository_of_the_same_identifier_lends_no_url() {
     ctx.add_pending_event(&repo(), [oid(1)]);
     ctx.set_remote(ONE, [oid(1)]);
     let manager = manager();
-    assert!(!sync_identifier(&ctx, &repo(), &manager).await);
+    let report = sync_identifier(&ctx, &repo(), &manager).await;
+    assert_eq!(
+        report.outcome,
+        SyncOutcome::NotFetchable(NotFetchable::NoAnnouncement)
+    );
     assert!(ctx.fetch_log().is_empty());
+}
+
+#[tokio::test]
+async fn urls_on_our_own_service_are_never_fetched_and_counted() {
+    let own = "https://ours.example/npub1x/test.git";
+    let ctx = MemorySyncContext::new().with_our_domain("ours.example");
+    ctx.add_repository(&repo(), repository(&[own, ONE]));
+    ctx.add_pending_event(&repo(), [oid(1)]);
+    ctx.set_remote(own, [oid(1)]);
+    ctx.set_remote(ONE, [oid(1)]);
+    let report = sync_identifier(&ctx, &repo(), &manager()).await;
+    assert!(report.is_complete(), "{report:?}");
+    assert_eq!(report.own_service_urls_skipped, 1);
+    let urls: Vec<String> = ctx.fetch_log().into_iter().map(|call| call.url).collect();
+    assert_eq!(urls, vec![ONE.to_owned()]);
+
+    let only_ours = MemorySyncContext::new().with_our_domain("ours.example");
+    only_ours.add_repository(&repo(), repository(&[own]));
+    only_ours.add_pending_event(&repo(), [oid(1)]);
+    only_ours.set_remote(own, [oid(1)]);
+    let report = sync_identifier(&only_ours, &repo(), &manager()).await;
+    assert_eq!(
+        report.outcome,
+        SyncOutcome::NotFetchable(NotFetchable::OnlyOwnService)
+    );
+    assert!(only_ours.fetch_log().is_empty());
+}
+
+#[tokio::test]
+async fn a_missing_repository_is_created_before_fetching_or_waited_for() {
+    let ctx = context(&[ONE], &[oid(1)]);
+    ctx.remove_local_repository(&repo());
+    ctx.set_remote(ONE, [oid(1)]);
+    assert!(sync_identifier(ctx.as_ref(), &repo(), &manager())
+        .await
+        .is_complete());
+    assert!(ctx.find_target_repo(&repo()).is_some());
+
+    let external = MemorySyncContext::new().with_repository_creation(false);
+    external.add_repository(&repo(), repository(&[ONE]));
+    external.add_pending_event(&repo(), [oid(1)]);
+    external.remove_local_repository(&repo());
+    external.set_remote(ONE, [oid(1)]);
+    let report = sync_identifier(&external, &repo(), &manager()).await;
+    assert_eq!(
+        report.outcome,
+        SyncOutcome::NotFetchable(NotFetchable::RepositoryMissing)
+    );
+    assert!(external.fetch_log().is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_fetch_is_a_retry_with_its_error() {
+    let ctx = context(&[ONE], &[oid(1)]);
+    ctx.set_remote_error(ONE, "connection refused");
+    let report = sync_identifier(ctx.as_ref(), &repo(), &manager()).await;
+    let SyncOutcome::Retry {
+        last_error: Some(error),
+    } = report.outcome
+    else {
+        panic!("a retry with an error: {report:?}");
+    };
+    assert!(error.contains("connection refused"), "{error}");
+}
+
+/// The core's context, freeing one slot of `domain` when the repository data is read
+/// for the `free_on`-th time (between choosing a URL and enqueueing with domains).
+struct FreesASlot<'a> {
+    inner: &'a MemorySyncContext,
+    manager: &'a ThrottleManager,
+    domain: &'static str,
+    free_on: usize,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl SyncContext for FreesASlot<'_> {
+    async fn fetch_repository_data(
+        &self,
+        repo: &RepoRef,
+    ) -> Result<RepositoryData, SyncContextError> {
+        let read = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        if read == self.free_on {
+            self.manager.complete_request(self.domain);
+        }
+        self.inner.fetch_repository_data(repo).await
+    }
+    fn collect_needed_oids(&self, repo: &RepoRef) -> std::collections::BTreeSet<GitOid> {
+        self.inner.collect_needed_oids(repo)
+    }
+    fn oid_exists(&self, repo: &RepoRef, oid: &GitOid) -> bool {
+        self.inner.oid_exists(repo, oid)
+    }
+    async fn fetch_oids(
+        &self,
+        repo_path: &Path,
+        url: &CloneUrl,
+        oids: &[GitOid],
+    ) -> Result<Vec<GitOid>, SyncContextError> {
+        self.inner.fetch_oids(repo_path, url, oids).await
+    }
+    async fn process_satisfiable_events(&self, repo: &RepoRef) -> Result<usize, SyncContextError> {
+        self.inner.process_satisfiable_events(repo).await
+    }
+    fn has_pending_events(&self, repo: &RepoRef) -> bool {
+        self.inner.has_pending_events(repo)
+    }
+    fn find_target_repo(&self, repo: &RepoRef) -> Option<std::path::PathBuf> {
+        self.inner.find_target_repo(repo)
+    }
+    fn creates_repositories(&self) -> bool {
+        self.inner.creates_repositories()
+    }
+    async fn create_target_repo(
+        &self,
+        repo: &RepoRef,
+    ) -> Result<std::path::PathBuf, SyncContextError> {
+        self.inner.create_target_repo(repo).await
+    }
+    fn own_service(&self) -> &grasp_sync_core::purgatory::OwnService {
+        self.inner.own_service()
+    }
+}
+
+#[tokio::test]
+async fn a_domain_that_frees_a_slot_after_the_url_was_chosen_still_gets_the_repository() {
+    let inner = context(&[ONE], &[oid(1)]);
+    inner.set_remote(ONE, [oid(1)]);
+    let manager = manager();
+    for _ in 0..5 {
+        assert!(manager.try_start_request("example.com"));
+    }
+    // Reads: the attempt's, the next URL's (none: throttled), the enqueue's (a slot
+    // frees just before it).
+    let ctx = FreesASlot {
+        inner: inner.as_ref(),
+        manager: &manager,
+        domain: "example.com",
+        free_on: 3,
+        reads: std::sync::atomic::AtomicUsize::new(0),
+    };
+    let report = sync_identifier(&ctx, &repo(), &manager).await;
+    assert_eq!(report.outcome, SyncOutcome::Retry { last_error: None });
+    assert!(!manager.is_throttled("example.com"), "the slot freed");
+    assert_eq!(
+        manager.queued("example.com"),
+        vec![repo().to_string()],
+        "waits in the domain's queue instead of backing off alone"
+    );
 }

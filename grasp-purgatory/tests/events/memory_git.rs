@@ -190,6 +190,13 @@ impl GitBackend for MemoryGit {
         Ok(())
     }
 
+    async fn init_bare(&self, repo: &Path) -> Result<(), GitError> {
+        std::fs::create_dir_all(repo).map_err(|source| GitError::Io {
+            operation: "init",
+            source,
+        })
+    }
+
     async fn purgatory_refs(&self, _repo: &Path) -> Result<Vec<String>, GitError> {
         let state = self.state.lock().unwrap();
         Ok(state

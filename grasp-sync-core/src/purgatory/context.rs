@@ -13,6 +13,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 
+use super::own_service::OwnService;
 use super::repository::RepositoryData;
 use crate::nip34::{GitOid, RepoRef};
 use crate::url_policy::CloneUrl;
@@ -50,6 +51,22 @@ pub enum SyncContextError {
     #[error("processing events of {repo} failed: {reason}")]
     Processing {
         /// The repository whose events were processed.
+        repo: RepoRef,
+        /// What went wrong.
+        reason: String,
+    },
+    /// There is no place for the local repository (an identifier that is not a safe
+    /// file name, or a layout that does not create repositories): it can never be
+    /// created.
+    #[error("no place for the local repository of {repo}")]
+    NoPlaceForRepository {
+        /// The repository.
+        repo: RepoRef,
+    },
+    /// The local repository could not be created.
+    #[error("creating the local repository of {repo} failed: {reason}")]
+    CreateRepository {
+        /// The repository.
         repo: RepoRef,
         /// What went wrong.
         reason: String,
@@ -113,8 +130,19 @@ pub trait SyncContext: Send + Sync {
     /// The local repository of `repo` to fetch into, if it exists.
     fn find_target_repo(&self, repo: &RepoRef) -> Option<PathBuf>;
 
-    /// Our own git server's domain, excluded from clone URLs.
-    fn our_domain(&self) -> Option<&str>;
+    /// Whether a missing local repository is created by this context
+    /// ([`SyncContext::create_target_repo`]) rather than by someone else (a GRASP
+    /// server managing its git root); see
+    /// [`missing_repository_action`](super::missing_repository_action).
+    fn creates_repositories(&self) -> bool;
+
+    /// Creates the local repository of `repo` (an empty bare repository, laid out the
+    /// way a GRASP server lays it out) and returns its path. Creating one that exists
+    /// (another sync was first) is not an error.
+    async fn create_target_repo(&self, repo: &RepoRef) -> Result<PathBuf, SyncContextError>;
+
+    /// Our own service's hosts: clone URLs there are never fetched from.
+    fn own_service(&self) -> &OwnService;
 }
 
 /// One call of [`SyncContext::fetch_oids`] on a [`MemorySyncContext`].
@@ -147,6 +175,8 @@ struct MemoryState {
     pending: HashMap<RepoRef, Vec<BTreeSet<GitOid>>>,
     released: HashMap<RepoRef, usize>,
     local: BTreeSet<GitOid>,
+    /// Repositories whose local repository does not exist (yet).
+    missing_local: BTreeSet<RepoRef>,
     remotes: HashMap<String, Remote>,
     fetches: Vec<FetchCall>,
 }
@@ -208,7 +238,8 @@ fn fetch_error(url: &str, reason: &str) -> SyncContextError {
 /// changed by the test.
 #[derive(Debug)]
 pub struct MemorySyncContext {
-    our_domain: Option<String>,
+    own_service: OwnService,
+    creates_repositories: bool,
     target_repo: PathBuf,
     state: Mutex<MemoryState>,
 }
@@ -223,16 +254,35 @@ impl MemorySyncContext {
     /// An empty context whose target repository is the path `memory`.
     pub fn new() -> Self {
         MemorySyncContext {
-            our_domain: None,
+            own_service: OwnService::new(),
+            creates_repositories: true,
             target_repo: PathBuf::from("memory"),
             state: Mutex::new(MemoryState::default()),
         }
     }
 
-    /// The same context, reporting `domain` as ours.
-    pub fn with_our_domain(mut self, domain: impl Into<String>) -> Self {
-        self.our_domain = Some(domain.into());
+    /// The same context, reporting every port of `host` as our own service.
+    pub fn with_our_domain(mut self, host: &str) -> Self {
+        self.own_service = self.own_service.with_host(host);
         self
+    }
+
+    /// The same context, with `own` as our own service.
+    pub fn with_own_service(mut self, own: OwnService) -> Self {
+        self.own_service = own;
+        self
+    }
+
+    /// The same context, creating missing local repositories or not (it does by
+    /// default).
+    pub fn with_repository_creation(mut self, creates: bool) -> Self {
+        self.creates_repositories = creates;
+        self
+    }
+
+    /// Makes the local repository of `repo` missing until it is created.
+    pub fn remove_local_repository(&self, repo: &RepoRef) {
+        self.lock().missing_local.insert(repo.clone());
     }
 
     fn lock(&self) -> MutexGuard<'_, MemoryState> {
@@ -349,14 +399,26 @@ impl SyncContext for MemorySyncContext {
     }
 
     fn find_target_repo(&self, repo: &RepoRef) -> Option<PathBuf> {
-        self.lock()
-            .repositories
-            .contains_key(repo)
+        let state = self.lock();
+        (state.repositories.contains_key(repo) && !state.missing_local.contains(repo))
             .then(|| self.target_repo.clone())
     }
 
-    fn our_domain(&self) -> Option<&str> {
-        self.our_domain.as_deref()
+    fn creates_repositories(&self) -> bool {
+        self.creates_repositories
+    }
+
+    async fn create_target_repo(&self, repo: &RepoRef) -> Result<PathBuf, SyncContextError> {
+        let mut state = self.lock();
+        if !state.repositories.contains_key(repo) {
+            return Err(SyncContextError::UnknownRepository { repo: repo.clone() });
+        }
+        state.missing_local.remove(repo);
+        Ok(self.target_repo.clone())
+    }
+
+    fn own_service(&self) -> &OwnService {
+        &self.own_service
     }
 }
 

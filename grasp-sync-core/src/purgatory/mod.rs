@@ -21,8 +21,12 @@
 //!
 //! The queue and the throttles key what they schedule by an opaque string
 //! (the spec's "identifier"); purgatory uses the repository coordinate's text.
-//! - [`candidate_urls`], [`next_url`], [`throttled_domains_with_untried_urls`]:
-//!   which clone URL to try next.
+//! - [`select_candidates`] / [`candidate_urls`], [`next_url`],
+//!   [`throttled_domains_with_untried_urls`]: which clone URL to try next, never one on
+//!   our own service ([`OwnService`]).
+//! - [`held_progress`], [`all_accounted`] ([`NotFetchable`]): whether every held event
+//!   is accounted for (released, expired, or not fetchable with a reason);
+//!   [`missing_repository_action`]: create a missing local repository or wait for it.
 //! - [`SyncContext`]: the effects (store, purgatory, git) the async driver
 //!   calls, with [`MemorySyncContext`] for tests.
 //!
@@ -34,7 +38,7 @@
 //!     loop:
 //!         if !ctx.has_pending_events(id) or ctx.collect_needed_oids(id) is empty:
 //!             ctx.process_satisfiable_events(id); queue.complete(id, now, done = true); stop
-//!         candidates = candidate_urls(ctx.fetch_repository_data(id), policy, ctx.our_domain())
+//!         candidates = candidate_urls(ctx.fetch_repository_data(id), policy, ctx.own_service())
 //!         url = next_url(candidates, None, tried, |d| throttles.is_throttled(d, now))
 //!         if url is None: break
 //!         if throttles.entry(url.domain()).try_start_request(now):
@@ -55,10 +59,13 @@
 //! Differences from the spec's sketches: time is an argument; starting a
 //! request checks and records capacity in one step
 //! ([`DomainThrottle::try_start_request`]), so the limits hold even when two
-//! paths race for the last slot; our own domain is excluded by exact host,
-//! not by substring; and every collection iterates in a fixed order.
+//! paths race for the last slot; our own service is excluded by exact host
+//! (and port, when its URL names one), not by substring; and every collection
+//! iterates in a fixed order.
 
+mod accounting;
 mod context;
+mod own_service;
 mod queue;
 mod repository;
 #[cfg(test)]
@@ -66,15 +73,20 @@ mod test_support;
 mod throttle;
 mod url_select;
 
+pub use accounting::{
+    all_accounted, held_progress, missing_repository_action, HeldProgress, MissingRepository,
+    NotFetchable, RepoActivity,
+};
 pub use context::{FetchCall, MemorySyncContext, SyncContext, SyncContextError};
+pub use own_service::{OwnService, OwnServiceError};
 pub use queue::{SyncQueue, SyncQueueConfig, SyncQueueEntry};
 pub use repository::{
     listed_maintainers, select_repository, RepositoryData, MAX_REPOSITORY_MAINTAINERS,
 };
 pub use throttle::{DomainThrottle, DomainThrottles, QueueStep, ThrottleConfig};
 pub use url_select::{
-    candidate_urls, next_url, throttled_domains_with_untried_urls, CandidateUrls,
-    ThrottledDomainInfo,
+    candidate_urls, next_url, select_candidates, throttled_domains_with_untried_urls,
+    CandidateSelection, CandidateUrls, ThrottledDomainInfo,
 };
 
 #[cfg(test)]
@@ -108,7 +120,7 @@ mod tests {
         let Ok(data) = block_on(ctx.fetch_repository_data(id)) else {
             return false;
         };
-        let candidates = candidate_urls(&data, &policy, ctx.our_domain());
+        let candidates = candidate_urls(&data, &policy, ctx.own_service());
         let Some(target) = ctx.find_target_repo(id) else {
             return false;
         };
@@ -210,7 +222,7 @@ mod tests {
         assert!(busy.has_capacity(now));
         assert_eq!(busy.next_ready_identifier().as_deref(), Some(key.as_str()));
         let data = block_on(ctx.fetch_repository_data(&repo())).unwrap_or_default();
-        let candidates = candidate_urls(&data, &CloneUrlPolicy::new(), ctx.our_domain());
+        let candidates = candidate_urls(&data, &CloneUrlPolicy::new(), ctx.own_service());
         let tried = busy.get_tried_urls(&key);
         let url = next_url(&candidates, Some("busy.example"), &tried, |_| true);
         assert_eq!(url.as_ref().map(|u| u.as_str()), Some(urls[1]));

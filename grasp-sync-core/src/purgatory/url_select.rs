@@ -1,8 +1,9 @@
 //! Which clone URL to fetch from next: the pure part of the spec's
 //! `sync_identifier_next_url` and `get_throttled_domains_with_untried_urls`.
 //!
-//! [`candidate_urls`] turns a repository's announcements into the clone URLs
-//! we may fetch, grouped by domain; [`next_url`] and
+//! [`select_candidates`] (and [`candidate_urls`], its URLs only) turns a
+//! repository's announcements into the clone URLs we may fetch, grouped by domain,
+//! never one on our own service ([`OwnService`]); [`next_url`] and
 //! [`throttled_domains_with_untried_urls`] choose among them. Everything keeps
 //! the order in which URLs first appear in the announcements, so the same
 //! inputs always give the same answer.
@@ -16,8 +17,10 @@ use std::collections::HashSet;
 
 use indexmap::IndexMap;
 
+use super::accounting::NotFetchable;
+use super::own_service::OwnService;
 use super::repository::RepositoryData;
-use crate::url_policy::{is_own_domain, CloneUrl, CloneUrlPolicy};
+use crate::url_policy::{CloneUrl, CloneUrlPolicy};
 
 /// Clone URLs that passed the policy, grouped by domain, in first-appearance
 /// order (both the domains and the URLs within a domain).
@@ -33,44 +36,78 @@ pub struct ThrottledDomainInfo {
     pub tried_urls_for_domain: HashSet<String>,
 }
 
-/// The clone URLs of all announcements in `data` that we may fetch from.
+/// What [`select_candidates`] found among a repository's clone URLs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CandidateSelection {
+    /// The URLs we may fetch from, grouped by domain (see [`CandidateUrls`]).
+    pub urls: CandidateUrls,
+    /// Clone URLs listed by the announcements (duplicates included).
+    pub listed: usize,
+    /// Listed URLs the clone-URL policy refused.
+    pub refused_by_policy: usize,
+    /// Listed URLs on our own service, skipped.
+    pub own_service: usize,
+}
+
+impl CandidateSelection {
+    /// Why nothing can be fetched, when no URL is left: none listed, all refused, all
+    /// ours, or each one refused or ours. `None` when some URL is left.
+    pub fn not_fetchable(&self) -> Option<NotFetchable> {
+        if !self.urls.is_empty() {
+            return None;
+        }
+        Some(match (self.refused_by_policy, self.own_service) {
+            _ if self.listed == 0 => NotFetchable::NoCloneUrls,
+            (0, _) => NotFetchable::OnlyOwnService,
+            (_, 0) => NotFetchable::AllRefusedByPolicy,
+            _ => NotFetchable::NoUsableCloneUrl,
+        })
+    }
+}
+
+/// The clone URLs of all announcements in `data` that we may fetch from, with what
+/// was dropped and why.
 ///
-/// Duplicates are dropped, as are URLs the `policy` rejects (each logged at
-/// debug level) and URLs whose host is exactly `own_domain` (our own git
-/// server has nothing we lack). A host that merely contains `own_domain`,
-/// such as a subdomain, is kept.
-pub fn candidate_urls(
+/// Duplicates are dropped, as are URLs the `policy` rejects and URLs on our own service
+/// (`own`: the destination of the fetch, never a source; see [`OwnService`]), each
+/// logged at debug level and counted.
+pub fn select_candidates(
     data: &RepositoryData,
     policy: &CloneUrlPolicy,
-    own_domain: Option<&str>,
-) -> CandidateUrls {
-    let mut candidates = CandidateUrls::new();
+    own: &OwnService,
+) -> CandidateSelection {
+    let mut selection = CandidateSelection::default();
     for raw in data.clone_urls() {
-        let Some(url) = accepted_url(raw, policy, own_domain) else {
-            continue;
+        selection.listed += 1;
+        let url = match policy.check(raw) {
+            Ok(url) => url,
+            Err(error) => {
+                tracing::debug!(url = raw, %error, "clone url rejected by policy");
+                selection.refused_by_policy += 1;
+                continue;
+            }
         };
-        let urls = candidates.entry(url.domain().to_owned()).or_default();
+        if own.is_own_service(&url) {
+            tracing::debug!(url = raw, "clone url skipped: our own service");
+            selection.own_service += 1;
+            continue;
+        }
+        let urls = selection.urls.entry(url.domain().to_owned()).or_default();
         if !urls.contains(&url) {
             urls.push(url);
         }
     }
-    candidates
+    selection
 }
 
-/// `raw` as a checked URL, or `None` if the policy rejects it or it is ours.
-fn accepted_url(raw: &str, policy: &CloneUrlPolicy, own_domain: Option<&str>) -> Option<CloneUrl> {
-    let url = match policy.check(raw) {
-        Ok(url) => url,
-        Err(error) => {
-            tracing::debug!(url = raw, %error, "clone url rejected by policy");
-            return None;
-        }
-    };
-    if own_domain.is_some_and(|own| is_own_domain(url.as_str(), own)) {
-        tracing::debug!(url = raw, "clone url skipped: our own domain");
-        return None;
-    }
-    Some(url)
+/// The clone URLs of all announcements in `data` that we may fetch from: the URLs of
+/// [`select_candidates`].
+pub fn candidate_urls(
+    data: &RepositoryData,
+    policy: &CloneUrlPolicy,
+    own: &OwnService,
+) -> CandidateUrls {
+    select_candidates(data, policy, own).urls
 }
 
 /// The first URL of `urls` not in `tried`.

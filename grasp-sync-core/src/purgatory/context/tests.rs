@@ -116,11 +116,33 @@ fn process_releases_only_satisfied_events() {
 #[test]
 fn target_repo_and_our_domain() {
     let ctx = MemorySyncContext::default().with_our_domain("git.example.com");
-    assert_eq!(ctx.our_domain(), Some("git.example.com"));
+    assert_eq!(
+        ctx.own_service(),
+        &OwnService::new().with_host("git.example.com")
+    );
     assert_eq!(ctx.find_target_repo(&repo()), None);
     ctx.add_repository(&repo(), repository(&[&["https://a.example/r.git"]]));
     assert_eq!(ctx.find_target_repo(&repo()), Some(PathBuf::from("memory")));
-    assert_eq!(MemorySyncContext::new().our_domain(), None);
+    assert!(MemorySyncContext::new().own_service().is_empty());
+}
+
+#[test]
+fn a_missing_local_repository_exists_once_created() {
+    let ctx = MemorySyncContext::new();
+    assert!(ctx.creates_repositories());
+    assert!(
+        block_on(ctx.create_target_repo(&repo())).is_err(),
+        "unknown"
+    );
+    ctx.add_repository(&repo(), repository(&[&["https://a.example/r.git"]]));
+    ctx.remove_local_repository(&repo());
+    assert_eq!(ctx.find_target_repo(&repo()), None);
+    let created = block_on(ctx.create_target_repo(&repo())).ok();
+    assert_eq!(created, Some(PathBuf::from("memory")));
+    assert_eq!(ctx.find_target_repo(&repo()), Some(PathBuf::from("memory")));
+    assert!(!MemorySyncContext::new()
+        .with_repository_creation(false)
+        .creates_repositories());
 }
 
 #[test]

@@ -15,7 +15,7 @@ proptest! {
         throttled in proptest::collection::hash_set(0u8..4, 0..4),
     ) {
         let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
-        let candidates = candidate_urls(&repository(&[&refs]), &CloneUrlPolicy::new(), None);
+        let candidates = candidate_urls(&repository(&[&refs]), &CloneUrlPolicy::new(), &OwnService::new());
         let throttled: HashSet<String> = throttled.iter().map(|h| format!("h{h}.example")).collect();
         let is_throttled = |d: &str| throttled.contains(d);
         let any_left = candidates.iter().any(|(d, us)| {

@@ -8,7 +8,7 @@ fn policy() -> CloneUrlPolicy {
 }
 
 fn candidates(urls: &[&str]) -> CandidateUrls {
-    candidate_urls(&repository(&[urls]), &policy(), None)
+    candidate_urls(&repository(&[urls]), &policy(), &OwnService::new())
 }
 
 fn tried(list: &[&str]) -> HashSet<String> {
@@ -33,7 +33,7 @@ fn flat(candidates: &CandidateUrls) -> Vec<&str> {
 
 #[test]
 fn no_candidates_no_url() {
-    let none = candidate_urls(&RepositoryData::default(), &policy(), None);
+    let none = candidate_urls(&RepositoryData::default(), &policy(), &OwnService::new());
     assert!(none.is_empty());
     assert_eq!(next_url(&none, None, &tried(&[]), not_throttled), None);
     assert_eq!(
@@ -126,7 +126,11 @@ fn own_domain_exact_match_excludes_only_that_host() {
         "https://example.com.evil.org/repo.git",
         "https://mirror.git.example.com/repo.git",
     ]]);
-    let c = candidate_urls(&data, &policy(), Some("git.example.com"));
+    let c = candidate_urls(
+        &data,
+        &policy(),
+        &OwnService::new().with_host("git.example.com"),
+    );
     assert_eq!(
         flat(&c),
         vec![
@@ -148,14 +152,14 @@ fn policy_drops_file_and_private_urls() {
         "http://plain.example.org/repo.git",
         "https://public.example.org/repo.git",
     ]]);
-    let c = candidate_urls(&data, &policy(), None);
+    let c = candidate_urls(&data, &policy(), &OwnService::new());
     assert_eq!(flat(&c), vec!["https://public.example.org/repo.git"]);
 
     let loopback = repository(&[&["http://127.0.0.1:8080/repo.git"]]);
     let lenient = CloneUrlPolicy::new()
         .allow_http(true)
         .allow_local_addresses(true);
-    let c = candidate_urls(&loopback, &lenient, None);
+    let c = candidate_urls(&loopback, &lenient, &OwnService::new());
     assert_eq!(flat(&c), vec!["http://127.0.0.1:8080/repo.git"]);
 }
 
@@ -169,7 +173,7 @@ fn dedups_and_groups_in_first_appearance_order() {
             "https://b.com/1.git",
         ],
     ]);
-    let c = candidate_urls(&data, &policy(), None);
+    let c = candidate_urls(&data, &policy(), &OwnService::new());
     assert_eq!(c.keys().collect::<Vec<_>>(), vec!["b.com", "a.com"]);
     assert_eq!(
         flat(&c),
@@ -180,4 +184,63 @@ fn dedups_and_groups_in_first_appearance_order() {
         ]
     );
     assert_eq!(data.clone_urls().count(), 5);
+}
+
+#[test]
+fn own_service_urls_are_skipped_by_host_and_port_and_counted() {
+    let data = repository(&[&[
+        "http://127.0.0.1:7000/npub1owner/repo.git",
+        "http://127.0.0.1:8000/repo.git",
+        "http://127.0.0.1:7000/npub1owner/repo.git",
+    ]]);
+    let lenient = CloneUrlPolicy::new()
+        .allow_http(true)
+        .allow_local_addresses(true);
+    let own = OwnService::new()
+        .with_url("ws://127.0.0.1:7000")
+        .expect("has a host");
+    let selection = select_candidates(&data, &lenient, &own);
+    assert_eq!(
+        flat(&selection.urls),
+        vec!["http://127.0.0.1:8000/repo.git"]
+    );
+    assert_eq!(selection.own_service, 2);
+    assert_eq!(selection.refused_by_policy, 0);
+    assert_eq!(selection.listed, 3);
+    assert_eq!(selection.not_fetchable(), None);
+    let c = next_url(&selection.urls, None, &tried(&[]), not_throttled);
+    assert_eq!(as_str(c).as_deref(), Some("http://127.0.0.1:8000/repo.git"));
+}
+
+#[test]
+fn no_url_left_says_why() {
+    let lenient = CloneUrlPolicy::new()
+        .allow_http(true)
+        .allow_local_addresses(true);
+    let own = OwnService::new()
+        .with_url("wss://relay.example.com")
+        .expect("has a host");
+    let why = |urls: &[&str], policy: &CloneUrlPolicy| {
+        select_candidates(&repository(&[urls]), policy, &own).not_fetchable()
+    };
+    assert_eq!(why(&[], &lenient), Some(NotFetchable::NoCloneUrls));
+    assert_eq!(
+        why(&["https://relay.example.com/npub1x/repo.git"], &lenient),
+        Some(NotFetchable::OnlyOwnService)
+    );
+    assert_eq!(
+        why(&["file:///etc/passwd", "ssh://host/x"], &lenient),
+        Some(NotFetchable::AllRefusedByPolicy)
+    );
+    assert_eq!(
+        why(
+            &[
+                "https://relay.example.com/npub1x/repo.git",
+                "http://localhost/r.git"
+            ],
+            &policy()
+        ),
+        Some(NotFetchable::NoUsableCloneUrl)
+    );
+    assert_eq!(why(&["https://mirror.example.org/r.git"], &policy()), None);
 }

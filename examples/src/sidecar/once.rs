@@ -1,0 +1,239 @@
+//! `--once`: wait until the whole job is done, then say how it ended.
+//!
+//! Done means both at once (read one after the other): proactive sync's
+//! [`SyncStatus::historic_sync_complete`] and, with purgatory, every held event
+//! accounted for ([`PurgatoryStatus::all_accounted`]: released, expired, or reported
+//! not fetchable with a reason). Never a quiet period. The exit codes:
+//!
+//! | code | meaning |
+//! | --- | --- |
+//! | 0 | done: every event synced, every purgatory event released (or expired) |
+//! | 4 | done, but some events are held as not fetchable (named on the last line) |
+//! | 3 | `--timeout` passed first (the last line names what is still held and why) |
+//! | 1 | the sync stopped (or failed) before it was done |
+//! | 130 | SIGINT or SIGTERM |
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use grasp_purgatory::{HeldRepository, Purgatory, PurgatoryStatus};
+use grasp_sync_tokio::SyncStatus;
+use tokio::sync::watch;
+
+use crate::status_json;
+
+/// Exit code: done, but some held events are not fetchable.
+pub(crate) const EXIT_NOT_FETCHABLE: u8 = 4;
+/// Exit code: `--timeout` passed before the job was done.
+pub(crate) const EXIT_TIMEOUT: u8 = 3;
+/// Exit code: a signal stopped the wait.
+const EXIT_SIGNAL: u8 = 130;
+
+/// How long one wait for purgatory lasts before proactive sync is read again.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// At most this many repositories are named in a summary line.
+const NAMED_IN_SUMMARY: usize = 5;
+
+/// Both statuses at the moment the job was done.
+struct Done {
+    sync: SyncStatus,
+    purgatory: Option<PurgatoryStatus>,
+}
+
+/// Waits until done (see the module doc), `timeout` or `signal`; prints the final lines
+/// and returns the exit code.
+pub(crate) async fn wait_once(
+    status: &mut watch::Receiver<SyncStatus>,
+    purgatory: Option<&Purgatory>,
+    timeout: Duration,
+    signal: impl std::future::Future<Output = ()>,
+) -> ExitCode {
+    tokio::select! {
+        done = tokio::time::timeout(timeout, wait_done(status, purgatory)) => match done {
+            Ok(Ok(done)) => report_done(&done),
+            Ok(Err(_)) => {
+                eprintln!("error: the sync stopped before historic sync completed");
+                ExitCode::FAILURE
+            }
+            Err(_) => {
+                let line = timeout_line(timeout, &status.borrow(), purgatory.map(Purgatory::status_now));
+                println!("{line}");
+                eprintln!("{line}");
+                ExitCode::from(EXIT_TIMEOUT)
+            }
+        },
+        () = signal => ExitCode::from(EXIT_SIGNAL),
+    }
+}
+
+/// Until historic sync is complete and purgatory has every held event accounted for,
+/// both read one after the other. Each time historic sync becomes complete, the
+/// repositories reported not fetchable are tried once more: their announcements may
+/// have arrived with the sync since their last attempt.
+async fn wait_done(
+    status: &mut watch::Receiver<SyncStatus>,
+    purgatory: Option<&Purgatory>,
+) -> Result<Done, watch::error::RecvError> {
+    let mut purgatory_status = purgatory.map(Purgatory::status);
+    let mut retried = false;
+    loop {
+        let sync = status
+            .wait_for(|status| status.historic_sync_complete)
+            .await
+            .map(|status| status.clone())?;
+        let (Some(purgatory), Some(receiver)) = (purgatory, purgatory_status.as_mut()) else {
+            return Ok(Done {
+                sync,
+                purgatory: None,
+            });
+        };
+        if !retried {
+            purgatory.retry_not_fetchable();
+            retried = true;
+        }
+        let accounted =
+            tokio::time::timeout(RECHECK, receiver.wait_for(|status| status.all_accounted)).await;
+        let accounted = match accounted {
+            Ok(Ok(status)) => Some(status.clone()),
+            Ok(Err(error)) => return Err(error),
+            Err(_) => None,
+        };
+        // Both at once: the sync may have brought new work meanwhile.
+        let still_complete = status.borrow().historic_sync_complete;
+        match accounted {
+            Some(purgatory) if still_complete => {
+                return Ok(Done {
+                    sync,
+                    purgatory: Some(purgatory),
+                })
+            }
+            _ if !still_complete => retried = false,
+            _ => {}
+        }
+    }
+}
+
+/// Prints the report (a line per relay, then the purgatory's) and the final line;
+/// 0, or [`EXIT_NOT_FETCHABLE`] when events are held as not fetchable.
+fn report_done(done: &Done) -> ExitCode {
+    report_relays(&done.sync);
+    let Some(purgatory) = &done.purgatory else {
+        println!("done: historic sync complete");
+        return ExitCode::SUCCESS;
+    };
+    println!(
+        "purgatory: {} events released, {} expired, {} objects fetched, {} repositories created, {} clone URLs on our own service skipped",
+        purgatory.events_released,
+        purgatory.events_expired,
+        purgatory.oids_fetched,
+        purgatory.repositories_created,
+        purgatory.clone_urls_skipped_own_service
+    );
+    if purgatory.events_held == 0 {
+        println!("done: historic sync complete, every purgatory event released");
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "done, but {} held as not fetchable: {}",
+        events(purgatory.events_held),
+        named(
+            &purgatory.not_fetchable,
+            purgatory.not_fetchable_by_reason.values().sum()
+        )
+    );
+    ExitCode::from(EXIT_NOT_FETCHABLE)
+}
+
+/// The one line saying what is still not done after `timeout`.
+fn timeout_line(
+    timeout: Duration,
+    sync: &SyncStatus,
+    purgatory: Option<PurgatoryStatus>,
+) -> String {
+    let secs = timeout.as_secs();
+    let purgatory = purgatory.filter(|status| !status.all_accounted);
+    match purgatory {
+        Some(status) => {
+            let sync_part = if sync.historic_sync_complete {
+                String::new()
+            } else {
+                "; historic sync not complete".to_owned()
+            };
+            format!(
+                "error: not complete after {secs}s: {} held: {}{sync_part}",
+                events(status.events_held),
+                named(
+                    &waiting_first(&status),
+                    status.repositories_waiting
+                        + status.not_fetchable_by_reason.values().sum::<usize>()
+                )
+            )
+        }
+        None => format!(
+            "error: historic sync not complete after {secs}s: {}",
+            status_json::status_json(sync)
+        ),
+    }
+}
+
+/// The repositories still on their way, then the not fetchable ones.
+fn waiting_first(status: &PurgatoryStatus) -> Vec<HeldRepository> {
+    status
+        .still_waiting
+        .iter()
+        .chain(&status.not_fetchable)
+        .cloned()
+        .collect()
+}
+
+/// `repo (why), repo (why)` for the first few, then `and N more`.
+fn named(repositories: &[HeldRepository], total: usize) -> String {
+    let mut text = repositories
+        .iter()
+        .take(NAMED_IN_SUMMARY)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let shown = repositories.len().min(NAMED_IN_SUMMARY);
+    if total > shown {
+        text.push_str(&format!(" and {} more repositories", total - shown));
+    }
+    text
+}
+
+/// `1 event` / `n events`.
+fn events(count: usize) -> String {
+    if count == 1 {
+        "1 event".to_owned()
+    } else {
+        format!("{count} events")
+    }
+}
+
+/// One line per relay on stdout.
+fn report_relays(status: &SyncStatus) {
+    println!(
+        "historic sync complete: {} repositories, {} root events, {} events stored",
+        status.repositories, status.root_events, status.engine.events_stored
+    );
+    for relay in &status.relays {
+        let state = if relay.report.unreachable {
+            format!(
+                "unreachable ({})",
+                relay.report.last_error.as_deref().unwrap_or("no answer")
+            )
+        } else if relay.report.historic_confirmed {
+            "confirmed".to_owned()
+        } else {
+            "not confirmed".to_owned()
+        };
+        println!(
+            "relay {}: {state}, {:?}, {} events received, {} bytes received",
+            relay.report.relay,
+            relay.report.method,
+            relay.report.events_received,
+            relay.bytes_received
+        );
+    }
+}

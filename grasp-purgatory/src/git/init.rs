@@ -1,0 +1,40 @@
+//! Making an empty directory a bare repository the way a GRASP server does: `git init
+//! --bare`, with purgatory's refs hidden from everyone who fetches or pushes.
+
+use std::path::Path;
+
+use super::error::GitError;
+use super::process::GitRunner;
+use super::refs::PURGATORY_REF_PREFIX;
+
+/// The configuration keys that hide `refs/purgatory/` from serving: `git upload-pack`
+/// (fetch, clone) and `git receive-pack` (push) neither advertise nor accept them, as on
+/// an ngit-grasp server. Objects that only purgatory refs keep are not served before
+/// their events are released.
+pub const HIDE_REFS_KEYS: [&str; 2] = ["uploadpack.hideRefs", "receive.hideRefs"];
+
+/// The value of [`HIDE_REFS_KEYS`]: the purgatory namespace without its trailing `/`.
+pub fn hidden_refs_value() -> &'static str {
+    PURGATORY_REF_PREFIX.trim_end_matches('/')
+}
+
+/// Runs `git init --bare` in the existing (empty) directory `repo` (`HEAD` at
+/// `refs/heads/main`), then hides `refs/purgatory` ([`HIDE_REFS_KEYS`]).
+pub(super) async fn init_bare(runner: &GitRunner, repo: &Path) -> Result<(), GitError> {
+    let mut command = runner.command(repo);
+    command.args([
+        "-c",
+        "init.defaultBranch=main",
+        "init",
+        "--bare",
+        "--quiet",
+        ".",
+    ]);
+    runner.run(command, "init", None).await?;
+    for key in HIDE_REFS_KEYS {
+        let mut command = runner.command(repo);
+        command.args(["config", "--add", key, hidden_refs_value()]);
+        runner.run(command, "config", None).await?;
+    }
+    Ok(())
+}
