@@ -273,7 +273,9 @@ async fn wait_until_done(
             let sync = status.borrow_and_update();
             let purgatory = purgatory.borrow_and_update();
             let sync_done = sync.historic_sync_complete && sync.repositories >= repositories;
-            if sync_done && purgatory.nothing_ready && purgatory.events_held == 0 {
+            // Every held event accounted for, and none of them left: the demo
+            // expects every event released.
+            if sync_done && purgatory.all_accounted && purgatory.events_held == 0 {
                 return Ok(());
             }
         }
@@ -289,7 +291,7 @@ async fn wait_until_done(
                     "not done after {} s: historic sync {}, purgatory {}",
                     DEADLINE.as_secs(),
                     if status.borrow().historic_sync_complete { "complete" } else { "running" },
-                    if purgatory.borrow().nothing_ready { "settled" } else { "busy" },
+                    if purgatory.borrow().all_accounted { "accounted" } else { "busy" },
                 ));
             }
         }

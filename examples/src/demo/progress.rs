@@ -159,8 +159,8 @@ fn render(
     lines.push(format!(
         "  purgatory {:<13} held {}, released {}, expired {}, queued {}, {} objects, \
          fetching {}{}",
-        if purgatory.nothing_ready {
-            "nothing ready"
+        if purgatory.all_accounted {
+            "accounted"
         } else {
             "busy"
         },
