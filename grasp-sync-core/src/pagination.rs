@@ -95,6 +95,60 @@ impl PaginationState {
         }
     }
 
+    /// The state after a page read as one filter of several in a REQ, whose
+    /// oldest certain second was `until` (holding the ids `seen_at_until`)
+    /// after `page_len` events: the next page asks `original_filter` with
+    /// `until`, on its own.
+    pub fn resume_after(
+        original_filter: Filter,
+        until: Timestamp,
+        seen_at_until: HashSet<EventId>,
+        page_len: usize,
+    ) -> Self {
+        let mut state = PaginationState::new(original_filter);
+        state.min_created_at = Some(until);
+        state.ids_at_min = seen_at_until;
+        state.event_count = page_len;
+        state.start_page(until);
+        state
+    }
+
+    /// At the EOSE of a REQ holding this filter among others, on a relay
+    /// that returns `page` events per filter (its page limit is known): the
+    /// state to continue this filter with on its own, or `None` when its
+    /// page was not cut. `seen` is every event of the REQ that matched this
+    /// filter (duplicates allowed). Events other filters brought may match
+    /// this one too, but none is newer than the last event of its own page,
+    /// so the page ended at the `page`-th newest of `seen`: the next page
+    /// goes on from there (not from the oldest, which could skip events).
+    pub fn continue_alone(
+        &self,
+        seen: &[(EventId, Timestamp)],
+        page: usize,
+    ) -> Option<PaginationState> {
+        let page = self
+            .original_filter
+            .limit
+            .map_or(page, |asked| asked.min(page))
+            .max(1);
+        let mut distinct: Vec<(Timestamp, EventId)> =
+            seen.iter().map(|(id, at)| (*at, *id)).collect();
+        distinct.sort_unstable_by(|a, b| b.cmp(a));
+        distinct.dedup();
+        let until = distinct.get(page - 1)?.0;
+        let at_until = distinct
+            .iter()
+            .filter(|(at, _)| *at == until)
+            .map(|(_, id)| *id)
+            .collect();
+        Some(PaginationState::resume_after(
+            self.original_filter.clone(),
+            until,
+            at_until,
+            page,
+        ))
+    }
+
     /// The filter the current page was requested with. An event that does
     /// not match it is off-filter for this subscription.
     pub fn current_filter(&self) -> Filter {
@@ -207,6 +261,10 @@ impl PaginationState {
         self.event_count < cap
     }
 }
+
+#[cfg(test)]
+#[path = "pagination_group_tests.rs"]
+mod group_tests;
 
 #[cfg(test)]
 mod tests {

@@ -32,7 +32,11 @@ pub struct ConnectionConfig {
     /// Largest WebSocket frame accepted from a relay.
     pub max_frame_size: usize,
     /// Interval between pings; a connection whose pong does not come back
-    /// within one interval is closed.
+    /// within one interval is closed. Each pong tells the engine the relay
+    /// is alive; the manager pings at most every
+    /// `EngineConfig::liveness_probe_interval` (a third of the batch
+    /// timeout), whatever is set here, so an idle relay that answers is never
+    /// taken for silent.
     pub ping_interval: Duration,
     /// Messages queued for one relay before sends fail.
     pub outgoing_queue: usize,
@@ -423,7 +427,10 @@ impl Driver {
                         let texts = gather_texts(text, &mut stream, &mut held);
                         self.report_frames(texts).await
                     }
-                    Some(Ok(Message::Pong(_))) => awaiting_pong = false,
+                    Some(Ok(Message::Pong(_))) => {
+                        awaiting_pong = false;
+                        self.report(Report::Alive).await;
+                    }
                     Some(Ok(Message::Close(frame))) => return Some(format!("closed by relay: {frame:?}")),
                     Some(Ok(_)) => {}
                     Some(Err(error)) => return Some(error.to_string()),

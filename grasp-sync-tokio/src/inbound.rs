@@ -24,6 +24,9 @@ pub(crate) enum Report {
         checked: Result<VerifiedEvent, Forged>,
         size: usize,
     },
+    /// A WebSocket pong to our ping: the relay is alive (fed to the engine
+    /// as `handle_relay_alive`).
+    Alive,
     /// A frame that is not a NIP-01/NIP-77 message.
     Malformed(usize),
     /// The connection closed.

@@ -91,7 +91,7 @@ impl Metrics {
             refused: IntCounterVec::new(
                 Opts::new(
                     "ngit_sync_refused_total",
-                    "Work refused by a policy or a cap, by reason: relay_policy, resolved_address, relays_over_cap, negentropy_session_cut, root_events_over_cap",
+                    "Work refused by a policy or a cap, by reason: relay_policy, resolved_address, relays_over_cap, negentropy_session_cut, root_events_over_cap, not_ours (Layer 1 events not stored: not ours)",
                 ),
                 &["reason"],
             )?,
@@ -157,6 +157,7 @@ impl Metrics {
                 "root_events_over_cap",
                 stats.root_events_over_cap,
             ),
+            (&self.refused, "not_ours", stats.not_ours),
         ] {
             let mut reported = self.reported.borrow_mut();
             let before = reported.entry(reason).or_default();

@@ -40,6 +40,37 @@ impl SyncEngine {
         }
     }
 
+    /// REQ jobs for Layer 2+3 `filters` on `relay`. Filters of one chunk
+    /// (`#e`/`#E`/`#q`), a repository's `#a` and its roots' `#e`, can match
+    /// the same event (a NIP-22 comment, a status): where the relay's page
+    /// size is known ([`SyncEngine::group_page_limit`]) they are packed, in
+    /// order, into as few REQs as its limits allow, so a relay that dedupes
+    /// within a subscription (strfry, nostr-relay-builder) sends such an
+    /// event once. Otherwise one paginated REQ per filter.
+    pub(super) fn req_jobs(&self, relay: &RelayUrl, filters: Vec<Filter>) -> Vec<Job> {
+        let Some(page) = self.group_page_limit(relay) else {
+            return filters.into_iter().map(Job::Req).collect();
+        };
+        let filters = filters
+            .into_iter()
+            .map(|mut filter| {
+                filter.limit = Some(page);
+                filter
+            })
+            .collect();
+        super::frames::pack_filters(
+            filters,
+            self.filters_per_req(relay),
+            self.frame_budget(relay),
+        )
+        .into_iter()
+        .map(|mut pack| match pack.len() {
+            1 => Job::Req(pack.remove(0)),
+            _ => Job::Poll(pack),
+        })
+        .collect()
+    }
+
     /// What `filters` (live ones) match from `since` on, packed into as few
     /// REQs as the relay's limits allow, each filter with the page limit (so
     /// a clamp is seen and paged).
@@ -76,10 +107,8 @@ impl SyncEngine {
         };
         let items = state.items(self.repos.ids());
         let mode = FilterMode::Historic { since: Some(since) };
-        let jobs: Vec<Job> = layer2_and_layer3_filters(&items, self.config.chunk_size, mode)
-            .into_iter()
-            .map(Job::Req)
-            .collect();
+        let filters = layer2_and_layer3_filters(&items, self.config.chunk_size, mode);
+        let jobs = self.req_jobs(relay, filters);
         if !jobs.is_empty() {
             self.start_batch(
                 now,

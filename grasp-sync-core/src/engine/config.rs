@@ -37,8 +37,16 @@ pub struct EngineConfig {
     /// Longest time to the daily full re-sync (spec: 25 h).
     pub daily_max: Duration,
     /// A batch with subscriptions running and no message for them for this
-    /// long fails and its items are planned again.
+    /// long fails and its items are planned again — once its relay has also
+    /// sent nothing for any of our historic subscriptions for this long (a
+    /// relay busy answering our other REQs, or a loaded machine, is slow,
+    /// not failing); see [`EngineConfig::batch_stall_limit`].
     pub batch_timeout: Duration,
+    /// A batch with subscriptions running and no message for them for this
+    /// long fails even while its relay keeps answering our other historic
+    /// subscriptions (one it dropped silently while streaming others).
+    /// Never shorter than [`EngineConfig::batch_timeout`]. Default: 5 min.
+    pub batch_stall_limit: Duration,
     /// A NEG-OPEN unanswered for this long counts as a refusal of NIP-77.
     pub negentropy_timeout: Duration,
     /// How often relays with nothing left to sync are dropped (spec: 60 s).
@@ -112,6 +120,10 @@ pub struct EngineConfig {
     /// and not indexed; the own relay's next full read (a restart) sees them
     /// again.
     pub max_unannounced_repos: usize,
+    /// Event ids remembered per relay to count the events it sent again
+    /// ([`EngineStats::events_received_again`](super::EngineStats::events_received_again);
+    /// ≈ 60 B each). 0 counts none. Default: 20 000.
+    pub received_ids_per_relay: usize,
     /// Which relay URLs from announcements may be connected to.
     pub relay_policy: RelayUrlPolicy,
     /// Our service's relay URLs. When not empty, only announcements that
@@ -138,6 +150,7 @@ impl Default for EngineConfig {
             daily_min: Duration::from_secs(23 * 3600),
             daily_max: Duration::from_secs(25 * 3600),
             batch_timeout: Duration::from_secs(60),
+            batch_stall_limit: Duration::from_secs(5 * 60),
             negentropy_timeout: Duration::from_secs(10),
             disconnect_check_interval: Duration::from_secs(60),
             negentropy_frame_size_limit: 30_000,
@@ -157,11 +170,24 @@ impl Default for EngineConfig {
             max_relays_per_announcement: 20,
             max_relays: 1_000,
             max_unannounced_repos: 10_000,
+            received_ids_per_relay: 20_000,
             relay_policy: RelayUrlPolicy::new(),
             service_relays: Vec::new(),
             bootstrap_relays: Vec::new(),
             seed: 0x6772_6173_702d_3032,
         }
+    }
+}
+
+impl EngineConfig {
+    /// How often a driver that can probe a relay's liveness without a
+    /// message (a WebSocket ping) should do it: a third of
+    /// [`EngineConfig::batch_timeout`] (at least 100 ms), so a relay that
+    /// answers is heard at least twice within every batch timeout and never
+    /// counts as silent between two probes
+    /// ([`SyncEngine::handle_relay_alive`](super::SyncEngine::handle_relay_alive)).
+    pub fn liveness_probe_interval(&self) -> Duration {
+        (self.batch_timeout / 3).max(Duration::from_millis(100))
     }
 }
 

@@ -117,6 +117,7 @@ impl SyncEngine {
             relay.clone(),
             RelayConn {
                 last_heard: now.instant,
+                last_historic_data: now.instant,
                 ..RelayConn::default()
             },
         );
@@ -145,6 +146,23 @@ impl SyncEngine {
         self.learn_frame_budget(now, relay);
         self.forget_connection(now, relay);
         self.maintain(now);
+    }
+
+    /// A sign of life from `relay` that is not a relay message: a WebSocket
+    /// pong to the driver's ping. A relay is alive while it sends anything
+    /// (a frame, or this): one that never answers a live `limit: 0` REQ
+    /// with an EOSE (nostr-rs-relay) is not taken for silent and reconnected
+    /// while it answers pings. It is no progress of any batch. Drivers that
+    /// can ping should do so at least every
+    /// [`EngineConfig::liveness_probe_interval`](super::EngineConfig::liveness_probe_interval).
+    pub fn handle_relay_alive(&mut self, now: Now, relay: &RelayUrl) {
+        self.observe(now);
+        let before = self.reach();
+        match self.conns.get_mut(relay) {
+            Some(conn) => conn.last_heard = conn.last_heard.max(now.instant),
+            None => self.ignored(relay, "sign of life from a relay not connected"),
+        }
+        self.maintain_after(now, Some(relay), before);
     }
 
     /// A relay that drops the connection right after a large frame (strfry

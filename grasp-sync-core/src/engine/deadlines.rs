@@ -84,7 +84,7 @@ impl SyncEngine {
                     sub => sub
                         .batch()
                         .and_then(|batch| self.batches.get(&batch))
-                        .map(|info| info.last_progress + timeout),
+                        .map(|info| self.batch_stalls_at(info)),
                 });
             }
         }

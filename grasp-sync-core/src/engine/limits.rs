@@ -56,6 +56,31 @@ impl SyncEngine {
     }
 
     /// The window over which a learned rate counts openings.
+    /// The page size `relay` certainly honours per filter, if we know it:
+    /// its NIP-11 `max_limit` (under our page limit), or our page limit once
+    /// a single-filter page of it came back full. Only then may filters that
+    /// can match the same event share one REQ ([`SyncEngine::req_jobs`]):
+    /// a relay that dedupes within a subscription sends such an event once,
+    /// but for one filter's page it may then be one another filter brought,
+    /// and where that filter's page ended can only be told from its
+    /// `page`-th newest event. A relay that clamps silently below our
+    /// limit gets separate REQs, paged one by one.
+    pub(super) fn group_page_limit(&self, relay: &RelayUrl) -> Option<usize> {
+        let known = self.known.get(relay)?;
+        let page = self.page_limit(relay);
+        let told = known.limits.max_limit.is_some();
+        (told || known.page_floor >= page).then_some(page)
+    }
+
+    /// Learns from a single-filter page of `len` events that `relay`
+    /// honours our page limit (`page`) per filter, once a page came full.
+    pub(super) fn note_page_len(&mut self, relay: &RelayUrl, len: usize, page: usize) {
+        if len >= page {
+            let known = self.knowledge(relay);
+            known.page_floor = known.page_floor.max(len);
+        }
+    }
+
     pub(super) fn rate_window(&self) -> std::time::Duration {
         self.config.health.rate_limit_cooldown
     }

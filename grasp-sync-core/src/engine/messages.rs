@@ -104,6 +104,9 @@ impl SyncEngine {
         };
         conn.last_heard = now.instant;
         if let Some(id) = answered {
+            if conn.subs.get(id).is_some_and(|sub| sub.batch().is_some()) {
+                conn.last_historic_data = now.instant;
+            }
             conn.unanswered.retain(|waiting| waiting != id);
             conn.frame_answered(id);
         }
@@ -111,6 +114,8 @@ impl SyncEngine {
     }
 
     pub(super) fn on_eose(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
+        let group_limit = self.group_page_limit(relay);
+        let page_limit = self.page_limit(relay);
         let Some(conn) = self.conns.get_mut(relay) else {
             return;
         };
@@ -121,9 +126,11 @@ impl SyncEngine {
         match sub {
             Sub::Req { batch, paging } => {
                 let batch = *batch;
+                let page_limit_ours = page_limit;
                 let page_limit =
                     known.and_then(|known| known.known_page_limit(&paging.original_filter));
                 let crowded_before = paging.crowded_seconds.len();
+                let page_len = paging.event_count;
                 let outcome = paging.on_eose(page_limit);
                 let plausible = page_limit.unwrap_or(PLAUSIBLE_PAGE_LEN);
                 let crowded = paging.crowded_seconds[crowded_before..]
@@ -135,6 +142,7 @@ impl SyncEngine {
                     warn!(%relay, "a full page of events shares one second; events beyond the page may be missing");
                 }
                 self.progress(now, batch);
+                self.note_page_len(relay, page_len, page_limit_ours);
                 match outcome {
                     PageOutcome::NextPage(filter)
                         if self.store_keeps_up() && self.rate_allows(now, relay) =>
@@ -199,13 +207,26 @@ impl SyncEngine {
                 }
                 self.finish_job(now, relay, id);
             }
-            Sub::Poll { batch, pages, .. } => {
+            Sub::Poll {
+                batch,
+                pages,
+                received,
+                ..
+            } => {
                 let batch = *batch;
                 // A filter whose page may have been cut (relays clamp
-                // silently) continues paginated from where its page ended.
+                // silently) continues paginated from where its page ended:
+                // on a relay whose page size we know, from its page-th
+                // newest event (others' events may match it too).
                 let full: Vec<Job> = pages
                     .iter_mut()
-                    .filter_map(|page| {
+                    .zip(received.iter())
+                    .filter_map(|(page, seen)| {
+                        if let Some(group) = group_limit {
+                            return page
+                                .continue_alone(seen, group)
+                                .map(|next| Job::Page(Box::new(next)));
+                        }
                         let limit =
                             known.and_then(|known| known.known_page_limit(&page.original_filter));
                         match page.on_eose(limit) {

@@ -19,7 +19,10 @@
 //!    ([`SyncEngine::handle_own_events`]), connection outcomes
 //!    ([`SyncEngine::handle_connected`], [`SyncEngine::handle_connect_failed`],
 //!    [`SyncEngine::handle_disconnected`]), every relay message
-//!    ([`SyncEngine::handle_relay_message`]) and NIP-11 limits
+//!    ([`SyncEngine::handle_relay_message`]), each WebSocket pong
+//!    ([`SyncEngine::handle_relay_alive`]: a relay is alive while it sends
+//!    anything, pongs included; ping at least every
+//!    [`EngineConfig::liveness_probe_interval`]) and NIP-11 limits
 //!    ([`SyncEngine::handle_relay_limits`]).
 //!
 //! ```no_run
@@ -74,6 +77,7 @@ mod limits;
 mod live;
 mod messages;
 mod nip77;
+mod ours;
 mod own_relay;
 mod planning;
 mod refusals;
@@ -102,6 +106,7 @@ pub use command::Command;
 pub use config::{EngineConfig, RelayLimits, DEFAULT_FRAME_BUDGET, MIN_FRAME_BUDGET};
 pub use dispatch::{execute, CommandSink};
 pub use frames::req_frame_len;
+pub use ours::MAX_CANDIDATES;
 pub use report::RelayReport;
 pub use session::SessionError;
 pub use stats::{EngineStats, LiveMode, RelayActivity};
@@ -157,6 +162,8 @@ pub struct SyncEngine {
     conns: HashMap<RelayUrl, RelayConn>,
     batches: HashMap<BatchId, BatchInfo>,
     own: OwnRelay,
+    /// Which Layer 1 events are ours to store, and those waiting to be.
+    ours: ours::Ours,
     stores: StoreTracker,
     /// Each relay's next deadline (timers as data).
     deadlines: deadlines::DeadlineTable,
@@ -197,6 +204,7 @@ impl SyncEngine {
             conns: HashMap::new(),
             batches: HashMap::new(),
             own,
+            ours: ours::Ours::default(),
             stores: StoreTracker::default(),
             deadlines: deadlines::DeadlineTable::default(),
             refused_relays: Default::default(),

@@ -193,6 +193,9 @@ impl SyncEngine {
                         .collect(),
                     None => need,
                 };
+                // Another subscription (a fresh root's REQ, another batch)
+                // brought some already.
+                let need = self.still_to_fetch(now, batch, need);
                 let jobs = self.fetch_jobs(relay, &filter, &need, 0);
                 self.add_jobs(relay, batch, jobs);
                 self.finish_job(now, relay, id);

@@ -28,6 +28,9 @@ impl SyncEngine {
         for event in &events {
             if event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT) {
                 self.apply_announcement(event);
+                if !self.config.service_relays.is_empty() {
+                    self.accept_ours(now, event);
+                }
             } else if is_root_kind(event.kind) {
                 for repo in root_event_repo_refs(event).value {
                     if self.root_repo_allowed(&repo) {
@@ -153,22 +156,14 @@ impl SyncEngine {
             root_events: fresh,
         };
         let chunk = self.config.chunk_size;
-        let mut jobs: Vec<Job> =
-            layer2_and_layer3_filters(&reconciled, chunk, FilterMode::FULL_HISTORY)
-                .into_iter()
-                .map(|filter| {
-                    if negentropy {
-                        Job::Negentropy(filter)
-                    } else {
-                        Job::Req(filter)
-                    }
-                })
-                .collect();
-        jobs.extend(
-            layer2_and_layer3_filters(&fresh, chunk, FilterMode::FULL_HISTORY)
-                .into_iter()
-                .map(Job::Req),
-        );
+        let filters = layer2_and_layer3_filters(&reconciled, chunk, FilterMode::FULL_HISTORY);
+        let mut jobs: Vec<Job> = if negentropy {
+            filters.into_iter().map(Job::Negentropy).collect()
+        } else {
+            self.req_jobs(relay, filters)
+        };
+        let fresh_filters = layer2_and_layer3_filters(&fresh, chunk, FilterMode::FULL_HISTORY);
+        jobs.extend(self.req_jobs(relay, fresh_filters));
         let method = if negentropy && !reconciled.is_empty() {
             SyncMethod::Negentropy
         } else {

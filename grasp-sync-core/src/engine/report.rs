@@ -24,6 +24,9 @@ pub struct RelayReport {
     pub method: SyncMethod,
     /// Verified events from it handed to the store.
     pub events_received: u64,
+    /// Of those, events it had sent lately already (each event received
+    /// once: 0).
+    pub events_received_again: u64,
     /// Events from it the store reported newly stored.
     pub events_stored: u64,
     /// Historic sync of everything it should hold is confirmed.
@@ -65,6 +68,7 @@ impl SyncEngine {
                 SyncMethod::Negentropy
             },
             events_received: known.map_or(0, |known| known.events_received),
+            events_received_again: known.map_or(0, |known| known.events_received_again),
             events_stored: known.map_or(0, |known| known.events_stored),
             historic_confirmed: self.relay_confirmed(relay, state),
             unreachable: self.relay_unreachable(relay),

@@ -77,8 +77,10 @@ pub(crate) enum Job {
         /// Attempts that brought nothing new so far.
         fruitless: u32,
     },
-    /// Several `since` filters packed in one REQ (a poll or a gap catch-up);
-    /// a filter that fills a page continues as a paginated [`Job::Req`].
+    /// Several filters packed in one REQ (a poll, a gap catch-up, or
+    /// filters that can match the same event on a relay whose page size we
+    /// know); a filter that fills a page continues as a paginated
+    /// [`Job::Page`].
     Poll(Vec<Filter>),
 }
 
@@ -93,9 +95,12 @@ pub(crate) struct QueuedJob {
 #[derive(Debug)]
 pub(crate) enum Sub {
     /// A live subscription (`limit: 0`) with its filters. Until its EOSE
-    /// arrives (`answered_at` is `None`), the relay has not shown it holds the
-    /// subscription: a relay silent past the batch timeout then is reconnected,
-    /// or a CLOSED lost in a stall would leave a live gap nobody sees.
+    /// arrives (`answered` is `false`), the relay has not shown it holds the
+    /// subscription: a relay that sends nothing at all (no frame, no pong,
+    /// [`SyncEngine::handle_relay_alive`](super::SyncEngine::handle_relay_alive))
+    /// past the batch timeout then is reconnected, or a CLOSED lost in a
+    /// stall would leave a live gap nobody sees. A relay that never EOSEs
+    /// `limit: 0` (nostr-rs-relay) but answers pings is kept.
     Live {
         filters: Vec<Filter>,
         opened_at: Instant,
@@ -129,6 +134,10 @@ pub(crate) enum Sub {
         batch: BatchId,
         filters: Vec<Filter>,
         pages: Vec<PaginationState>,
+        /// Each page's events so far (id, `created_at`), duplicates
+        /// included: where a filter's page ended when others' events match
+        /// it too.
+        received: Vec<Vec<(EventId, nostr::prelude::Timestamp)>>,
     },
 }
 
@@ -175,8 +184,18 @@ pub(crate) struct RelayKnowledge {
     /// the last connection dropped (a gap, a poll span): the next quick
     /// reconnect catches up from there.
     pub(crate) uncaught_since: Option<nostr::prelude::Timestamp>,
+    /// The most events one single-filter page of the relay brought: its
+    /// per-filter page size is at least this.
+    pub(crate) page_floor: usize,
     /// Verified events from the relay handed to the store.
     pub(crate) events_received: u64,
+    /// Events the relay sent that it had sent lately already (on another
+    /// subscription, or a page again): `events_received` over
+    /// `events_received - events_received_again` is how often it sent each.
+    pub(crate) events_received_again: u64,
+    /// Ids the relay sent lately (at most
+    /// [`EngineConfig::received_ids_per_relay`]), created with the first.
+    pub(crate) received_lately: Option<crate::recent::RecentIds>,
     /// Events from the relay the store reported newly stored.
     pub(crate) events_stored: u64,
     /// The last thing that went wrong with the relay.
@@ -233,8 +252,15 @@ impl RelayKnowledge {
 /// The state of one open connection.
 #[derive(Debug, Default)]
 pub(crate) struct RelayConn {
-    /// When the relay last sent anything (or the connection opened).
+    /// When the relay last sent anything — a message, or a pong
+    /// ([`SyncEngine::handle_relay_alive`](super::SyncEngine::handle_relay_alive))
+    /// — or the connection opened.
     pub(crate) last_heard: Instant,
+    /// When the relay last sent a message for one of our historic
+    /// subscriptions (an EVENT, EOSE, CLOSED, NEG-MSG or NEG-ERR of a
+    /// batch's job): a relay still answering some of them is busy, not
+    /// stalled (see `SyncEngine::batch_stalls_at`).
+    pub(crate) last_historic_data: Instant,
     /// Every slot in use, in opening order.
     pub(crate) subs: IndexMap<SubscriptionId, Sub>,
     /// The Layer 1 live subscription.

@@ -202,13 +202,16 @@ impl SyncEngine {
                     id: id.clone(),
                     filters: filters.clone(),
                 });
-                let pages = filters.iter().cloned().map(PaginationState::new).collect();
+                let pages: Vec<PaginationState> =
+                    filters.iter().cloned().map(PaginationState::new).collect();
+                let received = vec![Vec::new(); pages.len()];
                 (
                     id,
                     Sub::Poll {
                         batch,
                         filters,
                         pages,
+                        received,
                     },
                 )
             }

@@ -10,6 +10,23 @@ use super::SyncEngine;
 pub struct EngineStats {
     /// Events handed to the store.
     pub events_accepted: u64,
+    /// Events a relay sent that the same relay had sent lately (another
+    /// subscription's filter matched it too, a page repeated it): wire
+    /// overhead, not stored twice.
+    pub events_received_again: u64,
+    /// Announcements and states from remote relays not stored because they
+    /// are not ours: they list none of
+    /// [`EngineConfig::service_relays`](super::EngineConfig::service_relays)
+    /// and are by no author of a repository of ours (held as candidates, up
+    /// to [`MAX_CANDIDATES`](super::MAX_CANDIDATES), in case an announcement
+    /// of ours naming their author comes).
+    pub not_ours: u64,
+    /// Held announcements and states stored after all, once an announcement
+    /// of ours named their author.
+    pub candidates_stored: u64,
+    /// Ids a negentropy round found missing that were not fetched: stored
+    /// lately, or already on their way to the store.
+    pub fetches_saved: u64,
     /// Events not handed to the store again because they were stored
     /// lately (the same event from another relay, filter or re-sync).
     pub already_stored: u64,

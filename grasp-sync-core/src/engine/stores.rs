@@ -151,7 +151,6 @@ impl SyncEngine {
         event: VerifiedEvent,
         batch: Option<BatchId>,
     ) {
-        self.knowledge(relay).events_received += 1;
         if self.stores.is_refused(&event.id) {
             return;
         }
@@ -190,6 +189,50 @@ impl SyncEngine {
             relay: relay.clone(),
             event,
         });
+    }
+
+    /// Counts an event `relay` sent, and whether it sent it lately already.
+    pub(super) fn note_received(&mut self, relay: &RelayUrl, id: EventId) {
+        let capacity = self.config.received_ids_per_relay;
+        let known = self.knowledge(relay);
+        known.events_received += 1;
+        let lately = known
+            .received_lately
+            .get_or_insert_with(|| RecentIds::new(capacity));
+        if lately.contains(&id) {
+            known.events_received_again += 1;
+            self.stats.events_received_again += 1;
+        } else {
+            lately.insert(id, ());
+        }
+    }
+
+    /// Of the ids a negentropy round of `batch` found missing, those to
+    /// fetch: not one stored lately (the store has it), nor one on its way
+    /// to the store already (`batch` then waits for that answer, so it
+    /// confirms only once the event is stored). Counted in
+    /// [`EngineStats::fetches_saved`](super::EngineStats::fetches_saved).
+    pub(super) fn still_to_fetch(
+        &mut self,
+        now: Now,
+        batch: BatchId,
+        need: Vec<EventId>,
+    ) -> Vec<EventId> {
+        let mut fetch = Vec::with_capacity(need.len());
+        for id in need {
+            if self.stores.stored_lately.contains(&id) {
+                self.stats.fetches_saved += 1;
+            } else if let Some(waiting) = self.stores.in_flight.get_mut(&id) {
+                self.stats.fetches_saved += 1;
+                if !waiting.batches.contains(&batch) {
+                    waiting.batches.push(batch);
+                    self.count_store(now, batch, 1);
+                }
+            } else {
+                fetch.push(id);
+            }
+        }
+        fetch
     }
 
     /// The store's answer to [`Command::Store`] for the event `id`.
@@ -281,7 +324,7 @@ impl SyncEngine {
 
     /// Keeps what negentropy needs of a refused event (its content can be
     /// large), forgetting the oldest beyond the configured memory.
-    fn remember_refused(&mut self, event: &Event) {
+    pub(super) fn remember_refused(&mut self, event: &Event) {
         let stripped = Event::new(
             event.id,
             event.pubkey,
@@ -300,6 +343,18 @@ impl SyncEngine {
             };
             self.stores.refused.remove(&oldest);
         }
+    }
+
+    /// Forgets the refused events `forget` picks (they became ours), so the
+    /// next sync downloads them again.
+    pub(super) fn forget_refused(&mut self, forget: impl Fn(&Event) -> bool) {
+        let StoreTracker {
+            refused,
+            refused_order,
+            ..
+        } = &mut self.stores;
+        refused.retain(|_, event| !forget(event));
+        refused_order.retain(|id| refused.contains_key(id));
     }
 
     /// A stored (or already held) announcement or root event is ours: plan

@@ -3,20 +3,43 @@
 
 use nostr::prelude::{RelayUrl, SubscriptionId};
 
-use super::runtime::Sub;
+use super::runtime::{BatchInfo, Sub};
 use super::SyncEngine;
-use crate::clock::Now;
+use crate::clock::{Instant, Now};
 use crate::model::BatchId;
 
 impl SyncEngine {
-    /// Fails batches without progress and treats unanswered NEG-OPENs as
-    /// refusals.
+    /// When a batch with a running job counts as stalled: once it has had
+    /// no progress of its own (a job started, an event, an EOSE, a NEG-MSG)
+    /// for the batch timeout **and** its relay has sent nothing for any of
+    /// our historic subscriptions for the batch timeout either — a relay
+    /// answering our REQs one after another, or slowed by a loaded machine,
+    /// is still working on this one. Whatever the relay sends, a batch with
+    /// no progress of its own for [`EngineConfig::batch_stall_limit`]
+    /// stalls (a subscription the relay dropped silently while it streams
+    /// the others).
+    ///
+    /// [`EngineConfig::batch_stall_limit`]: super::EngineConfig::batch_stall_limit
+    pub(super) fn batch_stalls_at(&self, info: &BatchInfo) -> Instant {
+        let timeout = self.config.batch_timeout;
+        let own = info.last_progress + timeout;
+        let hard = info.last_progress + self.config.batch_stall_limit.max(timeout);
+        let relay_idle = self
+            .conns
+            .get(&info.relay)
+            .map_or(own, |conn| conn.last_historic_data + timeout);
+        own.max(relay_idle.min(hard))
+    }
+
+    /// Fails batches without progress ([`SyncEngine::batch_stalls_at`]),
+    /// reconnects relays silent for the batch timeout, and treats unanswered
+    /// NEG-OPENs as refusals.
     pub(super) fn expire_batches(&mut self, now: Now) {
         let timeout = self.config.batch_timeout;
         let stalled: Vec<(RelayUrl, BatchId)> = self
             .batches
             .iter()
-            .filter(|(_, info)| info.last_progress + timeout <= now.instant)
+            .filter(|(_, info)| self.batch_stalls_at(info) <= now.instant)
             .filter(|(batch, info)| self.has_running_job(&info.relay, **batch))
             .map(|(batch, info)| (info.relay.clone(), *batch))
             .collect();
@@ -31,6 +54,10 @@ impl SyncEngine {
                 self.fail_batch(now, &relay, batch, "no progress before the batch timeout");
             }
         }
+        // A relay that sent nothing at all (no frame, no pong) for the
+        // timeout while a live subscription has not been answered: a
+        // half-open socket. A driver that pings keeps a relay that answers
+        // from ever getting here, EOSE or not.
         let unanswered_live: Vec<RelayUrl> = self
             .conns
             .iter()
@@ -77,7 +104,7 @@ impl SyncEngine {
         self.batches
             .iter()
             .filter(|(batch, info)| self.has_running_job(&info.relay, **batch))
-            .map(|(_, info)| Some(info.last_progress + timeout))
+            .map(|(_, info)| Some(self.batch_stalls_at(info)))
             .chain(self.conns.values().flat_map(|conn| {
                 conn.subs.values().filter_map(move |sub| match sub {
                     Sub::Live {

@@ -100,9 +100,17 @@ impl SyncEngine {
                 missing.remove(&event.id);
                 Some(*batch)
             }
-            Sub::Poll { batch, pages, .. } => {
-                for page in pages.iter_mut().filter(|page| page.matches(&event)) {
-                    page.on_event(event.id, event.created_at);
+            Sub::Poll {
+                batch,
+                pages,
+                received,
+                ..
+            } => {
+                for (page, seen) in pages.iter_mut().zip(received.iter_mut()) {
+                    if page.matches(&event) {
+                        page.on_event(event.id, event.created_at);
+                        seen.push((event.id, event.created_at));
+                    }
                 }
                 Some(*batch)
             }
@@ -111,7 +119,10 @@ impl SyncEngine {
         if let Some(batch) = batch {
             self.progress(now, batch);
         }
-        self.store(now, relay, event, batch);
+        self.note_received(relay, event.id);
+        if self.admit_ours(now, relay, &event) {
+            self.store(now, relay, event, batch);
+        }
     }
 
     /// The event verified (here, unless the driver did); counted and
@@ -139,7 +150,10 @@ impl SyncEngine {
     /// Stores an event that matched: only if its id and signature verify.
     fn store_verified(&mut self, now: Now, relay: &RelayUrl, arrived: Arrived) {
         if let Some(event) = self.verified(relay, arrived) {
-            self.store(now, relay, event, None);
+            self.note_received(relay, event.id);
+            if self.admit_ours(now, relay, &event) {
+                self.store(now, relay, event, None);
+            }
         }
     }
 }

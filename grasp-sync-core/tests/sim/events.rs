@@ -101,3 +101,19 @@ fn sign(keys: &Keys, kind: Kind, content: &str, tags: Vec<Tag>, at: u64) -> Even
         .finalize(keys)
         .expect("signing works")
 }
+
+/// A repository announcement listing `relays` and the `maintainers`.
+pub fn announcement_with_maintainers(
+    keys: &Keys,
+    identifier: &str,
+    relays: &[&RelayUrl],
+    maintainers: &[&Keys],
+    at: u64,
+) -> Event {
+    let plain = announcement(keys, identifier, relays, at);
+    let mut tags: Vec<Tag> = plain.tags.iter().cloned().collect();
+    let mut values = vec!["maintainers".to_owned()];
+    values.extend(maintainers.iter().map(|keys| keys.public_key().to_hex()));
+    tags.push(Tag::parse(values).expect("maintainers tag"));
+    sign(keys, Kind::Custom(30617), "", tags, at)
+}

@@ -69,6 +69,8 @@ pub struct OwnRelay {
     /// reconnect): the embedded-relay case where nothing echoes what the
     /// engine stored.
     pub silent_live: bool,
+    /// A plain relay next to a sidecar: stores every announcement.
+    pub accepts_everything: bool,
     /// Times the self-subscription connection dropped.
     pub drops: usize,
     /// Histories read to the end.
@@ -76,9 +78,10 @@ pub struct OwnRelay {
 }
 
 impl OwnRelay {
-    /// The GRASP rule: an announcement must list this relay.
+    /// The GRASP rule: an announcement must list this relay (unless it is
+    /// a plain relay that accepts everything).
     pub fn accepts(&self, event: &Event) -> bool {
-        if event.kind != Kind::Custom(30617) {
+        if event.kind != Kind::Custom(30617) || self.accepts_everything {
             return true;
         }
         event.tags.iter().any(|tag| {
@@ -103,6 +106,18 @@ pub struct World {
     pub stalled_historic: HashSet<RelayUrl>,
     /// Relays whose every EVENT arrives twice.
     pub duplicating: HashSet<RelayUrl>,
+    /// Relays that send one message at a time, each this long after the one
+    /// before, whatever subscription it is for (a slow relay, or one on a
+    /// loaded machine): replies to one REQ wait behind those to the others.
+    pub paced: std::collections::HashMap<RelayUrl, Duration>,
+    /// When each paced relay's last queued reply goes out.
+    paced_until: std::collections::HashMap<RelayUrl, Instant>,
+    /// When set, every connected relay answers a ping this often: the
+    /// engine is fed [`SyncEngine::handle_relay_alive`], as the tokio
+    /// driver does on each WebSocket pong.
+    pub ping_every: Option<Duration>,
+    /// When the next ping is answered.
+    next_ping: Option<Instant>,
     inbox: VecDeque<(Instant, u64, RelayUrl, Delivery)>,
     sequence: u64,
     pub steps: u64,
@@ -190,12 +205,17 @@ impl World {
                 reorder_outcomes: false,
                 items_failing: false,
                 silent_live: false,
+                accepts_everything: false,
                 drops: 0,
                 histories_completed: 0,
             },
             blackholed: HashSet::new(),
             stalled_historic: HashSet::new(),
             duplicating: HashSet::new(),
+            paced: Default::default(),
+            paced_until: Default::default(),
+            ping_every: None,
+            next_ping: None,
             inbox: VecDeque::new(),
             sequence: 0,
             steps: 0,
@@ -304,7 +324,43 @@ impl World {
 
     fn next_time(&self) -> Option<Instant> {
         let inbox = self.inbox.iter().map(|(at, ..)| *at).min();
-        [inbox, self.wake_at()].into_iter().flatten().min()
+        [inbox, self.wake_at(), self.ping_at()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// When the next ping is answered, if relays are pinged.
+    fn ping_at(&self) -> Option<Instant> {
+        let every = self.ping_every?;
+        Some(self.next_ping.unwrap_or(self.now + every))
+    }
+
+    /// Answers the ping due now, if it is earlier than anything else:
+    /// every connected relay's pong reaches the engine.
+    fn answer_ping(&mut self) -> bool {
+        let (Some(every), Some(at)) = (self.ping_every, self.ping_at()) else {
+            return false;
+        };
+        let inbox = self.inbox.iter().map(|(at, ..)| *at).min();
+        let other = [inbox, self.wake_at()].into_iter().flatten().min();
+        if other.is_some_and(|other| other <= at) {
+            self.next_ping = Some(at);
+            return false;
+        }
+        self.now = self.now.max(at);
+        self.next_ping = Some(self.now + every);
+        let now = self.clock();
+        let connected: Vec<RelayUrl> = self
+            .relays
+            .iter()
+            .filter(|(_, relay)| relay.is_connected())
+            .map(|(url, _)| url.clone())
+            .collect();
+        for relay in connected {
+            self.engine.handle_relay_alive(now, &relay);
+        }
+        true
     }
 
     /// The engine's next deadline, or the self-subscriber's reconnect when
@@ -334,6 +390,9 @@ impl World {
                 .is_some_and(|at| at <= self.now);
         if reconnect_due {
             self.own_connect();
+            return true;
+        }
+        if self.answer_ping() {
             return true;
         }
         if let Some(position) = self.next_delivery() {
@@ -541,11 +600,25 @@ impl World {
             return;
         }
         let duplicating = self.duplicating.contains(relay);
+        let pace = self.paced.get(relay).copied();
         for reply in output.replies {
             if duplicating && matches!(reply, RelayMessage::Event { .. }) {
                 self.push(relay, Delivery::Message(Box::new(reply.clone())));
             }
-            self.push(relay, Delivery::Message(Box::new(reply)));
+            match pace {
+                Some(pace) => {
+                    let earliest = self.now + LATENCY;
+                    let at = self
+                        .paced_until
+                        .get(relay)
+                        .map_or(earliest, |until| (*until).max(earliest))
+                        + pace;
+                    self.paced_until.insert(relay.clone(), at);
+                    let delay = at.saturating_duration_since(self.now);
+                    self.push_after(relay, delay, Delivery::Message(Box::new(reply)));
+                }
+                None => self.push(relay, Delivery::Message(Box::new(reply))),
+            }
         }
         if output.disconnect {
             self.push(relay, Delivery::Disconnected);

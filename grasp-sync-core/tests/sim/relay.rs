@@ -118,6 +118,10 @@ pub struct SimRelayConfig {
     /// Ids the relay's negentropy set holds but its REQs never return (an
     /// index out of step). Default: none.
     pub withheld: HashSet<EventId>,
+    /// A `REQ` whose every filter has `limit: 0` gets no `EOSE`, ever (a
+    /// `REQ` with `since` gets its own at once): nostr-rs-relay 0.8.12.
+    /// Default: off.
+    pub no_eose_for_limit_zero: bool,
 }
 
 impl Default for SimRelayConfig {
@@ -137,6 +141,7 @@ impl Default for SimRelayConfig {
             neg_max_records: None,
             max_message_length: None,
             withheld: HashSet::new(),
+            no_eose_for_limit_zero: false,
         }
     }
 }
@@ -559,7 +564,10 @@ impl SimRelay {
         }
         let mut replies = self.stored_results(&id, &filters);
         replies.extend(self.injected_events(&id));
-        replies.push(RelayMessage::eose(id.clone()));
+        let live_only = filters.iter().all(|filter| filter.limit == Some(0));
+        if !(live_only && self.config.no_eose_for_limit_zero) {
+            replies.push(RelayMessage::eose(id.clone()));
+        }
         self.reqs.insert(id, filters);
         self.note_open_count();
         replies

@@ -303,9 +303,18 @@ impl SyncManagerBuilder {
         };
         let seen =
             grasp_sync_core::verified::SeenSignatures::new(self.connection.verified_signatures);
+        // Pings often enough that an idle relay answering them is heard
+        // within every batch timeout.
+        let ping_interval = self
+            .connection
+            .ping_interval
+            .min(engine_config.liveness_probe_interval());
         let dialer = Dialer {
             seen: Some(Arc::new(std::sync::Mutex::new(seen))),
-            config: self.connection,
+            config: ConnectionConfig {
+                ping_interval,
+                ..self.connection
+            },
             tls: tls_config()?,
             address,
             inbound: inbound_tx,

@@ -99,7 +99,7 @@ impl Runner {
             | Report::AddressRefused(reason)
             | Report::Disconnected(reason) => self.own_lost(now, &reason),
             // `Event` only comes from connections that verify (not this).
-            Report::Malformed(_) | Report::Limits(_) | Report::Event { .. } => {}
+            Report::Malformed(_) | Report::Limits(_) | Report::Event { .. } | Report::Alive => {}
         }
     }
 

@@ -223,6 +223,7 @@ impl Runner {
                 self.engine
                     .handle_checked_event(now, &relay, &subscription_id, checked);
             }
+            Report::Alive => self.engine.handle_relay_alive(now, &relay),
             Report::Malformed(size) => {
                 self.summary.bytes_received += size as u64;
                 self.metrics.dropped.with_label_values(&["malformed"]).inc();
