@@ -4,8 +4,9 @@
 //! What the sync must bring (the three layers of the spec, on the relays our repositories
 //! list; every remote is listed by some repository, so every remote is connected):
 //!
-//! - Layer 1: every announcement (30617) and state (30618) on any remote, also a
-//!   stranger's repository that does not list us;
+//! - Layer 1: every announcement (30617) and state (30618) of our repositories on any
+//!   remote (a stranger's repository that does not list us is read for discovery and
+//!   never stored: the own relay's URL is the service relay);
 //! - Layer 2: events tagging (`a`) one of our repositories, on a relay that repository
 //!   lists;
 //! - Layer 3: events tagging (`e`, `E`, `q`) a root event (patch 1617, pull request 1618,
@@ -289,7 +290,8 @@ impl DataSet {
     }
 
     /// A stranger's repository listing remote 0 but not us: its announcement and state are
-    /// Layer 1 (synced), its issues and their replies are not.
+    /// read by Layer 1 but not ours, so not stored; its issues and their replies are not
+    /// synced either.
     fn stranger(&mut self, rng: &mut SeededRng, clock: &mut Clock, remotes: &[RelayUrl]) {
         let stranger = rng.keys();
         let announcement = sign(
@@ -302,7 +304,7 @@ impl DataSet {
             ],
             clock.next(),
         );
-        self.place(&announcement, &[0], true, "stranger's announcement");
+        self.place(&announcement, &[0], false, "stranger's announcement");
         let state = sign(
             &stranger,
             30618,
@@ -310,7 +312,7 @@ impl DataSet {
             vec![tag(&["d", "strangers"])],
             clock.next(),
         );
-        self.place(&state, &[0], true, "stranger's state");
+        self.place(&state, &[0], false, "stranger's state");
         let coordinate = format!("30617:{}:strangers", stranger.public_key().to_hex());
         for n in 0..STRANGER_ISSUES {
             let issue = sign(
