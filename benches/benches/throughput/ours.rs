@@ -182,13 +182,14 @@ pub(crate) async fn sidecar(
         ],
         note: format!(
             "stored {}, duplicates {}, store retries {}, rate limits {}, NIP-77 refusals {}, \
-             bytes from remote {}",
+             bytes from remote {}, {}",
             summary.events_stored,
             summary.events_duplicate,
             summary.store_retries,
             last.engine.rate_limits,
             last.engine.negentropy_refusals,
             remote_bytes(&last, &remote_url).0,
+            remote_events(&last, &remote_url, bench.n),
         ),
     };
     let resync = if resync {
@@ -207,6 +208,28 @@ fn stored_secs(reached: &Option<Instant>, started: Instant) -> f64 {
         .expect("historic sync complete before every event was stored")
         .duration_since(started)
         .as_secs_f64()
+}
+
+/// Events the remote sent (handed to the store), how many of them it had sent
+/// lately already (the engine remembers a bounded number of ids per relay),
+/// and received ÷ `distinct` (every event the remote holds matches a filter).
+fn remote_events(status: &SyncStatus, remote: &str, distinct: usize) -> String {
+    let remote = url(remote);
+    let (received, again) = status
+        .relays
+        .iter()
+        .find(|relay| relay.report.relay == remote)
+        .map(|relay| {
+            (
+                relay.report.events_received,
+                relay.report.events_received_again,
+            )
+        })
+        .unwrap_or((0, 0));
+    format!(
+        "events from remote {received} ({again} seen again), {:.3} per distinct event",
+        received as f64 / distinct.max(1) as f64
+    )
 }
 
 /// (received, sent) bytes of the remote relay in `status`.
@@ -338,11 +361,12 @@ pub(crate) async fn in_process(bench: &Bench) -> Measurement {
         new_events: want,
         cpu: vec![("sync".into(), cpu.0), ("remote".into(), cpu.1)],
         note: format!(
-            "stored {}, duplicates {}, NIP-77 rounds {}, bytes from remote {}",
+            "stored {}, duplicates {}, NIP-77 rounds {}, bytes from remote {}, {}",
             summary.events_stored,
             summary.events_duplicate,
             last.engine.negentropy_rounds,
             remote_bytes(&last, &remote_url).0,
+            remote_events(&last, &remote_url, bench.n),
         ),
     }
 }

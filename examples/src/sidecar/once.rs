@@ -229,10 +229,11 @@ fn report_relays(status: &SyncStatus) {
             "not confirmed".to_owned()
         };
         println!(
-            "relay {}: {state}, {:?}, {} events received, {} bytes received",
+            "relay {}: {state}, {:?}, {} events received ({} of them again), {} bytes received",
             relay.report.relay,
             relay.report.method,
             relay.report.events_received,
+            relay.report.events_received_again,
             relay.bytes_received
         );
     }

@@ -35,6 +35,7 @@ fn relay_json(relay: &RelayStatus) -> Value {
         "health": relay.report.health.as_str(),
         "method": format!("{:?}", relay.report.method),
         "events_received": relay.report.events_received,
+        "events_received_again": relay.report.events_received_again,
         "events_stored": relay.report.events_stored,
         "bytes_received": relay.bytes_received,
         "bytes_sent": relay.bytes_sent,
