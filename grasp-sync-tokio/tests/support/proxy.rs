@@ -41,8 +41,6 @@ pub(crate) struct Shared {
     pub(crate) nip11_stall: bool,
     /// [`TestRelayConfig::max_frame_bytes`].
     pub(crate) max_frame_bytes: Option<usize>,
-    /// [`TestRelayConfig::no_eose_for_limit_zero`].
-    pub(crate) no_eose_for_limit_zero: bool,
     /// Counters.
     pub(crate) stats: Stats,
     /// [`TestRelayConfig::faults`].
@@ -62,7 +60,6 @@ impl Shared {
             nip11: config.nip11.clone(),
             nip11_stall: config.nip11_stall,
             max_frame_bytes: config.max_frame_bytes,
-            no_eose_for_limit_zero: config.no_eose_for_limit_zero,
             stats: Stats::default(),
             faults: config.faults.clone(),
             faults_on: AtomicBool::new(config.faults.is_some()),
@@ -91,8 +88,6 @@ pub(crate) struct Stats {
     pub(crate) frames_too_large: AtomicUsize,
     /// Largest client text/binary frame payload seen, in bytes.
     pub(crate) largest_client_frame: AtomicUsize,
-    /// EOSEs swallowed ([`Shared::no_eose_for_limit_zero`]).
-    pub(crate) eoses_swallowed: AtomicUsize,
 }
 
 impl Stats {
@@ -106,7 +101,6 @@ impl Stats {
             &self.nip11_requests,
             &self.frames_too_large,
             &self.largest_client_frame,
-            &self.eoses_swallowed,
         ] {
             counter.store(0, Ordering::SeqCst);
         }
@@ -180,8 +174,6 @@ async fn pump(
 ) {
     // Sub ids of the REQs open on this connection.
     let mut open: HashSet<String> = HashSet::new();
-    // Sub ids of live-only REQs whose EOSE is swallowed (nostr-rs-relay).
-    let mut live_only: HashSet<String> = HashSet::new();
     let mut faults = ConnFaults::new(shared.faults.as_ref(), &shared.fault_stats);
     loop {
         tokio::select! {
@@ -197,9 +189,6 @@ async fn pump(
                 }
                 match msg {
                     Message::Text(text) => {
-                        if shared.no_eose_for_limit_zero {
-                            note_live_only(text.as_str(), &mut live_only);
-                        }
                         match from_client(text.as_str(), &mut open, &mut faults, shared) {
                             Verdict::Forward => {
                                 if upstream.send(Message::Text(text)).await.is_err() {
@@ -235,9 +224,6 @@ async fn pump(
                 let mut forwarded = 0;
                 while let Some(msg) = next.take() {
                     let flow = match msg {
-                        Message::Text(text) if swallows_eose(text.as_str(), &live_only, shared) => {
-                            Flow::Continue
-                        }
                         Message::Text(text) => {
                             from_relay(&mut client, &mut upstream, text, &mut open, &mut faults, shared)
                                 .await
@@ -279,56 +265,6 @@ async fn pump(
         }
     }
     // Dropping both streams: the client sees the TCP connection end, the relay sees EOF.
-}
-
-/// Remembers (or forgets) `text`'s subscription id as live-only: a `REQ`
-/// whose every filter has `limit: 0`. A `REQ` reusing the id replaces it; a
-/// `CLOSE` ends it.
-fn note_live_only(text: &str, live_only: &mut HashSet<String>) {
-    let Ok(serde_json::Value::Array(parts)) = serde_json::from_str::<serde_json::Value>(text)
-    else {
-        return;
-    };
-    let (Some(kind), Some(sub)) = (
-        parts.first().and_then(|v| v.as_str()),
-        parts.get(1).and_then(|v| v.as_str()),
-    ) else {
-        return;
-    };
-    match kind {
-        "REQ" => {
-            let filters = &parts[2..];
-            let all_zero = !filters.is_empty()
-                && filters
-                    .iter()
-                    .all(|f| f.get("limit").and_then(|l| l.as_u64()) == Some(0));
-            if all_zero {
-                live_only.insert(sub.to_owned());
-            } else {
-                live_only.remove(sub);
-            }
-        }
-        "CLOSE" => {
-            live_only.remove(sub);
-        }
-        _ => {}
-    }
-}
-
-/// `true` for the relay's EOSE of a live-only `REQ` when EOSEs of those are
-/// swallowed (counted).
-fn swallows_eose(text: &str, live_only: &HashSet<String>, shared: &Shared) -> bool {
-    if !shared.no_eose_for_limit_zero {
-        return false;
-    }
-    let Some((kind, Some(sub))) = head(text) else {
-        return false;
-    };
-    let swallow = kind == "EOSE" && live_only.contains(sub.as_ref());
-    if swallow {
-        shared.stats.eoses_swallowed.fetch_add(1, Ordering::SeqCst);
-    }
-    swallow
 }
 
 fn ended(sent: Result<(), WsError>) -> Flow {

@@ -77,12 +77,6 @@ pub struct TestRelayConfig {
     /// Seeded faults the proxy injects ([`FaultPlan`]), from the start until
     /// [`TestRelay::stop_faults`]. None: none.
     pub faults: Option<FaultPlan>,
-    /// A `REQ` whose every filter has `limit: 0` gets no `EOSE`, ever (the
-    /// proxy swallows it; a `REQ` with `since` or a `limit` keeps its own):
-    /// nostr-rs-relay 0.8.12's behaviour (`Subscription::needs_historical_events`
-    /// is false when every filter has `limit: 0`, so it queries nothing and
-    /// sends no EOSE). Counted in [`TestRelay::eoses_swallowed`].
-    pub no_eose_for_limit_zero: bool,
 }
 
 impl TestRelayConfig {
@@ -380,11 +374,6 @@ impl TestRelay {
             .stats
             .largest_client_frame
             .load(Ordering::SeqCst)
-    }
-
-    /// `EOSE`s swallowed because of [`TestRelayConfig::no_eose_for_limit_zero`].
-    pub fn eoses_swallowed(&self) -> usize {
-        self.shared.stats.eoses_swallowed.load(Ordering::SeqCst)
     }
 
     /// Stop injecting faults: from now on every frame is forwarded as it comes (a connection
