@@ -124,6 +124,15 @@ pub struct EngineConfig {
     /// ([`EngineStats::events_received_again`](super::EngineStats::events_received_again);
     /// ≈ 60 B each). 0 counts none. Default: 20 000.
     pub received_ids_per_relay: usize,
+    /// Events remembered per relay that name another event (`e`, `E`, `q`:
+    /// replies, comments, statuses) and were handed to the store this sync,
+    /// one entry per named event (≈ 48 B each, plus ≈ 80 B per named
+    /// event). On a NIP-77 relay, the replies of a root event the store just
+    /// took as new are reconciled against these instead of a store query,
+    /// and only those still missing are fetched; an entry forgotten is
+    /// fetched again, nothing else. 0 remembers none: such replies are then
+    /// fetched by REQ. Default: 20 000.
+    pub sent_replies_per_relay: usize,
     /// Which relay URLs from announcements may be connected to.
     pub relay_policy: RelayUrlPolicy,
     /// Our service's relay URLs. When not empty, only announcements that
@@ -171,6 +180,7 @@ impl Default for EngineConfig {
             max_relays: 1_000,
             max_unannounced_repos: 10_000,
             received_ids_per_relay: 20_000,
+            sent_replies_per_relay: 20_000,
             relay_policy: RelayUrlPolicy::new(),
             service_relays: Vec::new(),
             bootstrap_relays: Vec::new(),

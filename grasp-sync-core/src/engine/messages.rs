@@ -285,10 +285,10 @@ impl SyncEngine {
                     self.knowledge(relay).rebuild_live_at = Some(now.instant + delay);
                 }
             }
-            Sub::Negentropy { filter, .. } => {
-                let filter = filter.clone();
+            Sub::Negentropy { filter, sent, .. } => {
+                let (filter, sent) = (filter.clone(), *sent);
                 if slot_refused {
-                    self.replace_job(now, relay, id, Job::Negentropy(filter));
+                    self.replace_job(now, relay, id, Sub::negentropy_job(filter, sent));
                 } else {
                     self.negentropy_refused(now, relay, id, message, false);
                 }

@@ -69,6 +69,10 @@ pub(crate) enum Job {
     Page(Box<PaginationState>),
     /// NIP-77 reconciliation, then fetching what is missing.
     Negentropy(Filter),
+    /// NIP-77 reconciliation of a fresh root event's replies against what
+    /// the relay sent this sync and was handed to the store
+    /// ([`RelayKnowledge::sent_replies`]), not against a store query.
+    NegentropySent(Filter),
     /// `REQ` for missing ids, restricted to the reconciled filter; tried
     /// again while it brings nothing new, up to the configured attempts.
     Fetch {
@@ -112,13 +116,16 @@ pub(crate) enum Sub {
         paging: PaginationState,
     },
     /// A negentropy session; `session` is `None` while the store is asked
-    /// for local items (the slot is reserved, nothing sent yet).
+    /// for local items (the slot is reserved, nothing sent yet). `sent`:
+    /// the local items are what the relay sent this sync
+    /// ([`Job::NegentropySent`]), not the store's.
     Negentropy {
         batch: BatchId,
         filter: Filter,
         session: Option<NegSession>,
         answered: bool,
         opened_at: Instant,
+        sent: bool,
     },
     /// A fetch of missing ids.
     Fetch {
@@ -142,6 +149,16 @@ pub(crate) enum Sub {
 }
 
 impl Sub {
+    /// The job that starts a negentropy session of `filter` again, with its
+    /// local items from the same source.
+    pub(crate) fn negentropy_job(filter: Filter, sent: bool) -> Job {
+        if sent {
+            Job::NegentropySent(filter)
+        } else {
+            Job::Negentropy(filter)
+        }
+    }
+
     /// The batch a historic subscription belongs to.
     pub(crate) fn batch(&self) -> Option<BatchId> {
         match self {
@@ -196,6 +213,10 @@ pub(crate) struct RelayKnowledge {
     /// Ids the relay sent lately (at most
     /// [`EngineConfig::received_ids_per_relay`]), created with the first.
     pub(crate) received_lately: Option<crate::recent::RecentIds>,
+    /// Events the relay sent that name an event (`e`, `E`, `q`) and were
+    /// handed to the store (at most
+    /// [`EngineConfig::sent_replies_per_relay`]), created with the first.
+    pub(crate) sent_replies: Option<super::sent_replies::SentReplies>,
     /// Events from the relay the store reported newly stored.
     pub(crate) events_stored: u64,
     /// The last thing that went wrong with the relay.

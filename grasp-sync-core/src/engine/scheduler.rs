@@ -109,8 +109,12 @@ impl SyncEngine {
         let budget = self.frame_budget(relay);
         let frame_limit = self.config.negentropy_frame_size_limit;
         let job = match job {
-            Job::Negentropy(filter) if self.knowledge(relay).negentropy_refused => Job::Req(filter),
-            Job::Negentropy(filter)
+            Job::Negentropy(filter) | Job::NegentropySent(filter)
+                if self.knowledge(relay).negentropy_refused =>
+            {
+                Job::Req(filter)
+            }
+            Job::Negentropy(filter) | Job::NegentropySent(filter)
                 if super::frames::negentropy_frame_limit(budget, &filter, frame_limit)
                     .is_none() =>
             {
@@ -118,6 +122,7 @@ impl SyncEngine {
             }
             job => job,
         };
+        let mut sent_items = None;
         let (id, sub) = match job {
             Job::Req(filter) => {
                 // A filter too large for the relay's frames (a long list of
@@ -173,6 +178,20 @@ impl SyncEngine {
                     session: None,
                     answered: false,
                     opened_at: now.instant,
+                    sent: false,
+                };
+                (id, sub)
+            }
+            Job::NegentropySent(filter) => {
+                let id = self.next_sub_id("neg");
+                sent_items = Some(self.sent_items(now, relay, batch, &filter));
+                let sub = Sub::Negentropy {
+                    batch,
+                    filter,
+                    session: None,
+                    answered: false,
+                    opened_at: now.instant,
+                    sent: true,
                 };
                 (id, sub)
             }
@@ -221,6 +240,10 @@ impl SyncEngine {
             conn.last_opened = Some(id.clone());
         }
         self.progress(now, batch);
+        if let Some(items) = sent_items {
+            // No store query: the local side is known already.
+            self.open_negentropy(now, relay, &id, &items);
+        }
     }
 
     /// The `limit` of a historic page on `relay`.
