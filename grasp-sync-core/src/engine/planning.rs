@@ -250,6 +250,7 @@ impl SyncEngine {
                 started_unix: now.unix,
                 fetching: Default::default(),
                 covers_from: None,
+                req_resumes: 0,
             },
         );
         if let Some(conn) = self.conns.get_mut(relay) {

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use nostr::prelude::{EventId, RelayUrl};
 
-use super::runtime::{Job, QueuedJob, Sub};
+use super::runtime::{Job, QueuedJob, ReqWatch, Sub};
 use super::{Command, SyncEngine};
 use crate::clock::Now;
 use crate::pagination::PaginationState;
@@ -147,6 +147,7 @@ impl SyncEngine {
                     Sub::Req {
                         batch,
                         paging: PaginationState::new(filter),
+                        watch: self.watch_request(now, relay),
                     },
                 )
             }
@@ -162,6 +163,7 @@ impl SyncEngine {
                     Sub::Req {
                         batch,
                         paging: *paging,
+                        watch: self.watch_request(now, relay),
                     },
                 )
             }
@@ -231,6 +233,7 @@ impl SyncEngine {
                         filters,
                         pages,
                         received,
+                        watch: self.watch_request(now, relay),
                     },
                 )
             }
@@ -243,6 +246,17 @@ impl SyncEngine {
         if let Some(items) = sent_items {
             // No store query: the local side is known already.
             self.open_negentropy(now, relay, &id, &items);
+        }
+    }
+
+    /// Numbers a historic REQ frame sent to `relay` at `now`.
+    pub(super) fn watch_request(&mut self, now: Now, relay: &RelayUrl) -> ReqWatch {
+        match self.conns.get_mut(relay) {
+            Some(conn) => conn.watch_request(now.instant),
+            None => ReqWatch {
+                sent: 0,
+                heard_at: now.instant,
+            },
         }
     }
 

@@ -38,6 +38,10 @@ pub struct EngineStats {
     /// against a store query: only the replies still missing are fetched
     /// ([`EngineConfig::sent_replies_per_relay`](super::EngineConfig::sent_replies_per_relay)).
     pub fresh_roots_reconciled: u64,
+    /// Historic REQs the relay stopped answering without EOSE or CLOSED
+    /// (while it answered other things) that were closed and asked again
+    /// from where they were, instead of failing their batch.
+    pub reqs_resumed: u64,
     /// Events dropped because the id or signature did not verify.
     pub dropped_forged: u64,
     /// Events dropped because they matched no filter of their subscription.
