@@ -107,6 +107,15 @@ impl SyncEngine {
         };
         let attempts = self.config.req_resume_attempts;
         let Some(info) = self.batches.get_mut(&batch) else {
+            // No batch to resume for (cannot happen: a batch ends with its
+            // subscriptions): close it rather than wake for it forever.
+            if let Some(sub) = self
+                .conns
+                .get_mut(relay)
+                .and_then(|conn| conn.subs.shift_remove(id))
+            {
+                self.send_close(relay, id.clone(), &sub);
+            }
             return;
         };
         if info.req_resumes >= attempts {
