@@ -149,6 +149,29 @@ impl PaginationState {
         ))
     }
 
+    /// The state to ask again with after the relay stopped answering the
+    /// current page without EOSE or CLOSED (nostr-rs-relay drops a slow
+    /// client's query): from the oldest second seen (`until` inclusive, its
+    /// ids known, so only that second comes again), or the current page
+    /// again if it brought nothing. Relays send a filter's events newest
+    /// first, so nothing older than that second was received.
+    pub fn resume_interrupted(&self) -> PaginationState {
+        let mut state = self.clone();
+        match self.min_created_at {
+            Some(min) if self.event_count > 0 => state.start_page(min),
+            _ => state.restart_page(),
+        }
+        state
+    }
+
+    /// The current page to be asked again from its start (one filter of
+    /// several in an interrupted REQ: where its own events had reached
+    /// cannot be told, others' may match it too). Its events come again.
+    pub fn restart_page(&mut self) {
+        self.event_count = 0;
+        self.new_count = 0;
+    }
+
     /// The filter the current page was requested with. An event that does
     /// not match it is off-filter for this subscription.
     pub fn current_filter(&self) -> Filter {

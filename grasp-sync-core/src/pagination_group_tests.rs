@@ -1,5 +1,6 @@
 //! One filter of several in a REQ: where its pages go on
-//! ([`PaginationState::continue_alone`]).
+//! ([`PaginationState::continue_alone`]); a page the relay stopped
+//! answering ([`PaginationState::resume_interrupted`]).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -115,4 +116,37 @@ fn a_shared_page_shorter_than_the_relay_page_is_complete() {
     // Duplicates do not make a page full.
     let doubled: Vec<_> = seen.iter().chain(seen.iter()).copied().collect();
     assert!(state.continue_alone(&doubled, 10).is_none());
+}
+
+#[test]
+fn an_interrupted_page_resumes_from_its_oldest_second_losing_nothing() {
+    // 10 events, two per second (seconds 5 down to 1); the relay sends the
+    // newest 5 of a page of 500 and then nothing.
+    let events: Vec<(EventId, Timestamp)> = (0..10u32)
+        .map(|n| (id(n), Timestamp::from_secs(5 - u64::from(n / 2))))
+        .collect();
+    let mut paging = PaginationState::new(Filter::new().limit(500));
+    for (event, at) in &events[..5] {
+        paging.on_event(*event, *at);
+    }
+    let resumed = paging.resume_interrupted();
+    // The 5th event sits at second 3: the resumed page asks until 3.
+    assert_eq!(
+        resumed.current_filter().until,
+        Some(Timestamp::from_secs(3))
+    );
+    let mut resumed = resumed;
+    let mut new = 0;
+    for (event, at) in events.iter().filter(|(_, at)| at.as_secs() <= 3) {
+        new += usize::from(resumed.on_event(*event, *at));
+    }
+    // Of the 6 events the resumed page brings, only the one at second 3
+    // already received is not new.
+    assert_eq!(new, 5);
+    // A page that brought nothing is asked again as it was.
+    let quiet = PaginationState::new(Filter::new().limit(500));
+    assert_eq!(
+        quiet.resume_interrupted().current_filter(),
+        quiet.current_filter()
+    );
 }

@@ -44,9 +44,17 @@ pub struct EngineConfig {
     pub batch_timeout: Duration,
     /// A batch with subscriptions running and no message for them for this
     /// long fails even while its relay keeps answering our other historic
-    /// subscriptions (one it dropped silently while streaming others).
+    /// subscriptions (a REQ it dropped silently is resumed first, see
+    /// [`EngineConfig::req_resume_attempts`]).
     /// Never shorter than [`EngineConfig::batch_timeout`]. Default: 5 min.
     pub batch_stall_limit: Duration,
+    /// A historic REQ that brought nothing for the batch timeout while its
+    /// relay answered other things (or only pings) is taken for dropped
+    /// (nostr-rs-relay aborts a slow client's query without EOSE or
+    /// CLOSED) and asked again from where it was; after this many such
+    /// resumes without a word from the relay for the batch since, the batch
+    /// fails. Default: 3.
+    pub req_resume_attempts: u32,
     /// A NEG-OPEN unanswered for this long counts as a refusal of NIP-77.
     pub negentropy_timeout: Duration,
     /// How often relays with nothing left to sync are dropped (spec: 60 s).
@@ -124,6 +132,15 @@ pub struct EngineConfig {
     /// ([`EngineStats::events_received_again`](super::EngineStats::events_received_again);
     /// ≈ 60 B each). 0 counts none. Default: 20 000.
     pub received_ids_per_relay: usize,
+    /// Events remembered per relay that name another event (`e`, `E`, `q`:
+    /// replies, comments, statuses) and were handed to the store this sync,
+    /// one entry per named event (≈ 48 B each, plus ≈ 80 B per named
+    /// event). On a NIP-77 relay, the replies of a root event the store just
+    /// took as new are reconciled against these instead of a store query,
+    /// and only those still missing are fetched; an entry forgotten is
+    /// fetched again, nothing else. 0 remembers none: such replies are then
+    /// fetched by REQ. Default: 20 000.
+    pub sent_replies_per_relay: usize,
     /// Which relay URLs from announcements may be connected to.
     pub relay_policy: RelayUrlPolicy,
     /// Our service's relay URLs. When not empty, only announcements that
@@ -151,6 +168,7 @@ impl Default for EngineConfig {
             daily_max: Duration::from_secs(25 * 3600),
             batch_timeout: Duration::from_secs(60),
             batch_stall_limit: Duration::from_secs(5 * 60),
+            req_resume_attempts: 3,
             negentropy_timeout: Duration::from_secs(10),
             disconnect_check_interval: Duration::from_secs(60),
             negentropy_frame_size_limit: 30_000,
@@ -171,6 +189,7 @@ impl Default for EngineConfig {
             max_relays: 1_000,
             max_unannounced_repos: 10_000,
             received_ids_per_relay: 20_000,
+            sent_replies_per_relay: 20_000,
             relay_policy: RelayUrlPolicy::new(),
             service_relays: Vec::new(),
             bootstrap_relays: Vec::new(),

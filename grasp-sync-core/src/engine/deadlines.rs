@@ -75,6 +75,9 @@ impl SyncEngine {
                 deadlines.push(conn.rate_window_frees_at(self.last_now, self.rate_window()));
             }
             for sub in conn.subs.values() {
+                if let Some(watch) = sub.watch() {
+                    deadlines.push(self.req_stalls_at(conn, watch));
+                }
                 deadlines.push(match sub {
                     Sub::Live {
                         answered: false,

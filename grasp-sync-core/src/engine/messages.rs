@@ -104,11 +104,22 @@ impl SyncEngine {
         };
         conn.last_heard = now.instant;
         if let Some(id) = answered {
-            if conn.subs.get(id).is_some_and(|sub| sub.batch().is_some()) {
+            let mut batch = None;
+            if let Some(sub) = conn.subs.get_mut(id) {
+                batch = sub.batch();
+                if let Some(watch) = sub.watch_mut() {
+                    watch.heard_at = now.instant;
+                    conn.newest_answered = conn.newest_answered.max(watch.sent);
+                }
+            }
+            if batch.is_some() {
                 conn.last_historic_data = now.instant;
             }
             conn.unanswered.retain(|waiting| waiting != id);
             conn.frame_answered(id);
+            if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+                info.req_resumes = 0;
+            }
         }
         true
     }
@@ -124,7 +135,7 @@ impl SyncEngine {
             return;
         };
         match sub {
-            Sub::Req { batch, paging } => {
+            Sub::Req { batch, paging, .. } => {
                 let batch = *batch;
                 let page_limit_ours = page_limit;
                 let page_limit =
@@ -147,6 +158,14 @@ impl SyncEngine {
                     PageOutcome::NextPage(filter)
                         if self.store_keeps_up() && self.rate_allows(now, relay) =>
                     {
+                        let next = self.watch_request(now, relay);
+                        if let Some(Sub::Req { watch, .. }) = self
+                            .conns
+                            .get_mut(relay)
+                            .and_then(|conn| conn.subs.get_mut(id))
+                        {
+                            *watch = next;
+                        }
                         self.emit(Command::Subscribe {
                             relay: relay.clone(),
                             id: id.clone(),
@@ -285,15 +304,15 @@ impl SyncEngine {
                     self.knowledge(relay).rebuild_live_at = Some(now.instant + delay);
                 }
             }
-            Sub::Negentropy { filter, .. } => {
-                let filter = filter.clone();
+            Sub::Negentropy { filter, sent, .. } => {
+                let (filter, sent) = (filter.clone(), *sent);
                 if slot_refused {
-                    self.replace_job(now, relay, id, Job::Negentropy(filter));
+                    self.replace_job(now, relay, id, Sub::negentropy_job(filter, sent));
                 } else {
                     self.negentropy_refused(now, relay, id, message, false);
                 }
             }
-            Sub::Req { paging, batch } => {
+            Sub::Req { paging, batch, .. } => {
                 let (paging, batch) = (paging.clone(), *batch);
                 if slot_refused {
                     self.replace_job(now, relay, id, Job::Page(Box::new(paging)));

@@ -84,6 +84,7 @@ mod refusals;
 mod report;
 mod runtime;
 mod scheduler;
+mod sent_replies;
 mod session;
 mod stats;
 mod stores;

@@ -23,7 +23,10 @@ impl SyncEngine {
         let budget = self.frame_budget(relay);
         let configured = self.config.negentropy_frame_size_limit;
         let Some(Sub::Negentropy {
-            filter, session, ..
+            filter,
+            session,
+            sent,
+            ..
         }) = self.conns.get(relay).and_then(|conn| conn.subs.get(id))
         else {
             return;
@@ -31,10 +34,10 @@ impl SyncEngine {
         if session.is_some() {
             return;
         }
-        let filter = filter.clone();
+        let (filter, sent) = (filter.clone(), *sent);
         if !self.rate_allows(now, relay) {
             // The store answered during a rate-limit cooldown: wait for it.
-            self.replace_job(now, relay, id, Job::Negentropy(filter));
+            self.replace_job(now, relay, id, Sub::negentropy_job(filter, sent));
             return;
         }
         let Some(Sub::Negentropy {
@@ -80,6 +83,56 @@ impl SyncEngine {
                 self.replace_job(now, relay, id, Job::Req(filter));
             }
         }
+    }
+
+    /// The local side of a [`Job::NegentropySent`] session of `batch`: the
+    /// events `relay` sent this sync that match `filter` and were handed to
+    /// the store (each stored, refused for good, or still on its way — then
+    /// `batch` waits for its store answer, so it confirms only what is
+    /// stored), plus the events the store refused for good.
+    pub(super) fn sent_items(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        batch: crate::model::BatchId,
+        filter: &Filter,
+    ) -> Vec<(EventId, Timestamp)> {
+        let mut items = self
+            .known
+            .get(relay)
+            .and_then(|known| known.sent_replies.as_ref())
+            .and_then(|sent| sent.items_matching(filter))
+            .unwrap_or_default();
+        for (id, _) in &items {
+            self.wait_for_store(now, batch, id);
+        }
+        items.extend(self.stores.refused_items(filter));
+        items
+    }
+
+    /// Remembers an event `relay` sent that names another event, as it is
+    /// handed to the store ([`SyncEngine::sent_items`]).
+    pub(super) fn note_sent_reply(&mut self, relay: &RelayUrl, event: &nostr::prelude::Event) {
+        let capacity = self.config.sent_replies_per_relay;
+        if capacity == 0 {
+            return;
+        }
+        self.knowledge(relay)
+            .sent_replies
+            .get_or_insert_with(|| super::sent_replies::SentReplies::new(capacity))
+            .note(event);
+    }
+
+    /// `true` if the replies of root events the store just took as new are
+    /// reconciled on `relay` against what it sent this sync
+    /// ([`Job::NegentropySent`]) rather than fetched by one REQ: the relay
+    /// does NIP-77 and the engine remembers what relays send.
+    pub(super) fn reconciles_fresh_roots(&self, relay: &RelayUrl) -> bool {
+        let refused = self
+            .known
+            .get(relay)
+            .is_some_and(|known| known.negentropy_refused);
+        !refused && self.config.sent_replies_per_relay > 0
     }
 
     /// The relay refused NIP-77 (NEG-ERR, a NOTICE, CLOSED on the session id,
@@ -236,14 +289,14 @@ impl SyncEngine {
         message: &str,
     ) {
         let classified = classify(message);
-        let Some(Sub::Negentropy { filter, .. }) =
+        let Some(Sub::Negentropy { filter, sent, .. }) =
             self.conns.get(relay).and_then(|conn| conn.subs.get(id))
         else {
             return;
         };
-        let filter = filter.clone();
+        let (filter, sent) = (filter.clone(), *sent);
         if self.note_limits(now, relay, &classified) {
-            self.replace_job(now, relay, id, Job::Negentropy(filter));
+            self.replace_job(now, relay, id, Sub::negentropy_job(filter, sent));
         } else {
             self.negentropy_refused(now, relay, id, message, false);
         }

@@ -139,14 +139,23 @@ impl SyncEngine {
         self.add_live(now, relay, &items);
         let negentropy = !self.knowledge(relay).negentropy_refused;
         // Replies to root events the store took as new just now are new to
-        // us too: reconciling would list our (empty) side and then fetch
-        // everything by id. A REQ brings them in one go — once: the next
-        // relay planned for the root, and every later pass, reconcile.
+        // the store too: asking it for them costs a scan per session and
+        // finds only what this sync brought. On a NIP-77 relay they are
+        // reconciled against what the relay sent this sync (a status that
+        // came with its repository's reconciliation is not fetched again);
+        // elsewhere a REQ brings them in one go. Once: the next relay
+        // planned for the root, and every later pass, reconcile with the
+        // store.
         let (fresh, held): (HashSet<EventId>, HashSet<EventId>) = items
             .root_events
             .iter()
             .partition(|id| self.stores.fresh_roots.take(id).is_some());
-        self.stats.fresh_roots_by_req += fresh.len() as u64;
+        let sent = negentropy && self.reconciles_fresh_roots(relay);
+        if sent {
+            self.stats.fresh_roots_reconciled += fresh.len() as u64;
+        } else {
+            self.stats.fresh_roots_by_req += fresh.len() as u64;
+        }
         let reconciled = PendingItems {
             repos: items.repos.clone(),
             root_events: held,
@@ -163,8 +172,12 @@ impl SyncEngine {
             self.req_jobs(relay, filters)
         };
         let fresh_filters = layer2_and_layer3_filters(&fresh, chunk, FilterMode::FULL_HISTORY);
-        jobs.extend(self.req_jobs(relay, fresh_filters));
-        let method = if negentropy && !reconciled.is_empty() {
+        if sent {
+            jobs.extend(fresh_filters.into_iter().map(Job::NegentropySent));
+        } else {
+            jobs.extend(self.req_jobs(relay, fresh_filters));
+        }
+        let method = if negentropy && (!reconciled.is_empty() || sent) {
             SyncMethod::Negentropy
         } else {
             SyncMethod::ReqEose
@@ -237,6 +250,7 @@ impl SyncEngine {
                 started_unix: now.unix,
                 fetching: Default::default(),
                 covers_from: None,
+                req_resumes: 0,
             },
         );
         if let Some(conn) = self.conns.get_mut(relay) {

@@ -127,7 +127,9 @@ impl SyncEngine {
         let job = match sub {
             Sub::Live { .. } => None,
             Sub::Req { paging, .. } => Some(Job::Page(Box::new(paging.clone()))),
-            Sub::Negentropy { filter, .. } => Some(Job::Negentropy(filter.clone())),
+            Sub::Negentropy { filter, sent, .. } => {
+                Some(Sub::negentropy_job(filter.clone(), *sent))
+            }
             Sub::Fetch {
                 filter, fruitless, ..
             } => Some(Job::Fetch {

@@ -50,6 +50,9 @@ pub(crate) struct BatchInfo {
     /// For a gap catch-up or a poll: the moment (wall clock, before the
     /// quick-reconnect window is taken off) it catches up from.
     pub(crate) covers_from: Option<nostr::prelude::Timestamp>,
+    /// Stalled REQs of the batch resumed since it last heard anything
+    /// (`SyncEngine::resume_stalled_reqs`).
+    pub(crate) req_resumes: u32,
 }
 
 impl BatchInfo {
@@ -69,6 +72,10 @@ pub(crate) enum Job {
     Page(Box<PaginationState>),
     /// NIP-77 reconciliation, then fetching what is missing.
     Negentropy(Filter),
+    /// NIP-77 reconciliation of a fresh root event's replies against what
+    /// the relay sent this sync and was handed to the store
+    /// ([`RelayKnowledge::sent_replies`]), not against a store query.
+    NegentropySent(Filter),
     /// `REQ` for missing ids, restricted to the reconciled filter; tried
     /// again while it brings nothing new, up to the configured attempts.
     Fetch {
@@ -110,15 +117,19 @@ pub(crate) enum Sub {
     Req {
         batch: BatchId,
         paging: PaginationState,
+        watch: ReqWatch,
     },
     /// A negentropy session; `session` is `None` while the store is asked
-    /// for local items (the slot is reserved, nothing sent yet).
+    /// for local items (the slot is reserved, nothing sent yet). `sent`:
+    /// the local items are what the relay sent this sync
+    /// ([`Job::NegentropySent`]), not the store's.
     Negentropy {
         batch: BatchId,
         filter: Filter,
         session: Option<NegSession>,
         answered: bool,
         opened_at: Instant,
+        sent: bool,
     },
     /// A fetch of missing ids.
     Fetch {
@@ -138,10 +149,50 @@ pub(crate) enum Sub {
         /// included: where a filter's page ended when others' events match
         /// it too.
         received: Vec<Vec<(EventId, nostr::prelude::Timestamp)>>,
+        watch: ReqWatch,
     },
 }
 
+/// When a historic REQ was last sent and last answered: a relay that
+/// drops a query without EOSE or CLOSED (nostr-rs-relay on a slow client)
+/// leaves it waiting (`SyncEngine::req_stalls_at`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReqWatch {
+    /// The connection's request number of its latest REQ frame
+    /// ([`RelayConn::watch_request`]).
+    pub(crate) sent: u64,
+    /// When it was sent or last answered (an EVENT, an EOSE).
+    pub(crate) heard_at: Instant,
+}
+
 impl Sub {
+    /// The sending and answering of a historic REQ (not of live, negentropy
+    /// or fetch subscriptions).
+    pub(crate) fn watch(&self) -> Option<&ReqWatch> {
+        match self {
+            Sub::Req { watch, .. } | Sub::Poll { watch, .. } => Some(watch),
+            _ => None,
+        }
+    }
+
+    /// [`Sub::watch`], to update.
+    pub(crate) fn watch_mut(&mut self) -> Option<&mut ReqWatch> {
+        match self {
+            Sub::Req { watch, .. } | Sub::Poll { watch, .. } => Some(watch),
+            _ => None,
+        }
+    }
+
+    /// The job that starts a negentropy session of `filter` again, with its
+    /// local items from the same source.
+    pub(crate) fn negentropy_job(filter: Filter, sent: bool) -> Job {
+        if sent {
+            Job::NegentropySent(filter)
+        } else {
+            Job::Negentropy(filter)
+        }
+    }
+
     /// The batch a historic subscription belongs to.
     pub(crate) fn batch(&self) -> Option<BatchId> {
         match self {
@@ -196,6 +247,10 @@ pub(crate) struct RelayKnowledge {
     /// Ids the relay sent lately (at most
     /// [`EngineConfig::received_ids_per_relay`]), created with the first.
     pub(crate) received_lately: Option<crate::recent::RecentIds>,
+    /// Events the relay sent that name an event (`e`, `E`, `q`) and were
+    /// handed to the store (at most
+    /// [`EngineConfig::sent_replies_per_relay`]), created with the first.
+    pub(crate) sent_replies: Option<super::sent_replies::SentReplies>,
     /// Events from the relay the store reported newly stored.
     pub(crate) events_stored: u64,
     /// The last thing that went wrong with the relay.
@@ -303,9 +358,24 @@ pub(crate) struct RelayConn {
     /// first: a relay answers in order, so a NOTICE refusing one (which
     /// names no subscription) is about the oldest of them.
     pub(crate) unanswered: VecDeque<SubscriptionId>,
+    /// Historic REQ frames sent on this connection (each page counts).
+    pub(crate) requests_sent: u64,
+    /// The number ([`ReqWatch::sent`]) of the latest historic REQ frame the
+    /// relay answered: a REQ sent before it and not answered since was
+    /// overtaken.
+    pub(crate) newest_answered: u64,
 }
 
 impl RelayConn {
+    /// Numbers a historic REQ frame sent at `now`.
+    pub(crate) fn watch_request(&mut self, now: Instant) -> ReqWatch {
+        self.requests_sent += 1;
+        ReqWatch {
+            sent: self.requests_sent,
+            heard_at: now,
+        }
+    }
+
     /// Subscriptions live right now (Layer 1 included).
     pub(crate) fn live_count(&self) -> usize {
         usize::from(self.layer1_live.is_some()) + self.live_base.len() + self.live_incremental.len()

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use nostr::prelude::{EventId, RelayUrl};
 
-use super::runtime::{Job, QueuedJob, Sub};
+use super::runtime::{Job, QueuedJob, ReqWatch, Sub};
 use super::{Command, SyncEngine};
 use crate::clock::Now;
 use crate::pagination::PaginationState;
@@ -109,8 +109,12 @@ impl SyncEngine {
         let budget = self.frame_budget(relay);
         let frame_limit = self.config.negentropy_frame_size_limit;
         let job = match job {
-            Job::Negentropy(filter) if self.knowledge(relay).negentropy_refused => Job::Req(filter),
-            Job::Negentropy(filter)
+            Job::Negentropy(filter) | Job::NegentropySent(filter)
+                if self.knowledge(relay).negentropy_refused =>
+            {
+                Job::Req(filter)
+            }
+            Job::Negentropy(filter) | Job::NegentropySent(filter)
                 if super::frames::negentropy_frame_limit(budget, &filter, frame_limit)
                     .is_none() =>
             {
@@ -118,6 +122,7 @@ impl SyncEngine {
             }
             job => job,
         };
+        let mut sent_items = None;
         let (id, sub) = match job {
             Job::Req(filter) => {
                 // A filter too large for the relay's frames (a long list of
@@ -142,6 +147,7 @@ impl SyncEngine {
                     Sub::Req {
                         batch,
                         paging: PaginationState::new(filter),
+                        watch: self.watch_request(now, relay),
                     },
                 )
             }
@@ -157,6 +163,7 @@ impl SyncEngine {
                     Sub::Req {
                         batch,
                         paging: *paging,
+                        watch: self.watch_request(now, relay),
                     },
                 )
             }
@@ -173,6 +180,20 @@ impl SyncEngine {
                     session: None,
                     answered: false,
                     opened_at: now.instant,
+                    sent: false,
+                };
+                (id, sub)
+            }
+            Job::NegentropySent(filter) => {
+                let id = self.next_sub_id("neg");
+                sent_items = Some(self.sent_items(now, relay, batch, &filter));
+                let sub = Sub::Negentropy {
+                    batch,
+                    filter,
+                    session: None,
+                    answered: false,
+                    opened_at: now.instant,
+                    sent: true,
                 };
                 (id, sub)
             }
@@ -212,6 +233,7 @@ impl SyncEngine {
                         filters,
                         pages,
                         received,
+                        watch: self.watch_request(now, relay),
                     },
                 )
             }
@@ -221,6 +243,21 @@ impl SyncEngine {
             conn.last_opened = Some(id.clone());
         }
         self.progress(now, batch);
+        if let Some(items) = sent_items {
+            // No store query: the local side is known already.
+            self.open_negentropy(now, relay, &id, &items);
+        }
+    }
+
+    /// Numbers a historic REQ frame sent to `relay` at `now`.
+    pub(super) fn watch_request(&mut self, now: Now, relay: &RelayUrl) -> ReqWatch {
+        match self.conns.get_mut(relay) {
+            Some(conn) => conn.watch_request(now.instant),
+            None => ReqWatch {
+                sent: 0,
+                heard_at: now.instant,
+            },
+        }
     }
 
     /// The `limit` of a historic page on `relay`.

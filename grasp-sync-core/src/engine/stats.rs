@@ -33,6 +33,15 @@ pub struct EngineStats {
     /// Root events whose replies were fetched by REQ without reconciling:
     /// the store had just taken the root event as new.
     pub fresh_roots_by_req: u64,
+    /// Root events the store had just taken as new whose replies were
+    /// reconciled (NIP-77) against what their relay sent this sync, not
+    /// against a store query: only the replies still missing are fetched
+    /// ([`EngineConfig::sent_replies_per_relay`](super::EngineConfig::sent_replies_per_relay)).
+    pub fresh_roots_reconciled: u64,
+    /// Historic REQs the relay stopped answering without EOSE or CLOSED
+    /// (while it answered other things) that were closed and asked again
+    /// from where they were, instead of failing their batch.
+    pub reqs_resumed: u64,
     /// Events dropped because the id or signature did not verify.
     pub dropped_forged: u64,
     /// Events dropped because they matched no filter of their subscription.

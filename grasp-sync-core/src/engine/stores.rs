@@ -151,6 +151,8 @@ impl SyncEngine {
         event: VerifiedEvent,
         batch: Option<BatchId>,
     ) {
+        // Whatever follows, the store has it, is asked for it or refused it.
+        self.note_sent_reply(relay, &event);
         if self.stores.is_refused(&event.id) {
             return;
         }
@@ -220,19 +222,26 @@ impl SyncEngine {
     ) -> Vec<EventId> {
         let mut fetch = Vec::with_capacity(need.len());
         for id in need {
-            if self.stores.stored_lately.contains(&id) {
+            if self.stores.stored_lately.contains(&id) || self.wait_for_store(now, batch, &id) {
                 self.stats.fetches_saved += 1;
-            } else if let Some(waiting) = self.stores.in_flight.get_mut(&id) {
-                self.stats.fetches_saved += 1;
-                if !waiting.batches.contains(&batch) {
-                    waiting.batches.push(batch);
-                    self.count_store(now, batch, 1);
-                }
             } else {
                 fetch.push(id);
             }
         }
         fetch
+    }
+
+    /// If `id` is on its way to the store, `batch` confirms only once it is
+    /// stored (`true`); `false` if it is not waiting for the store.
+    pub(super) fn wait_for_store(&mut self, now: Now, batch: BatchId, id: &EventId) -> bool {
+        let Some(waiting) = self.stores.in_flight.get_mut(id) else {
+            return false;
+        };
+        if !waiting.batches.contains(&batch) {
+            waiting.batches.push(batch);
+            self.count_store(now, batch, 1);
+        }
+        true
     }
 
     /// The store's answer to [`Command::Store`] for the event `id`.

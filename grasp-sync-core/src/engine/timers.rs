@@ -2,8 +2,10 @@
 //! unanswered NEG-OPENs, and the retries whose delay is over.
 
 use nostr::prelude::{RelayUrl, SubscriptionId};
+use tracing::debug;
 
-use super::runtime::{BatchInfo, Sub};
+use super::runtime::{BatchInfo, Job, RelayConn, ReqWatch, Sub};
+use super::Command;
 use super::SyncEngine;
 use crate::clock::{Instant, Now};
 use crate::model::BatchId;
@@ -31,10 +33,116 @@ impl SyncEngine {
         own.max(relay_idle.min(hard))
     }
 
-    /// Fails batches without progress ([`SyncEngine::batch_stalls_at`]),
+    /// When a historic REQ (a [`Sub::Req`], a [`Sub::Poll`]) counts as
+    /// dropped by its relay — nostr-rs-relay aborts a query without EOSE or
+    /// CLOSED when a client reads slowly or a WAL checkpoint runs: once it
+    /// has brought nothing (no EVENT, no EOSE) for the batch timeout while
+    /// the relay still shows it is alive (a frame, a pong) and either
+    /// answered a REQ sent after it (it overtook this one) or has sent
+    /// nothing for any historic subscription for the batch timeout either
+    /// (a relay answering our REQs one after another is still working on
+    /// this one). `None` while the relay as a whole would be silent by then:
+    /// it is reconnected instead ([`SyncEngine::expire_batches`]).
+    pub(super) fn req_stalls_at(&self, conn: &RelayConn, watch: &ReqWatch) -> Option<Instant> {
+        let timeout = self.config.batch_timeout;
+        let overtaken = conn.newest_answered > watch.sent;
+        let quiet_since = if overtaken {
+            watch.heard_at
+        } else {
+            watch.heard_at.max(conn.last_historic_data)
+        };
+        let at = quiet_since + timeout;
+        (at < conn.last_heard + timeout).then_some(at)
+    }
+
+    /// Closes every historic REQ its relay dropped
+    /// ([`SyncEngine::req_stalls_at`]) and asks again from where it was
+    /// ([`PaginationState::resume_interrupted`]; each filter of a packed
+    /// REQ from its current page), counted in
+    /// [`EngineStats::reqs_resumed`](super::EngineStats::reqs_resumed).
+    /// A batch whose REQs were resumed
+    /// [`EngineConfig::req_resume_attempts`](super::EngineConfig::req_resume_attempts)
+    /// times without hearing anything since fails.
+    ///
+    /// [`PaginationState::resume_interrupted`]: crate::pagination::PaginationState::resume_interrupted
+    fn resume_stalled_reqs(&mut self, now: Now) {
+        let this = &*self;
+        let stalled: Vec<(RelayUrl, SubscriptionId)> = this
+            .conns
+            .iter()
+            .flat_map(|(relay, conn)| {
+                conn.subs.iter().filter_map(move |(id, sub)| {
+                    let at = sub
+                        .watch()
+                        .and_then(|watch| this.req_stalls_at(conn, watch))?;
+                    (at <= now.instant).then(|| (relay.clone(), id.clone()))
+                })
+            })
+            .collect();
+        for (relay, id) in stalled {
+            self.resume_req(now, &relay, &id);
+        }
+    }
+
+    /// Resumes the stalled REQ `id` on `relay`, or fails its batch once
+    /// resuming has not helped often enough.
+    fn resume_req(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
+        let Some(sub) = self.conns.get(relay).and_then(|conn| conn.subs.get(id)) else {
+            return;
+        };
+        let Some(batch) = sub.batch() else {
+            return;
+        };
+        let mut jobs: Vec<Job> = match sub {
+            Sub::Req { paging, .. } => vec![Job::Page(Box::new(paging.resume_interrupted()))],
+            Sub::Poll { pages, .. } => pages
+                .iter()
+                .map(|page| {
+                    let mut page = page.clone();
+                    page.restart_page();
+                    Job::Page(Box::new(page))
+                })
+                .collect(),
+            _ => return,
+        };
+        let attempts = self.config.req_resume_attempts;
+        let Some(info) = self.batches.get_mut(&batch) else {
+            // No batch to resume for (cannot happen: a batch ends with its
+            // subscriptions): close it rather than wake for it forever.
+            if let Some(sub) = self
+                .conns
+                .get_mut(relay)
+                .and_then(|conn| conn.subs.shift_remove(id))
+            {
+                self.send_close(relay, id.clone(), &sub);
+            }
+            return;
+        };
+        if info.req_resumes >= attempts {
+            self.fail_batch(now, relay, batch, "a REQ resumed without an answer");
+            return;
+        }
+        info.req_resumes += 1;
+        self.stats.reqs_resumed += 1;
+        debug!(%relay, %id, %batch, "REQ dropped by the relay without EOSE; resuming it where it was");
+        self.emit(Command::Unsubscribe {
+            relay: relay.clone(),
+            id: id.clone(),
+        });
+        let first = jobs.remove(0);
+        self.replace_job(now, relay, id, first);
+        if !jobs.is_empty() {
+            self.add_jobs(relay, batch, jobs);
+        }
+    }
+
+    /// Resumes REQs the relay dropped ([`SyncEngine::resume_stalled_reqs`]),
+    /// fails batches without progress ([`SyncEngine::batch_stalls_at`]),
     /// reconnects relays silent for the batch timeout, and treats unanswered
     /// NEG-OPENs as refusals.
     pub(super) fn expire_batches(&mut self, now: Now) {
+        // First: a resumed REQ is progress of its batch.
+        self.resume_stalled_reqs(now);
         let timeout = self.config.batch_timeout;
         let stalled: Vec<(RelayUrl, BatchId)> = self
             .batches
@@ -96,8 +204,8 @@ impl SyncEngine {
         }
     }
 
-    /// Deadlines of batch timeouts. Part of the debug builds' reference
-    /// scan.
+    /// Deadlines of batch timeouts and stalled REQs. Part of the debug
+    /// builds' reference scan.
     #[cfg(debug_assertions)]
     pub(super) fn batch_deadlines(&self) -> Vec<Option<crate::clock::Instant>> {
         let timeout = self.config.batch_timeout;
@@ -105,6 +213,12 @@ impl SyncEngine {
             .iter()
             .filter(|(batch, info)| self.has_running_job(&info.relay, **batch))
             .map(|(_, info)| Some(self.batch_stalls_at(info)))
+            .chain(self.conns.values().flat_map(|conn| {
+                conn.subs
+                    .values()
+                    .filter_map(|sub| sub.watch())
+                    .map(move |watch| self.req_stalls_at(conn, watch))
+            }))
             .chain(self.conns.values().flat_map(|conn| {
                 conn.subs.values().filter_map(move |sub| match sub {
                     Sub::Live {

@@ -92,7 +92,7 @@ impl SyncEngine {
             return;
         };
         let batch = match sub {
-            Sub::Req { batch, paging } => {
+            Sub::Req { batch, paging, .. } => {
                 paging.on_event(event.id, event.created_at);
                 Some(*batch)
             }

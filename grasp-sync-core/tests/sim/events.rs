@@ -40,6 +40,16 @@ pub fn reply(keys: &Keys, root: &EventId, content: &str, at: u64) -> Event {
     sign(keys, Kind::Custom(1111), content, tags, at)
 }
 
+/// A status (1630 open) of `root`: it tags its root with `e` and its
+/// repository with `a`, so it matches Layer 2 and Layer 3 filters alike.
+pub fn status(keys: &Keys, root: &EventId, repo: &RepoRef, at: u64) -> Event {
+    let tags = vec![
+        Tag::parse(["e", &root.to_hex(), "", "root"]).expect("e tag"),
+        Tag::parse(["a", &repo.to_string()]).expect("a tag"),
+    ];
+    sign(keys, Kind::Custom(1630), "open", tags, at)
+}
+
 /// A PR update (1619) pointing at its PR with `E`.
 pub fn pr_update(keys: &Keys, pr: &EventId, repo: &RepoRef, at: u64) -> Event {
     let tags = vec![

@@ -40,6 +40,8 @@ enum Delivery {
     OwnDisconnected,
     /// The store's answer to a `Command::Store`.
     StoreOutcome(EventId, Result<IngestOutcome, StoreError>),
+    /// A write the own relay takes only now (see `OwnRelay::slow_kinds`).
+    Ingest(Box<Event>),
 }
 
 /// The own relay: accepts what the engine stores (announcements only if they
@@ -71,6 +73,9 @@ pub struct OwnRelay {
     pub silent_live: bool,
     /// A plain relay next to a sidecar: stores every announcement.
     pub accepts_everything: bool,
+    /// Writes of these kinds are taken (stored and answered) only this
+    /// long after the engine asked: a slow store for some events.
+    pub slow_kinds: std::collections::HashMap<u16, Duration>,
     /// Times the self-subscription connection dropped.
     pub drops: usize,
     /// Histories read to the end.
@@ -206,6 +211,7 @@ impl World {
                 items_failing: false,
                 silent_live: false,
                 accepts_everything: false,
+                slow_kinds: Default::default(),
                 drops: 0,
                 histories_completed: 0,
             },
@@ -266,7 +272,7 @@ impl World {
     pub fn drop_own(&mut self) {
         let own = self.own.url.clone();
         self.inbox.retain(|(_, _, to, delivery)| {
-            to != &own || matches!(delivery, Delivery::StoreOutcome(..))
+            to != &own || matches!(delivery, Delivery::StoreOutcome(..) | Delivery::Ingest(..))
         });
         self.push(&own, Delivery::OwnDisconnected);
     }
@@ -458,6 +464,7 @@ impl World {
             Delivery::StoreOutcome(id, outcome) => {
                 self.engine.handle_store_outcome(now, &id, outcome)
             }
+            Delivery::Ingest(event) => self.ingest(*event),
         }
     }
 
@@ -555,6 +562,16 @@ impl World {
         if self.own.store_stalled {
             return;
         }
+        if let Some(delay) = self.own.slow_kinds.get(&event.kind.as_u16()).copied() {
+            let own = self.own.url.clone();
+            self.push_after(&own, delay, Delivery::Ingest(Box::new(event)));
+            return;
+        }
+        self.ingest(event);
+    }
+
+    /// The own relay takes a write now and answers.
+    fn ingest(&mut self, event: Event) {
         let id = event.id;
         let outcome = if self.own.store_failing {
             Err(StoreError::unavailable("store backend down"))

@@ -122,6 +122,12 @@ pub struct SimRelayConfig {
     /// `REQ` with `since` gets its own at once): nostr-rs-relay 0.8.12.
     /// Default: off.
     pub no_eose_for_limit_zero: bool,
+    /// The first `REQ` that matches more than this many stored events sends
+    /// that many and then nothing, no `EOSE`, no `CLOSED`, ever (the
+    /// subscription stays open for live events): nostr-rs-relay 0.8.12
+    /// aborting a query for a slow client or a WAL checkpoint. Once; then
+    /// the knob clears itself. Default: none.
+    pub drop_req_mid_stream: Option<usize>,
 }
 
 impl Default for SimRelayConfig {
@@ -142,6 +148,7 @@ impl Default for SimRelayConfig {
             max_message_length: None,
             withheld: HashSet::new(),
             no_eose_for_limit_zero: false,
+            drop_req_mid_stream: None,
         }
     }
 }
@@ -184,6 +191,8 @@ pub struct SimStats {
     pub frames_too_large: usize,
     /// The largest client frame received, in bytes.
     pub largest_frame: usize,
+    /// `REQ`s dropped mid-stream ([`SimRelayConfig::drop_req_mid_stream`]).
+    pub reqs_dropped: usize,
 }
 
 /// Position of a stored event: newest first, ties by id ascending.
@@ -563,6 +572,19 @@ impl SimRelay {
             return vec![RelayMessage::closed(id, text)];
         }
         let mut replies = self.stored_results(&id, &filters);
+        if let Some(sent) = self
+            .config
+            .drop_req_mid_stream
+            .filter(|sent| replies.len() > *sent)
+        {
+            self.config.drop_req_mid_stream = None;
+            self.stats.events_sent -= replies.len() - sent;
+            replies.truncate(sent);
+            self.stats.reqs_dropped += 1;
+            self.reqs.insert(id, filters);
+            self.note_open_count();
+            return replies;
+        }
         replies.extend(self.injected_events(&id));
         let live_only = filters.iter().all(|filter| filter.limit == Some(0));
         if !(live_only && self.config.no_eose_for_limit_zero) {
