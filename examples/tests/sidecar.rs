@@ -5,6 +5,8 @@
 //! `/status` are served over HTTP; SIGTERM stops it gracefully.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/http.rs"]
+mod http;
 #[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
 mod support;
 
@@ -13,19 +15,13 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use grasp_sync_core::RepoRef;
+use http::{free_port, get};
 use nostr::prelude::*;
 use support::{announcement, sign, tag, TestRelay, TestRelayConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_grasp-sync");
 const WAIT: Duration = Duration::from_secs(120);
-
-/// A port of 127.0.0.1 nobody listens on (bound, then released).
-async fn free_port() -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    listener.local_addr().unwrap().port()
-}
 
 /// Own relay with an announcement; relay a with its issues and replies.
 async fn world() -> (TestRelay, TestRelay, BTreeSet<EventId>) {
@@ -134,22 +130,6 @@ async fn an_unreachable_own_relay_is_one_line_and_a_failure() {
     let (status, _, stderr) = finish(bad).await;
     assert_eq!(status.code(), Some(2));
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-}
-
-/// GET `path` on 127.0.0.1:`port`; the body, or `None` if not served yet.
-async fn get(port: u16, path: &str) -> Option<String> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response))
-        .await
-        .ok()?
-        .ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,6 +18,8 @@
 
 #[path = "../../grasp-purgatory/tests/support/mod.rs"]
 mod git_support;
+#[path = "common/http.rs"]
+mod http;
 #[path = "common/own_front.rs"]
 mod own_front;
 #[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
@@ -30,10 +32,10 @@ use std::time::{Duration, Instant};
 use git_support::{git, has_object, GitHttpServer, HangingServer, SourceRepo, TempDir};
 use grasp_purgatory::journal;
 use grasp_purgatory::NpubLayout;
+use http::{free_port, get};
 use nostr::prelude::*;
 use own_front::OwnFront;
 use support::{TestRelay, TestRelayConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 const LOOPBACK: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
@@ -137,28 +139,6 @@ async fn run_sidecar(
     wait: Duration,
 ) -> Output {
     exited(spawn_sidecar(front, root, timeout_secs, env, &[]), wait).await
-}
-
-/// A port of 127.0.0.1 nobody listens on (bound, then released).
-async fn free_port() -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-/// `GET path` on 127.0.0.1:`port`: the body of a 200 answer.
-async fn get(port: u16, path: &str) -> Option<String> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response))
-        .await
-        .ok()?
-        .ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
 }
 
 /// The last line of the sidecar's stdout.

@@ -14,6 +14,8 @@
 //! `support::nostr_rs_relay_binary`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/http.rs"]
+mod http;
 #[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
 mod support;
 
@@ -22,9 +24,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use grasp_sync_core::RepoRef;
+use http::{free_port, get};
 use nostr::prelude::*;
 use support::{announcement, connect_client, sign, tag, NostrRsRelay};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_grasp-sync");
@@ -180,22 +182,6 @@ async fn ids_on(relay: &RelayUrl) -> BTreeSet<EventId> {
     events.into_iter().map(|event| event.id).collect()
 }
 
-/// GET `path` on 127.0.0.1:`port`; the body, or `None` if not served (yet).
-async fn get(port: u16, path: &str) -> Option<String> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response))
-        .await
-        .ok()?
-        .ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
-}
-
 async fn status(port: u16) -> Option<serde_json::Value> {
     serde_json::from_str(&get(port, "/status").await?).ok()
 }
@@ -287,10 +273,7 @@ async fn syncs_exactly_from_two_nostr_rs_relays_and_never_reconnects_them() {
         client.close().await;
     }
 
-    let metrics_port = {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        listener.local_addr().unwrap().port()
-    };
+    let metrics_port = free_port().await;
     let mut child = sidecar(&own.url(), &first.url(), metrics_port);
     let started = tokio::time::Instant::now();
     let deadline = started + SYNC_DEADLINE;
