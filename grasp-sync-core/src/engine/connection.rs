@@ -39,13 +39,6 @@ impl SyncEngine {
         }
     }
 
-    /// When the health tracker's answers change next (a retry allowed, a
-    /// rate limit over). Part of the debug builds' reference scan.
-    #[cfg(debug_assertions)]
-    pub(super) fn health_deadline(&self) -> Option<crate::clock::Instant> {
-        self.health.poll_timeout(self.last_now)
-    }
-
     /// Abandons connection attempts past their timeout.
     pub(super) fn expire_connects(&mut self, now: Now) {
         let expired: Vec<RelayUrl> = self

@@ -116,48 +116,6 @@ impl SyncEngine {
     }
 }
 
-impl SyncEngine {
-    /// [`SyncEngine::poll_timeout`] by scanning every relay, subscription
-    /// and batch: the reference the deadline table is checked against in
-    /// debug builds.
-    #[cfg(debug_assertions)]
-    pub(super) fn poll_timeout_scan(&self) -> Option<Instant> {
-        let mut deadlines = vec![
-            Some(self.daily_at),
-            Some(self.disconnect_check_at),
-            self.own.batch_deadline,
-            self.stores.next_deadline(self.config.store_timeout),
-        ];
-        deadlines.extend(
-            self.known
-                .values()
-                .map(super::runtime::RelayKnowledge::next_deadline),
-        );
-        deadlines.extend(
-            self.conns
-                .values()
-                .map(|conn| conn.next_deadline(&self.config)),
-        );
-        deadlines.extend(self.conns.values().map(|conn| conn.next_poll_at));
-        let window = self.rate_window();
-        deadlines.extend(
-            self.conns
-                .iter()
-                .filter(|(relay, conn)| {
-                    !conn.is_quiet()
-                        && self
-                            .known
-                            .get(*relay)
-                            .is_some_and(|known| known.learned_rate.is_some())
-                })
-                .map(|(_, conn)| conn.rate_window_frees_at(self.last_now, window)),
-        );
-        deadlines.extend(self.batch_deadlines());
-        deadlines.push(self.health_deadline());
-        deadlines.into_iter().flatten().min()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -204,34 +204,6 @@ impl SyncEngine {
         }
     }
 
-    /// Deadlines of batch timeouts and stalled REQs. Part of the debug
-    /// builds' reference scan.
-    #[cfg(debug_assertions)]
-    pub(super) fn batch_deadlines(&self) -> Vec<Option<crate::clock::Instant>> {
-        let timeout = self.config.batch_timeout;
-        self.batches
-            .iter()
-            .filter(|(batch, info)| self.has_running_job(&info.relay, **batch))
-            .map(|(_, info)| Some(self.batch_stalls_at(info)))
-            .chain(self.conns.values().flat_map(|conn| {
-                conn.subs
-                    .values()
-                    .filter_map(|sub| sub.watch())
-                    .map(move |watch| self.req_stalls_at(conn, watch))
-            }))
-            .chain(self.conns.values().flat_map(|conn| {
-                conn.subs.values().filter_map(move |sub| match sub {
-                    Sub::Live {
-                        answered: false,
-                        opened_at,
-                        ..
-                    } => Some(Some((*opened_at).max(conn.last_heard) + timeout)),
-                    _ => None,
-                })
-            }))
-            .collect()
-    }
-
     /// Re-plans failed items, retries Layer 1, rebuilds refused live
     /// subscriptions, when their delays are over.
     pub(super) fn run_retries(&mut self, now: Now) {
