@@ -22,8 +22,8 @@ impl SyncEngine {
     /// left, the batch is confirmed.
     pub(super) fn finish_job(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
         let Some(sub) = self
-            .conns
-            .get_mut(relay)
+            .relays
+            .conn_mut(relay)
             .and_then(|conn| conn.subs.shift_remove(id))
         else {
             return;
@@ -47,7 +47,7 @@ impl SyncEngine {
         if polled {
             // The next poll does not wait for a slow store; it starts from
             // where the last confirmed poll did.
-            if let Some(conn) = self.conns.get_mut(relay) {
+            if let Some(conn) = self.relays.conn_mut(relay) {
                 conn.next_poll_at.get_or_insert(now.instant + interval);
             }
         }
@@ -83,7 +83,7 @@ impl SyncEngine {
         id: &SubscriptionId,
         job: Job,
     ) {
-        let Some(conn) = self.conns.get_mut(relay) else {
+        let Some(conn) = self.relays.conn_mut(relay) else {
             return;
         };
         let Some(batch) = conn.subs.shift_remove(id).and_then(|sub| sub.batch()) else {
@@ -98,7 +98,7 @@ impl SyncEngine {
         if let Some(info) = self.batches.get_mut(&batch) {
             info.jobs += jobs.len();
         }
-        if let Some(conn) = self.conns.get_mut(relay) {
+        if let Some(conn) = self.relays.conn_mut(relay) {
             for job in jobs.into_iter().rev() {
                 conn.queue.push_front(QueuedJob { batch, job });
             }
@@ -123,7 +123,7 @@ impl SyncEngine {
             Purpose::Layer1 => state.announcements_synced = true,
             Purpose::CatchUp | Purpose::Gap => {}
             Purpose::Poll => {
-                if let Some(conn) = self.conns.get_mut(relay) {
+                if let Some(conn) = self.relays.conn_mut(relay) {
                     conn.poll_from = Some(info.started_unix);
                     conn.next_poll_at = Some(now.instant + self.config.uncovered_poll_interval);
                 }
@@ -141,7 +141,7 @@ impl SyncEngine {
         self.note_error(relay, format!("batch failed: {reason}"));
         self.stats.batches_failed += 1;
         self.pending.remove_batch(relay, batch);
-        if let Some(conn) = self.conns.get_mut(relay) {
+        if let Some(conn) = self.relays.conn_mut(relay) {
             conn.queue.retain(|queued| queued.batch != batch);
             let ids: Vec<SubscriptionId> = conn
                 .subs
@@ -172,7 +172,7 @@ impl SyncEngine {
             Purpose::Gap => {
                 // Live coverage is rebuilt later, catching up again from
                 // the same moment.
-                if let (Some(conn), Some(from)) = (self.conns.get_mut(relay), info.covers_from) {
+                if let (Some(conn), Some(from)) = (self.relays.conn_mut(relay), info.covers_from) {
                     conn.live_gap_since =
                         Some(conn.live_gap_since.map_or(from, |gap| gap.min(from)));
                 }
@@ -180,7 +180,7 @@ impl SyncEngine {
             }
             Purpose::Poll => {
                 // `poll_from` stays: the next poll covers this one's span.
-                if let Some(conn) = self.conns.get_mut(relay) {
+                if let Some(conn) = self.relays.conn_mut(relay) {
                     conn.next_poll_at = Some(retry_at);
                 }
             }
@@ -205,8 +205,8 @@ impl SyncEngine {
     /// `true` while a job of `batch` holds a subscription slot on `relay`
     /// (queued jobs wait for a slot and do not time out).
     pub(super) fn has_running_job(&self, relay: &RelayUrl, batch: BatchId) -> bool {
-        self.conns
-            .get(relay)
+        self.relays
+            .conn(relay)
             .is_some_and(|conn| conn.subs.values().any(|sub| sub.batch() == Some(batch)))
     }
 }

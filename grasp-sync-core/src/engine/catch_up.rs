@@ -17,7 +17,7 @@ impl SyncEngine {
     /// paginated `since` catch-up, so nothing published in the gap is missed.
     pub(super) fn catch_up_gap(&mut self, now: Now, relay: &RelayUrl, filters: &[Filter]) {
         let window = self.config.quick_reconnect_window.as_secs();
-        let Some(gap_since) = self.conns.get(relay).and_then(|conn| conn.live_gap_since) else {
+        let Some(gap_since) = self.relays.conn(relay).and_then(|conn| conn.live_gap_since) else {
             return;
         };
         let since = Timestamp::from_secs(
@@ -125,14 +125,14 @@ impl SyncEngine {
     /// are due.
     pub(super) fn run_polls(&mut self, now: Now) {
         let due: Vec<RelayUrl> = self
-            .conns
-            .iter()
+            .relays
+            .connections()
             .filter(|(_, conn)| conn.next_poll_at.is_some_and(|at| at <= now.instant))
             .map(|(relay, _)| relay.clone())
             .collect();
         let window = self.config.quick_reconnect_window.as_secs();
         for relay in due {
-            let Some(conn) = self.conns.get_mut(&relay) else {
+            let Some(conn) = self.relays.conn_mut(&relay) else {
                 continue;
             };
             conn.next_poll_at = None;

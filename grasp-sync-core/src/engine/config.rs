@@ -231,6 +231,18 @@ pub struct RelayLimits {
     pub max_message_length: Option<usize>,
 }
 
+impl RelayLimits {
+    /// The most events a page of `filter` can hold, as far as the relay
+    /// told us: `max_limit` when the filter asks a `limit`, else
+    /// `default_limit`.
+    pub(crate) fn page_limit_of(&self, filter: &nostr::prelude::Filter) -> Option<usize> {
+        match filter.limit {
+            Some(_) => self.max_limit,
+            None => self.default_limit,
+        }
+    }
+}
+
 /// A small deterministic generator (splitmix64) for the daily jitter.
 #[derive(Clone, Debug)]
 pub(crate) struct Jitter(u64);

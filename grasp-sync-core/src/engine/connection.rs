@@ -15,7 +15,7 @@ impl SyncEngine {
     pub(super) fn register_relay(&mut self, relay: RelayUrl, is_bootstrap: bool) {
         self.confirmed.register(relay.clone(), is_bootstrap);
         self.health.register(relay.clone());
-        self.known.entry(relay).or_default();
+        self.relays.entry(relay);
     }
 
     /// Starts a connection to every disconnected relay whose backoff allows.
@@ -42,7 +42,7 @@ impl SyncEngine {
     /// Abandons connection attempts past their timeout.
     pub(super) fn expire_connects(&mut self, now: Now) {
         let expired: Vec<RelayUrl> = self
-            .known
+            .relays
             .iter()
             .filter(|(_, known)| known.connect_deadline.is_some_and(|at| at <= now.instant))
             .map(|(relay, _)| relay.clone())
@@ -106,8 +106,8 @@ impl SyncEngine {
         state.disconnected_at = None;
         self.knowledge(relay).connect_deadline = None;
         self.health.on_connected(relay, now.instant);
-        self.conns.insert(
-            relay.clone(),
+        self.relays.open_connection(
+            relay,
             RelayConn {
                 last_heard: now.instant,
                 last_historic_data: now.instant,
@@ -151,7 +151,7 @@ impl SyncEngine {
     pub fn handle_relay_alive(&mut self, now: Now, relay: &RelayUrl) {
         self.observe(now);
         let before = self.reach();
-        match self.conns.get_mut(relay) {
+        match self.relays.conn_mut(relay) {
             Some(conn) => conn.last_heard = conn.last_heard.max(now.instant),
             None => self.ignored(relay, "sign of life from a relay not connected"),
         }
@@ -163,8 +163,8 @@ impl SyncEngine {
     /// half that frame as its budget, so the next attempt fits.
     fn learn_frame_budget(&mut self, now: Now, relay: &RelayUrl) {
         let Some(len) = self
-            .conns
-            .get(relay)
+            .relays
+            .conn(relay)
             .and_then(|conn| conn.large_frame_before(now.instant))
         else {
             return;
@@ -195,7 +195,7 @@ impl SyncEngine {
     /// The bookkeeping of a closed connection.
     pub(super) fn forget_connection(&mut self, now: Now, relay: &RelayUrl) {
         self.remember_uncaught(relay);
-        self.conns.remove(relay);
+        self.relays.close_connection(relay);
         self.clear_pending(relay);
         if let Some(state) = self.confirmed.get_mut(relay) {
             state.connection_status = ConnectionStatus::Disconnected;
@@ -211,7 +211,7 @@ impl SyncEngine {
     /// missing and not caught up yet: a live gap, the span of uncovered
     /// filters since their last poll, a gap or poll batch still running.
     fn remember_uncaught(&mut self, relay: &RelayUrl) {
-        let Some(conn) = self.conns.get(relay) else {
+        let Some(conn) = self.relays.conn(relay) else {
             return;
         };
         let polled = conn.poll_from.filter(|_| !conn.uncovered.is_empty());
@@ -281,7 +281,7 @@ impl SyncEngine {
         // deletion, a restore) is stored again.
         self.stores.stored_lately.clear();
         self.stores.fresh_roots.clear();
-        let connected: Vec<RelayUrl> = self.conns.keys().cloned().collect();
+        let connected: Vec<RelayUrl> = self.relays.connected().cloned().collect();
         for relay in connected {
             info!(%relay, "daily sync");
             self.fresh_start(now, &relay);
@@ -302,10 +302,10 @@ impl SyncEngine {
                 relay: relay.clone(),
             });
             self.clear_pending(&relay);
-            self.conns.remove(&relay);
+            self.relays.close_connection(&relay);
             self.confirmed.remove(&relay);
             self.health.remove(&relay);
-            self.known.remove(&relay);
+            self.relays.remove(&relay);
             self.stats.relays_dropped += 1;
         }
         self.readmit_relays_over_cap();
@@ -313,7 +313,7 @@ impl SyncEngine {
 
     /// Closes every subscription open on `relay` and forgets queued work.
     pub(super) fn close_all_subscriptions(&mut self, relay: &RelayUrl) {
-        let Some(conn) = self.conns.get_mut(relay) else {
+        let Some(conn) = self.relays.conn_mut(relay) else {
             return;
         };
         let open: Vec<(nostr::prelude::SubscriptionId, Sub)> = conn.subs.drain(..).collect();

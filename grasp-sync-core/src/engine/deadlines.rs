@@ -62,12 +62,12 @@ impl SyncEngine {
     /// connect/replan/retry timers, its negentropy and batch timeouts, its
     /// unanswered live subscriptions, its rate window, its health.
     fn relay_deadline(&self, relay: &RelayUrl) -> Option<Instant> {
-        let known = self.known.get(relay);
+        let known = self.relays.get(relay);
         let mut deadlines = vec![
             known.and_then(|known| known.next_deadline()),
             self.health.poll_timeout_of(relay, self.last_now),
         ];
-        if let Some(conn) = self.conns.get(relay) {
+        if let Some(conn) = self.relays.conn(relay) {
             let timeout = self.config.batch_timeout;
             deadlines.push(conn.next_deadline(&self.config));
             deadlines.push(conn.next_poll_at);
@@ -103,9 +103,9 @@ impl SyncEngine {
     /// Rebuilds the deadline table for every relay the engine knows.
     pub(super) fn refresh_all_deadlines(&mut self) {
         let relays: HashSet<RelayUrl> = self
-            .known
-            .keys()
-            .chain(self.conns.keys())
+            .relays
+            .urls()
+            .chain(self.relays.connected())
             .chain(self.health.relays())
             .cloned()
             .collect();

@@ -9,7 +9,7 @@ use crate::clock::Now;
 impl SyncEngine {
     /// The smallest subscription limit known for `relay`.
     pub(super) fn sub_limit(&self, relay: &RelayUrl) -> usize {
-        self.known
+        self.relays
             .get(relay)
             .map_or(self.config.max_subscriptions.max(1), |known| {
                 known.subscription_limit(&self.config)
@@ -18,7 +18,7 @@ impl SyncEngine {
 
     /// Filters per REQ allowed on `relay`.
     pub(super) fn filters_per_req(&self, relay: &RelayUrl) -> usize {
-        self.known
+        self.relays
             .get(relay)
             .map_or(self.config.max_filters_per_req.max(1), |known| {
                 known.filters_per_req(&self.config)
@@ -42,7 +42,7 @@ impl SyncEngine {
     /// `max_message_length`, a smaller budget learned from a drop, or the
     /// configured default.
     pub(super) fn frame_budget(&self, relay: &RelayUrl) -> usize {
-        let known = self.known.get(relay);
+        let known = self.relays.get(relay);
         let told = known.and_then(|known| known.limits.max_message_length);
         let learned = known.and_then(|known| known.learned_frame_budget);
         // A told budget is honoured even below the learning floor; a
@@ -66,7 +66,7 @@ impl SyncEngine {
     /// `page`-th newest event. A relay that clamps silently below our
     /// limit gets separate REQs, paged one by one.
     pub(super) fn group_page_limit(&self, relay: &RelayUrl) -> Option<usize> {
-        let known = self.known.get(relay)?;
+        let known = self.relays.get(relay)?;
         let page = self.page_limit(relay);
         let told = known.limits.max_limit.is_some();
         (told || known.page_floor >= page).then_some(page)
@@ -90,8 +90,8 @@ impl SyncEngine {
     pub(super) fn may_open(&mut self, now: Now, relay: &RelayUrl) -> bool {
         let limit = self.sub_limit(relay);
         let free_slot = self
-            .conns
-            .get(relay)
+            .relays
+            .conn(relay)
             .is_some_and(|conn| conn.subs.len() < limit);
         free_slot && self.rate_allows(now, relay)
     }
@@ -108,9 +108,9 @@ impl SyncEngine {
             return false;
         }
         self.recover_learned_rate(now, relay);
-        let rate = self.known.get(relay).and_then(|known| known.learned_rate);
+        let rate = self.relays.get(relay).and_then(|known| known.learned_rate);
         let window = self.rate_window();
-        let Some(conn) = self.conns.get_mut(relay) else {
+        let Some(conn) = self.relays.conn_mut(relay) else {
             return false;
         };
         let within = conn.opens_within(now.instant, window);
@@ -123,7 +123,7 @@ impl SyncEngine {
     /// relay down for good; a relay that keeps refusing halves it again.
     fn recover_learned_rate(&mut self, now: Now, relay: &RelayUrl) {
         let window = self.rate_window();
-        let Some(known) = self.known.get_mut(relay) else {
+        let Some(known) = self.relays.get_mut(relay) else {
             return;
         };
         let (Some(rate), Some(at)) = (known.learned_rate, known.learned_rate_at) else {

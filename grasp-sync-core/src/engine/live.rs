@@ -19,18 +19,18 @@ impl SyncEngine {
     pub(super) fn add_live(&mut self, now: Now, relay: &RelayUrl, items: &PendingItems) {
         let filters = layer2_and_layer3_filters(items, self.config.chunk_size, FilterMode::Live);
         let polling = self
-            .conns
-            .get(relay)
+            .relays
+            .conn(relay)
             .is_some_and(|conn| !conn.uncovered.is_empty());
         // (A filter already polled is not added twice.)
         if polling {
-            if let Some(conn) = self.conns.get_mut(relay) {
+            if let Some(conn) = self.relays.conn_mut(relay) {
                 conn.uncovered.extend(filters);
             }
             return;
         }
         if !self.rate_allows(now, relay) {
-            if let Some(conn) = self.conns.get_mut(relay) {
+            if let Some(conn) = self.relays.conn_mut(relay) {
                 conn.deferred_live.extend(items);
                 conn.live_gap_since.get_or_insert(now.unix);
             }
@@ -44,7 +44,7 @@ impl SyncEngine {
         );
         let limit = self.sub_limit(relay);
         let live_slots = self.live_slots(relay);
-        let Some(conn) = self.conns.get(relay) else {
+        let Some(conn) = self.relays.conn(relay) else {
             return;
         };
         let over_threshold =
@@ -69,7 +69,7 @@ impl SyncEngine {
         list: LiveList,
     ) {
         let id = self.next_sub_id("live");
-        let Some(conn) = self.conns.get_mut(relay) else {
+        let Some(conn) = self.relays.conn_mut(relay) else {
             return;
         };
         match list {
@@ -106,7 +106,7 @@ impl SyncEngine {
     /// and `extra` waits.
     pub(super) fn rebuild_live(&mut self, now: Now, relay: &RelayUrl, extra: &PendingItems) {
         if !self.rate_allows(now, relay) {
-            if let Some(conn) = self.conns.get_mut(relay) {
+            if let Some(conn) = self.relays.conn_mut(relay) {
                 conn.deferred_live.extend(extra);
                 conn.live_gap_since.get_or_insert(now.unix);
             }
@@ -122,7 +122,7 @@ impl SyncEngine {
         let limit = self.sub_limit(relay);
         let live_slots = self.live_slots(relay);
         let interval = self.config.uncovered_poll_interval;
-        let Some(conn) = self.conns.get_mut(relay) else {
+        let Some(conn) = self.relays.conn_mut(relay) else {
             return;
         };
         items.extend(&std::mem::take(&mut conn.deferred_live));

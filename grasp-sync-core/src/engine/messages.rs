@@ -98,7 +98,7 @@ impl SyncEngine {
     /// Notes that `relay` spoke (and answered `answered`); `false` (counted
     /// as ignored) if it is not connected.
     fn heard(&mut self, now: Now, relay: &RelayUrl, answered: Option<&SubscriptionId>) -> bool {
-        let Some(conn) = self.conns.get_mut(relay) else {
+        let Some(conn) = self.relays.conn_mut(relay) else {
             self.ignored(relay, "message from a relay not connected");
             return false;
         };
@@ -127,19 +127,18 @@ impl SyncEngine {
     pub(super) fn on_eose(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
         let group_limit = self.group_page_limit(relay);
         let page_limit = self.page_limit(relay);
-        let Some(conn) = self.conns.get_mut(relay) else {
+        let Some(session) = self.relays.get_mut(relay) else {
             return;
         };
-        let known = self.known.get(relay);
-        let Some(sub) = conn.subs.get_mut(id) else {
+        let limits = session.limits;
+        let Some(sub) = session.conn.as_mut().and_then(|conn| conn.subs.get_mut(id)) else {
             return;
         };
         match sub {
             Sub::Req { batch, paging, .. } => {
                 let batch = *batch;
                 let page_limit_ours = page_limit;
-                let page_limit =
-                    known.and_then(|known| known.known_page_limit(&paging.original_filter));
+                let page_limit = limits.page_limit_of(&paging.original_filter);
                 let crowded_before = paging.crowded_seconds.len();
                 let page_len = paging.event_count;
                 let outcome = paging.on_eose(page_limit);
@@ -160,8 +159,8 @@ impl SyncEngine {
                     {
                         let next = self.watch_request(now, relay);
                         if let Some(Sub::Req { watch, .. }) = self
-                            .conns
-                            .get_mut(relay)
+                            .relays
+                            .conn_mut(relay)
                             .and_then(|conn| conn.subs.get_mut(id))
                         {
                             *watch = next;
@@ -246,8 +245,7 @@ impl SyncEngine {
                                 .continue_alone(seen, group)
                                 .map(|next| Job::Page(Box::new(next)));
                         }
-                        let limit =
-                            known.and_then(|known| known.known_page_limit(&page.original_filter));
+                        let limit = limits.page_limit_of(&page.original_filter);
                         match page.on_eose(limit) {
                             PageOutcome::NextPage(_) => Some(Job::Page(Box::new(page.clone()))),
                             PageOutcome::Complete => None,
@@ -277,15 +275,15 @@ impl SyncEngine {
     ) {
         let classified = classify(message);
         if !self
-            .conns
-            .get(relay)
+            .relays
+            .conn(relay)
             .is_some_and(|conn| conn.subs.contains_key(id))
         {
             return;
         }
         info!(%relay, %id, message, "subscription closed by relay");
         let slot_refused = self.note_limits(now, relay, &classified);
-        let Some(sub) = self.conns.get(relay).and_then(|conn| conn.subs.get(id)) else {
+        let Some(sub) = self.relays.conn(relay).and_then(|conn| conn.subs.get(id)) else {
             return;
         };
         match sub {
@@ -293,7 +291,7 @@ impl SyncEngine {
                 if slot_refused {
                     self.requeue_live(now, relay, id);
                 } else {
-                    if let Some(conn) = self.conns.get_mut(relay) {
+                    if let Some(conn) = self.relays.conn_mut(relay) {
                         conn.subs.shift_remove(id);
                         conn.forget_live(id);
                         // Live coverage is gone until the rebuild: the rebuilt

@@ -81,6 +81,7 @@ mod ours;
 mod own_relay;
 mod planning;
 mod refusals;
+mod relay_session;
 mod report;
 mod runtime;
 mod scheduler;
@@ -115,7 +116,8 @@ pub use stores::StoreVerdict;
 
 use config::Jitter;
 use own_relay::OwnRelay;
-use runtime::{BatchInfo, RelayConn, RelayKnowledge};
+use relay_session::{RelaySession, Relays};
+use runtime::{BatchInfo, RelayConn};
 use stores::StoreTracker;
 
 /// The sync engine. See the [module documentation](self) for the driving
@@ -157,10 +159,8 @@ pub struct SyncEngine {
     confirmed: RelaySyncIndex,
     pending: PendingSyncIndex,
     health: HealthTracker,
-    /// What we learned about each relay; survives reconnects.
-    known: HashMap<RelayUrl, RelayKnowledge>,
-    /// The live connection state of each connected relay.
-    conns: HashMap<RelayUrl, RelayConn>,
+    /// Every relay's session: what we learned, its connection, its timers.
+    relays: Relays,
     batches: HashMap<BatchId, BatchInfo>,
     own: OwnRelay,
     /// Which Layer 1 events are ours to store, and those waiting to be.
@@ -201,8 +201,7 @@ impl SyncEngine {
             repos: RepoSyncIndex::new(),
             confirmed: RelaySyncIndex::new(),
             pending: PendingSyncIndex::new(),
-            known: HashMap::new(),
-            conns: HashMap::new(),
+            relays: Relays::default(),
             batches: HashMap::new(),
             own,
             ours: ours::Ours::default(),
@@ -268,7 +267,7 @@ impl SyncEngine {
         self.own.queued.is_empty()
             && self.stores.in_flight() == 0
             && self.pending.batch_count() == 0
-            && self.conns.values().all(RelayConn::is_quiet)
+            && self.relays.connections().map(|(_, conn)| conn).all(RelayConn::is_quiet)
             && self.confirmed.iter().all(|(relay, state)| {
                 state.is_connected()
                     && state.announcements_synced
@@ -394,7 +393,7 @@ impl SyncEngine {
     /// Remembers the last thing that went wrong with `relay` (reported by
     /// [`SyncEngine::relay_reports`]).
     fn note_error(&mut self, relay: &RelayUrl, error: impl Into<String>) {
-        if let Some(known) = self.known.get_mut(relay) {
+        if let Some(known) = self.relays.get_mut(relay) {
             known.last_error = Some(error.into());
         }
     }
@@ -405,8 +404,8 @@ impl SyncEngine {
         tracing::debug!(%relay, what, "input ignored in the current state");
     }
 
-    fn knowledge(&mut self, relay: &RelayUrl) -> &mut RelayKnowledge {
-        self.known.entry(relay.clone()).or_default()
+    fn knowledge(&mut self, relay: &RelayUrl) -> &mut RelaySession {
+        self.relays.entry(relay.clone())
     }
 
     /// The filter of the negentropy session `id` on `relay`.
@@ -415,7 +414,7 @@ impl SyncEngine {
         relay: &RelayUrl,
         id: &SubscriptionId,
     ) -> Option<nostr::prelude::Filter> {
-        match self.conns.get(relay)?.subs.get(id)? {
+        match self.relays.conn(relay)?.subs.get(id)? {
             runtime::Sub::Negentropy { filter, .. } => Some(filter.clone()),
             _ => None,
         }
@@ -435,7 +434,7 @@ impl SyncEngine {
         let now = self.last_now;
         if let Command::Subscribe { relay, id, .. } | Command::NegOpen { relay, id, .. } = &command
         {
-            if let Some(conn) = self.conns.get_mut(relay) {
+            if let Some(conn) = self.relays.conn_mut(relay) {
                 conn.opened_at.push_back(now);
                 if !conn.unanswered.contains(id) {
                     conn.unanswered.push_back(id.clone());
@@ -451,7 +450,7 @@ impl SyncEngine {
             _ => None,
         };
         if let Some((len, id)) = frame {
-            if let Some(conn) = self.conns.get_mut(command.relay()) {
+            if let Some(conn) = self.relays.conn_mut(command.relay()) {
                 conn.note_frame(now, len, id);
             }
         }

@@ -27,7 +27,7 @@ impl SyncEngine {
             session,
             sent,
             ..
-        }) = self.conns.get(relay).and_then(|conn| conn.subs.get(id))
+        }) = self.relays.conn(relay).and_then(|conn| conn.subs.get(id))
         else {
             return;
         };
@@ -46,8 +46,8 @@ impl SyncEngine {
             opened_at,
             ..
         }) = self
-            .conns
-            .get_mut(relay)
+            .relays
+            .conn_mut(relay)
             .and_then(|conn| conn.subs.get_mut(id))
         else {
             return;
@@ -98,7 +98,7 @@ impl SyncEngine {
         filter: &Filter,
     ) -> Vec<(EventId, Timestamp)> {
         let mut items = self
-            .known
+            .relays
             .get(relay)
             .and_then(|known| known.sent_replies.as_ref())
             .and_then(|sent| sent.items_matching(filter))
@@ -129,7 +129,7 @@ impl SyncEngine {
     /// does NIP-77 and the engine remembers what relays send.
     pub(super) fn reconciles_fresh_roots(&self, relay: &RelayUrl) -> bool {
         let refused = self
-            .known
+            .relays
             .get(relay)
             .is_some_and(|known| known.negentropy_refused);
         !refused && self.config.sent_replies_per_relay > 0
@@ -147,7 +147,7 @@ impl SyncEngine {
     ) {
         let Some(Sub::Negentropy {
             filter, session, ..
-        }) = self.conns.get(relay).and_then(|conn| conn.subs.get(id))
+        }) = self.relays.conn(relay).and_then(|conn| conn.subs.get(id))
         else {
             return;
         };
@@ -209,8 +209,8 @@ impl SyncEngine {
             answered,
             ..
         }) = self
-            .conns
-            .get_mut(relay)
+            .relays
+            .conn_mut(relay)
             .and_then(|conn| conn.subs.get_mut(id))
         else {
             return;
@@ -290,7 +290,7 @@ impl SyncEngine {
     ) {
         let classified = classify(message);
         let Some(Sub::Negentropy { filter, sent, .. }) =
-            self.conns.get(relay).and_then(|conn| conn.subs.get(id))
+            self.relays.conn(relay).and_then(|conn| conn.subs.get(id))
         else {
             return;
         };

@@ -133,7 +133,7 @@ impl SyncEngine {
     /// New items for a connected relay: live subscription and a historic
     /// batch.
     pub(super) fn add_filters(&mut self, now: Now, relay: &RelayUrl, items: PendingItems) {
-        if !self.conns.contains_key(relay) || items.is_empty() {
+        if !self.relays.is_connected(relay) || items.is_empty() {
             return;
         }
         self.add_live(now, relay, &items);
@@ -189,8 +189,8 @@ impl SyncEngine {
     /// (negentropy when the relay allows and there is no `since`).
     pub(super) fn start_layer1(&mut self, now: Now, relay: &RelayUrl, since: Option<Timestamp>) {
         let needs_live = self
-            .conns
-            .get(relay)
+            .relays
+            .conn(relay)
             .is_some_and(|conn| conn.live_count() == 0);
         // Otherwise `pump` rebuilds live coverage, Layer 1 included, once the
         // relay allows.
@@ -253,7 +253,7 @@ impl SyncEngine {
                 req_resumes: 0,
             },
         );
-        if let Some(conn) = self.conns.get_mut(relay) {
+        if let Some(conn) = self.relays.conn_mut(relay) {
             let queued = jobs.into_iter().map(|job| QueuedJob { batch, job });
             if matches!(purpose, Purpose::Gap | Purpose::Poll) {
                 for job in queued.rev() {

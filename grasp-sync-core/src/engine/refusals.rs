@@ -21,7 +21,7 @@ impl SyncEngine {
         classified: &Classified,
     ) -> bool {
         if classified.too_many_subscriptions {
-            let open = self.conns.get(relay).map_or(1, |conn| conn.subs.len());
+            let open = self.relays.conn(relay).map_or(1, |conn| conn.subs.len());
             // Never below two: one live and one historic slot.
             let limit = open.saturating_sub(1).max(2);
             let known = self.knowledge(relay);
@@ -52,8 +52,8 @@ impl SyncEngine {
             // Once per episode: halve the REQs we send per window.
             let window = self.rate_window();
             let opened = self
-                .conns
-                .get_mut(relay)
+                .relays
+                .conn_mut(relay)
                 .map_or(1, |conn| conn.opens_within(now.instant, window));
             let known = self.knowledge(relay);
             let rate = (known.learned_rate.unwrap_or(opened).min(opened) / 2).max(1);
@@ -83,8 +83,8 @@ impl SyncEngine {
             return;
         }
         let waiting: Vec<SubscriptionId> = self
-            .conns
-            .get(relay)
+            .relays
+            .conn(relay)
             .map(|conn| {
                 conn.subs
                     .iter()
@@ -110,7 +110,7 @@ impl SyncEngine {
     /// The oldest open subscription the relay has not answered at all: the
     /// one a NOTICE refusal is about, since relays answer in order.
     pub(super) fn oldest_unanswered(&mut self, relay: &RelayUrl) -> Option<SubscriptionId> {
-        let conn = self.conns.get_mut(relay)?;
+        let conn = self.relays.conn_mut(relay)?;
         while let Some(id) = conn.unanswered.pop_front() {
             if conn.subs.contains_key(&id) {
                 return Some(id);
@@ -121,7 +121,7 @@ impl SyncEngine {
 
     /// Retries the slot `id` later after the relay refused it.
     pub(super) fn retry_refused_slot(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
-        let Some(sub) = self.conns.get(relay).and_then(|conn| conn.subs.get(id)) else {
+        let Some(sub) = self.relays.conn(relay).and_then(|conn| conn.subs.get(id)) else {
             return;
         };
         let job = match sub {
@@ -152,7 +152,7 @@ impl SyncEngine {
 
     /// Moves a paginated subscription back to the queue, keeping its paging.
     pub(super) fn pause_page(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
-        let paging = match self.conns.get(relay).and_then(|conn| conn.subs.get(id)) {
+        let paging = match self.relays.conn(relay).and_then(|conn| conn.subs.get(id)) {
             Some(Sub::Req { paging, .. }) => paging.clone(),
             _ => return,
         };
@@ -161,7 +161,7 @@ impl SyncEngine {
 
     /// A refused live REQ is sent again, unchanged, when the relay allows.
     pub(super) fn requeue_live(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
-        let Some(conn) = self.conns.get_mut(relay) else {
+        let Some(conn) = self.relays.conn_mut(relay) else {
             return;
         };
         if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {

@@ -52,7 +52,7 @@ impl SyncEngine {
     }
 
     fn relay_report(&self, relay: &RelayUrl, state: &RelayState) -> RelayReport {
-        let known = self.known.get(relay);
+        let known = self.relays.get(relay);
         let refused = known.is_some_and(|known| known.negentropy_refused);
         let health = self.health.get(relay);
         let retry_at = health
@@ -100,7 +100,7 @@ impl SyncEngine {
         state.is_connected()
             && state.announcements_synced
             && self.pending.batches(relay).is_empty()
-            && self.conns.get(relay).is_some_and(|conn| conn.is_quiet())
+            && self.relays.conn(relay).is_some_and(|conn| conn.is_quiet())
             && self.repos.target(relay).is_none_or(|target| {
                 target.repos.is_subset(&state.repos)
                     && target.root_events.is_subset(&state.root_events)

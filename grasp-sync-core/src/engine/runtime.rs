@@ -7,7 +7,7 @@ use std::collections::{HashSet, VecDeque};
 use indexmap::IndexMap;
 use nostr::prelude::{EventId, Filter, SubscriptionId};
 
-use super::config::{EngineConfig, RelayLimits};
+use super::config::EngineConfig;
 use super::session::NegSession;
 use crate::clock::Instant;
 use crate::model::{BatchId, PendingItems};
@@ -74,7 +74,7 @@ pub(crate) enum Job {
     Negentropy(Filter),
     /// NIP-77 reconciliation of a fresh root event's replies against what
     /// the relay sent this sync and was handed to the store
-    /// ([`RelayKnowledge::sent_replies`]), not against a store query.
+    /// ([`RelaySession::sent_replies`]), not against a store query.
     NegentropySent(Filter),
     /// `REQ` for missing ids, restricted to the reconciled filter; tried
     /// again while it brings nothing new, up to the configured attempts.
@@ -202,105 +202,6 @@ impl Sub {
             | Sub::Fetch { batch, .. }
             | Sub::Poll { batch, .. } => Some(*batch),
         }
-    }
-}
-
-/// What we know about a relay across connections.
-#[derive(Debug, Default)]
-pub(crate) struct RelayKnowledge {
-    /// NIP-11 limits.
-    pub(crate) limits: RelayLimits,
-    /// The subscription count at which the relay refused one more.
-    pub(crate) learned_sub_limit: Option<usize>,
-    /// Subscriptions the relay lets us open per rate window, learned from a
-    /// rate-limit refusal.
-    pub(crate) learned_rate: Option<usize>,
-    /// When the learned rate last changed (a refusal halved it, or it was
-    /// raised again).
-    pub(crate) learned_rate_at: Option<Instant>,
-    /// The relay refused NIP-77 in some form.
-    pub(crate) negentropy_refused: bool,
-    /// When a connection attempt is abandoned.
-    pub(crate) connect_deadline: Option<Instant>,
-    /// When failed items are planned again.
-    pub(crate) replan_at: Option<Instant>,
-    /// When a failed Layer 1 historic sync is tried again.
-    pub(crate) layer1_retry_at: Option<Instant>,
-    /// When live subscriptions are rebuilt after one was refused.
-    pub(crate) rebuild_live_at: Option<Instant>,
-    /// A frame budget smaller than the relay announced, learned when it
-    /// dropped the connection right after a large frame.
-    pub(crate) learned_frame_budget: Option<usize>,
-    /// The earliest moment live coverage was missing and not caught up when
-    /// the last connection dropped (a gap, a poll span): the next quick
-    /// reconnect catches up from there.
-    pub(crate) uncaught_since: Option<nostr::prelude::Timestamp>,
-    /// The most events one single-filter page of the relay brought: its
-    /// per-filter page size is at least this.
-    pub(crate) page_floor: usize,
-    /// Verified events from the relay handed to the store.
-    pub(crate) events_received: u64,
-    /// Events the relay sent that it had sent lately already (on another
-    /// subscription, or a page again): `events_received` over
-    /// `events_received - events_received_again` is how often it sent each.
-    pub(crate) events_received_again: u64,
-    /// Ids the relay sent lately (at most
-    /// [`EngineConfig::received_ids_per_relay`]), created with the first.
-    pub(crate) received_lately: Option<crate::recent::RecentIds>,
-    /// Events the relay sent that name an event (`e`, `E`, `q`) and were
-    /// handed to the store (at most
-    /// [`EngineConfig::sent_replies_per_relay`]), created with the first.
-    pub(crate) sent_replies: Option<super::sent_replies::SentReplies>,
-    /// Events from the relay the store reported newly stored.
-    pub(crate) events_stored: u64,
-    /// The last thing that went wrong with the relay.
-    pub(crate) last_error: Option<String>,
-}
-
-impl RelayKnowledge {
-    /// The smallest subscription limit we know of.
-    pub(crate) fn subscription_limit(&self, config: &EngineConfig) -> usize {
-        [
-            Some(config.max_subscriptions),
-            self.limits.max_subscriptions,
-            self.learned_sub_limit,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(config.max_subscriptions)
-        .max(1)
-    }
-
-    /// Filters per REQ we may send.
-    pub(crate) fn filters_per_req(&self, config: &EngineConfig) -> usize {
-        // (NIP-11 `max_filters` and the configured cap.)
-        self.limits
-            .max_filters
-            .map_or(config.max_filters_per_req, |max| {
-                max.min(config.max_filters_per_req)
-            })
-            .max(1)
-    }
-
-    /// The most events a page of `filter` can hold, as far as the relay told us.
-    pub(crate) fn known_page_limit(&self, filter: &Filter) -> Option<usize> {
-        match filter.limit {
-            Some(_) => self.limits.max_limit,
-            None => self.limits.default_limit,
-        }
-    }
-
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        [
-            self.connect_deadline,
-            self.replan_at,
-            self.layer1_retry_at,
-            self.rebuild_live_at,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
     }
 }
 

@@ -17,7 +17,7 @@ impl SyncEngine {
     pub(super) fn pump(&mut self, now: Now, relay: &RelayUrl) {
         self.resend_refused_live(now, relay);
         let live_slots = self.live_slots(relay);
-        let (waiting_live, no_live, over, polling) = match self.conns.get_mut(relay) {
+        let (waiting_live, no_live, over, polling) = match self.relays.conn_mut(relay) {
             Some(conn) => (
                 std::mem::take(&mut conn.deferred_live),
                 conn.live_count() == 0 && conn.refused_live.is_empty(),
@@ -37,18 +37,18 @@ impl SyncEngine {
             self.add_live(now, relay, &waiting_live);
         }
         let rebuild_waiting = self
-            .known
+            .relays
             .get(relay)
             .is_some_and(|known| known.rebuild_live_at.is_some());
-        if let Some(conn) = self.conns.get_mut(relay) {
+        if let Some(conn) = self.relays.conn_mut(relay) {
             if conn.deferred_live.is_empty() && conn.refused_live.is_empty() && !rebuild_waiting {
                 conn.live_gap_since = None;
             }
         }
         while self.may_open_historic(now, relay) {
             let Some(queued) = self
-                .conns
-                .get_mut(relay)
+                .relays
+                .conn_mut(relay)
                 .and_then(|conn| conn.queue.pop_front())
             else {
                 return;
@@ -63,7 +63,7 @@ impl SyncEngine {
     pub(super) fn may_open_historic(&mut self, now: Now, relay: &RelayUrl) -> bool {
         let limit = self.sub_limit(relay);
         let live_slots = self.live_slots(relay);
-        let Some(conn) = self.conns.get(relay) else {
+        let Some(conn) = self.relays.conn(relay) else {
             return false;
         };
         let live = conn.live_count();
@@ -84,8 +84,8 @@ impl SyncEngine {
     pub(super) fn may_open_live(&mut self, now: Now, relay: &RelayUrl) -> bool {
         let live_slots = self.live_slots(relay);
         let free = self
-            .conns
-            .get(relay)
+            .relays
+            .conn(relay)
             .is_some_and(|conn| conn.live_count() < live_slots);
         free && self.may_open(now, relay)
     }
@@ -94,8 +94,8 @@ impl SyncEngine {
     pub(super) fn resend_refused_live(&mut self, now: Now, relay: &RelayUrl) {
         while self.may_open_live(now, relay) {
             let Some(filters) = self
-                .conns
-                .get_mut(relay)
+                .relays
+                .conn_mut(relay)
                 .and_then(|conn| conn.refused_live.pop())
             else {
                 return;
@@ -238,7 +238,7 @@ impl SyncEngine {
                 )
             }
         };
-        if let Some(conn) = self.conns.get_mut(relay) {
+        if let Some(conn) = self.relays.conn_mut(relay) {
             conn.subs.insert(id.clone(), sub);
             conn.last_opened = Some(id.clone());
         }
@@ -251,7 +251,7 @@ impl SyncEngine {
 
     /// Numbers a historic REQ frame sent to `relay` at `now`.
     pub(super) fn watch_request(&mut self, now: Now, relay: &RelayUrl) -> ReqWatch {
-        match self.conns.get_mut(relay) {
+        match self.relays.conn_mut(relay) {
             Some(conn) => conn.watch_request(now.instant),
             None => ReqWatch {
                 sent: 0,
@@ -263,7 +263,7 @@ impl SyncEngine {
     /// The `limit` of a historic page on `relay`.
     pub(super) fn page_limit(&self, relay: &RelayUrl) -> usize {
         let told = self
-            .known
+            .relays
             .get(relay)
             .and_then(|known| known.limits.max_limit);
         told.map_or(self.config.page_limit, |max| {

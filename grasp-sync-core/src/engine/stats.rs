@@ -147,7 +147,7 @@ pub struct RelayActivity {
 impl SyncEngine {
     /// What is open and waiting on `relay`, if connected.
     pub fn relay_activity(&self, relay: &RelayUrl) -> Option<RelayActivity> {
-        let conn = self.conns.get(relay)?;
+        let conn = self.relays.conn(relay)?;
         let live_mode = match conn.uncovered.len() {
             0 => LiveMode::Full,
             uncovered_filters => LiveMode::Polling { uncovered_filters },

@@ -312,7 +312,7 @@ impl SyncEngine {
                             self.stores.fresh_roots.insert(*id, ());
                         }
                         self.stats.events_stored += 1;
-                        if let Some(known) = self.known.get_mut(&done.relay) {
+                        if let Some(known) = self.relays.get_mut(&done.relay) {
                             known.events_stored += 1;
                         }
                     }

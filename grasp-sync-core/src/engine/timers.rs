@@ -27,8 +27,8 @@ impl SyncEngine {
         let own = info.last_progress + timeout;
         let hard = info.last_progress + self.config.batch_stall_limit.max(timeout);
         let relay_idle = self
-            .conns
-            .get(&info.relay)
+            .relays
+            .conn(&info.relay)
             .map_or(own, |conn| conn.last_historic_data + timeout);
         own.max(relay_idle.min(hard))
     }
@@ -68,8 +68,8 @@ impl SyncEngine {
     fn resume_stalled_reqs(&mut self, now: Now) {
         let this = &*self;
         let stalled: Vec<(RelayUrl, SubscriptionId)> = this
-            .conns
-            .iter()
+            .relays
+            .connections()
             .flat_map(|(relay, conn)| {
                 conn.subs.iter().filter_map(move |(id, sub)| {
                     let at = sub
@@ -87,7 +87,7 @@ impl SyncEngine {
     /// Resumes the stalled REQ `id` on `relay`, or fails its batch once
     /// resuming has not helped often enough.
     fn resume_req(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
-        let Some(sub) = self.conns.get(relay).and_then(|conn| conn.subs.get(id)) else {
+        let Some(sub) = self.relays.conn(relay).and_then(|conn| conn.subs.get(id)) else {
             return;
         };
         let Some(batch) = sub.batch() else {
@@ -110,8 +110,8 @@ impl SyncEngine {
             // No batch to resume for (cannot happen: a batch ends with its
             // subscriptions): close it rather than wake for it forever.
             if let Some(sub) = self
-                .conns
-                .get_mut(relay)
+                .relays
+                .conn_mut(relay)
                 .and_then(|conn| conn.subs.shift_remove(id))
             {
                 self.send_close(relay, id.clone(), &sub);
@@ -153,8 +153,8 @@ impl SyncEngine {
             .collect();
         for (relay, batch) in stalled {
             let silent = self
-                .conns
-                .get(&relay)
+                .relays
+                .conn(&relay)
                 .is_some_and(|conn| conn.last_heard + timeout <= now.instant);
             if silent {
                 self.drop_silent_connection(now, &relay);
@@ -167,8 +167,8 @@ impl SyncEngine {
         // half-open socket. A driver that pings keeps a relay that answers
         // from ever getting here, EOSE or not.
         let unanswered_live: Vec<RelayUrl> = self
-            .conns
-            .iter()
+            .relays
+            .connections()
             .filter(|(_, conn)| conn.last_heard + timeout <= now.instant)
             .filter(|(_, conn)| {
                 conn.subs.values().any(|sub| {
@@ -183,8 +183,8 @@ impl SyncEngine {
         }
         let negentropy_timeout = self.config.negentropy_timeout;
         let silent: Vec<(RelayUrl, SubscriptionId)> = self
-            .conns
-            .iter()
+            .relays
+            .connections()
             .flat_map(|(relay, conn)| {
                 conn.subs.iter().filter_map(move |(id, sub)| match sub {
                     Sub::Negentropy {
@@ -207,7 +207,7 @@ impl SyncEngine {
     /// Re-plans failed items, retries Layer 1, rebuilds refused live
     /// subscriptions, when their delays are over.
     pub(super) fn run_retries(&mut self, now: Now) {
-        let relays: Vec<RelayUrl> = self.known.keys().cloned().collect();
+        let relays: Vec<RelayUrl> = self.relays.urls().cloned().collect();
         for relay in relays {
             let known = self.knowledge(&relay);
             let replan = known.replan_at.is_some_and(|at| at <= now.instant);
@@ -222,7 +222,7 @@ impl SyncEngine {
             if live {
                 known.rebuild_live_at = None;
             }
-            if !self.conns.contains_key(&relay) {
+            if !self.relays.is_connected(&relay) {
                 continue;
             }
             if layer1 {

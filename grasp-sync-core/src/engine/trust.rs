@@ -44,7 +44,7 @@ impl SyncEngine {
         arrived: Arrived,
     ) {
         let event = arrived.event();
-        let Some(conn) = self.conns.get_mut(relay) else {
+        let Some(conn) = self.relays.conn_mut(relay) else {
             return;
         };
         if !conn.subs.contains_key(id) {
@@ -85,8 +85,8 @@ impl SyncEngine {
             return;
         };
         let Some(sub) = self
-            .conns
-            .get_mut(relay)
+            .relays
+            .conn_mut(relay)
             .and_then(|conn| conn.subs.get_mut(id))
         else {
             return;

@@ -28,7 +28,7 @@ impl SyncEngine {
             batches: self.batches.len(),
             batches_ended: self.stats.batches_confirmed + self.stats.batches_failed,
             relays: self.confirmed.len(),
-            connections: self.conns.len(),
+            connections: self.relays.connected().count(),
             store_keeps_up: self.store_keeps_up(),
         }
     }
@@ -52,7 +52,7 @@ impl SyncEngine {
     pub(super) fn maintain(&mut self, now: Now) {
         self.observe(now);
         self.connect_ready_relays(now);
-        let relays: Vec<RelayUrl> = self.conns.keys().cloned().collect();
+        let relays: Vec<RelayUrl> = self.relays.connected().cloned().collect();
         for relay in relays {
             self.pump(now, &relay);
         }
