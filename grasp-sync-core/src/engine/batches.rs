@@ -6,6 +6,7 @@ use nostr::prelude::{RelayUrl, SubscriptionId};
 use tracing::{debug, warn};
 
 use super::runtime::{Job, Purpose, QueuedJob, Sub};
+use super::timer_table::RelayTimer;
 use super::{Command, SyncEngine};
 use crate::clock::Now;
 use crate::model::BatchId;
@@ -47,8 +48,10 @@ impl SyncEngine {
         if polled {
             // The next poll does not wait for a slow store; it starts from
             // where the last confirmed poll did.
-            if let Some(conn) = self.relays.conn_mut(relay) {
-                conn.next_poll_at.get_or_insert(now.instant + interval);
+            if let Some(session) = self.relays.connected_mut(relay) {
+                session
+                    .timers
+                    .set_unless_set(RelayTimer::Poll, now.instant + interval);
             }
         }
         if done == Some(true) {
@@ -123,9 +126,12 @@ impl SyncEngine {
             Purpose::Layer1 => state.announcements_synced = true,
             Purpose::CatchUp | Purpose::Gap => {}
             Purpose::Poll => {
-                if let Some(conn) = self.relays.conn_mut(relay) {
-                    conn.poll_from = Some(info.started_unix);
-                    conn.next_poll_at = Some(now.instant + self.config.uncovered_poll_interval);
+                let next_poll = now.instant + self.config.uncovered_poll_interval;
+                if let Some(session) = self.relays.connected_mut(relay) {
+                    if let Some(conn) = session.conn.as_mut() {
+                        conn.poll_from = Some(info.started_unix);
+                    }
+                    session.timers.set(RelayTimer::Poll, next_poll);
                 }
             }
         }
@@ -159,15 +165,23 @@ impl SyncEngine {
         }
         let retry_at = now.instant + self.retry_delay(relay);
         match info.purpose {
-            Purpose::Items => self.knowledge(relay).replan_at = Some(retry_at),
-            Purpose::Layer1 => self.knowledge(relay).layer1_retry_at = Some(retry_at),
+            Purpose::Items => self
+                .knowledge(relay)
+                .timers
+                .set(RelayTimer::Replan, retry_at),
+            Purpose::Layer1 => self
+                .knowledge(relay)
+                .timers
+                .set(RelayTimer::Layer1Retry, retry_at),
             Purpose::CatchUp => {
                 // The gap was not caught up: sync those items fully again.
                 if let Some(state) = self.confirmed.get_mut(relay) {
                     state.repos.clear();
                     state.root_events.clear();
                 }
-                self.knowledge(relay).replan_at = Some(retry_at);
+                self.knowledge(relay)
+                    .timers
+                    .set(RelayTimer::Replan, retry_at);
             }
             Purpose::Gap => {
                 // Live coverage is rebuilt later, catching up again from
@@ -176,12 +190,14 @@ impl SyncEngine {
                     conn.live_gap_since =
                         Some(conn.live_gap_since.map_or(from, |gap| gap.min(from)));
                 }
-                self.knowledge(relay).rebuild_live_at = Some(retry_at);
+                self.knowledge(relay)
+                    .timers
+                    .set(RelayTimer::RebuildLive, retry_at);
             }
             Purpose::Poll => {
                 // `poll_from` stays: the next poll covers this one's span.
-                if let Some(conn) = self.relays.conn_mut(relay) {
-                    conn.next_poll_at = Some(retry_at);
+                if let Some(session) = self.relays.connected_mut(relay) {
+                    session.timers.set(RelayTimer::Poll, retry_at);
                 }
             }
         }

@@ -7,6 +7,7 @@ use nostr::prelude::{Filter, RelayUrl, Timestamp};
 use tracing::debug;
 
 use super::runtime::{Job, Purpose};
+use super::timer_table::RelayTimer;
 use super::SyncEngine;
 use crate::clock::Now;
 use crate::model::{PendingItems, SyncMethod};
@@ -126,16 +127,21 @@ impl SyncEngine {
     pub(super) fn run_polls(&mut self, now: Now) {
         let due: Vec<RelayUrl> = self
             .relays
-            .connections()
-            .filter(|(_, conn)| conn.next_poll_at.is_some_and(|at| at <= now.instant))
+            .iter()
+            .filter(|(_, session)| {
+                session.conn.is_some() && session.timers.is_due(RelayTimer::Poll, now.instant)
+            })
             .map(|(relay, _)| relay.clone())
             .collect();
         let window = self.config.quick_reconnect_window.as_secs();
         for relay in due {
-            let Some(conn) = self.relays.conn_mut(&relay) else {
+            let Some(session) = self.relays.get_mut(&relay) else {
                 continue;
             };
-            conn.next_poll_at = None;
+            session.timers.clear(RelayTimer::Poll);
+            let Some(conn) = session.conn.as_mut() else {
+                continue;
+            };
             if conn.uncovered.is_empty() {
                 continue;
             }

@@ -6,6 +6,7 @@ use nostr::prelude::{RelayUrl, Timestamp};
 use tracing::{debug, info, warn};
 
 use super::runtime::{Purpose, RelayConn, Sub};
+use super::timer_table::RelayTimer;
 use super::{Command, SyncEngine};
 use crate::clock::Now;
 use crate::model::ConnectionStatus;
@@ -34,7 +35,9 @@ impl SyncEngine {
             if let Some(state) = self.confirmed.get_mut(&relay) {
                 state.connection_status = ConnectionStatus::Connecting;
             }
-            self.knowledge(&relay).connect_deadline = Some(now.instant + timeout);
+            self.knowledge(&relay)
+                .timers
+                .set(RelayTimer::ConnectTimeout, now.instant + timeout);
             self.emit(Command::Connect { relay, timeout });
         }
     }
@@ -44,7 +47,7 @@ impl SyncEngine {
         let expired: Vec<RelayUrl> = self
             .relays
             .iter()
-            .filter(|(_, known)| known.connect_deadline.is_some_and(|at| at <= now.instant))
+            .filter(|(_, known)| known.timers.is_due(RelayTimer::ConnectTimeout, now.instant))
             .map(|(relay, _)| relay.clone())
             .collect();
         for relay in expired {
@@ -70,7 +73,9 @@ impl SyncEngine {
             return;
         };
         state.connection_status = ConnectionStatus::Disconnected;
-        self.knowledge(relay).connect_deadline = None;
+        self.knowledge(relay)
+            .timers
+            .clear(RelayTimer::ConnectTimeout);
         self.note_error(relay, "connection failed or timed out");
         self.health.on_connect_failed(relay, now.instant);
         self.maintain(now);
@@ -104,7 +109,9 @@ impl SyncEngine {
         state.connection_status = ConnectionStatus::Connected;
         state.last_connected = Some(now.unix);
         state.disconnected_at = None;
-        self.knowledge(relay).connect_deadline = None;
+        self.knowledge(relay)
+            .timers
+            .clear(RelayTimer::ConnectTimeout);
         self.health.on_connected(relay, now.instant);
         self.relays.open_connection(
             relay,
@@ -313,7 +320,11 @@ impl SyncEngine {
 
     /// Closes every subscription open on `relay` and forgets queued work.
     pub(super) fn close_all_subscriptions(&mut self, relay: &RelayUrl) {
-        let Some(conn) = self.relays.conn_mut(relay) else {
+        let Some(session) = self.relays.connected_mut(relay) else {
+            return;
+        };
+        session.timers.clear(RelayTimer::Poll);
+        let Some(conn) = session.conn.as_mut() else {
             return;
         };
         let open: Vec<(nostr::prelude::SubscriptionId, Sub)> = conn.subs.drain(..).collect();

@@ -64,13 +64,12 @@ impl SyncEngine {
     fn relay_deadline(&self, relay: &RelayUrl) -> Option<Instant> {
         let known = self.relays.get(relay);
         let mut deadlines = vec![
-            known.and_then(|known| known.next_deadline()),
+            known.and_then(|known| known.next_timer()),
             self.health.poll_timeout_of(relay, self.last_now),
         ];
         if let Some(conn) = self.relays.conn(relay) {
             let timeout = self.config.batch_timeout;
             deadlines.push(conn.next_deadline(&self.config));
-            deadlines.push(conn.next_poll_at);
             if !conn.is_quiet() && known.is_some_and(|known| known.learned_rate.is_some()) {
                 deadlines.push(conn.rate_window_frees_at(self.last_now, self.rate_window()));
             }

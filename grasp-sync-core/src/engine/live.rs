@@ -2,6 +2,7 @@
 //! live slots and frame budget, and what does not fit.
 
 use super::frames::pack_filters;
+use super::timer_table::RelayTimer;
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, FilterMode};
 
 use nostr::prelude::{Filter, RelayUrl};
@@ -122,7 +123,10 @@ impl SyncEngine {
         let limit = self.sub_limit(relay);
         let live_slots = self.live_slots(relay);
         let interval = self.config.uncovered_poll_interval;
-        let Some(conn) = self.relays.conn_mut(relay) else {
+        let Some(session) = self.relays.get_mut(relay) else {
+            return;
+        };
+        let Some(conn) = session.conn.as_mut() else {
             return;
         };
         items.extend(&std::mem::take(&mut conn.deferred_live));
@@ -166,13 +170,15 @@ impl SyncEngine {
         }
         if uncovered.is_empty() {
             conn.poll_from = None;
-            conn.next_poll_at = None;
+            session.timers.clear(RelayTimer::Poll);
         } else {
             if conn.uncovered.is_empty() {
                 info!(%relay, uncovered = uncovered.len(), "live filters do not fit the relay's limits; polling the rest");
             }
             conn.poll_from.get_or_insert(now.unix);
-            conn.next_poll_at.get_or_insert(now.instant + interval);
+            session
+                .timers
+                .set_unless_set(RelayTimer::Poll, now.instant + interval);
         }
         conn.uncovered = uncovered;
         // Slots free now (historic work keeps its own); the rest of the

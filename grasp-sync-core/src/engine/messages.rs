@@ -8,6 +8,7 @@ use tracing::{info, warn};
 
 use super::classify::classify;
 use super::runtime::{Job, Sub};
+use super::timer_table::RelayTimer;
 use super::trust::Arrived;
 use super::{Command, SyncEngine};
 use crate::clock::Now;
@@ -299,7 +300,9 @@ impl SyncEngine {
                         conn.live_gap_since.get_or_insert(now.unix);
                     }
                     let delay = self.retry_delay(relay);
-                    self.knowledge(relay).rebuild_live_at = Some(now.instant + delay);
+                    self.knowledge(relay)
+                        .timers
+                        .set(RelayTimer::RebuildLive, now.instant + delay);
                 }
             }
             Sub::Negentropy { filter, sent, .. } => {

@@ -89,6 +89,7 @@ mod sent_replies;
 mod session;
 mod stats;
 mod stores;
+mod timer_table;
 mod timers;
 mod trust;
 mod upkeep;
@@ -119,6 +120,7 @@ use own_relay::OwnRelay;
 use relay_session::{RelaySession, Relays};
 use runtime::{BatchInfo, RelayConn};
 use stores::StoreTracker;
+use timer_table::{EngineTimer, TimerTable};
 
 /// The sync engine. See the [module documentation](self) for the driving
 /// contract.
@@ -177,8 +179,8 @@ pub struct SyncEngine {
     commands: VecDeque<Command>,
     next_batch: u64,
     next_sub: u64,
-    daily_at: Instant,
-    disconnect_check_at: Instant,
+    /// The engine's own timers: the daily re-sync, the disconnect check.
+    timers: TimerTable<EngineTimer>,
     jitter: Jitter,
     stats: EngineStats,
     /// The latest `now` seen, for deadlines computed without an input.
@@ -190,8 +192,15 @@ impl SyncEngine {
     /// first [`SyncEngine::handle_timeout`].
     pub fn new(config: EngineConfig, now: Now) -> Self {
         let mut jitter = Jitter::new(config.seed);
-        let daily_at = now.instant + jitter.between(config.daily_min, config.daily_max);
-        let disconnect_check_at = now.instant + config.disconnect_check_interval;
+        let mut timers = TimerTable::default();
+        timers.set(
+            EngineTimer::Daily,
+            now.instant + jitter.between(config.daily_min, config.daily_max),
+        );
+        timers.set(
+            EngineTimer::DisconnectCheck,
+            now.instant + config.disconnect_check_interval,
+        );
         let own = OwnRelay {
             reconnect_at: Some(now.instant),
             ..OwnRelay::default()
@@ -212,8 +221,7 @@ impl SyncEngine {
             commands: VecDeque::new(),
             next_batch: 0,
             next_sub: 0,
-            daily_at,
-            disconnect_check_at,
+            timers,
             jitter,
             stats: EngineStats::default(),
             last_now: now.instant,
@@ -267,7 +275,11 @@ impl SyncEngine {
         self.own.queued.is_empty()
             && self.stores.in_flight() == 0
             && self.pending.batch_count() == 0
-            && self.relays.connections().map(|(_, conn)| conn).all(RelayConn::is_quiet)
+            && self
+                .relays
+                .connections()
+                .map(|(_, conn)| conn)
+                .all(RelayConn::is_quiet)
             && self.confirmed.iter().all(|(relay, state)| {
                 state.is_connected()
                     && state.announcements_synced
@@ -360,16 +372,17 @@ impl SyncEngine {
         self.expire_connects(now);
         self.expire_batches(now);
         self.run_retries(now);
-        if self.daily_at <= now.instant {
+        if self.timers.fire(EngineTimer::Daily, now.instant) {
             self.daily_sync(now);
-            self.daily_at = now.instant
-                + self
-                    .jitter
-                    .between(self.config.daily_min, self.config.daily_max);
+            let next = self
+                .jitter
+                .between(self.config.daily_min, self.config.daily_max);
+            self.timers.set(EngineTimer::Daily, now.instant + next);
         }
-        if self.disconnect_check_at <= now.instant {
+        if self.timers.fire(EngineTimer::DisconnectCheck, now.instant) {
             self.check_disconnects(now);
-            self.disconnect_check_at = now.instant + self.config.disconnect_check_interval;
+            let next = now.instant + self.config.disconnect_check_interval;
+            self.timers.set(EngineTimer::DisconnectCheck, next);
         }
         self.maintain(now);
     }
@@ -379,8 +392,7 @@ impl SyncEngine {
     /// (no scan over relays, subscriptions or batches).
     pub fn poll_timeout(&self) -> Option<Instant> {
         [
-            Some(self.daily_at),
-            Some(self.disconnect_check_at),
+            self.timers.earliest(),
             self.own.batch_deadline,
             self.stores.next_deadline(self.config.store_timeout),
             self.deadlines.first(),

@@ -8,6 +8,7 @@ use nostr::prelude::RelayUrl;
 
 use super::config::{EngineConfig, RelayLimits};
 use super::runtime::RelayConn;
+use super::timer_table::{RelayTimer, TimerTable};
 use crate::clock::Instant;
 
 /// Everything about one relay: what we learned about it (kept across
@@ -29,14 +30,9 @@ pub(crate) struct RelaySession {
     pub(crate) learned_rate_at: Option<Instant>,
     /// The relay refused NIP-77 in some form.
     pub(crate) negentropy_refused: bool,
-    /// When a connection attempt is abandoned.
-    pub(crate) connect_deadline: Option<Instant>,
-    /// When failed items are planned again.
-    pub(crate) replan_at: Option<Instant>,
-    /// When a failed Layer 1 historic sync is tried again.
-    pub(crate) layer1_retry_at: Option<Instant>,
-    /// When live subscriptions are rebuilt after one was refused.
-    pub(crate) rebuild_live_at: Option<Instant>,
+    /// What the session waits for: connect timeout, replan, Layer 1
+    /// retry, live rebuild, the next poll of uncovered filters.
+    pub(crate) timers: TimerTable<RelayTimer>,
     /// A frame budget smaller than the relay announced, learned when it
     /// dropped the connection right after a large frame.
     pub(crate) learned_frame_budget: Option<usize>,
@@ -92,19 +88,11 @@ impl RelaySession {
             .max(1)
     }
 
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        [
-            self.connect_deadline,
-            self.replan_at,
-            self.layer1_retry_at,
-            self.rebuild_live_at,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+    /// The earliest of the session's timers.
+    pub(crate) fn next_timer(&self) -> Option<Instant> {
+        self.timers.earliest()
     }
 }
-
 
 /// Every relay's session, by URL.
 #[derive(Debug, Default)]
@@ -170,11 +158,23 @@ impl Relays {
 
     /// Opens `relay`'s connection state (its session is created if needed).
     pub(crate) fn open_connection(&mut self, relay: &RelayUrl, conn: RelayConn) {
-        self.entry(relay.clone()).conn = Some(conn);
+        let session = self.entry(relay.clone());
+        session.timers.clear(RelayTimer::Poll);
+        session.conn = Some(conn);
     }
 
-    /// Closes `relay`'s connection state; what was learned stays.
+    /// The session of `relay` while its connection is open.
+    pub(crate) fn connected_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelaySession> {
+        self.0
+            .get_mut(relay)
+            .filter(|session| session.conn.is_some())
+    }
+
+    /// Closes `relay`'s connection state and the timers that belong to the
+    /// connection; what was learned stays.
     pub(crate) fn close_connection(&mut self, relay: &RelayUrl) -> Option<RelayConn> {
-        self.0.get_mut(relay)?.conn.take()
+        let session = self.0.get_mut(relay)?;
+        session.timers.clear(RelayTimer::Poll);
+        session.conn.take()
     }
 }

@@ -247,8 +247,6 @@ pub(crate) struct RelayConn {
     /// The next poll of `uncovered` starts from here (wall clock): when the
     /// filters became uncovered, then the start of the last complete poll.
     pub(crate) poll_from: Option<nostr::prelude::Timestamp>,
-    /// When the next poll of `uncovered` is due.
-    pub(crate) next_poll_at: Option<Instant>,
     /// The largest frame sent recently that the relay has not answered yet,
     /// when, and on which subscription: a drop right after it is blamed on
     /// its size.

@@ -2,6 +2,7 @@
 //! live slots, historic jobs in the rest, each job's first frame.
 
 use super::live::LiveList;
+use super::timer_table::RelayTimer;
 use std::collections::HashSet;
 
 use nostr::prelude::{EventId, RelayUrl};
@@ -39,7 +40,7 @@ impl SyncEngine {
         let rebuild_waiting = self
             .relays
             .get(relay)
-            .is_some_and(|known| known.rebuild_live_at.is_some());
+            .is_some_and(|known| known.timers.is_set(RelayTimer::RebuildLive));
         if let Some(conn) = self.relays.conn_mut(relay) {
             if conn.deferred_live.is_empty() && conn.refused_live.is_empty() && !rebuild_waiting {
                 conn.live_gap_since = None;

@@ -5,6 +5,7 @@ use nostr::prelude::{RelayUrl, SubscriptionId};
 use tracing::debug;
 
 use super::runtime::{BatchInfo, Job, RelayConn, ReqWatch, Sub};
+use super::timer_table::RelayTimer;
 use super::Command;
 use super::SyncEngine;
 use crate::clock::{Instant, Now};
@@ -210,18 +211,9 @@ impl SyncEngine {
         let relays: Vec<RelayUrl> = self.relays.urls().cloned().collect();
         for relay in relays {
             let known = self.knowledge(&relay);
-            let replan = known.replan_at.is_some_and(|at| at <= now.instant);
-            let layer1 = known.layer1_retry_at.is_some_and(|at| at <= now.instant);
-            let live = known.rebuild_live_at.is_some_and(|at| at <= now.instant);
-            if replan {
-                known.replan_at = None;
-            }
-            if layer1 {
-                known.layer1_retry_at = None;
-            }
-            if live {
-                known.rebuild_live_at = None;
-            }
+            let replan = known.timers.fire(RelayTimer::Replan, now.instant);
+            let layer1 = known.timers.fire(RelayTimer::Layer1Retry, now.instant);
+            let live = known.timers.fire(RelayTimer::RebuildLive, now.instant);
             if !self.relays.is_connected(&relay) {
                 continue;
             }
