@@ -44,12 +44,12 @@ impl SyncEngine {
     /// REQ jobs for Layer 2+3 `filters` on `relay`. Filters of one chunk
     /// (`#e`/`#E`/`#q`), a repository's `#a` and its roots' `#e`, can match
     /// the same event (a NIP-22 comment, a status): where the relay's page
-    /// size is known ([`SyncEngine::group_page_limit`]) they are packed, in
+    /// size is known ([`RelaySession::group_page_limit`](super::relay_session::RelaySession::group_page_limit)) they are packed, in
     /// order, into as few REQs as its limits allow, so a relay that dedupes
     /// within a subscription (strfry, nostr-relay-builder) sends such an
     /// event once. Otherwise one paginated REQ per filter.
     pub(super) fn req_jobs(&self, relay: &RelayUrl, filters: Vec<Filter>) -> Vec<Job> {
-        let Some(page) = self.group_page_limit(relay) else {
+        let Some(page) = self.relays.view(relay).group_page_limit(&self.config) else {
             return filters.into_iter().map(Job::Req).collect();
         };
         let filters = filters
@@ -61,8 +61,8 @@ impl SyncEngine {
             .collect();
         super::frames::pack_filters(
             filters,
-            self.filters_per_req(relay),
-            self.frame_budget(relay),
+            self.relays.view(relay).filters_per_req(&self.config),
+            self.relays.view(relay).frame_budget(&self.config),
         )
         .into_iter()
         .map(|mut pack| match pack.len() {
@@ -81,7 +81,7 @@ impl SyncEngine {
         filters: &[Filter],
         since: Timestamp,
     ) -> Vec<Job> {
-        let limit = self.page_limit(relay);
+        let limit = self.relays.view(relay).page_limit(&self.config);
         let filters = filters
             .iter()
             .cloned()
@@ -93,8 +93,8 @@ impl SyncEngine {
             .collect();
         super::frames::pack_filters(
             filters,
-            self.filters_per_req(relay),
-            self.frame_budget(relay),
+            self.relays.view(relay).filters_per_req(&self.config),
+            self.relays.view(relay).frame_budget(&self.config),
         )
         .into_iter()
         .map(Job::Poll)

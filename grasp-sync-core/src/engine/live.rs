@@ -40,11 +40,11 @@ impl SyncEngine {
         let filter_count = filters.len();
         let reqs = pack_filters(
             filters,
-            self.filters_per_req(relay),
-            self.frame_budget(relay),
+            self.relays.view(relay).filters_per_req(&self.config),
+            self.relays.view(relay).frame_budget(&self.config),
         );
-        let limit = self.sub_limit(relay);
-        let live_slots = self.live_slots(relay);
+        let limit = self.relays.view(relay).subscription_limit(&self.config);
+        let live_slots = self.relays.view(relay).live_slots(&self.config);
         let Some(conn) = self.relays.conn(relay) else {
             return;
         };
@@ -118,10 +118,10 @@ impl SyncEngine {
             items.extend(&state.items(self.repos.ids()));
         }
         items.extend(extra);
-        let per_req = self.filters_per_req(relay);
-        let budget = self.frame_budget(relay);
-        let limit = self.sub_limit(relay);
-        let live_slots = self.live_slots(relay);
+        let per_req = self.relays.view(relay).filters_per_req(&self.config);
+        let budget = self.relays.view(relay).frame_budget(&self.config);
+        let limit = self.relays.view(relay).subscription_limit(&self.config);
+        let live_slots = self.relays.view(relay).live_slots(&self.config);
         let interval = self.config.uncovered_poll_interval;
         let Some(session) = self.relays.get_mut(relay) else {
             return;

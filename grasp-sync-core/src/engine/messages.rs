@@ -126,8 +126,8 @@ impl SyncEngine {
     }
 
     pub(super) fn on_eose(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
-        let group_limit = self.group_page_limit(relay);
-        let page_limit = self.page_limit(relay);
+        let group_limit = self.relays.view(relay).group_page_limit(&self.config);
+        let page_limit = self.relays.view(relay).page_limit(&self.config);
         let Some(session) = self.relays.get_mut(relay) else {
             return;
         };
@@ -153,7 +153,8 @@ impl SyncEngine {
                     warn!(%relay, "a full page of events shares one second; events beyond the page may be missing");
                 }
                 self.progress(now, batch);
-                self.note_page_len(relay, page_len, page_limit_ours);
+                self.knowledge(relay)
+                    .note_page_len(page_len, page_limit_ours);
                 match outcome {
                     PageOutcome::NextPage(filter)
                         if self.store_keeps_up() && self.rate_allows(now, relay) =>

@@ -20,7 +20,7 @@ impl SyncEngine {
         id: &SubscriptionId,
         items: &[(EventId, Timestamp)],
     ) {
-        let budget = self.frame_budget(relay);
+        let budget = self.relays.view(relay).frame_budget(&self.config);
         let configured = self.config.negentropy_frame_size_limit;
         let Some(Sub::Negentropy {
             filter,
@@ -186,7 +186,8 @@ impl SyncEngine {
         base.limit = None;
         base.until = None;
         base.since = None;
-        let fit = super::frames::ids_per_fetch(self.frame_budget(relay), &base);
+        let fit =
+            super::frames::ids_per_fetch(self.relays.view(relay).frame_budget(&self.config), &base);
         need.chunks(self.config.fetch_chunk.min(fit).max(1))
             .map(|chunk| Job::Fetch {
                 filter: base.clone().ids(chunk.iter().copied()),

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use nostr::prelude::RelayUrl;
 
 use super::config::{EngineConfig, RelayLimits};
+use super::limits::{RATE_FORGOTTEN_ABOVE, RECOVERY_WINDOWS};
 use super::runtime::RelayConn;
 use super::timer_table::{RelayTimer, TimerTable};
 use crate::clock::Instant;
@@ -88,6 +89,82 @@ impl RelaySession {
             .max(1)
     }
 
+    /// Subscription slots live subscriptions may take: the limit minus the
+    /// slots kept for historic work (at least one each). A relay allowing a
+    /// single subscription gets none live: everything is polled and the one
+    /// slot serves history.
+    pub(crate) fn live_slots(&self, config: &EngineConfig) -> usize {
+        let limit = self.subscription_limit(config);
+        if limit < 2 {
+            return 0;
+        }
+        let historic = config.historic_slots.clamp(1, limit / 2);
+        limit.saturating_sub(historic)
+    }
+
+    /// The largest frame the relay may be sent: its NIP-11
+    /// `max_message_length`, a smaller budget learned from a drop, or the
+    /// configured default.
+    pub(crate) fn frame_budget(&self, config: &EngineConfig) -> usize {
+        // A told budget is honoured even below the learning floor; a
+        // kilobyte is the least any REQ needs.
+        [self.limits.max_message_length, self.learned_frame_budget]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(config.default_frame_budget)
+            .max(1024)
+    }
+
+    /// The `limit` of a historic page: ours, or the relay's NIP-11
+    /// `max_limit` if smaller.
+    pub(crate) fn page_limit(&self, config: &EngineConfig) -> usize {
+        self.limits
+            .max_limit
+            .map_or(config.page_limit, |max| max.min(config.page_limit))
+            .max(1)
+    }
+
+    /// The page size the relay certainly honours per filter, if we know it:
+    /// its NIP-11 `max_limit` (under our page limit), or our page limit once
+    /// a single-filter page of it came back full. Only then may filters that
+    /// can match the same event share one REQ (`SyncEngine::req_jobs`): a
+    /// relay that dedupes within a subscription sends such an event once,
+    /// but for one filter's page it may then be one another filter brought,
+    /// and where that filter's page ended can only be told from its
+    /// `page`-th newest event. A relay that clamps silently below our limit
+    /// gets separate REQs, paged one by one.
+    pub(crate) fn group_page_limit(&self, config: &EngineConfig) -> Option<usize> {
+        let page = self.page_limit(config);
+        let told = self.limits.max_limit.is_some();
+        (told || self.page_floor >= page).then_some(page)
+    }
+
+    /// Learns from a single-filter page of `len` events that the relay
+    /// honours our page limit (`page`) per filter, once a page came full.
+    pub(crate) fn note_page_len(&mut self, len: usize, page: usize) {
+        if len >= page {
+            self.page_floor = self.page_floor.max(len);
+        }
+    }
+
+    /// Raises a learned rate again: doubled after [`RECOVERY_WINDOWS`] rate
+    /// windows (`window` each) without a refusal, forgotten once above
+    /// [`RATE_FORGOTTEN_ABOVE`]. A single `rate-limited:` (a burst, a
+    /// restart of the relay) must not slow the relay down for good; a relay
+    /// that keeps refusing halves it again.
+    pub(crate) fn recover_learned_rate(&mut self, now: Instant, window: std::time::Duration) {
+        let (Some(rate), Some(at)) = (self.learned_rate, self.learned_rate_at) else {
+            return;
+        };
+        if now.saturating_duration_since(at) < window.saturating_mul(RECOVERY_WINDOWS) {
+            return;
+        }
+        let raised = rate.saturating_mul(2);
+        self.learned_rate = (raised <= RATE_FORGOTTEN_ABOVE).then_some(raised);
+        self.learned_rate_at = Some(now);
+    }
+
     /// The earliest of the session's timers.
     pub(crate) fn next_timer(&self) -> Option<Instant> {
         self.timers.earliest()
@@ -98,7 +175,17 @@ impl RelaySession {
 #[derive(Debug, Default)]
 pub(crate) struct Relays(HashMap<RelayUrl, RelaySession>);
 
+/// The session of a relay the engine does not know: nothing learned.
+static UNKNOWN: std::sync::LazyLock<RelaySession> = std::sync::LazyLock::new(RelaySession::default);
+
 impl Relays {
+    /// The session of `relay`, or an empty one (nothing learned) if the
+    /// engine does not know it: for questions whose answer for an unknown
+    /// relay is the configured default.
+    pub(crate) fn view(&self, relay: &RelayUrl) -> &RelaySession {
+        self.0.get(relay).unwrap_or(&UNKNOWN)
+    }
+
     /// The session of `relay`, if the engine knows it.
     pub(crate) fn get(&self, relay: &RelayUrl) -> Option<&RelaySession> {
         self.0.get(relay)

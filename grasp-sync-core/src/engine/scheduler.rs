@@ -17,7 +17,7 @@ impl SyncEngine {
     /// not rate-limited and has free subscription slots.
     pub(super) fn pump(&mut self, now: Now, relay: &RelayUrl) {
         self.resend_refused_live(now, relay);
-        let live_slots = self.live_slots(relay);
+        let live_slots = self.relays.view(relay).live_slots(&self.config);
         let (waiting_live, no_live, over, polling) = match self.relays.conn_mut(relay) {
             Some(conn) => (
                 std::mem::take(&mut conn.deferred_live),
@@ -62,8 +62,8 @@ impl SyncEngine {
     /// for the live REQs that are open or waiting (up to the live slots) and
     /// the rate allows.
     pub(super) fn may_open_historic(&mut self, now: Now, relay: &RelayUrl) -> bool {
-        let limit = self.sub_limit(relay);
-        let live_slots = self.live_slots(relay);
+        let limit = self.relays.view(relay).subscription_limit(&self.config);
+        let live_slots = self.relays.view(relay).live_slots(&self.config);
         let Some(conn) = self.relays.conn(relay) else {
             return false;
         };
@@ -83,7 +83,7 @@ impl SyncEngine {
     /// `true` if one more live subscription may be opened on `relay`: a
     /// free live slot (the historic ones stay free) and the rate allows.
     pub(super) fn may_open_live(&mut self, now: Now, relay: &RelayUrl) -> bool {
-        let live_slots = self.live_slots(relay);
+        let live_slots = self.relays.view(relay).live_slots(&self.config);
         let free = self
             .relays
             .conn(relay)
@@ -107,7 +107,7 @@ impl SyncEngine {
 
     pub(super) fn start_job(&mut self, now: Now, relay: &RelayUrl, queued: QueuedJob) {
         let QueuedJob { batch, job } = queued;
-        let budget = self.frame_budget(relay);
+        let budget = self.relays.view(relay).frame_budget(&self.config);
         let frame_limit = self.config.negentropy_frame_size_limit;
         let job = match job {
             Job::Negentropy(filter) | Job::NegentropySent(filter)
@@ -135,7 +135,7 @@ impl SyncEngine {
                     self.add_jobs(relay, batch, parts.into_iter().map(Job::Req).collect());
                 }
                 if filter.limit.is_none() {
-                    filter.limit = Some(self.page_limit(relay));
+                    filter.limit = Some(self.relays.view(relay).page_limit(&self.config));
                 }
                 let id = self.next_sub_id("req");
                 self.emit(Command::Subscribe {
@@ -259,17 +259,5 @@ impl SyncEngine {
                 heard_at: now.instant,
             },
         }
-    }
-
-    /// The `limit` of a historic page on `relay`.
-    pub(super) fn page_limit(&self, relay: &RelayUrl) -> usize {
-        let told = self
-            .relays
-            .get(relay)
-            .and_then(|known| known.limits.max_limit);
-        told.map_or(self.config.page_limit, |max| {
-            max.min(self.config.page_limit)
-        })
-        .max(1)
     }
 }

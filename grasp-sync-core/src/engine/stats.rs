@@ -157,9 +157,9 @@ impl SyncEngine {
             live_subscriptions: conn.live_count(),
             queued_jobs: conn.queue.len(),
             deferred_live_items: conn.deferred_live.len(),
-            subscription_limit: self.sub_limit(relay),
-            live_slots: self.live_slots(relay),
-            frame_budget: self.frame_budget(relay),
+            subscription_limit: self.relays.view(relay).subscription_limit(&self.config),
+            live_slots: self.relays.view(relay).live_slots(&self.config),
+            frame_budget: self.relays.view(relay).frame_budget(&self.config),
             live_mode,
         })
     }
