@@ -311,7 +311,11 @@ impl SyncEngine {
                 if slot_refused {
                     self.replace_job(now, relay, id, Sub::negentropy_job(filter, sent));
                 } else {
-                    self.negentropy_refused(now, relay, id, message, false);
+                    let failure = super::nip77::NegFailure::Refused {
+                        reason: message,
+                        close: false,
+                    };
+                    self.negentropy_failed(now, relay, id, failure);
                 }
             }
             Sub::Req { paging, batch, .. } => {

@@ -326,11 +326,8 @@ impl SyncEngine {
         reason: &str,
     ) {
         self.observe(now);
-        if let Some(filter) = self.negentropy_filter(relay, id) {
-            tracing::warn!(%relay, reason, "store could not list local items; syncing the filter by REQ");
-            self.stats.local_items_failures += 1;
-            self.replace_job(now, relay, id, runtime::Job::Req(filter));
-        }
+        let failure = nip77::NegFailure::StoreCannotList(reason);
+        self.negentropy_failed(now, relay, id, failure);
         self.maintain(now);
     }
 

@@ -20,8 +20,6 @@ impl SyncEngine {
         id: &SubscriptionId,
         items: &[(EventId, Timestamp)],
     ) {
-        let budget = self.relays.view(relay).frame_budget(&self.config);
-        let configured = self.config.negentropy_frame_size_limit;
         let Some(Sub::Negentropy {
             filter,
             session,
@@ -40,6 +38,15 @@ impl SyncEngine {
             self.replace_job(now, relay, id, Sub::negentropy_job(filter, sent));
             return;
         }
+        // `None` cannot happen (checked when the job started), but the
+        // budget may have shrunk since.
+        let Some(frame_size_limit) = self
+            .relays
+            .view(relay)
+            .negentropy_frame_limit(&filter, &self.config)
+        else {
+            return self.negentropy_failed(now, relay, id, NegFailure::FrameTooSmall);
+        };
         let Some(Sub::Negentropy {
             filter,
             session,
@@ -50,15 +57,6 @@ impl SyncEngine {
             .conn_mut(relay)
             .and_then(|conn| conn.subs.get_mut(id))
         else {
-            return;
-        };
-        // `None` cannot happen (checked when the job started), but the
-        // budget may have shrunk since: fall back to REQ then.
-        let Some(frame_size_limit) =
-            super::frames::negentropy_frame_limit(budget, filter, configured)
-        else {
-            let filter = filter.clone();
-            self.replace_job(now, relay, id, Job::Req(filter));
             return;
         };
         let caps = SessionCaps {
@@ -77,11 +75,7 @@ impl SyncEngine {
                     initial_message,
                 });
             }
-            Err(error) => {
-                warn!(%relay, %error, "cannot start negentropy; using REQ");
-                let filter = filter.clone();
-                self.replace_job(now, relay, id, Job::Req(filter));
-            }
+            Err(error) => self.negentropy_failed(now, relay, id, NegFailure::CannotStart(error)),
         }
     }
 
@@ -135,15 +129,19 @@ impl SyncEngine {
         !refused && self.config.sent_replies_per_relay > 0
     }
 
-    /// The relay refused NIP-77 (NEG-ERR, a NOTICE, CLOSED on the session id,
-    /// or silence): remember it, warn once, and sync the filter by REQ.
-    pub(super) fn negentropy_refused(
+    /// A negentropy session of a filter ended without reconciling it: the
+    /// one place that decides what follows. The filter is synced by REQ;
+    /// a refusal in any form (NEG-ERR, a NOTICE, CLOSED on the session id,
+    /// silence) or endless rounds teach that the relay does not do NIP-77,
+    /// so later filters go by REQ from the start
+    /// ([`RelaySession::sync_method`](super::relay_session::RelaySession::sync_method));
+    /// every other failure is about this filter only.
+    pub(super) fn negentropy_failed(
         &mut self,
         now: Now,
         relay: &RelayUrl,
         id: &SubscriptionId,
-        reason: &str,
-        send_close: bool,
+        failure: NegFailure<'_>,
     ) {
         let Some(Sub::Negentropy {
             filter, session, ..
@@ -153,6 +151,46 @@ impl SyncEngine {
         };
         let filter = filter.clone();
         let opened = session.is_some();
+        let close = match &failure {
+            NegFailure::Refused { close, .. } => *close && opened,
+            NegFailure::Unanswered | NegFailure::Round(_) => opened,
+            _ => false,
+        };
+        match &failure {
+            NegFailure::Refused { reason, .. } => self.learn_negentropy_refused(relay, reason),
+            NegFailure::Unanswered => self.learn_negentropy_refused(relay, "no answer to NEG-OPEN"),
+            NegFailure::StoreCannotList(reason) => {
+                tracing::warn!(%relay, reason, "store could not list local items; syncing the filter by REQ");
+                self.stats.local_items_failures += 1;
+            }
+            NegFailure::FrameTooSmall => {}
+            NegFailure::CannotStart(error) => {
+                warn!(%relay, %error, "cannot start negentropy; using REQ");
+            }
+            NegFailure::Round(error) if error.is_cap() => {
+                self.stats.negentropy_sessions_cut += 1;
+                warn!(%relay, %error, "negentropy session cut off; using REQ for this filter");
+                self.note_error(relay, error.to_string());
+                // A relay that keeps a session going is not reconciling.
+                if matches!(error, SessionError::TooManyRounds { .. }) {
+                    self.knowledge(relay).negentropy_refused = true;
+                }
+            }
+            NegFailure::Round(error) => {
+                warn!(%relay, %error, "bad negentropy message; using REQ for this filter");
+            }
+        }
+        if close {
+            self.emit(Command::NegClose {
+                relay: relay.clone(),
+                id: id.clone(),
+            });
+        }
+        self.replace_job(now, relay, id, Job::Req(filter));
+    }
+
+    /// Remembers that `relay` refused NIP-77, warning once.
+    fn learn_negentropy_refused(&mut self, relay: &RelayUrl, reason: &str) {
         let known = self.knowledge(relay);
         if !known.negentropy_refused {
             known.negentropy_refused = true;
@@ -160,13 +198,6 @@ impl SyncEngine {
             warn!(%relay, reason, "relay refused NIP-77; falling back to REQ+EOSE");
             self.note_error(relay, format!("NIP-77 refused: {reason}"));
         }
-        if send_close && opened {
-            self.emit(Command::NegClose {
-                relay: relay.clone(),
-                id: id.clone(),
-            });
-        }
-        self.replace_job(now, relay, id, Job::Req(filter));
     }
 
     /// Fetch jobs for ids a negentropy round found missing, restricted to the
@@ -254,31 +285,7 @@ impl SyncEngine {
                 self.add_jobs(relay, batch, jobs);
                 self.finish_job(now, relay, id);
             }
-            Err(error) => {
-                let filter = filter.clone();
-                self.emit(Command::NegClose {
-                    relay: relay.clone(),
-                    id: id.clone(),
-                });
-                if error.is_cap() {
-                    self.negentropy_cut(relay, &error);
-                } else {
-                    warn!(%relay, %error, "bad negentropy message; using REQ for this filter");
-                }
-                self.replace_job(now, relay, id, Job::Req(filter));
-            }
-        }
-    }
-
-    /// A session hit a cap: count it, and after endless rounds stop using
-    /// the relay's NIP-77 (a relay that keeps a session going is not
-    /// reconciling). The caller syncs the filter by REQ.
-    fn negentropy_cut(&mut self, relay: &RelayUrl, error: &SessionError) {
-        self.stats.negentropy_sessions_cut += 1;
-        warn!(%relay, %error, "negentropy session cut off; using REQ for this filter");
-        self.note_error(relay, error.to_string());
-        if matches!(error, SessionError::TooManyRounds { .. }) {
-            self.knowledge(relay).negentropy_refused = true;
+            Err(error) => self.negentropy_failed(now, relay, id, NegFailure::Round(error)),
         }
     }
 
@@ -299,7 +306,37 @@ impl SyncEngine {
         if self.note_limits(now, relay, &classified) {
             self.replace_job(now, relay, id, Sub::negentropy_job(filter, sent));
         } else {
-            self.negentropy_refused(now, relay, id, message, false);
+            let failure = NegFailure::Refused {
+                reason: message,
+                close: false,
+            };
+            self.negentropy_failed(now, relay, id, failure);
         }
     }
+}
+
+/// Why a negentropy session of a filter ended without reconciling it
+/// ([`SyncEngine::negentropy_failed`]).
+#[derive(Debug)]
+pub(super) enum NegFailure<'a> {
+    /// The relay refused NIP-77: a NEG-ERR, a NOTICE, CLOSED on the session
+    /// id. `close`: send NEG-CLOSE if the session was opened (a NOTICE
+    /// names no session; CLOSED and NEG-ERR end it already).
+    Refused {
+        /// What the relay said.
+        reason: &'a str,
+        /// Whether the relay may still hold the session.
+        close: bool,
+    },
+    /// No answer to NEG-OPEN within the negentropy timeout.
+    Unanswered,
+    /// The store could not list its items for the filter (never reconcile
+    /// from an empty set: that downloads everything as if we held nothing).
+    StoreCannotList(&'a str),
+    /// The relay's frame budget shrank below a NEG frame for the filter.
+    FrameTooSmall,
+    /// The session could not start from our items.
+    CannotStart(SessionError),
+    /// A round failed: a cap was hit or the relay's message was unreadable.
+    Round(SessionError),
 }

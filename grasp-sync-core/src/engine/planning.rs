@@ -137,7 +137,6 @@ impl SyncEngine {
             return;
         }
         self.add_live(now, relay, &items);
-        let negentropy = !self.knowledge(relay).negentropy_refused;
         // Replies to root events the store took as new just now are new to
         // the store too: asking it for them costs a scan per session and
         // finds only what this sync brought. On a NIP-77 relay they are
@@ -150,7 +149,7 @@ impl SyncEngine {
             .root_events
             .iter()
             .partition(|id| self.stores.fresh_roots.take(id).is_some());
-        let sent = negentropy && self.reconciles_fresh_roots(relay);
+        let sent = self.reconciles_fresh_roots(relay);
         if sent {
             self.stats.fresh_roots_reconciled += fresh.len() as u64;
         } else {
@@ -166,18 +165,22 @@ impl SyncEngine {
         };
         let chunk = self.config.chunk_size;
         let filters = layer2_and_layer3_filters(&reconciled, chunk, FilterMode::FULL_HISTORY);
-        let mut jobs: Vec<Job> = if negentropy {
-            filters.into_iter().map(Job::Negentropy).collect()
-        } else {
-            self.req_jobs(relay, filters)
-        };
+        let session = self.relays.view(relay);
+        let (reconcile, req): (Vec<_>, Vec<_>) = filters.into_iter().partition(|filter| {
+            session.sync_method(filter, &self.config) == SyncMethod::Negentropy
+        });
+        let mut jobs: Vec<Job> = reconcile.into_iter().map(Job::Negentropy).collect();
+        jobs.extend(self.req_jobs(relay, req));
         let fresh_filters = layer2_and_layer3_filters(&fresh, chunk, FilterMode::FULL_HISTORY);
         if sent {
             jobs.extend(fresh_filters.into_iter().map(Job::NegentropySent));
         } else {
             jobs.extend(self.req_jobs(relay, fresh_filters));
         }
-        let method = if negentropy && (!reconciled.is_empty() || sent) {
+        let reconciles = jobs
+            .iter()
+            .any(|job| matches!(job, Job::Negentropy(_) | Job::NegentropySent(_)));
+        let method = if reconciles {
             SyncMethod::Negentropy
         } else {
             SyncMethod::ReqEose
@@ -203,11 +206,10 @@ impl SyncEngine {
             );
         }
         let filter = announcement_filter(FilterMode::Historic { since });
-        let negentropy = since.is_none() && !self.knowledge(relay).negentropy_refused;
-        let (job, method) = if negentropy {
-            (Job::Negentropy(filter), SyncMethod::Negentropy)
-        } else {
-            (Job::Req(filter), SyncMethod::ReqEose)
+        let method = self.relays.view(relay).sync_method(&filter, &self.config);
+        let job = match method {
+            SyncMethod::Negentropy => Job::Negentropy(filter),
+            SyncMethod::ReqEose => Job::Req(filter),
         };
         self.start_batch(
             now,

@@ -103,7 +103,11 @@ impl SyncEngine {
             })
             .unwrap_or_default();
         for id in waiting {
-            self.negentropy_refused(now, relay, &id, message, true);
+            let failure = super::nip77::NegFailure::Refused {
+                reason: message,
+                close: true,
+            };
+            self.negentropy_failed(now, relay, &id, failure);
         }
     }
 

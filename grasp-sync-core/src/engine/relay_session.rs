@@ -4,13 +4,14 @@
 
 use std::collections::HashMap;
 
-use nostr::prelude::RelayUrl;
+use nostr::prelude::{Filter, RelayUrl};
 
 use super::config::{EngineConfig, RelayLimits};
 use super::limits::{RATE_FORGOTTEN_ABOVE, RECOVERY_WINDOWS};
 use super::runtime::RelayConn;
 use super::timer_table::{RelayTimer, TimerTable};
 use crate::clock::Instant;
+use crate::model::SyncMethod;
 
 /// Everything about one relay: what we learned about it (kept across
 /// connections), its open connection if any, and its counters.
@@ -146,6 +147,39 @@ impl RelaySession {
         if len >= page {
             self.page_floor = self.page_floor.max(len);
         }
+    }
+
+    /// How to sync a historic filter on this relay — the whole decision:
+    /// NIP-77 reconciliation, unless the relay refused NIP-77 in some form
+    /// ([`SyncEngine::negentropy_failed`](super::SyncEngine::negentropy_failed)),
+    /// the filter has a `since` (a catch-up fetches what is new; reconciling
+    /// would compare the whole history), or a NEG frame for it does not fit
+    /// the relay's frame budget; then REQ+EOSE with `until` pagination.
+    /// Missing ids a reconciliation found are fetched by REQ
+    /// (`SyncEngine::fetch_jobs`).
+    pub(crate) fn sync_method(&self, filter: &Filter, config: &EngineConfig) -> SyncMethod {
+        let negentropy = !self.negentropy_refused
+            && filter.since.is_none()
+            && self.negentropy_frame_limit(filter, config).is_some();
+        if negentropy {
+            SyncMethod::Negentropy
+        } else {
+            SyncMethod::ReqEose
+        }
+    }
+
+    /// The frame size limit of a negentropy session of `filter` on this
+    /// relay, or `None` if no NEG frame fits its frame budget.
+    pub(crate) fn negentropy_frame_limit(
+        &self,
+        filter: &Filter,
+        config: &EngineConfig,
+    ) -> Option<u64> {
+        super::frames::negentropy_frame_limit(
+            self.frame_budget(config),
+            filter,
+            config.negentropy_frame_size_limit,
+        )
     }
 
     /// Raises a learned rate again: doubled after [`RECOVERY_WINDOWS`] rate

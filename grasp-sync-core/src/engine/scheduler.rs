@@ -10,6 +10,7 @@ use nostr::prelude::{EventId, RelayUrl};
 use super::runtime::{Job, QueuedJob, ReqWatch, Sub};
 use super::{Command, SyncEngine};
 use crate::clock::Now;
+use crate::model::SyncMethod;
 use crate::pagination::PaginationState;
 
 impl SyncEngine {
@@ -108,16 +109,12 @@ impl SyncEngine {
     pub(super) fn start_job(&mut self, now: Now, relay: &RelayUrl, queued: QueuedJob) {
         let QueuedJob { batch, job } = queued;
         let budget = self.relays.view(relay).frame_budget(&self.config);
-        let frame_limit = self.config.negentropy_frame_size_limit;
+        // What was learned since the job was planned may change how its
+        // filter is synced.
         let job = match job {
             Job::Negentropy(filter) | Job::NegentropySent(filter)
-                if self.knowledge(relay).negentropy_refused =>
-            {
-                Job::Req(filter)
-            }
-            Job::Negentropy(filter) | Job::NegentropySent(filter)
-                if super::frames::negentropy_frame_limit(budget, &filter, frame_limit)
-                    .is_none() =>
+                if self.relays.view(relay).sync_method(&filter, &self.config)
+                    == SyncMethod::ReqEose =>
             {
                 Job::Req(filter)
             }

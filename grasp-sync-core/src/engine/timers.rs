@@ -201,7 +201,7 @@ impl SyncEngine {
             })
             .collect();
         for (relay, id) in silent {
-            self.negentropy_refused(now, &relay, &id, "no answer to NEG-OPEN", true);
+            self.negentropy_failed(now, &relay, &id, super::nip77::NegFailure::Unanswered);
         }
     }
 
