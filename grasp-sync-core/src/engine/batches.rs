@@ -13,8 +13,12 @@ use crate::model::BatchId;
 
 impl SyncEngine {
     /// Records progress of the batch a subscription belongs to.
-    pub(super) fn progress(&mut self, now: Now, batch: BatchId) {
-        if let Some(info) = self.batches.get_mut(&batch) {
+    pub(super) fn progress(&mut self, now: Now, relay: &RelayUrl, batch: BatchId) {
+        if let Some(info) = self
+            .relays
+            .get_mut(relay)
+            .and_then(|session| session.batches.get_mut(&batch))
+        {
             info.last_progress = now.instant;
         }
     }
@@ -32,15 +36,19 @@ impl SyncEngine {
         let Some(batch) = sub.batch() else {
             return;
         };
-        self.progress(now, batch);
+        self.progress(now, relay, batch);
         let interval = self.config.uncovered_poll_interval;
-        let done = self.batches.get_mut(&batch).map(|info| {
-            info.jobs = info.jobs.saturating_sub(1);
-            (
-                info.is_done(),
-                info.jobs == 0 && info.purpose == Purpose::Poll,
-            )
-        });
+        let done = self
+            .relays
+            .get_mut(relay)
+            .and_then(|session| session.batches.get_mut(&batch))
+            .map(|info| {
+                info.jobs = info.jobs.saturating_sub(1);
+                (
+                    info.is_done(),
+                    info.jobs == 0 && info.purpose == Purpose::Poll,
+                )
+            });
         let (done, polled) = match done {
             Some((done, polled)) => (Some(done), polled),
             None => (None, false),
@@ -61,8 +69,12 @@ impl SyncEngine {
 
     /// Counts events of `batch` handed to the store (`+1`) or answered
     /// (`-1`); a batch whose jobs are done confirms with its last store.
-    pub(super) fn count_store(&mut self, now: Now, batch: BatchId, delta: i32) {
-        let Some(info) = self.batches.get_mut(&batch) else {
+    pub(super) fn count_store(&mut self, now: Now, relay: &RelayUrl, batch: BatchId, delta: i32) {
+        let Some(info) = self
+            .relays
+            .get_mut(relay)
+            .and_then(|session| session.batches.get_mut(&batch))
+        else {
             return;
         };
         info.stores = if delta >= 0 {
@@ -71,8 +83,7 @@ impl SyncEngine {
             info.stores.saturating_sub(delta.unsigned_abs() as usize)
         };
         if info.is_done() {
-            let relay = info.relay.clone();
-            self.complete_batch(now, &relay, batch);
+            self.complete_batch(now, relay, batch);
         }
     }
 
@@ -93,12 +104,16 @@ impl SyncEngine {
             return;
         };
         conn.queue.push_front(QueuedJob { batch, job });
-        self.progress(now, batch);
+        self.progress(now, relay, batch);
     }
 
     /// Adds jobs to a running batch, ahead of other queued work.
     pub(super) fn add_jobs(&mut self, relay: &RelayUrl, batch: BatchId, jobs: Vec<Job>) {
-        if let Some(info) = self.batches.get_mut(&batch) {
+        if let Some(info) = self
+            .relays
+            .get_mut(relay)
+            .and_then(|session| session.batches.get_mut(&batch))
+        {
             info.jobs += jobs.len();
         }
         if let Some(conn) = self.relays.conn_mut(relay) {
@@ -109,7 +124,11 @@ impl SyncEngine {
     }
 
     pub(super) fn complete_batch(&mut self, now: Now, relay: &RelayUrl, batch: BatchId) {
-        let Some(info) = self.batches.remove(&batch) else {
+        let Some(info) = self
+            .relays
+            .get_mut(relay)
+            .and_then(|session| session.batches.remove(&batch))
+        else {
             return;
         };
         let Some(pending) = self.pending.remove_batch(relay, batch) else {
@@ -140,7 +159,11 @@ impl SyncEngine {
     /// Fails a batch: closes its subscriptions, drops its queued jobs and
     /// schedules its work to be planned again.
     pub(super) fn fail_batch(&mut self, now: Now, relay: &RelayUrl, batch: BatchId, reason: &str) {
-        let Some(info) = self.batches.remove(&batch) else {
+        let Some(info) = self
+            .relays
+            .get_mut(relay)
+            .and_then(|session| session.batches.remove(&batch))
+        else {
             return;
         };
         warn!(%relay, %batch, reason, "batch failed; its items will be planned again");
@@ -216,13 +239,5 @@ impl SyncEngine {
                 id,
             }),
         }
-    }
-
-    /// `true` while a job of `batch` holds a subscription slot on `relay`
-    /// (queued jobs wait for a slot and do not time out).
-    pub(super) fn has_running_job(&self, relay: &RelayUrl, batch: BatchId) -> bool {
-        self.relays
-            .conn(relay)
-            .is_some_and(|conn| conn.subs.values().any(|sub| sub.batch() == Some(batch)))
     }
 }

@@ -36,7 +36,7 @@ impl SyncEngine {
             crate::model::SyncMethod::ReqEose,
             jobs,
         );
-        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+        if let Some(info) = batch.and_then(|batch| self.relays.batch_mut(relay, batch)) {
             info.covers_from = Some(gap_since);
         }
     }
@@ -159,7 +159,7 @@ impl SyncEngine {
                 SyncMethod::ReqEose,
                 jobs,
             );
-            if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+            if let Some(info) = batch.and_then(|batch| self.relays.batch_mut(&relay, batch)) {
                 info.covers_from = Some(from);
             }
         }

@@ -223,9 +223,10 @@ impl SyncEngine {
         };
         let polled = conn.poll_from.filter(|_| !conn.uncovered.is_empty());
         let batches = self
+            .relays
+            .view(relay)
             .batches
             .values()
-            .filter(|info| &info.relay == relay)
             .filter(|info| matches!(info.purpose, Purpose::Gap | Purpose::Poll))
             .filter_map(|info| info.covers_from);
         let earliest = [conn.live_gap_since, polled]
@@ -336,9 +337,9 @@ impl SyncEngine {
 
     /// Removes every pending batch of `relay`.
     pub(super) fn clear_pending(&mut self, relay: &RelayUrl) {
-        for batch in self.pending.clear_relay(relay) {
-            self.batches.remove(&batch.batch_id);
+        self.pending.clear_relay(relay);
+        if let Some(session) = self.relays.get_mut(relay) {
+            session.batches.clear();
         }
-        self.batches.retain(|_, info| &info.relay != relay);
     }
 }

@@ -12,7 +12,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use nostr::prelude::RelayUrl;
 
-use super::runtime::Sub;
 use super::SyncEngine;
 use crate::clock::Instant;
 
@@ -58,44 +57,15 @@ impl DeadlineTable {
 }
 
 impl SyncEngine {
-    /// When `relay` next has work for [`SyncEngine::handle_timeout`]: its
-    /// connect/replan/retry timers, its negentropy and batch timeouts, its
-    /// unanswered live subscriptions, its rate window, its health.
-    fn relay_deadline(&self, relay: &RelayUrl) -> Option<Instant> {
-        let known = self.relays.get(relay);
-        let mut deadlines = vec![
-            known.and_then(|known| known.next_timer()),
-            self.health.poll_timeout_of(relay, self.last_now),
-        ];
-        if let Some(conn) = self.relays.conn(relay) {
-            let timeout = self.config.batch_timeout;
-            deadlines.push(conn.next_deadline(&self.config));
-            if !conn.is_quiet() && known.is_some_and(|known| known.learned_rate.is_some()) {
-                deadlines.push(conn.rate_window_frees_at(self.last_now, self.rate_window()));
-            }
-            for sub in conn.subs.values() {
-                if let Some(watch) = sub.watch() {
-                    deadlines.push(self.req_stalls_at(conn, watch));
-                }
-                deadlines.push(match sub {
-                    Sub::Live {
-                        answered: false,
-                        opened_at,
-                        ..
-                    } => Some((*opened_at).max(conn.last_heard) + timeout),
-                    sub => sub
-                        .batch()
-                        .and_then(|batch| self.batches.get(&batch))
-                        .map(|info| self.batch_stalls_at(info)),
-                });
-            }
-        }
-        deadlines.into_iter().flatten().min()
-    }
-
     /// Refreshes `relay`'s entry in the deadline table.
     pub(super) fn refresh_deadline(&mut self, relay: &RelayUrl) {
-        let at = self.relay_deadline(relay);
+        let health = self.health.poll_timeout_of(relay, self.last_now);
+        let at = match self.relays.get(relay) {
+            Some(session) => {
+                session.next_deadline(&self.config, health, self.last_now, self.rate_window())
+            }
+            None => health,
+        };
         self.deadlines.set(relay, at);
     }
 

@@ -118,7 +118,7 @@ impl SyncEngine {
             }
             conn.unanswered.retain(|waiting| waiting != id);
             conn.frame_answered(id);
-            if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+            if let Some(info) = batch.and_then(|batch| self.relays.batch_mut(relay, batch)) {
                 info.req_resumes = 0;
             }
         }
@@ -152,7 +152,7 @@ impl SyncEngine {
                     self.stats.crowded_seconds += crowded as u64;
                     warn!(%relay, "a full page of events shares one second; events beyond the page may be missing");
                 }
-                self.progress(now, batch);
+                self.progress(now, relay, batch);
                 self.knowledge(relay)
                     .note_page_len(page_len, page_limit_ours);
                 match outcome {

@@ -118,7 +118,7 @@ pub use stores::StoreVerdict;
 use config::Jitter;
 use own_relay::OwnRelay;
 use relay_session::{RelaySession, Relays};
-use runtime::{BatchInfo, RelayConn};
+use runtime::RelayConn;
 use stores::StoreTracker;
 use timer_table::{EngineTimer, TimerTable};
 
@@ -163,7 +163,6 @@ pub struct SyncEngine {
     health: HealthTracker,
     /// Every relay's session: what we learned, its connection, its timers.
     relays: Relays,
-    batches: HashMap<BatchId, BatchInfo>,
     own: OwnRelay,
     /// Which Layer 1 events are ours to store, and those waiting to be.
     ours: ours::Ours,
@@ -211,7 +210,6 @@ impl SyncEngine {
             confirmed: RelaySyncIndex::new(),
             pending: PendingSyncIndex::new(),
             relays: Relays::default(),
-            batches: HashMap::new(),
             own,
             ours: ours::Ours::default(),
             stores: StoreTracker::default(),

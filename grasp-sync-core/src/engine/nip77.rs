@@ -98,7 +98,7 @@ impl SyncEngine {
             .and_then(|sent| sent.items_matching(filter))
             .unwrap_or_default();
         for (id, _) in &items {
-            self.wait_for_store(now, batch, id);
+            self.wait_for_store(now, relay, batch, id);
         }
         items.extend(self.stores.refused_items(filter));
         items
@@ -252,7 +252,7 @@ impl SyncEngine {
         let step = session.step(message);
         match step {
             Ok(Step::Continue(next)) => {
-                self.progress(now, batch);
+                self.progress(now, relay, batch);
                 self.emit(Command::NegMsg {
                     relay: relay.clone(),
                     id: id.clone(),
@@ -271,7 +271,7 @@ impl SyncEngine {
                 // Another filter of the batch may have found the same ids
                 // missing (a reply tagging its root with both `e` and `E`):
                 // each id is fetched once per batch.
-                let need: Vec<_> = match self.batches.get_mut(&batch) {
+                let need: Vec<_> = match self.relays.batch_mut(relay, batch) {
                     Some(info) => need
                         .into_iter()
                         .filter(|id| info.fetching.insert(*id))
@@ -280,7 +280,7 @@ impl SyncEngine {
                 };
                 // Another subscription (a fresh root's REQ, another batch)
                 // brought some already.
-                let need = self.still_to_fetch(now, batch, need);
+                let need = self.still_to_fetch(now, relay, batch, need);
                 let jobs = self.fetch_jobs(relay, &filter, &need, 0);
                 self.add_jobs(relay, batch, jobs);
                 self.finish_job(now, relay, id);

@@ -241,10 +241,9 @@ impl SyncEngine {
             relay.clone(),
             PendingBatch::new(batch, items, method, now.instant),
         );
-        self.batches.insert(
+        self.relays.entry(relay.clone()).batches.insert(
             batch,
             BatchInfo {
-                relay: relay.clone(),
                 purpose,
                 jobs: jobs.len(),
                 stores: 0,

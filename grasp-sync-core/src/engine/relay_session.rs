@@ -8,10 +8,10 @@ use nostr::prelude::{Filter, RelayUrl};
 
 use super::config::{EngineConfig, RelayLimits};
 use super::limits::{RATE_FORGOTTEN_ABOVE, RECOVERY_WINDOWS};
-use super::runtime::RelayConn;
+use super::runtime::{BatchInfo, RelayConn, Sub};
 use super::timer_table::{RelayTimer, TimerTable};
 use crate::clock::Instant;
-use crate::model::SyncMethod;
+use crate::model::{BatchId, SyncMethod};
 
 /// Everything about one relay: what we learned about it (kept across
 /// connections), its open connection if any, and its counters.
@@ -32,6 +32,8 @@ pub(crate) struct RelaySession {
     pub(crate) learned_rate_at: Option<Instant>,
     /// The relay refused NIP-77 in some form.
     pub(crate) negentropy_refused: bool,
+    /// The relay's batches in flight: their purpose and remaining work.
+    pub(crate) batches: HashMap<BatchId, BatchInfo>,
     /// What the session waits for: connect timeout, replan, Layer 1
     /// retry, live rebuild, the next poll of uncovered filters.
     pub(crate) timers: TimerTable<RelayTimer>,
@@ -199,9 +201,71 @@ impl RelaySession {
         self.learned_rate_at = Some(now);
     }
 
-    /// The earliest of the session's timers.
-    pub(crate) fn next_timer(&self) -> Option<Instant> {
-        self.timers.earliest()
+    /// When a batch of the relay with a running job counts as stalled: once
+    /// it has had no progress of its own (a job started, an event, an EOSE,
+    /// a NEG-MSG) for the batch timeout **and** the relay has sent nothing
+    /// for any of our historic subscriptions for the batch timeout either —
+    /// a relay answering our REQs one after another, or slowed by a loaded
+    /// machine, is still working on this one. Whatever the relay sends, a
+    /// batch with no progress of its own for
+    /// [`EngineConfig::batch_stall_limit`] stalls (a subscription the relay
+    /// dropped silently while it streams the others).
+    pub(crate) fn batch_stalls_at(&self, info: &BatchInfo, config: &EngineConfig) -> Instant {
+        let timeout = config.batch_timeout;
+        let own = info.last_progress + timeout;
+        let hard = info.last_progress + config.batch_stall_limit.max(timeout);
+        let relay_idle = self
+            .conn
+            .as_ref()
+            .map_or(own, |conn| conn.last_historic_data + timeout);
+        own.max(relay_idle.min(hard))
+    }
+
+    /// `true` while a job of `batch` holds a subscription slot (queued jobs
+    /// wait for a slot and do not time out).
+    pub(crate) fn has_running_job(&self, batch: BatchId) -> bool {
+        self.conn
+            .as_ref()
+            .is_some_and(|conn| conn.subs.values().any(|sub| sub.batch() == Some(batch)))
+    }
+
+    /// When the session next has work for `SyncEngine::handle_timeout`:
+    /// the earliest of its timers, its negentropy and batch timeouts, its
+    /// stalled REQs, its unanswered live subscriptions, its rate window and
+    /// its health (`health`: when the health tracker's answer for the relay
+    /// changes next).
+    pub(crate) fn next_deadline(
+        &self,
+        config: &EngineConfig,
+        health: Option<Instant>,
+        now: Instant,
+        rate_window: std::time::Duration,
+    ) -> Option<Instant> {
+        let mut deadlines = vec![self.timers.earliest(), health];
+        if let Some(conn) = &self.conn {
+            let timeout = config.batch_timeout;
+            deadlines.push(conn.next_deadline(config));
+            if !conn.is_quiet() && self.learned_rate.is_some() {
+                deadlines.push(conn.rate_window_frees_at(now, rate_window));
+            }
+            for sub in conn.subs.values() {
+                if let Some(watch) = sub.watch() {
+                    deadlines.push(conn.req_stalls_at(watch, config));
+                }
+                deadlines.push(match sub {
+                    Sub::Live {
+                        answered: false,
+                        opened_at,
+                        ..
+                    } => Some((*opened_at).max(conn.last_heard) + timeout),
+                    sub => sub
+                        .batch()
+                        .and_then(|batch| self.batches.get(&batch))
+                        .map(|info| self.batch_stalls_at(info, config)),
+                });
+            }
+        }
+        deadlines.into_iter().flatten().min()
     }
 }
 
@@ -282,6 +346,11 @@ impl Relays {
         let session = self.entry(relay.clone());
         session.timers.clear(RelayTimer::Poll);
         session.conn = Some(conn);
+    }
+
+    /// The batch `batch` of `relay`.
+    pub(crate) fn batch_mut(&mut self, relay: &RelayUrl, batch: BatchId) -> Option<&mut BatchInfo> {
+        self.0.get_mut(relay)?.batches.get_mut(&batch)
     }
 
     /// The session of `relay` while its connection is open.

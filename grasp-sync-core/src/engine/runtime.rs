@@ -35,7 +35,6 @@ pub(crate) enum Purpose {
 /// A batch's relay, purpose and remaining work (queued plus running jobs).
 #[derive(Clone, Debug)]
 pub(crate) struct BatchInfo {
-    pub(crate) relay: nostr::prelude::RelayUrl,
     pub(crate) purpose: Purpose,
     pub(crate) jobs: usize,
     /// Events of the batch handed to the store and not stored yet.
@@ -357,6 +356,28 @@ impl RelayConn {
             .iter()
             .map(|at| *at + window)
             .find(|frees| *frees > now)
+    }
+
+    /// When a historic REQ (a [`Sub::Req`], a [`Sub::Poll`]) counts as
+    /// dropped by the relay — nostr-rs-relay aborts a query without EOSE or
+    /// CLOSED when a client reads slowly or a WAL checkpoint runs: once it
+    /// has brought nothing (no EVENT, no EOSE) for the batch timeout while
+    /// the relay still shows it is alive (a frame, a pong) and either
+    /// answered a REQ sent after it (it overtook this one) or has sent
+    /// nothing for any historic subscription for the batch timeout either
+    /// (a relay answering our REQs one after another is still working on
+    /// this one). `None` while the relay as a whole would be silent by then:
+    /// it is reconnected instead (`SyncEngine::expire_batches`).
+    pub(crate) fn req_stalls_at(&self, watch: &ReqWatch, config: &EngineConfig) -> Option<Instant> {
+        let timeout = config.batch_timeout;
+        let overtaken = self.newest_answered > watch.sent;
+        let quiet_since = if overtaken {
+            watch.heard_at
+        } else {
+            watch.heard_at.max(self.last_historic_data)
+        };
+        let at = quiet_since + timeout;
+        (at < self.last_heard + timeout).then_some(at)
     }
 
     /// The negentropy timeout of the oldest unanswered session.

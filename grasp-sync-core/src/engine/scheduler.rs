@@ -240,7 +240,7 @@ impl SyncEngine {
             conn.subs.insert(id.clone(), sub);
             conn.last_opened = Some(id.clone());
         }
-        self.progress(now, batch);
+        self.progress(now, relay, batch);
         if let Some(items) = sent_items {
             // No store query: the local side is known already.
             self.open_negentropy(now, relay, &id, &items);

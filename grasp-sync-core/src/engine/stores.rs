@@ -75,8 +75,8 @@ impl StoreVerdict {
 struct InFlight {
     event: VerifiedEvent,
     relay: RelayUrl,
-    /// Batches that confirm only once it is stored.
-    batches: Vec<BatchId>,
+    /// Batches (of their relays) that confirm only once it is stored.
+    batches: Vec<(RelayUrl, BatchId)>,
     /// Waiting in the retry queue.
     retrying: bool,
     /// Unclear refusals so far.
@@ -162,16 +162,17 @@ impl SyncEngine {
         }
         if let Some(waiting) = self.stores.in_flight.get_mut(&event.id) {
             if let Some(batch) = batch {
-                if !waiting.batches.contains(&batch) {
-                    waiting.batches.push(batch);
-                    self.count_store(now, batch, 1);
+                let waits = (relay.clone(), batch);
+                if !waiting.batches.contains(&waits) {
+                    waiting.batches.push(waits);
+                    self.count_store(now, relay, batch, 1);
                 }
             }
             return;
         }
         self.stats.events_accepted += 1;
         if let Some(batch) = batch {
-            self.count_store(now, batch, 1);
+            self.count_store(now, relay, batch, 1);
         }
         if self.stores.in_flight.len() == self.stores.retry.len() {
             // The store had nothing to answer: its silence counts from now.
@@ -182,7 +183,10 @@ impl SyncEngine {
             InFlight {
                 event: event.clone(),
                 relay: relay.clone(),
-                batches: batch.into_iter().collect(),
+                batches: batch
+                    .map(|batch| (relay.clone(), batch))
+                    .into_iter()
+                    .collect(),
                 retrying: false,
                 unclear: 0,
             },
@@ -217,12 +221,15 @@ impl SyncEngine {
     pub(super) fn still_to_fetch(
         &mut self,
         now: Now,
+        relay: &RelayUrl,
         batch: BatchId,
         need: Vec<EventId>,
     ) -> Vec<EventId> {
         let mut fetch = Vec::with_capacity(need.len());
         for id in need {
-            if self.stores.stored_lately.contains(&id) || self.wait_for_store(now, batch, &id) {
+            if self.stores.stored_lately.contains(&id)
+                || self.wait_for_store(now, relay, batch, &id)
+            {
                 self.stats.fetches_saved += 1;
             } else {
                 fetch.push(id);
@@ -233,13 +240,20 @@ impl SyncEngine {
 
     /// If `id` is on its way to the store, `batch` confirms only once it is
     /// stored (`true`); `false` if it is not waiting for the store.
-    pub(super) fn wait_for_store(&mut self, now: Now, batch: BatchId, id: &EventId) -> bool {
+    pub(super) fn wait_for_store(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        batch: BatchId,
+        id: &EventId,
+    ) -> bool {
         let Some(waiting) = self.stores.in_flight.get_mut(id) else {
             return false;
         };
-        if !waiting.batches.contains(&batch) {
-            waiting.batches.push(batch);
-            self.count_store(now, batch, 1);
+        let waits = (relay.clone(), batch);
+        if !waiting.batches.contains(&waits) {
+            waiting.batches.push(waits);
+            self.count_store(now, relay, batch, 1);
         }
         true
     }
@@ -325,8 +339,8 @@ impl SyncEngine {
     /// Forgets an answered event and lets its batches confirm.
     fn settle(&mut self, now: Now, id: &EventId) -> Option<InFlight> {
         let done = self.stores.in_flight.remove(id)?;
-        for batch in &done.batches {
-            self.count_store(now, *batch, -1);
+        for (relay, batch) in &done.batches {
+            self.count_store(now, relay, *batch, -1);
         }
         Some(done)
     }

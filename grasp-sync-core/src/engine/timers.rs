@@ -4,58 +4,14 @@
 use nostr::prelude::{RelayUrl, SubscriptionId};
 use tracing::debug;
 
-use super::runtime::{BatchInfo, Job, RelayConn, ReqWatch, Sub};
+use super::runtime::{Job, Sub};
 use super::timer_table::RelayTimer;
 use super::Command;
 use super::SyncEngine;
-use crate::clock::{Instant, Now};
+use crate::clock::Now;
 use crate::model::BatchId;
 
 impl SyncEngine {
-    /// When a batch with a running job counts as stalled: once it has had
-    /// no progress of its own (a job started, an event, an EOSE, a NEG-MSG)
-    /// for the batch timeout **and** its relay has sent nothing for any of
-    /// our historic subscriptions for the batch timeout either — a relay
-    /// answering our REQs one after another, or slowed by a loaded machine,
-    /// is still working on this one. Whatever the relay sends, a batch with
-    /// no progress of its own for [`EngineConfig::batch_stall_limit`]
-    /// stalls (a subscription the relay dropped silently while it streams
-    /// the others).
-    ///
-    /// [`EngineConfig::batch_stall_limit`]: super::EngineConfig::batch_stall_limit
-    pub(super) fn batch_stalls_at(&self, info: &BatchInfo) -> Instant {
-        let timeout = self.config.batch_timeout;
-        let own = info.last_progress + timeout;
-        let hard = info.last_progress + self.config.batch_stall_limit.max(timeout);
-        let relay_idle = self
-            .relays
-            .conn(&info.relay)
-            .map_or(own, |conn| conn.last_historic_data + timeout);
-        own.max(relay_idle.min(hard))
-    }
-
-    /// When a historic REQ (a [`Sub::Req`], a [`Sub::Poll`]) counts as
-    /// dropped by its relay — nostr-rs-relay aborts a query without EOSE or
-    /// CLOSED when a client reads slowly or a WAL checkpoint runs: once it
-    /// has brought nothing (no EVENT, no EOSE) for the batch timeout while
-    /// the relay still shows it is alive (a frame, a pong) and either
-    /// answered a REQ sent after it (it overtook this one) or has sent
-    /// nothing for any historic subscription for the batch timeout either
-    /// (a relay answering our REQs one after another is still working on
-    /// this one). `None` while the relay as a whole would be silent by then:
-    /// it is reconnected instead ([`SyncEngine::expire_batches`]).
-    pub(super) fn req_stalls_at(&self, conn: &RelayConn, watch: &ReqWatch) -> Option<Instant> {
-        let timeout = self.config.batch_timeout;
-        let overtaken = conn.newest_answered > watch.sent;
-        let quiet_since = if overtaken {
-            watch.heard_at
-        } else {
-            watch.heard_at.max(conn.last_historic_data)
-        };
-        let at = quiet_since + timeout;
-        (at < conn.last_heard + timeout).then_some(at)
-    }
-
     /// Closes every historic REQ its relay dropped
     /// ([`SyncEngine::req_stalls_at`]) and asks again from where it was
     /// ([`PaginationState::resume_interrupted`]; each filter of a packed
@@ -75,7 +31,7 @@ impl SyncEngine {
                 conn.subs.iter().filter_map(move |(id, sub)| {
                     let at = sub
                         .watch()
-                        .and_then(|watch| this.req_stalls_at(conn, watch))?;
+                        .and_then(|watch| conn.req_stalls_at(watch, &this.config))?;
                     (at <= now.instant).then(|| (relay.clone(), id.clone()))
                 })
             })
@@ -107,7 +63,7 @@ impl SyncEngine {
             _ => return,
         };
         let attempts = self.config.req_resume_attempts;
-        let Some(info) = self.batches.get_mut(&batch) else {
+        let Some(info) = self.relays.batch_mut(relay, batch) else {
             // No batch to resume for (cannot happen: a batch ends with its
             // subscriptions): close it rather than wake for it forever.
             if let Some(sub) = self
@@ -146,11 +102,16 @@ impl SyncEngine {
         self.resume_stalled_reqs(now);
         let timeout = self.config.batch_timeout;
         let stalled: Vec<(RelayUrl, BatchId)> = self
-            .batches
+            .relays
             .iter()
-            .filter(|(_, info)| self.batch_stalls_at(info) <= now.instant)
-            .filter(|(batch, info)| self.has_running_job(&info.relay, **batch))
-            .map(|(batch, info)| (info.relay.clone(), *batch))
+            .flat_map(|(relay, session)| {
+                session
+                    .batches
+                    .iter()
+                    .filter(|(_, info)| session.batch_stalls_at(info, &self.config) <= now.instant)
+                    .filter(|(batch, _)| session.has_running_job(**batch))
+                    .map(move |(batch, _)| (relay.clone(), *batch))
+            })
             .collect();
         for (relay, batch) in stalled {
             let silent = self

@@ -117,7 +117,7 @@ impl SyncEngine {
             _ => None,
         };
         if let Some(batch) = batch {
-            self.progress(now, batch);
+            self.progress(now, relay, batch);
         }
         self.note_received(relay, event.id);
         if self.admit_ours(now, relay, &event) {

@@ -14,7 +14,7 @@ use crate::clock::Now;
 /// its relay needs a look.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Reach {
-    batches: usize,
+    batches: u64,
     batches_ended: u64,
     relays: usize,
     connections: usize,
@@ -25,7 +25,7 @@ impl SyncEngine {
     /// The current [`Reach`], taken before an input.
     pub(super) fn reach(&self) -> Reach {
         Reach {
-            batches: self.batches.len(),
+            batches: self.next_batch,
             batches_ended: self.stats.batches_confirmed + self.stats.batches_failed,
             relays: self.confirmed.len(),
             connections: self.relays.connected().count(),
