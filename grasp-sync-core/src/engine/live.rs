@@ -2,8 +2,9 @@
 //! live slots and frame budget, and what does not fit.
 
 use super::frames::pack_filters;
+use super::relay_session::LivePlan;
 use super::timer_table::RelayTimer;
-use crate::filters::{announcement_filter, layer2_and_layer3_filters, FilterMode};
+use crate::filters::{layer2_and_layer3_filters, FilterMode};
 
 use nostr::prelude::{Filter, RelayUrl};
 use tracing::info;
@@ -43,16 +44,11 @@ impl SyncEngine {
             self.relays.view(relay).filters_per_req(&self.config),
             self.relays.view(relay).frame_budget(&self.config),
         );
-        let limit = self.relays.view(relay).subscription_limit(&self.config);
-        let live_slots = self.relays.view(relay).live_slots(&self.config);
-        let Some(conn) = self.relays.conn(relay) else {
+        if !self.relays.is_connected(relay) {
             return;
-        };
-        let over_threshold =
-            conn.incremental_filters + filter_count > self.config.consolidation_threshold;
-        let live_wanted = conn.live_count() + conn.refused_live.len() + reqs.len();
-        let over_budget = live_wanted > live_slots || conn.subs.len() + reqs.len() > limit;
-        if over_threshold || over_budget {
+        }
+        let session = self.relays.view(relay);
+        if session.live_overflows(filter_count, reqs.len(), &self.config) {
             return self.rebuild_live(now, relay, items);
         }
         for filters in reqs {
@@ -118,8 +114,11 @@ impl SyncEngine {
             items.extend(&state.items(self.repos.ids()));
         }
         items.extend(extra);
-        let per_req = self.relays.view(relay).filters_per_req(&self.config);
-        let budget = self.relays.view(relay).frame_budget(&self.config);
+        let Some(conn) = self.relays.conn_mut(relay) else {
+            return;
+        };
+        items.extend(&std::mem::take(&mut conn.deferred_live));
+        let plan = self.relays.view(relay).live_plan(&items, &self.config);
         let limit = self.relays.view(relay).subscription_limit(&self.config);
         let live_slots = self.relays.view(relay).live_slots(&self.config);
         let interval = self.config.uncovered_poll_interval;
@@ -129,7 +128,6 @@ impl SyncEngine {
         let Some(conn) = session.conn.as_mut() else {
             return;
         };
-        items.extend(&std::mem::take(&mut conn.deferred_live));
         // Their filters are part of the rebuilt set.
         conn.refused_live.clear();
         let closing: Vec<_> = conn
@@ -148,15 +146,10 @@ impl SyncEngine {
         while conn.closed_live.len() > CLOSED_LIVE_KEPT {
             conn.closed_live.shift_remove_index(0);
         }
-        let mut filters = vec![announcement_filter(FilterMode::Live)];
-        filters.extend(layer2_and_layer3_filters(
-            &items,
-            self.config.chunk_size,
-            FilterMode::Live,
-        ));
-        let mut reqs = pack_filters(filters, per_req, budget).into_iter();
-        let covered: Vec<Vec<Filter>> = reqs.by_ref().take(live_slots).collect();
-        let uncovered: indexmap::IndexSet<Filter> = reqs.flatten().collect();
+        let LivePlan {
+            covered,
+            polled: uncovered,
+        } = plan;
         if conn
             .uncovered
             .iter()

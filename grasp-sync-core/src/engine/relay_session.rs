@@ -7,11 +7,13 @@ use std::collections::HashMap;
 use nostr::prelude::{Filter, RelayUrl};
 
 use super::config::{EngineConfig, RelayLimits};
+use super::frames::pack_filters;
 use super::limits::{RATE_FORGOTTEN_ABOVE, RECOVERY_WINDOWS};
 use super::runtime::{BatchInfo, RelayConn, Sub};
 use super::timer_table::{RelayTimer, TimerTable};
 use crate::clock::Instant;
-use crate::model::{BatchId, SyncMethod};
+use crate::filters::{announcement_filter, layer2_and_layer3_filters, FilterMode};
+use crate::model::{BatchId, PendingItems, SyncMethod};
 
 /// Everything about one relay: what we learned about it (kept across
 /// connections), its open connection if any, and its counters.
@@ -184,6 +186,51 @@ impl RelaySession {
         )
     }
 
+    /// The live plan for `items` — which live REQs cover Layer 1 and the
+    /// items' Layers 2+3, and which filters are polled instead: the filters
+    /// packed into as few REQs as the relay's filter and frame limits allow,
+    /// the first [`RelaySession::live_slots`] of them live, the rest polled
+    /// with a `since` catch-up (historic work always keeps its slots).
+    pub(crate) fn live_plan(&self, items: &PendingItems, config: &EngineConfig) -> LivePlan {
+        let mut filters = vec![announcement_filter(FilterMode::Live)];
+        filters.extend(layer2_and_layer3_filters(
+            items,
+            config.chunk_size,
+            FilterMode::Live,
+        ));
+        let packed = pack_filters(
+            filters,
+            self.filters_per_req(config),
+            self.frame_budget(config),
+        );
+        let mut reqs = packed.into_iter();
+        let covered = reqs.by_ref().take(self.live_slots(config)).collect();
+        let polled = reqs.flatten().collect();
+        LivePlan { covered, polled }
+    }
+
+    /// `true` if live REQs for `new_filters` more filters in `new_reqs` REQs
+    /// do not fit next to the live subscriptions open or waiting: over the
+    /// consolidation threshold of incremental filters, over the live slots,
+    /// or over the subscription limit. Then the live plan is rebuilt
+    /// ([`RelaySession::live_plan`]) instead of adding to it.
+    pub(crate) fn live_overflows(
+        &self,
+        new_filters: usize,
+        new_reqs: usize,
+        config: &EngineConfig,
+    ) -> bool {
+        let Some(conn) = &self.conn else {
+            return false;
+        };
+        let over_threshold =
+            conn.incremental_filters + new_filters > config.consolidation_threshold;
+        let live_wanted = conn.live_count() + conn.refused_live.len() + new_reqs;
+        let over_budget = live_wanted > self.live_slots(config)
+            || conn.subs.len() + new_reqs > self.subscription_limit(config);
+        over_threshold || over_budget
+    }
+
     /// Raises a learned rate again: doubled after [`RECOVERY_WINDOWS`] rate
     /// windows (`window` each) without a refusal, forgotten once above
     /// [`RATE_FORGOTTEN_ABOVE`]. A single `rate-limited:` (a burst, a
@@ -267,6 +314,15 @@ impl RelaySession {
         }
         deadlines.into_iter().flatten().min()
     }
+}
+
+/// What a relay's live subscriptions cover ([`RelaySession::live_plan`]).
+#[derive(Debug)]
+pub(crate) struct LivePlan {
+    /// The live REQs, each a list of filters, within the live slots.
+    pub(crate) covered: Vec<Vec<nostr::prelude::Filter>>,
+    /// The filters that did not fit: polled with `since` instead.
+    pub(crate) polled: indexmap::IndexSet<nostr::prelude::Filter>,
 }
 
 /// Every relay's session, by URL.
