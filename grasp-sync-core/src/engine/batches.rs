@@ -186,7 +186,7 @@ impl SyncEngine {
                 self.send_close(relay, id, &sub);
             }
         }
-        let retry_at = now.instant + self.retry_delay(relay);
+        let retry_at = now.instant + self.count_failure_and_delay(relay);
         match info.purpose {
             Purpose::Items => self
                 .knowledge(relay)

@@ -47,10 +47,11 @@ impl SyncEngine {
         rate.is_none_or(|rate| within < rate)
     }
 
-    /// The delay before retrying work that failed on `relay`, as the health
-    /// tracker decides: doubling for each failure in a row, so a relay that
-    /// keeps refusing (`blocked:`, `auth-required:`) is not hammered.
-    pub(super) fn retry_delay(&mut self, relay: &RelayUrl) -> std::time::Duration {
+    /// Counts a failure of work on `relay` and returns the delay before it
+    /// is retried, as the health tracker decides — the one answer to "when
+    /// to retry": doubling for each failure in a row, so a relay that keeps
+    /// refusing (`blocked:`, `auth-required:`) is not hammered.
+    pub(super) fn count_failure_and_delay(&mut self, relay: &RelayUrl) -> std::time::Duration {
         self.health.on_work_failed(relay)
     }
 }

@@ -284,7 +284,7 @@ impl SyncEngine {
             return;
         }
         info!(%relay, %id, message, "subscription closed by relay");
-        let slot_refused = self.note_limits(now, relay, &classified);
+        let slot_refused = self.learn_from_refusal(now, relay, &classified);
         let Some(sub) = self.relays.conn(relay).and_then(|conn| conn.subs.get(id)) else {
             return;
         };
@@ -300,7 +300,7 @@ impl SyncEngine {
                         // REQs fetch what was published meanwhile.
                         conn.live_gap_since.get_or_insert(now.unix);
                     }
-                    let delay = self.retry_delay(relay);
+                    let delay = self.count_failure_and_delay(relay);
                     self.knowledge(relay)
                         .timers
                         .set(RelayTimer::RebuildLive, now.instant + delay);

@@ -303,7 +303,7 @@ impl SyncEngine {
             return;
         };
         let (filter, sent) = (filter.clone(), *sent);
-        if self.note_limits(now, relay, &classified) {
+        if self.learn_from_refusal(now, relay, &classified) {
             self.replace_job(now, relay, id, Sub::negentropy_job(filter, sent));
         } else {
             let failure = NegFailure::Refused {

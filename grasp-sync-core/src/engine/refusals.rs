@@ -14,7 +14,7 @@ impl SyncEngine {
     /// Learns from a refusal: rate limits start the cooldown, a refused
     /// subscription lowers the relay's known limit. Returns `true` when the
     /// refused subscription should simply be retried later.
-    pub(super) fn note_limits(
+    pub(super) fn learn_from_refusal(
         &mut self,
         now: Now,
         relay: &RelayUrl,
@@ -67,7 +67,7 @@ impl SyncEngine {
         let classified = classify(message);
         info!(%relay, message, "notice");
         if classified.too_many_subscriptions {
-            self.note_limits(now, relay, &classified);
+            self.learn_from_refusal(now, relay, &classified);
             // A NOTICE names no subscription: relays answer in order, so it
             // refuses the oldest subscription not answered yet.
             if let Some(id) = self.oldest_unanswered(relay) {
