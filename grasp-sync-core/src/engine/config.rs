@@ -208,6 +208,67 @@ impl EngineConfig {
     pub fn liveness_probe_interval(&self) -> Duration {
         (self.batch_timeout / 3).max(Duration::from_millis(100))
     }
+
+    /// Checks the combinations the fields' documentation promises, so an
+    /// invalid configuration is an error when the driver starts, not a
+    /// surprise later. (The engine itself clamps what it must: it never
+    /// panics on a configuration.)
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let nonzero = [
+            ("chunk_size", self.chunk_size),
+            ("max_filters_per_req", self.max_filters_per_req),
+            ("max_subscriptions", self.max_subscriptions),
+            ("fetch_chunk", self.fetch_chunk),
+            ("page_limit", self.page_limit),
+            ("historic_slots", self.historic_slots),
+            ("max_relays", self.max_relays),
+            (
+                "max_relays_per_announcement",
+                self.max_relays_per_announcement,
+            ),
+        ];
+        if let Some((field, _)) = nonzero.iter().find(|(_, value)| *value == 0) {
+            return Err(ConfigError::Zero(field));
+        }
+        let frame = self.negentropy_frame_size_limit;
+        if frame != 0 && frame < MIN_NEGENTROPY_FRAME {
+            return Err(ConfigError::NegentropyFrameTooSmall(frame));
+        }
+        if self.default_frame_budget < MIN_FRAME_BUDGET {
+            return Err(ConfigError::FrameBudgetTooSmall(self.default_frame_budget));
+        }
+        if self.daily_min > self.daily_max {
+            return Err(ConfigError::DailyRange);
+        }
+        if self.batch_timeout.is_zero() {
+            return Err(ConfigError::ZeroBatchTimeout);
+        }
+        Ok(())
+    }
+}
+
+/// The smallest negentropy frame size limit other than 0 (none).
+pub const MIN_NEGENTROPY_FRAME: u64 = 4096;
+
+/// A configuration [`EngineConfig::validate`] refuses.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A count that must be at least one is zero.
+    #[error("{0} must be at least 1")]
+    Zero(&'static str),
+    /// `negentropy_frame_size_limit` is neither 0 nor at least 4096.
+    #[error("negentropy_frame_size_limit {0} must be 0 (none) or at least 4096")]
+    NegentropyFrameTooSmall(u64),
+    /// `default_frame_budget` is below [`MIN_FRAME_BUDGET`].
+    #[error("default_frame_budget {0} must be at least 8192")]
+    FrameBudgetTooSmall(usize),
+    /// `daily_min` is after `daily_max`.
+    #[error("daily_min must not exceed daily_max")]
+    DailyRange,
+    /// `batch_timeout` is zero.
+    #[error("batch_timeout must not be zero")]
+    ZeroBatchTimeout,
 }
 
 /// Frame budget for a relay that announced none (64 KiB).
@@ -266,5 +327,41 @@ impl Jitter {
         let span = max.saturating_sub(min).as_millis() as u64;
         let offset = if span == 0 { 0 } else { z % span };
         min.saturating_add(std::time::Duration::from_millis(offset))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_valid_and_each_broken_invariant_is_named() {
+        assert_eq!(EngineConfig::default().validate(), Ok(()));
+        let broken = |change: fn(&mut EngineConfig)| {
+            let mut config = EngineConfig::default();
+            change(&mut config);
+            config.validate()
+        };
+        assert_eq!(
+            broken(|c| c.page_limit = 0),
+            Err(ConfigError::Zero("page_limit"))
+        );
+        assert_eq!(
+            broken(|c| c.negentropy_frame_size_limit = 100),
+            Err(ConfigError::NegentropyFrameTooSmall(100))
+        );
+        assert_eq!(broken(|c| c.negentropy_frame_size_limit = 0), Ok(()));
+        assert_eq!(
+            broken(|c| c.default_frame_budget = 1000),
+            Err(ConfigError::FrameBudgetTooSmall(1000))
+        );
+        assert_eq!(
+            broken(|c| c.daily_min = c.daily_max + Duration::from_secs(1)),
+            Err(ConfigError::DailyRange)
+        );
+        assert_eq!(
+            broken(|c| c.batch_timeout = Duration::ZERO),
+            Err(ConfigError::ZeroBatchTimeout)
+        );
     }
 }

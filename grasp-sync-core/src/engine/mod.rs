@@ -106,7 +106,10 @@ use crate::verified::{Forged, VerifiedEvent};
 
 pub use classify::{classify, Classified, Prefix};
 pub use command::Command;
-pub use config::{EngineConfig, RelayLimits, DEFAULT_FRAME_BUDGET, MIN_FRAME_BUDGET};
+pub use config::{
+    ConfigError, EngineConfig, RelayLimits, DEFAULT_FRAME_BUDGET, MIN_FRAME_BUDGET,
+    MIN_NEGENTROPY_FRAME,
+};
 pub use dispatch::{execute, CommandSink};
 pub use frames::req_frame_len;
 pub use ours::MAX_CANDIDATES;

@@ -31,6 +31,9 @@ pub enum BuildError {
     /// Metrics could not be registered.
     #[error("metrics registration failed: {0}")]
     Metrics(#[from] prometheus::Error),
+    /// The engine configuration is invalid.
+    #[error("invalid engine configuration: {0}")]
+    Config(#[from] grasp_sync_core::engine::ConfigError),
     /// An environment variable holds a value that is not a number.
     #[error("environment variable {name} is not a valid number: {value:?}")]
     Env {
@@ -283,6 +286,7 @@ impl SyncManagerBuilder {
     /// Builds the manager; call [`SyncManager::run`] inside a tokio runtime.
     pub fn build(self) -> Result<SyncManager, BuildError> {
         let engine_config = self.engine_config_in_effect();
+        engine_config.validate()?;
         let store = self.store.ok_or(BuildError::MissingStore)?;
         let registry = self.registry.unwrap_or_default();
         let metrics = Metrics::register(&registry)?;
