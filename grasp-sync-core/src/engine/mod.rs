@@ -282,7 +282,7 @@ impl SyncEngine {
                 .map(|(_, conn)| conn)
                 .all(RelayConn::is_quiet)
             && self.confirmed.iter().all(|(relay, state)| {
-                state.is_connected()
+                self.relays.is_connected(relay)
                     && state.announcements_synced
                     && self.repos.target(relay).is_none_or(|target| {
                         target.repos.is_subset(&state.repos)

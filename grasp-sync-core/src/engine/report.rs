@@ -56,7 +56,7 @@ impl SyncEngine {
         let refused = known.is_some_and(|known| known.negentropy_refused);
         let health = self.health.get(relay);
         let retry_at = health
-            .filter(|_| !state.is_connected())
+            .filter(|_| !self.relays.is_connected(relay))
             .and_then(|health| health.next_attempt_at(self.health.config()));
         RelayReport {
             relay: relay.clone(),
@@ -97,7 +97,7 @@ impl SyncEngine {
     /// Connected, nothing pending or queued, Layer 1 and every target item
     /// confirmed.
     fn relay_confirmed(&self, relay: &RelayUrl, state: &RelayState) -> bool {
-        state.is_connected()
+        self.relays.is_connected(relay)
             && state.announcements_synced
             && self.pending.batches(relay).is_empty()
             && self.relays.conn(relay).is_some_and(|conn| conn.is_quiet())
@@ -113,7 +113,7 @@ impl SyncEngine {
         let Some(health) = self.health.get(relay) else {
             return false;
         };
-        !health.is_connected()
+        !self.relays.is_connected(relay)
             && (health.consecutive_failures() >= self.config.unreachable_after
                 || self.health.state(relay, self.last_now) == HealthState::Dead)
     }
