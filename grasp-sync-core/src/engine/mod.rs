@@ -1,8 +1,11 @@
 //! The GRASP-02 sync engine: what to subscribe on which relay and when, as a
 //! deterministic state machine.
 //!
-//! [`SyncEngine`] owns the three indexes of the spec (repository targets,
-//! confirmed state, pending batches) and the relay health tracker. It does no
+//! [`SyncEngine`] holds what spans relays — the three indexes of the spec
+//! (repository targets, confirmed state, pending batches), the relay health
+//! tracker, the store tracker — and one session per relay holding
+//! everything about that relay (what was learned, its connection, its
+//! batches' progress, its timers). It does no
 //! I/O and reads no clock: its driver feeds it inputs (`handle_*`, each with
 //! the [`Now`] at which it happened) and executes the [`Command`]s it emits.
 //!
@@ -58,14 +61,9 @@
 mod batches;
 mod caps;
 mod catch_up;
-// Where each decision is made (see ARCHITECTURE.md):
-// planning — what is new to sync; live — live subscriptions and what fits;
-// scheduler — what starts now within the limits (limits: what is allowed);
-// batches — when a batch is confirmed or failed; stores — what a store answer
-// means; catch_up — since-queries (reconnect, gap, poll); nip77 — reconciliation;
-// trust — what may be stored; refusals — what a refusal teaches; timers —
-// timeouts and delayed retries (delays from the health tracker);
-// connection — the connection lifecycle; own_relay — the self-subscriber.
+// Each question has one function that holds its decision; ARCHITECTURE.md's
+// "Where each decision is made" table names them. Per-relay state and
+// answers: relay_session (RelaySession, Relays); timers: timer_table.
 mod classify;
 mod command;
 mod config;
