@@ -12,32 +12,30 @@
 //! `cargo bench -p grasp-sync-benches --bench engine_input`; CI only builds
 //! this.
 
-use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use grasp_sync_core::engine::{CommandSink, EngineConfig, SyncEngine};
-use grasp_sync_core::transport::{MemoryTransport, RelayTransport, Wire};
+use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
 use grasp_sync_core::{Instant, Now};
-use nostr::prelude::{
-    ClientMessage, Event, Filter, RelayMessage, RelayUrl, SubscriptionId, Timestamp,
-};
+use nostr::prelude::{RelayMessage, RelayUrl, SubscriptionId, Timestamp};
 
-/// Records what the engine asks for.
+/// Records the REQs the engine sends: (relay, subscription id).
 #[derive(Default)]
 struct Recorder {
-    transports: HashMap<RelayUrl, MemoryTransport>,
+    reqs: Vec<(RelayUrl, SubscriptionId)>,
 }
 
-impl CommandSink for Recorder {
-    fn transport(&mut self, relay: &RelayUrl) -> &mut dyn RelayTransport {
-        self.transports
-            .entry(relay.clone())
-            .or_insert_with(|| MemoryTransport::new(relay.clone()))
+impl Recorder {
+    /// Executes every command the engine has waiting (keeping its REQs).
+    fn drain(&mut self, engine: &mut SyncEngine, now: Now) {
+        engine.execute_commands(now, |command| {
+            if let Command::Subscribe { relay, id, .. } = command {
+                self.reqs.push((relay, id));
+            }
+            Ok(())
+        });
     }
-    fn store(&mut self, _relay: RelayUrl, _event: Box<Event>) {}
-    fn query_local_items(&mut self, _relay: RelayUrl, _id: SubscriptionId, _filter: Filter) {}
 }
 
 fn relay(n: usize) -> RelayUrl {
@@ -58,33 +56,21 @@ fn engine_with(relays: usize) -> (SyncEngine, Recorder, Now) {
     let mut engine = SyncEngine::new(config, now);
     let mut sink = Recorder::default();
     engine.handle_timeout(now);
-    engine.execute_commands(now, &mut sink);
+    sink.drain(&mut engine, now);
     for n in 0..relays {
         engine.handle_connected(now, &relay(n));
     }
-    engine.execute_commands(now, &mut sink);
+    sink.drain(&mut engine, now);
     // Answer every REQ with EOSE, until nothing new is asked.
     for _ in 0..4 {
-        let mut answers = Vec::new();
-        for (url, transport) in &mut sink.transports {
-            for wire in transport.take_log() {
-                if let Wire::Message(message) = wire {
-                    if let ClientMessage::Req {
-                        subscription_id, ..
-                    } = *message
-                    {
-                        answers.push((url.clone(), subscription_id.into_owned()));
-                    }
-                }
-            }
-        }
+        let answers = std::mem::take(&mut sink.reqs);
         if answers.is_empty() {
             break;
         }
         for (url, id) in answers {
             engine.handle_relay_message(now, &url, RelayMessage::eose(id));
         }
-        engine.execute_commands(now, &mut sink);
+        sink.drain(&mut engine, now);
     }
     (engine, sink, now)
 }
@@ -109,7 +95,7 @@ fn per_input(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("relays", relays), &relays, |b, _| {
             b.iter(|| {
                 engine.handle_relay_message(now, &first, RelayMessage::eose(unknown.clone()));
-                engine.execute_commands(now, &mut sink);
+                sink.drain(&mut engine, now);
                 black_box(engine.poll_timeout())
             })
         });

@@ -5,10 +5,11 @@
 //!
 //! **What this crate does not do:** no I/O, no sockets, no tokio, and it never
 //! reads a clock. Time comes in as an argument (`now`), read once per input by
-//! whoever drives the core from a [`clock::Clock`]; effects go out through the
-//! traits [`transport::RelayTransport`], [`store::EventStore`] and
-//! [`purgatory::SyncContext`]. An in-memory implementation ships beside each
-//! trait, so every state can be reached in a unit test without sleeping.
+//! whoever drives the core from a [`clock::Clock`]; effects go out as the sync
+//! engine's [`engine::Command`]s (data its driver executes) and through the
+//! traits [`store::EventStore`] and [`purgatory::SyncContext`]. An in-memory
+//! implementation ships beside each trait, so every state can be reached in a
+//! unit test without sleeping.
 //!
 //! ## Map
 //! - [`nip34`] — parse repository announcements, states, patches, PRs, issues.
@@ -21,12 +22,12 @@
 //! - [`health`] — relay health and every retry delay (connects, failed work,
 //!   the store, the own relay).
 //! - [`engine`] — the sync engine: a deterministic state machine driven by
-//!   `handle_*` inputs, its commands executed through [`engine::CommandSink`].
+//!   `handle_*` inputs, its [`engine::Command`]s executed by the driver.
 //! - [`purgatory`] — sync queue, domain throttle and clone-URL selection.
 //! - [`verified`] — the type only a checked event has, and the shared
 //!   cache of signatures verified lately.
 //! - [`clock`], [`backoff`], [`transport`], [`store`] — time, the shared
-//!   backoff formula, and the effect traits.
+//!   backoff formula, why a connection could not take a message, the store.
 //!
 //! `ARCHITECTURE.md` at the repository root names the function behind each
 //! decision.
@@ -34,30 +35,9 @@
 //! ## Driving the engine
 //!
 //! ```
-//! use std::collections::HashMap;
-//! use grasp_sync_core::engine::{CommandSink, EngineConfig, SyncEngine};
-//! use grasp_sync_core::transport::{MemoryTransport, RelayTransport, Wire};
+//! use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
 //! use grasp_sync_core::{Instant, Now};
-//! use nostr::prelude::{Event, Filter, RelayUrl, SubscriptionId, Timestamp};
-//!
-//! /// Records what the engine asks for (a real driver sends it).
-//! #[derive(Default)]
-//! struct Recorder {
-//!     transports: HashMap<RelayUrl, MemoryTransport>,
-//!     stored: Vec<Event>,
-//! }
-//!
-//! impl CommandSink for Recorder {
-//!     fn transport(&mut self, relay: &RelayUrl) -> &mut dyn RelayTransport {
-//!         self.transports
-//!             .entry(relay.clone())
-//!             .or_insert_with(|| MemoryTransport::new(relay.clone()))
-//!     }
-//!     fn store(&mut self, _relay: RelayUrl, event: Box<Event>) {
-//!         self.stored.push(*event);
-//!     }
-//!     fn query_local_items(&mut self, _relay: RelayUrl, _id: SubscriptionId, _filter: Filter) {}
-//! }
+//! use nostr::prelude::{RelayUrl, Timestamp};
 //!
 //! let relay = RelayUrl::parse("wss://relay.example.com").unwrap();
 //! let now = Now::new(Instant::ZERO, Timestamp::from_secs(1_750_000_000));
@@ -66,12 +46,26 @@
 //!     ..EngineConfig::default()
 //! };
 //! let mut engine = SyncEngine::new(config, now);
-//! let mut sink = Recorder::default();
 //! engine.handle_timeout(now);
-//! engine.execute_commands(now, &mut sink);
-//! // The bootstrap relay's transport was asked to connect.
-//! let log = sink.transports.get_mut(&relay).unwrap().take_log();
-//! assert!(matches!(log.as_slice(), [Wire::Connect(_)]));
+//! // A driver executes each command: opens connections, sends
+//! // `command.client_message()`, stores, answers store queries.
+//! let mut connects = Vec::new();
+//! engine.execute_commands(now, |command| {
+//!     match command {
+//!         Command::Connect { relay, .. } => connects.push(relay),
+//!         other => assert_eq!(other.client_message(), None),
+//!     }
+//!     Ok(())
+//! });
+//! // The bootstrap relay is connected first.
+//! assert_eq!(connects, [relay.clone()]);
+//! engine.handle_connected(now, &relay);
+//! let mut sent = Vec::new();
+//! engine.execute_commands(now, |command| {
+//!     sent.extend(command.client_message().map(|message| message.as_json()));
+//!     Ok(())
+//! });
+//! assert!(sent.iter().any(|json| json.starts_with(r#"["REQ""#)));
 //! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

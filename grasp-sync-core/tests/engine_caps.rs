@@ -21,12 +21,13 @@ use sim::{config, own_url, relay_url, sim_relay, World, UNIX_ORIGIN};
 
 const STEPS: u64 = 200_000;
 
+/// The relays synced from that were connected (not the own relay).
 fn connects(world: &World) -> BTreeSet<RelayUrl> {
     world
         .command_log
         .iter()
         .filter_map(|(_, command)| match command {
-            Command::Connect { relay, .. } => Some(relay.clone()),
+            Command::Connect { relay, .. } if relay != &own_url() => Some(relay.clone()),
             _ => None,
         })
         .collect()

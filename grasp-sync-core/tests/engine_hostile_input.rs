@@ -118,9 +118,7 @@ impl Harness {
             .custom_created_at(Timestamp::from_secs(1_700_000_000))
             .finalize(&maintainer)
             .unwrap();
-        engine.handle_own_relay_connected(now);
         engine.handle_own_events(now, [announcement]);
-        engine.handle_own_history_complete(now);
         let mut harness = Harness {
             engine,
             relay,

@@ -807,18 +807,32 @@ fn the_own_relay_resubscribes_with_since_fifteen_minutes_before_it_was_last_conn
     let mut world = World::new(config(), Vec::new(), Vec::new());
     world.run_for(Duration::from_secs(3600), STEPS);
     let dropped_at = world.unix().as_secs();
-    let now = world.clock();
-    world.engine.handle_own_relay_disconnected(now);
+    let commands_before = world.command_log.len();
+    world.drop_own();
     world.run_for(Duration::from_secs(120), STEPS);
-    let filter = world.engine.own_subscription_filter();
-    assert_eq!(filter.since, Some(Timestamp::from_secs(dropped_at - 900)));
-    let kinds: BTreeSet<u16> = filter
-        .kinds
-        .unwrap()
+    // The engine itself reconnects and subscribes again, live and history.
+    let own = own_url();
+    let resubscribed: Vec<&Filter> = world.command_log[commands_before..]
         .iter()
-        .map(|kind| kind.as_u16())
+        .filter_map(|(_, command)| match command {
+            Command::Subscribe { relay, filters, .. } if relay == &own => Some(filters),
+            _ => None,
+        })
+        .flatten()
         .collect();
-    assert_eq!(kinds, BTreeSet::from([30617, 1617, 1618, 1621]));
+    assert_eq!(resubscribed.len(), 2, "live and history: {resubscribed:?}");
+    for filter in resubscribed {
+        assert_eq!(filter.since, Some(Timestamp::from_secs(dropped_at - 900)));
+        let kinds: BTreeSet<u16> = filter
+            .kinds
+            .clone()
+            .unwrap()
+            .iter()
+            .map(|kind| kind.as_u16())
+            .collect();
+        assert_eq!(kinds, BTreeSet::from([30617, 1617, 1618, 1621]));
+    }
+    assert!(world.engine.own_history_complete());
 }
 
 mod convergence {

@@ -1,13 +1,14 @@
 //! One WebSocket connection to one relay: a driver task per connection that
 //! selects over the next frame, outgoing messages, a ping timer and shutdown,
-//! and a [`WsTransport`] handle implementing the core's `RelayTransport`.
+//! and a [`WsTransport`] handle the manager executes the engine's commands
+//! on (connect, close, send a message).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use grasp_sync_core::transport::{RelayTransport, TransportError};
-use nostr::prelude::{ClientMessage, Event, Filter, RelayUrl, SubscriptionId};
+use grasp_sync_core::transport::TransportError;
+use nostr::prelude::{ClientMessage, RelayUrl};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
@@ -106,7 +107,8 @@ pub(crate) fn tls_config() -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
     Ok(Arc::new(config))
 }
 
-/// A handle to one relay's connection: the core's `RelayTransport`.
+/// A handle to one relay's connection: opens it (a driver task per
+/// connection), closes it, queues messages for it.
 pub(crate) struct WsTransport {
     relay: RelayUrl,
     connector: Dialer,
@@ -129,6 +131,7 @@ impl std::fmt::Debug for WsTransport {
 }
 
 impl WsTransport {
+    /// A connection to `relay`, not opened yet.
     pub(crate) fn new(relay: RelayUrl, connector: Dialer, sent: SentCounter) -> Self {
         let budget = connector
             .config
@@ -155,7 +158,13 @@ impl WsTransport {
         self.tasks.take()
     }
 
-    fn send(&mut self, message: ClientMessage<'_>) -> Result<(), TransportError> {
+    /// The relay this connection talks to.
+    pub(crate) fn relay_url(&self) -> &RelayUrl {
+        &self.relay
+    }
+
+    /// Queues `message` for the connection's driver task; never waits.
+    pub(crate) fn send(&mut self, message: ClientMessage<'_>) -> Result<(), TransportError> {
         let Some(outgoing) = &self.outgoing else {
             return Err(TransportError::NotConnected(self.relay.clone()));
         };
@@ -173,18 +182,15 @@ impl WsTransport {
         self.sent.relay.inc_by(size);
         Ok(())
     }
-}
 
-impl RelayTransport for WsTransport {
-    fn relay_url(&self) -> &RelayUrl {
-        &self.relay
-    }
-
-    fn connect(&mut self, timeout: Duration) -> Result<(), TransportError> {
+    /// Starts connecting (a new driver task; the previous connection is
+    /// closed); the outcome is reported later. The attempt is abandoned
+    /// after `timeout`.
+    pub(crate) fn connect(&mut self, timeout: Duration) {
         if let Some(connects) = &self.sent.connects {
             connects.inc();
         }
-        let _ = self.close();
+        self.close();
         if let Some(tasks) = &mut self.tasks {
             // Forget finished drivers of earlier connections.
             while tasks.try_join_next().is_some() {}
@@ -210,58 +216,14 @@ impl RelayTransport for WsTransport {
             tasks.spawn(forwarder.run(queued));
             tasks.spawn(driver.run(timeout));
         }
-        Ok(())
     }
 
-    fn close(&mut self) -> Result<(), TransportError> {
+    /// Closes the connection; whatever it still reports is stale.
+    pub(crate) fn close(&mut self) {
         if let Some(outgoing) = self.outgoing.take() {
             let _ = outgoing.try_send(Outgoing::Close);
         }
-        // Whatever the closed connection still reports is stale.
         self.generation += 1;
-        Ok(())
-    }
-
-    fn subscribe(&mut self, id: &SubscriptionId, filters: &[Filter]) -> Result<(), TransportError> {
-        // Borrowed: a Layer 3 filter can hold thousands of ids.
-        self.send(ClientMessage::Req {
-            subscription_id: std::borrow::Cow::Borrowed(id),
-            filters: filters.iter().map(std::borrow::Cow::Borrowed).collect(),
-        })
-    }
-
-    fn unsubscribe(&mut self, id: &SubscriptionId) -> Result<(), TransportError> {
-        self.send(ClientMessage::close(id.clone()))
-    }
-
-    fn neg_open(
-        &mut self,
-        id: &SubscriptionId,
-        filter: &Filter,
-        initial_message: &str,
-    ) -> Result<(), TransportError> {
-        self.send(ClientMessage::NegOpen {
-            subscription_id: std::borrow::Cow::Borrowed(id),
-            filter: std::borrow::Cow::Borrowed(filter),
-            initial_message: std::borrow::Cow::Borrowed(initial_message),
-        })
-    }
-
-    fn neg_msg(&mut self, id: &SubscriptionId, message: &str) -> Result<(), TransportError> {
-        self.send(ClientMessage::NegMsg {
-            subscription_id: std::borrow::Cow::Borrowed(id),
-            message: std::borrow::Cow::Borrowed(message),
-        })
-    }
-
-    fn neg_close(&mut self, id: &SubscriptionId) -> Result<(), TransportError> {
-        self.send(ClientMessage::NegClose {
-            subscription_id: std::borrow::Cow::Borrowed(id),
-        })
-    }
-
-    fn publish(&mut self, event: &Event) -> Result<(), TransportError> {
-        self.send(ClientMessage::Event(std::borrow::Cow::Borrowed(event)))
     }
 }
 

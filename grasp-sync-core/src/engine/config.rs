@@ -150,6 +150,17 @@ pub struct EngineConfig {
     pub service_relays: Vec<RelayUrl>,
     /// Relays connected from the start and never dropped.
     pub bootstrap_relays: Vec<RelayUrl>,
+    /// The own relay, when the engine reads it over a connection (the
+    /// self-subscriber): the engine asks for the connection
+    /// ([`Command::Connect`](super::Command::Connect), reconnecting after the
+    /// health tracker's `own_relay_backoff`), subscribes live and pages
+    /// through the history (pages of [`EngineConfig::page_limit`]), and takes
+    /// the connection's inputs like any relay's, routed by this URL. It is
+    /// never synced from (not as a bootstrap relay, nor when an announcement
+    /// lists it). `None` (the default) for a relay that embeds the library
+    /// and hands accepted events to
+    /// [`SyncEngine::handle_own_events`](super::SyncEngine::handle_own_events).
+    pub own_relay: Option<RelayUrl>,
     /// Seed of the randomness that spreads the daily re-sync over 23–25 h.
     pub seed: u64,
 }
@@ -193,6 +204,7 @@ impl Default for EngineConfig {
             relay_policy: RelayUrlPolicy::new(),
             service_relays: Vec::new(),
             bootstrap_relays: Vec::new(),
+            own_relay: None,
             seed: 0x6772_6173_702d_3032,
         }
     }

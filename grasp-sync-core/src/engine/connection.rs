@@ -62,6 +62,9 @@ impl SyncEngine {
     /// A connection attempt failed.
     pub fn handle_connect_failed(&mut self, now: Now, relay: &RelayUrl) {
         self.observe(now);
+        if self.own.is_for(relay) {
+            return self.own_closed(now, "connection failed");
+        }
         let status = self
             .confirmed
             .get(relay)
@@ -85,6 +88,9 @@ impl SyncEngine {
     /// outage, quick reconnect after a short one.
     pub fn handle_connected(&mut self, now: Now, relay: &RelayUrl) {
         self.observe(now);
+        if self.own.is_for(relay) {
+            return self.own_connected();
+        }
         let window = self.config.quick_reconnect_window;
         let status = self
             .confirmed
@@ -132,6 +138,9 @@ impl SyncEngine {
     /// is kept for a quick reconnect.
     pub fn handle_disconnected(&mut self, now: Now, relay: &RelayUrl) {
         self.observe(now);
+        if self.own.is_for(relay) {
+            return self.own_closed(now, "connection lost");
+        }
         let status = self
             .confirmed
             .get(relay)
@@ -157,6 +166,9 @@ impl SyncEngine {
     /// [`EngineConfig::liveness_probe_interval`](super::EngineConfig::liveness_probe_interval).
     pub fn handle_relay_alive(&mut self, now: Now, relay: &RelayUrl) {
         self.observe(now);
+        if self.own.is_for(relay) {
+            return;
+        }
         let before = self.reach();
         match self.relays.conn_mut(relay) {
             Some(conn) => conn.last_heard = conn.last_heard.max(now.instant),

@@ -1,95 +1,72 @@
-//! Executing the engine's commands: the one place a [`Command`] becomes a
-//! transport call ([`RelayTransport`]), a store write or a store query. The
-//! tokio adapter and the simulation both drive the engine through it.
+//! Executing the engine's commands: step 2 of the driving contract in one
+//! call, with the driver's own executor. [`Command`] is the only vocabulary:
+//! the driver matches on it (a message for a relay is
+//! [`Command::client_message`]) and says whether its relay could take it.
 
-use nostr::prelude::{Event, Filter, RelayUrl, SubscriptionId};
+use nostr::prelude::RelayUrl;
 use tracing::warn;
 
 use super::{Command, SyncEngine};
 use crate::clock::Now;
-use crate::transport::{RelayTransport, TransportError};
-
-/// What executes the engine's commands: one transport per relay, and the
-/// store. Answers come back to the engine as inputs
-/// ([`SyncEngine::handle_connected`], [`SyncEngine::handle_relay_message`],
-/// [`SyncEngine::handle_store_outcome`], [`SyncEngine::handle_local_items`]
-/// …).
-pub trait CommandSink {
-    /// The connection of `relay`, created on first use.
-    fn transport(&mut self, relay: &RelayUrl) -> &mut dyn RelayTransport;
-
-    /// Hands a verified event to the store; answer with
-    /// [`SyncEngine::handle_store_outcome`].
-    fn store(&mut self, relay: RelayUrl, event: Box<Event>);
-
-    /// Asks the store for the `(id, created_at)` of its events matching
-    /// `filter`; answer with [`SyncEngine::handle_local_items`] or
-    /// [`SyncEngine::handle_local_items_failed`].
-    fn query_local_items(&mut self, relay: RelayUrl, id: SubscriptionId, filter: Filter);
-
-    /// Forgets `relay` ([`Command::Forget`]): closes its connection and
-    /// releases what is kept for it. By default only closes the transport;
-    /// a sink that keeps per-relay state (a connection map, metric series)
-    /// removes it here.
-    fn forget(&mut self, relay: &RelayUrl) -> Result<(), TransportError> {
-        self.transport(relay).close()
-    }
-}
-
-/// Executes one command on `sink`. An error means the relay's transport
-/// could not take the message.
-pub fn execute(command: Command, sink: &mut impl CommandSink) -> Result<(), TransportError> {
-    match command {
-        Command::Connect { relay, timeout } => sink.transport(&relay).connect(timeout),
-        Command::Disconnect { relay } => sink.transport(&relay).close(),
-        Command::Forget { relay } => sink.forget(&relay),
-        Command::Subscribe { relay, id, filters } => {
-            sink.transport(&relay).subscribe(&id, &filters)
-        }
-        Command::Unsubscribe { relay, id } => sink.transport(&relay).unsubscribe(&id),
-        Command::NegOpen {
-            relay,
-            id,
-            filter,
-            initial_message,
-        } => sink
-            .transport(&relay)
-            .neg_open(&id, &filter, &initial_message),
-        Command::NegMsg { relay, id, message } => sink.transport(&relay).neg_msg(&id, &message),
-        Command::NegClose { relay, id } => sink.transport(&relay).neg_close(&id),
-        Command::QueryLocalItems { relay, id, filter } => {
-            sink.query_local_items(relay, id, filter);
-            Ok(())
-        }
-        Command::Store { relay, event } => {
-            sink.store(relay, event.into_event());
-            Ok(())
-        }
-    }
-}
+use crate::transport::TransportError;
 
 impl SyncEngine {
-    /// Step 2 of the driving contract in one call: executes every waiting
-    /// command on `sink`, oldest first, and feeds back the transports that
-    /// could not take a message ([`SyncEngine::handle_send_failed`]).
-    /// Returns how many commands were executed.
-    pub fn execute_commands(&mut self, now: Now, sink: &mut impl CommandSink) -> usize {
+    /// Step 2 of the driving contract in one call: hands every waiting
+    /// command to `execute`, oldest first, and feeds back the relays whose
+    /// connection could not take one (`execute` returned an error:
+    /// [`SyncEngine::handle_send_failed`]). Returns how many commands were
+    /// executed.
+    ///
+    /// ```
+    /// use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
+    /// use grasp_sync_core::{Instant, Now};
+    /// use nostr::prelude::{RelayUrl, Timestamp};
+    ///
+    /// let now = Now::new(Instant::ZERO, Timestamp::from_secs(1_750_000_000));
+    /// let relay = RelayUrl::parse("wss://relay.example.com").unwrap();
+    /// let config = EngineConfig {
+    ///     bootstrap_relays: vec![relay.clone()],
+    ///     ..EngineConfig::default()
+    /// };
+    /// let mut engine = SyncEngine::new(config, now);
+    /// engine.handle_timeout(now);
+    /// let mut executed = Vec::new();
+    /// engine.execute_commands(now, |command| {
+    ///     // Connect, send `command.client_message()`, store, query …
+    ///     executed.push(command);
+    ///     Ok(())
+    /// });
+    /// assert!(matches!(executed.as_slice(), [Command::Connect { .. }]));
+    /// ```
+    pub fn execute_commands(
+        &mut self,
+        now: Now,
+        mut execute: impl FnMut(Command) -> Result<(), TransportError>,
+    ) -> usize {
         let mut executed = 0;
         while let Some(command) = self.poll_command() {
             executed += 1;
             let relay = command.relay().clone();
-            if let Err(error) = execute(command, sink) {
+            if let Err(error) = execute(command) {
                 self.handle_send_failed(now, &relay, &error);
             }
         }
         executed
     }
 
-    /// A transport could not take a message for `relay`: the relay and the
-    /// engine are out of step, so the connection is closed and its work
-    /// planned again on reconnect.
+    /// The connection of `relay` could not take a command's message: the
+    /// relay and the engine are out of step, so the connection is closed and
+    /// its work planned again on reconnect (the own relay's: reconnected
+    /// after its backoff).
     pub fn handle_send_failed(&mut self, now: Now, relay: &RelayUrl, error: &TransportError) {
         self.observe(now);
+        if self.own.is_for(relay) {
+            warn!(%relay, %error, "cannot send to the own relay; reconnecting");
+            self.emit(Command::Disconnect {
+                relay: relay.clone(),
+            });
+            return self.own_closed(now, "send failed");
+        }
         let status = self
             .confirmed
             .get(relay)

@@ -13,20 +13,28 @@
 //!
 //! 1. Create the engine; call [`SyncEngine::handle_timeout`] once to start.
 //! 2. After **every** `handle_*` call, drain [`SyncEngine::poll_command`]
-//!    until it returns `None` and execute each command: transport commands go
-//!    to the relay's connection, [`Command::QueryLocalItems`] is answered with
-//!    [`SyncEngine::handle_local_items`], [`Command::Store`] goes to the store.
+//!    until it returns `None` and execute each command
+//!    ([`SyncEngine::execute_commands`] does both): [`Command::Connect`] /
+//!    [`Command::Disconnect`] / [`Command::Forget`] open and close the
+//!    relay's connection, the other relay commands send
+//!    [`Command::client_message`] on it, [`Command::QueryLocalItems`] is
+//!    answered with [`SyncEngine::handle_local_items`], [`Command::Store`]
+//!    goes to the store. A connection that cannot take a message is
+//!    reported with [`SyncEngine::handle_send_failed`].
 //! 3. Wake up at [`SyncEngine::poll_timeout`] and call
 //!    [`SyncEngine::handle_timeout`]. Waking early or twice is harmless.
-//! 4. Feed what happens: events the own relay accepted
-//!    ([`SyncEngine::handle_own_events`]), connection outcomes
-//!    ([`SyncEngine::handle_connected`], [`SyncEngine::handle_connect_failed`],
+//! 4. Feed what happens on every connection — the own relay's
+//!    ([`EngineConfig::own_relay`]) included, the engine tells it apart by
+//!    its URL: connection outcomes ([`SyncEngine::handle_connected`],
+//!    [`SyncEngine::handle_connect_failed`],
 //!    [`SyncEngine::handle_disconnected`]), every relay message
 //!    ([`SyncEngine::handle_relay_message`]), each WebSocket pong
 //!    ([`SyncEngine::handle_relay_alive`]: a relay is alive while it sends
 //!    anything, pongs included; ping at least every
 //!    [`EngineConfig::liveness_probe_interval`]) and NIP-11 limits
-//!    ([`SyncEngine::handle_relay_limits`]).
+//!    ([`SyncEngine::handle_relay_limits`]). A relay that embeds the library
+//!    has no own relay connection: it hands accepted events to
+//!    [`SyncEngine::handle_own_events`].
 //!
 //! ```no_run
 //! use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
@@ -36,12 +44,13 @@
 //! let mut engine = SyncEngine::new(EngineConfig::default(), clock.read());
 //! engine.handle_timeout(clock.read());
 //! loop {
-//!     while let Some(command) = engine.poll_command() {
+//!     engine.execute_commands(clock.read(), |command| {
 //!         match command {
 //!             Command::Store { event, .. } => { /* store.ingest(&event) */ }
-//!             other => { /* send to the relay's connection */ let _ = other; }
+//!             other => { /* connect, or send other.client_message() */ let _ = other; }
 //!         }
-//!     }
+//!         Ok(())
+//!     });
 //!     // wait for the next relay message, own-relay event or the deadline
 //!     // engine.poll_timeout(), then feed it:
 //!     engine.handle_timeout(clock.read());
@@ -108,7 +117,6 @@ pub use config::{
     ConfigError, EngineConfig, RelayLimits, DEFAULT_FRAME_BUDGET, MIN_FRAME_BUDGET,
     MIN_NEGENTROPY_FRAME,
 };
-pub use dispatch::{execute, CommandSink};
 pub use frames::req_frame_len;
 pub use ours::MAX_CANDIDATES;
 pub use report::RelayReport;
@@ -201,10 +209,7 @@ impl SyncEngine {
             EngineTimer::DisconnectCheck,
             now.instant + config.disconnect_check_interval,
         );
-        let own = OwnRelay {
-            reconnect_at: Some(now.instant),
-            ..OwnRelay::default()
-        };
+        let own = OwnRelay::new(config.own_relay.clone(), now.instant);
         let mut engine = SyncEngine {
             health: HealthTracker::new(config.health.clone()),
             repos: RepoSyncIndex::new(),
@@ -227,6 +232,10 @@ impl SyncEngine {
             config,
         };
         for relay in engine.config.bootstrap_relays.clone() {
+            if engine.own.is_for(&relay) {
+                tracing::warn!(%relay, "the own relay is not synced from as a bootstrap relay");
+                continue;
+            }
             engine.register_relay(relay, true);
         }
         engine
@@ -292,6 +301,9 @@ impl SyncEngine {
     /// A relay's NIP-11 limits.
     pub fn handle_relay_limits(&mut self, now: Now, relay: &RelayUrl, limits: RelayLimits) {
         self.observe(now);
+        if self.own.is_for(relay) {
+            return;
+        }
         self.knowledge(relay).limits = limits;
         self.maintain(now);
     }
@@ -333,6 +345,9 @@ impl SyncEngine {
     /// A message from a relay.
     pub fn handle_relay_message(&mut self, now: Now, relay: &RelayUrl, message: RelayMessage<'_>) {
         self.observe(now);
+        if self.own.is_for(relay) {
+            return self.on_own_message(now, message);
+        }
         let before = self.reach();
         self.on_relay_message(now, relay, message);
         self.maintain_after(now, Some(relay), before);
@@ -350,12 +365,15 @@ impl SyncEngine {
         checked: Result<VerifiedEvent, Forged>,
     ) {
         self.observe(now);
+        if self.own.is_for(relay) {
+            return self.on_own_checked_event(now, subscription_id, checked);
+        }
         let before = self.reach();
         self.on_checked_event(now, relay, subscription_id, checked);
         self.maintain_after(now, Some(relay), before);
     }
 
-    /// Timers: the self-subscriber batch window, connection retries and
+    /// Timers: the self-subscriber batch window and connection, connection retries and
     /// timeouts, batch and negentropy timeouts, rate-limit recovery, delayed
     /// re-planning, the daily re-sync and the check for relays to drop.
     pub fn handle_timeout(&mut self, now: Now) {
@@ -381,6 +399,7 @@ impl SyncEngine {
             self.timers.set(EngineTimer::DisconnectCheck, next);
         }
         self.maintain(now);
+        self.run_own_relay(now);
     }
 
     /// The next instant [`SyncEngine::handle_timeout`] has work to do: the
@@ -390,6 +409,7 @@ impl SyncEngine {
         [
             self.timers.earliest(),
             self.own.batch_deadline,
+            self.own.deadline(),
             self.stores.next_deadline(self.config.store_timeout),
             self.deadlines.first(),
         ]

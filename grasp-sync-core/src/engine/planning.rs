@@ -84,7 +84,7 @@ impl SyncEngine {
         let listed: Vec<RelayUrl> = announcement
             .relays
             .into_iter()
-            .filter(|relay| !service.contains(relay))
+            .filter(|relay| !service.contains(relay) && !self.own.is_for(relay))
             .collect();
         let allowed: Vec<RelayUrl> = listed
             .into_iter()

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 use grasp_sync_core::clock::{Instant, Now};
-use grasp_sync_core::engine::{execute, Command, CommandSink, EngineConfig, SyncEngine};
+use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
 use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore, StoreError};
-use grasp_sync_core::transport::{MemoryTransport, RelayTransport, Wire};
+use grasp_sync_core::transport::TransportError;
 use grasp_sync_core::url_policy::RelayUrlPolicy;
 use nostr::prelude::*;
 
@@ -22,7 +22,8 @@ use relay::{SimRelay, SimRelayConfig};
 pub const UNIX_ORIGIN: u64 = 1_750_000_000;
 /// One-way latency of every message.
 pub const LATENCY: Duration = Duration::from_millis(20);
-/// Events per page of the self-subscription's history.
+/// Events the own relay returns per filter of a REQ, whatever its `limit`
+/// asks (a silent clamp, as relays do): the engine pages its history.
 pub const OWN_PAGE: usize = 25;
 
 /// What reaches the engine from a relay, the own relay or the store.
@@ -32,12 +33,6 @@ enum Delivery {
     ConnectFailed,
     Disconnected,
     Message(Box<RelayMessage<'static>>),
-    /// A page of the own relay's history, or a live event it accepted.
-    OwnEvents(Vec<Event>),
-    /// The last page of the own relay's history was read.
-    OwnHistoryComplete,
-    /// The own relay connection dropped.
-    OwnDisconnected,
     /// The store's answer to a `Command::Store`.
     StoreOutcome(EventId, Result<IngestOutcome, StoreError>),
     /// A write the own relay takes only now (see `OwnRelay::slow_kinds`).
@@ -45,17 +40,30 @@ enum Delivery {
 }
 
 /// The own relay: accepts what the engine stores (announcements only if they
-/// list the own relay, like a GRASP relay) and feeds accepted announcements
-/// and root events back through the self-subscriber, which reads its
-/// history page by page on every (re)connect and its new events live.
+/// list the own relay, like a GRASP relay) and answers the engine's
+/// self-subscription over its connection like a relay: REQs with the
+/// stored events matching (newest first, at most [`OWN_PAGE`] per filter)
+/// and an EOSE, and what it stores later live to every open subscription
+/// whose filter matches. The engine connects, pages and reconnects.
 pub struct OwnRelay {
     pub url: RelayUrl,
     pub store: MemoryEventStore,
     pub rejected: Vec<Event>,
     /// The self-subscription's connection is open.
     pub connected: bool,
-    /// Every history read drops the connection after its first page.
+    /// The open subscriptions of the connection.
+    pub subs: BTreeMap<SubscriptionId, Vec<Filter>>,
+    /// A history REQ whose page is cut (more events match than fit) drops
+    /// the connection right after the page's events, before its EOSE.
     pub drop_during_history: bool,
+    /// The number of history pages answered (EOSE sent) after which the
+    /// connection drops once, right after that page's EOSE: a drop in the
+    /// middle of the engine's paging.
+    pub drop_after_pages: Option<usize>,
+    /// History pages answered on every connection so far.
+    pub pages_answered: usize,
+    /// Every history REQ received: its filters, in order.
+    pub history_reqs: Vec<Vec<Filter>>,
     /// Writes fail (the store backend is down).
     pub store_failing: bool,
     /// Writes are never answered (and not stored).
@@ -78,11 +86,37 @@ pub struct OwnRelay {
     pub slow_kinds: std::collections::HashMap<u16, Duration>,
     /// Times the self-subscription connection dropped.
     pub drops: usize,
-    /// Histories read to the end.
+    /// Histories read to the end (the engine's
+    /// [`SyncEngine::own_history_complete`] turned `true`).
     pub histories_completed: usize,
 }
 
 impl OwnRelay {
+    /// Answers a REQ: the stored events matching each filter, newest first
+    /// (the lower id first within a second), at most [`OWN_PAGE`] per
+    /// filter (none for `limit: 0`), deduplicated; and whether some filter
+    /// had more than fit.
+    fn answer(&self, filters: &[Filter]) -> (Vec<Event>, bool) {
+        let mut events: Vec<Event> = self.store.events();
+        events.sort_by_key(|event| (std::cmp::Reverse(event.created_at), event.id));
+        let mut page: Vec<Event> = Vec::new();
+        let mut cut = false;
+        for filter in filters {
+            let limit = filter.limit.unwrap_or(usize::MAX).min(OWN_PAGE);
+            let matching: Vec<&Event> = events
+                .iter()
+                .filter(|event| filter.match_event(event, MatchEventOptions::new()))
+                .collect();
+            cut |= matching.len() > limit;
+            for event in matching.into_iter().take(limit) {
+                if !page.iter().any(|kept| kept.id == event.id) {
+                    page.push(event.clone());
+                }
+            }
+        }
+        (page, cut)
+    }
+
     /// The GRASP rule: an announcement must list this relay (unless it is
     /// a plain relay that accepts everything).
     pub fn accepts(&self, event: &Event) -> bool {
@@ -131,38 +165,9 @@ pub struct World {
     /// Every relay message other than EVENT the engine received, with the
     /// time.
     pub received_log: Vec<(Instant, RelayUrl, RelayMessage<'static>)>,
-    /// Where the core's dispatch puts the engine's commands.
-    outbox: Outbox,
-}
-
-/// A store write or query the engine asked for.
-enum Effect {
-    Store(Event),
-    Query(RelayUrl, SubscriptionId, Filter),
-}
-
-/// The simulation's side of the core's [`CommandSink`]: one recording
-/// [`MemoryTransport`] per relay, and the store's work in order.
-#[derive(Default)]
-struct Outbox {
-    transports: BTreeMap<RelayUrl, MemoryTransport>,
-    effects: Vec<Effect>,
-}
-
-impl CommandSink for Outbox {
-    fn transport(&mut self, relay: &RelayUrl) -> &mut dyn RelayTransport {
-        self.transports
-            .entry(relay.clone())
-            .or_insert_with(|| MemoryTransport::new(relay.clone()))
-    }
-
-    fn store(&mut self, _relay: RelayUrl, event: Box<Event>) {
-        self.effects.push(Effect::Store(*event));
-    }
-
-    fn query_local_items(&mut self, relay: RelayUrl, id: SubscriptionId, filter: Filter) {
-        self.effects.push(Effect::Query(relay, id, filter));
-    }
+    /// Connections the engine opened ([`Command::Connect`]) and has not
+    /// closed: sending on any other fails, like on a real connection.
+    open: BTreeSet<RelayUrl>,
 }
 
 /// The own relay's URL in every simulation.
@@ -176,19 +181,26 @@ pub fn relay_url(name: &str) -> RelayUrl {
 }
 
 /// The engine configuration the simulations use: local-looking `.sim`
-/// hosts allowed, the own relay as our service relay.
+/// hosts allowed, the own relay as our service relay and read over its
+/// connection.
 pub fn config() -> EngineConfig {
     EngineConfig {
         relay_policy: RelayUrlPolicy::new().allow_local_addresses(true),
         service_relays: vec![own_url()],
+        own_relay: Some(own_url()),
         ..EngineConfig::default()
     }
 }
 
 impl World {
     /// A world with the given relays and the events the own relay holds at
-    /// the start (they reach the engine through the self-subscriber).
+    /// the start (they reach the engine through the self-subscriber: the
+    /// engine connects to the own relay, whatever `config` says).
     pub fn new(config: EngineConfig, relays: Vec<SimRelay>, own_events: Vec<Event>) -> World {
+        let config = EngineConfig {
+            own_relay: Some(own_url()),
+            ..config
+        };
         let now = Instant::ZERO;
         let engine = SyncEngine::new(config, Now::new(now, Timestamp::from_secs(UNIX_ORIGIN)));
         let mut world = World {
@@ -203,7 +215,11 @@ impl World {
                 store: MemoryEventStore::new(),
                 rejected: Vec::new(),
                 connected: false,
+                subs: BTreeMap::new(),
                 drop_during_history: false,
+                drop_after_pages: None,
+                pages_answered: 0,
+                history_reqs: Vec::new(),
                 store_failing: false,
                 store_stalled: false,
                 write_rate_limited: false,
@@ -227,54 +243,35 @@ impl World {
             steps: 0,
             command_log: Vec::new(),
             received_log: Vec::new(),
-            outbox: Outbox::default(),
+            open: BTreeSet::new(),
         };
         let at = world.clock();
         for event in own_events {
             let _ = block_on(world.own.store.ingest(&event));
         }
         world.engine.handle_timeout(at);
-        world.own_connect();
         world
-    }
-
-    /// The self-subscriber (re)connects: the engine hears of it, then the
-    /// history its filter asks for arrives page by page, newest first, and
-    /// the history's end is reported — unless the connection drops first.
-    pub fn own_connect(&mut self) {
-        let now = self.clock();
-        self.own.connected = true;
-        self.engine.handle_own_relay_connecting(now);
-        self.engine.handle_own_relay_connected(now);
-        let filter = self.engine.own_subscription_filter();
-        let mut history: Vec<Event> = self
-            .own
-            .store
-            .events()
-            .into_iter()
-            .filter(|event| filter.match_event(event, MatchEventOptions::new()))
-            .collect();
-        history.sort_by_key(|event| std::cmp::Reverse(event.created_at));
-        let pages: Vec<Vec<Event>> = history.chunks(OWN_PAGE).map(<[Event]>::to_vec).collect();
-        let drop_early = self.own.drop_during_history && pages.len() > 1;
-        let own = self.own.url.clone();
-        for page in pages {
-            self.push(&own, Delivery::OwnEvents(page));
-            if drop_early {
-                self.push(&own, Delivery::OwnDisconnected);
-                return;
-            }
-        }
-        self.push(&own, Delivery::OwnHistoryComplete);
     }
 
     /// Drops the self-subscription's connection now.
     pub fn drop_own(&mut self) {
+        if !self.own.connected {
+            return;
+        }
         let own = self.own.url.clone();
+        self.close_own();
+        self.push(&own, Delivery::Disconnected);
+    }
+
+    /// The own relay's side of its connection closes: its subscriptions
+    /// end, nothing more of it reaches the engine (store answers do).
+    fn close_own(&mut self) {
+        let own = self.own.url.clone();
+        self.own.connected = false;
+        self.own.subs.clear();
         self.inbox.retain(|(_, _, to, delivery)| {
             to != &own || matches!(delivery, Delivery::StoreOutcome(..) | Delivery::Ingest(..))
         });
-        self.push(&own, Delivery::OwnDisconnected);
     }
 
     /// The engine's view of now.
@@ -369,17 +366,9 @@ impl World {
         true
     }
 
-    /// The engine's next deadline, or the self-subscriber's reconnect when
-    /// the engine says it is due (the self-subscriber is the driver's).
+    /// The engine's next deadline (the own relay's reconnect included).
     fn wake_at(&self) -> Option<Instant> {
-        let reconnect = self
-            .engine
-            .own_relay_reconnect_at()
-            .filter(|_| !self.own.connected);
-        [self.engine.poll_timeout(), reconnect]
-            .into_iter()
-            .flatten()
-            .min()
+        self.engine.poll_timeout()
     }
 
     /// One step: execute commands, deliver the next message, or jump the
@@ -387,15 +376,6 @@ impl World {
     pub fn step(&mut self) -> bool {
         self.steps += 1;
         if self.execute_commands() {
-            return true;
-        }
-        let reconnect_due = !self.own.connected
-            && self
-                .engine
-                .own_relay_reconnect_at()
-                .is_some_and(|at| at <= self.now);
-        if reconnect_due {
-            self.own_connect();
             return true;
         }
         if self.answer_ping() {
@@ -431,6 +411,10 @@ impl World {
 
     fn deliver(&mut self, relay: RelayUrl, delivery: Delivery) {
         let now = self.clock();
+        let read_before = self.engine.own_history_complete();
+        if relay == self.own.url && matches!(delivery, Delivery::Disconnected) {
+            self.own.drops += 1;
+        }
         match delivery {
             Delivery::Connected => self.engine.handle_connected(now, &relay),
             Delivery::ConnectFailed => self.engine.handle_connect_failed(now, &relay),
@@ -442,29 +426,13 @@ impl World {
                 }
                 self.engine.handle_relay_message(now, &relay, *message)
             }
-            Delivery::OwnEvents(events) => {
-                if self.own.connected {
-                    self.engine.handle_own_events(now, events);
-                }
-            }
-            Delivery::OwnHistoryComplete => {
-                if self.own.connected {
-                    self.own.histories_completed += 1;
-                    self.engine.handle_own_history_complete(now);
-                }
-            }
-            Delivery::OwnDisconnected => {
-                if self.own.connected {
-                    self.own.connected = false;
-                    self.own.drops += 1;
-                    // The engine decides when to reconnect.
-                    self.engine.handle_own_relay_disconnected(now);
-                }
-            }
             Delivery::StoreOutcome(id, outcome) => {
                 self.engine.handle_store_outcome(now, &id, outcome)
             }
             Delivery::Ingest(event) => self.ingest(*event),
+        }
+        if !read_before && self.engine.own_history_complete() {
+            self.own.histories_completed += 1;
         }
     }
 
@@ -478,52 +446,56 @@ impl World {
             .push_back((self.now + delay, self.sequence, relay.clone(), delivery));
     }
 
-    /// Executes every waiting command through the core's dispatch onto
-    /// the simulation's transports and store; returns whether there was any.
+    /// Executes every waiting command on the simulated relays, the own
+    /// relay and its store; returns whether there was any.
     fn execute_commands(&mut self) -> bool {
         let mut any = false;
         while let Some(command) = self.engine.poll_command() {
             any = true;
             self.command_log.push((self.now, command.clone()));
             let relay = command.relay().clone();
-            if let Err(error) = execute(command, &mut self.outbox) {
+            if let Err(error) = self.execute(command) {
                 let now = self.clock();
                 self.engine.handle_send_failed(now, &relay, &error);
             }
-            self.apply_outbox();
         }
         any
     }
 
-    /// Carries out what the transports and the store were asked to do.
-    fn apply_outbox(&mut self) {
-        let wires: Vec<(RelayUrl, Wire)> = self
-            .outbox
-            .transports
-            .iter_mut()
-            .flat_map(|(relay, transport)| {
-                transport
-                    .take_log()
-                    .into_iter()
-                    .map(move |wire| (relay.clone(), wire))
-            })
-            .collect();
-        for (relay, wire) in wires {
-            match wire {
-                Wire::Connect(_) => self.connect_relay(&relay),
-                Wire::Close => self.disconnect_relay(&relay),
-                Wire::Message(message) => self.send(&relay, *message),
+    /// Carries out one command, as a driver does.
+    fn execute(&mut self, command: Command) -> Result<(), TransportError> {
+        match command {
+            Command::Connect { relay, .. } => {
+                self.open.insert(relay.clone());
+                self.connect_relay(&relay);
+            }
+            Command::Disconnect { relay } | Command::Forget { relay } => {
+                self.open.remove(&relay);
+                self.disconnect_relay(&relay);
+            }
+            Command::Store { event, .. } => self.store(*event.into_event()),
+            Command::QueryLocalItems { relay, id, filter } => {
+                self.query_local_items(&relay, &id, &filter)
+            }
+            command => {
+                let relay = command.relay().clone();
+                if !self.open.contains(&relay) {
+                    return Err(TransportError::NotConnected(relay));
+                }
+                if let Some(message) = command.client_message() {
+                    self.send(&relay, message);
+                }
             }
         }
-        for effect in std::mem::take(&mut self.outbox.effects) {
-            match effect {
-                Effect::Store(event) => self.store(event),
-                Effect::Query(relay, id, filter) => self.query_local_items(&relay, &id, &filter),
-            }
-        }
+        Ok(())
     }
 
     fn connect_relay(&mut self, relay: &RelayUrl) {
+        if relay == &self.own.url {
+            self.close_own();
+            self.own.connected = true;
+            return self.push(relay, Delivery::Connected);
+        }
         let now = self.now;
         let connected = self
             .relays
@@ -538,6 +510,9 @@ impl World {
     }
 
     fn disconnect_relay(&mut self, relay: &RelayUrl) {
+        if relay == &self.own.url {
+            return self.close_own();
+        }
         if let Some(sim) = self.relays.get_mut(relay) {
             sim.disconnect();
         }
@@ -596,13 +571,89 @@ impl World {
             LATENCY
         };
         self.push_after(&own, delay, Delivery::StoreOutcome(id, outcome));
-        let self_subscribed = [30617, 1617, 1618, 1621].contains(&event.kind.as_u16());
-        if stored && self_subscribed && self.own.connected && !self.own.silent_live {
-            self.push(&own, Delivery::OwnEvents(vec![event]));
+        if stored && self.own.connected && !self.own.silent_live {
+            let live: Vec<SubscriptionId> = self
+                .own
+                .subs
+                .iter()
+                .filter(|(_, filters)| {
+                    filters
+                        .iter()
+                        .any(|filter| filter.match_event(&event, MatchEventOptions::new()))
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in live {
+                let message = RelayMessage::event(id, event.clone());
+                self.push(&own, Delivery::Message(Box::new(message)));
+            }
         }
     }
 
+    /// The own relay takes a message on its connection.
+    fn own_receive(&mut self, message: ClientMessage<'_>) {
+        if !self.own.connected {
+            return;
+        }
+        let own = self.own.url.clone();
+        match message {
+            ClientMessage::Req {
+                subscription_id,
+                filters,
+            } => {
+                let id = subscription_id.into_owned();
+                let filters: Vec<Filter> = filters
+                    .into_iter()
+                    .map(std::borrow::Cow::into_owned)
+                    .collect();
+                let history = filters.iter().any(|filter| filter.limit != Some(0));
+                let (page, cut) = self.own.answer(&filters);
+                self.own.subs.insert(id.clone(), filters.clone());
+                for event in page {
+                    let message = RelayMessage::event(id.clone(), event);
+                    self.push(&own, Delivery::Message(Box::new(message)));
+                }
+                if history {
+                    self.own.history_reqs.push(filters);
+                    if self.own.drop_during_history && cut {
+                        self.close_own_later();
+                        return;
+                    }
+                }
+                let eose = RelayMessage::eose(id);
+                self.push(&own, Delivery::Message(Box::new(eose)));
+                if history {
+                    self.own.pages_answered += 1;
+                    if self
+                        .own
+                        .drop_after_pages
+                        .is_some_and(|pages| self.own.pages_answered >= pages)
+                    {
+                        self.own.drop_after_pages = None;
+                        self.close_own_later();
+                    }
+                }
+            }
+            ClientMessage::Close(id) => {
+                self.own.subs.remove(id.as_ref());
+            }
+            _ => {}
+        }
+    }
+
+    /// The own relay drops the connection after what it sent so far: the
+    /// engine hears of it after those messages.
+    fn close_own_later(&mut self) {
+        let own = self.own.url.clone();
+        self.own.connected = false;
+        self.own.subs.clear();
+        self.push(&own, Delivery::Disconnected);
+    }
+
     fn send(&mut self, relay: &RelayUrl, message: ClientMessage<'_>) {
+        if relay == &self.own.url {
+            return self.own_receive(message);
+        }
         let now = self.now;
         let Some(sim) = self.relays.get_mut(relay) else {
             return;

@@ -272,7 +272,15 @@ impl SyncManagerBuilder {
         let mut config = self.base.clone();
         self.env.apply(&mut config);
         self.explicit.apply(&mut config);
-        for relay in &self.service_relays {
+        if let Some(own) = &self.own_relay {
+            config.own_relay = Some(own.clone());
+        }
+        // The own relay is also our service relay.
+        for relay in self
+            .service_relays
+            .iter()
+            .chain(config.own_relay.clone().iter())
+        {
             if !config.service_relays.contains(relay) {
                 config.service_relays.push(relay.clone());
             }
@@ -297,7 +305,7 @@ impl SyncManagerBuilder {
         let trusted: HashSet<RelayUrl> = engine_config
             .bootstrap_relays
             .iter()
-            .chain(self.own_relay.iter())
+            .chain(engine_config.own_relay.iter())
             .cloned()
             .collect();
         let address = AddressCheck {
@@ -326,7 +334,6 @@ impl SyncManagerBuilder {
         };
         Ok(SyncManager {
             engine_config,
-            own_relay: self.own_relay,
             store,
             registry,
             metrics,

@@ -1,10 +1,10 @@
-//! The runtime: one task owns the engine, feeds it what the connections and
-//! the self-subscriber report, executes its commands through the core's
-//! dispatch, and wakes at its deadline. No decision is taken here.
+//! The runtime: one task owns the engine, feeds it what the connections
+//! (the own relay's included) report, executes its commands, and wakes at
+//! its deadline. No decision is taken here.
 //!
 //! - [`builder`]: settings and their precedence, building the manager;
 //! - `runner`: the loop's state, the connections, status and shutdown;
-//! - `own_relay`: the self-subscriber;
+//! - `own_relay`: the self-subscriber's connection and its reports;
 //! - `store_worker`: the store task and its answers;
 //! - `summary`: the shutdown handle and the run's summary.
 
@@ -30,11 +30,10 @@ pub use builder::{BuildError, SyncManagerBuilder};
 pub use summary::{ShutdownHandle, Summary};
 
 use crate::clock::TokioClock;
-use crate::connection::{Dialer, SentCounter, WsTransport};
+use crate::connection::Dialer;
 use crate::inbound::Inbound;
 use crate::metrics::Metrics;
 use crate::status::SyncStatus;
-use own_relay::OwnConnection;
 use runner::Connections;
 use store_worker::store_worker;
 
@@ -45,7 +44,6 @@ struct Runner {
     connections: Connections,
     store_task: JoinSet<()>,
     metrics: Metrics,
-    own: Option<OwnConnection>,
     summary: Summary,
     status: watch::Sender<SyncStatus>,
     /// When the status was last refreshed.
@@ -105,7 +103,6 @@ const INBOUND_BURST: usize = 256;
 /// ```
 pub struct SyncManager {
     engine_config: EngineConfig,
-    own_relay: Option<RelayUrl>,
     store: Arc<dyn EventStore>,
     registry: prometheus::Registry,
     metrics: Metrics,
@@ -120,7 +117,7 @@ pub struct SyncManager {
 impl std::fmt::Debug for SyncManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SyncManager")
-            .field("own_relay", &self.own_relay)
+            .field("own_relay", &self.engine_config.own_relay)
             .finish_non_exhaustive()
     }
 }
@@ -161,7 +158,6 @@ impl SyncManager {
     pub async fn run(self) -> Summary {
         let SyncManager {
             engine_config,
-            own_relay,
             store,
             metrics,
             dialer,
@@ -181,9 +177,10 @@ impl SyncManager {
             store_results_tx,
             shutdown_tx.subscribe(),
         ));
-        let connections = Connections {
+        let mut connections = Connections {
             dialer,
             transports: HashMap::new(),
+            own: None,
             store_jobs,
             overflow: Vec::new(),
             sent: Arc::new(AtomicU64::new(0)),
@@ -191,26 +188,16 @@ impl SyncManager {
             connection_attempts: metrics.connection_attempts.clone(),
             metrics: metrics.clone(),
         };
-        let own = own_relay.map(|url| {
-            // The own relay's attempts are not relay sync's.
-            let sent = SentCounter {
-                connects: None,
-                ..connections.sent_counter(&url)
-            };
-            // The own relay's events were accepted by it: not verified again.
-            let dialer = Dialer {
-                seen: None,
-                ..connections.dialer.clone()
-            };
-            OwnConnection::new(WsTransport::new(url, dialer, sent))
-        });
+        connections.own = engine_config
+            .own_relay
+            .clone()
+            .map(|url| connections.own_transport(url));
         let mut runner = Runner {
             engine: SyncEngine::new(engine_config, clock.read()),
             clock,
             connections,
             store_task,
             metrics,
-            own,
             summary: Summary::default(),
             status: status_tx,
             status_at: tokio::time::Instant::now(),
@@ -226,7 +213,6 @@ impl SyncManager {
                 break;
             }
             runner.drain_commands();
-            runner.connect_own();
             runner.refresh_status(false);
             let deadline = runner.next_deadline();
             // Biased: messages already received are handled before a

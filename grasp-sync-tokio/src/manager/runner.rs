@@ -1,6 +1,6 @@
 //! The run loop's state: the engine, the connections, the store task, the
 //! metrics. It feeds the engine what happens and executes its commands
-//! through the core's dispatch ([`CommandSink`]); it decides nothing.
+//! ([`Connections::execute`]); it decides nothing.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,15 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grasp_sync_core::clock::{Clock, Now};
-use grasp_sync_core::engine::CommandSink;
+use grasp_sync_core::engine::Command;
 use grasp_sync_core::store::StoreError;
-use grasp_sync_core::transport::{RelayTransport, TransportError};
-use nostr::prelude::{Event, Filter, RelayUrl, SubscriptionId};
+use grasp_sync_core::transport::TransportError;
+use nostr::prelude::RelayUrl;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
-use super::own_relay::OwnConnection;
 use super::store_worker::StoreJob;
 use super::summary::Summary;
 use super::Runner;
@@ -27,11 +26,14 @@ use crate::status::SyncStatus;
 /// The shortest interval between two status snapshots.
 pub(crate) const STATUS_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Where the engine's commands are executed: one connection per relay and
-/// the store task.
+/// Where the engine's commands are executed: one connection per relay, the
+/// own relay's connection, and the store task.
 pub(super) struct Connections {
     pub(super) dialer: Dialer,
     pub(super) transports: HashMap<RelayUrl, WsTransport>,
+    /// The self-subscriber's connection to the own relay (its events are not
+    /// verified again, its attempts are not relay sync's).
+    pub(super) own: Option<WsTransport>,
     pub(super) store_jobs: mpsc::Sender<StoreJob>,
     /// Store work refused because the store task's queue was full, to be
     /// answered to the engine as a transient store failure.
@@ -46,51 +48,89 @@ pub(super) struct Connections {
 impl Connections {
     /// The bytes-sent counters of `relay`.
     pub(super) fn sent_counter(&self, relay: &RelayUrl) -> SentCounter {
-        SentCounter {
-            total: self.sent.clone(),
-            relay: self.bytes_sent.with_label_values(&[relay.as_str()]),
-            connects: Some(
-                self.connection_attempts
-                    .with_label_values(&[relay.as_str(), "started"]),
-            ),
-        }
+        sent_counter(
+            &self.sent,
+            &self.bytes_sent,
+            &self.connection_attempts,
+            relay,
+        )
     }
 }
 
-impl CommandSink for Connections {
-    fn transport(&mut self, relay: &RelayUrl) -> &mut dyn RelayTransport {
-        let dialer = self.dialer.clone();
-        let sent = self.sent_counter(relay);
-        self.transports
-            .entry(relay.clone())
-            .or_insert_with(|| WsTransport::new(relay.clone(), dialer, sent))
+/// The bytes-sent counters of `relay`: the run's total, the relay's bytes,
+/// its connection attempts.
+fn sent_counter(
+    total: &Arc<AtomicU64>,
+    bytes_sent: &prometheus::IntCounterVec,
+    attempts: &prometheus::IntCounterVec,
+    relay: &RelayUrl,
+) -> SentCounter {
+    SentCounter {
+        total: total.clone(),
+        relay: bytes_sent.with_label_values(&[relay.as_str()]),
+        connects: Some(attempts.with_label_values(&[relay.as_str(), "started"])),
+    }
+}
+
+impl Connections {
+    /// Executes one of the engine's commands: on the relay's connection
+    /// (created on first use; the own relay's for its URL), or as store
+    /// work. An error means the connection could not take the message.
+    pub(super) fn execute(&mut self, command: Command) -> Result<(), TransportError> {
+        match command {
+            Command::Connect { relay, timeout } => self.transport(&relay).connect(timeout),
+            Command::Disconnect { relay } => self.transport(&relay).close(),
+            Command::Forget { relay } => self.forget(&relay),
+            Command::QueryLocalItems { relay, id, filter } => {
+                self.queue_store_job(StoreJob::Items {
+                    relay,
+                    id,
+                    filter: Box::new(filter),
+                })
+            }
+            Command::Store { relay, event } => self.queue_store_job(StoreJob::Ingest {
+                relay,
+                event: event.into_event(),
+            }),
+            command => {
+                if let Some(message) = command.client_message() {
+                    return self.transport(command.relay()).send(message);
+                }
+            }
+        }
+        Ok(())
     }
 
-    fn store(&mut self, relay: RelayUrl, event: Box<Event>) {
-        self.queue_store_job(StoreJob::Ingest { relay, event });
-    }
-
-    fn query_local_items(&mut self, relay: RelayUrl, id: SubscriptionId, filter: Filter) {
-        self.queue_store_job(StoreJob::Items {
-            relay,
-            id,
-            filter: Box::new(filter),
-        });
+    /// The connection of `relay`, created on first use.
+    fn transport(&mut self, relay: &RelayUrl) -> &mut WsTransport {
+        let Connections {
+            own,
+            transports,
+            dialer,
+            sent,
+            bytes_sent,
+            connection_attempts,
+            ..
+        } = self;
+        match own {
+            Some(own) if own.relay_url() == relay => own,
+            _ => transports.entry(relay.clone()).or_insert_with(|| {
+                let counter = sent_counter(sent, bytes_sent, connection_attempts, relay);
+                WsTransport::new(relay.clone(), dialer.clone(), counter)
+            }),
+        }
     }
 
     /// A relay no longer tracked: its connection closes, its driver tasks
     /// end (dropping their set aborts what is left), and its metric series
     /// go, so strangers' relays cannot grow either without bound.
-    fn forget(&mut self, relay: &RelayUrl) -> Result<(), TransportError> {
+    fn forget(&mut self, relay: &RelayUrl) {
         if let Some(mut transport) = self.transports.remove(relay) {
-            let _ = transport.close();
+            transport.close();
         }
         self.metrics.forget_relay(relay);
-        Ok(())
     }
-}
 
-impl Connections {
     /// Hands a job to the store task; a full queue (a store far behind)
     /// sends it back as a transient failure instead of growing memory.
     fn queue_store_job(&mut self, job: StoreJob) {
@@ -114,7 +154,9 @@ impl Runner {
     pub(super) fn drain_commands(&mut self) {
         loop {
             let now = self.clock_now();
-            self.engine.execute_commands(now, &mut self.connections);
+            let connections = &mut self.connections;
+            self.engine
+                .execute_commands(now, |command| connections.execute(command));
             let overflow = std::mem::take(&mut self.connections.overflow);
             if overflow.is_empty() {
                 return;
@@ -135,20 +177,14 @@ impl Runner {
         }
     }
 
-    /// The engine's next deadline, the own relay's reconnect, or a held-back
-    /// status refresh, capped so the loop never sleeps forever.
+    /// The engine's next deadline (the own relay's reconnect included) or
+    /// a held-back status refresh, capped so the loop never sleeps forever.
     pub(super) fn next_deadline(&self) -> tokio::time::Instant {
-        let engine = self.engine.poll_timeout();
-        let own = self
-            .own
-            .as_ref()
-            .filter(|own| !own.is_open())
-            .and_then(|_| self.engine.own_relay_reconnect_at());
         let far = tokio::time::Instant::now() + Duration::from_secs(3600);
-        [engine, own]
-            .into_iter()
-            .flatten()
+        self.engine
+            .poll_timeout()
             .map(|at| self.clock.to_tokio(at))
+            .into_iter()
             .chain(self.status_due)
             .min()
             .unwrap_or(far)
@@ -164,8 +200,9 @@ impl Runner {
             report,
             budget: _held,
         } = inbound;
-        if self.own.as_ref().is_some_and(|own| own.is_for(&relay)) {
-            return self.on_own(generation, report);
+        let own = self.connections.own.as_ref();
+        if own.is_some_and(|own| own.relay_url() == &relay) {
+            return self.on_own(&relay, generation, report);
         }
         let current = self
             .connections
@@ -262,7 +299,8 @@ impl Runner {
                 sent.with_label_values(&label).get(),
             )
         };
-        let status = SyncStatus::of(&self.engine, self.own.is_some(), clock_now.instant, bytes);
+        let has_own = self.connections.own.is_some();
+        let status = SyncStatus::of(&self.engine, has_own, clock_now.instant, bytes);
         self.status.send_if_modified(|current| {
             let changed = *current != status;
             if changed {
@@ -285,7 +323,7 @@ impl Runner {
             .connections
             .transports
             .values_mut()
-            .chain(self.own.as_mut().map(OwnConnection::transport_mut))
+            .chain(self.connections.own.as_mut())
             .filter_map(WsTransport::take_tasks)
             .collect();
         tasks.push(std::mem::take(&mut self.store_task));
