@@ -144,3 +144,74 @@ fn a_drop_in_the_middle_of_the_own_history_paging_loses_nothing() {
         assert_eq!(closes, 1);
     }
 }
+
+/// The own relay's connect, its timeout and its reconnect are the engine's
+/// commands and deadlines: an attempt nobody answers is given up after its
+/// timeout (Disconnect), the next one is due after the own relay's backoff,
+/// and `poll_timeout` names both instants.
+#[test]
+fn the_own_relay_connect_and_reconnect_are_engine_deadlines() {
+    use grasp_sync_core::{Instant, Now};
+    let own = own_url();
+    let mut engine = grasp_sync_core::engine::SyncEngine::new(
+        config(),
+        Now::new(Instant::ZERO, Timestamp::from_secs(UNIX_ORIGIN)),
+    );
+    let at = |secs: u64| {
+        Now::new(
+            Instant::ZERO + Duration::from_secs(secs),
+            Timestamp::from_secs(UNIX_ORIGIN + secs),
+        )
+    };
+    let drain = |engine: &mut grasp_sync_core::engine::SyncEngine, now: Now| {
+        let mut commands = Vec::new();
+        engine.execute_commands(now, |command| {
+            commands.push(command);
+            Ok(())
+        });
+        commands
+    };
+    engine.handle_timeout(at(0));
+    let commands = drain(&mut engine, at(0));
+    assert!(
+        matches!(commands.as_slice(), [Command::Connect { relay, timeout }]
+            if relay == &own && *timeout == Duration::from_secs(5)),
+        "{commands:?}"
+    );
+    // Nobody answers: the attempt ends at its timeout.
+    assert_eq!(engine.poll_timeout(), Some(at(5).instant));
+    engine.handle_timeout(at(5));
+    let commands = drain(&mut engine, at(5));
+    assert!(
+        matches!(commands.as_slice(), [Command::Disconnect { relay }] if relay == &own),
+        "{commands:?}"
+    );
+    // The next attempt after the own relay's backoff (2 s).
+    assert_eq!(engine.poll_timeout(), Some(at(7).instant));
+    engine.handle_timeout(at(6));
+    assert!(
+        drain(&mut engine, at(6)).is_empty(),
+        "not before the backoff"
+    );
+    engine.handle_timeout(at(7));
+    let commands = drain(&mut engine, at(7));
+    assert!(
+        matches!(commands.as_slice(), [Command::Connect { relay, .. }] if relay == &own),
+        "{commands:?}"
+    );
+    // This one opens: the live subscription and the first history page.
+    engine.handle_connected(at(8), &own);
+    let commands = drain(&mut engine, at(8));
+    let limits: Vec<Option<usize>> = commands
+        .iter()
+        .map(|command| match command {
+            Command::Subscribe { relay, filters, .. } if relay == &own => filters[0].limit,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(limits, [Some(0), Some(500)]);
+    assert!(!engine.own_history_complete());
+    // A drop: the backoff starts over after a connection that opened.
+    engine.handle_disconnected(at(9), &own);
+    assert_eq!(engine.poll_timeout(), Some(at(11).instant));
+}
