@@ -187,7 +187,8 @@ pub struct SyncEngine {
     commands: VecDeque<Command>,
     next_batch: u64,
     next_sub: u64,
-    /// The engine's own timers: the daily re-sync, the disconnect check.
+    /// The engine's own timers: the daily re-sync, the disconnect check, the
+    /// self-subscriber's batch window.
     timers: TimerTable<EngineTimer>,
     jitter: Jitter,
     stats: EngineStats,
@@ -378,7 +379,7 @@ impl SyncEngine {
     /// re-planning, the daily re-sync and the check for relays to drop.
     pub fn handle_timeout(&mut self, now: Now) {
         self.observe(now);
-        if self.own.batch_deadline.is_some_and(|at| at <= now.instant) {
+        if self.timers.is_due(EngineTimer::OwnBatch, now.instant) {
             self.process_own_batch(now);
         }
         self.run_store_timers(now);
@@ -408,7 +409,6 @@ impl SyncEngine {
     pub fn poll_timeout(&self) -> Option<Instant> {
         [
             self.timers.earliest(),
-            self.own.batch_deadline,
             self.own.deadline(),
             self.stores.next_deadline(self.config.store_timeout),
             self.deadlines.first(),

@@ -15,6 +15,7 @@ use std::time::Duration;
 use nostr::prelude::{Event, EventId, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
 use tracing::{debug, info, warn};
 
+use super::timer_table::EngineTimer;
 use super::{Command, SyncEngine};
 use crate::clock::{Instant, Now};
 use crate::nip34::RepoRef;
@@ -60,8 +61,6 @@ pub(super) struct OwnRelay {
     pub(super) link: OwnLink,
     /// Accepted events waiting for the batch window.
     pub(super) queued: Vec<Event>,
-    /// When the current batch window closes.
-    pub(super) batch_deadline: Option<Instant>,
     /// Everything the own relay held was read up to this moment (wall
     /// clock): its history was read completely and the live subscription ran
     /// until then. The next self-subscription catches up from here.
@@ -155,8 +154,9 @@ impl SyncEngine {
     {
         let before = self.own.queued.len();
         self.own.queued.extend(events);
-        if self.own.queued.len() > before && self.own.batch_deadline.is_none() {
-            self.own.batch_deadline = Some(now.instant + self.config.batch_window);
+        if self.own.queued.len() > before {
+            let closes = now.instant + self.config.batch_window;
+            self.timers.set_unless_set(EngineTimer::OwnBatch, closes);
         }
     }
 
@@ -345,7 +345,7 @@ impl SyncEngine {
     fn own_history_read(&mut self, now: Now) {
         info!("own relay history read");
         self.own.caught_up_to = Some(now.unix);
-        if self.own.batch_deadline.is_some() {
+        if self.timers.is_set(EngineTimer::OwnBatch) {
             self.process_own_batch(now);
             self.maintain(now);
         }

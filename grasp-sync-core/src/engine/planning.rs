@@ -9,6 +9,7 @@ use tracing::{debug, warn};
 
 use super::live::LiveList;
 use super::runtime::{BatchInfo, Job, Purpose, QueuedJob};
+use super::timer_table::EngineTimer;
 use super::SyncEngine;
 use crate::clock::Now;
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, FilterMode};
@@ -22,7 +23,7 @@ impl SyncEngine {
     /// The self-subscriber batch: update the repository index from the
     /// accepted events, register newly listed relays, and plan what changed.
     pub(super) fn process_own_batch(&mut self, now: Now) {
-        self.own.batch_deadline = None;
+        self.timers.clear(EngineTimer::OwnBatch);
         let events = std::mem::take(&mut self.own.queued);
         debug!(events = events.len(), "processing self-subscriber batch");
         for event in &events {

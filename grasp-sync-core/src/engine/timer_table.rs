@@ -29,6 +29,9 @@ pub(crate) enum EngineTimer {
     Daily,
     /// The check for relays nothing lists any more.
     DisconnectCheck,
+    /// The self-subscriber's batch window closes (started by the first
+    /// event the own relay accepted, not reset by later ones).
+    OwnBatch,
 }
 
 /// Named deadlines, at most one per kind.
