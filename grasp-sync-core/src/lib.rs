@@ -34,6 +34,9 @@
 //!
 //! ## Driving the engine
 //!
+//! The contract is stated in the [`engine`] module ("Driving contract");
+//! a first step of it:
+//!
 //! ```
 //! use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
 //! use grasp_sync_core::{Instant, Now};
