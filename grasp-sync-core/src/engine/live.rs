@@ -129,7 +129,7 @@ impl SyncEngine {
             return;
         };
         // Their filters are part of the rebuilt set.
-        conn.refused_live.clear();
+        conn.waiting_live.clear();
         let closing: Vec<_> = conn
             .layer1_live
             .take()
@@ -179,9 +179,9 @@ impl SyncEngine {
         let available = limit.saturating_sub(conn.subs.len()).min(live_slots);
         let mut covered = covered.into_iter();
         let opened: Vec<Vec<Filter>> = covered.by_ref().take(available).collect();
-        let waiting = conn.refused_live.len();
-        conn.refused_live.extend(covered);
-        if conn.refused_live.len() > waiting {
+        let waiting = conn.waiting_live.len();
+        conn.waiting_live.extend(covered);
+        if conn.waiting_live.len() > waiting {
             conn.live_gap_since.get_or_insert(now.unix);
         }
         self.stats.consolidations += 1;

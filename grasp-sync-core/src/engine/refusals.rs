@@ -170,7 +170,7 @@ impl SyncEngine {
         };
         if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
             conn.forget_live(id);
-            conn.refused_live.push(filters);
+            conn.waiting_live.push(filters);
             conn.live_gap_since.get_or_insert(now.unix);
         }
     }

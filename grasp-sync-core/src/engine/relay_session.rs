@@ -225,7 +225,7 @@ impl RelaySession {
         };
         let over_threshold =
             conn.incremental_filters + new_filters > config.consolidation_threshold;
-        let live_wanted = conn.live_count() + conn.refused_live.len() + new_reqs;
+        let live_wanted = conn.live_count() + conn.waiting_live.len() + new_reqs;
         let over_budget = live_wanted > self.live_slots(config)
             || conn.subs.len() + new_reqs > self.subscription_limit(config);
         over_threshold || over_budget

@@ -231,8 +231,9 @@ pub(crate) struct RelayConn {
     /// Filters of live subscriptions closed by a consolidation, for events
     /// the relay sent on them before it saw the CLOSE (newest last, bounded).
     pub(crate) closed_live: IndexMap<SubscriptionId, Vec<Filter>>,
-    /// Live REQs the relay refused, to send again when it allows.
-    pub(crate) refused_live: Vec<Vec<Filter>>,
+    /// Live REQs waiting to be sent: refused by the relay, or not sent yet
+    /// for want of a live slot; sent when the relay allows.
+    pub(crate) waiting_live: Vec<Vec<Filter>>,
     /// Since when some live coverage has been waiting (wall clock): the REQs
     /// that finally open also fetch what was published meanwhile.
     pub(crate) live_gap_since: Option<nostr::prelude::Timestamp>,
@@ -284,7 +285,7 @@ impl RelayConn {
     pub(crate) fn is_quiet(&self) -> bool {
         self.queue.is_empty()
             && self.deferred_live.is_empty()
-            && self.refused_live.is_empty()
+            && self.waiting_live.is_empty()
             && self
                 .subs
                 .values()

@@ -17,13 +17,13 @@ impl SyncEngine {
     /// Starts waiting live subscriptions and queued jobs while the relay is
     /// not rate-limited and has free subscription slots.
     pub(super) fn pump(&mut self, now: Now, relay: &RelayUrl) {
-        self.resend_refused_live(now, relay);
+        self.send_waiting_live(now, relay);
         let live_slots = self.relays.view(relay).live_slots(&self.config);
         let (waiting_live, no_live, over, polling) = match self.relays.conn_mut(relay) {
             Some(conn) => (
                 std::mem::take(&mut conn.deferred_live),
-                conn.live_count() == 0 && conn.refused_live.is_empty(),
-                conn.live_count() + conn.refused_live.len() > live_slots,
+                conn.live_count() == 0 && conn.waiting_live.is_empty(),
+                conn.live_count() + conn.waiting_live.len() > live_slots,
                 !conn.uncovered.is_empty(),
             ),
             None => return,
@@ -43,7 +43,7 @@ impl SyncEngine {
             .get(relay)
             .is_some_and(|known| known.timers.is_set(RelayTimer::RebuildLive));
         if let Some(conn) = self.relays.conn_mut(relay) {
-            if conn.deferred_live.is_empty() && conn.refused_live.is_empty() && !rebuild_waiting {
+            if conn.deferred_live.is_empty() && conn.waiting_live.is_empty() && !rebuild_waiting {
                 conn.live_gap_since = None;
             }
         }
@@ -69,7 +69,7 @@ impl SyncEngine {
             return false;
         };
         let live = conn.live_count();
-        let live_reserved = live_slots.min(live + conn.refused_live.len());
+        let live_reserved = live_slots.min(live + conn.waiting_live.len());
         let historic = conn.subs.len().saturating_sub(live);
         // Backpressure: a store that falls behind holds new historic work.
         historic + live_reserved < limit && self.store_keeps_up() && self.may_open(now, relay)
@@ -92,13 +92,14 @@ impl SyncEngine {
         free && self.may_open(now, relay)
     }
 
-    /// Sends live REQs the relay refused again, as far as it allows.
-    pub(super) fn resend_refused_live(&mut self, now: Now, relay: &RelayUrl) {
+    /// Sends waiting live REQs (refused, or not sent for want of a slot), as
+    /// far as the relay allows.
+    pub(super) fn send_waiting_live(&mut self, now: Now, relay: &RelayUrl) {
         while self.may_open_live(now, relay) {
             let Some(filters) = self
                 .relays
                 .conn_mut(relay)
-                .and_then(|conn| conn.refused_live.pop())
+                .and_then(|conn| conn.waiting_live.pop())
             else {
                 return;
             };
