@@ -100,8 +100,6 @@ mod status;
 mod store;
 mod sync;
 mod tasks;
-#[cfg(test)]
-mod test_events;
 mod throttle_manager;
 
 pub use config::{EnvError, PurgatoryConfig};

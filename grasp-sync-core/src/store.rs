@@ -226,21 +226,15 @@ impl EventStore for MemoryEventStore {
 mod tests {
     use super::*;
     use futures::executor::block_on;
-    use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Tag};
+    use grasp_sync_test_support::nip34::{sign, Announcement};
+    use nostr::prelude::Keys;
 
     fn note(keys: &Keys, content: &str, at: u64) -> Event {
-        EventBuilder::new(Kind::Custom(1621), content)
-            .custom_created_at(Timestamp::from_secs(at))
-            .finalize(keys)
-            .unwrap()
+        sign(keys, 1621, content, Vec::new(), at)
     }
 
     fn announcement(keys: &Keys, d: &str, at: u64) -> Event {
-        EventBuilder::new(Kind::Custom(30617), "")
-            .tags([Tag::identifier(d)])
-            .custom_created_at(Timestamp::from_secs(at))
-            .finalize(keys)
-            .unwrap()
+        Announcement::new(d).at(at).sign(keys)
     }
 
     #[test]

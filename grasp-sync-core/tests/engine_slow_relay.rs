@@ -37,7 +37,7 @@ fn world_with(
         let announcement = events::announcement(&keys, &name, &[&own_url(), &relay], at);
         announcements.push(announcement.clone());
         held.push(announcement);
-        held.push(events::state(&keys, &name, at + 1));
+        held.push(events::state(&keys, &name, &[events::TIP], at + 1));
         let repo = repo_ref(&keys, &name);
         for i in 0..issues {
             held.push(events::root(

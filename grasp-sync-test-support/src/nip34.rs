@@ -12,8 +12,8 @@ use nostr::prelude::*;
 
 use crate::ids::{coordinate, T0};
 
-/// The commit every [`pr_update`] points at.
-pub const UPDATE_TIP: &str = "0123456789abcdef0123456789abcdef01234567";
+/// A commit id for events whose tip does not matter.
+pub const TIP: &str = "0123456789abcdef0123456789abcdef01234567";
 
 /// An event of `kind` by `keys` with `content`, `tags` and `created_at` = `at`.
 pub fn sign(keys: &Keys, kind: u16, content: &str, tags: Vec<Tag>, at: u64) -> Event {
@@ -72,7 +72,8 @@ impl Announcement {
         I: IntoIterator,
         I::Item: Display,
     {
-        self.relays.extend(relays.into_iter().map(|r| r.to_string()));
+        self.relays
+            .extend(relays.into_iter().map(|r| r.to_string()));
         self
     }
 
@@ -151,7 +152,13 @@ pub fn state(keys: &Keys, identifier: &str, oids: &[&str], at: u64) -> Event {
 /// A root event (1617 patch, 1618 pull request, 1621 issue) of `repo`, which
 /// it tags with `a`.
 pub fn root(keys: &Keys, kind: u16, repo: &impl Display, content: &str, at: u64) -> Event {
-    sign(keys, kind, content, vec![tag(&["a", &repo.to_string()])], at)
+    sign(
+        keys,
+        kind,
+        content,
+        vec![tag(&["a", &repo.to_string()])],
+        at,
+    )
 }
 
 /// A pull request (1618) of `owner`'s `identifier` proposing the commit
@@ -248,7 +255,10 @@ mod tests {
             vec![
                 vec!["d".to_owned(), "repo".to_owned()],
                 vec!["name".to_owned(), "Repo".to_owned()],
-                vec!["clone".to_owned(), "https://git.example.com/repo.git".to_owned()],
+                vec![
+                    "clone".to_owned(),
+                    "https://git.example.com/repo.git".to_owned()
+                ],
                 vec![
                     "relays".to_owned(),
                     "wss://a.example.com".to_owned(),

@@ -17,7 +17,7 @@ const ONE: &str = "https://example.com/repo.git";
 const TWO: &str = "https://other.com/repo.git";
 
 fn oid(n: u8) -> GitOid {
-    GitOid::parse(&format!("{n:02x}").repeat(20)).unwrap()
+    GitOid::parse(&grasp_sync_test_support::ids::oid(n)).unwrap()
 }
 
 /// The repository the tests sync: `30617:<the generator point>:test`.
