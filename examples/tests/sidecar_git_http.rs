@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use git_support::{git, has_object, GitHttpServer, HangingServer, SourceRepo, TempDir};
 use grasp_purgatory::journal;
 use grasp_purgatory::NpubLayout;
+use grasp_sync_test_support::nip34::{sign, tag, Announcement};
 use http::{free_port, get};
 use nostr::prelude::*;
 use own_front::OwnFront;
@@ -43,33 +44,6 @@ const LOOPBACK: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCA
 const REPOSITORIES: usize = 50;
 /// Announcements in the large run that do not list our service.
 const FOREIGN: usize = 10;
-
-fn sign(keys: &Keys, kind: u16, tags: Vec<Vec<String>>, at: u64) -> Event {
-    let tags: Vec<Tag> = tags.into_iter().map(|t| Tag::parse(t).unwrap()).collect();
-    EventBuilder::new(Kind::from(kind), "")
-        .tags(tags)
-        .custom_created_at(Timestamp::from_secs(at))
-        .finalize(keys)
-        .unwrap()
-}
-
-fn tag(values: &[&str]) -> Vec<String> {
-    values.iter().map(|v| (*v).to_owned()).collect()
-}
-
-/// An announcement of `identifier` naming these relays and clone URLs.
-fn announcement(keys: &Keys, identifier: &str, relays: &[&str], clone: &[&str], at: u64) -> Event {
-    let mut relays_tag = tag(&["relays"]);
-    relays_tag.extend(relays.iter().map(|r| (*r).to_owned()));
-    let mut clone_tag = tag(&["clone"]);
-    clone_tag.extend(clone.iter().map(|c| (*c).to_owned()));
-    sign(
-        keys,
-        30617,
-        vec![tag(&["d", identifier]), relays_tag, clone_tag],
-        at,
-    )
-}
 
 /// Our own service's clone URL of `owner`'s `identifier` (the GRASP layout).
 fn own_clone_url(front: &OwnFront, owner: &Keys, identifier: &str) -> String {
@@ -226,23 +200,25 @@ async fn sync_repositories_completely(
         let proposal = source.commit_unreferenced(&format!("proposal for {identifier}"));
         let ours = own_clone_url(&front, &owner, &identifier);
         let theirs = server.url(&format!("{identifier}.git"));
-        announcements.push(announcement(
-            &owner,
-            &identifier,
-            &[&own_url, &remote_url],
-            &[&ours, &theirs],
-            at,
-        ));
+        announcements.push(
+            Announcement::new(&identifier)
+                .relays(&[&own_url, &remote_url])
+                .clone_urls(&[&ours, &theirs])
+                .at(at)
+                .sign(&owner),
+        );
         let coordinate = format!("30617:{}:{identifier}", owner.public_key().to_hex());
         let state = sign(
             &owner,
             30618,
+            "",
             vec![tag(&["d", &identifier]), tag(&["refs/heads/main", &main])],
             at + 1,
         );
         let pr = sign(
             &contributor,
             1618,
+            "",
             vec![tag(&["a", &coordinate]), tag(&["c", &proposal])],
             at + 2,
         );
@@ -260,13 +236,11 @@ async fn sync_repositories_completely(
         .map(|n| {
             let identifier = format!("elsewhere-{n}");
             let clone = server.url(&format!("repo-{n}.git"));
-            announcement(
-                &Keys::generate(),
-                &identifier,
-                &[&remote_url],
-                &[&clone],
-                at,
-            )
+            Announcement::new(&identifier)
+                .relays(&[&remote_url])
+                .clone_urls(&[&clone])
+                .at(at)
+                .sign(&Keys::generate())
         })
         .collect();
     own.add_events(&announcements).await;
@@ -390,18 +364,17 @@ async fn a_git_server_that_never_answers_fails_the_run_after_the_timeout_naming_
         ("silent", silent_server.http_url("silent.git"), &silent_main),
     ] {
         let ours = own_clone_url(&front, &owner, identifier);
-        let announced = announcement(
-            &owner,
-            identifier,
-            &[&own_url, &remote_url],
-            &[&ours, &clone],
-            at,
-        );
+        let announced = Announcement::new(identifier)
+            .relays(&[&own_url, &remote_url])
+            .clone_urls(&[&ours, &clone])
+            .at(at)
+            .sign(&owner);
         own.add_event(&announced).await;
         events.push(announced);
         events.push(sign(
             &owner,
             30618,
+            "",
             vec![tag(&["d", identifier]), tag(&["refs/heads/main", main])],
             at + 1,
         ));
@@ -475,10 +448,15 @@ async fn a_repository_whose_only_clone_url_is_ours_is_reported_not_fetchable() {
     let unserved = SourceRepo::create(dir.join("unserved/only.git"));
     let main = unserved.commit("main");
     let ours = own_clone_url(&front, &owner, "only");
-    let announced = announcement(&owner, "only", &[&own_url, &remote_url], &[&ours], at);
+    let announced = Announcement::new("only")
+        .relays(&[&own_url, &remote_url])
+        .clone_urls(&[&ours])
+        .at(at)
+        .sign(&owner);
     let state = sign(
         &owner,
         30618,
+        "",
         vec![tag(&["d", "only"]), tag(&["refs/heads/main", &main])],
         at + 1,
     );

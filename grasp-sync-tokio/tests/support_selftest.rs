@@ -9,8 +9,8 @@ use nostr::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use support::{
-    connect_client, hex_decode, hex_encode, sign_notes, try_connect_client, Client, Nip77Mode,
-    RecvError, TestRelay, TestRelayConfig,
+    connect_client, sign_notes, try_connect_client, Client, Nip77Mode, RecvError, TestRelay,
+    TestRelayConfig,
 };
 
 const TS: u64 = 1_700_000_000;
@@ -144,7 +144,7 @@ fn neg_open(sub: &str, ours: &[Event]) -> (Negentropy<'static, NegentropyStorage
     storage.seal().expect("seal");
     let mut neg = Negentropy::owned(storage, 60_000).expect("negentropy");
     let init = neg.initiate().expect("initiate");
-    let msg = ClientMessage::neg_open(SubscriptionId::new(sub), kind1(), hex_encode(&init));
+    let msg = ClientMessage::neg_open(SubscriptionId::new(sub), kind1(), hex::encode(&init));
     (neg, msg.as_json())
 }
 
@@ -179,13 +179,13 @@ async fn nip77_serve_reconciles() {
             RelayMessage::NegMsg { message, .. } => message.into_owned(),
             other => panic!("expected NEG-MSG, got {other:?}"),
         };
-        let bytes = hex_decode(&hex).expect("hex");
+        let bytes = hex::decode(&hex).expect("hex");
         match neg
             .reconcile_with_ids(&bytes, &mut have, &mut need)
             .expect("reconcile")
         {
             Some(next) => {
-                let msg = serde_json::json!(["NEG-MSG", "neg", hex_encode(&next)]);
+                let msg = serde_json::json!(["NEG-MSG", "neg", hex::encode(&next)]);
                 client.send(msg.to_string()).await;
             }
             None => break,

@@ -7,9 +7,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use grasp_purgatory::NpubLayout;
-use nostr::prelude::{
-    Event, EventBuilder, EventId, FinalizeEvent as _, Keys, Kind, RelayUrl, Tag, Timestamp,
-};
+use grasp_sync_test_support::ids::coordinate;
+use grasp_sync_test_support::nip34::{self, tag, Announcement};
+use nostr::prelude::{Event, EventId, Keys, RelayUrl, Tag, Timestamp};
 
 use crate::git_support::{init_bare_repo, SourceRepo};
 
@@ -139,11 +139,6 @@ pub(crate) fn generate(ends: &Endpoints<'_>) -> DataSet {
     }
 }
 
-/// A tag from its values.
-fn tag<S: AsRef<str>>(values: &[S]) -> Tag {
-    Tag::parse(values.iter().map(AsRef::as_ref)).expect("a valid tag")
-}
-
 /// Signs events with increasing timestamps (a few share a second) and
 /// places them on the remotes.
 struct Generator {
@@ -160,15 +155,18 @@ struct Generator {
 impl Generator {
     /// A signed event of `kind` by `keys`.
     fn sign(&mut self, keys: &Keys, kind: u16, content: &str, tags: Vec<Tag>) -> Event {
+        let at = self.next_at();
+        nip34::sign(keys, kind, content, tags, at)
+    }
+
+    /// The `created_at` of the next event: two of every three events move
+    /// time on by a second.
+    fn next_at(&mut self) -> u64 {
         self.count += 1;
         if self.count % 3 != 0 {
             self.at += 1;
         }
-        EventBuilder::new(Kind::from(kind), content)
-            .tags(tags)
-            .custom_created_at(Timestamp::from_secs(self.at))
-            .finalize(keys)
-            .expect("signing an event")
+        self.at
     }
 
     /// Puts `event` on one or both of `remotes` (by turns).
@@ -210,21 +208,15 @@ impl Generator {
         let dev = source.commit_unreferenced(&format!("{id}: work in progress"));
         source.set_ref("refs/heads/dev", &dev);
         let clone_url = (ends.clone_url)(&format!("{id}.git"));
-        let coordinate = format!("30617:{}:{id}", maintainer.public_key().to_hex());
-        let mut relays = vec!["relays".to_owned(), ends.own.to_string()];
-        relays.extend(spec.remotes.iter().map(|r| ends.remotes[*r].to_string()));
-        let announcement = self.sign(
-            &maintainer,
-            30617,
-            "",
-            vec![
-                tag(&["d", id]),
-                tag(&["name", id]),
-                tag(&["description", "a repository of the grasp-sync demo"]),
-                tag(&["clone", &clone_url]),
-                tag(&relays),
-            ],
-        );
+        let coordinate = coordinate(&maintainer.public_key(), id);
+        let relays = std::iter::once(ends.own).chain(spec.remotes.iter().map(|r| ends.remotes[*r]));
+        let announcement = Announcement::new(id)
+            .tag(tag(&["name", id]))
+            .tag(tag(&["description", "a repository of the grasp-sync demo"]))
+            .clone_urls([&clone_url])
+            .relays(relays)
+            .at(self.next_at())
+            .sign(&maintainer);
         self.place_all(&announcement, spec.remotes);
         let state = self.sign(
             &maintainer,
