@@ -84,7 +84,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod clock;
 pub mod config;
 mod context;
 pub mod git;

@@ -21,6 +21,7 @@ use grasp_purgatory::{
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use grasp_sync_test_support::ids::oid;
 use grasp_sync_test_support::nip34::{pull_request, state, Announcement};
+use grasp_sync_tokio::TokioClock;
 use nostr::prelude::*;
 use support::{git, has_object, GitHttpServer, SourceRepo, TempDir};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -76,6 +77,7 @@ async fn a_missing_repository_is_created_with_purgatory_refs_hidden_then_fetched
         .unwrap();
     let (sink, mut output) = ChannelSink::new();
     let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements)
         .repos_root(&root)
         .git_backend(Arc::new(fetcher()))
@@ -150,6 +152,7 @@ fn memory_purgatory(
 ) -> (Purgatory, UnboundedReceiver<PurgatoryOutput>) {
     let (sink, outputs) = ChannelSink::new();
     let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements.clone())
         .repos_root(root)
         .repositories_managed_externally(external)
@@ -320,6 +323,7 @@ async fn a_repository_with_no_place_to_be_created_is_reported_not_fetchable() {
     git.serve(&url, [oid(1)]);
     let (sink, _outputs) = ChannelSink::new();
     let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements)
         .repo_locator(Arc::new(Nowhere))
         .git_backend(git.clone())

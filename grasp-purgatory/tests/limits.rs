@@ -17,6 +17,7 @@ use grasp_purgatory::{
 use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore};
 use grasp_sync_test_support::ids::oid;
 use grasp_sync_test_support::nip34::{pull_request, Announcement};
+use grasp_sync_tokio::TokioClock;
 use nostr::prelude::*;
 use prometheus::Registry;
 
@@ -54,6 +55,7 @@ async fn an_event_beyond_a_limit_is_refused_explicitly_counted_and_accepted_once
     let (sink, mut output) = ChannelSink::new();
     let registry = Registry::new();
     let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements.clone())
         .repo_locator(Arc::new(OneRepo("/memory".into())))
         .git_backend(git.clone())
@@ -150,6 +152,7 @@ async fn the_domain_series_of_an_idle_domain_are_removed() {
     let (sink, mut output) = ChannelSink::new();
     let registry = Registry::new();
     let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements.clone())
         .repo_locator(Arc::new(OneRepo("/memory".into())))
         .git_backend(git.clone())

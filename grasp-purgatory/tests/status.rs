@@ -13,6 +13,7 @@ use events::memory_git::{MemoryGit, OneRepo};
 use grasp_purgatory::{ChannelSink, MemoryAnnouncements, Origin, Purgatory, PurgatoryStatus};
 use grasp_sync_test_support::ids::oid;
 use grasp_sync_test_support::nip34::{pull_request, Announcement};
+use grasp_sync_tokio::TokioClock;
 use nostr::prelude::*;
 use tokio::sync::watch;
 
@@ -38,6 +39,7 @@ async fn the_status_follows_events_from_held_to_released_and_expired() {
     let announcements = Arc::new(MemoryAnnouncements::new());
     let (sink, _outputs) = ChannelSink::new();
     let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements.clone())
         .repo_locator(Arc::new(OneRepo("/memory".into())))
         .git_backend(git.clone())

@@ -17,6 +17,7 @@ use grasp_sync_core::nip34::RepoRef;
 use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore};
 use grasp_sync_test_support::ids::{coordinate, oid, T0};
 use grasp_sync_test_support::nip34::{pr_update, pull_request, sign, state, Announcement};
+use grasp_sync_tokio::TokioClock;
 use nostr::prelude::*;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
@@ -40,6 +41,7 @@ async fn world(
     let announcements = Arc::new(MemoryAnnouncements::new());
     let (sink, output) = ChannelSink::new();
     let builder = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements.clone())
         .repo_locator(Arc::new(OneRepo("/memory".into())))
         .git_backend(git.clone())
@@ -374,6 +376,7 @@ async fn events_arriving_through_sync_enter_purgatory_and_reach_the_store_when_r
     let git = Arc::new(MemoryGit::default());
     let announcements = Arc::new(MemoryAnnouncements::new());
     let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements.clone())
         .repo_locator(Arc::new(OneRepo("/memory".into())))
         .git_backend(git.clone())

@@ -11,7 +11,7 @@ use nostr::prelude::Keys;
 use nostr::prelude::PublicKey;
 
 use super::*;
-use crate::clock::PurgatoryClock;
+use grasp_sync_core::clock::SystemClock;
 
 const ONE: &str = "https://example.com/repo.git";
 const TWO: &str = "https://other.com/repo.git";
@@ -57,7 +57,7 @@ fn manager() -> ThrottleManager {
 fn manager_with(config: ThrottleConfig) -> ThrottleManager {
     ThrottleManager::new(
         config,
-        PurgatoryClock::new(),
+        Arc::new(SystemClock::new()),
         CloneUrlPolicy::new(),
         crate::metrics::Metrics::new().unwrap(),
     )
