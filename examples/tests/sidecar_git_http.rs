@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use git_support::{git, has_object, GitHttpServer, HangingServer, SourceRepo, TempDir};
 use grasp_purgatory::journal;
 use grasp_purgatory::NpubLayout;
+use grasp_sync_test_support::ids;
 use grasp_sync_test_support::nip34::{sign, tag, Announcement};
 use http::{free_port, get};
 use nostr::prelude::*;
@@ -207,7 +208,7 @@ async fn sync_repositories_completely(
                 .at(at)
                 .sign(&owner),
         );
-        let coordinate = format!("30617:{}:{identifier}", owner.public_key().to_hex());
+        let coordinate = ids::coordinate(&owner.public_key(), &identifier);
         let state = sign(
             &owner,
             30618,
@@ -391,7 +392,7 @@ async fn a_git_server_that_never_answers_fails_the_run_after_the_timeout_naming_
         &[("NGIT_PURGATORY_FETCH_TIMEOUT_SECS", "2")],
         &["--metrics-addr".to_owned(), format!("127.0.0.1:{port}")],
     );
-    let silent = format!("30617:{}:silent", owner.public_key().to_hex());
+    let silent = ids::coordinate(&owner.public_key(), "silent");
     // While it waits, /status names the repository and why.
     let mut reported = None;
     for _ in 0..100 {
@@ -469,7 +470,7 @@ async fn a_repository_whose_only_clone_url_is_ours_is_reported_not_fetchable() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(4), "{stdout}\n{stderr}");
-    let only = format!("30617:{}:only", owner.public_key().to_hex());
+    let only = ids::coordinate(&owner.public_key(), "only");
     let line = last_line(&output);
     eprintln!("last line: {line}");
     assert_eq!(

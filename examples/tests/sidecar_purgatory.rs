@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use git_support::{git, has_object, init_bare_repo, GitDaemon, SourceRepo, TempDir};
 use grasp_purgatory::NpubLayout;
+use grasp_sync_test_support::ids;
 use grasp_sync_test_support::nip34::{sign, tag, Announcement};
 use nostr::prelude::*;
 use support::{TestRelay, TestRelayConfig};
@@ -38,7 +39,7 @@ async fn once_with_a_git_root_waits_for_purgatory_to_release_the_state_and_the_p
         .clone_urls([&clone_url])
         .at(at)
         .sign(&maintainer);
-    let coordinate = format!("30617:{}:r", maintainer.public_key().to_hex());
+    let coordinate = ids::coordinate(&maintainer.public_key(), "r");
     let state = sign(
         &maintainer,
         30618,

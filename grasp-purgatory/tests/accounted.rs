@@ -19,6 +19,7 @@ use grasp_purgatory::{
     MemoryAnnouncements, NpubLayout, Origin, Purgatory, PurgatoryOutput, PurgatoryStatus,
 };
 use grasp_sync_core::url_policy::CloneUrlPolicy;
+use grasp_sync_test_support::ids;
 use grasp_sync_test_support::ids::oid;
 use grasp_sync_test_support::nip34::{pull_request, state, Announcement};
 use grasp_sync_tokio::TokioClock;
@@ -194,10 +195,7 @@ async fn with_the_git_root_managed_externally_a_missing_repository_waits_with_it
         Some(&1)
     );
     let listed = &waiting.not_fetchable[0];
-    assert_eq!(
-        listed.repo,
-        format!("30617:{}:r", owner.public_key().to_hex())
-    );
+    assert_eq!(listed.repo, ids::coordinate(&owner.public_key(), "r"));
     assert_eq!(
         listed.state,
         HeldState::NotFetchable(NotFetchable::RepositoryMissing)

@@ -6,6 +6,9 @@
 //!   1618, issue 1621), pull request updates (1619), replies (1111), statuses
 //!   (1630), quotes and noise, and forged copies.
 //! - [`ids`]: git object ids and repository coordinates as text.
+//! - [`time`]: increasing `created_at` values for generated data sets
+//!   ([`time::Timestamps`]). The clocks the code reads are the core's
+//!   (`ManualClock`, `SystemClock`) and the tokio adapter's `TokioClock`.
 //!
 //! Hex goes through the `hex` crate everywhere (`hex::encode`, `hex::decode`),
 //! as in the core's NIP-77 session; there is no hex helper here.
@@ -17,3 +20,4 @@
 
 pub mod ids;
 pub mod nip34;
+pub mod time;

@@ -17,6 +17,7 @@ use grasp_purgatory::{
     StoreSink,
 };
 use grasp_sync_core::url_policy::CloneUrlPolicy;
+use grasp_sync_test_support::ids;
 use grasp_sync_test_support::nip34::{sign, tag, Announcement};
 use grasp_sync_tokio::{DatabaseStore, SyncManager};
 use nostr::prelude::*;
@@ -45,7 +46,7 @@ async fn events_synced_from_a_remote_relay_wait_in_purgatory_until_their_commits
         .clone_urls([&clone_url])
         .at(at)
         .sign(&maintainer);
-    let coordinate = format!("30617:{}:r", maintainer.public_key().to_hex());
+    let coordinate = ids::coordinate(&maintainer.public_key(), "r");
     let state = sign(
         &maintainer,
         30618,

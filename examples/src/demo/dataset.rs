@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use grasp_purgatory::NpubLayout;
 use grasp_sync_test_support::ids::coordinate;
 use grasp_sync_test_support::nip34::{self, tag, Announcement};
+use grasp_sync_test_support::time::Timestamps;
 use nostr::prelude::{Event, EventId, Keys, RelayUrl, Tag, Timestamp};
 
 use crate::git_support::{init_bare_repo, SourceRepo};
@@ -115,7 +116,7 @@ impl DataSet {
 pub(crate) fn generate(ends: &Endpoints<'_>) -> DataSet {
     let base = Timestamp::now().as_secs() - 7 * 24 * 3600;
     let mut gen = Generator {
-        at: base,
+        at: Timestamps::new(base, 2),
         count: 0,
         remote_events: [Vec::new(), Vec::new()],
         noise: BTreeSet::new(),
@@ -139,11 +140,11 @@ pub(crate) fn generate(ends: &Endpoints<'_>) -> DataSet {
     }
 }
 
-/// Signs events with increasing timestamps (a few share a second) and
+/// Signs events with increasing timestamps (two share a second) and
 /// places them on the remotes.
 struct Generator {
-    /// The last `created_at` given.
-    at: u64,
+    /// The `created_at` of the events, two to a second.
+    at: Timestamps,
     /// Events signed so far.
     count: u64,
     /// Events placed on each remote.
@@ -159,14 +160,11 @@ impl Generator {
         nip34::sign(keys, kind, content, tags, at)
     }
 
-    /// The `created_at` of the next event: two of every three events move
-    /// time on by a second.
+    /// The `created_at` of the next event (counted: [`Generator::place`] takes
+    /// turns by the count).
     fn next_at(&mut self) -> u64 {
         self.count += 1;
-        if self.count % 3 != 0 {
-            self.at += 1;
-        }
-        self.at
+        self.at.next()
     }
 
     /// Puts `event` on one or both of `remotes` (by turns).
@@ -444,7 +442,7 @@ impl Generator {
             ],
         );
         self.place_all(&announcement, &[0]);
-        let coordinate = format!("30617:{}:{identifier}", stranger.public_key().to_hex());
+        let coordinate = coordinate(&stranger.public_key(), identifier);
         for n in 0..STRANGER_ISSUES {
             let issue = self.sign(
                 &users[n % users.len()],

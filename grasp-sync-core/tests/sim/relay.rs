@@ -838,6 +838,7 @@ fn neg_err(id: SubscriptionId, text: impl Into<String>) -> RelayMessage<'static>
 
 #[cfg(test)]
 mod tests {
+    use grasp_sync_test_support::ids;
     use grasp_sync_test_support::nip34::{sign, Announcement};
 
     use super::*;
@@ -923,7 +924,7 @@ mod tests {
         let mut storage = NegentropyStorageVector::new();
         storage.seal().unwrap();
         let mut client = Negentropy::owned(storage, 0).unwrap();
-        hex::encode(&client.initiate().unwrap())
+        hex::encode(client.initiate().unwrap())
     }
 
     #[test]
@@ -1005,7 +1006,7 @@ mod tests {
     fn tag_filters_select_by_a_and_e_tags() {
         let keys = Keys::generate();
         let root = sign(&keys, OTHER_KIND.as_u16(), "x", Vec::new(), 900);
-        let address = format!("30617:{}:repo", keys.public_key().to_hex());
+        let address = ids::coordinate(&keys.public_key(), "repo");
         let a_tagged = sign(
             &keys,
             KIND.as_u16(),
@@ -1360,7 +1361,7 @@ mod tests {
         }
         storage.seal().unwrap();
         let mut client = Negentropy::owned(storage, frame).unwrap();
-        let first = hex::encode(&client.initiate().unwrap());
+        let first = hex::encode(client.initiate().unwrap());
         let mut out = relay.handle(
             Instant::ZERO,
             &neg_open_msg("neg", Filter::new().kind(KIND), &first),
@@ -1559,7 +1560,7 @@ mod proptests {
     fn initiation() -> String {
         let mut storage = NegentropyStorageVector::new();
         storage.seal().unwrap();
-        hex::encode(&Negentropy::owned(storage, 0).unwrap().initiate().unwrap())
+        hex::encode(Negentropy::owned(storage, 0).unwrap().initiate().unwrap())
     }
 
     proptest! {
