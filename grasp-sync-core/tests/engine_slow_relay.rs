@@ -12,7 +12,7 @@ use grasp_sync_core::engine::Command;
 use nostr::prelude::*;
 
 use sim::events::{self, repo_ref};
-use sim::relay::{NegRefusal, SimRelayConfig};
+use sim::relay::{Nip77Refusal, SimRelayConfig};
 use sim::{config, own_url, relay_url, sim_relay_with, World, UNIX_ORIGIN};
 
 /// `repos` repositories, each with a state and `issues` issues, on one
@@ -50,7 +50,7 @@ fn world_with(
         }
     }
     let req_only = SimRelayConfig {
-        nip77: NegRefusal::Notice,
+        nip77: Nip77Refusal::Notice,
         ..SimRelayConfig::default()
     };
     let world = World::new(

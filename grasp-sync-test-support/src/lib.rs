@@ -6,6 +6,8 @@
 //!   1618, issue 1621), pull request updates (1619), replies (1111), statuses
 //!   (1630), quotes and noise, and forged copies.
 //! - [`ids`]: git object ids and repository coordinates as text.
+//! - [`relay`]: how a relay refuses NIP-77 ([`relay::Nip77Refusal`]), the one
+//!   behaviour of the simulation's relay and the tokio tests' proxy.
 //! - [`time`]: increasing `created_at` values for generated data sets
 //!   ([`time::Timestamps`]). The clocks the code reads are the core's
 //!   (`ManualClock`, `SystemClock`) and the tokio adapter's `TokioClock`.
@@ -20,4 +22,5 @@
 
 pub mod ids;
 pub mod nip34;
+pub mod relay;
 pub mod time;

@@ -20,13 +20,11 @@ use negentropy::{Negentropy, NegentropyStorageVector};
 use nostr::prelude::*;
 
 use grasp_sync_core::clock::Instant;
+use grasp_sync_test_support::relay::NegVerb;
+pub use grasp_sync_test_support::relay::{
+    Nip77Refusal, COULD_NOT_PARSE, NEG_DISABLED, NEG_NOT_SUPPORTED,
+};
 
-/// `NEG-ERR` text of a relay with negentropy switched off ([`NegRefusal::NegErr`]).
-pub const NEG_DISABLED: &str = "closed: negentropy disabled";
-/// `NOTICE` text of a relay that cannot parse `NEG-*` at all ([`NegRefusal::Notice`]).
-pub const COULD_NOT_PARSE: &str = "could not parse command";
-/// `CLOSED` text of a relay that refuses negentropy ([`NegRefusal::Closed`]).
-pub const NEG_NOT_SUPPORTED: &str = "error: negentropy not supported";
 /// `CLOSED` (REQ) or `NEG-ERR` (NEG-OPEN) text for the subscription limit.
 pub const TOO_MANY_REQS: &str = "rate-limited: too many REQs";
 /// strfry's `NOTICE` text for the subscription limit ([`SubLimitRefusal::Notice`]).
@@ -49,22 +47,6 @@ pub const DUPLICATE: &str = "duplicate: already have this event";
 /// `OK` text for a replaceable/addressable `EVENT` older than the stored version.
 pub const HAVE_NEWER: &str = "duplicate: have a newer event";
 
-/// How the relay answers NIP-77 (negentropy) messages.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NegRefusal {
-    /// Serves NIP-77.
-    None,
-    /// Answers `NEG-OPEN`/`NEG-MSG` with `["NEG-ERR", id, "closed: negentropy disabled"]`.
-    NegErr,
-    /// Answers every `NEG-*` with `["NOTICE", "could not parse command"]`, like
-    /// nostr-rs-relay.
-    Notice,
-    /// Answers `NEG-OPEN`/`NEG-MSG` with `["CLOSED", id, "error: negentropy not supported"]`.
-    Closed,
-    /// Ignores `NEG-*` entirely: no reply, no session.
-    Silence,
-}
-
 /// How the relay refuses a `REQ`/`NEG-OPEN` beyond [`SimRelayConfig::max_subscriptions`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SubLimitRefusal {
@@ -81,7 +63,7 @@ pub enum SubLimitRefusal {
 #[derive(Clone, Debug)]
 pub struct SimRelayConfig {
     /// NIP-77 support or the way it is refused. Default: served.
-    pub nip77: NegRefusal,
+    pub nip77: Nip77Refusal,
     /// Silent clamp of every filter's `limit` (strfry-style). Default: none.
     pub max_limit: Option<usize>,
     /// Results per filter when the filter has no `limit`. Default: 500.
@@ -133,7 +115,7 @@ pub struct SimRelayConfig {
 impl Default for SimRelayConfig {
     fn default() -> Self {
         SimRelayConfig {
-            nip77: NegRefusal::None,
+            nip77: Nip77Refusal::Served,
             max_limit: None,
             default_limit: 500,
             max_subscriptions: None,
@@ -704,14 +686,12 @@ impl SimRelay {
     // ---- NIP-77 ----
 
     /// The reply of a relay that does not serve NIP-77, if this one does not.
-    fn nip77_refusal(&self, id: SubscriptionId) -> Option<Vec<RelayMessage<'static>>> {
-        match self.config.nip77 {
-            NegRefusal::None => None,
-            NegRefusal::NegErr => Some(vec![neg_err(id, NEG_DISABLED)]),
-            NegRefusal::Notice => Some(vec![RelayMessage::notice(COULD_NOT_PARSE)]),
-            NegRefusal::Closed => Some(vec![RelayMessage::closed(id, NEG_NOT_SUPPORTED)]),
-            NegRefusal::Silence => Some(Vec::new()),
-        }
+    fn nip77_refusal(
+        &self,
+        verb: NegVerb,
+        id: &SubscriptionId,
+    ) -> Option<Vec<RelayMessage<'static>>> {
+        self.config.nip77.answer(verb, id)
     }
 
     fn on_neg_open(
@@ -722,7 +702,7 @@ impl SimRelay {
         initial_message: &str,
     ) -> Vec<RelayMessage<'static>> {
         self.stats.neg_opens = self.stats.neg_opens.saturating_add(1);
-        if let Some(refusal) = self.nip77_refusal(id.clone()) {
+        if let Some(refusal) = self.nip77_refusal(NegVerb::Open, &id) {
             return refusal;
         }
         // A NEG-OPEN with an open id replaces that session.
@@ -776,7 +756,7 @@ impl SimRelay {
 
     fn on_neg_msg(&mut self, id: SubscriptionId, message: &str) -> Vec<RelayMessage<'static>> {
         self.stats.neg_msgs_received = self.stats.neg_msgs_received.saturating_add(1);
-        if let Some(refusal) = self.nip77_refusal(id.clone()) {
+        if let Some(refusal) = self.nip77_refusal(NegVerb::Msg, &id) {
             return refusal;
         }
         let Some(session) = self.sessions.get_mut(&id) else {
@@ -797,14 +777,10 @@ impl SimRelay {
 
     fn on_neg_close(&mut self, id: &SubscriptionId) -> Vec<RelayMessage<'static>> {
         self.stats.neg_closes_received = self.stats.neg_closes_received.saturating_add(1);
-        match self.config.nip77 {
-            NegRefusal::None => {
-                self.sessions.remove(id);
-                Vec::new()
-            }
-            NegRefusal::Notice => vec![RelayMessage::notice(COULD_NOT_PARSE)],
-            NegRefusal::NegErr | NegRefusal::Closed | NegRefusal::Silence => Vec::new(),
-        }
+        self.nip77_refusal(NegVerb::Close, id).unwrap_or_else(|| {
+            self.sessions.remove(id);
+            Vec::new()
+        })
     }
 }
 
@@ -1422,17 +1398,17 @@ mod tests {
     #[test]
     fn nip77_refusal_modes_reply_in_their_form() {
         let cases = [
-            (NegRefusal::NegErr, vec![neg_err(sid("n"), NEG_DISABLED)]),
+            (Nip77Refusal::NegErr, vec![neg_err(sid("n"), NEG_DISABLED)]),
             (
-                NegRefusal::Notice,
+                Nip77Refusal::Notice,
                 vec![RelayMessage::notice(COULD_NOT_PARSE)],
             ),
-            (NegRefusal::Closed, vec![closed("n", NEG_NOT_SUPPORTED)]),
-            (NegRefusal::Silence, Vec::new()),
+            (Nip77Refusal::Closed, vec![closed("n", NEG_NOT_SUPPORTED)]),
+            (Nip77Refusal::Silence, Vec::new()),
         ];
         for (mode, expected) in cases {
             let config = SimRelayConfig {
-                nip77: mode.clone(),
+                nip77: mode,
                 ..Default::default()
             };
             let mut relay = relay_with(config, &[]);

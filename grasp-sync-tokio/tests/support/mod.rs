@@ -4,7 +4,7 @@
 //!   nostr 0.45 events as JSON) served on `127.0.0.1` by our own `TcpListener`, with a thin
 //!   WebSocket proxy in front of it on every connection. The proxy counts what clients do
 //!   (concurrent REQs, NEG-OPENs, EVENTs and bytes sent), can refuse NIP-77 the ways real
-//!   relays do ([`Nip77Mode`]), can inject hostile events before every EOSE, and can drop
+//!   relays do ([`Nip77Refusal`]), can inject hostile events before every EOSE, and can drop
 //!   the TCP connection on a client frame over a size limit (no close frame, like strfry),
 //!   and can inject seeded faults ([`FaultPlan`]: drops, stalls, delays, reordered,
 //!   duplicated, junk, truncated and oversized frames, NOTICE/CLOSED with every NIP-01
@@ -41,7 +41,7 @@ pub use client::{connect_client, try_connect_client, Client, RecvError, RECV_TIM
 pub use faults::{FaultCounts, FaultPlan, NIP01_PREFIXES};
 pub use nip34::{announcement, loopback_engine_config, sign, sign_notes, tag};
 pub use nostr_rs_relay::{nostr_rs_relay_binary, NostrRsRelay, NOSTR_RS_RELAY_VERSION};
-pub use relay::{Nip77Mode, TestRelay, TestRelayConfig};
+pub use relay::{Nip77Refusal, TestRelay, TestRelayConfig};
 pub use rng::SeededRng;
 
 use nostr::prelude::*;
