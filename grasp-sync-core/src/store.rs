@@ -233,10 +233,6 @@ mod tests {
         sign(keys, 1621, content, Vec::new(), at)
     }
 
-    fn announcement(keys: &Keys, d: &str, at: u64) -> Event {
-        Announcement::new(d).at(at).sign(keys)
-    }
-
     #[test]
     fn ingest_says_whether_the_event_was_new() {
         let store = MemoryEventStore::new();
@@ -258,9 +254,9 @@ mod tests {
     fn addressable_events_keep_only_the_newest_version() {
         let store = MemoryEventStore::new();
         let keys = Keys::generate();
-        let old = announcement(&keys, "repo", 10);
-        let new = announcement(&keys, "repo", 20);
-        let other = announcement(&keys, "other", 5);
+        let old = Announcement::new("repo").at(10).sign(&keys);
+        let new = Announcement::new("repo").at(20).sign(&keys);
+        let other = Announcement::new("other").at(5).sign(&keys);
         assert_eq!(block_on(store.ingest(&new)).unwrap(), IngestOutcome::Stored);
         assert_eq!(
             block_on(store.ingest(&old)).unwrap(),
@@ -271,7 +267,7 @@ mod tests {
             block_on(store.ingest(&other)).unwrap(),
             IngestOutcome::Stored
         );
-        let newer = announcement(&keys, "repo", 30);
+        let newer = Announcement::new("repo").at(30).sign(&keys);
         assert_eq!(
             block_on(store.ingest(&newer)).unwrap(),
             IngestOutcome::Stored
@@ -286,7 +282,7 @@ mod tests {
         let keys = Keys::generate();
         let a = note(&keys, "a", 10);
         let b = note(&keys, "b", 20);
-        let c = announcement(&keys, "repo", 30);
+        let c = Announcement::new("repo").at(30).sign(&keys);
         for event in [&a, &b, &c] {
             block_on(store.ingest(event)).unwrap();
         }
