@@ -384,7 +384,7 @@ async fn a_git_server_that_never_answers_fails_the_run_after_the_timeout_naming_
     let root = dir.join("repos");
     std::fs::create_dir(&root).unwrap();
 
-    let port = free_port().await;
+    let port = free_port();
     let child = spawn_sidecar(
         &front,
         &root,

@@ -1,6 +1,7 @@
 //! Test support of the grasp-sync workspace: the one place the test suites,
 //! benchmarks and examples get signed NIP-34 events and the ids they carry.
 //!
+//! - [`net`]: free loopback ports ([`net::free_port`]).
 //! - [`nip34`]: signed events — [`nip34::Announcement`] (30617) and the plain
 //!   [`nip34::announcement`], states (30618), roots (patch 1617, pull request
 //!   1618, issue 1621), pull request updates (1619), replies (1111), statuses
@@ -21,6 +22,7 @@
 //! `benches` crates), never a normal dependency of a library crate.
 
 pub mod ids;
+pub mod net;
 pub mod nip34;
 pub mod relay;
 pub mod time;
