@@ -94,7 +94,7 @@ async fn finish(child: Child) -> (std::process::ExitStatus, String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn once_syncs_exactly_and_reports_an_unreachable_bootstrap_relay() {
     let (own, _a, expected) = world().await;
-    let dead = format!("ws://127.0.0.1:{}", free_port().await);
+    let dead = format!("ws://127.0.0.1:{}", free_port());
     let child = sidecar(&[
         "--own-relay".into(),
         own.url().to_string(),
@@ -116,7 +116,7 @@ async fn once_syncs_exactly_and_reports_an_unreachable_bootstrap_relay() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_own_relay_is_one_line_and_a_failure() {
-    let own = format!("ws://127.0.0.1:{}", free_port().await);
+    let own = format!("ws://127.0.0.1:{}", free_port());
     let child = sidecar(&["--own-relay".into(), own.clone(), "--once".into()]);
     let (status, stdout, stderr) = finish(child).await;
     assert!(!status.success());
@@ -135,7 +135,7 @@ async fn an_unreachable_own_relay_is_one_line_and_a_failure() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_and_status_are_served_and_sigterm_stops_it() {
     let (own, _a, expected) = world().await;
-    let port = free_port().await;
+    let port = free_port();
     let child = sidecar(&[
         "--own-relay".into(),
         own.url().to_string(),

@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 use git_support::{git, has_object, GitHttpServer, HangingServer, SourceRepo, TempDir};
 use grasp_purgatory::journal;
 use grasp_purgatory::NpubLayout;
+use grasp_sync_test_support::ids;
+use grasp_sync_test_support::nip34::{sign, tag, Announcement};
 use http::{free_port, get};
 use nostr::prelude::*;
 use own_front::OwnFront;
@@ -43,33 +45,6 @@ const LOOPBACK: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCA
 const REPOSITORIES: usize = 50;
 /// Announcements in the large run that do not list our service.
 const FOREIGN: usize = 10;
-
-fn sign(keys: &Keys, kind: u16, tags: Vec<Vec<String>>, at: u64) -> Event {
-    let tags: Vec<Tag> = tags.into_iter().map(|t| Tag::parse(t).unwrap()).collect();
-    EventBuilder::new(Kind::from(kind), "")
-        .tags(tags)
-        .custom_created_at(Timestamp::from_secs(at))
-        .finalize(keys)
-        .unwrap()
-}
-
-fn tag(values: &[&str]) -> Vec<String> {
-    values.iter().map(|v| (*v).to_owned()).collect()
-}
-
-/// An announcement of `identifier` naming these relays and clone URLs.
-fn announcement(keys: &Keys, identifier: &str, relays: &[&str], clone: &[&str], at: u64) -> Event {
-    let mut relays_tag = tag(&["relays"]);
-    relays_tag.extend(relays.iter().map(|r| (*r).to_owned()));
-    let mut clone_tag = tag(&["clone"]);
-    clone_tag.extend(clone.iter().map(|c| (*c).to_owned()));
-    sign(
-        keys,
-        30617,
-        vec![tag(&["d", identifier]), relays_tag, clone_tag],
-        at,
-    )
-}
 
 /// Our own service's clone URL of `owner`'s `identifier` (the GRASP layout).
 fn own_clone_url(front: &OwnFront, owner: &Keys, identifier: &str) -> String {
@@ -226,23 +201,25 @@ async fn sync_repositories_completely(
         let proposal = source.commit_unreferenced(&format!("proposal for {identifier}"));
         let ours = own_clone_url(&front, &owner, &identifier);
         let theirs = server.url(&format!("{identifier}.git"));
-        announcements.push(announcement(
-            &owner,
-            &identifier,
-            &[&own_url, &remote_url],
-            &[&ours, &theirs],
-            at,
-        ));
-        let coordinate = format!("30617:{}:{identifier}", owner.public_key().to_hex());
+        announcements.push(
+            Announcement::new(&identifier)
+                .relays(&[&own_url, &remote_url])
+                .clone_urls(&[&ours, &theirs])
+                .at(at)
+                .sign(&owner),
+        );
+        let coordinate = ids::coordinate(&owner.public_key(), &identifier);
         let state = sign(
             &owner,
             30618,
+            "",
             vec![tag(&["d", &identifier]), tag(&["refs/heads/main", &main])],
             at + 1,
         );
         let pr = sign(
             &contributor,
             1618,
+            "",
             vec![tag(&["a", &coordinate]), tag(&["c", &proposal])],
             at + 2,
         );
@@ -260,13 +237,11 @@ async fn sync_repositories_completely(
         .map(|n| {
             let identifier = format!("elsewhere-{n}");
             let clone = server.url(&format!("repo-{n}.git"));
-            announcement(
-                &Keys::generate(),
-                &identifier,
-                &[&remote_url],
-                &[&clone],
-                at,
-            )
+            Announcement::new(&identifier)
+                .relays(&[&remote_url])
+                .clone_urls(&[&clone])
+                .at(at)
+                .sign(&Keys::generate())
         })
         .collect();
     own.add_events(&announcements).await;
@@ -390,18 +365,17 @@ async fn a_git_server_that_never_answers_fails_the_run_after_the_timeout_naming_
         ("silent", silent_server.http_url("silent.git"), &silent_main),
     ] {
         let ours = own_clone_url(&front, &owner, identifier);
-        let announced = announcement(
-            &owner,
-            identifier,
-            &[&own_url, &remote_url],
-            &[&ours, &clone],
-            at,
-        );
+        let announced = Announcement::new(identifier)
+            .relays(&[&own_url, &remote_url])
+            .clone_urls(&[&ours, &clone])
+            .at(at)
+            .sign(&owner);
         own.add_event(&announced).await;
         events.push(announced);
         events.push(sign(
             &owner,
             30618,
+            "",
             vec![tag(&["d", identifier]), tag(&["refs/heads/main", main])],
             at + 1,
         ));
@@ -410,7 +384,7 @@ async fn a_git_server_that_never_answers_fails_the_run_after_the_timeout_naming_
     let root = dir.join("repos");
     std::fs::create_dir(&root).unwrap();
 
-    let port = free_port().await;
+    let port = free_port();
     let child = spawn_sidecar(
         &front,
         &root,
@@ -418,7 +392,7 @@ async fn a_git_server_that_never_answers_fails_the_run_after_the_timeout_naming_
         &[("NGIT_PURGATORY_FETCH_TIMEOUT_SECS", "2")],
         &["--metrics-addr".to_owned(), format!("127.0.0.1:{port}")],
     );
-    let silent = format!("30617:{}:silent", owner.public_key().to_hex());
+    let silent = ids::coordinate(&owner.public_key(), "silent");
     // While it waits, /status names the repository and why.
     let mut reported = None;
     for _ in 0..100 {
@@ -475,10 +449,15 @@ async fn a_repository_whose_only_clone_url_is_ours_is_reported_not_fetchable() {
     let unserved = SourceRepo::create(dir.join("unserved/only.git"));
     let main = unserved.commit("main");
     let ours = own_clone_url(&front, &owner, "only");
-    let announced = announcement(&owner, "only", &[&own_url, &remote_url], &[&ours], at);
+    let announced = Announcement::new("only")
+        .relays(&[&own_url, &remote_url])
+        .clone_urls(&[&ours])
+        .at(at)
+        .sign(&owner);
     let state = sign(
         &owner,
         30618,
+        "",
         vec![tag(&["d", "only"]), tag(&["refs/heads/main", &main])],
         at + 1,
     );
@@ -491,7 +470,7 @@ async fn a_repository_whose_only_clone_url_is_ours_is_reported_not_fetchable() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(4), "{stdout}\n{stderr}");
-    let only = format!("30617:{}:only", owner.public_key().to_hex());
+    let only = ids::coordinate(&owner.public_key(), "only");
     let line = last_line(&output);
     eprintln!("last line: {line}");
     assert_eq!(

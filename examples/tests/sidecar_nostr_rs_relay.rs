@@ -273,7 +273,7 @@ async fn syncs_exactly_from_two_nostr_rs_relays_and_never_reconnects_them() {
         client.close().await;
     }
 
-    let metrics_port = free_port().await;
+    let metrics_port = free_port();
     let mut child = sidecar(&own.url(), &first.url(), metrics_port);
     let started = tokio::time::Instant::now();
     let deadline = started + SYNC_DEADLINE;

@@ -14,18 +14,11 @@ use std::time::Duration;
 
 use git_support::{git, has_object, init_bare_repo, GitDaemon, SourceRepo, TempDir};
 use grasp_purgatory::NpubLayout;
+use grasp_sync_test_support::ids;
+use grasp_sync_test_support::nip34::{sign, tag, Announcement};
 use nostr::prelude::*;
 use support::{TestRelay, TestRelayConfig};
 use tokio::process::Command;
-
-fn sign(keys: &Keys, kind: u16, tags: Vec<Vec<&str>>, at: u64) -> Event {
-    let tags: Vec<Tag> = tags.into_iter().map(|t| Tag::parse(t).unwrap()).collect();
-    EventBuilder::new(Kind::from(kind), "")
-        .tags(tags)
-        .custom_created_at(Timestamp::from_secs(at))
-        .finalize(keys)
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn once_with_a_git_root_waits_for_purgatory_to_release_the_state_and_the_pr() {
@@ -41,31 +34,28 @@ async fn once_with_a_git_root_waits_for_purgatory_to_release_the_state_and_the_p
     let at = Timestamp::now().as_secs() - 60;
     let (own_url, remote_url) = (own.url().to_string(), remote.url().to_string());
     let clone_url = daemon.url("r.git");
-    let announcement = sign(
-        &maintainer,
-        30617,
-        vec![
-            vec!["d", "r"],
-            vec!["relays", &own_url, &remote_url],
-            vec!["clone", &clone_url],
-        ],
-        at,
-    );
-    let coordinate = format!("30617:{}:r", maintainer.public_key().to_hex());
+    let announcement = Announcement::new("r")
+        .relays([&own_url, &remote_url])
+        .clone_urls([&clone_url])
+        .at(at)
+        .sign(&maintainer);
+    let coordinate = ids::coordinate(&maintainer.public_key(), "r");
     let state = sign(
         &maintainer,
         30618,
-        vec![vec!["d", "r"], vec!["refs/heads/main", &main]],
+        "",
+        vec![tag(&["d", "r"]), tag(&["refs/heads/main", &main])],
         at,
     );
     let contributor = Keys::generate();
     let pr = sign(
         &contributor,
         1618,
-        vec![vec!["a", &coordinate], vec!["c", &pr_tip]],
+        "",
+        vec![tag(&["a", &coordinate]), tag(&["c", &pr_tip])],
         at,
     );
-    let issue = sign(&contributor, 1621, vec![vec!["a", &coordinate]], at);
+    let issue = sign(&contributor, 1621, "", vec![tag(&["a", &coordinate])], at);
     own.add_event(&announcement).await;
     remote
         .add_events(&[

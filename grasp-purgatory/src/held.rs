@@ -197,7 +197,8 @@ mod tests {
     use nostr::prelude::Keys;
 
     use super::*;
-    use crate::test_events::{hex, pull_request, sign, state, tag};
+    use grasp_sync_test_support::ids::oid;
+    use grasp_sync_test_support::nip34::{pull_request, sign, state, tag};
 
     const NOW: Timestamp = Timestamp::from_secs(1_800_000_000);
 
@@ -205,14 +206,14 @@ mod tests {
     fn a_state_needs_every_ref_tip() {
         let keys = Keys::generate();
         let held = hold_state(
-            state(&keys, "r", &[&hex(1), &hex(2)], 1),
+            state(&keys, "r", &[&oid(1), &oid(2)], 1),
             Origin::Synced,
             NOW,
         );
         let held = held.unwrap();
         assert_eq!(held.repo, RepoRef::new(keys.public_key(), "r").unwrap());
         let needed: Vec<String> = held.needed_oids().iter().map(|o| o.to_string()).collect();
-        assert_eq!(needed, vec![hex(1), hex(2)]);
+        assert_eq!(needed, vec![oid(1), oid(2)]);
         assert_eq!(held.held_since, NOW);
     }
 
@@ -220,7 +221,7 @@ mod tests {
     fn a_state_with_a_non_hex_object_id_is_refused_whole() {
         let keys = Keys::generate();
         for bad in ["--upload-pack=touch", "zz".repeat(20).as_str(), "abc"] {
-            let event = state(&keys, "r", &[&hex(1), bad], 1);
+            let event = state(&keys, "r", &[&oid(1), bad], 1);
             let result = hold_state(event, Origin::Synced, NOW);
             assert!(
                 matches!(result, Err(HoldError::MalformedRef { count: 1, .. })),
@@ -232,7 +233,7 @@ mod tests {
     #[test]
     fn a_pull_request_needs_its_tip_and_names_its_repository() {
         let (author, owner) = (Keys::generate(), Keys::generate());
-        let event = pull_request(&author, &owner.public_key(), "r", &hex(7));
+        let event = pull_request(&author, &owner.public_key(), "r", &oid(7));
         let held = hold_pull_request(event, Origin::Submitted, NOW).unwrap();
         assert_eq!(
             held.repo,
@@ -240,7 +241,7 @@ mod tests {
             "the repository it names, not its author's"
         );
         assert_eq!(held.identifier(), "r");
-        assert!(matches!(&held.kind, HeldKind::PullRequest { tip } if tip.as_str() == hex(7)));
+        assert!(matches!(&held.kind, HeldKind::PullRequest { tip } if tip.as_str() == oid(7)));
     }
 
     #[test]
@@ -251,12 +252,12 @@ mod tests {
             hold_event(non_hex, Origin::Synced, NOW),
             Err(HoldError::MissingTip)
         ));
-        let no_repo = sign(&keys, 1618, vec![tag(&["c", &hex(1)])], 1);
+        let no_repo = sign(&keys, 1618, "", vec![tag(&["c", &oid(1)])], 1);
         assert!(matches!(
             hold_event(no_repo, Origin::Synced, NOW),
             Err(HoldError::MissingRepository)
         ));
-        let note = sign(&keys, 1, Vec::new(), 1);
+        let note = sign(&keys, 1, "", Vec::new(), 1);
         assert!(matches!(
             hold_event(note, Origin::Synced, NOW),
             Err(HoldError::UnsupportedKind { kind: 1 })

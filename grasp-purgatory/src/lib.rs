@@ -84,7 +84,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod clock;
 pub mod config;
 mod context;
 pub mod git;
@@ -100,8 +99,6 @@ mod status;
 mod store;
 mod sync;
 mod tasks;
-#[cfg(test)]
-mod test_events;
 mod throttle_manager;
 
 pub use config::{EnvError, PurgatoryConfig};

@@ -282,18 +282,15 @@ fn is_safe_component(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_events::{sign, tag};
+    use grasp_sync_test_support::nip34::Announcement;
     use nostr::prelude::Keys;
 
     fn announce(keys: &Keys, url: &str, maintainers: &[&Keys]) -> Event {
-        let mut listed = vec!["maintainers".to_owned()];
-        listed.extend(maintainers.iter().map(|k| k.public_key().to_hex()));
-        sign(
-            keys,
-            KIND_REPO_ANNOUNCEMENT,
-            vec![tag(&["d", "r"]), tag(&["clone", url]), listed],
-            1,
-        )
+        Announcement::new("r")
+            .clone_urls([url])
+            .maintainers(maintainers.iter().map(|k| k.public_key()))
+            .at(1)
+            .sign(keys)
     }
 
     /// Only the default `announcements_by`, as a relay's own implementation may have.

@@ -9,13 +9,13 @@
 //! [`ThrottleManager::poll_step`] and serves them.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use grasp_sync_core::clock::Clock;
 use grasp_sync_core::purgatory::{DomainThrottles, QueueStep, ThrottleConfig};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use tokio::sync::Notify;
 
-use crate::clock::PurgatoryClock;
 use crate::metrics::Metrics;
 
 /// What one domain's queue should do next, from [`ThrottleManager::poll_step`].
@@ -40,7 +40,7 @@ pub struct ThrottleManager {
     throttles: Mutex<DomainThrottles>,
     /// Domains whose queue should be looked at, one entry per trigger, oldest first.
     triggered: Mutex<VecDeque<String>>,
-    clock: PurgatoryClock,
+    clock: Arc<dyn Clock>,
     policy: CloneUrlPolicy,
     metrics: Metrics,
     /// Wakes the driver when a domain was triggered.
@@ -59,7 +59,7 @@ impl ThrottleManager {
     /// A manager applying `config` to every domain.
     pub(crate) fn new(
         config: ThrottleConfig,
-        clock: PurgatoryClock,
+        clock: Arc<dyn Clock>,
         policy: CloneUrlPolicy,
         metrics: Metrics,
     ) -> Self {

@@ -13,13 +13,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use events::memory_git::MemoryGit;
-use events::{announcement, hex, pull_request, state};
 use grasp_purgatory::core::purgatory::NotFetchable;
 use grasp_purgatory::{
     create_bare_repository, ChannelSink, GitFetcher, GitFetcherConfig, HeldState,
     MemoryAnnouncements, NpubLayout, Origin, Purgatory, PurgatoryOutput, PurgatoryStatus,
 };
 use grasp_sync_core::url_policy::CloneUrlPolicy;
+use grasp_sync_test_support::ids;
+use grasp_sync_test_support::ids::oid;
+use grasp_sync_test_support::nip34::{pull_request, state, Announcement};
+use grasp_sync_tokio::TokioClock;
 use nostr::prelude::*;
 use support::{git, has_object, GitHttpServer, SourceRepo, TempDir};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -67,10 +70,15 @@ async fn a_missing_repository_is_created_with_purgatory_refs_hidden_then_fetched
     let owner = Keys::generate();
     let announcements = Arc::new(MemoryAnnouncements::new());
     announcements
-        .add(announcement(&owner, "r", &[&server.url("r.git")]))
+        .add(
+            Announcement::new("r")
+                .clone_urls(&[&server.url("r.git")])
+                .sign(&owner),
+        )
         .unwrap();
     let (sink, mut output) = ChannelSink::new();
     let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements)
         .repos_root(&root)
         .git_backend(Arc::new(fetcher()))
@@ -145,6 +153,7 @@ fn memory_purgatory(
 ) -> (Purgatory, UnboundedReceiver<PurgatoryOutput>) {
     let (sink, outputs) = ChannelSink::new();
     let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements.clone())
         .repos_root(root)
         .repositories_managed_externally(external)
@@ -164,9 +173,9 @@ async fn with_the_git_root_managed_externally_a_missing_repository_waits_with_it
     let owner = Keys::generate();
     let url = format!("https://{HOST}/r.git");
     announcements
-        .add(announcement(&owner, "r", &[&url]))
+        .add(Announcement::new("r").clone_urls(&[&url]).sign(&owner))
         .unwrap();
-    git.serve(&url, [hex(1)]);
+    git.serve(&url, [oid(1)]);
     let (purgatory, _outputs) = memory_purgatory(&git, &announcements, dir.path(), true);
     let path = NpubLayout::new(dir.path())
         .path_of(&owner.public_key(), "r")
@@ -174,7 +183,7 @@ async fn with_the_git_root_managed_externally_a_missing_repository_waits_with_it
     assert!(!path.exists(), "{path:?}");
     let mut status = purgatory.status();
     let run = events::spawn_run(&purgatory);
-    let pr = pull_request(&Keys::generate(), &owner.public_key(), "r", &hex(1));
+    let pr = pull_request(&Keys::generate(), &owner.public_key(), "r", &oid(1));
     purgatory.add_pr(pr, Origin::Synced).unwrap();
     assert!(!status.borrow().all_accounted, "never stale after an add");
 
@@ -186,10 +195,7 @@ async fn with_the_git_root_managed_externally_a_missing_repository_waits_with_it
         Some(&1)
     );
     let listed = &waiting.not_fetchable[0];
-    assert_eq!(
-        listed.repo,
-        format!("30617:{}:r", owner.public_key().to_hex())
-    );
+    assert_eq!(listed.repo, ids::coordinate(&owner.public_key(), "r"));
     assert_eq!(
         listed.state,
         HeldState::NotFetchable(NotFetchable::RepositoryMissing)
@@ -219,13 +225,17 @@ async fn backing_off_is_not_accounted_and_only_our_own_urls_are_not_fetchable() 
     let down = format!("https://{HOST}/down.git");
     let ours = format!("https://{OURS}/npub/ours.git");
     announcements
-        .add(announcement(&owner, "down", &[&ours, &down]))
+        .add(
+            Announcement::new("down")
+                .clone_urls(&[&ours, &down])
+                .sign(&owner),
+        )
         .unwrap();
     announcements
-        .add(announcement(&owner, "ours", &[&ours]))
+        .add(Announcement::new("ours").clone_urls(&[&ours]).sign(&owner))
         .unwrap();
     git.fail(&down);
-    git.serve(&ours, [hex(1), hex(2)]);
+    git.serve(&ours, [oid(1), oid(2)]);
     let (purgatory, _outputs) = memory_purgatory(&git, &announcements, dir.path(), false);
     let mut status = purgatory.status();
     let run = events::spawn_run(&purgatory);
@@ -233,8 +243,8 @@ async fn backing_off_is_not_accounted_and_only_our_own_urls_are_not_fetchable() 
         let pr = pull_request(&Keys::generate(), &owner.public_key(), identifier, tip);
         purgatory.add_pr(pr, Origin::Synced).unwrap();
     };
-    add("down", &hex(1));
-    add("ours", &hex(2));
+    add("down", &oid(1));
+    add("ours", &oid(2));
 
     // Both tried: "ours" is not fetchable, "down" failed and backs off.
     let tried = until(&mut status, Duration::from_secs(5), |s| {
@@ -267,7 +277,7 @@ async fn backing_off_is_not_accounted_and_only_our_own_urls_are_not_fetchable() 
     assert!(git.log().len() >= 2, "retried: {:?}", git.log());
 
     // The server comes back: "down" is released, "ours" stays reported.
-    git.serve(&down, [hex(1)]);
+    git.serve(&down, [oid(1)]);
     purgatory.trigger_immediate_sync("down");
     let settled = until(&mut status, Duration::from_secs(5), |s| s.all_accounted).await;
     assert_eq!(settled.events_released, 1);
@@ -306,11 +316,12 @@ async fn a_repository_with_no_place_to_be_created_is_reported_not_fetchable() {
     let owner = Keys::generate();
     let url = format!("https://{HOST}/r.git");
     announcements
-        .add(announcement(&owner, "r", &[&url]))
+        .add(Announcement::new("r").clone_urls(&[&url]).sign(&owner))
         .unwrap();
-    git.serve(&url, [hex(1)]);
+    git.serve(&url, [oid(1)]);
     let (sink, _outputs) = ChannelSink::new();
     let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements)
         .repo_locator(Arc::new(Nowhere))
         .git_backend(git.clone())
@@ -319,7 +330,7 @@ async fn a_repository_with_no_place_to_be_created_is_reported_not_fetchable() {
         .unwrap();
     let mut status = purgatory.status();
     let run = events::spawn_run(&purgatory);
-    let pr = pull_request(&Keys::generate(), &owner.public_key(), "r", &hex(1));
+    let pr = pull_request(&Keys::generate(), &owner.public_key(), "r", &oid(1));
     purgatory.add_pr(pr, Origin::Synced).unwrap();
     let reported = until(&mut status, Duration::from_secs(5), |s| s.all_accounted).await;
     assert_eq!(

@@ -18,12 +18,12 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use events::{announcement, pull_request, state};
 use grasp_purgatory::{
     ChannelSink, GitFetcher, GitFetcherConfig, MemoryAnnouncements, NpubLayout, Origin, Purgatory,
     PurgatoryOutput,
 };
 use grasp_sync_core::url_policy::CloneUrlPolicy;
+use grasp_sync_test_support::nip34::{pull_request, state, Announcement};
 use nostr::prelude::*;
 use support::{git, GitDaemon, SourceRepo, TempDir};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -199,7 +199,11 @@ async fn a_purgatory_killed_with_sigkill_loses_no_event_it_held() {
     // ...and releases the events once the repository is announced with a server that
     // has their commits.
     announcements
-        .add(announcement(&owner, "r", &[&daemon.url("r.git")]))
+        .add(
+            Announcement::new("r")
+                .clone_urls(&[&daemon.url("r.git")])
+                .sign(&owner),
+        )
         .unwrap();
     purgatory.trigger_immediate_sync("r");
     let mut released = BTreeSet::new();

@@ -10,12 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use events::memory_git::{MemoryGit, OneRepo};
-use events::{announcement, hex, pull_request};
 use grasp_purgatory::{
     AddError, Cap, ChannelSink, HeldLimits, MemoryAnnouncements, Origin, Purgatory, PurgatoryGate,
     PurgatoryOutput,
 };
 use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore};
+use grasp_sync_test_support::ids::oid;
+use grasp_sync_test_support::nip34::{pull_request, Announcement};
+use grasp_sync_tokio::TokioClock;
 use nostr::prelude::*;
 use prometheus::Registry;
 
@@ -53,6 +55,7 @@ async fn an_event_beyond_a_limit_is_refused_explicitly_counted_and_accepted_once
     let (sink, mut output) = ChannelSink::new();
     let registry = Registry::new();
     let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements.clone())
         .repo_locator(Arc::new(OneRepo("/memory".into())))
         .git_backend(git.clone())
@@ -72,7 +75,7 @@ async fn an_event_beyond_a_limit_is_refused_explicitly_counted_and_accepted_once
             &Keys::generate(),
             &owner.public_key(),
             identifier,
-            &hex(tip),
+            &oid(tip),
         )
     };
 
@@ -124,9 +127,9 @@ async fn an_event_beyond_a_limit_is_refused_explicitly_counted_and_accepted_once
     // Room frees when "a"'s events are released: the refused event is accepted again.
     let url = format!("https://{HOST}/a.git");
     announcements
-        .add(announcement(&owner, "a", &[&url]))
+        .add(Announcement::new("a").clone_urls(&[&url]).sign(&owner))
         .unwrap();
-    git.serve(&url, [hex(1), hex(2)]);
+    git.serve(&url, [oid(1), oid(2)]);
     purgatory.trigger_immediate_sync("a");
     for _ in 0..2 {
         let released = tokio::time::timeout(Duration::from_secs(5), output.recv()).await;
@@ -149,6 +152,7 @@ async fn the_domain_series_of_an_idle_domain_are_removed() {
     let (sink, mut output) = ChannelSink::new();
     let registry = Registry::new();
     let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements.clone())
         .repo_locator(Arc::new(OneRepo("/memory".into())))
         .git_backend(git.clone())
@@ -160,10 +164,10 @@ async fn the_domain_series_of_an_idle_domain_are_removed() {
     let owner = Keys::generate();
     let url = format!("https://{HOST}/r.git");
     announcements
-        .add(announcement(&owner, "r", &[&url]))
+        .add(Announcement::new("r").clone_urls(&[&url]).sign(&owner))
         .unwrap();
-    git.serve(&url, [hex(1)]);
-    let pr = pull_request(&Keys::generate(), &owner.public_key(), "r", &hex(1));
+    git.serve(&url, [oid(1)]);
+    let pr = pull_request(&Keys::generate(), &owner.public_key(), "r", &oid(1));
     purgatory.add_pr(pr, Origin::Synced).unwrap();
     let released = tokio::time::timeout(Duration::from_secs(5), output.recv()).await;
     assert!(matches!(released, Ok(Some(PurgatoryOutput::Released(_)))));

@@ -11,13 +11,13 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use events::{announcement, pull_request};
 use grasp_purgatory::{
     ChannelSink, GitError, GitFetcher, GitFetcherConfig, MemoryAnnouncements, NpubLayout, Origin,
     Purgatory, PurgatoryOutput, StaticResolver,
 };
 use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
+use grasp_sync_test_support::nip34::{pull_request, Announcement};
 use nostr::prelude::*;
 use prometheus::Registry;
 use support::{has_object, init_bare_repo, GitDaemon, GitHttpServer, SourceRepo, TempDir};
@@ -68,7 +68,9 @@ fn purgatory(
         ..GitFetcherConfig::default()
     });
     let announcements = Arc::new(MemoryAnnouncements::new());
-    announcements.add(announcement(owner, "r", &[url])).unwrap();
+    announcements
+        .add(Announcement::new("r").clone_urls(&[url]).sign(owner))
+        .unwrap();
     let root = dir.join("repos");
     let local = NpubLayout::new(&root)
         .path_of(&owner.public_key(), "r")

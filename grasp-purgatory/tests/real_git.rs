@@ -9,13 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use events::{announcement, hex, pull_request, state};
 use grasp_purgatory::{
     ChannelSink, GitError, GitFetcher, GitFetcherConfig, MemoryAnnouncements, NpubLayout, Origin,
     Purgatory, PurgatoryOutput,
 };
 use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
+use grasp_sync_test_support::ids;
+use grasp_sync_test_support::nip34::{pull_request, state, Announcement};
 use nostr::prelude::*;
 use support::{
     closed_port_url, git, has_object, init_bare_repo, GitDaemon, GitHttpServer, HangingServer,
@@ -86,7 +87,11 @@ impl Relay {
     /// Announces `identifier` with these clone URLs and creates its local bare repository.
     fn announce(&self, identifier: &str, urls: &[&str]) -> PathBuf {
         self.announcements
-            .add(announcement(&self.owner, identifier, urls))
+            .add(
+                Announcement::new(identifier)
+                    .clone_urls(urls)
+                    .sign(&self.owner),
+            )
             .unwrap();
         let path = self
             .layout
@@ -298,7 +303,7 @@ async fn hostile_urls_and_object_ids_are_refused_before_any_process_runs() {
         "http://example.com/r.git".to_owned(),
         "git://example.com/r.git".to_owned(),
     ];
-    let oid = GitOid::parse(&hex(1)).unwrap();
+    let oid = GitOid::parse(&ids::oid(1)).unwrap();
     for url in &hostile {
         let result = strict.fetch(&repo, url, std::slice::from_ref(&oid)).await;
         assert!(
@@ -327,13 +332,15 @@ async fn hostile_urls_and_object_ids_are_refused_before_any_process_runs() {
     let run = events::spawn_run(&purgatory);
     let owner = Keys::generate();
     let urls: Vec<&str> = hostile.iter().map(String::as_str).collect();
-    announcements.add(announcement(&owner, "r", &urls)).unwrap();
+    announcements
+        .add(Announcement::new("r").clone_urls(&urls).sign(&owner))
+        .unwrap();
     let local = NpubLayout::new(dir.join("repos"))
         .path_of(&owner.public_key(), "r")
         .unwrap();
     std::fs::create_dir_all(&local).unwrap();
     init_bare_repo(&local);
-    let pr = pull_request(&Keys::generate(), &owner.public_key(), "r", &hex(2));
+    let pr = pull_request(&Keys::generate(), &owner.public_key(), "r", &ids::oid(2));
     purgatory.add_pr(pr, Origin::Synced).unwrap();
     // Non-hex object ids never enter purgatory.
     for bad in ["--upload-pack=touch", "HEAD", "../../etc/passwd", "0123"] {
@@ -363,7 +370,7 @@ async fn a_hanging_server_is_cut_off_by_the_timeout() {
     init_bare_repo(&repo);
     let hanging = HangingServer::start().await;
     let fetcher = fetcher(Duration::from_secs(1));
-    let oid = GitOid::parse(&hex(1)).unwrap();
+    let oid = GitOid::parse(&ids::oid(1)).unwrap();
     for (n, url) in [hanging.git_url("r.git"), hanging.http_url("r.git")]
         .iter()
         .enumerate()
@@ -399,7 +406,7 @@ async fn a_server_lacking_one_of_several_ids_refuses_the_request_and_each_id_alo
     init_bare_repo(&repo);
     let fetcher = fetcher(Duration::from_secs(20));
     let present_oid = GitOid::parse(&present).unwrap();
-    let wanted = [present_oid.clone(), GitOid::parse(&hex(9)).unwrap()];
+    let wanted = [present_oid.clone(), GitOid::parse(&ids::oid(9)).unwrap()];
     // One request: the server refuses it whole, nothing is fetched, the report says why.
     let report = fetcher.fetch(&repo, &url, &wanted).await.unwrap();
     assert!(report.present.is_empty());
@@ -431,7 +438,7 @@ async fn an_object_without_its_history_does_not_count_as_present() {
     let tree = git(&repo, &["mktree"]).trim().to_owned();
     let orphan = format!(
         "tree {tree}\nparent {}\nauthor a <a@a> 1 +0000\ncommitter a <a@a> 1 +0000\n\nx\n",
-        hex(5)
+        ids::oid(5)
     );
     let broken = support::git_with_input(
         &repo,
@@ -464,7 +471,7 @@ async fn an_unreachable_url_fails_fast_and_is_retried_twenty_seconds_later() {
     let dir = TempDir::new("purgatory-unreachable");
     let relay = Relay::start(&dir.join("repos")).await;
     relay.announce("r", &[&closed_port_url("http", "r.git")]);
-    relay.add_pr("r", &hex(3));
+    relay.add_pr("r", &ids::oid(3));
     let deadline = Instant::now() + Duration::from_secs(10);
     let retry_in = loop {
         let repo = relay.repo("r");

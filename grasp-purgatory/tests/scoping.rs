@@ -12,13 +12,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use events::{hex, pull_request, sign};
 use grasp_purgatory::{
     ChannelSink, GitFetcher, GitFetcherConfig, MemoryAnnouncements, NpubLayout, Origin, Purgatory,
     PurgatoryOutput,
 };
 use grasp_sync_core::nip34::RepoRef;
 use grasp_sync_core::url_policy::CloneUrlPolicy;
+use grasp_sync_test_support::ids::oid;
+use grasp_sync_test_support::nip34::{pull_request, sign, tag, Announcement};
 use nostr::prelude::*;
 use support::{closed_port_url, has_object, init_bare_repo, GitHttpServer, SourceRepo, TempDir};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -33,16 +34,10 @@ fn policy() -> CloneUrlPolicy {
 
 /// An announcement of "r" by `keys` with these clone URLs and maintainers.
 fn announce(keys: &Keys, urls: &[&str], maintainers: &[&Keys]) -> Event {
-    let mut clone = vec!["clone".to_owned()];
-    clone.extend(urls.iter().map(|url| (*url).to_owned()));
-    let mut listed = vec!["maintainers".to_owned()];
-    listed.extend(maintainers.iter().map(|k| k.public_key().to_hex()));
-    let mut tags = vec![vec!["d".to_owned(), "r".to_owned()], clone];
-    if maintainers.is_empty() {
-        return sign(keys, 30617, tags, 1_700_000_000);
-    }
-    tags.push(listed);
-    sign(keys, 30617, tags, 1_700_000_000)
+    Announcement::new("r")
+        .clone_urls(urls)
+        .maintainers(maintainers.iter().map(|keys| keys.public_key()))
+        .sign(keys)
 }
 
 /// Creates the local bare repository of `author`'s "r".
@@ -166,10 +161,8 @@ async fn two_authors_of_one_identifier_keep_separate_targets_and_urls() {
     let state = sign(
         &stranger,
         30618,
-        vec![
-            vec!["d".to_owned(), "r".to_owned()],
-            vec!["refs/heads/main".to_owned(), hex(7)],
-        ],
+        "",
+        vec![tag(&["d", "r"]), tag(&["refs/heads/main", &oid(7)])],
         1_700_000_100,
     );
     purgatory.add_state(state, Origin::Submitted).unwrap();

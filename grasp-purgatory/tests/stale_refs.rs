@@ -9,13 +9,14 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use events::{announcement, hex, state};
 use grasp_purgatory::{
     ChannelSink, GitFetcher, GitFetcherConfig, Inserted, MemoryAnnouncements, NpubLayout, Origin,
     Purgatory, PurgatoryOutput,
 };
 use grasp_sync_core::nip34::RepoRef;
 use grasp_sync_core::url_policy::CloneUrlPolicy;
+use grasp_sync_test_support::ids::oid;
+use grasp_sync_test_support::nip34::{state, Announcement};
 use nostr::prelude::*;
 use prometheus::Registry;
 use support::{git, init_bare_repo, GitDaemon, SourceRepo, TempDir};
@@ -30,7 +31,11 @@ async fn refs_of_replaced_and_expired_events_are_deleted() {
     let owner = Keys::generate();
     let announcements = Arc::new(MemoryAnnouncements::new());
     announcements
-        .add(announcement(&owner, "r", &[&daemon.url("r.git")]))
+        .add(
+            Announcement::new("r")
+                .clone_urls(&[&daemon.url("r.git")])
+                .sign(&owner),
+        )
         .unwrap();
     let root = dir.join("repos");
     let local = NpubLayout::new(&root)
@@ -67,7 +72,7 @@ async fn refs_of_replaced_and_expired_events_are_deleted() {
 
     // A state whose second tip no server has: the first is fetched and kept under its
     // temporary ref while the state waits.
-    let older = state(&owner, "r", &[&first, &hex(9)], 1_700_000_000);
+    let older = state(&owner, "r", &[&first, &oid(9)], 1_700_000_000);
     purgatory.add_state(older, Origin::Synced).unwrap();
     let kept_first = format!("refs/purgatory/{first}");
     events::eventually("the first tip is fetched", Duration::from_secs(15), || {
@@ -84,7 +89,7 @@ async fn refs_of_replaced_and_expired_events_are_deleted() {
     .await;
 
     // A newer state replaces it: the first tip's ref is needed by nothing any more.
-    let newer = state(&owner, "r", &[&second, &hex(8)], 1_700_000_001);
+    let newer = state(&owner, "r", &[&second, &oid(8)], 1_700_000_001);
     let inserted = purgatory.add_state(newer.clone(), Origin::Synced).unwrap();
     assert!(matches!(inserted, Inserted::Replaced { .. }));
     let kept_second = format!("refs/purgatory/{second}");

@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use events::memory_git::{MemoryGit, OneRepo};
-use events::{announcement, hex, pull_request};
 use grasp_purgatory::{ChannelSink, MemoryAnnouncements, Origin, Purgatory, PurgatoryStatus};
+use grasp_sync_test_support::ids::oid;
+use grasp_sync_test_support::nip34::{pull_request, Announcement};
+use grasp_sync_tokio::TokioClock;
 use nostr::prelude::*;
 use tokio::sync::watch;
 
@@ -37,6 +39,7 @@ async fn the_status_follows_events_from_held_to_released_and_expired() {
     let announcements = Arc::new(MemoryAnnouncements::new());
     let (sink, _outputs) = ChannelSink::new();
     let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements.clone())
         .repo_locator(Arc::new(OneRepo("/memory".into())))
         .git_backend(git.clone())
@@ -56,20 +59,24 @@ async fn the_status_follows_events_from_held_to_released_and_expired() {
     for identifier in ["one", "two"] {
         let url = format!("https://{HOST}/{identifier}.git");
         announcements
-            .add(announcement(&owner, identifier, &[&url]))
+            .add(
+                Announcement::new(identifier)
+                    .clone_urls(&[&url])
+                    .sign(&owner),
+            )
             .unwrap();
     }
-    git.serve(&format!("https://{HOST}/one.git"), [hex(1)]);
-    git.serve(&format!("https://{HOST}/two.git"), [hex(2)]);
+    git.serve(&format!("https://{HOST}/one.git"), [oid(1)]);
+    git.serve(&format!("https://{HOST}/two.git"), [oid(2)]);
     let add = |identifier: &str, tip: &str| {
         let event = pull_request(&Keys::generate(), &owner.public_key(), identifier, tip);
         purgatory.add_pr(event, Origin::Synced).unwrap();
     };
 
     // Held and queued; the add itself ends "nothing ready", without waiting for the loop.
-    add("one", &hex(1));
+    add("one", &oid(1));
     assert!(!status.borrow().nothing_ready, "never stale after an add");
-    add("two", &hex(2));
+    add("two", &oid(2));
     let now = purgatory.status_now();
     assert_eq!(now.events_held, 2);
     assert_eq!(now.identifiers_queued, 2);
@@ -121,10 +128,10 @@ async fn the_status_follows_events_from_held_to_released_and_expired() {
     // (nothing ready, still held), then expires after thirty minutes.
     let url = format!("https://{DOWN}/three.git");
     announcements
-        .add(announcement(&owner, "three", &[&url]))
+        .add(Announcement::new("three").clone_urls(&[&url]).sign(&owner))
         .unwrap();
     git.fail(&url);
-    add("three", &hex(3));
+    add("three", &oid(3));
     assert!(!status.borrow().nothing_ready);
     let backing_off = until(&mut status, Duration::from_secs(10), |s| {
         s.nothing_ready && s.events_held == 1

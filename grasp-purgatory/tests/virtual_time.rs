@@ -10,12 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use events::memory_git::{MemoryGit, OneRepo};
-use events::{announcement, hex, pull_request, pull_request_update, state};
 use grasp_purgatory::{
     ChannelSink, MemoryAnnouncements, Origin, Purgatory, PurgatoryGate, PurgatoryOutput, StoreSink,
 };
 use grasp_sync_core::nip34::RepoRef;
 use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore};
+use grasp_sync_test_support::ids::{coordinate, oid, T0};
+use grasp_sync_test_support::nip34::{pr_update, pull_request, sign, state, Announcement};
+use grasp_sync_tokio::TokioClock;
 use nostr::prelude::*;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
@@ -39,6 +41,7 @@ async fn world(
     let announcements = Arc::new(MemoryAnnouncements::new());
     let (sink, output) = ChannelSink::new();
     let builder = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements.clone())
         .repo_locator(Arc::new(OneRepo("/memory".into())))
         .git_backend(git.clone())
@@ -63,7 +66,11 @@ impl World {
 
     fn announce(&self, identifier: &str, urls: &[&str]) {
         self.announcements
-            .add(announcement(&self.owner, identifier, urls))
+            .add(
+                Announcement::new(identifier)
+                    .clone_urls(urls)
+                    .sign(&self.owner),
+            )
             .unwrap();
     }
 
@@ -117,8 +124,8 @@ async fn a_burst_of_fifty_identifiers_never_exceeds_five_in_flight_or_thirty_a_m
     for i in 0..50u8 {
         let url = format!("https://{HOST}/r{i}.git");
         world.announce(&format!("r{i}"), &[&url]);
-        world.git.serve(&url, [hex(i)]);
-        world.add_pr(&format!("r{i}"), &hex(i), Origin::Synced);
+        world.git.serve(&url, [oid(i)]);
+        world.add_pr(&format!("r{i}"), &oid(i), Origin::Synced);
     }
     let outputs = world.outputs(50, Duration::from_secs(600)).await;
     assert!(outputs.iter().all(|(_, o)| released(o)));
@@ -161,9 +168,9 @@ async fn a_burst_of_fifty_identifiers_never_exceeds_five_in_flight_or_thirty_a_m
 #[tokio::test(start_paused = true)]
 async fn ten_events_for_one_identifier_within_100_ms_cause_one_fetch() {
     let mut world = world(MemoryGit::default(), |b| b).await;
-    world.repo_r(Some((1..=10).map(hex).collect()));
+    world.repo_r(Some((1..=10).map(oid).collect()));
     for n in 1..=10 {
-        world.add_pr("r", &hex(n), Origin::Synced);
+        world.add_pr("r", &oid(n), Origin::Synced);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let outputs = world.outputs(10, Duration::from_secs(10)).await;
@@ -179,7 +186,7 @@ async fn an_unreachable_url_is_retried_after_20_40_80_then_every_120_seconds() {
     let world = world(MemoryGit::default(), |b| b).await;
     world.repo_r(None);
     let added = Instant::now();
-    world.add_pr("r", &hex(1), Origin::Synced);
+    world.add_pr("r", &oid(1), Origin::Synced);
     tokio::time::sleep(Duration::from_secs(500)).await;
 
     let starts: Vec<Duration> = world.git.log().iter().map(|r| r.started - added).collect();
@@ -202,11 +209,11 @@ async fn a_new_event_resets_the_backoff() {
     let world = world(MemoryGit::default(), |b| b).await;
     world.repo_r(None);
     let added = Instant::now();
-    world.add_pr("r", &hex(1), Origin::Synced);
+    world.add_pr("r", &oid(1), Origin::Synced);
     // Attempts at 0.5 s and 20.5 s; the next would be at 60.5 s.
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(world.git.log().len(), 2);
-    world.add_pr("r", &hex(2), Origin::Synced);
+    world.add_pr("r", &oid(2), Origin::Synced);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let log = world.git.log();
     assert_eq!(log.len(), 3);
@@ -228,12 +235,12 @@ async fn a_new_event_resets_the_backoff() {
 #[tokio::test(start_paused = true)]
 async fn user_submitted_events_wait_three_minutes_for_the_push() {
     let mut world = world(MemoryGit::default(), |b| b).await;
-    world.repo_r(Some([hex(1), hex(2)].into_iter().collect()));
+    world.repo_r(Some([oid(1), oid(2)].into_iter().collect()));
     let added = Instant::now();
-    world.add_pr("r", &hex(1), Origin::Submitted);
-    world.add_pr("r", &hex(2), Origin::Submitted);
+    world.add_pr("r", &oid(1), Origin::Submitted);
+    world.add_pr("r", &oid(2), Origin::Submitted);
     // The push brings one object before the delay ends: only the other is fetched.
-    world.git.push_local(&hex(1));
+    world.git.push_local(&oid(1));
     let outputs = world.outputs(2, Duration::from_secs(200)).await;
     let log = world.git.log();
     assert_eq!(log.len(), 1);
@@ -254,7 +261,7 @@ async fn events_whose_data_never_arrives_expire_after_thirty_minutes_and_are_rep
     let mut world = world(MemoryGit::default(), |b| b).await;
     world.repo_r(None);
     let added = Instant::now();
-    let id = world.add_pr("r", &hex(1), Origin::Synced);
+    let id = world.add_pr("r", &oid(1), Origin::Synced);
     let outputs = world.outputs(1, Duration::from_secs(2000)).await;
     let (at, output) = &outputs[0];
     assert!(matches!(output, PurgatoryOutput::Expired(held) if held.event.id == id));
@@ -274,16 +281,17 @@ async fn released_pull_requests_get_their_tip_under_refs_nostr_and_states_wait_f
     let one = format!("https://{HOST}/r.git");
     let two = "https://mirror.example.org/r.git".to_owned();
     world.announce("r", &[&one, &two]);
-    world.git.serve(&one, [hex(1)]);
-    world.git.serve(&two, [hex(1), hex(2), hex(3)]);
-    let pr = world.add_pr("r", &hex(3), Origin::Synced);
-    let update = pull_request_update(&Keys::generate(), &world.owner.public_key(), "r", &hex(1));
+    world.git.serve(&one, [oid(1)]);
+    world.git.serve(&two, [oid(1), oid(2), oid(3)]);
+    let pr = world.add_pr("r", &oid(3), Origin::Synced);
+    let repo = coordinate(&world.owner.public_key(), "r");
+    let update = pr_update(&Keys::generate(), &pr, &repo, &oid(1), T0 + 1);
     let update_id = update.id;
     world.purgatory.add_pr(update, Origin::Synced).unwrap();
     world
         .purgatory
         .add_state(
-            state(&world.owner, "r", &[&hex(1), &hex(2)], 5),
+            state(&world.owner, "r", &[&oid(1), &oid(2)], 5),
             Origin::Synced,
         )
         .unwrap();
@@ -292,12 +300,12 @@ async fn released_pull_requests_get_their_tip_under_refs_nostr_and_states_wait_f
     let refs = world.git.refs();
     assert_eq!(
         refs.get(&format!("refs/nostr/{pr}")).map(|o| o.to_string()),
-        Some(hex(3))
+        Some(oid(3))
     );
     assert_eq!(
         refs.get(&format!("refs/nostr/{update_id}"))
             .map(|o| o.to_string()),
-        Some(hex(1))
+        Some(oid(1))
     );
     assert!(
         !refs.keys().any(|name| name.starts_with("refs/purgatory/")),
@@ -322,8 +330,8 @@ async fn the_purgatory_is_saved_on_shutdown_and_restored_on_start() {
     let persist = |b: grasp_purgatory::PurgatoryBuilder| b.persist_to(file.clone());
     let first = world(MemoryGit::default(), persist).await;
     first.repo_r(None);
-    let id = first.add_pr("r", &hex(1), Origin::Submitted);
-    let state_event = state(&first.owner, "r", &[&hex(2)], 9);
+    let id = first.add_pr("r", &oid(1), Origin::Submitted);
+    let state_event = state(&first.owner, "r", &[&oid(2)], 9);
     first
         .purgatory
         .add_state(state_event.clone(), Origin::Synced)
@@ -339,7 +347,7 @@ async fn the_purgatory_is_saved_on_shutdown_and_restored_on_start() {
     assert!(second.purgatory.contains(&id));
     // The restored events belong to the first world's repository.
     second.owner = owner;
-    second.repo_r(Some(vec![hex(1), hex(2)]));
+    second.repo_r(Some(vec![oid(1), oid(2)]));
     let outputs = second.outputs(2, Duration::from_secs(5)).await;
     assert!(outputs.iter().all(|(_, o)| released(o)));
     second.stop().await;
@@ -368,6 +376,7 @@ async fn events_arriving_through_sync_enter_purgatory_and_reach_the_store_when_r
     let git = Arc::new(MemoryGit::default());
     let announcements = Arc::new(MemoryAnnouncements::new());
     let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
         .announcements(announcements.clone())
         .repo_locator(Arc::new(OneRepo("/memory".into())))
         .git_backend(git.clone())
@@ -379,13 +388,13 @@ async fn events_arriving_through_sync_enter_purgatory_and_reach_the_store_when_r
     let owner = Keys::generate();
     let url = format!("https://{HOST}/r.git");
     announcements
-        .add(announcement(&owner, "r", &[&url]))
+        .add(Announcement::new("r").clone_urls(&[&url]).sign(&owner))
         .unwrap();
-    git.serve(&url, [hex(1)]);
+    git.serve(&url, [oid(1)]);
 
-    let pr = pull_request(&Keys::generate(), &owner.public_key(), "r", &hex(1));
+    let pr = pull_request(&Keys::generate(), &owner.public_key(), "r", &oid(1));
     let bad = pull_request(&Keys::generate(), &owner.public_key(), "r", "not-hex");
-    let issue = events::sign(&owner, 1621, Vec::new(), 1);
+    let issue = sign(&owner, 1621, "", Vec::new(), 1);
     assert_eq!(gate.ingest(&pr).await.unwrap(), IngestOutcome::Stored);
     assert!(matches!(
         gate.ingest(&bad).await.unwrap(),

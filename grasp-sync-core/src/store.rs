@@ -226,21 +226,11 @@ impl EventStore for MemoryEventStore {
 mod tests {
     use super::*;
     use futures::executor::block_on;
-    use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Tag};
+    use grasp_sync_test_support::nip34::{sign, Announcement};
+    use nostr::prelude::Keys;
 
     fn note(keys: &Keys, content: &str, at: u64) -> Event {
-        EventBuilder::new(Kind::Custom(1621), content)
-            .custom_created_at(Timestamp::from_secs(at))
-            .finalize(keys)
-            .unwrap()
-    }
-
-    fn announcement(keys: &Keys, d: &str, at: u64) -> Event {
-        EventBuilder::new(Kind::Custom(30617), "")
-            .tags([Tag::identifier(d)])
-            .custom_created_at(Timestamp::from_secs(at))
-            .finalize(keys)
-            .unwrap()
+        sign(keys, 1621, content, Vec::new(), at)
     }
 
     #[test]
@@ -264,9 +254,9 @@ mod tests {
     fn addressable_events_keep_only_the_newest_version() {
         let store = MemoryEventStore::new();
         let keys = Keys::generate();
-        let old = announcement(&keys, "repo", 10);
-        let new = announcement(&keys, "repo", 20);
-        let other = announcement(&keys, "other", 5);
+        let old = Announcement::new("repo").at(10).sign(&keys);
+        let new = Announcement::new("repo").at(20).sign(&keys);
+        let other = Announcement::new("other").at(5).sign(&keys);
         assert_eq!(block_on(store.ingest(&new)).unwrap(), IngestOutcome::Stored);
         assert_eq!(
             block_on(store.ingest(&old)).unwrap(),
@@ -277,7 +267,7 @@ mod tests {
             block_on(store.ingest(&other)).unwrap(),
             IngestOutcome::Stored
         );
-        let newer = announcement(&keys, "repo", 30);
+        let newer = Announcement::new("repo").at(30).sign(&keys);
         assert_eq!(
             block_on(store.ingest(&newer)).unwrap(),
             IngestOutcome::Stored
@@ -292,7 +282,7 @@ mod tests {
         let keys = Keys::generate();
         let a = note(&keys, "a", 10);
         let b = note(&keys, "b", 20);
-        let c = announcement(&keys, "repo", 30);
+        let c = Announcement::new("repo").at(30).sign(&keys);
         for event in [&a, &b, &c] {
             block_on(store.ingest(event)).unwrap();
         }

@@ -220,8 +220,10 @@ fn a_relay_with_endless_negentropy_rounds_is_cut_off_counted_and_synced_by_req()
                 initial_message,
                 ..
             } => {
-                let reply = remote.reconcile(&hex_decode(&initial_message)).unwrap();
-                let reply = endless.get_or_insert_with(|| hex_encode(&reply)).clone();
+                let reply = remote
+                    .reconcile(&hex::decode(&initial_message).unwrap())
+                    .unwrap();
+                let reply = endless.get_or_insert_with(|| hex::encode(&reply)).clone();
                 engine.handle_relay_message(start, &relay, neg_msg(&id, reply));
             }
             Command::NegMsg { id, .. } => {
@@ -261,15 +263,4 @@ fn neg_msg(id: &SubscriptionId, message: String) -> RelayMessage<'static> {
         subscription_id: Cow::Owned(id.clone()),
         message: Cow::Owned(message),
     }
-}
-
-fn hex_encode(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
-fn hex_decode(text: &str) -> Vec<u8> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
-        .collect()
 }

@@ -12,7 +12,7 @@ use grasp_sync_core::engine::Command;
 use nostr::prelude::*;
 
 use sim::events::{self, repo_ref};
-use sim::relay::{NegRefusal, SimRelayConfig};
+use sim::relay::{Nip77Refusal, SimRelayConfig};
 use sim::{config, own_url, relay_url, sim_relay_with, World, UNIX_ORIGIN};
 
 const ISSUES: u64 = 40;
@@ -42,7 +42,7 @@ fn dropping_world(
         ));
     }
     let nostr_rs_relay = SimRelayConfig {
-        nip77: NegRefusal::Notice,
+        nip77: Nip77Refusal::Notice,
         drop_req_mid_stream: drop.then_some(BEFORE_THE_DROP),
         ..SimRelayConfig::default()
     };

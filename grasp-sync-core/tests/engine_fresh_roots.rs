@@ -12,7 +12,7 @@ use grasp_sync_core::engine::Command;
 use nostr::prelude::*;
 
 use sim::events::{self, repo_ref};
-use sim::relay::{NegRefusal, SimRelayConfig};
+use sim::relay::{Nip77Refusal, SimRelayConfig};
 use sim::{config, own_url, relay_url, sim_relay, sim_relay_with, World, UNIX_ORIGIN};
 
 /// Does `filter` ask for events tagging `root`?
@@ -100,7 +100,7 @@ fn replies_to_a_root_event_stored_new_are_reconciled_against_what_the_relay_sent
 #[test]
 fn replies_to_a_root_event_stored_new_are_fetched_by_req_where_nip77_is_refused() {
     let relay = SimRelayConfig {
-        nip77: NegRefusal::Notice,
+        nip77: Nip77Refusal::Notice,
         ..SimRelayConfig::default()
     };
     let (mut world, issue, reply) = world_with(false, relay);

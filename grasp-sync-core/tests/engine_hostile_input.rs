@@ -13,6 +13,7 @@ use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
 use grasp_sync_core::store::IngestOutcome;
 use grasp_sync_core::url_policy::RelayUrlPolicy;
 use grasp_sync_core::{Instant, Now};
+use grasp_sync_test_support::nip34::Announcement;
 use nostr::prelude::*;
 use proptest::prelude::*;
 
@@ -110,14 +111,10 @@ impl Harness {
         let now = Now::new(Instant::ZERO, Timestamp::from_secs(1_750_000_000));
         let mut engine = SyncEngine::new(config, now);
         // One repository of ours listing the hostile relay, with a root.
-        let announcement = EventBuilder::new(Kind::Custom(30617), "")
-            .tags([
-                Tag::identifier("repo"),
-                Tag::parse(["relays", own.as_str(), relay.as_str()]).unwrap(),
-            ])
-            .custom_created_at(Timestamp::from_secs(1_700_000_000))
-            .finalize(&maintainer)
-            .unwrap();
+        let announcement = Announcement::new("repo")
+            .relays([&own, &relay])
+            .at(1_700_000_000)
+            .sign(&maintainer);
         engine.handle_own_events(now, [announcement]);
         let mut harness = Harness {
             engine,

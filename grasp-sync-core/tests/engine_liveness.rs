@@ -12,14 +12,14 @@ use grasp_sync_core::nip34::RepoRef;
 use nostr::prelude::*;
 
 use sim::events::{self, repo_ref};
-use sim::relay::{NegRefusal, SimRelayConfig};
+use sim::relay::{Nip77Refusal, SimRelayConfig};
 use sim::{config, own_url, relay_url, sim_relay_with, World, UNIX_ORIGIN};
 
 /// nostr-rs-relay 0.8.12 as far as liveness goes: REQ only, no EOSE for a
 /// `limit: 0` REQ.
 fn nostr_rs_relay() -> SimRelayConfig {
     SimRelayConfig {
-        nip77: NegRefusal::Notice,
+        nip77: Nip77Refusal::Notice,
         no_eose_for_limit_zero: true,
         ..SimRelayConfig::default()
     }

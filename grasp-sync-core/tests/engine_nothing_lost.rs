@@ -648,7 +648,7 @@ fn rate_limited_world() -> (World, Repo) {
     let a = SimRelayConfig {
         rate_limit: Some((6, Duration::from_secs(60))),
         max_limit: Some(20),
-        nip77: sim::relay::NegRefusal::NegErr,
+        nip77: sim::relay::Nip77Refusal::NegErr,
         ..SimRelayConfig::default()
     };
     (repo.world(a), repo)

@@ -22,27 +22,25 @@ fn case(service: bool) -> Case {
     let remote = relay_url("remote");
     let (owner, maintainer, stranger) = (Keys::generate(), Keys::generate(), Keys::generate());
     let at = UNIX_ORIGIN - 10_000;
-    let owners = events::announcement_with_maintainers(
-        &owner,
-        "alpha",
-        &[&own_url(), &remote],
-        &[&maintainer],
-        at,
-    );
+    let owners = events::Announcement::new("alpha")
+        .relays([&own_url(), &remote])
+        .maintainers([maintainer.public_key()])
+        .at(at)
+        .sign(&owner);
     // Newer than the owner's: the relay sends it first.
     let maintainers = events::announcement(&maintainer, "alpha", &[&remote], at + 50);
     let ours = vec![
         owners,
         maintainers,
-        events::state(&owner, "alpha", at + 10),
-        events::state(&maintainer, "alpha", at + 60),
+        events::state(&owner, "alpha", &[events::TIP], at + 10),
+        events::state(&maintainer, "alpha", &[events::TIP], at + 60),
     ];
     let foreign = vec![
         events::announcement(&stranger, "beta", &[&remote], at + 20),
-        events::state(&stranger, "beta", at + 30),
+        events::state(&stranger, "beta", &[events::TIP], at + 30),
         // Same identifier as ours, but by nobody the owner lists.
         events::announcement(&stranger, "alpha", &[&remote], at + 40),
-        events::state(&stranger, "alpha", at + 70),
+        events::state(&stranger, "alpha", &[events::TIP], at + 70),
     ];
     let mut cfg = config();
     cfg.bootstrap_relays = vec![remote.clone()];

@@ -8,7 +8,7 @@ use grasp_sync_core::model::{ConnectionStatus, SyncMethod};
 use nostr::prelude::*;
 
 use sim::events::{self, repo_ref};
-use sim::relay::{NegRefusal, SimRelayConfig};
+use sim::relay::{Nip77Refusal, SimRelayConfig};
 use sim::{config, own_url, relay_url, sim_relay_with, World, UNIX_ORIGIN};
 
 const STEPS: u64 = 100_000;
@@ -25,7 +25,7 @@ fn an_unreachable_relay_is_reported_and_does_not_hold_historic_sync() {
     let reply = events::reply(&user, &issue.id, "reply", at + 2);
     let remote = vec![announcement.clone(), issue.clone(), reply.clone()];
     let refusing = SimRelayConfig {
-        nip77: NegRefusal::NegErr,
+        nip77: Nip77Refusal::NegErr,
         ..SimRelayConfig::default()
     };
     let mut world = World::new(

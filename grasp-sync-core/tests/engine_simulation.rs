@@ -12,7 +12,7 @@ use grasp_sync_core::model::ConnectionStatus;
 use nostr::prelude::*;
 
 use sim::events::{self, repo_ref};
-use sim::relay::{NegRefusal, SimRelayConfig, SubLimitRefusal};
+use sim::relay::{Nip77Refusal, SimRelayConfig, SubLimitRefusal};
 use sim::{config, own_url, relay_url, sim_relay, sim_relay_with, World, UNIX_ORIGIN};
 
 const STEPS: u64 = 20_000;
@@ -46,12 +46,12 @@ fn fixture() -> Fixture {
         issue.clone(),
         patch.clone(),
         pr.clone(),
-        events::pr_update(&user, &pr.id, &repo, at(31)),
+        events::pr_update(&user, &pr.id, &repo, events::TIP, at(31)),
         events::reply(&user, &issue.id, "reply", at(40)),
         events::quote(&user, &repo.to_string(), at(41)),
         events::quote(&user, &issue.id.to_hex(), at(42)),
         events::upper_a(&user, &repo, at(43)),
-        events::state(&maintainer, "alpha", at(44)),
+        events::state(&maintainer, "alpha", &[events::TIP], at(44)),
         unrelated_repo.clone(),
         events::root(&user, 1621, &repo_ref(&other, "beta"), "not ours", at(45)),
     ];
@@ -423,16 +423,16 @@ fn a_bootstrap_relay_is_kept_with_nothing_to_sync() {
 
 // ----------------------------------------------------------------- failures
 
-fn refusing(mode: NegRefusal) -> SimRelayConfig {
+fn refusing(mode: Nip77Refusal) -> SimRelayConfig {
     SimRelayConfig {
         nip77: mode,
         ..SimRelayConfig::default()
     }
 }
 
-fn assert_falls_back(mode: NegRefusal) {
+fn assert_falls_back(mode: Nip77Refusal) {
     let fixture = fixture();
-    let world = synced(&fixture, refusing(mode.clone()), SimRelayConfig::default());
+    let world = synced(&fixture, refusing(mode), SimRelayConfig::default());
     assert_converged(&world, &fixture);
     assert_eq!(
         world.engine.stats().negentropy_refusals,
@@ -444,22 +444,22 @@ fn assert_falls_back(mode: NegRefusal) {
 
 #[test]
 fn negentropy_refused_by_neg_err_falls_back_to_req() {
-    assert_falls_back(NegRefusal::NegErr);
+    assert_falls_back(Nip77Refusal::NegErr);
 }
 
 #[test]
 fn negentropy_refused_by_notice_falls_back_to_req() {
-    assert_falls_back(NegRefusal::Notice);
+    assert_falls_back(Nip77Refusal::Notice);
 }
 
 #[test]
 fn negentropy_refused_by_closed_falls_back_to_req() {
-    assert_falls_back(NegRefusal::Closed);
+    assert_falls_back(Nip77Refusal::Closed);
 }
 
 #[test]
 fn negentropy_refused_by_silence_falls_back_to_req_after_the_timeout() {
-    assert_falls_back(NegRefusal::Silence);
+    assert_falls_back(Nip77Refusal::Silence);
 }
 
 fn many_issues(maintainer: &Keys, count: u64, seconds: u64) -> Vec<Event> {
@@ -484,7 +484,7 @@ fn equal_created_at_pagination_loses_nothing() {
     let mut a_events = fixture.a_events.clone();
     a_events.extend(many_issues(&fixture.maintainer, 1200, 4));
     let a = SimRelayConfig {
-        nip77: NegRefusal::NegErr,
+        nip77: Nip77Refusal::NegErr,
         default_limit: 500,
         ..SimRelayConfig::default()
     };
@@ -500,7 +500,7 @@ fn a_silent_limit_clamp_does_not_end_pagination() {
     let mut a_events = fixture.a_events.clone();
     a_events.extend(many_issues(&fixture.maintainer, 700, 700));
     let a = SimRelayConfig {
-        nip77: NegRefusal::Notice,
+        nip77: Nip77Refusal::Notice,
         max_limit: Some(100),
         ..SimRelayConfig::default()
     };
@@ -534,7 +534,7 @@ fn negentropy_fetches_of_missing_ids_survive_a_silent_clamp() {
 fn closed_subscriptions_fail_the_batch_and_items_are_planned_again() {
     let fixture = fixture();
     let a = SimRelayConfig {
-        nip77: NegRefusal::NegErr,
+        nip77: Nip77Refusal::NegErr,
         close_every_req: Some("error: database busy".into()),
         ..SimRelayConfig::default()
     };
@@ -555,7 +555,7 @@ fn closed_subscriptions_fail_the_batch_and_items_are_planned_again() {
 fn a_rate_limited_relay_is_fully_synced_after_its_cooldown() {
     let fixture = fixture();
     let a = SimRelayConfig {
-        nip77: NegRefusal::NegErr,
+        nip77: Nip77Refusal::NegErr,
         rate_limit: Some((2, Duration::from_secs(60))),
         ..SimRelayConfig::default()
     };
@@ -864,7 +864,7 @@ mod convergence {
 
     #[derive(Clone, Debug)]
     struct Knobs {
-        nip77: NegRefusal,
+        nip77: Nip77Refusal,
         max_limit: Option<usize>,
         max_subscriptions: Option<usize>,
         tell_limit: bool,
@@ -877,11 +877,11 @@ mod convergence {
     fn knobs() -> impl Strategy<Value = Knobs> {
         (
             prop_oneof![
-                Just(NegRefusal::None),
-                Just(NegRefusal::NegErr),
-                Just(NegRefusal::Notice),
-                Just(NegRefusal::Closed),
-                Just(NegRefusal::Silence)
+                Just(Nip77Refusal::Served),
+                Just(Nip77Refusal::NegErr),
+                Just(Nip77Refusal::Notice),
+                Just(Nip77Refusal::Closed),
+                Just(Nip77Refusal::Silence)
             ],
             proptest::option::of(20usize..200),
             proptest::option::of(2usize..6),
@@ -1030,7 +1030,7 @@ mod convergence {
                 .zip(event_sets)
                 .map(|((knob, name), events)| {
                     let config = SimRelayConfig {
-                        nip77: knob.nip77.clone(),
+                        nip77: knob.nip77,
                         max_limit: knob.max_limit,
                         max_subscriptions: knob.max_subscriptions,
                         sub_limit_refusal: knob.refusal.clone(),

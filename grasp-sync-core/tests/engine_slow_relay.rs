@@ -12,7 +12,7 @@ use grasp_sync_core::engine::Command;
 use nostr::prelude::*;
 
 use sim::events::{self, repo_ref};
-use sim::relay::{NegRefusal, SimRelayConfig};
+use sim::relay::{Nip77Refusal, SimRelayConfig};
 use sim::{config, own_url, relay_url, sim_relay_with, World, UNIX_ORIGIN};
 
 /// `repos` repositories, each with a state and `issues` issues, on one
@@ -37,7 +37,7 @@ fn world_with(
         let announcement = events::announcement(&keys, &name, &[&own_url(), &relay], at);
         announcements.push(announcement.clone());
         held.push(announcement);
-        held.push(events::state(&keys, &name, at + 1));
+        held.push(events::state(&keys, &name, &[events::TIP], at + 1));
         let repo = repo_ref(&keys, &name);
         for i in 0..issues {
             held.push(events::root(
@@ -50,7 +50,7 @@ fn world_with(
         }
     }
     let req_only = SimRelayConfig {
-        nip77: NegRefusal::Notice,
+        nip77: Nip77Refusal::Notice,
         ..SimRelayConfig::default()
     };
     let world = World::new(

@@ -9,7 +9,7 @@ use grasp_sync_core::engine::Command;
 use nostr::prelude::*;
 
 use sim::events::{self, repo_ref};
-use sim::relay::{NegRefusal, SimRelayConfig};
+use sim::relay::{Nip77Refusal, SimRelayConfig};
 use sim::{config, own_url, relay_url, sim_relay_with, World, UNIX_ORIGIN};
 
 fn stores_of(world: &World, id: &EventId) -> usize {
@@ -36,7 +36,7 @@ fn an_event_coming_back_after_it_was_stored_is_not_stored_again() {
     );
     // REQ only: nothing compares with the store before downloading.
     let req_only = || SimRelayConfig {
-        nip77: NegRefusal::Notice,
+        nip77: Nip77Refusal::Notice,
         ..SimRelayConfig::default()
     };
     let held = vec![announcement.clone(), issue.clone()];

@@ -78,7 +78,8 @@ impl EventStore for DatabaseStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Kind, Tag};
+    use grasp_sync_test_support::nip34::Announcement;
+    use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Kind};
 
     fn block_on<F: std::future::Future>(future: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
@@ -103,13 +104,7 @@ mod tests {
             IngestOutcome::Duplicate
         );
         assert!(block_on(store.contains(&note.id)).unwrap());
-        let announce = |at: u64| {
-            EventBuilder::new(Kind::Custom(30617), "")
-                .tags([Tag::identifier("repo")])
-                .custom_created_at(Timestamp::from_secs(at))
-                .finalize(&keys)
-                .unwrap()
-        };
+        let announce = |at: u64| Announcement::new("repo").at(at).sign(&keys);
         assert_eq!(
             block_on(store.ingest(&announce(20))).unwrap(),
             IngestOutcome::Stored

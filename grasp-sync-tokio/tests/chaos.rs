@@ -31,7 +31,7 @@ use grasp_sync_core::engine::EngineConfig;
 use grasp_sync_tokio::{ConnectionConfig, RelayStore, Summary, SyncManager, SyncStatus};
 use nostr::prelude::*;
 use support::{
-    loopback_engine_config, sign, tag, FaultCounts, FaultPlan, Nip77Mode, SeededRng, TestRelay,
+    loopback_engine_config, sign, tag, FaultCounts, FaultPlan, Nip77Refusal, SeededRng, TestRelay,
     TestRelayConfig,
 };
 use tokio::sync::watch;
@@ -166,7 +166,7 @@ fn remote_config(index: usize, seed: u64) -> TestRelayConfig {
         },
         1 => TestRelayConfig::strfry(),
         _ => TestRelayConfig {
-            nip77: Nip77Mode::RefuseNotice,
+            nip77: Nip77Refusal::Notice,
             max_reqs: Some(MAX_SUBS[2]),
             default_filter_limit: Some(REMOTE2_LIMIT),
             max_filter_limit: Some(REMOTE2_LIMIT),

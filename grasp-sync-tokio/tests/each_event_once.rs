@@ -16,7 +16,7 @@ use grasp_sync_core::RepoRef;
 use grasp_sync_tokio::{RelayStore, SyncManager};
 use nostr::prelude::*;
 use support::{
-    announcement, loopback_engine_config, sign, tag, Nip77Mode, TestRelay, TestRelayConfig,
+    announcement, loopback_engine_config, sign, tag, Nip77Refusal, TestRelay, TestRelayConfig,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -108,7 +108,7 @@ impl Sent {
 }
 
 /// Syncs the remote into a fresh own relay (which holds the announcements).
-async fn sync(nip77: Nip77Mode) -> Sent {
+async fn sync(nip77: Nip77Refusal) -> Sent {
     let own = TestRelay::start(TestRelayConfig::default()).await;
     let remote = TestRelay::start(TestRelayConfig {
         nip77,
@@ -200,7 +200,7 @@ fn print(how: &str, sent: &Sent) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_nip77_each_event_comes_once() {
-    let sent = sync(Nip77Mode::Serve).await;
+    let sent = sync(Nip77Refusal::Served).await;
     print("NIP-77", &sent);
     // A status (`a` and `e`) comes with its repository's reconciliation;
     // its fresh root's replies are reconciled against what the relay sent
@@ -215,7 +215,7 @@ async fn over_nip77_each_event_comes_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_req_only_what_nip01_cannot_express_comes_twice() {
-    let sent = sync(Nip77Mode::RefuseNotice).await;
+    let sent = sync(Nip77Refusal::Notice).await;
     print("REQ", &sent);
     // A status matches its repository's `#a` (Layer 2) and its root's `#e`
     // (Layer 3, planned once the root is stored): two REQs, and NIP-01

@@ -11,8 +11,8 @@ use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use nostr::prelude::*;
 
 use support::{
-    connect_client, hex_decode, hex_encode, sign_notes, Client, FaultCounts, FaultPlan, RecvError,
-    TestRelay, TestRelayConfig, NIP01_PREFIXES,
+    connect_client, sign_notes, Client, FaultCounts, FaultPlan, RecvError, TestRelay,
+    TestRelayConfig, NIP01_PREFIXES,
 };
 
 const TS: u64 = 1_700_000_000;
@@ -363,7 +363,7 @@ fn neg_open(sub: &str, ours: &[Event]) -> (Negentropy<'static, NegentropyStorage
     storage.seal().expect("seal");
     let mut negentropy = Negentropy::owned(storage, 60_000).expect("negentropy");
     let initial = negentropy.initiate().expect("initiate");
-    let open = ClientMessage::neg_open(SubscriptionId::new(sub), kind1(), hex_encode(&initial));
+    let open = ClientMessage::neg_open(SubscriptionId::new(sub), kind1(), hex::encode(&initial));
     (negentropy, open.as_json())
 }
 
@@ -412,12 +412,12 @@ async fn endless_negentropy_never_lets_a_client_finish_until_the_faults_stop() {
             other => panic!("round {round}: expected NEG-MSG, got {other:?}"),
         };
         last = negentropy
-            .reconcile_with_ids(&hex_decode(&hex).expect("hex"), &mut have, &mut need)
+            .reconcile_with_ids(&hex::decode(&hex).expect("hex"), &mut have, &mut need)
             .expect("a valid negentropy message")
             .unwrap_or_else(|| panic!("round {round}: the client finished"));
         assert_eq!(need.len(), 10 * round, "ten new ids claimed each round");
         if round < 30 {
-            let message = serde_json::json!(["NEG-MSG", "neg", hex_encode(&last)]);
+            let message = serde_json::json!(["NEG-MSG", "neg", hex::encode(&last)]);
             client.send(message.to_string()).await;
         }
     }
@@ -427,7 +427,7 @@ async fn endless_negentropy_never_lets_a_client_finish_until_the_faults_stop() {
 
     // Faults stopped: the session ends with NEG-ERR; a new one is served by the relay.
     relay.stop_faults();
-    let message = serde_json::json!(["NEG-MSG", "neg", hex_encode(&last)]);
+    let message = serde_json::json!(["NEG-MSG", "neg", hex::encode(&last)]);
     client.send(message.to_string()).await;
     match client.recv().await {
         RelayMessage::NegErr { message, .. } => assert_eq!(message, "closed: faults stopped"),
@@ -442,10 +442,10 @@ async fn endless_negentropy_never_lets_a_client_finish_until_the_faults_stop() {
             RelayMessage::NegMsg { message, .. } => message.into_owned(),
             other => panic!("expected NEG-MSG, got {other:?}"),
         };
-        let bytes = hex_decode(&hex).expect("hex");
+        let bytes = hex::decode(&hex).expect("hex");
         match negentropy.reconcile_with_ids(&bytes, &mut have, &mut need) {
             Ok(Some(next)) => {
-                let message = serde_json::json!(["NEG-MSG", "again", hex_encode(&next)]);
+                let message = serde_json::json!(["NEG-MSG", "again", hex::encode(&next)]);
                 client.send(message.to_string()).await;
             }
             Ok(None) => break,

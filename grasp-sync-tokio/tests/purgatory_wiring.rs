@@ -17,21 +17,14 @@ use grasp_purgatory::{
     StoreSink,
 };
 use grasp_sync_core::url_policy::CloneUrlPolicy;
+use grasp_sync_test_support::ids;
+use grasp_sync_test_support::nip34::{sign, tag, Announcement};
 use grasp_sync_tokio::{DatabaseStore, SyncManager};
 use nostr::prelude::*;
 use nostr_database::NostrDatabase as _;
 use support::{TestRelay, TestRelayConfig};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn sign(keys: &Keys, kind: u16, tags: Vec<Vec<&str>>, at: u64) -> Event {
-    let tags: Vec<Tag> = tags.into_iter().map(|t| Tag::parse(t).unwrap()).collect();
-    EventBuilder::new(Kind::from(kind), "")
-        .tags(tags)
-        .custom_created_at(Timestamp::from_secs(at))
-        .finalize(keys)
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_synced_from_a_remote_relay_wait_in_purgatory_until_their_commits_are_fetched() {
@@ -48,31 +41,28 @@ async fn events_synced_from_a_remote_relay_wait_in_purgatory_until_their_commits
     let at = Timestamp::now().as_secs() - 60;
     let remote_url = remote.url().to_string();
     let clone_url = daemon.url("r.git");
-    let announcement = sign(
-        &maintainer,
-        30617,
-        vec![
-            vec!["d", "r"],
-            vec!["relays", &remote_url],
-            vec!["clone", &clone_url],
-        ],
-        at,
-    );
-    let coordinate = format!("30617:{}:r", maintainer.public_key().to_hex());
+    let announcement = Announcement::new("r")
+        .relays([&remote_url])
+        .clone_urls([&clone_url])
+        .at(at)
+        .sign(&maintainer);
+    let coordinate = ids::coordinate(&maintainer.public_key(), "r");
     let state = sign(
         &maintainer,
         30618,
-        vec![vec!["d", "r"], vec!["refs/heads/main", &main]],
+        "",
+        vec![tag(&["d", "r"]), tag(&["refs/heads/main", &main])],
         at,
     );
     let contributor = Keys::generate();
     let pr = sign(
         &contributor,
         1618,
-        vec![vec!["a", &coordinate], vec!["c", &pr_tip]],
+        "",
+        vec![tag(&["a", &coordinate]), tag(&["c", &pr_tip])],
         at,
     );
-    let issue = sign(&contributor, 1621, vec![vec!["a", &coordinate]], at);
+    let issue = sign(&contributor, 1621, "", vec![tag(&["a", &coordinate])], at);
     remote
         .add_events(&[
             announcement.clone(),

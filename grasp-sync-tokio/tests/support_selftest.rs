@@ -9,8 +9,8 @@ use nostr::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use support::{
-    connect_client, hex_decode, hex_encode, sign_notes, try_connect_client, Client, Nip77Mode,
-    RecvError, TestRelay, TestRelayConfig,
+    connect_client, sign_notes, try_connect_client, Client, Nip77Refusal, RecvError, TestRelay,
+    TestRelayConfig,
 };
 
 const TS: u64 = 1_700_000_000;
@@ -144,11 +144,11 @@ fn neg_open(sub: &str, ours: &[Event]) -> (Negentropy<'static, NegentropyStorage
     storage.seal().expect("seal");
     let mut neg = Negentropy::owned(storage, 60_000).expect("negentropy");
     let init = neg.initiate().expect("initiate");
-    let msg = ClientMessage::neg_open(SubscriptionId::new(sub), kind1(), hex_encode(&init));
+    let msg = ClientMessage::neg_open(SubscriptionId::new(sub), kind1(), hex::encode(&init));
     (neg, msg.as_json())
 }
 
-async fn relay_with_notes(nip77: Nip77Mode, keys: &Keys) -> (TestRelay, Vec<Event>) {
+async fn relay_with_notes(nip77: Nip77Refusal, keys: &Keys) -> (TestRelay, Vec<Event>) {
     let relay = TestRelay::start(TestRelayConfig {
         nip77,
         ..Default::default()
@@ -162,7 +162,7 @@ async fn relay_with_notes(nip77: Nip77Mode, keys: &Keys) -> (TestRelay, Vec<Even
 #[tokio::test]
 async fn nip77_serve_reconciles() {
     let keys = Keys::generate();
-    let (relay, events) = relay_with_notes(Nip77Mode::Serve, &keys).await;
+    let (relay, events) = relay_with_notes(Nip77Refusal::Served, &keys).await;
     let mut client = connect_client(&relay.url()).await;
     // we have the first 5 plus 2 the relay lacks
     let mut ours: Vec<Event> = events[..5].to_vec();
@@ -179,13 +179,13 @@ async fn nip77_serve_reconciles() {
             RelayMessage::NegMsg { message, .. } => message.into_owned(),
             other => panic!("expected NEG-MSG, got {other:?}"),
         };
-        let bytes = hex_decode(&hex).expect("hex");
+        let bytes = hex::decode(&hex).expect("hex");
         match neg
             .reconcile_with_ids(&bytes, &mut have, &mut need)
             .expect("reconcile")
         {
             Some(next) => {
-                let msg = serde_json::json!(["NEG-MSG", "neg", hex_encode(&next)]);
+                let msg = serde_json::json!(["NEG-MSG", "neg", hex::encode(&next)]);
                 client.send(msg.to_string()).await;
             }
             None => break,
@@ -205,7 +205,7 @@ async fn nip77_serve_reconciles() {
 #[tokio::test]
 async fn nip77_refuse_notice() {
     let keys = Keys::generate();
-    let (relay, events) = relay_with_notes(Nip77Mode::RefuseNotice, &keys).await;
+    let (relay, events) = relay_with_notes(Nip77Refusal::Notice, &keys).await;
     let mut client = connect_client(&relay.url()).await;
     let (_neg, open) = neg_open("neg", &events[..3]);
     client.send(open).await;
@@ -225,7 +225,7 @@ async fn nip77_refuse_notice() {
 #[tokio::test]
 async fn nip77_refuse_neg_err() {
     let keys = Keys::generate();
-    let (relay, events) = relay_with_notes(Nip77Mode::RefuseNegErr, &keys).await;
+    let (relay, events) = relay_with_notes(Nip77Refusal::Blocked, &keys).await;
     let mut client = connect_client(&relay.url()).await;
     let (_neg, open) = neg_open("neg-1", &events[..3]);
     client.send(open).await;
@@ -251,7 +251,7 @@ async fn nip77_refuse_neg_err() {
 #[tokio::test]
 async fn nip77_silence() {
     let keys = Keys::generate();
-    let (relay, events) = relay_with_notes(Nip77Mode::Silence, &keys).await;
+    let (relay, events) = relay_with_notes(Nip77Refusal::Silence, &keys).await;
     let mut client = connect_client(&relay.url()).await;
     let (_neg, open) = neg_open("neg", &events[..3]);
     client.send(open).await;

@@ -334,9 +334,9 @@ async fn negentropy_resync_downloads_nothing_again_and_req_fallback_pages_past_t
         max_filter_limit: Some(50),
         ..TestRelayConfig::default()
     };
-    let refusing = TestRelay::start(refusing_with(support::Nip77Mode::RefuseNotice)).await;
-    let neg_err = TestRelay::start(refusing_with(support::Nip77Mode::RefuseNegErr)).await;
-    let silent = TestRelay::start(refusing_with(support::Nip77Mode::Silence)).await;
+    let refusing = TestRelay::start(refusing_with(support::Nip77Refusal::Notice)).await;
+    let neg_err = TestRelay::start(refusing_with(support::Nip77Refusal::Blocked)).await;
+    let silent = TestRelay::start(refusing_with(support::Nip77Refusal::Silence)).await;
     let maintainer = Keys::generate();
     let user = Keys::generate();
     let base = Timestamp::now().as_secs() - 10_000;

@@ -20,6 +20,8 @@
 use std::io::{BufRead as _, BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 
+use grasp_sync_test_support::ids;
+use grasp_sync_test_support::nip34::{tag, Announcement};
 use nostr::prelude::{
     Event, EventId, FinalizeEvent as _, Keys, Kind, PublicKey, SecretKey, Tag, Timestamp,
     UnsignedEvent,
@@ -38,11 +40,6 @@ const BASE_TIME: u64 = 1_700_000_000;
 pub(crate) const KINDS: [u16; 11] = [
     30617, 30618, 1617, 1618, 1619, 1621, 1630, 1631, 1632, 1633, 1111,
 ];
-
-/// A tag from its values.
-fn tag<S: AsRef<str>>(values: &[S]) -> Tag {
-    Tag::parse(values.iter().map(AsRef::as_ref)).expect("a valid tag")
-}
 
 /// A deterministic key: `class` keeps maintainers and users apart.
 fn key(class: u8, index: usize) -> Keys {
@@ -66,7 +63,7 @@ fn repository(r: usize) -> (Keys, String) {
 /// The `a` coordinate of repository `r`.
 fn coordinate(r: usize) -> String {
     let (maintainer, identifier) = repository(r);
-    format!("30617:{}:{identifier}", maintainer.public_key().to_hex())
+    ids::coordinate(&maintainer.public_key(), &identifier)
 }
 
 /// Events to sign: the signer's index (in `keys`) and the event.
@@ -267,27 +264,16 @@ pub(crate) fn announcements(n: usize, relays: &[String]) -> Vec<Event> {
     (0..repo_count(n))
         .map(|r| {
             let (maintainer, identifier) = repository(r);
-            let mut list = vec!["relays".to_owned()];
-            list.extend(relays.iter().cloned());
-            let tags = vec![
-                tag(&["d", &identifier]),
-                tag(&["name", &identifier]),
-                tag(&["description", "a repository of the throughput benchmark"]),
-                tag(&[
-                    "clone",
-                    &format!("https://git.example.com/{identifier}.git"),
-                ]),
-                tag(&list),
-            ];
-            UnsignedEvent::new(
-                maintainer.public_key(),
-                Timestamp::from_secs(BASE_TIME - 1_000 + r as u64),
-                Kind::Custom(30617),
-                tags,
-                "",
-            )
-            .finalize(&maintainer)
-            .expect("signing an announcement")
+            Announcement::new(&identifier)
+                .tag(tag(&["name", &identifier]))
+                .tag(tag(&[
+                    "description",
+                    "a repository of the throughput benchmark",
+                ]))
+                .clone_urls([format!("https://git.example.com/{identifier}.git")])
+                .relays(relays)
+                .at(BASE_TIME - 1_000 + r as u64)
+                .sign(&maintainer)
         })
         .collect()
 }

@@ -22,14 +22,8 @@ pub(crate) fn target_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target"))
 }
 
-/// A free TCP port on 127.0.0.1 (bound, read and released: the relay binds
-/// it a moment later).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("a free port on 127.0.0.1")
-}
+/// A free TCP port on 127.0.0.1 (the relay binds it a moment later).
+pub(crate) use grasp_sync_test_support::net::free_port;
 
 /// How a relay process is started.
 pub(crate) struct RelaySpec<'a> {

@@ -7,9 +7,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use grasp_purgatory::NpubLayout;
-use nostr::prelude::{
-    Event, EventBuilder, EventId, FinalizeEvent as _, Keys, Kind, RelayUrl, Tag, Timestamp,
-};
+use grasp_sync_test_support::ids::coordinate;
+use grasp_sync_test_support::nip34::{self, tag, Announcement};
+use grasp_sync_test_support::time::Timestamps;
+use nostr::prelude::{Event, EventId, Keys, RelayUrl, Tag, Timestamp};
 
 use crate::git_support::{init_bare_repo, SourceRepo};
 
@@ -115,7 +116,7 @@ impl DataSet {
 pub(crate) fn generate(ends: &Endpoints<'_>) -> DataSet {
     let base = Timestamp::now().as_secs() - 7 * 24 * 3600;
     let mut gen = Generator {
-        at: base,
+        at: Timestamps::new(base, 2),
         count: 0,
         remote_events: [Vec::new(), Vec::new()],
         noise: BTreeSet::new(),
@@ -139,16 +140,11 @@ pub(crate) fn generate(ends: &Endpoints<'_>) -> DataSet {
     }
 }
 
-/// A tag from its values.
-fn tag<S: AsRef<str>>(values: &[S]) -> Tag {
-    Tag::parse(values.iter().map(AsRef::as_ref)).expect("a valid tag")
-}
-
-/// Signs events with increasing timestamps (a few share a second) and
+/// Signs events with increasing timestamps (two share a second) and
 /// places them on the remotes.
 struct Generator {
-    /// The last `created_at` given.
-    at: u64,
+    /// The `created_at` of the events, two to a second.
+    at: Timestamps,
     /// Events signed so far.
     count: u64,
     /// Events placed on each remote.
@@ -160,15 +156,15 @@ struct Generator {
 impl Generator {
     /// A signed event of `kind` by `keys`.
     fn sign(&mut self, keys: &Keys, kind: u16, content: &str, tags: Vec<Tag>) -> Event {
+        let at = self.next_at();
+        nip34::sign(keys, kind, content, tags, at)
+    }
+
+    /// The `created_at` of the next event (counted: [`Generator::place`] takes
+    /// turns by the count).
+    fn next_at(&mut self) -> u64 {
         self.count += 1;
-        if self.count % 3 != 0 {
-            self.at += 1;
-        }
-        EventBuilder::new(Kind::from(kind), content)
-            .tags(tags)
-            .custom_created_at(Timestamp::from_secs(self.at))
-            .finalize(keys)
-            .expect("signing an event")
+        self.at.next()
     }
 
     /// Puts `event` on one or both of `remotes` (by turns).
@@ -210,21 +206,15 @@ impl Generator {
         let dev = source.commit_unreferenced(&format!("{id}: work in progress"));
         source.set_ref("refs/heads/dev", &dev);
         let clone_url = (ends.clone_url)(&format!("{id}.git"));
-        let coordinate = format!("30617:{}:{id}", maintainer.public_key().to_hex());
-        let mut relays = vec!["relays".to_owned(), ends.own.to_string()];
-        relays.extend(spec.remotes.iter().map(|r| ends.remotes[*r].to_string()));
-        let announcement = self.sign(
-            &maintainer,
-            30617,
-            "",
-            vec![
-                tag(&["d", id]),
-                tag(&["name", id]),
-                tag(&["description", "a repository of the grasp-sync demo"]),
-                tag(&["clone", &clone_url]),
-                tag(&relays),
-            ],
-        );
+        let coordinate = coordinate(&maintainer.public_key(), id);
+        let relays = std::iter::once(ends.own).chain(spec.remotes.iter().map(|r| ends.remotes[*r]));
+        let announcement = Announcement::new(id)
+            .tag(tag(&["name", id]))
+            .tag(tag(&["description", "a repository of the grasp-sync demo"]))
+            .clone_urls([&clone_url])
+            .relays(relays)
+            .at(self.next_at())
+            .sign(&maintainer);
         self.place_all(&announcement, spec.remotes);
         let state = self.sign(
             &maintainer,
@@ -452,7 +442,7 @@ impl Generator {
             ],
         );
         self.place_all(&announcement, &[0]);
-        let coordinate = format!("30617:{}:{identifier}", stranger.public_key().to_hex());
+        let coordinate = coordinate(&stranger.public_key(), identifier);
         for n in 0..STRANGER_ISSUES {
             let issue = self.sign(
                 &users[n % users.len()],

@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use grasp_sync_test_support::ids;
 use nostr::prelude::{Event, EventId, RelayUrl};
 
 /// Announcements, states.
@@ -126,7 +127,7 @@ fn consider(own: &RelayUrl, event: &Event, ours: &mut BTreeMap<String, BTreeSet<
         .filter_map(|url| RelayUrl::parse(url).ok())
         .collect();
     if relays.contains(own) {
-        let coordinate = format!("30617:{}:{identifier}", event.pubkey.to_hex());
+        let coordinate = ids::coordinate(&event.pubkey, identifier);
         let listed = relays.into_iter().filter(|relay| relay != own).collect();
         ours.entry(coordinate).or_insert(listed);
     }

@@ -14,7 +14,7 @@ use nostr::prelude::{Event, EventId, RelayUrl};
 use nostr_lmdb::NostrLMDB;
 
 use crate::git_support::{GitHttpServer, TempDir};
-use crate::relay_support::{try_connect_client, Nip77Mode, TestRelay, TestRelayConfig};
+use crate::relay_support::{try_connect_client, Nip77Refusal, TestRelay, TestRelayConfig};
 
 /// Loopback only.
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -139,7 +139,7 @@ impl World {
         let own = OwnRelay::start(&dir.join("own-relay-lmdb")).await?;
         let nip77 = TestRelay::start(TestRelayConfig::default()).await;
         let clamped = TestRelay::start(TestRelayConfig {
-            nip77: Nip77Mode::RefuseNotice,
+            nip77: Nip77Refusal::Notice,
             default_filter_limit: Some(CLAMPED_LIMIT),
             max_filter_limit: Some(CLAMPED_LIMIT),
             ..TestRelayConfig::default()

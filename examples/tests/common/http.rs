@@ -6,13 +6,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A port of 127.0.0.1 nobody listens on (bound, then released).
-pub async fn free_port() -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind a free port");
-    listener.local_addr().expect("local address").port()
-}
+/// A port of 127.0.0.1 nobody listens on (the test support's).
+pub use grasp_sync_test_support::net::free_port;
 
 /// `GET path` on 127.0.0.1:`port` (at most 5 s): the body of a `200` answer, or `None`
 /// if nothing is served there (yet).

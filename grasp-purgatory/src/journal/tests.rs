@@ -4,7 +4,8 @@ use nostr::prelude::Keys;
 
 use super::*;
 use crate::held::hold_event;
-use crate::test_events::{hex, pull_request};
+use grasp_sync_test_support::ids::oid;
+use grasp_sync_test_support::nip34::pull_request;
 
 /// A directory for one test, removed when dropped.
 struct Dir(PathBuf);
@@ -33,7 +34,7 @@ impl Drop for Dir {
 
 fn event(tip: u8, since: u64) -> HeldEvent {
     let owner = Keys::generate();
-    let pr = pull_request(&Keys::generate(), &owner.public_key(), "r", &hex(tip));
+    let pr = pull_request(&Keys::generate(), &owner.public_key(), "r", &oid(tip));
     hold_event(pr, Origin::Synced, Timestamp::from_secs(since)).unwrap()
 }
 
@@ -82,7 +83,7 @@ fn a_missing_journal_is_empty() {
 fn an_event_whose_signature_does_not_verify_is_refused() {
     let dir = Dir::new("forged");
     let one = event(1, 10);
-    let json = one.event.as_json().replace(&hex(1), &hex(9));
+    let json = one.event.as_json().replace(&oid(1), &oid(9));
     std::fs::write(dir.file(), format!("{HEADER}\n+ 10 synced {json}\n")).unwrap();
     let replayed = replay(&dir.file()).unwrap();
     assert!(replayed.live.is_empty());

@@ -5,12 +5,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use grasp_sync_core::clock::Clock;
 use grasp_sync_core::nip34::RepoRef;
 use grasp_sync_core::purgatory::{SyncQueue, SyncQueueEntry};
 use nostr::prelude::{Event, EventId};
 use tokio::sync::{watch, Notify};
 
-use crate::clock::PurgatoryClock;
 use crate::config::PurgatoryConfig;
 use crate::context::{lock, GitSyncContext, SharedStore};
 use crate::held::{hold_event, HeldEvent, HoldError, Origin};
@@ -35,7 +35,8 @@ pub(super) struct Shared {
     pub(super) manager: Arc<ThrottleManager>,
     pub(super) ctx: Arc<GitSyncContext>,
     pub(super) sink: Arc<dyn ReleaseSink>,
-    pub(super) clock: PurgatoryClock,
+    /// Read once per input; see [`super::PurgatoryBuilder::clock`].
+    pub(super) clock: Arc<dyn Clock>,
     /// Always present; registered only when the builder was given a registry.
     pub(super) metrics: Metrics,
     /// The last published status (see [`Purgatory::status`]).
@@ -148,7 +149,7 @@ impl Purgatory {
     /// status, logged at warn at most once a minute per reason), or when the journal
     /// cannot be written.
     pub fn add(&self, event: Event, origin: Origin) -> Result<Inserted, AddError> {
-        let held = hold_event(event, origin, self.shared.clock.unix())?;
+        let held = hold_event(event, origin, self.shared.clock.unix_time())?;
         self.hold(held)
     }
 

@@ -6,13 +6,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use grasp_sync_core::clock::{Clock, SystemClock};
 use grasp_sync_core::purgatory::{OwnService, SyncQueue};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use prometheus::Registry;
 use tokio::sync::{watch, Notify};
 
 use super::api::{Purgatory, Shared};
-use crate::clock::PurgatoryClock;
 use crate::config::{EnvError, PurgatoryConfig};
 use crate::context::{ContextParts, GitSyncContext, SharedStore};
 use crate::git::{GitBackend, GitFetcher, Resolver};
@@ -68,6 +68,7 @@ pub struct PurgatoryBuilder {
     git: Option<Arc<dyn GitBackend>>,
     sink: Option<Arc<dyn ReleaseSink>>,
     registry: Option<Registry>,
+    clock: Option<Arc<dyn Clock>>,
 }
 
 impl std::fmt::Debug for PurgatoryBuilder {
@@ -87,6 +88,7 @@ impl PurgatoryBuilder {
             git: None,
             sink: None,
             registry: None,
+            clock: None,
         }
     }
 
@@ -117,6 +119,14 @@ impl PurgatoryBuilder {
     /// Finds repositories with a custom locator.
     pub fn repo_locator(mut self, locator: Arc<dyn RepoLocator>) -> Self {
         self.locator = Some(locator);
+        self
+    }
+
+    /// Reads time from `clock` instead of the system's ([`SystemClock`]): under
+    /// `tokio::time::pause`, give it `grasp_sync_tokio::TokioClock` (or any clock on
+    /// tokio's timeline) so deadlines, backoff and expiry follow the paused time.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
         self
     }
 
@@ -273,11 +283,11 @@ impl PurgatoryBuilder {
             creates_repositories: !self.config.repositories_managed_externally,
         });
         let ctx = Arc::new(context.with_metrics(metrics.clone()));
-        let clock = PurgatoryClock::new();
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
         let wake = Arc::new(Notify::new());
         let manager = Arc::new(ThrottleManager::new(
             self.config.throttle,
-            clock,
+            Arc::clone(&clock),
             self.config.git.policy.clone(),
             metrics.clone(),
         ));

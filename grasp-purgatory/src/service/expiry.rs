@@ -8,7 +8,7 @@ impl Purgatory {
     /// Drops events that waited longer than the expiry time and reports each.
     pub(super) async fn expire(&self) {
         let shared = &self.shared;
-        let cutoff = shared.clock.unix() - shared.config.expiry;
+        let cutoff = shared.clock.unix_time() - shared.config.expiry;
         let expired = lock(&shared.store).take_expired(cutoff);
         for held in &expired {
             shared.sink.expired(held).await;

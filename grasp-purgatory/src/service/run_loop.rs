@@ -4,6 +4,7 @@
 //! stops every task at shutdown.
 
 use std::sync::PoisonError;
+use std::time::Duration;
 
 use grasp_sync_core::clock::Instant;
 use grasp_sync_core::nip34::RepoRef;
@@ -64,7 +65,7 @@ impl Purgatory {
         loop {
             let domain_wake = wakes
                 .poll_timeout()
-                .map(|at| self.shared.clock.to_tokio(at));
+                .map(|at| tokio_deadline(self.shared.clock.now(), at));
             let deadline = [domain_wake, refresh.deadline()]
                 .into_iter()
                 .flatten()
@@ -84,11 +85,11 @@ impl Purgatory {
     /// When the loop wakes next: the next queue or domain deadline, and at least every
     /// loop interval.
     fn next_wake(&self, wakes: &DomainWakes) -> tokio::time::Instant {
-        let clock = &self.shared.clock;
-        let latest = clock.tokio_after(self.shared.config.loop_interval);
+        let now = self.shared.clock.now();
+        let latest = tokio_deadline(now, now + self.shared.config.loop_interval);
         let queue = self.queue().poll_timeout();
         match [queue, wakes.poll_timeout()].into_iter().flatten().min() {
-            Some(at) => clock.to_tokio(at).min(latest),
+            Some(at) => tokio_deadline(now, at).min(latest),
             None => latest,
         }
     }
@@ -189,4 +190,11 @@ impl Purgatory {
         self.update_gauges();
         shared.wake.notify_one();
     }
+}
+
+/// The tokio instant of the core instant `at`, the clock reading `now`: tokio's now plus
+/// the time left, at most a year (the loop wakes at least every loop interval anyway).
+fn tokio_deadline(now: Instant, at: Instant) -> tokio::time::Instant {
+    const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+    tokio::time::Instant::now() + at.saturating_duration_since(now).min(YEAR)
 }

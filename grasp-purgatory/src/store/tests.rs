@@ -3,14 +3,15 @@ use nostr::prelude::{Event, Keys};
 use super::*;
 use crate::held::{hold_event, Origin};
 use crate::journal::{replay, Journal};
-use crate::test_events::{hex, pull_request, state};
+use grasp_sync_test_support::ids;
+use grasp_sync_test_support::nip34::{pull_request, state};
 
 fn held(event: Event, since: u64) -> HeldEvent {
     hold_event(event, Origin::Synced, Timestamp::from_secs(since)).unwrap()
 }
 
 fn oid(n: u8) -> GitOid {
-    GitOid::parse(&hex(n)).unwrap()
+    GitOid::parse(&ids::oid(n)).unwrap()
 }
 
 fn repo(keys: &Keys, identifier: &str) -> RepoRef {
@@ -23,7 +24,7 @@ fn pr(owner: &Keys, identifier: &str, tip: u8) -> HeldEvent {
             &Keys::generate(),
             &owner.public_key(),
             identifier,
-            &hex(tip),
+            &ids::oid(tip),
         ),
         0,
     )
@@ -33,8 +34,8 @@ fn pr(owner: &Keys, identifier: &str, tip: u8) -> HeldEvent {
 fn a_newer_state_replaces_the_older_and_an_older_one_is_ignored() {
     let keys = Keys::generate();
     let mut store = PurgatoryStore::new();
-    let old = held(state(&keys, "r", &[&hex(1)], 10), 0);
-    let new = held(state(&keys, "r", &[&hex(2)], 20), 0);
+    let old = held(state(&keys, "r", &[&ids::oid(1)], 10), 0);
+    let new = held(state(&keys, "r", &[&ids::oid(2)], 20), 0);
     let old_id = old.event.id;
     assert_eq!(store.insert(old.clone()).unwrap(), Inserted::New);
     assert_eq!(store.insert(old.clone()).unwrap(), Inserted::Duplicate);
@@ -50,7 +51,7 @@ fn a_newer_state_replaces_the_older_and_an_older_one_is_ignored() {
     );
     // Another author's state of the same identifier is another repository.
     let stranger = Keys::generate();
-    let other = held(state(&stranger, "r", &[&hex(3)], 5), 0);
+    let other = held(state(&stranger, "r", &[&ids::oid(3)], 5), 0);
     assert_eq!(store.insert(other).unwrap(), Inserted::New);
     assert_eq!(store.len(), 2);
     assert_eq!(
@@ -69,7 +70,10 @@ fn events_are_released_once_all_their_objects_are_present() {
     let r = repo(&keys, "r");
     let mut store = PurgatoryStore::new();
     store
-        .insert(held(state(&keys, "r", &[&hex(1), &hex(2)], 10), 0))
+        .insert(held(
+            state(&keys, "r", &[&ids::oid(1), &ids::oid(2)], 10),
+            0,
+        ))
         .unwrap();
     store.insert(pr(&keys, "r", 2)).unwrap();
     store.mark_present(&r, [oid(2)]);
@@ -139,13 +143,13 @@ fn expiry_takes_only_events_held_long_enough() {
     let mut store = PurgatoryStore::new();
     store
         .insert(held(
-            pull_request(&keys, &keys.public_key(), "a", &hex(1)),
+            pull_request(&keys, &keys.public_key(), "a", &ids::oid(1)),
             100,
         ))
         .unwrap();
     store
         .insert(held(
-            pull_request(&keys, &keys.public_key(), "b", &hex(2)),
+            pull_request(&keys, &keys.public_key(), "b", &ids::oid(2)),
             200,
         ))
         .unwrap();
@@ -184,7 +188,7 @@ fn each_limit_refuses_the_event_beyond_it_and_holds_nothing() {
     for identifier in ["a", "b", "c"] {
         store
             .insert(held(
-                pull_request(&author, &owner.public_key(), identifier, &hex(4)),
+                pull_request(&author, &owner.public_key(), identifier, &ids::oid(4)),
                 0,
             ))
             .unwrap_or_else(|error| panic!("{identifier}: {error}"));
@@ -204,9 +208,9 @@ fn each_limit_refuses_the_event_beyond_it_and_holds_nothing() {
     // A newer state replacing a held one never is, even at the total.
     let mut states = PurgatoryStore::with_limits(HeldLimits { total: 1, ..limits });
     states
-        .insert(held(state(&owner, "r", &[&hex(1)], 1), 0))
+        .insert(held(state(&owner, "r", &[&ids::oid(1)], 1), 0))
         .unwrap();
-    let newer = held(state(&owner, "r", &[&hex(2)], 2), 0);
+    let newer = held(state(&owner, "r", &[&ids::oid(2)], 2), 0);
     assert!(matches!(
         states.insert(newer).unwrap(),
         Inserted::Replaced { .. }
@@ -224,7 +228,7 @@ fn the_per_author_limit_counts_every_repository_and_frees_on_removal() {
     let (owner, author) = (Keys::generate(), Keys::generate());
     let by_author = |identifier: &str, tip: u8| {
         held(
-            pull_request(&author, &owner.public_key(), identifier, &hex(tip)),
+            pull_request(&author, &owner.public_key(), identifier, &ids::oid(tip)),
             0,
         )
     };
@@ -259,9 +263,12 @@ fn every_change_is_journaled_and_replays_to_the_same_events() {
     store.attach_journal(Journal::create(&path, []).unwrap());
     let released = pr(&keys, "r", 1);
     let kept = pr(&keys, "r", 2);
-    let old_state = held(state(&keys, "r", &[&hex(3)], 1), 0);
-    let new_state = held(state(&keys, "r", &[&hex(4)], 2), 0);
-    let expiring = held(pull_request(&keys, &keys.public_key(), "x", &hex(5)), 0);
+    let old_state = held(state(&keys, "r", &[&ids::oid(3)], 1), 0);
+    let new_state = held(state(&keys, "r", &[&ids::oid(4)], 2), 0);
+    let expiring = held(
+        pull_request(&keys, &keys.public_key(), "x", &ids::oid(5)),
+        0,
+    );
     for event in [&released, &kept, &old_state, &new_state] {
         store.insert(event.clone()).unwrap();
     }
@@ -274,7 +281,7 @@ fn every_change_is_journaled_and_replays_to_the_same_events() {
     assert_eq!(expired.len(), 3, "every event entered at time 0");
     store
         .insert(held(
-            pull_request(&keys, &keys.public_key(), "y", &hex(6)),
+            pull_request(&keys, &keys.public_key(), "y", &ids::oid(6)),
             9,
         ))
         .unwrap();

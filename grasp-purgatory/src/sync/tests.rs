@@ -11,13 +11,13 @@ use nostr::prelude::Keys;
 use nostr::prelude::PublicKey;
 
 use super::*;
-use crate::clock::PurgatoryClock;
+use grasp_sync_core::clock::SystemClock;
 
 const ONE: &str = "https://example.com/repo.git";
 const TWO: &str = "https://other.com/repo.git";
 
 fn oid(n: u8) -> GitOid {
-    GitOid::parse(&format!("{n:02x}").repeat(20)).unwrap()
+    GitOid::parse(&grasp_sync_test_support::ids::oid(n)).unwrap()
 }
 
 /// The repository the tests sync: `30617:<the generator point>:test`.
@@ -57,7 +57,7 @@ fn manager() -> ThrottleManager {
 fn manager_with(config: ThrottleConfig) -> ThrottleManager {
     ThrottleManager::new(
         config,
-        PurgatoryClock::new(),
+        Arc::new(SystemClock::new()),
         CloneUrlPolicy::new(),
         crate::metrics::Metrics::new().unwrap(),
     )

@@ -1,6 +1,6 @@
 //! Loopback ports: free ones, closed ones, and bounded waits on them.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 /// Pause between two connection attempts while polling.
@@ -8,14 +8,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// Bound of one connection attempt while polling.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
 
-/// A port on `ip` that was free a moment ago (bound to port 0, read, released).
-/// Another process may take it before the caller binds: retry on failure.
-pub fn free_port(ip: IpAddr) -> u16 {
-    TcpListener::bind(SocketAddr::new(ip, 0))
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .unwrap_or_else(|e| panic!("binding {ip}:0: {e}"))
-}
+/// A port on an address that was free a moment ago (the test support's).
+pub use grasp_sync_test_support::net::free_port_on as free_port;
 
 /// `<scheme>://127.0.0.1:<port>/<name>` for a port where nothing listens, so
 /// connections are refused at once.

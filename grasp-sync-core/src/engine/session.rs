@@ -142,33 +142,11 @@ fn protocol(error: negentropy::Error) -> SessionError {
 }
 
 fn hex_encode(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        out.push(DIGITS[usize::from(byte >> 4)] as char);
-        out.push(DIGITS[usize::from(byte & 0x0f)] as char);
-    }
-    out
+    hex::encode(bytes)
 }
 
 fn hex_decode(text: &str) -> Option<Vec<u8>> {
-    let bytes = text.as_bytes();
-    if bytes.len() % 2 != 0 {
-        return None;
-    }
-    bytes
-        .chunks(2)
-        .map(|pair| Some((hex_value(pair[0])? << 4) | hex_value(pair[1])?))
-        .collect()
-}
-
-fn hex_value(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        b'A'..=b'F' => Some(digit - b'A' + 10),
-        _ => None,
-    }
+    hex::decode(text).ok()
 }
 
 #[cfg(test)]

@@ -46,5 +46,5 @@ pub(crate) fn repository(announcements: &[&[&str]]) -> RepositoryData {
 
 /// The object id made of 20 repetitions of the byte `n` in hex.
 pub(crate) fn oid(n: u8) -> GitOid {
-    GitOid::parse(&format!("{n:02x}").repeat(20)).expect("40 hex digits")
+    GitOid::parse(&grasp_sync_test_support::ids::oid(n)).expect("40 hex digits")
 }

@@ -20,13 +20,11 @@ use negentropy::{Negentropy, NegentropyStorageVector};
 use nostr::prelude::*;
 
 use grasp_sync_core::clock::Instant;
+use grasp_sync_test_support::relay::NegVerb;
+pub use grasp_sync_test_support::relay::{
+    Nip77Refusal, COULD_NOT_PARSE, NEG_DISABLED, NEG_NOT_SUPPORTED,
+};
 
-/// `NEG-ERR` text of a relay with negentropy switched off ([`NegRefusal::NegErr`]).
-pub const NEG_DISABLED: &str = "closed: negentropy disabled";
-/// `NOTICE` text of a relay that cannot parse `NEG-*` at all ([`NegRefusal::Notice`]).
-pub const COULD_NOT_PARSE: &str = "could not parse command";
-/// `CLOSED` text of a relay that refuses negentropy ([`NegRefusal::Closed`]).
-pub const NEG_NOT_SUPPORTED: &str = "error: negentropy not supported";
 /// `CLOSED` (REQ) or `NEG-ERR` (NEG-OPEN) text for the subscription limit.
 pub const TOO_MANY_REQS: &str = "rate-limited: too many REQs";
 /// strfry's `NOTICE` text for the subscription limit ([`SubLimitRefusal::Notice`]).
@@ -49,22 +47,6 @@ pub const DUPLICATE: &str = "duplicate: already have this event";
 /// `OK` text for a replaceable/addressable `EVENT` older than the stored version.
 pub const HAVE_NEWER: &str = "duplicate: have a newer event";
 
-/// How the relay answers NIP-77 (negentropy) messages.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NegRefusal {
-    /// Serves NIP-77.
-    None,
-    /// Answers `NEG-OPEN`/`NEG-MSG` with `["NEG-ERR", id, "closed: negentropy disabled"]`.
-    NegErr,
-    /// Answers every `NEG-*` with `["NOTICE", "could not parse command"]`, like
-    /// nostr-rs-relay.
-    Notice,
-    /// Answers `NEG-OPEN`/`NEG-MSG` with `["CLOSED", id, "error: negentropy not supported"]`.
-    Closed,
-    /// Ignores `NEG-*` entirely: no reply, no session.
-    Silence,
-}
-
 /// How the relay refuses a `REQ`/`NEG-OPEN` beyond [`SimRelayConfig::max_subscriptions`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SubLimitRefusal {
@@ -81,7 +63,7 @@ pub enum SubLimitRefusal {
 #[derive(Clone, Debug)]
 pub struct SimRelayConfig {
     /// NIP-77 support or the way it is refused. Default: served.
-    pub nip77: NegRefusal,
+    pub nip77: Nip77Refusal,
     /// Silent clamp of every filter's `limit` (strfry-style). Default: none.
     pub max_limit: Option<usize>,
     /// Results per filter when the filter has no `limit`. Default: 500.
@@ -133,7 +115,7 @@ pub struct SimRelayConfig {
 impl Default for SimRelayConfig {
     fn default() -> Self {
         SimRelayConfig {
-            nip77: NegRefusal::None,
+            nip77: Nip77Refusal::Served,
             max_limit: None,
             default_limit: 500,
             max_subscriptions: None,
@@ -704,14 +686,12 @@ impl SimRelay {
     // ---- NIP-77 ----
 
     /// The reply of a relay that does not serve NIP-77, if this one does not.
-    fn nip77_refusal(&self, id: SubscriptionId) -> Option<Vec<RelayMessage<'static>>> {
-        match self.config.nip77 {
-            NegRefusal::None => None,
-            NegRefusal::NegErr => Some(vec![neg_err(id, NEG_DISABLED)]),
-            NegRefusal::Notice => Some(vec![RelayMessage::notice(COULD_NOT_PARSE)]),
-            NegRefusal::Closed => Some(vec![RelayMessage::closed(id, NEG_NOT_SUPPORTED)]),
-            NegRefusal::Silence => Some(Vec::new()),
-        }
+    fn nip77_refusal(
+        &self,
+        verb: NegVerb,
+        id: &SubscriptionId,
+    ) -> Option<Vec<RelayMessage<'static>>> {
+        self.config.nip77.answer(verb, id)
     }
 
     fn on_neg_open(
@@ -722,7 +702,7 @@ impl SimRelay {
         initial_message: &str,
     ) -> Vec<RelayMessage<'static>> {
         self.stats.neg_opens = self.stats.neg_opens.saturating_add(1);
-        if let Some(refusal) = self.nip77_refusal(id.clone()) {
+        if let Some(refusal) = self.nip77_refusal(NegVerb::Open, &id) {
             return refusal;
         }
         // A NEG-OPEN with an open id replaces that session.
@@ -746,7 +726,7 @@ impl SimRelay {
         filter: &Filter,
         initial_message: &str,
     ) -> Result<(Session, Vec<u8>), String> {
-        let query = hex_decode(initial_message).ok_or(BAD_MESSAGE)?;
+        let query = hex::decode(initial_message.as_bytes()).map_err(|_| BAD_MESSAGE)?;
         let storage = self.negentropy_storage(filter)?;
         let mut session = Negentropy::owned(storage, self.config.frame_size_limit)
             .map_err(|e| format!("error: {e}"))?;
@@ -776,13 +756,15 @@ impl SimRelay {
 
     fn on_neg_msg(&mut self, id: SubscriptionId, message: &str) -> Vec<RelayMessage<'static>> {
         self.stats.neg_msgs_received = self.stats.neg_msgs_received.saturating_add(1);
-        if let Some(refusal) = self.nip77_refusal(id.clone()) {
+        if let Some(refusal) = self.nip77_refusal(NegVerb::Msg, &id) {
             return refusal;
         }
         let Some(session) = self.sessions.get_mut(&id) else {
             return vec![neg_err(id, UNKNOWN_SESSION)];
         };
-        let reply = hex_decode(message).and_then(|query| session.reconcile(&query).ok());
+        let reply = hex::decode(message.as_bytes())
+            .ok()
+            .and_then(|query| session.reconcile(&query).ok());
         match reply {
             Some(reply) => vec![neg_msg(id, &reply)],
             None => {
@@ -795,14 +777,10 @@ impl SimRelay {
 
     fn on_neg_close(&mut self, id: &SubscriptionId) -> Vec<RelayMessage<'static>> {
         self.stats.neg_closes_received = self.stats.neg_closes_received.saturating_add(1);
-        match self.config.nip77 {
-            NegRefusal::None => {
-                self.sessions.remove(id);
-                Vec::new()
-            }
-            NegRefusal::Notice => vec![RelayMessage::notice(COULD_NOT_PARSE)],
-            NegRefusal::NegErr | NegRefusal::Closed | NegRefusal::Silence => Vec::new(),
-        }
+        self.nip77_refusal(NegVerb::Close, id).unwrap_or_else(|| {
+            self.sessions.remove(id);
+            Vec::new()
+        })
     }
 }
 
@@ -823,7 +801,7 @@ fn ok_for(id: EventId, outcome: Stored) -> RelayMessage<'static> {
 fn neg_msg(id: SubscriptionId, payload: &[u8]) -> RelayMessage<'static> {
     RelayMessage::NegMsg {
         subscription_id: Cow::Owned(id),
-        message: Cow::Owned(hex_encode(payload)),
+        message: Cow::Owned(hex::encode(payload)),
     }
 }
 
@@ -834,40 +812,11 @@ fn neg_err(id: SubscriptionId, text: impl Into<String>) -> RelayMessage<'static>
     }
 }
 
-/// Lowercase hex of `bytes`.
-fn hex_encode(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(bytes.len().saturating_mul(2));
-    for byte in bytes {
-        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
-    text
-}
-
-/// The bytes of a hex string (either case); `None` if it is not hex.
-fn hex_decode(text: &str) -> Option<Vec<u8>> {
-    let digits = text.as_bytes();
-    if digits.len() % 2 != 0 {
-        return None;
-    }
-    digits
-        .chunks_exact(2)
-        .map(|pair| Some((hex_value(pair[0])? << 4) | hex_value(pair[1])?))
-        .collect()
-}
-
-fn hex_value(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        b'A'..=b'F' => Some(digit - b'A' + 10),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use grasp_sync_test_support::ids;
+    use grasp_sync_test_support::nip34::{sign, Announcement};
+
     use super::*;
 
     const KIND: Kind = Kind::Custom(1621);
@@ -881,18 +830,10 @@ mod tests {
         SubscriptionId::new(name)
     }
 
-    fn signed(keys: &Keys, kind: Kind, created_at: u64, tags: Vec<Tag>) -> Event {
-        EventBuilder::new(kind, "x")
-            .tags(tags)
-            .custom_created_at(Timestamp::from_secs(created_at))
-            .finalize(keys)
-            .unwrap()
-    }
-
     /// `count` events of KIND, created at 1000, 1001, ...
     fn events_at(keys: &Keys, count: u64) -> Vec<Event> {
         (0..count)
-            .map(|i| signed(keys, KIND, 1000 + i, Vec::new()))
+            .map(|i| sign(keys, KIND.as_u16(), "x", Vec::new(), 1000 + i))
             .collect()
     }
 
@@ -959,7 +900,7 @@ mod tests {
         let mut storage = NegentropyStorageVector::new();
         storage.seal().unwrap();
         let mut client = Negentropy::owned(storage, 0).unwrap();
-        hex_encode(&client.initiate().unwrap())
+        hex::encode(client.initiate().unwrap())
     }
 
     #[test]
@@ -983,7 +924,15 @@ mod tests {
     fn ties_on_created_at_are_ordered_by_id_ascending() {
         let keys = Keys::generate();
         let events: Vec<Event> = (0..6)
-            .map(|i| signed(&keys, KIND, 5000, vec![Tag::identifier(format!("{i}"))]))
+            .map(|i| {
+                sign(
+                    &keys,
+                    KIND.as_u16(),
+                    "x",
+                    vec![Tag::identifier(format!("{i}"))],
+                    5000,
+                )
+            })
             .collect();
         let mut relay = relay_with(SimRelayConfig::default(), &events);
         let out = req(&mut relay, "s", vec![Filter::new().kind(KIND)]);
@@ -1032,16 +981,17 @@ mod tests {
     #[test]
     fn tag_filters_select_by_a_and_e_tags() {
         let keys = Keys::generate();
-        let root = signed(&keys, OTHER_KIND, 900, Vec::new());
-        let address = format!("30617:{}:repo", keys.public_key().to_hex());
-        let a_tagged = signed(
+        let root = sign(&keys, OTHER_KIND.as_u16(), "x", Vec::new(), 900);
+        let address = ids::coordinate(&keys.public_key(), "repo");
+        let a_tagged = sign(
             &keys,
-            KIND,
-            1000,
+            KIND.as_u16(),
+            "x",
             vec![Tag::parse(["a", address.as_str()]).unwrap()],
+            1000,
         );
-        let e_tagged = signed(&keys, KIND, 1001, vec![Tag::event(root.id)]);
-        let untagged = signed(&keys, KIND, 1002, Vec::new());
+        let e_tagged = sign(&keys, KIND.as_u16(), "x", vec![Tag::event(root.id)], 1001);
+        let untagged = sign(&keys, KIND.as_u16(), "x", Vec::new(), 1002);
         let all = [root.clone(), a_tagged.clone(), e_tagged.clone(), untagged];
         let mut relay = relay_with(SimRelayConfig::default(), &all);
         let by_a =
@@ -1073,9 +1023,9 @@ mod tests {
         assert_eq!(relay.open_subscriptions(), 1);
         assert_eq!(relay.max_open_subscriptions_seen(), 1);
         assert!(relay
-            .publish(signed(&keys, KIND, 1000, Vec::new()))
+            .publish(sign(&keys, KIND.as_u16(), "x", Vec::new(), 1000))
             .is_empty());
-        let other = signed(&keys, OTHER_KIND, 1000, Vec::new());
+        let other = sign(&keys, OTHER_KIND.as_u16(), "x", Vec::new(), 1000);
         assert_eq!(
             relay.publish(other.clone()),
             vec![RelayMessage::event(sid("s"), other)]
@@ -1092,16 +1042,16 @@ mod tests {
             .limit(0);
         let out = req(&mut relay, "live", vec![filter]);
         assert_eq!(out.replies, vec![RelayMessage::eose(sid("live"))]);
-        let fresh = signed(&keys, KIND, 2001, Vec::new());
+        let fresh = sign(&keys, KIND.as_u16(), "x", Vec::new(), 2001);
         assert_eq!(
             relay.publish(fresh.clone()),
             vec![RelayMessage::event(sid("live"), fresh.clone())]
         );
         assert!(relay
-            .publish(signed(&keys, KIND, 1999, Vec::new()))
+            .publish(sign(&keys, KIND.as_u16(), "x", Vec::new(), 1999))
             .is_empty());
         assert!(relay
-            .publish(signed(&keys, OTHER_KIND, 2002, Vec::new()))
+            .publish(sign(&keys, OTHER_KIND.as_u16(), "x", Vec::new(), 2002))
             .is_empty());
         assert!(
             relay.publish(fresh).is_empty(),
@@ -1109,7 +1059,7 @@ mod tests {
         );
         relay.handle(Instant::ZERO, &ClientMessage::close(sid("live")));
         assert!(relay
-            .publish(signed(&keys, KIND, 2003, Vec::new()))
+            .publish(sign(&keys, KIND.as_u16(), "x", Vec::new(), 2003))
             .is_empty());
         assert_eq!(relay.events().len(), 4);
         assert_eq!(relay.stats().closes_received, 1);
@@ -1120,7 +1070,7 @@ mod tests {
         let keys = Keys::generate();
         let mut relay = relay_with(SimRelayConfig::default(), &[]);
         req(&mut relay, "s", vec![Filter::new().kind(KIND)]);
-        let event = signed(&keys, KIND, 1000, Vec::new());
+        let event = sign(&keys, KIND.as_u16(), "x", Vec::new(), 1000);
         let out = relay.handle(Instant::ZERO, &ClientMessage::event(event.clone()));
         assert_eq!(
             out.replies,
@@ -1141,7 +1091,7 @@ mod tests {
     fn client_event_with_bad_signature_is_rejected() {
         let keys = Keys::generate();
         let mut relay = relay_with(SimRelayConfig::default(), &[]);
-        let mut forged = signed(&keys, KIND, 1000, Vec::new());
+        let mut forged = sign(&keys, KIND.as_u16(), "x", Vec::new(), 1000);
         forged.content = "tampered".to_owned();
         let out = relay.handle(Instant::ZERO, &ClientMessage::event(forged.clone()));
         assert_eq!(
@@ -1155,8 +1105,7 @@ mod tests {
     fn replaceable_and_addressable_keep_the_newest_version() {
         let keys = Keys::generate();
         let mut relay = relay_with(SimRelayConfig::default(), &[]);
-        let repo =
-            |at: u64, d: &str| signed(&keys, Kind::Custom(30617), at, vec![Tag::identifier(d)]);
+        let repo = |at: u64, d: &str| Announcement::new(d).at(at).sign(&keys);
         let (old, new, other_repo) = (repo(1000, "a"), repo(1001, "a"), repo(900, "b"));
         relay.add_event(new.clone());
         relay.add_event(old.clone());
@@ -1294,10 +1243,10 @@ mod tests {
     #[test]
     fn forged_and_off_filter_events_come_before_eose() {
         let keys = Keys::generate();
-        let stored = signed(&keys, KIND, 1000, Vec::new());
-        let mut forged = signed(&keys, KIND, 1001, Vec::new());
+        let stored = sign(&keys, KIND.as_u16(), "x", Vec::new(), 1000);
+        let mut forged = sign(&keys, KIND.as_u16(), "x", Vec::new(), 1001);
         forged.sig = stored.sig;
-        let off = signed(&keys, OTHER_KIND, 1002, Vec::new());
+        let off = sign(&keys, OTHER_KIND.as_u16(), "x", Vec::new(), 1002);
         let config = SimRelayConfig {
             forged: vec![forged.clone()],
             off_filter: vec![off.clone()],
@@ -1357,7 +1306,9 @@ mod tests {
         assert_eq!(relay.open_subscriptions(), 2);
         relay.disconnect();
         assert_eq!(relay.open_subscriptions(), 0);
-        assert!(relay.publish(signed(&keys, KIND, 1, Vec::new())).is_empty());
+        assert!(relay
+            .publish(sign(&keys, KIND.as_u16(), "x", Vec::new(), 1))
+            .is_empty());
     }
 
     #[test]
@@ -1365,7 +1316,7 @@ mod tests {
         let keys = Keys::generate();
         let mut relay = relay_with(SimRelayConfig::default(), &[]);
         let count = ClientMessage::count(sid("c"), Filter::new());
-        let auth = ClientMessage::auth(signed(&keys, Kind::Custom(22242), 1, Vec::new()));
+        let auth = ClientMessage::auth(sign(&keys, 22242, "x", Vec::new(), 1));
         for message in [count, auth] {
             let out = relay.handle(Instant::ZERO, &message);
             assert_eq!(out.replies, vec![RelayMessage::notice(UNSUPPORTED)]);
@@ -1386,7 +1337,7 @@ mod tests {
         }
         storage.seal().unwrap();
         let mut client = Negentropy::owned(storage, frame).unwrap();
-        let first = hex_encode(&client.initiate().unwrap());
+        let first = hex::encode(client.initiate().unwrap());
         let mut out = relay.handle(
             Instant::ZERO,
             &neg_open_msg("neg", Filter::new().kind(KIND), &first),
@@ -1395,7 +1346,7 @@ mod tests {
         let mut rounds = 0;
         loop {
             let reply = match out.replies.as_slice() {
-                [RelayMessage::NegMsg { message, .. }] => hex_decode(message).unwrap(),
+                [RelayMessage::NegMsg { message, .. }] => hex::decode(message.as_bytes()).unwrap(),
                 other => panic!("unexpected replies {other:?}"),
             };
             match client
@@ -1404,7 +1355,7 @@ mod tests {
             {
                 Some(next) => {
                     rounds += 1;
-                    out = relay.handle(Instant::ZERO, &neg_msg_msg("neg", &hex_encode(&next)));
+                    out = relay.handle(Instant::ZERO, &neg_msg_msg("neg", &hex::encode(&next)));
                 }
                 None => break,
             }
@@ -1447,17 +1398,17 @@ mod tests {
     #[test]
     fn nip77_refusal_modes_reply_in_their_form() {
         let cases = [
-            (NegRefusal::NegErr, vec![neg_err(sid("n"), NEG_DISABLED)]),
+            (Nip77Refusal::NegErr, vec![neg_err(sid("n"), NEG_DISABLED)]),
             (
-                NegRefusal::Notice,
+                Nip77Refusal::Notice,
                 vec![RelayMessage::notice(COULD_NOT_PARSE)],
             ),
-            (NegRefusal::Closed, vec![closed("n", NEG_NOT_SUPPORTED)]),
-            (NegRefusal::Silence, Vec::new()),
+            (Nip77Refusal::Closed, vec![closed("n", NEG_NOT_SUPPORTED)]),
+            (Nip77Refusal::Silence, Vec::new()),
         ];
         for (mode, expected) in cases {
             let config = SimRelayConfig {
-                nip77: mode.clone(),
+                nip77: mode,
                 ..Default::default()
             };
             let mut relay = relay_with(config, &[]);
@@ -1504,16 +1455,6 @@ mod tests {
             &neg_open_msg("n", Filter::new(), &empty_initiation()),
         );
         assert_eq!(out.replies, vec![neg_err(sid("n"), TOO_MANY_RESULTS)]);
-    }
-
-    #[test]
-    fn hex_helpers_round_trip_and_reject_garbage() {
-        assert_eq!(hex_encode(&[0x00, 0xab, 0x7f]), "00ab7f");
-        assert_eq!(hex_decode("00AB7f"), Some(vec![0x00, 0xab, 0x7f]));
-        assert_eq!(hex_decode("abc"), None);
-        assert_eq!(hex_decode("zz"), None);
-        assert_eq!(hex_decode("é1"), None);
-        assert_eq!(hex_decode(""), Some(Vec::new()));
     }
 }
 
@@ -1595,21 +1536,11 @@ mod proptests {
     fn initiation() -> String {
         let mut storage = NegentropyStorageVector::new();
         storage.seal().unwrap();
-        hex_encode(&Negentropy::owned(storage, 0).unwrap().initiate().unwrap())
+        hex::encode(Negentropy::owned(storage, 0).unwrap().initiate().unwrap())
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
-
-        #[test]
-        fn hex_round_trips(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-            prop_assert_eq!(hex_decode(&hex_encode(&bytes)), Some(bytes));
-        }
-
-        #[test]
-        fn hex_decode_never_panics(text in ".{0,40}") {
-            let _ = hex_decode(&text);
-        }
 
         #[test]
         fn arbitrary_negentropy_messages_never_panic(
@@ -1621,7 +1552,7 @@ mod proptests {
             let mut relay = connected(SimRelayConfig::default(), &subset(mask));
             let mut bytes = if prefixed { vec![0x61] } else { Vec::new() };
             bytes.extend(body);
-            let hex = hex_encode(&bytes);
+            let hex = hex::encode(&bytes);
             let open = ClientMessage::NegOpen {
                 subscription_id: Cow::Owned(SubscriptionId::new("n")),
                 filter: Cow::Owned(Filter::new()),

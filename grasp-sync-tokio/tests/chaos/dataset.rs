@@ -17,6 +17,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use grasp_sync_test_support::ids;
+use grasp_sync_test_support::time::Timestamps;
 use nostr::prelude::*;
 
 use crate::support::{sign, tag, SeededRng};
@@ -85,7 +87,7 @@ impl DataSet {
             repos: Vec::new(),
             users,
         };
-        let mut clock = Clock::from(base);
+        let mut clock = Timestamps::new(base, 2);
         for (index, (listed, on_own)) in REPOS.iter().enumerate() {
             set.repository(rng, &mut clock, own, remotes, index, listed, *on_own);
         }
@@ -141,7 +143,7 @@ impl DataSet {
     fn repository(
         &mut self,
         rng: &mut SeededRng,
-        clock: &mut Clock,
+        clock: &mut Timestamps,
         own: &RelayUrl,
         remotes: &[RelayUrl],
         index: usize,
@@ -178,7 +180,7 @@ impl DataSet {
             clock.next(),
         );
         self.place(&state, listed, true, "state");
-        let coordinate = format!("30617:{}:{identifier}", maintainer.public_key().to_hex());
+        let coordinate = ids::coordinate(&maintainer.public_key(), &identifier);
         self.repos.push(Repo {
             coordinate: coordinate.clone(),
             remotes: listed.to_vec(),
@@ -228,7 +230,7 @@ impl DataSet {
     pub(crate) fn replies(
         &mut self,
         rng: &mut SeededRng,
-        clock: &mut Clock,
+        clock: &mut Timestamps,
         index: usize,
         root: &Event,
     ) {
@@ -292,7 +294,7 @@ impl DataSet {
     /// A stranger's repository listing remote 0 but not us: its announcement and state are
     /// read by Layer 1 but not ours, so not stored; its issues and their replies are not
     /// synced either.
-    fn stranger(&mut self, rng: &mut SeededRng, clock: &mut Clock, remotes: &[RelayUrl]) {
+    fn stranger(&mut self, rng: &mut SeededRng, clock: &mut Timestamps, remotes: &[RelayUrl]) {
         let stranger = rng.keys();
         let announcement = sign(
             &stranger,
@@ -313,7 +315,7 @@ impl DataSet {
             clock.next(),
         );
         self.place(&state, &[0], false, "stranger's state");
-        let coordinate = format!("30617:{}:strangers", stranger.public_key().to_hex());
+        let coordinate = ids::coordinate(&stranger.public_key(), "strangers");
         for n in 0..STRANGER_ISSUES {
             let issue = sign(
                 &stranger,
@@ -332,21 +334,5 @@ impl DataSet {
             );
             self.place(&reply, &[0], false, "reply to a stranger's issue");
         }
-    }
-}
-
-/// Increasing timestamps, two events per second (no second holds a page).
-pub(crate) struct Clock(u64);
-
-impl Clock {
-    /// Timestamps from `base` on.
-    pub(crate) fn from(base: u64) -> Clock {
-        Clock(base.saturating_mul(2))
-    }
-
-    /// The next timestamp.
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 += 1;
-        self.0 / 2
     }
 }

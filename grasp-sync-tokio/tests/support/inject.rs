@@ -135,7 +135,7 @@ impl ConnFaults {
         *round += 1;
         stats.endless_round();
         let message = endless::message(&mut self.rng, per_round);
-        serde_json::json!(["NEG-MSG", sub, super::hex_encode(&message)]).to_string()
+        serde_json::json!(["NEG-MSG", sub, hex::encode(&message)]).to_string()
     }
 
     /// Whether the relay's frames for `sub` are dropped (closed by an injected CLOSED).

@@ -4,7 +4,7 @@
 //!   nostr 0.45 events as JSON) served on `127.0.0.1` by our own `TcpListener`, with a thin
 //!   WebSocket proxy in front of it on every connection. The proxy counts what clients do
 //!   (concurrent REQs, NEG-OPENs, EVENTs and bytes sent), can refuse NIP-77 the ways real
-//!   relays do ([`Nip77Mode`]), can inject hostile events before every EOSE, and can drop
+//!   relays do ([`Nip77Refusal`]), can inject hostile events before every EOSE, and can drop
 //!   the TCP connection on a client frame over a size limit (no close frame, like strfry),
 //!   and can inject seeded faults ([`FaultPlan`]: drops, stalls, delays, reordered,
 //!   duplicated, junk, truncated and oversized frames, NOTICE/CLOSED with every NIP-01
@@ -39,47 +39,12 @@ mod rng;
 
 pub use client::{connect_client, try_connect_client, Client, RecvError, RECV_TIMEOUT};
 pub use faults::{FaultCounts, FaultPlan, NIP01_PREFIXES};
-pub use nip34::{announcement, loopback_engine_config, sign, tag};
+pub use nip34::{announcement, loopback_engine_config, sign, sign_notes, tag};
 pub use nostr_rs_relay::{nostr_rs_relay_binary, NostrRsRelay, NOSTR_RS_RELAY_VERSION};
-pub use relay::{Nip77Mode, TestRelay, TestRelayConfig};
+pub use relay::{Nip77Refusal, TestRelay, TestRelayConfig};
 pub use rng::SeededRng;
 
 use nostr::prelude::*;
-
-/// Lowercase hex of `bytes` (NIP-77 messages are hex strings).
-pub fn hex_encode(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 0x0f)] as char);
-    }
-    out
-}
-
-/// Decode a hex string; `None` if it is not valid hex.
-pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| s.get(i..i + 2).and_then(|d| u8::from_str_radix(d, 16).ok()))
-        .collect()
-}
-
-/// `n` signed text notes by `keys`, `created_at` = `base_ts`, `base_ts + 1`, ...,
-/// content `"{tag} {i}"`.
-pub fn sign_notes(keys: &Keys, n: usize, base_ts: u64, tag: &str) -> Vec<Event> {
-    (0..n)
-        .map(|i| {
-            EventBuilder::new(Kind::TextNote, format!("{tag} {i}"))
-                .custom_created_at(Timestamp::from_secs(base_ts + i as u64))
-                .finalize(keys)
-                .expect("sign note")
-        })
-        .collect()
-}
 
 /// The sum of the counter `name`'s series that carry a label with value
 /// `label` (e.g. `ngit_sync_refused_total`, `resolved_address`).

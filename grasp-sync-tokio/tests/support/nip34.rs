@@ -1,36 +1,11 @@
-//! Signed NIP-34 test events and the engine settings every loopback test
-//! shares.
+//! The engine settings every loopback test shares, and the signed NIP-34
+//! test events of `grasp-sync-test-support` under the names the tests use.
 
 use std::time::Duration;
 
 use grasp_sync_core::engine::EngineConfig;
 use grasp_sync_core::url_policy::RelayUrlPolicy;
-use nostr::prelude::*;
-
-/// An event of `kind` by `keys` with `content`, `tags` and `created_at`.
-pub fn sign(keys: &Keys, kind: u16, content: &str, tags: Vec<Tag>, at: u64) -> Event {
-    EventBuilder::new(Kind::Custom(kind), content)
-        .tags(tags)
-        .custom_created_at(Timestamp::from_secs(at))
-        .finalize(keys)
-        .expect("sign event")
-}
-
-/// A tag from its values.
-pub fn tag(values: &[&str]) -> Tag {
-    Tag::parse(values.iter().copied()).expect("valid tag")
-}
-
-/// A repository announcement (30617) with `d` = `id` listing `relays`.
-pub fn announcement(keys: &Keys, id: &str, relays: &[&RelayUrl], at: u64) -> Event {
-    let mut relays_tag = vec!["relays".to_owned()];
-    relays_tag.extend(relays.iter().map(|relay| relay.to_string()));
-    let tags = vec![
-        Tag::identifier(id),
-        Tag::parse(relays_tag).expect("relays tag"),
-    ];
-    sign(keys, 30617, "", tags, at)
-}
+pub use grasp_sync_test_support::nip34::{announcement, notes as sign_notes, sign, tag};
 
 /// The engine on loopback: local addresses allowed, a 200 ms
 /// self-subscriber window, reconnects and retries within seconds (the

@@ -74,7 +74,7 @@ impl NostrRsRelay {
             unique()
         ));
         std::fs::create_dir_all(&dir).expect("relay directory");
-        let port = free_port().await;
+        let port = grasp_sync_test_support::net::free_port();
         let config = dir.join("config.toml");
         std::fs::write(&config, config_toml(port, &dir)).expect("relay config");
         let log = std::fs::File::create(dir.join("relay.log")).expect("relay log");
@@ -153,14 +153,6 @@ fn config_toml(port: u16, dir: &Path) -> String {
          [options]\nreject_future_seconds = 1800\n",
         dir.display()
     )
-}
-
-/// A port of 127.0.0.1 nobody listens on (bound, then released).
-async fn free_port() -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind a free port");
-    listener.local_addr().expect("local address").port()
 }
 
 fn unique() -> u64 {

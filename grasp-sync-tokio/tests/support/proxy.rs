@@ -14,6 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{FutureExt as _, SinkExt as _, StreamExt as _};
+use grasp_sync_test_support::relay::NegVerb;
+use nostr::prelude::SubscriptionId;
 use tokio::io::{AsyncReadExt as _, DuplexStream};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
@@ -22,7 +24,7 @@ use tokio_tungstenite::WebSocketStream;
 
 use super::faults::{FaultPlan, FaultStats};
 use super::inject::{ClientVerdict, ConnFaults, Out};
-use super::relay::{r44, Nip77Mode, TestRelayConfig};
+use super::relay::{r44, Nip77Refusal, TestRelayConfig};
 
 /// In-memory pipe capacity between the proxy and the relay session.
 const DUPLEX_CAPACITY: usize = 256 * 1024;
@@ -32,7 +34,7 @@ const BATCH: usize = 256;
 /// State shared by the [`super::TestRelay`] handle and every connection.
 pub(crate) struct Shared {
     /// [`TestRelayConfig::nip77`].
-    pub(crate) nip77: Nip77Mode,
+    pub(crate) nip77: Nip77Refusal,
     /// [`TestRelayConfig::hostile`].
     pub(crate) hostile: Vec<String>,
     /// [`TestRelayConfig::nip11`].
@@ -152,7 +154,8 @@ pub(crate) async fn run(
 
 enum Verdict {
     Forward,
-    Reply(String),
+    /// Answer these frames, forward nothing.
+    Reply(Vec<String>),
     Swallow,
 }
 
@@ -195,9 +198,13 @@ async fn pump(
                                     break;
                                 }
                             }
-                            Verdict::Reply(reply) => {
-                                let sent = to_client(&mut client, reply.into(), false, shared).await;
-                                if sent.is_err() || client.flush().await.is_err() {
+                            Verdict::Reply(replies) => {
+                                for reply in replies {
+                                    if to_client(&mut client, reply.into(), false, shared).await.is_err() {
+                                        break;
+                                    }
+                                }
+                                if client.flush().await.is_err() {
                                     break;
                                 }
                             }
@@ -329,7 +336,7 @@ fn from_client(
             if kind == "NEG-OPEN" {
                 shared.stats.neg_opens.fetch_add(1, Ordering::SeqCst);
             }
-            return Verdict::Reply(reply);
+            return Verdict::Reply(vec![reply]);
         }
         ClientVerdict::Swallow => return Verdict::Swallow,
     }
@@ -351,27 +358,22 @@ fn from_client(
             }
             Verdict::Forward
         }
-        "NEG-OPEN" | "NEG-MSG" => {
-            if kind == "NEG-OPEN" {
-                stats.neg_opens.fetch_add(1, Ordering::SeqCst);
-            }
-            match shared.nip77 {
-                Nip77Mode::Serve => Verdict::Forward,
-                Nip77Mode::RefuseNotice => {
-                    Verdict::Reply(r#"["NOTICE","could not parse command"]"#.to_owned())
+        verb => match NegVerb::parse(verb) {
+            Some(verb) => {
+                if verb == NegVerb::Open {
+                    stats.neg_opens.fetch_add(1, Ordering::SeqCst);
                 }
-                Nip77Mode::RefuseNegErr => Verdict::Reply(
-                    serde_json::json!([
-                        "NEG-ERR",
-                        sub.as_deref().unwrap_or_default(),
-                        "blocked: negentropy disabled"
-                    ])
-                    .to_string(),
-                ),
-                Nip77Mode::Silence => Verdict::Swallow,
+                let id = SubscriptionId::new(sub.as_deref().unwrap_or_default());
+                match shared.nip77.answer(verb, &id) {
+                    None => Verdict::Forward,
+                    Some(replies) if replies.is_empty() => Verdict::Swallow,
+                    Some(replies) => {
+                        Verdict::Reply(replies.iter().map(|reply| reply.as_json()).collect())
+                    }
+                }
             }
-        }
-        _ => Verdict::Forward,
+            None => Verdict::Forward,
+        },
     }
 }
 

@@ -23,19 +23,10 @@ pub(crate) mod r44 {
     };
 }
 
-/// How the proxy treats NIP-77 (`NEG-OPEN` / `NEG-MSG`) from clients.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Nip77Mode {
-    /// Forward to the relay, which serves negentropy (60 000-byte frames).
-    #[default]
-    Serve,
-    /// Answer `["NOTICE","could not parse command"]` (nostr-rs-relay style); not forwarded.
-    RefuseNotice,
-    /// Answer `["NEG-ERR",<id>,"blocked: negentropy disabled"]`; not forwarded.
-    RefuseNegErr,
-    /// Swallow the message and answer nothing.
-    Silence,
-}
+/// How the proxy treats NIP-77 from clients: [`Nip77Refusal::Served`] forwards it to the
+/// relay (relay-builder's negentropy, 60 000-byte frames); any other value answers as that
+/// refusing relay would (the simulation's relay shares the behaviour) and forwards nothing.
+pub use grasp_sync_test_support::relay::Nip77Refusal;
 
 /// Configuration of a [`TestRelay`]. `Default`: NIP-77 served, relay-builder limits except
 /// writes (unlimited), no frame size limit, no NIP-11 document, no hostile events, no
@@ -44,7 +35,7 @@ pub enum Nip77Mode {
 #[derive(Debug, Clone, Default)]
 pub struct TestRelayConfig {
     /// NIP-77 behaviour (implemented by the proxy).
-    pub nip77: Nip77Mode,
+    pub nip77: Nip77Refusal,
     /// `RateLimit.max_reqs`: open REQs per connection; the next one gets
     /// `CLOSED "rate-limited: too many REQs"`. Default (None): 500.
     pub max_reqs: Option<usize>,
@@ -331,7 +322,7 @@ impl TestRelay {
         self.shared.stats.reqs.load(Ordering::SeqCst)
     }
 
-    /// NEG-OPEN messages sent by clients (whatever the [`Nip77Mode`]).
+    /// NEG-OPEN messages sent by clients (whatever the [`Nip77Refusal`]).
     pub fn neg_opens_seen(&self) -> usize {
         self.shared.stats.neg_opens.load(Ordering::SeqCst)
     }
