@@ -552,15 +552,7 @@ async fn a_hostile_relay_gets_nothing_forged_or_off_filter_into_the_store() {
         issue.sig,
     );
     let impostor = sign(&user, 1621, "impostor", vec![tag(&["a", &repo])], base + 4);
-    let forged = Event::new(
-        impostor.id,
-        impostor.pubkey,
-        impostor.created_at,
-        impostor.kind,
-        impostor.tags.clone().to_vec(),
-        impostor.content.clone(),
-        issue.sig,
-    );
+    let forged = grasp_sync_test_support::nip34::forged(&impostor, &issue);
     let off_filter = sign(&user, 1, "never asked for", Vec::new(), base + 5);
     let hostile = TestRelay::start(TestRelayConfig {
         hostile: vec![tampered.as_json(), forged.as_json(), off_filter.as_json()],
