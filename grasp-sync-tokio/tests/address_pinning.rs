@@ -13,10 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grasp_sync_core::url_policy::RelayUrlPolicy;
-use grasp_sync_core::RepoRef;
+use grasp_sync_test_support::ids::coordinate;
+use grasp_sync_test_support::nip34::root;
 use grasp_sync_tokio::{RelayStore, StaticResolver, SyncManager};
 use nostr::prelude::*;
-use support::{announcement, loopback_engine_config, sign, tag, TestRelay, TestRelayConfig};
+use support::{announcement, loopback_engine_config, TestRelay, TestRelayConfig};
 
 const WAIT: Duration = Duration::from_secs(60);
 const NAME: &str = "relay.example.com";
@@ -43,16 +44,8 @@ async fn setup() -> Setup {
     let maintainer = Keys::generate();
     let base = Timestamp::now().as_secs() - 1_000;
     let alpha = announcement(&maintainer, "alpha", &[&own.url(), &named], base);
-    let repo = RepoRef::new(maintainer.public_key(), "alpha")
-        .unwrap()
-        .to_string();
-    let issue = sign(
-        &maintainer,
-        1621,
-        "issue",
-        vec![tag(&["a", &repo])],
-        base + 1,
-    );
+    let repo = coordinate(&maintainer.public_key(), "alpha");
+    let issue = root(&maintainer, 1621, &repo, "issue", base + 1);
     own.add_event(&alpha).await;
     remote.add_events(&[alpha, issue.clone()]).await;
     Setup {

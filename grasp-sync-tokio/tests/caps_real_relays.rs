@@ -8,7 +8,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use grasp_sync_core::RepoRef;
+use grasp_sync_test_support::ids::coordinate;
+use grasp_sync_test_support::nip34::root;
 use grasp_sync_tokio::{RelayStore, SyncManager};
 use nostr::prelude::*;
 use support::{
@@ -33,16 +34,8 @@ async fn an_announcement_listing_1000_relays_connects_at_most_the_cap() {
     let mut relays: Vec<&RelayUrl> = vec![&own_url];
     relays.extend(listed.iter());
     let wide = announcement(&maintainer, "wide", &relays, base);
-    let repo = RepoRef::new(maintainer.public_key(), "wide")
-        .unwrap()
-        .to_string();
-    let issue = sign(
-        &maintainer,
-        1621,
-        "issue",
-        vec![tag(&["a", &repo])],
-        base + 1,
-    );
+    let repo = coordinate(&maintainer.public_key(), "wide");
+    let issue = root(&maintainer, 1621, &repo, "issue", base + 1);
     own.add_event(&wide).await;
     remote.add_events(&[wide, issue.clone()]).await;
 
@@ -106,9 +99,7 @@ async fn a_relay_with_endless_negentropy_rounds_is_cut_off_counted_and_synced() 
     let maintainer = Keys::generate();
     let base = Timestamp::now().as_secs() - 1_000;
     let alpha = announcement(&maintainer, "alpha", &[&own.url(), &endless.url()], base);
-    let repo = RepoRef::new(maintainer.public_key(), "alpha")
-        .unwrap()
-        .to_string();
+    let repo = coordinate(&maintainer.public_key(), "alpha");
     let issues: Vec<Event> = (0..30)
         .map(|n| {
             sign(

@@ -10,7 +10,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use grasp_sync_core::RepoRef;
+use grasp_sync_test_support::ids::coordinate;
+use grasp_sync_test_support::nip34::root;
 use grasp_sync_tokio::{RelayStore, SyncManager};
 use nostr::prelude::*;
 use support::{
@@ -50,16 +51,8 @@ async fn a_relay_without_eose_for_limit_zero_is_not_reconnected_and_stays_live()
     let maintainer = Keys::generate();
     let base = Timestamp::now().as_secs() - 10_000;
     let alpha = announcement(&maintainer, "alpha", &[&own.url(), &remote.url()], base);
-    let repo = RepoRef::new(maintainer.public_key(), "alpha")
-        .unwrap()
-        .to_string();
-    let issue = sign(
-        &maintainer,
-        1621,
-        "issue",
-        vec![tag(&["a", &repo])],
-        base + 1,
-    );
+    let repo = coordinate(&maintainer.public_key(), "alpha");
+    let issue = root(&maintainer, 1621, &repo, "issue", base + 1);
     own.add_event(&alpha).await;
     let mut loader = connect_client(&remote.url()).await;
     assert_eq!(

@@ -18,6 +18,7 @@ use grasp_purgatory::{
 };
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use grasp_sync_test_support::ids;
+use grasp_sync_test_support::nip34::root;
 use grasp_sync_test_support::nip34::{sign, tag, Announcement};
 use grasp_sync_tokio::{DatabaseStore, SyncManager};
 use nostr::prelude::*;
@@ -62,7 +63,7 @@ async fn events_synced_from_a_remote_relay_wait_in_purgatory_until_their_commits
         vec![tag(&["a", &coordinate]), tag(&["c", &pr_tip])],
         at,
     );
-    let issue = sign(&contributor, 1621, "", vec![tag(&["a", &coordinate])], at);
+    let issue = root(&contributor, 1621, &coordinate, "", at);
     remote
         .add_events(&[
             announcement.clone(),

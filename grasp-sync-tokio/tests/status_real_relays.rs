@@ -8,7 +8,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use grasp_sync_core::RepoRef;
+use grasp_sync_test_support::ids::coordinate;
+use grasp_sync_test_support::nip34::root;
 use grasp_sync_tokio::{RelayStore, SyncManager, SyncStatus};
 use nostr::prelude::*;
 use support::{announcement, loopback_engine_config, sign, tag, TestRelay, TestRelayConfig};
@@ -32,10 +33,8 @@ async fn an_unreachable_bootstrap_relay_is_reported_and_does_not_hold_historic_s
     let user = Keys::generate();
     let base = Timestamp::now().as_secs() - 1_000;
     let alpha = announcement(&maintainer, "alpha", &[&own.url(), &a.url()], base);
-    let repo = RepoRef::new(maintainer.public_key(), "alpha")
-        .unwrap()
-        .to_string();
-    let issue = sign(&user, 1621, "issue", vec![tag(&["a", &repo])], base + 1);
+    let repo = coordinate(&maintainer.public_key(), "alpha");
+    let issue = root(&user, 1621, &repo, "issue", base + 1);
     let reply = sign(
         &user,
         1111,

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use grasp_sync_core::engine::EngineConfig;
 use grasp_sync_core::url_policy::RelayUrlPolicy;
-use grasp_sync_core::RepoRef;
+use grasp_sync_test_support::ids::coordinate;
+use grasp_sync_test_support::nip34::root;
 use grasp_sync_tokio::{RelayStore, Summary, SyncManager};
 use nostr::prelude::*;
 use support::{announcement, sign, tag, TestRelay, TestRelayConfig};
@@ -84,9 +85,7 @@ async fn world() -> World {
         &[&own.url(), &a.url(), &b.url()],
         base,
     );
-    let repo = RepoRef::new(maintainer.public_key(), "alpha")
-        .unwrap()
-        .to_string();
+    let repo = coordinate(&maintainer.public_key(), "alpha");
     let a_tag = || tag(&["a", &repo]);
     let issue = sign(&user, 1621, "issue", vec![a_tag()], base + 1);
     let patch = sign(&user, 1617, "patch", vec![a_tag()], base + 2);
@@ -116,16 +115,8 @@ async fn world() -> World {
     // A second repository, announced only on a remote relay, listing us.
     let other = Keys::generate();
     let beta = announcement(&other, "beta", &[&own.url(), &b.url()], base + 8);
-    let beta_repo = RepoRef::new(other.public_key(), "beta")
-        .unwrap()
-        .to_string();
-    let beta_issue = sign(
-        &user,
-        1621,
-        "beta issue",
-        vec![tag(&["a", &beta_repo])],
-        base + 9,
-    );
+    let beta_repo = coordinate(&other.public_key(), "beta");
+    let beta_issue = root(&user, 1621, &beta_repo, "beta issue", base + 9);
     let noise: Vec<Event> = (0..5)
         .map(|n| sign(&user, 1, &format!("noise {n}"), Vec::new(), base + 10 + n))
         .collect();
@@ -352,9 +343,7 @@ async fn negentropy_resync_downloads_nothing_again_and_req_fallback_pages_past_t
         ],
         base,
     );
-    let repo = RepoRef::new(maintainer.public_key(), "alpha")
-        .unwrap()
-        .to_string();
+    let repo = coordinate(&maintainer.public_key(), "alpha");
     let issues: Vec<Event> = (0..200)
         .map(|n| {
             sign(
@@ -484,9 +473,7 @@ async fn subscription_limits_are_respected_and_a_refusing_relay_is_still_synced(
         &[&own.url(), &told.url(), &refusing.url()],
         base,
     );
-    let repo = RepoRef::new(maintainer.public_key(), "alpha")
-        .unwrap()
-        .to_string();
+    let repo = coordinate(&maintainer.public_key(), "alpha");
     let mut events = vec![alpha.clone()];
     for n in 0..20u64 {
         let issue = sign(
@@ -536,10 +523,8 @@ async fn a_hostile_relay_gets_nothing_forged_or_off_filter_into_the_store() {
     let maintainer = Keys::generate();
     let base = Timestamp::now().as_secs() - 10_000;
     let own = TestRelay::start(TestRelayConfig::default()).await;
-    let repo = RepoRef::new(maintainer.public_key(), "alpha")
-        .unwrap()
-        .to_string();
-    let issue = sign(&user, 1621, "issue", vec![tag(&["a", &repo])], base + 3);
+    let repo = coordinate(&maintainer.public_key(), "alpha");
+    let issue = root(&user, 1621, &repo, "issue", base + 3);
     // A copy that tags our repository with its content changed: it matches
     // the filter, so only the id/signature check stops it.
     let tampered = Event::new(
@@ -551,7 +536,7 @@ async fn a_hostile_relay_gets_nothing_forged_or_off_filter_into_the_store() {
         "tampered",
         issue.sig,
     );
-    let impostor = sign(&user, 1621, "impostor", vec![tag(&["a", &repo])], base + 4);
+    let impostor = root(&user, 1621, &repo, "impostor", base + 4);
     let forged = grasp_sync_test_support::nip34::forged(&impostor, &issue);
     let off_filter = sign(&user, 1, "never asked for", Vec::new(), base + 5);
     let hostile = TestRelay::start(TestRelayConfig {
@@ -689,9 +674,7 @@ async fn the_self_subscription_reads_the_whole_own_history_past_the_relays_page_
     // The announcement and the first issue are the oldest of 121 events on
     // the own relay, far below its newest page of 50.
     let alpha = announcement(&maintainer, "alpha", &[&own.url(), &a.url()], base);
-    let repo = RepoRef::new(maintainer.public_key(), "alpha")
-        .unwrap()
-        .to_string();
+    let repo = coordinate(&maintainer.public_key(), "alpha");
     let issues: Vec<Event> = (0..120)
         .map(|n| {
             sign(
