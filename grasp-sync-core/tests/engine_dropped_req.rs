@@ -8,7 +8,6 @@ mod sim;
 
 use std::collections::BTreeSet;
 
-use grasp_sync_core::engine::Command;
 use nostr::prelude::*;
 
 use sim::events::{self, repo_ref};
@@ -91,12 +90,12 @@ fn a_req_the_relay_drops_silently_is_resumed_where_it_was() {
         steady.relays[&steady_relay].stats().events_sent + 1
     );
     for event in &held {
-        let stores = world
-            .command_log
-            .iter()
-            .filter(|(_, command)| matches!(command, Command::Store { event: e, .. } if e.id == event.id))
-            .count();
-        assert_eq!(stores, 1, "event {} handed to the store once", event.id);
+        assert_eq!(
+            world.stores_of(&event.id),
+            1,
+            "event {} handed to the store once",
+            event.id
+        );
     }
 }
 

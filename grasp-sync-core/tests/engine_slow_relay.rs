@@ -8,7 +8,6 @@ mod sim;
 
 use std::time::Duration;
 
-use grasp_sync_core::engine::Command;
 use nostr::prelude::*;
 
 use sim::events::{self, repo_ref};
@@ -107,12 +106,12 @@ fn a_relay_answering_req_after_req_slowly_fails_no_batch_and_sends_each_event_on
     let quick_sent = quick.relays[&quick_relay].stats().events_sent;
     assert_eq!(sent, quick_sent, "no event sent again because of the pace");
     for event in &held {
-        let stores = world
-            .command_log
-            .iter()
-            .filter(|(_, command)| matches!(command, Command::Store { event: e, .. } if e.id == event.id))
-            .count();
-        assert_eq!(stores, 1, "event {} handed to the store once", event.id);
+        assert_eq!(
+            world.stores_of(&event.id),
+            1,
+            "event {} handed to the store once",
+            event.id
+        );
     }
 }
 

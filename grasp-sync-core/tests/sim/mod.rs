@@ -193,6 +193,17 @@ pub fn config() -> EngineConfig {
 }
 
 impl World {
+    /// How many times the engine handed the event `id` to the store.
+    #[allow(dead_code)] // not every suite that includes the simulation asks
+    pub fn stores_of(&self, id: &nostr::prelude::EventId) -> usize {
+        self.command_log
+            .iter()
+            .filter(
+                |(_, command)| matches!(command, Command::Store { event, .. } if event.id == *id),
+            )
+            .count()
+    }
+
     /// A world with the given relays and the events the own relay holds at
     /// the start (they reach the engine through the self-subscriber: the
     /// engine connects to the own relay, whatever `config` says).
