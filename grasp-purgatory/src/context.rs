@@ -118,10 +118,19 @@ impl GitSyncContext {
             .map_err(|error| error.to_string())
     }
 
+    /// Runs a sweep of `repo` claimed from the store ([`PurgatoryStore::claim_sweep`] or
+    /// [`PurgatoryStore::claim_sweeps`]) and marks it finished; returns how many refs it
+    /// deleted.
+    pub(crate) async fn sweep_refs(&self, repo: &RepoRef) -> usize {
+        let removed = self.delete_stale_refs(repo).await;
+        lock(&self.store).sweep_finished(repo);
+        removed
+    }
+
     /// Deletes the `refs/purgatory/*` of `repo`'s local repository that no held event of
     /// `repo` needs (their events were released, expired or replaced, or a crash left
     /// them); returns how many. Failures are logged: the refs only keep objects alive.
-    pub(crate) async fn sweep_refs(&self, repo: &RepoRef) -> usize {
+    async fn delete_stale_refs(&self, repo: &RepoRef) -> usize {
         let Some(target) = self.locator.locate(repo) else {
             return 0;
         };
@@ -241,13 +250,16 @@ impl SyncContext for GitSyncContext {
                 }
             }
         }
-        {
+        let sweep = {
             let mut store = lock(&self.store);
             store.finish_release(repo, &released);
             store.abort_release(&failed);
+            store.claim_sweep(repo)
+        };
+        if sweep {
+            self.sweep_refs(repo).await;
         }
         if !released.is_empty() {
-            self.sweep_refs(repo).await;
             tracing::info!(%repo, released = released.len(), "released purgatory events");
         }
         if let Some(metrics) = &self.metrics {

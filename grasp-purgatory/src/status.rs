@@ -119,9 +119,14 @@ pub struct PurgatoryStatus {
     /// no usable clone URL, only our own service's, no local repository while the git
     /// root is managed externally). A repository backing off after a failed fetch, due,
     /// being fetched, waiting for a throttled domain or releasing is still on its way:
-    /// then this is `false`. `true` when nothing is held. This is what "done" means: a
-    /// sidecar's `--once` exits when proactive sync is complete and this is `true`.
+    /// then this is `false`. So is a repository whose stale `refs/purgatory/*` are still
+    /// to be deleted ([`PurgatoryStatus::repositories_sweeping`]). `true` when nothing is
+    /// held and nothing is left to sweep. This is what "done" means: a sidecar's `--once`
+    /// exits when proactive sync is complete and this is `true`.
     pub all_accounted: bool,
+    /// Repositories whose `refs/purgatory/*` no held event needs are still to be deleted
+    /// (an event of theirs was released, expired or replaced, or purgatory restarted).
+    pub repositories_sweeping: usize,
     /// Held events whose repository is not fetchable as things stand.
     pub events_not_fetchable: usize,
     /// Not fetchable repositories per [`NotFetchable::label`].

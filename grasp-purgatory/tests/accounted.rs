@@ -105,6 +105,11 @@ async fn a_missing_repository_is_created_with_purgatory_refs_hidden_then_fetched
         "fetched into the created repository"
     );
     assert_eq!(git(&local, &["rev-parse", "--is-bare-repository"]), "true");
+    // "All accounted" includes the refs that kept the objects: none is left.
+    let mut status = purgatory.status();
+    let settled = until(&mut status, Duration::from_secs(10), |s| s.all_accounted).await;
+    assert_eq!(settled.repositories_sweeping, 0);
+    assert_eq!(git(&local, &["for-each-ref", "refs/purgatory/"]), "");
     for key in ["uploadpack.hideRefs", "receive.hideRefs"] {
         assert_eq!(git(&local, &["config", "--get-all", key]), "refs/purgatory");
     }

@@ -60,6 +60,7 @@ pub(crate) fn purgatory_json(status: &PurgatoryStatus) -> Value {
         "not_fetchable_by_reason": status.not_fetchable_by_reason,
         "not_fetchable": status.not_fetchable.iter().map(held_json).collect::<Vec<_>>(),
         "repositories_waiting": status.repositories_waiting,
+        "repositories_sweeping": status.repositories_sweeping,
         "still_waiting": status.still_waiting.iter().map(held_json).collect::<Vec<_>>(),
         "fetches_in_flight": status.fetches_in_flight,
         "oids_fetched": status.oids_fetched,

@@ -1,7 +1,7 @@
 //! The [`Purgatory`] handle and what embedders call on it: holding events, triggering
 //! a sync, reading what is held and queued, shutting down.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -43,9 +43,6 @@ pub(super) struct Shared {
     pub(super) status: watch::Sender<PurgatoryStatus>,
     pub(super) tasks: Arc<Tasks>,
     pub(super) restore_rejected: Mutex<Vec<RejectedLine>>,
-    /// Repositories whose `refs/purgatory/*` may hold refs no event needs any more
-    /// (events expired or were replaced; restored from the journal).
-    pub(super) sweeps: Mutex<BTreeSet<RepoRef>>,
     /// When refused events were last logged.
     pub(super) refusal_log: EventRefusalLog,
     /// How the last sync attempt of each held repository ended (forgotten once nothing
@@ -173,8 +170,8 @@ impl Purgatory {
         };
         match &inserted {
             Err(error) => self.count_refusal(&repo, error),
-            // The older state's refs may be needed by nothing any more.
-            Ok(Inserted::Replaced { .. }) => self.sweep_later([repo]),
+            // The store noted that the older state's refs may be needed by nothing
+            // any more; the loop sweeps them.
             Ok(_) => {}
         }
         self.shared.wake.notify_one();
@@ -201,15 +198,7 @@ impl Purgatory {
 
     /// Sweeps these repositories' stale `refs/purgatory/*` soon (from the run loop).
     pub(super) fn sweep_later(&self, repos: impl IntoIterator<Item = RepoRef>) {
-        let mut repos = repos.into_iter().peekable();
-        if repos.peek().is_none() {
-            return;
-        }
-        self.shared
-            .sweeps
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend(repos);
+        lock(&self.shared.store).request_sweeps(repos);
         self.shared.wake.notify_one();
     }
 

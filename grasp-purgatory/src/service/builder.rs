@@ -1,7 +1,7 @@
 //! Building a [`Purgatory`]: its parts, its settings, and replaying the journal a
 //! previous run wrote.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -308,7 +308,6 @@ impl PurgatoryBuilder {
                 status,
                 tasks: Arc::new(Tasks::default()),
                 restore_rejected: Mutex::new(Vec::new()),
-                sweeps: Mutex::new(BTreeSet::new()),
                 refusal_log: EventRefusalLog::default(),
                 attempts: Mutex::new(BTreeMap::new()),
                 config: self.config,

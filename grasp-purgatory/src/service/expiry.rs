@@ -13,8 +13,8 @@ impl Purgatory {
         for held in &expired {
             shared.sink.expired(held).await;
         }
-        // The refs that kept their objects are needed by nothing any more.
-        self.sweep_later(expired.iter().map(|held| held.repo.clone()));
+        // The store noted that the refs that kept their objects are needed by nothing
+        // any more; the loop sweeps them.
         if !expired.is_empty() {
             self.forget_released();
         }

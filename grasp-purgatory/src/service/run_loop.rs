@@ -3,7 +3,6 @@
 //! sweeps stale refs, keeps the journal compact and synced, publishes the status, and
 //! stops every task at shutdown.
 
-use std::sync::PoisonError;
 use std::time::Duration;
 
 use grasp_sync_core::clock::Instant;
@@ -130,20 +129,15 @@ impl Purgatory {
         self.update_gauges();
     }
 
-    /// Starts a task deleting the stale `refs/purgatory/*` of every repository marked
-    /// for it.
+    /// Starts a task deleting the stale `refs/purgatory/*` of every repository that owes
+    /// a sweep; each wakes the loop when it finishes, so the status sees it paid.
     fn start_sweeps(&self) {
-        let repos = std::mem::take(
-            &mut *self
-                .shared
-                .sweeps
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        let repos = lock(&self.shared.store).claim_sweeps();
         for repo in repos {
-            let ctx = std::sync::Arc::clone(&self.shared.ctx);
+            let shared = std::sync::Arc::clone(&self.shared);
             self.shared.tasks.spawn(async move {
-                ctx.sweep_refs(&repo).await;
+                shared.ctx.sweep_refs(&repo).await;
+                shared.wake.notify_one();
             });
         }
     }

@@ -89,7 +89,7 @@ impl Purgatory {
         let fetches_in_flight: u32 = fetches_by_domain.values().sum();
         let attempts = self.last_attempts();
         let mut held = HeldTally::default();
-        let (events_held, events_releasing, identifiers_queued) = {
+        let (events_held, events_releasing, identifiers_queued, repositories_sweeping) = {
             let store = lock(&shared.store);
             let queue = self.queue();
             for repo in store.repositories() {
@@ -108,10 +108,13 @@ impl Purgatory {
                 };
                 held.add(key, store.events(repo).len(), &activity, attempts.get(repo));
             }
-            (store.len(), store.releasing(), queue.len())
+            let sweeping = store.sweeps_outstanding();
+            (store.len(), store.releasing(), queue.len(), sweeping)
         };
         let metrics = &shared.metrics;
-        let all_accounted = events_releasing == 0 && all_accounted(held.progress.iter().copied());
+        let all_accounted = events_releasing == 0
+            && repositories_sweeping == 0
+            && all_accounted(held.progress.iter().copied());
         PurgatoryStatus {
             events_held,
             events_releasing,
@@ -131,6 +134,7 @@ impl Purgatory {
                 && fetches_in_flight == 0
                 && events_releasing == 0,
             all_accounted,
+            repositories_sweeping,
             events_not_fetchable: held.events_not_fetchable,
             not_fetchable_by_reason: held.by_reason,
             not_fetchable: held.not_fetchable,

@@ -9,6 +9,7 @@
 //! the [`HeldLimits`].
 
 mod limits;
+mod sweeps;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -19,6 +20,7 @@ pub use limits::{AddError, Cap, HeldLimits};
 
 use crate::held::{HeldEvent, HeldKind};
 use crate::journal::{Journal, Removal, Snapshot, WrittenSnapshot};
+use sweeps::RefSweeps;
 
 /// What [`PurgatoryStore::insert`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +53,8 @@ pub struct PurgatoryStore {
     present: BTreeMap<RepoRef, BTreeSet<GitOid>>,
     limits: HeldLimits,
     journal: Option<Journal>,
+    /// Repositories whose stale `refs/purgatory/*` must still be deleted.
+    sweeps: RefSweeps,
 }
 
 impl PurgatoryStore {
@@ -331,10 +335,13 @@ impl PurgatoryStore {
         taken
     }
 
-    /// Forgets a removed event's id and author count and journals its removal (a failed
-    /// write is logged: replaying would hold it again, and release or expire it again).
+    /// Forgets a removed event's id and author count, notes that its repository owes a
+    /// sweep, and journals its removal (a failed write is logged: replaying would hold
+    /// it again, and release or expire it again).
     fn forget_event(&mut self, held: &HeldEvent, why: Removal) {
         self.ids.remove(&held.event.id);
+        // Its refs may be needed by nothing any more.
+        self.sweeps.request(held.repo.clone());
         if let Some(count) = self.by_author.get_mut(&held.event.pubkey) {
             *count = count.saturating_sub(1);
             if *count == 0 {
@@ -346,6 +353,37 @@ impl PurgatoryStore {
                 tracing::warn!(id = %held.event.id, %error, "journaling a purgatory removal failed");
             }
         }
+    }
+
+    /// Notes that these repositories' `refs/purgatory/*` must be swept (for example
+    /// after a restart, when a crash may have left refs nothing needs).
+    pub fn request_sweeps(&mut self, repos: impl IntoIterator<Item = RepoRef>) {
+        for repo in repos {
+            self.sweeps.request(repo);
+        }
+    }
+
+    /// Starts the owed sweep of `repo`: whether the caller now runs it (and then calls
+    /// [`PurgatoryStore::sweep_finished`]).
+    pub fn claim_sweep(&mut self, repo: &RepoRef) -> bool {
+        self.sweeps.claim(repo)
+    }
+
+    /// Starts every owed sweep; the caller runs one per repository returned and calls
+    /// [`PurgatoryStore::sweep_finished`] for each.
+    pub fn claim_sweeps(&mut self) -> Vec<RepoRef> {
+        self.sweeps.claim_all()
+    }
+
+    /// A claimed sweep of `repo` finished.
+    pub fn sweep_finished(&mut self, repo: &RepoRef) {
+        self.sweeps.finished(repo);
+    }
+
+    /// How many repositories still owe (or are running) a sweep of their stale refs. An
+    /// event that leaves purgatory makes its repository owe one in the same step.
+    pub fn sweeps_outstanding(&self) -> usize {
+        self.sweeps.outstanding()
     }
 
     fn forget_if_empty(&mut self, repo: &RepoRef) {

@@ -138,6 +138,50 @@ fn events_being_released_stay_held_until_the_sink_confirms() {
 }
 
 #[test]
+fn an_event_leaving_owes_its_repository_a_sweep_in_the_same_step() {
+    let keys = Keys::generate();
+    let mut store = PurgatoryStore::new();
+    let r = repo(&keys, "r");
+    let pay = |store: &mut PurgatoryStore| {
+        assert!(store.claim_sweep(&r));
+        assert_eq!(store.sweeps_outstanding(), 1, "running still counts");
+        store.sweep_finished(&r);
+        assert_eq!(store.sweeps_outstanding(), 0);
+    };
+    // Released.
+    let first = held(state(&keys, "r", &[&ids::oid(1)], 10), 0);
+    store.insert(first.clone()).unwrap();
+    assert_eq!(store.sweeps_outstanding(), 0, "holding owes nothing");
+    store.mark_present(&r, [oid(1)]);
+    assert_eq!(store.begin_release(&r).len(), 1);
+    store.finish_release(&r, &[first.event.id]);
+    assert!(store.is_empty());
+    assert_eq!(store.sweeps_outstanding(), 1);
+    pay(&mut store);
+    // Replaced by a newer state.
+    store
+        .insert(held(state(&keys, "r", &[&ids::oid(2)], 20), 0))
+        .unwrap();
+    store
+        .insert(held(state(&keys, "r", &[&ids::oid(3)], 30), 0))
+        .unwrap();
+    assert_eq!(store.sweeps_outstanding(), 1);
+    pay(&mut store);
+    // Expired.
+    assert_eq!(store.take_expired(Timestamp::from_secs(5)).len(), 1);
+    assert_eq!(store.sweeps_outstanding(), 1);
+    pay(&mut store);
+    // A release the sink refused owes nothing: the event is still held.
+    store
+        .insert(held(state(&keys, "r", &[&ids::oid(4)], 40), 0))
+        .unwrap();
+    store.mark_present(&r, [oid(4)]);
+    let refused: Vec<_> = store.begin_release(&r).iter().map(|h| h.event.id).collect();
+    store.abort_release(&refused);
+    assert_eq!(store.sweeps_outstanding(), 0);
+}
+
+#[test]
 fn expiry_takes_only_events_held_long_enough() {
     let keys = Keys::generate();
     let mut store = PurgatoryStore::new();
