@@ -168,11 +168,9 @@ impl Purgatory {
             }
             inserted
         };
-        match &inserted {
-            Err(error) => self.count_refusal(&repo, error),
-            // The store noted that the older state's refs may be needed by nothing
-            // any more; the loop sweeps them.
-            Ok(_) => {}
+        // A replaced older state's refs are owed a sweep by the store; the loop runs it.
+        if let Err(error) = &inserted {
+            self.count_refusal(&repo, error);
         }
         self.shared.wake.notify_one();
         self.update_gauges();
