@@ -114,24 +114,22 @@ impl Metrics {
 
     /// The 2-second health and metrics tick.
     pub(crate) fn update(&self, engine: &SyncEngine, now: Instant) {
-        let health = engine.health();
         for (relay, state) in engine.relay_index().iter() {
             let url = relay.as_str();
             self.relay_connected
                 .with_label_values(&[url])
                 .set(i64::from(state.is_connected()));
-            let status = health.state(relay, now);
             self.relay_status
                 .with_label_values(&[url])
-                .set(status.metric_value());
-            let failures = health
-                .get(relay)
-                .map_or(0, |relay| relay.consecutive_failures());
+                .set(engine.health_state(relay, now).metric_value());
+            let failures = engine
+                .relay_health(relay)
+                .map_or(0, |health| health.consecutive_failures());
             self.relay_failures
                 .with_label_values(&[url])
                 .set(i64::from(failures));
         }
-        let counts = health.counts(now);
+        let counts = engine.health_counts(now);
         self.relays_tracked.set(counts.tracked as i64);
         self.relays_connected.set(counts.connected as i64);
         self.relays_dead

@@ -136,7 +136,9 @@ impl SyncEngine {
         };
         debug!(%relay, %batch, purpose = ?info.purpose, "batch confirmed");
         self.stats.batches_confirmed += 1;
-        self.health.on_work_confirmed(relay);
+        if let Some(session) = self.relays.get_mut(relay) {
+            session.work_confirmed();
+        }
         let Some(state) = self.confirmed.get_mut(relay) else {
             return;
         };

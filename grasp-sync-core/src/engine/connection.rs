@@ -1,4 +1,4 @@
-//! Connection lifecycle: registering, connecting per the health tracker,
+//! Connection lifecycle: registering, connecting per each relay's health,
 //! and what to do on connect (fresh start or quick reconnect), on disconnect,
 //! daily, and when a relay has nothing left to sync.
 
@@ -15,7 +15,6 @@ impl SyncEngine {
     /// Starts tracking `relay` (bootstrap relays are never dropped).
     pub(super) fn register_relay(&mut self, relay: RelayUrl, is_bootstrap: bool) {
         self.confirmed.register(relay.clone(), is_bootstrap);
-        self.health.register(relay.clone());
         self.relays.entry(relay);
     }
 
@@ -26,16 +25,22 @@ impl SyncEngine {
             .iter()
             .filter(|(_, state)| state.connection_status == ConnectionStatus::Disconnected)
             .map(|(relay, _)| relay.clone())
-            .filter(|relay| self.health.should_attempt_connection(relay, now.instant))
+            .filter(|relay| {
+                self.relays
+                    .view(relay)
+                    .health
+                    .should_attempt_connection(now.instant, &self.config.health)
+            })
             .collect();
-        let timeout = self.health.config().connect_timeout();
+        let timeout = self.config.health.connect_timeout();
         for relay in ready {
             debug!(%relay, "connecting");
-            self.health.on_connect_attempt(&relay, now.instant);
             if let Some(state) = self.confirmed.get_mut(&relay) {
                 state.connection_status = ConnectionStatus::Connecting;
             }
-            self.knowledge(&relay)
+            let session = self.knowledge(&relay);
+            session.health.on_connect_attempt(now.instant);
+            session
                 .timers
                 .set(RelayTimer::ConnectTimeout, now.instant + timeout);
             self.emit(Command::Connect { relay, timeout });
@@ -76,11 +81,16 @@ impl SyncEngine {
             return;
         };
         state.connection_status = ConnectionStatus::Disconnected;
-        self.knowledge(relay)
-            .timers
-            .clear(RelayTimer::ConnectTimeout);
+        let session = self.relays.entry(relay.clone());
+        session.timers.clear(RelayTimer::ConnectTimeout);
+        session.health.on_connect_failed(now.instant);
+        debug!(
+            %relay,
+            failures = session.health.consecutive_failures(),
+            next_attempt_at = ?session.health.next_attempt_at(&self.config.health),
+            "relay connection failed"
+        );
         self.note_error(relay, "connection failed or timed out");
-        self.health.on_connect_failed(relay, now.instant);
         self.maintain(now);
     }
 
@@ -115,10 +125,9 @@ impl SyncEngine {
         state.connection_status = ConnectionStatus::Connected;
         state.last_connected = Some(now.unix);
         state.disconnected_at = None;
-        self.knowledge(relay)
-            .timers
-            .clear(RelayTimer::ConnectTimeout);
-        self.health.on_connected(relay, now.instant);
+        let session = self.knowledge(relay);
+        session.timers.clear(RelayTimer::ConnectTimeout);
+        session.health.on_connected(now.instant);
         self.relays.open_connection(
             relay,
             RelayConn {
@@ -223,7 +232,12 @@ impl SyncEngine {
             // up from here minus the window.
             state.last_connected = Some(now.unix);
         }
-        self.health.on_disconnected(relay, now.instant);
+        if let Some(session) = self.relays.get_mut(relay) {
+            session
+                .health
+                .on_disconnected(now.instant, &self.config.health);
+            debug!(%relay, failures = session.health.consecutive_failures(), "relay disconnected");
+        }
     }
 
     /// Keeps, across the reconnect, the earliest moment live coverage was
@@ -324,7 +338,6 @@ impl SyncEngine {
             self.clear_pending(&relay);
             self.relays.close_connection(&relay);
             self.confirmed.remove(&relay);
-            self.health.remove(&relay);
             self.relays.remove(&relay);
             self.stats.relays_dropped += 1;
         }

@@ -8,7 +8,7 @@
 //! input about that relay is handled, and that relay's entry is refreshed
 //! after it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use nostr::prelude::RelayUrl;
 
@@ -59,25 +59,18 @@ impl DeadlineTable {
 impl SyncEngine {
     /// Refreshes `relay`'s entry in the deadline table.
     pub(super) fn refresh_deadline(&mut self, relay: &RelayUrl) {
-        let health = self.health.poll_timeout_of(relay, self.last_now);
-        let at = match self.relays.get(relay) {
-            Some(session) => {
-                session.next_deadline(&self.config, health, self.last_now, self.rate_window())
-            }
-            None => health,
-        };
+        let at = self.relays.get(relay).and_then(|session| {
+            let health = session
+                .health
+                .poll_timeout(self.last_now, &self.config.health);
+            session.next_deadline(&self.config, health, self.last_now, self.rate_window())
+        });
         self.deadlines.set(relay, at);
     }
 
     /// Rebuilds the deadline table for every relay the engine knows.
     pub(super) fn refresh_all_deadlines(&mut self) {
-        let relays: HashSet<RelayUrl> = self
-            .relays
-            .urls()
-            .chain(self.relays.connected())
-            .chain(self.health.relays())
-            .cloned()
-            .collect();
+        let relays: Vec<RelayUrl> = self.relays.urls().cloned().collect();
         self.deadlines.clear();
         for relay in relays {
             self.refresh_deadline(&relay);

@@ -27,17 +27,13 @@ impl SyncEngine {
     /// sent to `relay` now: no rate-limit cooldown and the learned rate not
     /// used up.
     pub(super) fn rate_allows(&mut self, now: Now, relay: &RelayUrl) -> bool {
-        if self
-            .health
-            .get(relay)
-            .is_some_and(|health| health.is_rate_limited(now.instant))
-        {
-            return false;
-        }
         let window = self.rate_window();
         let Some(session) = self.relays.get_mut(relay) else {
             return false;
         };
+        if session.health.is_rate_limited(now.instant) {
+            return false;
+        }
         session.recover_learned_rate(now.instant, window);
         let rate = session.learned_rate;
         let Some(conn) = self.relays.conn_mut(relay) else {
@@ -48,11 +44,12 @@ impl SyncEngine {
     }
 
     /// Counts a failure of work on `relay` and returns the delay before it
-    /// is retried, as the health tracker decides — the one answer to "when
+    /// is retried, as its session's work retry decides — the one answer to "when
     /// to retry": doubling for each failure in a row, so a relay that keeps
     /// refusing (`blocked:`, `auth-required:`) is not hammered.
     pub(super) fn count_failure_and_delay(&mut self, relay: &RelayUrl) -> std::time::Duration {
-        self.health.on_work_failed(relay)
+        let health = &self.config.health;
+        self.relays.entry(relay.clone()).work_failed(health)
     }
 }
 

@@ -106,7 +106,7 @@ use std::collections::{HashMap, VecDeque};
 use nostr::prelude::{EventId, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
 
 use crate::clock::{Instant, Now};
-use crate::health::HealthTracker;
+use crate::health::{HealthCounts, HealthState, RelayHealth};
 use crate::model::{BatchId, PendingSyncIndex, RelaySyncIndex};
 use crate::planner::RepoSyncIndex;
 use crate::verified::{Forged, VerifiedEvent};
@@ -169,7 +169,6 @@ pub struct SyncEngine {
     repos: RepoSyncIndex,
     confirmed: RelaySyncIndex,
     pending: PendingSyncIndex,
-    health: HealthTracker,
     /// Every relay's session: what we learned, its connection, its timers.
     relays: Relays,
     own: OwnRelay,
@@ -212,7 +211,6 @@ impl SyncEngine {
         );
         let own = OwnRelay::new(config.own_relay.clone(), now.instant);
         let mut engine = SyncEngine {
-            health: HealthTracker::new(config.health.clone()),
             repos: RepoSyncIndex::new(),
             confirmed: RelaySyncIndex::new(),
             pending: PendingSyncIndex::new(),
@@ -267,9 +265,29 @@ impl SyncEngine {
         &self.pending
     }
 
-    /// Relay health.
-    pub fn health(&self) -> &HealthTracker {
-        &self.health
+    /// The connection health of `relay`, if the engine knows it.
+    pub fn relay_health(&self, relay: &RelayUrl) -> Option<&RelayHealth> {
+        self.relays.get(relay).map(|session| &session.health)
+    }
+
+    /// The health state of `relay` at `now`; an unknown relay is
+    /// [`HealthState::Disconnected`].
+    pub fn health_state(&self, relay: &RelayUrl, now: Instant) -> HealthState {
+        self.relays
+            .view(relay)
+            .health_state(now, &self.config.health)
+    }
+
+    /// How many tracked relays are in each health state at `now`, for the
+    /// summary metrics.
+    pub fn health_counts(&self, now: Instant) -> HealthCounts {
+        let mut counts = HealthCounts::default();
+        for (relay, _) in self.confirmed.iter() {
+            let session = self.relays.view(relay);
+            let state = session.health_state(now, &self.config.health);
+            counts.add(state, session.health.is_connected());
+        }
+        counts
     }
 
     /// The next command for the driver, oldest first.

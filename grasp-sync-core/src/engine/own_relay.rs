@@ -9,6 +9,7 @@
 //! relay that embeds the library) there is no connection: the embedder
 //! hands accepted events to [`SyncEngine::handle_own_events`].
 
+use crate::health::Retry;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -35,7 +36,7 @@ pub(super) enum OwnLink {
     /// No own relay connection: the embedder feeds accepted events.
     #[default]
     Unused,
-    /// Closed; the next attempt is due then (the health tracker's backoff).
+    /// Closed; the next attempt is due then (`HealthConfig::own_relay_backoff`).
     Closed {
         /// When to connect again.
         reconnect_at: Instant,
@@ -70,6 +71,10 @@ pub(super) struct OwnRelay {
     /// applied once (NIP-01: of two with the same `created_at`, the lower id
     /// stands).
     pub(super) announced_at: HashMap<RepoRef, (Timestamp, EventId)>,
+    /// Lost connections in a row and their backoff
+    /// ([`HealthConfig::own_relay_backoff`](crate::health::HealthConfig::own_relay_backoff));
+    /// `None` once connected.
+    pub(super) retry: Option<Retry>,
 }
 
 impl OwnRelay {
@@ -194,7 +199,7 @@ impl SyncEngine {
         let Some(relay) = self.own.url.clone() else {
             return;
         };
-        self.health.on_own_relay_connected();
+        self.own.retry = None;
         // A relay caps each REQ, and root events would crowd old
         // announcements out of a single one: the history is paged.
         let filter = self.own_subscription_filter();
@@ -227,13 +232,18 @@ impl SyncEngine {
     /// The connection is gone. If its history had been read completely,
     /// everything up to now was seen; otherwise the catch-up point stays
     /// where the last complete read left it. The next attempt is due after
-    /// the health tracker's backoff.
+    /// `HealthConfig::own_relay_backoff`.
     fn own_lost(&mut self, now: Now, why: &str) {
         warn!(reason = why, "own relay connection lost; retrying");
         if self.own.history_complete() {
             self.own.caught_up_to = Some(now.unix);
         }
-        let delay = self.health.on_own_relay_lost();
+        let backoff = self.config.health.own_relay_backoff;
+        let delay = self
+            .own
+            .retry
+            .get_or_insert_with(|| Retry::new(backoff))
+            .fail();
         self.own.link = OwnLink::Closed {
             reconnect_at: now.instant + delay,
         };

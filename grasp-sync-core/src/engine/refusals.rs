@@ -34,20 +34,31 @@ impl SyncEngine {
             // The cooldown, without halving the learned rate: the limit
             // learned above is what prevents the next refusal.
             self.stats.rate_limits += 1;
-            self.health.on_rate_limited(relay, now.instant);
+            self.note_rate_limited(now, relay);
         } else if classified.rate_limited {
             self.rate_limited(now, relay);
         }
         classified.too_many_subscriptions || classified.rate_limited
     }
 
+    /// Starts (or extends) `relay`'s rate-limit cooldown.
+    fn note_rate_limited(&mut self, now: Now, relay: &RelayUrl) {
+        let cooldown = self.config.health.rate_limit_cooldown;
+        tracing::info!(%relay, ?cooldown, "relay rate limited");
+        let health = &self.config.health;
+        self.relays
+            .entry(relay.clone())
+            .health
+            .on_rate_limited(now.instant, health);
+    }
+
     pub(super) fn rate_limited(&mut self, now: Now, relay: &RelayUrl) {
         self.stats.rate_limits += 1;
         let already = self
-            .health
+            .relays
             .get(relay)
-            .is_some_and(|health| health.is_rate_limited(now.instant));
-        self.health.on_rate_limited(relay, now.instant);
+            .is_some_and(|session| session.health.is_rate_limited(now.instant));
+        self.note_rate_limited(now, relay);
         if !already {
             // Once per episode: halve the REQs we send per window.
             let window = self.rate_window();

@@ -1,8 +1,10 @@
 //! One relay's session: what we learned about the relay, its open
-//! connection, its timers and counters — and the collection of them the
-//! engine routes inputs to by URL.
+//! connection, its health and retries, its timers and counters — and the
+//! collection of them the engine routes inputs to by URL.
 
 use std::collections::HashMap;
+
+use indexmap::IndexMap;
 
 use nostr::prelude::{Filter, RelayUrl};
 
@@ -13,6 +15,7 @@ use super::runtime::{BatchInfo, RelayConn, Sub};
 use super::timer_table::{RelayTimer, TimerTable};
 use crate::clock::Instant;
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, FilterMode};
+use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
 use crate::model::{BatchId, PendingItems, SyncMethod};
 
 /// Everything about one relay: what we learned about it (kept across
@@ -66,9 +69,36 @@ pub(crate) struct RelaySession {
     pub(crate) events_stored: u64,
     /// The last thing that went wrong with the relay.
     pub(crate) last_error: Option<String>,
+    /// Connection health: attempts, failures and their backoff, rate
+    /// limiting.
+    pub(crate) health: RelayHealth,
+    /// Failed historic work in a row (batches closed or timed out, live
+    /// subscriptions refused) and its backoff; `None` after a confirmation.
+    pub(crate) work_retry: Option<Retry>,
 }
 
 impl RelaySession {
+    /// Historic work on the relay failed: the delay before it is planned
+    /// again, doubling for each failure in a row
+    /// ([`HealthConfig::work_backoff`]).
+    pub(crate) fn work_failed(&mut self, health: &HealthConfig) -> std::time::Duration {
+        let backoff = health.work_backoff;
+        self.work_retry
+            .get_or_insert_with(|| Retry::new(backoff))
+            .fail()
+    }
+
+    /// Historic work on the relay was confirmed: its next failure starts
+    /// over.
+    pub(crate) fn work_confirmed(&mut self) {
+        self.work_retry = None;
+    }
+
+    /// The relay's health at `now`.
+    pub(crate) fn health_state(&self, now: Instant, health: &HealthConfig) -> HealthState {
+        self.health.state(now, health)
+    }
+
     /// The smallest subscription limit we know of.
     pub(crate) fn subscription_limit(&self, config: &EngineConfig) -> usize {
         [
@@ -279,7 +309,7 @@ impl RelaySession {
     /// When the session next has work for `SyncEngine::handle_timeout`:
     /// the earliest of its timers, its negentropy and batch timeouts, its
     /// stalled REQs, its unanswered live subscriptions, its rate window and
-    /// its health (`health`: when the health tracker's answer for the relay
+    /// its health (`health`: when its `RelayHealth`'s answer
     /// changes next).
     pub(crate) fn next_deadline(
         &self,
@@ -325,9 +355,10 @@ pub(crate) struct LivePlan {
     pub(crate) polled: indexmap::IndexSet<nostr::prelude::Filter>,
 }
 
-/// Every relay's session, by URL.
+/// Every relay's session, by URL, in the order they were first met (so
+/// every walk over them is deterministic).
 #[derive(Debug, Default)]
-pub(crate) struct Relays(HashMap<RelayUrl, RelaySession>);
+pub(crate) struct Relays(IndexMap<RelayUrl, RelaySession>);
 
 /// The session of a relay the engine does not know: nothing learned.
 static UNKNOWN: std::sync::LazyLock<RelaySession> = std::sync::LazyLock::new(RelaySession::default);
@@ -357,7 +388,7 @@ impl Relays {
 
     /// Forgets `relay` and everything about it.
     pub(crate) fn remove(&mut self, relay: &RelayUrl) -> Option<RelaySession> {
-        self.0.remove(relay)
+        self.0.shift_remove(relay)
     }
 
     /// Every session, with its relay.

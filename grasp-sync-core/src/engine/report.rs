@@ -54,14 +54,14 @@ impl SyncEngine {
     fn relay_report(&self, relay: &RelayUrl, state: &RelayState) -> RelayReport {
         let known = self.relays.get(relay);
         let refused = known.is_some_and(|known| known.negentropy_refused);
-        let health = self.health.get(relay);
-        let retry_at = health
+        let health = &self.config.health;
+        let retry_at = known
             .filter(|_| !self.relays.is_connected(relay))
-            .and_then(|health| health.next_attempt_at(self.health.config()));
+            .and_then(|known| known.health.next_attempt_at(health));
         RelayReport {
             relay: relay.clone(),
             connection: state.connection_status,
-            health: self.health.state(relay, self.last_now),
+            health: self.relays.view(relay).health_state(self.last_now, health),
             method: if refused {
                 SyncMethod::ReqEose
             } else {
@@ -110,11 +110,11 @@ impl SyncEngine {
     /// Not connected, and failing to connect for the configured number of
     /// attempts in a row, or dead.
     fn relay_unreachable(&self, relay: &RelayUrl) -> bool {
-        let Some(health) = self.health.get(relay) else {
+        let Some(session) = self.relays.get(relay) else {
             return false;
         };
-        !self.relays.is_connected(relay)
-            && (health.consecutive_failures() >= self.config.unreachable_after
-                || self.health.state(relay, self.last_now) == HealthState::Dead)
+        session.conn.is_none()
+            && (session.health.consecutive_failures() >= self.config.unreachable_after
+                || session.health_state(self.last_now, &self.config.health) == HealthState::Dead)
     }
 }

@@ -6,6 +6,7 @@
 //! `restricted:` …) is remembered so a re-sync does not download the event
 //! again.
 
+use crate::health::Retry;
 use std::collections::{HashMap, VecDeque};
 
 use nostr::filter::MatchEventOptions;
@@ -90,6 +91,10 @@ pub(crate) struct StoreTracker {
     /// Events refused for now, in the order they were first stored.
     retry: VecDeque<EventId>,
     retry_at: Option<Instant>,
+    /// The store's refusals for now in a row and their backoff
+    /// ([`HealthConfig::store_backoff`](crate::health::HealthConfig::store_backoff));
+    /// `None` once it takes or settles an event.
+    pub(super) refusals: Option<Retry>,
     /// The store's last sign of life (an answer, or the first event handed
     /// to an idle store): with events waiting and no answer for the store
     /// timeout after it, the store is taken for stalled.
@@ -304,13 +309,18 @@ impl SyncEngine {
                 if self.stores.retry_at.is_none() {
                     // One round of retries per backoff step, however many
                     // events the store refused in it.
-                    let delay = self.health.on_store_refused();
+                    let backoff = self.config.health.store_backoff;
+                    let delay = self
+                        .stores
+                        .refusals
+                        .get_or_insert_with(|| Retry::new(backoff))
+                        .fail();
                     debug!(%id, reason, ?delay, "store refused for now; retrying");
                     self.stores.retry_at = Some(now.instant + delay);
                 }
             }
             StoreVerdict::Refused(reason) | StoreVerdict::Unclear(reason) => {
-                self.health.on_store_answered();
+                self.stores.refusals = None;
                 self.stats.store_refused += 1;
                 if let Some(done) = self.settle(now, id) {
                     warn!(id = %done.event.id, relay = %done.relay, reason, "store refused event; not downloading it again");
@@ -318,7 +328,7 @@ impl SyncEngine {
                 }
             }
             StoreVerdict::Stored | StoreVerdict::Duplicate => {
-                self.health.on_store_answered();
+                self.stores.refusals = None;
                 self.stores.stored_lately.insert(*id, ());
                 if let Some(done) = self.settle(now, id) {
                     if verdict == StoreVerdict::Stored {

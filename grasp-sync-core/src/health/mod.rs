@@ -1,10 +1,11 @@
 //! Relay health: the one place that decides when a relay may be (re)connected.
 //!
-//! Each relay has a [`RelayHealth`] state machine; a [`HealthTracker`] keeps one
-//! per relay in registration order. Both are pure: every input and query takes
-//! `now`, nothing here reads a clock, and the [`HealthState`] is derived from
-//! the recorded facts and `now` on every query instead of being advanced by
-//! timers.
+//! Each relay has a [`RelayHealth`] state machine, kept in the engine's
+//! session of the relay. It is pure: every input and query takes `now`,
+//! nothing here reads a clock, and the [`HealthState`] is derived from the
+//! recorded facts and `now` on every query instead of being advanced by
+//! timers. [`Retry`] counts failures of work that is not a connection (a
+//! relay's batches, the store's refusals, the own relay's reconnects).
 //!
 //! # States (spec "Health Tracking")
 //!
@@ -31,22 +32,27 @@
 //!
 //! # Driving contract
 //!
-//! ```text
-//! loop {
-//!     for relay in tracker.relays_ready_to_connect(now) {
-//!         tracker.on_connect_attempt(&relay, now);
-//!         // start a connection with timeout tracker.config().connect_timeout()
-//!     }
-//!     // feed outcomes: on_connected / on_connect_failed / on_disconnected /
-//!     // on_rate_limited, each with the `now` at which it happened
-//!     // sleep until tracker.poll_timeout(now) (or the next input), then repeat
-//! }
+//! ```
+//! use grasp_sync_core::health::{HealthConfig, HealthState, RelayHealth};
+//! use grasp_sync_core::Instant;
+//!
+//! let config = HealthConfig::default();
+//! let mut health = RelayHealth::default();
+//! let now = Instant::ZERO;
+//! assert!(health.should_attempt_connection(now, &config));
+//! health.on_connect_attempt(now);
+//! // start a connection with timeout config.connect_timeout(); its outcome:
+//! health.on_connect_failed(now);
+//! assert_eq!(health.state(now, &config), HealthState::Degraded);
+//! // sleep until health.poll_timeout(now, &config) (or the next input)
+//! let retry = health.poll_timeout(now, &config).unwrap();
+//! assert!(health.should_attempt_connection(retry, &config));
 //! ```
 //!
-//! [`HealthTracker::poll_timeout`] only says when the answer to a query
+//! [`RelayHealth::poll_timeout`] only says when the answer to a query
 //! changes; there is nothing to "fire", so waking early or twice is harmless.
 //! The connection timeout itself is the driver's job: it must report an
-//! attempt that never completes as [`HealthTracker::on_connect_failed`].
+//! attempt that never completes as [`RelayHealth::on_connect_failed`].
 
 use std::fmt;
 use std::time::Duration;
@@ -55,12 +61,12 @@ pub use backoff::ExponentialBackoff;
 pub use retry::Retry;
 
 pub mod backoff;
+mod counts;
 mod relay;
 mod retry;
-mod tracker;
 
+pub use counts::HealthCounts;
 pub use relay::RelayHealth;
-pub use tracker::{HealthCounts, HealthTracker};
 
 /// Delay after the first failure (spec: `sync_base_backoff_secs` = 5 s).
 pub const DEFAULT_BASE_BACKOFF: Duration = Duration::from_secs(5);

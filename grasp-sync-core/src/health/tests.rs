@@ -1,8 +1,6 @@
-//! Tests of the relay health tracker.
+//! Tests of relay health.
 
 use std::time::Duration;
-
-use nostr::types::RelayUrl;
 
 use super::relay::FailureRun;
 use super::*;
@@ -18,10 +16,6 @@ fn at(secs: u64) -> Instant {
 
 fn config() -> HealthConfig {
     HealthConfig::default()
-}
-
-fn url(s: &str) -> RelayUrl {
-    RelayUrl::parse(s).unwrap()
 }
 
 /// Fails at `now`, then returns the delay until the next allowed attempt.
@@ -474,105 +468,22 @@ fn the_failure_count_saturates() {
 }
 
 #[test]
-fn the_tracker_registers_on_demand_and_forwards() {
-    let a = url("wss://a.example");
-    let mut tracker = HealthTracker::new(config());
-    assert!(tracker.is_empty());
-    assert_eq!(tracker.state(&a, at(0)), HealthState::Disconnected);
-    assert!(tracker.should_attempt_connection(&a, at(0)));
-    assert!(tracker.get(&a).is_none());
-
-    tracker.on_connect_attempt(&a, at(0));
-    assert!(tracker.get(&a).is_some_and(RelayHealth::is_connecting));
-    tracker.on_connect_failed(&a, at(1));
-    assert_eq!(tracker.state(&a, at(1)), HealthState::Degraded);
-    assert!(!tracker.should_attempt_connection(&a, at(2)));
-    tracker.on_connected(&a, at(6));
-    tracker.on_disconnected(&a, at(7));
-    assert_eq!(
-        tracker.get(&a).map(RelayHealth::consecutive_failures),
-        Some(2)
-    );
-    tracker.on_rate_limited(&a, at(8));
-    assert_eq!(tracker.state(&a, at(8)), HealthState::RateLimited);
-    assert_eq!(tracker.len(), 1);
-
-    if let Some(health) = tracker.get_mut(&a) {
-        health.on_connected(at(100));
-    }
-    assert!(tracker.get(&a).is_some_and(RelayHealth::is_connected));
-}
-
-#[test]
-fn registering_twice_keeps_the_state() {
-    let a = url("wss://a.example");
-    let mut tracker = HealthTracker::default();
-    tracker.on_connect_failed(&a, at(0));
-    tracker.register(a.clone());
-    assert_eq!(
-        tracker.get(&a).map(RelayHealth::consecutive_failures),
-        Some(1)
-    );
-}
-
-#[test]
-fn the_ready_list_follows_registration_order() {
-    let relays: Vec<RelayUrl> = ["wss://z.example", "wss://a.example", "wss://m.example"]
-        .into_iter()
-        .map(url)
-        .collect();
-    let mut tracker = HealthTracker::new(config());
-    for relay in &relays {
-        tracker.register(relay.clone());
-    }
-    assert_eq!(tracker.relays_ready_to_connect(at(0)), relays);
-
-    tracker.on_connect_failed(&relays[1], at(0));
-    tracker.on_connect_attempt(&relays[2], at(0));
-    assert_eq!(
-        tracker.relays_ready_to_connect(at(1)),
-        vec![relays[0].clone()]
-    );
-    tracker.on_connect_failed(&relays[2], at(1));
-    assert_eq!(tracker.relays_ready_to_connect(at(6)), relays);
-
-    tracker.remove(&relays[0]);
-    tracker.register(relays[0].clone());
-    assert_eq!(
-        tracker.relays_ready_to_connect(at(6)),
-        vec![relays[1].clone(), relays[2].clone(), relays[0].clone()]
-    );
-}
-
-#[test]
-fn the_tracker_poll_timeout_is_the_earliest_over_relays() {
-    let a = url("wss://a.example");
-    let b = url("wss://b.example");
-    let mut tracker = HealthTracker::new(config());
-    assert_eq!(tracker.poll_timeout(at(0)), None);
-    tracker.on_connect_failed(&a, at(0));
-    tracker.on_connect_failed(&a, at(5));
-    tracker.on_rate_limited(&b, at(2));
-    assert_eq!(tracker.poll_timeout(at(5)), Some(at(15)));
-    assert_eq!(tracker.poll_timeout(at(15)), Some(at(67)));
-}
-
-#[test]
 fn counts_cover_every_state() {
-    let relays: Vec<RelayUrl> = (0..6)
-        .map(|i| url(&format!("wss://r{i}.example")))
-        .collect();
-    let mut tracker = HealthTracker::new(config());
-    tracker.on_connected(&relays[0], at(0)); // healthy
-    tracker.register(relays[1].clone()); // disconnected
-    tracker.on_connect_failed(&relays[2], at(2 * DAY)); // degraded
-    tracker.on_connect_failed(&relays[3], at(0)); // dead
-    tracker.on_connected(&relays[4], at(0));
-    tracker.on_rate_limited(&relays[4], at(2 * DAY)); // rate limited
-    tracker.on_connect_failed(&relays[5], at(0));
-    tracker.on_connected(&relays[5], at(2 * DAY)); // degraded, connected
+    let config = config();
+    let mut relays = vec![RelayHealth::default(); 6];
+    relays[0].on_connected(at(0)); // healthy
+                                   // relays[1]: disconnected, never tried
+    relays[2].on_connect_failed(at(2 * DAY)); // degraded
+    relays[3].on_connect_failed(at(0)); // dead
+    relays[4].on_connected(at(0));
+    relays[4].on_rate_limited(at(2 * DAY), &config); // rate limited
+    relays[5].on_connect_failed(at(0));
+    relays[5].on_connected(at(2 * DAY)); // degraded, connected
 
-    let counts = tracker.counts(at(2 * DAY));
+    let mut counts = HealthCounts::default();
+    for health in &relays {
+        counts.add(health.state(at(2 * DAY), &config), health.is_connected());
+    }
     assert_eq!(
         counts,
         HealthCounts {
@@ -705,40 +616,6 @@ mod proptests {
                 check_invariants(&health, now, &config);
                 check_invariants(&health, at(secs / 2), &config);
                 check_invariants(&health, now + Duration::from_secs(DAY), &config);
-            }
-        }
-
-        #[test]
-        fn tracker_ready_list_only_holds_allowed_relays(
-            events in prop::collection::vec((0usize..4, event(), 0u64..(3 * DAY)), 0..80),
-        ) {
-            let relays: Vec<RelayUrl> = (0..4)
-                .map(|i| url(&format!("wss://r{i}.example")))
-                .collect();
-            let mut tracker = HealthTracker::new(config());
-            for (index, event, secs) in events {
-                let relay = &relays[index];
-                let now = at(secs);
-                match event {
-                    Event::Attempt => tracker.on_connect_attempt(relay, now),
-                    Event::Connected => tracker.on_connected(relay, now),
-                    Event::Failed => tracker.on_connect_failed(relay, now),
-                    Event::Disconnected => tracker.on_disconnected(relay, now),
-                    Event::RateLimited => tracker.on_rate_limited(relay, now),
-                    Event::Query => {}
-                }
-                for ready in tracker.relays_ready_to_connect(now) {
-                    let health = tracker.get(&ready);
-                    prop_assert!(health.is_some_and(|h| !h.is_connected()
-                        && !h.is_connecting()
-                        && !h.is_rate_limited(now)));
-                }
-                let counts = tracker.counts(now);
-                let sum: usize = HealthState::ALL.iter().map(|s| counts.in_state(*s)).sum();
-                prop_assert_eq!(sum, tracker.len());
-                if let Some(deadline) = tracker.poll_timeout(now) {
-                    prop_assert!(deadline > now);
-                }
             }
         }
     }

@@ -748,7 +748,7 @@ impl World {
             out += &format!(
                 "  {relay}: {:?} health {:?} confirmed {}+{} l1 {} activity {:?} pending batches {}\n",
                 state.connection_status,
-                self.engine.health().state(relay, self.now),
+                self.engine.health_state(relay, self.now),
                 state.repos.len(),
                 state.root_events.len(),
                 state.announcements_synced,

@@ -150,7 +150,7 @@ impl Runner {
 
     /// Executes the engine's commands (step 2 of its driving contract);
     /// store work the full store queue refused is answered as a transient
-    /// failure (the engine retries it with the health tracker's backoff).
+    /// failure (the engine retries it with the relay health's backoff).
     pub(super) fn drain_commands(&mut self) {
         loop {
             let now = self.clock_now();
