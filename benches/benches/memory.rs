@@ -99,8 +99,7 @@ fn main() {
             relay,
             &target.repos,
             &target.root_events,
-            &none_pending,
-            &confirmed,
+            &(&none_pending, &confirmed),
         );
         if let (Some(action), Some(state)) = (action, confirmed.get_mut(relay)) {
             state.confirm(&action.items, index.ids());
@@ -119,8 +118,12 @@ fn main() {
         let Some(target) = index.target(relay) else {
             continue;
         };
-        let action =
-            compute_actions_for_relay(relay, &target.repos, &target.root_events, &pending, &fresh);
+        let action = compute_actions_for_relay(
+            relay,
+            &target.repos,
+            &target.root_events,
+            &(&pending, &fresh),
+        );
         if let Some(action) = action {
             let batch = PendingBatch::new(
                 BatchId(n as u64),
@@ -169,5 +172,5 @@ fn main() {
         "memory per tracked root event (steady state): {:.1} B (target: <= 200 B)",
         steady as f64 / roots_n as f64
     );
-    black_box((&index, &confirmed, &fresh, &pending, &repos, &relays));
+    black_box((&index, &confirmed, &fresh, &pending, &(&repos, &relays)));
 }

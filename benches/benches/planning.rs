@@ -78,8 +78,7 @@ fn planning(c: &mut Criterion) {
             black_box(compute_actions(
                 &targets,
                 world.index.ids(),
-                &world.pending,
-                &world.confirmed,
+                &(&world.pending, &world.confirmed),
             ))
         })
     });
@@ -91,8 +90,7 @@ fn planning(c: &mut Criterion) {
             let changes = world.index.take_changes();
             black_box(compute_actions_for_changes(
                 &changes,
-                &world.pending,
-                &world.confirmed,
+                &(&world.pending, &world.confirmed),
             ))
         })
     });

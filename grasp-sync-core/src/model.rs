@@ -4,14 +4,18 @@
 //! Three indexes hold the whole state of proactive sync:
 //! - [`RepoSyncIndex`](crate::planner::RepoSyncIndex) — what we **want**, per
 //!   repository (relays it lists, root events that point at it);
-//! - [`RelaySyncIndex`] — what each relay has **confirmed** plus its connection
-//!   lifecycle ([`RelayState`]);
-//! - [`PendingSyncIndex`] — batches of historic sync **in flight** per relay.
+//! - per relay, what it has **confirmed** plus its connection lifecycle
+//!   ([`RelayState`]; the spec's `RelaySyncIndex`);
+//! - per relay, the batches of historic sync **in flight** ([`RelayPending`];
+//!   the spec's `PendingSyncIndex`).
 //!
-//! `compute_actions` (in [`planner`](crate::planner)) subtracts pending and
-//! confirmed from the targets to decide what is new. Repositories and root
-//! events are stored once, in the repository index's [`ids::SyncIds`]; the
-//! confirmed sets hold their 4-byte ids.
+//! The engine keeps a relay's [`RelayState`] and [`RelayPending`] in its
+//! session of the relay; [`RelaySyncIndex`] and [`PendingSyncIndex`] are the
+//! same as plain maps, for planning without an engine. `compute_actions` (in
+//! [`planner`](crate::planner)) subtracts pending and confirmed — asked
+//! through [`RelayProgress`] — from the targets to decide what is new.
+//! Repositories and root events are stored once, in the repository index's
+//! [`ids::SyncIds`]; the confirmed sets hold their 4-byte ids.
 
 pub mod ids;
 
@@ -262,7 +266,7 @@ pub struct PendingBatch {
     /// Unique id, for logs and for matching completions.
     pub batch_id: BatchId,
     /// The items this batch syncs. Fixed once the batch is in a
-    /// [`PendingSyncIndex`]: remove and re-insert a batch to change them.
+    /// [`RelayPending`]: remove and re-insert a batch to change them.
     pub items: PendingItems,
     /// How the batch syncs.
     pub sync_method: SyncMethod,
@@ -287,16 +291,76 @@ impl PendingBatch {
     }
 }
 
-/// Per-relay pending batches plus membership counts, so "is this item
-/// pending on this relay?" costs O(1) instead of a walk over batches.
+/// One relay's batches in flight, with membership counts so that "is this
+/// item pending on this relay?" costs O(1) instead of a walk over batches.
+/// The engine keeps one in each relay's session; [`PendingSyncIndex`] keeps
+/// one per relay for planning without an engine.
 #[derive(Clone, Debug, Default)]
-struct RelayPending {
+pub struct RelayPending {
     batches: Vec<PendingBatch>,
     repos: HashMap<RepoRef, u32>,
     root_events: HashMap<EventId, u32>,
 }
 
 impl RelayPending {
+    /// Adds a batch.
+    pub fn insert(&mut self, batch: PendingBatch) {
+        self.count_in(&batch.items);
+        self.batches.push(batch);
+    }
+
+    /// The batches in flight, oldest first.
+    pub fn batches(&self) -> &[PendingBatch] {
+        &self.batches
+    }
+
+    /// Removes a batch (confirmed or failed) and returns it.
+    pub fn remove_batch(&mut self, batch_id: BatchId) -> Option<PendingBatch> {
+        let position = self
+            .batches
+            .iter()
+            .position(|batch| batch.batch_id == batch_id)?;
+        let batch = self.batches.remove(position);
+        self.count_out(&batch.items);
+        Some(batch)
+    }
+
+    /// Removes every batch (disconnect, fresh start, consolidation) and
+    /// returns them.
+    pub fn clear(&mut self) -> Vec<PendingBatch> {
+        self.repos.clear();
+        self.root_events.clear();
+        std::mem::take(&mut self.batches)
+    }
+
+    /// `true` if `repo` is pending.
+    pub fn contains_repo(&self, repo: &RepoRef) -> bool {
+        self.repos.contains_key(repo)
+    }
+
+    /// `true` if `root_event` is pending.
+    pub fn contains_root_event(&self, root_event: &EventId) -> bool {
+        self.root_events.contains_key(root_event)
+    }
+
+    /// The union of the items pending.
+    pub fn items(&self) -> PendingItems {
+        PendingItems {
+            repos: self.repos.keys().cloned().collect(),
+            root_events: self.root_events.keys().copied().collect(),
+        }
+    }
+
+    /// How many batches are in flight.
+    pub fn len(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// `true` when no batch is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+
     fn count_in(&mut self, items: &PendingItems) {
         for repo in &items.repos {
             *self.repos.entry(repo.clone()).or_insert(0) += 1;
@@ -325,7 +389,9 @@ fn decrement<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, u32>, key: &K) {
     }
 }
 
-/// Batches in flight per relay (the spec's `PendingSyncIndex`).
+/// Batches in flight per relay (the spec's `PendingSyncIndex`), for planning
+/// without an engine (the engine keeps each relay's [`RelayPending`] in its
+/// session).
 #[derive(Clone, Debug, Default)]
 pub struct PendingSyncIndex {
     relays: HashMap<RelayUrl, RelayPending>,
@@ -339,48 +405,36 @@ impl PendingSyncIndex {
 
     /// Adds a batch for `relay`.
     pub fn insert(&mut self, relay: RelayUrl, batch: PendingBatch) {
-        let pending = self.relays.entry(relay).or_default();
-        pending.count_in(&batch.items);
-        pending.batches.push(batch);
+        self.relays.entry(relay).or_default().insert(batch);
     }
 
     /// The batches in flight on `relay`, oldest first.
     pub fn batches(&self, relay: &RelayUrl) -> &[PendingBatch] {
         self.relays
             .get(relay)
-            .map_or(&[][..], |pending| pending.batches.as_slice())
+            .map_or(&[][..], RelayPending::batches)
     }
 
-    /// A batch, to update its subscriptions or pagination (not its items).
-    pub fn batch_mut(&mut self, relay: &RelayUrl, batch_id: BatchId) -> Option<&mut PendingBatch> {
-        self.relays
-            .get_mut(relay)?
-            .batches
-            .iter_mut()
-            .find(|batch| batch.batch_id == batch_id)
+    /// `relay`'s batches in flight, if it has any.
+    pub fn get(&self, relay: &RelayUrl) -> Option<&RelayPending> {
+        self.relays.get(relay)
     }
 
     /// Removes a batch (confirmed or failed) and returns it.
     pub fn remove_batch(&mut self, relay: &RelayUrl, batch_id: BatchId) -> Option<PendingBatch> {
         let pending = self.relays.get_mut(relay)?;
-        let position = pending
-            .batches
-            .iter()
-            .position(|batch| batch.batch_id == batch_id)?;
-        let batch = pending.batches.remove(position);
-        pending.count_out(&batch.items);
-        if pending.batches.is_empty() {
+        let batch = pending.remove_batch(batch_id);
+        if pending.is_empty() {
             self.relays.remove(relay);
         }
-        Some(batch)
+        batch
     }
 
-    /// Removes every batch of `relay` (disconnect, fresh start,
-    /// consolidation) and returns them.
+    /// Removes every batch of `relay` and returns them.
     pub fn clear_relay(&mut self, relay: &RelayUrl) -> Vec<PendingBatch> {
         self.relays
             .remove(relay)
-            .map(|pending| pending.batches)
+            .map(|mut pending| pending.clear())
             .unwrap_or_default()
     }
 
@@ -388,24 +442,21 @@ impl PendingSyncIndex {
     pub fn contains_repo(&self, relay: &RelayUrl, repo: &RepoRef) -> bool {
         self.relays
             .get(relay)
-            .is_some_and(|pending| pending.repos.contains_key(repo))
+            .is_some_and(|pending| pending.contains_repo(repo))
     }
 
     /// `true` if `root_event` is pending on `relay`.
     pub fn contains_root_event(&self, relay: &RelayUrl, root_event: &EventId) -> bool {
         self.relays
             .get(relay)
-            .is_some_and(|pending| pending.root_events.contains_key(root_event))
+            .is_some_and(|pending| pending.contains_root_event(root_event))
     }
 
     /// The union of the items pending on `relay`.
     pub fn items(&self, relay: &RelayUrl) -> PendingItems {
         self.relays
             .get(relay)
-            .map(|pending| PendingItems {
-                repos: pending.repos.keys().cloned().collect(),
-                root_events: pending.root_events.keys().copied().collect(),
-            })
+            .map(RelayPending::items)
             .unwrap_or_default()
     }
 
@@ -416,10 +467,28 @@ impl PendingSyncIndex {
 
     /// Total number of batches in flight.
     pub fn batch_count(&self) -> usize {
-        self.relays
-            .values()
-            .map(|pending| pending.batches.len())
-            .sum()
+        self.relays.values().map(RelayPending::len).sum()
+    }
+}
+
+/// What the three-way diff of planning asks about a relay: its confirmed
+/// state while it is connected, and its batches in flight. The engine
+/// answers from its relay sessions; `(&PendingSyncIndex, &RelaySyncIndex)`
+/// answers from the spec's two indexes.
+pub trait RelayProgress {
+    /// `relay`'s confirmed state, if it is tracked and connected.
+    fn connected_state(&self, relay: &RelayUrl) -> Option<&RelayState>;
+    /// `relay`'s batches in flight, if any.
+    fn pending(&self, relay: &RelayUrl) -> Option<&RelayPending>;
+}
+
+impl RelayProgress for (&PendingSyncIndex, &RelaySyncIndex) {
+    fn connected_state(&self, relay: &RelayUrl) -> Option<&RelayState> {
+        self.1.get(relay).filter(|state| state.is_connected())
+    }
+
+    fn pending(&self, relay: &RelayUrl) -> Option<&RelayPending> {
+        self.0.get(relay)
     }
 }
 

@@ -24,7 +24,7 @@ use indexmap::IndexMap;
 use nostr::prelude::{EventId, RelayUrl};
 
 use crate::model::ids::{RepoId, RootId, SyncIds};
-use crate::model::{PendingItems, PendingSyncIndex, RelaySyncIndex, RelaySyncNeeds};
+use crate::model::{PendingItems, RelayProgress, RelaySyncNeeds};
 use crate::nip34::RepoRef;
 
 pub use index::RepoSyncIndex;
@@ -112,8 +112,7 @@ where
 pub fn compute_actions(
     targets: &HashMap<RelayUrl, RelaySyncNeeds>,
     ids: &SyncIds,
-    pending: &PendingSyncIndex,
-    confirmed: &RelaySyncIndex,
+    progress: &impl RelayProgress,
 ) -> Vec<AddFilters> {
     let mut relays: Vec<&RelayUrl> = targets.keys().collect();
     relays.sort();
@@ -125,8 +124,7 @@ pub fn compute_actions(
                 relay,
                 target.repos.iter().map(|repo| (ids.repo_id(repo), repo)),
                 target.root_events.iter().map(|id| (ids.root_id(id), id)),
-                pending,
-                confirmed,
+                progress,
             )
         })
         .collect()
@@ -139,8 +137,7 @@ pub fn compute_actions_for_relay<'a, R, E>(
     relay: &RelayUrl,
     repos: R,
     root_events: E,
-    pending: &PendingSyncIndex,
-    confirmed: &RelaySyncIndex,
+    progress: &impl RelayProgress,
 ) -> Option<AddFilters>
 where
     R: IntoIterator<Item = (RepoId, &'a RepoRef)>,
@@ -150,8 +147,7 @@ where
         relay,
         repos.into_iter().map(|(id, repo)| (Some(id), repo)),
         root_events.into_iter().map(|(id, event)| (Some(id), event)),
-        pending,
-        confirmed,
+        progress,
     )
 }
 
@@ -161,22 +157,22 @@ fn diff<'a>(
     relay: &RelayUrl,
     repos: impl Iterator<Item = (Option<RepoId>, &'a RepoRef)>,
     root_events: impl Iterator<Item = (Option<RootId>, &'a EventId)>,
-    pending: &PendingSyncIndex,
-    confirmed: &RelaySyncIndex,
+    progress: &impl RelayProgress,
 ) -> Option<AddFilters> {
-    let state = confirmed.get(relay).filter(|state| state.is_connected())?;
+    let state = progress.connected_state(relay)?;
+    let pending = progress.pending(relay);
     let items = PendingItems {
         repos: repos
             .filter(|(id, repo)| {
                 !id.is_some_and(|id| state.repos.contains(&id))
-                    && !pending.contains_repo(relay, repo)
+                    && !pending.is_some_and(|pending| pending.contains_repo(repo))
             })
             .map(|(_, repo)| repo.clone())
             .collect(),
         root_events: root_events
             .filter(|(root, id)| {
                 !root.is_some_and(|root| state.root_events.contains(&root))
-                    && !pending.contains_root_event(relay, id)
+                    && !pending.is_some_and(|pending| pending.contains_root_event(id))
             })
             .map(|(_, id)| *id)
             .collect(),
@@ -192,8 +188,7 @@ fn diff<'a>(
 /// give for those items, at a cost proportional to the change.
 pub fn compute_actions_for_changes(
     changes: &TargetChanges,
-    pending: &PendingSyncIndex,
-    confirmed: &RelaySyncIndex,
+    progress: &impl RelayProgress,
 ) -> Vec<AddFilters> {
     changes
         .added
@@ -203,8 +198,7 @@ pub fn compute_actions_for_changes(
                 relay,
                 items.repos.iter().map(|(id, repo)| (*id, repo)),
                 items.root_events.iter().map(|(root, id)| (*root, id)),
-                pending,
-                confirmed,
+                progress,
             )
         })
         .collect()

@@ -175,7 +175,7 @@ fn a_fresh_roots_reconciliation_confirms_only_once_what_it_counted_as_held_is_st
     let relay = relay_url("a");
     let mut violations = Vec::new();
     let idle = world.run_until(400_000, |w| {
-        let state = w.engine.relay_index().get(&relay);
+        let state = w.engine.relay_state(&relay);
         if let Some(state) = state {
             let confirmed = state.items(w.engine.repo_index().ids()).root_events;
             let stored = w.stored();

@@ -365,7 +365,7 @@ fn item4_a_batch_confirms_only_when_its_events_are_stored() {
     world.own.store_failing = true;
     world.run_for(Duration::from_secs(300), STEPS);
     let a_url = relay_url("a");
-    let state = world.engine.relay_index().get(&a_url).unwrap();
+    let state = world.engine.relay_state(&a_url).unwrap();
     assert!(
         state.root_events.is_empty(),
         "no batch of replies is confirmed while the store fails"

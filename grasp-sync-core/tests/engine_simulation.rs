@@ -155,7 +155,7 @@ fn fresh_start_syncs_every_matching_event_and_no_noise() {
     {
         assert!(!stored.contains(&noise.id), "noise stored");
     }
-    let state = world.engine.relay_index().get(&relay_url("a")).unwrap();
+    let state = world.engine.relay_state(&relay_url("a")).unwrap();
     assert_eq!(state.connection_status, ConnectionStatus::Connected);
     assert!(state.announcements_synced);
     assert!(neg_opens(&world, "a") > 0, "fresh start uses NIP-77");
@@ -375,7 +375,10 @@ fn a_new_announcement_on_a_remote_relay_discovers_a_new_relay() {
     );
     assert!(world.run_until_idle(STEPS));
     assert!(
-        world.engine.relay_index().is_connected(&c),
+        world
+            .engine
+            .relay_state(&c)
+            .is_some_and(|state| state.is_connected()),
         "relay c discovered and connected"
     );
     assert!(world.stored().contains(&gamma_issue.id));
@@ -395,9 +398,12 @@ fn check_disconnects_drops_a_relay_no_repository_lists_any_more() {
     let newer = events::announcement(&fixture.maintainer, "alpha", &[&own_url(), &a], at(1000));
     world.publish(&a, newer);
     world.run_for(Duration::from_secs(120), STEPS);
-    assert!(world.engine.relay_index().get(&b).is_none(), "b dropped");
+    assert!(world.engine.relay_state(&b).is_none(), "b dropped");
     assert!(!world.relays[&b].is_connected());
-    assert!(world.engine.relay_index().is_connected(&a));
+    assert!(world
+        .engine
+        .relay_state(&a)
+        .is_some_and(|state| state.is_connected()));
     assert_eq!(world.engine.stats().relays_dropped, 1);
 }
 
@@ -413,8 +419,11 @@ fn a_bootstrap_relay_is_kept_with_nothing_to_sync() {
         Vec::new(),
     );
     world.run_for(Duration::from_secs(300), STEPS);
-    assert!(world.engine.relay_index().is_connected(&boot));
-    assert!(world.engine.relay_index().get(&boot).unwrap().is_bootstrap);
+    assert!(world
+        .engine
+        .relay_state(&boot)
+        .is_some_and(|state| state.is_connected()));
+    assert!(world.engine.relay_state(&boot).unwrap().is_bootstrap);
     assert!(
         world.stored().contains(&fixture.announcement.id),
         "bootstrap Layer 1 discovers repositories"
@@ -607,7 +616,11 @@ fn a_silent_relay_is_reconnected_and_synced() {
         SimRelayConfig::default(),
     );
     let a = relay_url("a");
-    world.run_until(STEPS, |w| w.engine.relay_index().is_connected(&a));
+    world.run_until(STEPS, |w| {
+        w.engine
+            .relay_state(&a)
+            .is_some_and(|state| state.is_connected())
+    });
     world.blackholed.insert(a.clone());
     world.run_for(Duration::from_secs(90), STEPS);
     world.blackholed.remove(&a);

@@ -160,7 +160,7 @@ proptest! {
         }
         let (confirmed, pending) = confirmed_and_pending(&index, &connected, confirm_mask, pending_mask);
         let targets = index.targets();
-        let actions = compute_actions(&targets, index.ids(), &pending, &confirmed);
+        let actions = compute_actions(&targets, index.ids(), &(&pending, &confirmed));
 
         let mut planned_relays = HashSet::new();
         for action in &actions {
@@ -205,11 +205,11 @@ proptest! {
         for change in &changes {
             apply(&mut index, change);
             let delta = index.take_changes();
-            for action in compute_actions_for_changes(&delta, &pending, &confirmed) {
+            for action in compute_actions_for_changes(&delta, &(&pending, &confirmed)) {
                 batch += 1;
                 pending.insert(action.relay, PendingBatch::new(BatchId(batch), action.items, SyncMethod::ReqEose, Instant::ZERO));
             }
-            prop_assert!(compute_actions(&index.targets(), index.ids(), &pending, &confirmed).is_empty());
+            prop_assert!(compute_actions(&index.targets(), index.ids(), &(&pending, &confirmed)).is_empty());
         }
         // Confirming every batch keeps the answer empty.
         for n in 0..RELAYS {
@@ -217,6 +217,6 @@ proptest! {
                 confirmed.get_mut(&relay(n)).unwrap().confirm(&batch.items, index.ids());
             }
         }
-        prop_assert!(compute_actions(&index.targets(), index.ids(), &pending, &confirmed).is_empty());
+        prop_assert!(compute_actions(&index.targets(), index.ids(), &(&pending, &confirmed)).is_empty());
     }
 }

@@ -114,7 +114,7 @@ impl Metrics {
 
     /// The 2-second health and metrics tick.
     pub(crate) fn update(&self, engine: &SyncEngine, now: Instant) {
-        for (relay, state) in engine.relay_index().iter() {
+        for (relay, state) in engine.relay_states() {
             let url = relay.as_str();
             self.relay_connected
                 .with_label_values(&[url])

@@ -131,7 +131,11 @@ impl SyncEngine {
         else {
             return;
         };
-        let Some(pending) = self.pending.remove_batch(relay, batch) else {
+        let Some(pending) = self
+            .relays
+            .get_mut(relay)
+            .and_then(|session| session.pending.remove_batch(batch))
+        else {
             return;
         };
         debug!(%relay, %batch, purpose = ?info.purpose, "batch confirmed");
@@ -139,7 +143,7 @@ impl SyncEngine {
         if let Some(session) = self.relays.get_mut(relay) {
             session.work_confirmed();
         }
-        let Some(state) = self.confirmed.get_mut(relay) else {
+        let Some(state) = self.relays.state_mut(relay) else {
             return;
         };
         match info.purpose {
@@ -171,7 +175,9 @@ impl SyncEngine {
         warn!(%relay, %batch, reason, "batch failed; its items will be planned again");
         self.note_error(relay, format!("batch failed: {reason}"));
         self.stats.batches_failed += 1;
-        self.pending.remove_batch(relay, batch);
+        if let Some(session) = self.relays.get_mut(relay) {
+            session.pending.remove_batch(batch);
+        }
         if let Some(conn) = self.relays.conn_mut(relay) {
             conn.queue.retain(|queued| queued.batch != batch);
             let ids: Vec<SubscriptionId> = conn
@@ -200,7 +206,7 @@ impl SyncEngine {
                 .set(RelayTimer::Layer1Retry, retry_at),
             Purpose::CatchUp => {
                 // The gap was not caught up: sync those items fully again.
-                if let Some(state) = self.confirmed.get_mut(relay) {
+                if let Some(state) = self.relays.state_mut(relay) {
                     state.repos.clear();
                     state.root_events.clear();
                 }

@@ -36,9 +36,9 @@ impl SyncEngine {
         let candidates: Vec<RelayUrl> = distinct.into_iter().take(per_announcement).collect();
         let mut admitted = Vec::with_capacity(candidates.len());
         let mut left_out = Vec::new();
-        let mut tracked = self.confirmed.len();
+        let mut tracked = self.relays.tracked_count();
         for relay in candidates {
-            if self.confirmed.get(&relay).is_some() {
+            if self.relays.state(&relay).is_some() {
                 admitted.push(relay);
             } else if tracked < self.config.max_relays {
                 tracked += 1;
@@ -63,7 +63,7 @@ impl SyncEngine {
     pub(super) fn set_repo_relays(&mut self, repo: &RepoRef, relays: Vec<RelayUrl>) {
         let change = self.repos.set_repo_relays(repo, relays);
         for relay in change.added {
-            if self.confirmed.get(&relay).is_none() {
+            if self.relays.state(&relay).is_none() {
                 tracing::info!(%relay, "discovered relay");
                 self.register_relay(relay, false);
             }
@@ -79,7 +79,7 @@ impl SyncEngine {
             .map(|(repo, relays)| (repo.clone(), relays.clone()))
             .collect();
         for (repo, relays) in waiting {
-            if self.confirmed.len() >= self.config.max_relays {
+            if self.relays.tracked_count() >= self.config.max_relays {
                 return;
             }
             // Counted once, when first left out.

@@ -103,7 +103,7 @@ impl SyncEngine {
 
     /// Quick reconnect: catch up the confirmed items from `since`.
     pub(super) fn start_catch_up(&mut self, now: Now, relay: &RelayUrl, since: Timestamp) {
-        let Some(state) = self.confirmed.get(relay) else {
+        let Some(state) = self.relays.state(relay) else {
             return;
         };
         let items = state.items(self.repos.ids());

@@ -14,15 +14,14 @@ use crate::model::ConnectionStatus;
 impl SyncEngine {
     /// Starts tracking `relay` (bootstrap relays are never dropped).
     pub(super) fn register_relay(&mut self, relay: RelayUrl, is_bootstrap: bool) {
-        self.confirmed.register(relay.clone(), is_bootstrap);
-        self.relays.entry(relay);
+        self.relays.register(relay, is_bootstrap);
     }
 
     /// Starts a connection to every disconnected relay whose backoff allows.
     pub(super) fn connect_ready_relays(&mut self, now: Now) {
         let ready: Vec<RelayUrl> = self
-            .confirmed
-            .iter()
+            .relays
+            .tracked()
             .filter(|(_, state)| state.connection_status == ConnectionStatus::Disconnected)
             .map(|(relay, _)| relay.clone())
             .filter(|relay| {
@@ -35,7 +34,7 @@ impl SyncEngine {
         let timeout = self.config.health.connect_timeout();
         for relay in ready {
             debug!(%relay, "connecting");
-            if let Some(state) = self.confirmed.get_mut(&relay) {
+            if let Some(state) = self.relays.state_mut(&relay) {
                 state.connection_status = ConnectionStatus::Connecting;
             }
             let session = self.knowledge(&relay);
@@ -71,13 +70,13 @@ impl SyncEngine {
             return self.own_closed(now, "connection failed");
         }
         let status = self
-            .confirmed
-            .get(relay)
+            .relays
+            .state(relay)
             .map(|state| state.connection_status);
         if status != Some(ConnectionStatus::Connecting) {
             return self.ignored(relay, "connect failure without an attempt");
         }
-        let Some(state) = self.confirmed.get_mut(relay) else {
+        let Some(state) = self.relays.state_mut(relay) else {
             return;
         };
         state.connection_status = ConnectionStatus::Disconnected;
@@ -103,13 +102,13 @@ impl SyncEngine {
         }
         let window = self.config.quick_reconnect_window;
         let status = self
-            .confirmed
-            .get(relay)
+            .relays
+            .state(relay)
             .map(|state| state.connection_status);
         if status == Some(ConnectionStatus::Connected) {
             return self.ignored(relay, "connected twice");
         }
-        let Some(state) = self.confirmed.get_mut(relay) else {
+        let Some(state) = self.relays.state_mut(relay) else {
             self.ignored(relay, "connected to a relay not tracked");
             self.emit(Command::Disconnect {
                 relay: relay.clone(),
@@ -151,8 +150,8 @@ impl SyncEngine {
             return self.own_closed(now, "connection lost");
         }
         let status = self
-            .confirmed
-            .get(relay)
+            .relays
+            .state(relay)
             .map(|state| state.connection_status);
         match status {
             Some(ConnectionStatus::Connecting) => return self.handle_connect_failed(now, relay),
@@ -225,7 +224,7 @@ impl SyncEngine {
         self.remember_uncaught(relay);
         self.relays.close_connection(relay);
         self.clear_pending(relay);
-        if let Some(state) = self.confirmed.get_mut(relay) {
+        if let Some(state) = self.relays.state_mut(relay) {
             state.connection_status = ConnectionStatus::Disconnected;
             state.disconnected_at = Some(now.unix);
             // The last moment we were connected: a quick reconnect catches
@@ -278,7 +277,7 @@ impl SyncEngine {
         self.knowledge(relay).uncaught_since = None;
         self.close_all_subscriptions(relay);
         self.clear_pending(relay);
-        if let Some(state) = self.confirmed.get_mut(relay) {
+        if let Some(state) = self.relays.state_mut(relay) {
             state.clear_sync_state();
         }
         self.start_layer1(now, relay, None);
@@ -300,8 +299,8 @@ impl SyncEngine {
         // Layer 1 catches up from `since` only if its full history was
         // confirmed before; otherwise it syncs in full.
         let announcements_synced = self
-            .confirmed
-            .get(relay)
+            .relays
+            .state(relay)
             .is_some_and(|state| state.announcements_synced);
         self.start_layer1(now, relay, announcements_synced.then_some(since));
         self.rebuild_live(now, relay, &Default::default());
@@ -325,8 +324,8 @@ impl SyncEngine {
     /// Drops relays that are neither bootstrap nor listed by any repository.
     pub(super) fn check_disconnects(&mut self, _now: Now) {
         let unwanted: Vec<RelayUrl> = self
-            .confirmed
-            .iter()
+            .relays
+            .tracked()
             .filter(|(relay, state)| !state.is_bootstrap && self.repos.target(relay).is_none())
             .map(|(relay, _)| relay.clone())
             .collect();
@@ -337,7 +336,6 @@ impl SyncEngine {
             });
             self.clear_pending(&relay);
             self.relays.close_connection(&relay);
-            self.confirmed.remove(&relay);
             self.relays.remove(&relay);
             self.stats.relays_dropped += 1;
         }
@@ -362,8 +360,8 @@ impl SyncEngine {
 
     /// Removes every pending batch of `relay`.
     pub(super) fn clear_pending(&mut self, relay: &RelayUrl) {
-        self.pending.clear_relay(relay);
         if let Some(session) = self.relays.get_mut(relay) {
+            session.pending.clear();
             session.batches.clear();
         }
     }

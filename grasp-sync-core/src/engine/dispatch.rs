@@ -68,8 +68,8 @@ impl SyncEngine {
             return self.own_closed(now, "send failed");
         }
         let status = self
-            .confirmed
-            .get(relay)
+            .relays
+            .state(relay)
             .map(|state| state.connection_status);
         match status {
             Some(crate::model::ConnectionStatus::Connected) => {}

@@ -109,8 +109,8 @@ impl SyncEngine {
             }
             return;
         }
-        let mut items = self.pending.items(relay);
-        if let Some(state) = self.confirmed.get(relay) {
+        let mut items = self.relays.view(relay).pending.items();
+        if let Some(state) = self.relays.state(relay) {
             items.extend(&state.items(self.repos.ids()));
         }
         items.extend(extra);

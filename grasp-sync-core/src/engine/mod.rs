@@ -1,11 +1,11 @@
 //! The GRASP-02 sync engine: what to subscribe on which relay and when, as a
 //! deterministic state machine.
 //!
-//! [`SyncEngine`] holds what spans relays — the three indexes of the spec
-//! (repository targets, confirmed state, pending batches), the relay health
-//! tracker, the store tracker — and one session per relay holding
-//! everything about that relay (what was learned, its connection, its
-//! batches' progress, its timers). It does no
+//! [`SyncEngine`] holds what spans relays — the repository index and its
+//! relay targets, the store tracker, the own relay, the caps — and one
+//! session per relay holding everything about that relay: what it
+//! confirmed (the spec's `RelayState`) and its batches in flight, what was
+//! learned, its health and retries, its connection, its timers. It does no
 //! I/O and reads no clock: its driver feeds it inputs (`handle_*`, each with
 //! the [`Now`] at which it happened) and executes the [`Command`]s it emits.
 //!
@@ -107,7 +107,7 @@ use nostr::prelude::{EventId, RelayMessage, RelayUrl, SubscriptionId, Timestamp}
 
 use crate::clock::{Instant, Now};
 use crate::health::{HealthCounts, HealthState, RelayHealth};
-use crate::model::{BatchId, PendingSyncIndex, RelaySyncIndex};
+use crate::model::{BatchId, PendingBatch, RelayState};
 use crate::planner::RepoSyncIndex;
 use crate::verified::{Forged, VerifiedEvent};
 
@@ -167,8 +167,6 @@ use timer_table::{EngineTimer, TimerTable};
 pub struct SyncEngine {
     config: EngineConfig,
     repos: RepoSyncIndex,
-    confirmed: RelaySyncIndex,
-    pending: PendingSyncIndex,
     /// Every relay's session: what we learned, its connection, its timers.
     relays: Relays,
     own: OwnRelay,
@@ -212,8 +210,6 @@ impl SyncEngine {
         let own = OwnRelay::new(config.own_relay.clone(), now.instant);
         let mut engine = SyncEngine {
             repos: RepoSyncIndex::new(),
-            confirmed: RelaySyncIndex::new(),
-            pending: PendingSyncIndex::new(),
             relays: Relays::default(),
             own,
             ours: ours::Ours::default(),
@@ -255,14 +251,21 @@ impl SyncEngine {
         &self.repos
     }
 
-    /// Confirmed state and connection status per relay.
-    pub fn relay_index(&self) -> &RelaySyncIndex {
-        &self.confirmed
+    /// Every tracked relay with what it confirmed and its connection
+    /// status (the spec's `RelaySyncIndex`), in the order first met.
+    pub fn relay_states(&self) -> impl Iterator<Item = (&RelayUrl, &RelayState)> {
+        self.relays.tracked()
     }
 
-    /// Batches in flight per relay.
-    pub fn pending_index(&self) -> &PendingSyncIndex {
-        &self.pending
+    /// What `relay` confirmed and its connection status, if it is tracked.
+    pub fn relay_state(&self, relay: &RelayUrl) -> Option<&RelayState> {
+        self.relays.state(relay)
+    }
+
+    /// `relay`'s batches in flight (its part of the spec's
+    /// `PendingSyncIndex`), oldest first.
+    pub fn pending_batches(&self, relay: &RelayUrl) -> &[PendingBatch] {
+        self.relays.view(relay).pending.batches()
     }
 
     /// The connection health of `relay`, if the engine knows it.
@@ -282,7 +285,7 @@ impl SyncEngine {
     /// summary metrics.
     pub fn health_counts(&self, now: Instant) -> HealthCounts {
         let mut counts = HealthCounts::default();
-        for (relay, _) in self.confirmed.iter() {
+        for (relay, _) in self.relays.tracked() {
             let session = self.relays.view(relay);
             let state = session.health_state(now, &self.config.health);
             counts.add(state, session.health.is_connected());
@@ -301,13 +304,13 @@ impl SyncEngine {
     pub fn is_idle(&self) -> bool {
         self.own.queued.is_empty()
             && self.stores.in_flight() == 0
-            && self.pending.batch_count() == 0
+            && self.relays.batch_count() == 0
             && self
                 .relays
                 .connections()
                 .map(|(_, conn)| conn)
                 .all(RelayConn::is_quiet)
-            && self.confirmed.iter().all(|(relay, state)| {
+            && self.relays.tracked().all(|(relay, state)| {
                 self.relays.is_connected(relay)
                     && state.announcements_synced
                     && self.repos.target(relay).is_none_or(|target| {

@@ -41,7 +41,7 @@ impl SyncEngine {
             }
         }
         let changes = self.repos.take_changes();
-        for action in compute_actions_for_changes(&changes, &self.pending, &self.confirmed) {
+        for action in compute_actions_for_changes(&changes, &self.relays) {
             self.add_filters(now, &action.relay, action.items);
         }
     }
@@ -119,13 +119,8 @@ impl SyncEngine {
         let Some(target) = self.repos.target(relay) else {
             return;
         };
-        let action = compute_actions_for_relay(
-            relay,
-            &target.repos,
-            &target.root_events,
-            &self.pending,
-            &self.confirmed,
-        );
+        let action =
+            compute_actions_for_relay(relay, &target.repos, &target.root_events, &self.relays);
         if let Some(action) = action {
             self.add_filters(now, &action.relay, action.items);
         }
@@ -238,11 +233,11 @@ impl SyncEngine {
             return None;
         }
         let batch = self.next_batch_id();
-        self.pending.insert(
-            relay.clone(),
-            PendingBatch::new(batch, items, method, now.instant),
-        );
-        self.relays.entry(relay.clone()).batches.insert(
+        let session = self.relays.entry(relay.clone());
+        session
+            .pending
+            .insert(PendingBatch::new(batch, items, method, now.instant));
+        session.batches.insert(
             batch,
             BatchInfo {
                 purpose,

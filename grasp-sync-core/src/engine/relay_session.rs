@@ -16,12 +16,19 @@ use super::timer_table::{RelayTimer, TimerTable};
 use crate::clock::Instant;
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, FilterMode};
 use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
-use crate::model::{BatchId, PendingItems, SyncMethod};
+use crate::model::{BatchId, PendingItems, RelayPending, RelayProgress, RelayState, SyncMethod};
 
 /// Everything about one relay: what we learned about it (kept across
 /// connections), its open connection if any, and its counters.
 #[derive(Debug, Default)]
 pub(crate) struct RelaySession {
+    /// What the relay confirmed and its connection lifecycle (the spec's
+    /// `RelayState`): `Some` while the engine tracks the relay (registered,
+    /// not dropped). A session without it only remembers what was learned.
+    pub(crate) state: Option<RelayState>,
+    /// The relay's batches in flight: the items each syncs (their progress
+    /// is in [`RelaySession::batches`]).
+    pub(crate) pending: RelayPending,
     /// The open connection: `Some` from `handle_connected` until the
     /// connection closes. The one answer to "is this relay connected".
     pub(crate) conn: Option<RelayConn>,
@@ -358,57 +365,109 @@ pub(crate) struct LivePlan {
 /// Every relay's session, by URL, in the order they were first met (so
 /// every walk over them is deterministic).
 #[derive(Debug, Default)]
-pub(crate) struct Relays(IndexMap<RelayUrl, RelaySession>);
+pub(crate) struct Relays {
+    sessions: IndexMap<RelayUrl, RelaySession>,
+    /// How many sessions have a state (tracked relays).
+    tracked: usize,
+}
 
 /// The session of a relay the engine does not know: nothing learned.
 static UNKNOWN: std::sync::LazyLock<RelaySession> = std::sync::LazyLock::new(RelaySession::default);
 
 impl Relays {
+    /// Starts tracking `relay` (its session is created if needed);
+    /// registering a tracked relay as bootstrap marks it bootstrap, it never
+    /// unmarks.
+    pub(crate) fn register(&mut self, relay: RelayUrl, is_bootstrap: bool) {
+        let session = self.sessions.entry(relay).or_default();
+        match &mut session.state {
+            Some(state) => state.is_bootstrap |= is_bootstrap,
+            None => {
+                session.state = Some(RelayState::new(is_bootstrap));
+                self.tracked += 1;
+            }
+        }
+    }
+
+    /// `relay`'s confirmed state and lifecycle, if it is tracked.
+    pub(crate) fn state(&self, relay: &RelayUrl) -> Option<&RelayState> {
+        self.sessions.get(relay)?.state.as_ref()
+    }
+
+    /// [`Relays::state`], to change.
+    pub(crate) fn state_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelayState> {
+        self.sessions.get_mut(relay)?.state.as_mut()
+    }
+
+    /// Every tracked relay with its state, in the order first met.
+    pub(crate) fn tracked(&self) -> impl Iterator<Item = (&RelayUrl, &RelayState)> {
+        self.sessions
+            .iter()
+            .filter_map(|(relay, session)| Some((relay, session.state.as_ref()?)))
+    }
+
+    /// How many relays are tracked.
+    pub(crate) fn tracked_count(&self) -> usize {
+        self.tracked
+    }
+
+    /// How many batches are in flight over every relay.
+    pub(crate) fn batch_count(&self) -> usize {
+        self.sessions
+            .values()
+            .map(|session| session.pending.len())
+            .sum()
+    }
+
     /// The session of `relay`, or an empty one (nothing learned) if the
     /// engine does not know it: for questions whose answer for an unknown
     /// relay is the configured default.
     pub(crate) fn view(&self, relay: &RelayUrl) -> &RelaySession {
-        self.0.get(relay).unwrap_or(&UNKNOWN)
+        self.sessions.get(relay).unwrap_or(&UNKNOWN)
     }
 
     /// The session of `relay`, if the engine knows it.
     pub(crate) fn get(&self, relay: &RelayUrl) -> Option<&RelaySession> {
-        self.0.get(relay)
+        self.sessions.get(relay)
     }
 
     /// [`Relays::get`], to change.
     pub(crate) fn get_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelaySession> {
-        self.0.get_mut(relay)
+        self.sessions.get_mut(relay)
     }
 
     /// The session of `relay`, created empty on first use.
     pub(crate) fn entry(&mut self, relay: RelayUrl) -> &mut RelaySession {
-        self.0.entry(relay).or_default()
+        self.sessions.entry(relay).or_default()
     }
 
     /// Forgets `relay` and everything about it.
     pub(crate) fn remove(&mut self, relay: &RelayUrl) -> Option<RelaySession> {
-        self.0.shift_remove(relay)
+        let session = self.sessions.shift_remove(relay)?;
+        if session.state.is_some() {
+            self.tracked -= 1;
+        }
+        Some(session)
     }
 
     /// Every session, with its relay.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&RelayUrl, &RelaySession)> {
-        self.0.iter()
+        self.sessions.iter()
     }
 
     /// Every relay the engine knows.
     pub(crate) fn urls(&self) -> impl Iterator<Item = &RelayUrl> {
-        self.0.keys()
+        self.sessions.keys()
     }
 
     /// `relay`'s open connection.
     pub(crate) fn conn(&self, relay: &RelayUrl) -> Option<&RelayConn> {
-        self.0.get(relay)?.conn.as_ref()
+        self.sessions.get(relay)?.conn.as_ref()
     }
 
     /// [`Relays::conn`], to change.
     pub(crate) fn conn_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelayConn> {
-        self.0.get_mut(relay)?.conn.as_mut()
+        self.sessions.get_mut(relay)?.conn.as_mut()
     }
 
     /// `true` while `relay`'s connection is open.
@@ -418,7 +477,7 @@ impl Relays {
 
     /// Every open connection, with its relay.
     pub(crate) fn connections(&self) -> impl Iterator<Item = (&RelayUrl, &RelayConn)> {
-        self.0
+        self.sessions
             .iter()
             .filter_map(|(relay, session)| Some((relay, session.conn.as_ref()?)))
     }
@@ -437,12 +496,12 @@ impl Relays {
 
     /// The batch `batch` of `relay`.
     pub(crate) fn batch_mut(&mut self, relay: &RelayUrl, batch: BatchId) -> Option<&mut BatchInfo> {
-        self.0.get_mut(relay)?.batches.get_mut(&batch)
+        self.sessions.get_mut(relay)?.batches.get_mut(&batch)
     }
 
     /// The session of `relay` while its connection is open.
     pub(crate) fn connected_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelaySession> {
-        self.0
+        self.sessions
             .get_mut(relay)
             .filter(|session| session.conn.is_some())
     }
@@ -450,8 +509,18 @@ impl Relays {
     /// Closes `relay`'s connection state and the timers that belong to the
     /// connection; what was learned stays.
     pub(crate) fn close_connection(&mut self, relay: &RelayUrl) -> Option<RelayConn> {
-        let session = self.0.get_mut(relay)?;
+        let session = self.sessions.get_mut(relay)?;
         session.timers.clear(RelayTimer::Poll);
         session.conn.take()
+    }
+}
+
+impl RelayProgress for Relays {
+    fn connected_state(&self, relay: &RelayUrl) -> Option<&RelayState> {
+        self.state(relay).filter(|state| state.is_connected())
+    }
+
+    fn pending(&self, relay: &RelayUrl) -> Option<&RelayPending> {
+        self.sessions.get(relay).map(|session| &session.pending)
     }
 }

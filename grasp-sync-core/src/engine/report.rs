@@ -45,8 +45,8 @@ pub struct RelayReport {
 impl SyncEngine {
     /// Every tracked relay, in registration order.
     pub fn relay_reports(&self) -> Vec<RelayReport> {
-        self.confirmed
-            .iter()
+        self.relays
+            .tracked()
             .map(|(relay, state)| self.relay_report(relay, state))
             .collect()
     }
@@ -89,7 +89,7 @@ impl SyncEngine {
     pub fn historic_sync_complete(&self) -> bool {
         self.own.queued.is_empty()
             && self.stores.in_flight() == 0
-            && self.confirmed.iter().all(|(relay, state)| {
+            && self.relays.tracked().all(|(relay, state)| {
                 self.relay_unreachable(relay) || self.relay_confirmed(relay, state)
             })
     }
@@ -99,7 +99,7 @@ impl SyncEngine {
     fn relay_confirmed(&self, relay: &RelayUrl, state: &RelayState) -> bool {
         self.relays.is_connected(relay)
             && state.announcements_synced
-            && self.pending.batches(relay).is_empty()
+            && self.relays.view(relay).pending.is_empty()
             && self.relays.conn(relay).is_some_and(|conn| conn.is_quiet())
             && self.repos.target(relay).is_none_or(|target| {
                 target.repos.is_subset(&state.repos)

@@ -27,7 +27,7 @@ impl SyncEngine {
         Reach {
             batches: self.next_batch,
             batches_ended: self.stats.batches_confirmed + self.stats.batches_failed,
-            relays: self.confirmed.len(),
+            relays: self.relays.tracked_count(),
             connections: self.relays.connected().count(),
             store_keeps_up: self.store_keeps_up(),
         }

@@ -2,7 +2,9 @@
 
 use super::*;
 use crate::clock::Instant;
-use crate::model::{BatchId, ConnectionStatus, PendingBatch, SyncMethod};
+use crate::model::{
+    BatchId, ConnectionStatus, PendingBatch, PendingSyncIndex, RelaySyncIndex, SyncMethod,
+};
 use nostr::prelude::{Keys, SecretKey};
 
 fn repo(n: u8) -> RepoRef {
@@ -110,7 +112,7 @@ fn compute_actions_subtracts_pending_and_confirmed() {
         relay(1),
         PendingBatch::new(BatchId(1), items, SyncMethod::ReqEose, Instant::ZERO),
     );
-    let actions = compute_actions(&index.targets(), index.ids(), &pending, &confirmed);
+    let actions = compute_actions(&index.targets(), index.ids(), &(&pending, &confirmed));
     assert_eq!(actions.len(), 1);
     assert_eq!(actions[0].items.repos, [repo(3)].into());
 }
@@ -124,8 +126,7 @@ fn compute_actions_skips_relays_that_are_not_connected() {
     let actions = compute_actions(
         &index.targets(),
         index.ids(),
-        &PendingSyncIndex::new(),
-        &confirmed,
+        &(&PendingSyncIndex::new(), &confirmed),
     );
     let relays: Vec<_> = actions.iter().map(|a| a.relay.clone()).collect();
     assert_eq!(
@@ -142,12 +143,16 @@ fn incremental_planning_looks_only_at_the_change() {
         index.set_repo_relays(&repo(n), [relay(1)]);
     }
     let confirmed = connected(&[1]);
-    let first =
-        compute_actions_for_changes(&index.take_changes(), &PendingSyncIndex::new(), &confirmed);
+    let first = compute_actions_for_changes(
+        &index.take_changes(),
+        &(&PendingSyncIndex::new(), &confirmed),
+    );
     assert_eq!(first[0].items.repos.len(), 50);
     index.add_root_event(&repo(3), id(9));
-    let second =
-        compute_actions_for_changes(&index.take_changes(), &PendingSyncIndex::new(), &confirmed);
+    let second = compute_actions_for_changes(
+        &index.take_changes(),
+        &(&PendingSyncIndex::new(), &confirmed),
+    );
     assert_eq!(second.len(), 1);
     assert!(
         second[0].items.repos.is_empty(),

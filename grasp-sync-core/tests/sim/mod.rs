@@ -744,7 +744,7 @@ impl World {
             self.steps,
             self.engine.stats()
         );
-        for (relay, state) in self.engine.relay_index().iter() {
+        for (relay, state) in self.engine.relay_states() {
             out += &format!(
                 "  {relay}: {:?} health {:?} confirmed {}+{} l1 {} activity {:?} pending batches {}\n",
                 state.connection_status,
@@ -753,7 +753,7 @@ impl World {
                 state.root_events.len(),
                 state.announcements_synced,
                 self.engine.relay_activity(relay),
-                self.engine.pending_index().batches(relay).len(),
+                self.engine.pending_batches(relay).len(),
             );
         }
         out += &format!(
