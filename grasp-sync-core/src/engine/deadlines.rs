@@ -62,8 +62,8 @@ impl SyncEngine {
         let at = self.relays.get(relay).and_then(|session| {
             let health = session
                 .health
-                .poll_timeout(self.last_now, &self.config.health);
-            session.next_deadline(&self.config, health, self.last_now, self.rate_window())
+                .poll_timeout(self.last_now(), &self.config.health);
+            session.next_deadline(&self.config, health, self.last_now(), self.rate_window())
         });
         self.deadlines.set(relay, at);
     }

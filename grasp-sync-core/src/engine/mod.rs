@@ -85,6 +85,7 @@ mod live;
 mod messages;
 mod nip77;
 mod ours;
+mod outbox;
 mod own_relay;
 mod planning;
 mod refusals;
@@ -101,7 +102,7 @@ mod timers;
 mod trust;
 mod upkeep;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use nostr::prelude::{EventId, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
 
@@ -181,16 +182,13 @@ pub struct SyncEngine {
     /// [`EngineConfig::max_relays`]: every relay they list within the
     /// per-announcement cap.
     over_cap: HashMap<crate::nip34::RepoRef, Vec<RelayUrl>>,
-    commands: VecDeque<Command>,
-    next_batch: u64,
-    next_sub: u64,
+    /// The commands for the driver, the ids handed out, the latest `now`.
+    out: outbox::Outbox,
     /// The engine's own timers: the daily re-sync, the disconnect check, the
     /// self-subscriber's batch window.
     timers: TimerTable<EngineTimer>,
     jitter: Jitter,
     stats: EngineStats,
-    /// The latest `now` seen, for deadlines computed without an input.
-    last_now: Instant,
 }
 
 impl SyncEngine {
@@ -217,13 +215,10 @@ impl SyncEngine {
             deadlines: deadlines::DeadlineTable::default(),
             refused_relays: Default::default(),
             over_cap: HashMap::new(),
-            commands: VecDeque::new(),
-            next_batch: 0,
-            next_sub: 0,
+            out: outbox::Outbox::new(now.instant),
             timers,
             jitter,
             stats: EngineStats::default(),
-            last_now: now.instant,
             config,
         };
         for relay in engine.config.bootstrap_relays.clone() {
@@ -295,7 +290,7 @@ impl SyncEngine {
 
     /// The next command for the driver, oldest first.
     pub fn poll_command(&mut self) -> Option<Command> {
-        self.commands.pop_front()
+        self.out.pop()
     }
 
     /// `true` when every registered relay is connected, nothing is pending
@@ -470,45 +465,30 @@ impl SyncEngine {
     }
 
     fn next_sub_id(&mut self, purpose: &str) -> SubscriptionId {
-        self.next_sub += 1;
-        SubscriptionId::new(format!("gs-{purpose}-{}", self.next_sub))
+        self.out.sub_id(purpose)
     }
 
     fn next_batch_id(&mut self) -> BatchId {
-        self.next_batch += 1;
-        BatchId(self.next_batch)
+        self.out.batch_id()
     }
 
+    /// Emits `command`; a command for a relay with a session goes through
+    /// the session's bookkeeping ([`RelaySession::send`]).
     fn emit(&mut self, command: Command) {
-        let now = self.last_now;
-        if let Command::Subscribe { relay, id, .. } | Command::NegOpen { relay, id, .. } = &command
-        {
-            if let Some(conn) = self.relays.conn_mut(relay) {
-                conn.opened_at.push_back(now);
-                if !conn.unanswered.contains(id) {
-                    conn.unanswered.push_back(id.clone());
-                }
-            }
+        match self.relays.get_mut(command.relay()) {
+            Some(session) => session.send(&mut self.out, command),
+            None => self.out.push(command),
         }
-        let frame = match &command {
-            Command::Subscribe { id, .. }
-            | Command::NegOpen { id, .. }
-            | Command::NegMsg { id, .. } => {
-                frames::command_frame_len(&command).map(|len| (len, id))
-            }
-            _ => None,
-        };
-        if let Some((len, id)) = frame {
-            if let Some(conn) = self.relays.conn_mut(command.relay()) {
-                conn.note_frame(now, len, id);
-            }
-        }
-        self.commands.push_back(command);
     }
 
     /// Records the time of an input, so commands emitted while handling it
     /// are stamped with it.
     fn observe(&mut self, now: Now) {
-        self.last_now = self.last_now.max(now.instant);
+        self.out.observe(now);
+    }
+
+    /// The latest `now` seen, for deadlines computed without an input.
+    fn last_now(&self) -> Instant {
+        self.out.now()
     }
 }

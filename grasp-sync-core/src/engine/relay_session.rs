@@ -11,8 +11,10 @@ use nostr::prelude::{Filter, RelayUrl};
 use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
 use super::limits::{RATE_FORGOTTEN_ABOVE, RECOVERY_WINDOWS};
+use super::outbox::Outbox;
 use super::runtime::{BatchInfo, RelayConn, Sub};
 use super::timer_table::{RelayTimer, TimerTable};
+use super::Command;
 use crate::clock::Instant;
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, FilterMode};
 use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
@@ -85,6 +87,31 @@ pub(crate) struct RelaySession {
 }
 
 impl RelaySession {
+    /// Emits `command` for this relay, noting first what the connection
+    /// tracks of it: when a subscription opened and that it waits for an
+    /// answer, and the size of each frame sent (a relay that drops the
+    /// connection right after a large one teaches a smaller frame budget).
+    pub(crate) fn send(&mut self, out: &mut Outbox, command: Command) {
+        let now = out.now();
+        if let Some(conn) = self.conn.as_mut() {
+            if let Command::Subscribe { id, .. } | Command::NegOpen { id, .. } = &command {
+                conn.opened_at.push_back(now);
+                if !conn.unanswered.contains(id) {
+                    conn.unanswered.push_back(id.clone());
+                }
+            }
+            if let Command::Subscribe { id, .. }
+            | Command::NegOpen { id, .. }
+            | Command::NegMsg { id, .. } = &command
+            {
+                if let Some(len) = super::frames::command_frame_len(&command) {
+                    conn.note_frame(now, len, id);
+                }
+            }
+        }
+        out.push(command);
+    }
+
     /// Historic work on the relay failed: the delay before it is planned
     /// again, doubling for each failure in a row
     /// ([`HealthConfig::work_backoff`]).

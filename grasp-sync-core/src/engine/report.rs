@@ -61,7 +61,10 @@ impl SyncEngine {
         RelayReport {
             relay: relay.clone(),
             connection: state.connection_status,
-            health: self.relays.view(relay).health_state(self.last_now, health),
+            health: self
+                .relays
+                .view(relay)
+                .health_state(self.last_now(), health),
             method: if refused {
                 SyncMethod::ReqEose
             } else {
@@ -115,6 +118,6 @@ impl SyncEngine {
         };
         session.conn.is_none()
             && (session.health.consecutive_failures() >= self.config.unreachable_after
-                || session.health_state(self.last_now, &self.config.health) == HealthState::Dead)
+                || session.health_state(self.last_now(), &self.config.health) == HealthState::Dead)
     }
 }

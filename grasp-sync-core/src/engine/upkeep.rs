@@ -25,7 +25,7 @@ impl SyncEngine {
     /// The current [`Reach`], taken before an input.
     pub(super) fn reach(&self) -> Reach {
         Reach {
-            batches: self.next_batch,
+            batches: self.out.batches_issued(),
             batches_ended: self.stats.batches_confirmed + self.stats.batches_failed,
             relays: self.relays.tracked_count(),
             connections: self.relays.connected().count(),
