@@ -173,7 +173,8 @@ impl SyncEngine {
             return;
         };
         warn!(%relay, %batch, reason, "batch failed; its items will be planned again");
-        self.note_error(relay, format!("batch failed: {reason}"));
+        self.relays
+            .note_error(relay, format!("batch failed: {reason}"));
         self.stats.batches_failed += 1;
         if let Some(session) = self.relays.get_mut(relay) {
             session.pending.remove_batch(batch);
@@ -194,7 +195,11 @@ impl SyncEngine {
                 self.send_close(relay, id, &sub);
             }
         }
-        let retry_at = now.instant + self.count_failure_and_delay(relay);
+        let retry_at = now.instant
+            + self
+                .relays
+                .entry(relay.clone())
+                .work_failed(&self.config.health);
         match info.purpose {
             Purpose::Items => self
                 .knowledge(relay)

@@ -211,6 +211,12 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
+    /// The window over which a learned rate counts openings: the
+    /// rate-limit cooldown.
+    pub(crate) fn rate_window(&self) -> Duration {
+        self.health.rate_limit_cooldown
+    }
+
     /// How often a driver that can probe a relay's liveness without a
     /// message (a WebSocket ping) should do it: a third of
     /// [`EngineConfig::batch_timeout`] (at least 100 ms), so a relay that

@@ -5,7 +5,7 @@
 use nostr::prelude::{RelayUrl, Timestamp};
 use tracing::{debug, info, warn};
 
-use super::runtime::{Purpose, RelayConn, Sub};
+use super::runtime::{RelayConn, Sub};
 use super::timer_table::RelayTimer;
 use super::{Command, SyncEngine};
 use crate::clock::Now;
@@ -89,7 +89,8 @@ impl SyncEngine {
             next_attempt_at = ?session.health.next_attempt_at(&self.config.health),
             "relay connection failed"
         );
-        self.note_error(relay, "connection failed or timed out");
+        self.relays
+            .note_error(relay, "connection failed or timed out");
         self.maintain(now);
     }
 
@@ -159,7 +160,7 @@ impl SyncEngine {
             _ => return self.ignored(relay, "disconnected while not connected"),
         }
         info!(%relay, "disconnected");
-        self.note_error(relay, "connection lost");
+        self.relays.note_error(relay, "connection lost");
         self.learn_frame_budget(now, relay);
         self.forget_connection(now, relay);
         self.maintain(now);
@@ -185,26 +186,16 @@ impl SyncEngine {
         self.maintain_after(now, Some(relay), before);
     }
 
-    /// A relay that drops the connection right after a large frame (strfry
-    /// closes the socket on any frame over its limit, without a word) gets
-    /// half that frame as its budget, so the next attempt fits.
+    /// A relay that drops the connection right after a large frame gets a
+    /// smaller frame budget ([`RelaySession::learn_frame_budget`]).
     fn learn_frame_budget(&mut self, now: Now, relay: &RelayUrl) {
-        let Some(len) = self
+        let learned = self
             .relays
-            .conn(relay)
-            .and_then(|conn| conn.large_frame_before(now.instant))
-        else {
-            return;
-        };
-        if len <= super::config::MIN_FRAME_BUDGET {
-            return;
-        }
-        let budget = (len / 2).max(super::config::MIN_FRAME_BUDGET);
-        let known = self.knowledge(relay);
-        if known.learned_frame_budget.is_none_or(|old| budget < old) {
-            known.learned_frame_budget = Some(budget);
+            .get_mut(relay)
+            .and_then(|session| session.learn_frame_budget(now.instant));
+        if let Some((frame, budget)) = learned {
             self.stats.frame_budget_lowered += 1;
-            warn!(%relay, frame = len, budget, "relay dropped the connection after a large frame; sending smaller frames");
+            warn!(%relay, frame, budget, "relay dropped the connection after a large frame; sending smaller frames");
         }
     }
 
@@ -212,60 +203,20 @@ impl SyncEngine {
     /// message for a whole batch timeout while work was outstanding.
     pub(super) fn drop_silent_connection(&mut self, now: Now, relay: &RelayUrl) {
         warn!(%relay, "relay silent for the batch timeout; reconnecting");
-        self.note_error(relay, "silent for the batch timeout");
+        self.relays
+            .note_error(relay, "silent for the batch timeout");
         self.emit(Command::Disconnect {
             relay: relay.clone(),
         });
         self.forget_connection(now, relay);
     }
 
-    /// The bookkeeping of a closed connection.
+    /// The bookkeeping of a closed connection
+    /// ([`RelaySession::connection_closed`]).
     pub(super) fn forget_connection(&mut self, now: Now, relay: &RelayUrl) {
-        self.remember_uncaught(relay);
-        self.relays.close_connection(relay);
-        self.clear_pending(relay);
-        if let Some(state) = self.relays.state_mut(relay) {
-            state.connection_status = ConnectionStatus::Disconnected;
-            state.disconnected_at = Some(now.unix);
-            // The last moment we were connected: a quick reconnect catches
-            // up from here minus the window.
-            state.last_connected = Some(now.unix);
-        }
         if let Some(session) = self.relays.get_mut(relay) {
-            session
-                .health
-                .on_disconnected(now.instant, &self.config.health);
+            session.connection_closed(now, &self.config);
             debug!(%relay, failures = session.health.consecutive_failures(), "relay disconnected");
-        }
-    }
-
-    /// Keeps, across the reconnect, the earliest moment live coverage was
-    /// missing and not caught up yet: a live gap, the span of uncovered
-    /// filters since their last poll, a gap or poll batch still running.
-    fn remember_uncaught(&mut self, relay: &RelayUrl) {
-        let Some(conn) = self.relays.conn(relay) else {
-            return;
-        };
-        let polled = conn.poll_from.filter(|_| !conn.uncovered.is_empty());
-        let batches = self
-            .relays
-            .view(relay)
-            .batches
-            .values()
-            .filter(|info| matches!(info.purpose, Purpose::Gap | Purpose::Poll))
-            .filter_map(|info| info.covers_from);
-        let earliest = [conn.live_gap_since, polled]
-            .into_iter()
-            .flatten()
-            .chain(batches)
-            .min();
-        if let Some(earliest) = earliest {
-            let known = self.knowledge(relay);
-            known.uncaught_since = Some(
-                known
-                    .uncaught_since
-                    .map_or(earliest, |old| old.min(earliest)),
-            );
         }
     }
 
@@ -361,8 +312,7 @@ impl SyncEngine {
     /// Removes every pending batch of `relay`.
     pub(super) fn clear_pending(&mut self, relay: &RelayUrl) {
         if let Some(session) = self.relays.get_mut(relay) {
-            session.pending.clear();
-            session.batches.clear();
+            session.clear_pending();
         }
     }
 }

@@ -63,7 +63,12 @@ impl SyncEngine {
             let health = session
                 .health
                 .poll_timeout(self.last_now(), &self.config.health);
-            session.next_deadline(&self.config, health, self.last_now(), self.rate_window())
+            session.next_deadline(
+                &self.config,
+                health,
+                self.last_now(),
+                self.config.rate_window(),
+            )
         });
         self.deadlines.set(relay, at);
     }

@@ -80,7 +80,8 @@ impl SyncEngine {
             _ => return self.ignored(relay, "send failure while not connected"),
         }
         warn!(%relay, %error, "cannot send to relay; reconnecting");
-        self.note_error(relay, format!("send failed: {error}"));
+        self.relays
+            .note_error(relay, format!("send failed: {error}"));
         self.emit(Command::Disconnect {
             relay: relay.clone(),
         });

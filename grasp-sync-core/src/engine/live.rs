@@ -31,7 +31,7 @@ impl SyncEngine {
             }
             return;
         }
-        if !self.rate_allows(now, relay) {
+        if !self.relays.rate_allows(relay, now.instant, &self.config) {
             if let Some(conn) = self.relays.conn_mut(relay) {
                 conn.deferred_live.extend(items);
                 conn.live_gap_since.get_or_insert(now.unix);
@@ -102,7 +102,7 @@ impl SyncEngine {
     /// always keeps its slots. During a rate-limit cooldown nothing is sent
     /// and `extra` waits.
     pub(super) fn rebuild_live(&mut self, now: Now, relay: &RelayUrl, extra: &PendingItems) {
-        if !self.rate_allows(now, relay) {
+        if !self.relays.rate_allows(relay, now.instant, &self.config) {
             if let Some(conn) = self.relays.conn_mut(relay) {
                 conn.deferred_live.extend(extra);
                 conn.live_gap_since.get_or_insert(now.unix);

@@ -157,7 +157,8 @@ impl SyncEngine {
                     .note_page_len(page_len, page_limit_ours);
                 match outcome {
                     PageOutcome::NextPage(filter)
-                        if self.store_keeps_up() && self.rate_allows(now, relay) =>
+                        if self.store_keeps_up()
+                            && self.relays.rate_allows(relay, now.instant, &self.config) =>
                     {
                         let next = self.watch_request(now, relay);
                         if let Some(Sub::Req { watch, .. }) = self
@@ -300,7 +301,10 @@ impl SyncEngine {
                         // REQs fetch what was published meanwhile.
                         conn.live_gap_since.get_or_insert(now.unix);
                     }
-                    let delay = self.count_failure_and_delay(relay);
+                    let delay = self
+                        .relays
+                        .entry(relay.clone())
+                        .work_failed(&self.config.health);
                     self.knowledge(relay)
                         .timers
                         .set(RelayTimer::RebuildLive, now.instant + delay);

@@ -80,7 +80,6 @@ mod connection;
 mod deadlines;
 mod dispatch;
 mod frames;
-mod limits;
 mod live;
 mod messages;
 mod nip77;
@@ -335,9 +334,13 @@ impl SyncEngine {
     ) {
         self.observe(now);
         let mut items = items;
-        if let Some(filter) = self.negentropy_filter(relay, id) {
+        let filter = self
+            .relays
+            .get(relay)
+            .and_then(|session| session.negentropy_filter(id));
+        if let Some(filter) = filter {
             // Refused events count as held: not downloaded again.
-            items.extend(self.stores.refused_items(&filter));
+            items.extend(self.stores.refused_items(filter));
         }
         self.open_negentropy(now, relay, id, &items);
         self.maintain(now);
@@ -434,14 +437,6 @@ impl SyncEngine {
         .min()
     }
 
-    /// Remembers the last thing that went wrong with `relay` (reported by
-    /// [`SyncEngine::relay_reports`]).
-    fn note_error(&mut self, relay: &RelayUrl, error: impl Into<String>) {
-        if let Some(known) = self.relays.get_mut(relay) {
-            known.last_error = Some(error.into());
-        }
-    }
-
     /// Counts and logs an input that does not fit the state.
     fn ignored(&mut self, relay: &RelayUrl, what: &str) {
         self.stats.inputs_ignored += 1;
@@ -450,18 +445,6 @@ impl SyncEngine {
 
     fn knowledge(&mut self, relay: &RelayUrl) -> &mut RelaySession {
         self.relays.entry(relay.clone())
-    }
-
-    /// The filter of the negentropy session `id` on `relay`.
-    fn negentropy_filter(
-        &self,
-        relay: &RelayUrl,
-        id: &SubscriptionId,
-    ) -> Option<nostr::prelude::Filter> {
-        match self.relays.conn(relay)?.subs.get(id)? {
-            runtime::Sub::Negentropy { filter, .. } => Some(filter.clone()),
-            _ => None,
-        }
     }
 
     fn next_sub_id(&mut self, purpose: &str) -> SubscriptionId {

@@ -33,7 +33,7 @@ impl SyncEngine {
             return;
         }
         let (filter, sent) = (filter.clone(), *sent);
-        if !self.rate_allows(now, relay) {
+        if !self.relays.rate_allows(relay, now.instant, &self.config) {
             // The store answered during a rate-limit cooldown: wait for it.
             self.replace_job(now, relay, id, Sub::negentropy_job(filter, sent));
             return;
@@ -170,7 +170,7 @@ impl SyncEngine {
             NegFailure::Round(error) if error.is_cap() => {
                 self.stats.negentropy_sessions_cut += 1;
                 warn!(%relay, %error, "negentropy session cut off; using REQ for this filter");
-                self.note_error(relay, error.to_string());
+                self.relays.note_error(relay, error.to_string());
                 // A relay that keeps a session going is not reconciling.
                 if matches!(error, SessionError::TooManyRounds { .. }) {
                     self.knowledge(relay).negentropy_refused = true;
@@ -196,7 +196,8 @@ impl SyncEngine {
             known.negentropy_refused = true;
             self.stats.negentropy_refusals += 1;
             warn!(%relay, reason, "relay refused NIP-77; falling back to REQ+EOSE");
-            self.note_error(relay, format!("NIP-77 refused: {reason}"));
+            self.relays
+                .note_error(relay, format!("NIP-77 refused: {reason}"));
         }
     }
 

@@ -61,7 +61,7 @@ impl SyncEngine {
         self.note_rate_limited(now, relay);
         if !already {
             // Once per episode: halve the REQs we send per window.
-            let window = self.rate_window();
+            let window = self.config.rate_window();
             let opened = self
                 .relays
                 .conn_mut(relay)

@@ -6,19 +6,21 @@ use std::collections::HashMap;
 
 use indexmap::IndexMap;
 
-use nostr::prelude::{Filter, RelayUrl};
+use nostr::prelude::{Filter, RelayUrl, SubscriptionId};
 
+use super::config::MIN_FRAME_BUDGET;
 use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
-use super::limits::{RATE_FORGOTTEN_ABOVE, RECOVERY_WINDOWS};
 use super::outbox::Outbox;
-use super::runtime::{BatchInfo, RelayConn, Sub};
+use super::runtime::{BatchInfo, Purpose, RelayConn, Sub};
 use super::timer_table::{RelayTimer, TimerTable};
 use super::Command;
-use crate::clock::Instant;
+use crate::clock::{Instant, Now};
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, FilterMode};
 use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
-use crate::model::{BatchId, PendingItems, RelayPending, RelayProgress, RelayState, SyncMethod};
+use crate::model::{
+    BatchId, ConnectionStatus, PendingItems, RelayPending, RelayProgress, RelayState, SyncMethod,
+};
 
 /// Everything about one relay: what we learned about it (kept across
 /// connections), its open connection if any, and its counters.
@@ -110,6 +112,110 @@ impl RelaySession {
             }
         }
         out.push(command);
+    }
+
+    /// `true` if one more subscription may be opened on the relay now: a
+    /// free slot, no rate-limit cooldown, and the learned rate not used up.
+    pub(crate) fn may_open(&mut self, now: Instant, config: &EngineConfig) -> bool {
+        let limit = self.subscription_limit(config);
+        let free_slot = self
+            .conn
+            .as_ref()
+            .is_some_and(|conn| conn.subs.len() < limit);
+        free_slot && self.rate_allows(now, config)
+    }
+
+    /// `true` if one more REQ (a new subscription or a next page) may be
+    /// sent to the relay now: connected, no rate-limit cooldown and the
+    /// learned rate not used up.
+    pub(crate) fn rate_allows(&mut self, now: Instant, config: &EngineConfig) -> bool {
+        if self.health.is_rate_limited(now) {
+            return false;
+        }
+        let window = config.rate_window();
+        self.recover_learned_rate(now, window);
+        let rate = self.learned_rate;
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        let within = conn.opens_within(now, window);
+        rate.is_none_or(|rate| within < rate)
+    }
+
+    /// A relay that drops the connection right after a large frame (strfry
+    /// closes the socket on any frame over its limit, without a word) gets
+    /// half that frame as its budget, so the next attempt fits: the frame
+    /// and the new budget, if it was lowered.
+    pub(crate) fn learn_frame_budget(&mut self, now: Instant) -> Option<(usize, usize)> {
+        let len = self.conn.as_ref()?.large_frame_before(now)?;
+        if len <= MIN_FRAME_BUDGET {
+            return None;
+        }
+        let budget = (len / 2).max(MIN_FRAME_BUDGET);
+        if self.learned_frame_budget.is_some_and(|old| budget >= old) {
+            return None;
+        }
+        self.learned_frame_budget = Some(budget);
+        Some((len, budget))
+    }
+
+    /// The bookkeeping of a closed connection: what was not caught up is
+    /// remembered, the connection and its batches are forgotten (their items
+    /// are planned again), the confirmed state kept for a quick reconnect,
+    /// the health told.
+    pub(crate) fn connection_closed(&mut self, now: Now, config: &EngineConfig) {
+        self.remember_uncaught();
+        self.timers.clear(RelayTimer::Poll);
+        self.conn = None;
+        self.clear_pending();
+        if let Some(state) = self.state.as_mut() {
+            state.connection_status = ConnectionStatus::Disconnected;
+            state.disconnected_at = Some(now.unix);
+            // The last moment we were connected: a quick reconnect catches
+            // up from here minus the window.
+            state.last_connected = Some(now.unix);
+        }
+        self.health.on_disconnected(now.instant, &config.health);
+    }
+
+    /// Forgets every batch in flight.
+    pub(crate) fn clear_pending(&mut self) {
+        self.pending.clear();
+        self.batches.clear();
+    }
+
+    /// Keeps, across the reconnect, the earliest moment live coverage was
+    /// missing and not caught up yet: a live gap, the span of uncovered
+    /// filters since their last poll, a gap or poll batch still running.
+    fn remember_uncaught(&mut self) {
+        let Some(conn) = &self.conn else {
+            return;
+        };
+        let polled = conn.poll_from.filter(|_| !conn.uncovered.is_empty());
+        let batches = self
+            .batches
+            .values()
+            .filter(|info| matches!(info.purpose, Purpose::Gap | Purpose::Poll))
+            .filter_map(|info| info.covers_from);
+        let earliest = [conn.live_gap_since, polled]
+            .into_iter()
+            .flatten()
+            .chain(batches)
+            .min();
+        if let Some(earliest) = earliest {
+            self.uncaught_since = Some(
+                self.uncaught_since
+                    .map_or(earliest, |old| old.min(earliest)),
+            );
+        }
+    }
+
+    /// The filter of the negentropy session `id`.
+    pub(crate) fn negentropy_filter(&self, id: &SubscriptionId) -> Option<&Filter> {
+        match self.conn.as_ref()?.subs.get(id)? {
+            Sub::Negentropy { filter, .. } => Some(filter),
+            _ => None,
+        }
     }
 
     /// Historic work on the relay failed: the delay before it is planned
@@ -380,6 +486,12 @@ impl RelaySession {
     }
 }
 
+/// A learned rate raised above this many REQs per window is forgotten.
+pub(super) const RATE_FORGOTTEN_ABOVE: usize = 256;
+/// Rate windows without a refusal before a learned rate is doubled (slower
+/// than the halving, so a relay at its limit is probed rarely).
+pub(super) const RECOVERY_WINDOWS: u32 = 4;
+
 /// What a relay's live subscriptions cover ([`RelaySession::live_plan`]).
 #[derive(Debug)]
 pub(crate) struct LivePlan {
@@ -519,6 +631,40 @@ impl Relays {
         let session = self.entry(relay.clone());
         session.timers.clear(RelayTimer::Poll);
         session.conn = Some(conn);
+    }
+
+    /// [`RelaySession::rate_allows`] on `relay`; `false` for a relay the
+    /// engine does not know.
+    pub(crate) fn rate_allows(
+        &mut self,
+        relay: &RelayUrl,
+        now: Instant,
+        config: &EngineConfig,
+    ) -> bool {
+        self.sessions
+            .get_mut(relay)
+            .is_some_and(|session| session.rate_allows(now, config))
+    }
+
+    /// [`RelaySession::may_open`] on `relay`; `false` for a relay the engine
+    /// does not know.
+    pub(crate) fn may_open(
+        &mut self,
+        relay: &RelayUrl,
+        now: Instant,
+        config: &EngineConfig,
+    ) -> bool {
+        self.sessions
+            .get_mut(relay)
+            .is_some_and(|session| session.may_open(now, config))
+    }
+
+    /// Remembers `error` as the last thing that went wrong with `relay`
+    /// (reported by `SyncEngine::relay_reports`).
+    pub(crate) fn note_error(&mut self, relay: &RelayUrl, error: impl Into<String>) {
+        if let Some(session) = self.sessions.get_mut(relay) {
+            session.last_error = Some(error.into());
+        }
     }
 
     /// The batch `batch` of `relay`.

@@ -32,7 +32,8 @@ impl SyncEngine {
         // live slots shrank (limits told or learned after connecting): cover
         // everything again within them.
         let rebuild = (no_live && !polling) || over;
-        let can = self.rate_allows(now, relay) && (live_slots == 0 || self.may_open(now, relay));
+        let can = self.relays.rate_allows(relay, now.instant, &self.config)
+            && (live_slots == 0 || self.relays.may_open(relay, now.instant, &self.config));
         if rebuild && can {
             self.rebuild_live(now, relay, &waiting_live);
         } else if !waiting_live.is_empty() {
@@ -72,7 +73,9 @@ impl SyncEngine {
         let live_reserved = live_slots.min(live + conn.waiting_live.len());
         let historic = conn.subs.len().saturating_sub(live);
         // Backpressure: a store that falls behind holds new historic work.
-        historic + live_reserved < limit && self.store_keeps_up() && self.may_open(now, relay)
+        historic + live_reserved < limit
+            && self.store_keeps_up()
+            && self.relays.may_open(relay, now.instant, &self.config)
     }
 
     /// `false` while more than `max_unconfirmed_stores` events wait for the
@@ -89,7 +92,7 @@ impl SyncEngine {
             .relays
             .conn(relay)
             .is_some_and(|conn| conn.live_count() < live_slots);
-        free && self.may_open(now, relay)
+        free && self.relays.may_open(relay, now.instant, &self.config)
     }
 
     /// Sends waiting live REQs (refused, or not sent for want of a slot), as
