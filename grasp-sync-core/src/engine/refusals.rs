@@ -6,72 +6,53 @@ use super::classify::{classify, Classified};
 use nostr::prelude::{RelayUrl, SubscriptionId};
 use tracing::{info, warn};
 
+use super::relay_session::Lesson;
 use super::runtime::{Job, Sub};
 use super::{Command, SyncEngine};
 use crate::clock::Now;
 
 impl SyncEngine {
-    /// Learns from a refusal: rate limits start the cooldown, a refused
-    /// subscription lowers the relay's known limit. Returns `true` when the
-    /// refused subscription should simply be retried later.
+    /// Learns from a refusal on `relay` ([`RelaySession::learn_from_refusal`]
+    /// holds the decision) and counts and logs what it taught. Returns
+    /// `true` when the refused subscription should simply be retried later.
     pub(super) fn learn_from_refusal(
         &mut self,
         now: Now,
         relay: &RelayUrl,
         classified: &Classified,
     ) -> bool {
-        if classified.too_many_subscriptions {
-            let open = self.relays.conn(relay).map_or(1, |conn| conn.subs.len());
-            // Never below two: one live and one historic slot.
-            let limit = open.saturating_sub(1).max(2);
-            let known = self.knowledge(relay);
-            known.learned_sub_limit =
-                Some(known.learned_sub_limit.map_or(limit, |old| old.min(limit)));
+        let lesson = self.relays.entry(relay.clone()).learn_from_refusal(
+            now.instant,
+            classified,
+            &self.config,
+        );
+        self.note_lesson(relay, lesson);
+        lesson.retry()
+    }
+
+    /// A `rate-limited:` refusal on `relay`
+    /// ([`RelaySession::rate_limited`]), counted and logged.
+    pub(super) fn rate_limited(&mut self, now: Now, relay: &RelayUrl) {
+        let lesson = self
+            .relays
+            .entry(relay.clone())
+            .rate_limited(now.instant, &self.config);
+        self.note_lesson(relay, lesson);
+    }
+
+    /// Counts and logs what a refusal taught.
+    fn note_lesson(&mut self, relay: &RelayUrl, lesson: Lesson) {
+        if let Some(limit) = lesson.subscription_limit {
             self.stats.subscription_refusals += 1;
             warn!(%relay, limit, "relay refused a subscription; lowering its subscription limit");
         }
-        if classified.too_many_subscriptions {
-            // The cooldown, without halving the learned rate: the limit
-            // learned above is what prevents the next refusal.
+        if lesson.cooldown {
             self.stats.rate_limits += 1;
-            self.note_rate_limited(now, relay);
-        } else if classified.rate_limited {
-            self.rate_limited(now, relay);
+            info!(%relay, cooldown = ?self.config.health.rate_limit_cooldown, "relay rate limited");
         }
-        classified.too_many_subscriptions || classified.rate_limited
-    }
-
-    /// Starts (or extends) `relay`'s rate-limit cooldown.
-    fn note_rate_limited(&mut self, now: Now, relay: &RelayUrl) {
-        let cooldown = self.config.health.rate_limit_cooldown;
-        tracing::info!(%relay, ?cooldown, "relay rate limited");
-        let health = &self.config.health;
-        self.relays
-            .entry(relay.clone())
-            .health
-            .on_rate_limited(now.instant, health);
-    }
-
-    pub(super) fn rate_limited(&mut self, now: Now, relay: &RelayUrl) {
-        self.stats.rate_limits += 1;
-        let already = self
-            .relays
-            .get(relay)
-            .is_some_and(|session| session.health.is_rate_limited(now.instant));
-        self.note_rate_limited(now, relay);
-        if !already {
-            // Once per episode: halve the REQs we send per window.
-            let window = self.config.rate_window();
-            let opened = self
-                .relays
-                .conn_mut(relay)
-                .map_or(1, |conn| conn.opens_within(now.instant, window));
-            let known = self.knowledge(relay);
-            let rate = (known.learned_rate.unwrap_or(opened).min(opened) / 2).max(1);
-            known.learned_rate = Some(rate);
-            known.learned_rate_at = Some(now.instant);
+        if lesson.rate_refused {
+            warn!(%relay, "rate-limited by relay; pausing new subscriptions for the cooldown");
         }
-        warn!(%relay, "rate-limited by relay; pausing new subscriptions for the cooldown");
     }
 
     pub(super) fn on_notice(&mut self, now: Now, relay: &RelayUrl, message: &str) {
@@ -81,14 +62,22 @@ impl SyncEngine {
             self.learn_from_refusal(now, relay, &classified);
             // A NOTICE names no subscription: relays answer in order, so it
             // refuses the oldest subscription not answered yet.
-            if let Some(id) = self.oldest_unanswered(relay) {
+            if let Some(id) = self
+                .relays
+                .conn_mut(relay)
+                .and_then(|conn| conn.oldest_unanswered())
+            {
                 self.retry_refused_slot(now, relay, &id);
             }
             return;
         }
         if classified.rate_limited {
             self.rate_limited(now, relay);
-            if let Some(id) = self.oldest_unanswered(relay) {
+            if let Some(id) = self
+                .relays
+                .conn_mut(relay)
+                .and_then(|conn| conn.oldest_unanswered())
+            {
                 self.retry_refused_slot(now, relay, &id);
             }
             return;
@@ -120,18 +109,6 @@ impl SyncEngine {
             };
             self.negentropy_failed(now, relay, &id, failure);
         }
-    }
-
-    /// The oldest open subscription the relay has not answered at all: the
-    /// one a NOTICE refusal is about, since relays answer in order.
-    pub(super) fn oldest_unanswered(&mut self, relay: &RelayUrl) -> Option<SubscriptionId> {
-        let conn = self.relays.conn_mut(relay)?;
-        while let Some(id) = conn.unanswered.pop_front() {
-            if conn.subs.contains_key(&id) {
-                return Some(id);
-            }
-        }
-        None
     }
 
     /// Retries the slot `id` later after the relay refused it.

@@ -8,6 +8,7 @@ use indexmap::IndexMap;
 
 use nostr::prelude::{Filter, RelayUrl, SubscriptionId};
 
+use super::classify::Classified;
 use super::config::MIN_FRAME_BUDGET;
 use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
@@ -140,6 +141,60 @@ impl RelaySession {
         };
         let within = conn.opens_within(now, window);
         rate.is_none_or(|rate| within < rate)
+    }
+
+    /// What a refusal teaches — the whole decision: a refused subscription
+    /// ("too many subscriptions") lowers the relay's known limit to one
+    /// below what was open (never below two: one live, one historic slot)
+    /// and starts the cooldown without halving the rate (the lower limit
+    /// prevents the next refusal); `rate-limited:` starts the cooldown and,
+    /// once per episode, halves the REQs sent per window
+    /// ([`RelaySession::rate_limited`]).
+    pub(crate) fn learn_from_refusal(
+        &mut self,
+        now: Instant,
+        classified: &Classified,
+        config: &EngineConfig,
+    ) -> Lesson {
+        if classified.too_many_subscriptions {
+            let open = self.conn.as_ref().map_or(1, |conn| conn.subs.len());
+            let limit = open.saturating_sub(1).max(2);
+            self.learned_sub_limit =
+                Some(self.learned_sub_limit.map_or(limit, |old| old.min(limit)));
+            self.health.on_rate_limited(now, &config.health);
+            return Lesson {
+                subscription_limit: Some(limit),
+                cooldown: true,
+                rate_refused: false,
+            };
+        }
+        if classified.rate_limited {
+            return self.rate_limited(now, config);
+        }
+        Lesson::default()
+    }
+
+    /// A `rate-limited:` refusal: the cooldown starts (or is extended) and,
+    /// the first time in an episode, the learned rate becomes half of what
+    /// was opened within the last window (at least one).
+    pub(crate) fn rate_limited(&mut self, now: Instant, config: &EngineConfig) -> Lesson {
+        let already = self.health.is_rate_limited(now);
+        self.health.on_rate_limited(now, &config.health);
+        if !already {
+            let window = config.rate_window();
+            let opened = self
+                .conn
+                .as_mut()
+                .map_or(1, |conn| conn.opens_within(now, window));
+            let rate = (self.learned_rate.unwrap_or(opened).min(opened) / 2).max(1);
+            self.learned_rate = Some(rate);
+            self.learned_rate_at = Some(now);
+        }
+        Lesson {
+            subscription_limit: None,
+            cooldown: true,
+            rate_refused: true,
+        }
     }
 
     /// A relay that drops the connection right after a large frame (strfry
@@ -491,6 +546,25 @@ pub(super) const RATE_FORGOTTEN_ABOVE: usize = 256;
 /// Rate windows without a refusal before a learned rate is doubled (slower
 /// than the halving, so a relay at its limit is probed rarely).
 pub(super) const RECOVERY_WINDOWS: u32 = 4;
+
+/// What a refusal taught ([`RelaySession::learn_from_refusal`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Lesson {
+    /// The subscription limit was lowered to this.
+    pub(crate) subscription_limit: Option<usize>,
+    /// The rate-limit cooldown started or was extended.
+    pub(crate) cooldown: bool,
+    /// A `rate-limited:` refusal (the rate is halved the first time in its
+    /// episode).
+    pub(crate) rate_refused: bool,
+}
+
+impl Lesson {
+    /// `true` when the refused subscription should simply be retried later.
+    pub(crate) fn retry(&self) -> bool {
+        self.cooldown
+    }
+}
 
 /// What a relay's live subscriptions cover ([`RelaySession::live_plan`]).
 #[derive(Debug)]

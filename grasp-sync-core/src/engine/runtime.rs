@@ -292,6 +292,17 @@ impl RelayConn {
                 .all(|sub| matches!(sub, Sub::Live { .. }))
     }
 
+    /// The oldest open subscription the relay has not answered at all: the
+    /// one a NOTICE refusal is about, since relays answer in order.
+    pub(crate) fn oldest_unanswered(&mut self) -> Option<SubscriptionId> {
+        while let Some(id) = self.unanswered.pop_front() {
+            if self.subs.contains_key(&id) {
+                return Some(id);
+            }
+        }
+        None
+    }
+
     /// Forgets a live subscription id in whichever live list holds it.
     pub(crate) fn forget_live(&mut self, id: &SubscriptionId) {
         if self.layer1_live.as_ref() == Some(id) {
