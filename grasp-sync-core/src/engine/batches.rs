@@ -5,64 +5,35 @@
 use nostr::prelude::{RelayUrl, SubscriptionId};
 use tracing::{debug, warn};
 
-use super::runtime::{Job, Purpose, QueuedJob, Sub};
+use super::runtime::{Job, Purpose, Sub};
 use super::timer_table::RelayTimer;
 use super::{Command, SyncEngine};
 use crate::clock::Now;
 use crate::model::BatchId;
 
 impl SyncEngine {
-    /// Records progress of the batch a subscription belongs to.
+    /// [`RelaySession::progress`](super::relay_session::RelaySession::progress) on `relay`.
     pub(super) fn progress(&mut self, now: Now, relay: &RelayUrl, batch: BatchId) {
-        if let Some(info) = self
-            .relays
-            .get_mut(relay)
-            .and_then(|session| session.batches.get_mut(&batch))
-        {
-            info.last_progress = now.instant;
+        if let Some(session) = self.relays.get_mut(relay) {
+            session.progress(batch, now.instant);
+        }
+    }
+
+    /// [`RelaySession::add_jobs`](super::relay_session::RelaySession::add_jobs) on `relay`.
+    pub(super) fn add_jobs(&mut self, relay: &RelayUrl, batch: BatchId, jobs: Vec<Job>) {
+        if let Some(session) = self.relays.get_mut(relay) {
+            session.add_jobs(batch, jobs);
         }
     }
 
     /// Removes a finished subscription slot; when its batch has no work
-    /// left, the batch is confirmed.
+    /// left, the batch is confirmed ([`RelaySession::finish_job`](super::relay_session::RelaySession::finish_job)).
     pub(super) fn finish_job(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {
-        let Some(sub) = self
-            .relays
-            .conn_mut(relay)
-            .and_then(|conn| conn.subs.shift_remove(id))
-        else {
-            return;
-        };
-        let Some(batch) = sub.batch() else {
-            return;
-        };
-        self.progress(now, relay, batch);
-        let interval = self.config.uncovered_poll_interval;
-        let done = self
+        let finished = self
             .relays
             .get_mut(relay)
-            .and_then(|session| session.batches.get_mut(&batch))
-            .map(|info| {
-                info.jobs = info.jobs.saturating_sub(1);
-                (
-                    info.is_done(),
-                    info.jobs == 0 && info.purpose == Purpose::Poll,
-                )
-            });
-        let (done, polled) = match done {
-            Some((done, polled)) => (Some(done), polled),
-            None => (None, false),
-        };
-        if polled {
-            // The next poll does not wait for a slow store; it starts from
-            // where the last confirmed poll did.
-            if let Some(session) = self.relays.connected_mut(relay) {
-                session
-                    .timers
-                    .set_unless_set(RelayTimer::Poll, now.instant + interval);
-            }
-        }
-        if done == Some(true) {
+            .and_then(|session| session.finish_job(id, now.instant, &self.config));
+        if let Some((batch, true)) = finished {
             self.complete_batch(now, relay, batch);
         }
     }
@@ -70,26 +41,16 @@ impl SyncEngine {
     /// Counts events of `batch` handed to the store (`+1`) or answered
     /// (`-1`); a batch whose jobs are done confirms with its last store.
     pub(super) fn count_store(&mut self, now: Now, relay: &RelayUrl, batch: BatchId, delta: i32) {
-        let Some(info) = self
+        let done = self
             .relays
             .get_mut(relay)
-            .and_then(|session| session.batches.get_mut(&batch))
-        else {
-            return;
-        };
-        info.stores = if delta >= 0 {
-            info.stores.saturating_add(delta.unsigned_abs() as usize)
-        } else {
-            info.stores.saturating_sub(delta.unsigned_abs() as usize)
-        };
-        if info.is_done() {
+            .is_some_and(|session| session.count_store(batch, delta));
+        if done {
             self.complete_batch(now, relay, batch);
         }
     }
 
-    /// Puts `job` back at the front of the queue in place of the slot `id`
-    /// (a refused or rate-limited subscription, a negentropy fallback). The
-    /// batch keeps the same amount of work.
+    /// [`RelaySession::replace_job`](super::relay_session::RelaySession::replace_job) on `relay`.
     pub(super) fn replace_job(
         &mut self,
         now: Now,
@@ -97,29 +58,8 @@ impl SyncEngine {
         id: &SubscriptionId,
         job: Job,
     ) {
-        let Some(conn) = self.relays.conn_mut(relay) else {
-            return;
-        };
-        let Some(batch) = conn.subs.shift_remove(id).and_then(|sub| sub.batch()) else {
-            return;
-        };
-        conn.queue.push_front(QueuedJob { batch, job });
-        self.progress(now, relay, batch);
-    }
-
-    /// Adds jobs to a running batch, ahead of other queued work.
-    pub(super) fn add_jobs(&mut self, relay: &RelayUrl, batch: BatchId, jobs: Vec<Job>) {
-        if let Some(info) = self
-            .relays
-            .get_mut(relay)
-            .and_then(|session| session.batches.get_mut(&batch))
-        {
-            info.jobs += jobs.len();
-        }
-        if let Some(conn) = self.relays.conn_mut(relay) {
-            for job in jobs.into_iter().rev() {
-                conn.queue.push_front(QueuedJob { batch, job });
-            }
+        if let Some(session) = self.relays.get_mut(relay) {
+            session.replace_job(id, job, now.instant);
         }
     }
 

@@ -6,7 +6,7 @@ use crate::filters::{layer2_and_layer3_filters, FilterMode};
 use nostr::prelude::{Filter, RelayUrl, Timestamp};
 use tracing::debug;
 
-use super::runtime::{Job, Purpose};
+use super::runtime::Purpose;
 use super::timer_table::RelayTimer;
 use super::SyncEngine;
 use crate::clock::Now;
@@ -27,7 +27,10 @@ impl SyncEngine {
                 .saturating_sub(window)
                 .min(now.unix.as_secs()),
         );
-        let jobs = self.poll_jobs(relay, filters, since);
+        let jobs = self
+            .relays
+            .view(relay)
+            .poll_jobs(filters, since, &self.config);
         let batch = self.start_batch(
             now,
             relay,
@@ -41,66 +44,6 @@ impl SyncEngine {
         }
     }
 
-    /// REQ jobs for Layer 2+3 `filters` on `relay`. Filters of one chunk
-    /// (`#e`/`#E`/`#q`), a repository's `#a` and its roots' `#e`, can match
-    /// the same event (a NIP-22 comment, a status): where the relay's page
-    /// size is known ([`RelaySession::group_page_limit`](super::relay_session::RelaySession::group_page_limit)) they are packed, in
-    /// order, into as few REQs as its limits allow, so a relay that dedupes
-    /// within a subscription (strfry, nostr-relay-builder) sends such an
-    /// event once. Otherwise one paginated REQ per filter.
-    pub(super) fn req_jobs(&self, relay: &RelayUrl, filters: Vec<Filter>) -> Vec<Job> {
-        let Some(page) = self.relays.view(relay).group_page_limit(&self.config) else {
-            return filters.into_iter().map(Job::Req).collect();
-        };
-        let filters = filters
-            .into_iter()
-            .map(|mut filter| {
-                filter.limit = Some(page);
-                filter
-            })
-            .collect();
-        super::frames::pack_filters(
-            filters,
-            self.relays.view(relay).filters_per_req(&self.config),
-            self.relays.view(relay).frame_budget(&self.config),
-        )
-        .into_iter()
-        .map(|mut pack| match pack.len() {
-            1 => Job::Req(pack.remove(0)),
-            _ => Job::Poll(pack),
-        })
-        .collect()
-    }
-
-    /// What `filters` (live ones) match from `since` on, packed into as few
-    /// REQs as the relay's limits allow, each filter with the page limit (so
-    /// a clamp is seen and paged).
-    pub(super) fn poll_jobs(
-        &self,
-        relay: &RelayUrl,
-        filters: &[Filter],
-        since: Timestamp,
-    ) -> Vec<Job> {
-        let limit = self.relays.view(relay).page_limit(&self.config);
-        let filters = filters
-            .iter()
-            .cloned()
-            .map(|mut filter| {
-                filter.limit = Some(limit);
-                filter.since = Some(since);
-                filter
-            })
-            .collect();
-        super::frames::pack_filters(
-            filters,
-            self.relays.view(relay).filters_per_req(&self.config),
-            self.relays.view(relay).frame_budget(&self.config),
-        )
-        .into_iter()
-        .map(Job::Poll)
-        .collect()
-    }
-
     /// Quick reconnect: catch up the confirmed items from `since`.
     pub(super) fn start_catch_up(&mut self, now: Now, relay: &RelayUrl, since: Timestamp) {
         let Some(state) = self.relays.state(relay) else {
@@ -109,7 +52,7 @@ impl SyncEngine {
         let items = state.items(self.repos.ids());
         let mode = FilterMode::Historic { since: Some(since) };
         let filters = layer2_and_layer3_filters(&items, self.config.chunk_size, mode);
-        let jobs = self.req_jobs(relay, filters);
+        let jobs = self.relays.view(relay).req_jobs(filters, &self.config);
         if !jobs.is_empty() {
             self.start_batch(
                 now,
@@ -150,7 +93,10 @@ impl SyncEngine {
             let filters: Vec<Filter> = conn.uncovered.iter().cloned().collect();
             debug!(%relay, filters = filters.len(), "polling live filters that do not fit");
             self.stats.uncovered_polls += 1;
-            let jobs = self.poll_jobs(&relay, &filters, since);
+            let jobs = self
+                .relays
+                .view(&relay)
+                .poll_jobs(&filters, since, &self.config);
             let batch = self.start_batch(
                 now,
                 &relay,

@@ -8,12 +8,12 @@ use nostr::prelude::{Event, EventId, Kind, RelayUrl, Timestamp};
 use tracing::{debug, warn};
 
 use super::live::LiveList;
-use super::runtime::{BatchInfo, Job, Purpose, QueuedJob};
+use super::runtime::{Job, Purpose};
 use super::timer_table::EngineTimer;
 use super::SyncEngine;
 use crate::clock::Now;
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, FilterMode};
-use crate::model::{BatchId, PendingBatch, PendingItems, SyncMethod};
+use crate::model::{BatchId, PendingItems, SyncMethod};
 use crate::nip34::{
     is_root_kind, parse_announcement, root_event_repo_refs, KIND_REPO_ANNOUNCEMENT,
 };
@@ -166,12 +166,16 @@ impl SyncEngine {
             session.sync_method(filter, &self.config) == SyncMethod::Negentropy
         });
         let mut jobs: Vec<Job> = reconcile.into_iter().map(Job::Negentropy).collect();
-        jobs.extend(self.req_jobs(relay, req));
+        jobs.extend(self.relays.view(relay).req_jobs(req, &self.config));
         let fresh_filters = layer2_and_layer3_filters(&fresh, chunk, FilterMode::FULL_HISTORY);
         if sent {
             jobs.extend(fresh_filters.into_iter().map(Job::NegentropySent));
         } else {
-            jobs.extend(self.req_jobs(relay, fresh_filters));
+            jobs.extend(
+                self.relays
+                    .view(relay)
+                    .req_jobs(fresh_filters, &self.config),
+            );
         }
         let reconciles = jobs
             .iter()
@@ -233,33 +237,9 @@ impl SyncEngine {
             return None;
         }
         let batch = self.next_batch_id();
-        let session = self.relays.entry(relay.clone());
-        session
-            .pending
-            .insert(PendingBatch::new(batch, items, method, now.instant));
-        session.batches.insert(
-            batch,
-            BatchInfo {
-                purpose,
-                jobs: jobs.len(),
-                stores: 0,
-                last_progress: now.instant,
-                started_unix: now.unix,
-                fetching: Default::default(),
-                covers_from: None,
-                req_resumes: 0,
-            },
-        );
-        if let Some(conn) = self.relays.conn_mut(relay) {
-            let queued = jobs.into_iter().map(|job| QueuedJob { batch, job });
-            if matches!(purpose, Purpose::Gap | Purpose::Poll) {
-                for job in queued.rev() {
-                    conn.queue.push_front(job);
-                }
-            } else {
-                conn.queue.extend(queued);
-            }
-        }
+        self.relays
+            .entry(relay.clone())
+            .start_batch(batch, now, purpose, items, method, jobs);
         Some(batch)
     }
 }

@@ -13,14 +13,15 @@ use super::config::MIN_FRAME_BUDGET;
 use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
 use super::outbox::Outbox;
-use super::runtime::{BatchInfo, Purpose, RelayConn, Sub};
+use super::runtime::{BatchInfo, Job, Purpose, QueuedJob, RelayConn, Sub};
 use super::timer_table::{RelayTimer, TimerTable};
 use super::Command;
 use crate::clock::{Instant, Now};
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, FilterMode};
 use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
 use crate::model::{
-    BatchId, ConnectionStatus, PendingItems, RelayPending, RelayProgress, RelayState, SyncMethod,
+    BatchId, ConnectionStatus, PendingBatch, PendingItems, RelayPending, RelayProgress, RelayState,
+    SyncMethod,
 };
 
 /// Everything about one relay: what we learned about it (kept across
@@ -141,6 +142,176 @@ impl RelaySession {
         };
         let within = conn.opens_within(now, window);
         rate.is_none_or(|rate| within < rate)
+    }
+
+    /// Starts batch `batch` of `jobs` syncing `items` by `method`: its jobs
+    /// join the queue (a gap's or a poll's at the front: they close a hole
+    /// in live coverage).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start_batch(
+        &mut self,
+        batch: BatchId,
+        now: Now,
+        purpose: Purpose,
+        items: PendingItems,
+        method: SyncMethod,
+        jobs: Vec<Job>,
+    ) {
+        self.pending
+            .insert(PendingBatch::new(batch, items, method, now.instant));
+        self.batches.insert(
+            batch,
+            BatchInfo {
+                purpose,
+                jobs: jobs.len(),
+                stores: 0,
+                last_progress: now.instant,
+                started_unix: now.unix,
+                fetching: Default::default(),
+                covers_from: None,
+                req_resumes: 0,
+            },
+        );
+        if let Some(conn) = self.conn.as_mut() {
+            let queued = jobs.into_iter().map(|job| QueuedJob { batch, job });
+            if matches!(purpose, Purpose::Gap | Purpose::Poll) {
+                for job in queued.rev() {
+                    conn.queue.push_front(job);
+                }
+            } else {
+                conn.queue.extend(queued);
+            }
+        }
+    }
+
+    /// Records progress of `batch` at `now`.
+    pub(crate) fn progress(&mut self, batch: BatchId, now: Instant) {
+        if let Some(info) = self.batches.get_mut(&batch) {
+            info.last_progress = now;
+        }
+    }
+
+    /// Adds jobs to the running `batch`, ahead of other queued work.
+    pub(crate) fn add_jobs(&mut self, batch: BatchId, jobs: Vec<Job>) {
+        if let Some(info) = self.batches.get_mut(&batch) {
+            info.jobs += jobs.len();
+        }
+        if let Some(conn) = self.conn.as_mut() {
+            for job in jobs.into_iter().rev() {
+                conn.queue.push_front(QueuedJob { batch, job });
+            }
+        }
+    }
+
+    /// Puts `job` back at the front of the queue in place of the slot `id`
+    /// (a refused or rate-limited subscription, a negentropy fallback). The
+    /// batch keeps the same amount of work.
+    pub(crate) fn replace_job(&mut self, id: &SubscriptionId, job: Job, now: Instant) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let Some(batch) = conn.subs.shift_remove(id).and_then(|sub| sub.batch()) else {
+            return;
+        };
+        conn.queue.push_front(QueuedJob { batch, job });
+        self.progress(batch, now);
+    }
+
+    /// Counts events of `batch` handed to the store (`+1`) or answered
+    /// (`-1`): whether the batch is done now (its jobs done, its last event
+    /// stored).
+    pub(crate) fn count_store(&mut self, batch: BatchId, delta: i32) -> bool {
+        let Some(info) = self.batches.get_mut(&batch) else {
+            return false;
+        };
+        info.stores = if delta >= 0 {
+            info.stores.saturating_add(delta.unsigned_abs() as usize)
+        } else {
+            info.stores.saturating_sub(delta.unsigned_abs() as usize)
+        };
+        info.is_done()
+    }
+
+    /// Removes the finished subscription slot `id`: its batch, and whether
+    /// the batch is done now. A poll whose last job finished schedules the
+    /// next poll (it does not wait for a slow store; it starts from where
+    /// the last confirmed poll did).
+    pub(crate) fn finish_job(
+        &mut self,
+        id: &SubscriptionId,
+        now: Instant,
+        config: &EngineConfig,
+    ) -> Option<(BatchId, bool)> {
+        let batch = self.conn.as_mut()?.subs.shift_remove(id)?.batch()?;
+        self.progress(batch, now);
+        let info = self.batches.get_mut(&batch)?;
+        info.jobs = info.jobs.saturating_sub(1);
+        let done = info.is_done();
+        if info.jobs == 0 && info.purpose == Purpose::Poll && self.conn.is_some() {
+            self.timers
+                .set_unless_set(RelayTimer::Poll, now + config.uncovered_poll_interval);
+        }
+        Some((batch, done))
+    }
+
+    /// REQ jobs for Layer 2+3 `filters`. Filters of one chunk
+    /// (`#e`/`#E`/`#q`), a repository's `#a` and its roots' `#e`, can match
+    /// the same event (a NIP-22 comment, a status): where the relay's page
+    /// size is known ([`RelaySession::group_page_limit`]) they are packed, in
+    /// order, into as few REQs as its limits allow, so a relay that dedupes
+    /// within a subscription (strfry, nostr-relay-builder) sends such an
+    /// event once. Otherwise one paginated REQ per filter.
+    pub(crate) fn req_jobs(&self, filters: Vec<Filter>, config: &EngineConfig) -> Vec<Job> {
+        let Some(page) = self.group_page_limit(config) else {
+            return filters.into_iter().map(Job::Req).collect();
+        };
+        let filters = filters
+            .into_iter()
+            .map(|mut filter| {
+                filter.limit = Some(page);
+                filter
+            })
+            .collect();
+        pack_filters(
+            filters,
+            self.filters_per_req(config),
+            self.frame_budget(config),
+        )
+        .into_iter()
+        .map(|mut pack| match pack.len() {
+            1 => Job::Req(pack.remove(0)),
+            _ => Job::Poll(pack),
+        })
+        .collect()
+    }
+
+    /// What `filters` (live ones) match from `since` on, packed into as few
+    /// REQs as the relay's limits allow, each filter with the page limit (so
+    /// a clamp is seen and paged).
+    pub(crate) fn poll_jobs(
+        &self,
+        filters: &[Filter],
+        since: nostr::prelude::Timestamp,
+        config: &EngineConfig,
+    ) -> Vec<Job> {
+        let limit = self.page_limit(config);
+        let filters = filters
+            .iter()
+            .cloned()
+            .map(|mut filter| {
+                filter.limit = Some(limit);
+                filter.since = Some(since);
+                filter
+            })
+            .collect();
+        pack_filters(
+            filters,
+            self.filters_per_req(config),
+            self.frame_budget(config),
+        )
+        .into_iter()
+        .map(Job::Poll)
+        .collect()
     }
 
     /// What a refusal teaches — the whole decision: a refused subscription
