@@ -147,7 +147,6 @@ impl RelaySession {
     /// Starts batch `batch` of `jobs` syncing `items` by `method`: its jobs
     /// join the queue (a gap's or a poll's at the front: they close a hole
     /// in live coverage).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start_batch(
         &mut self,
         batch: BatchId,
