@@ -671,6 +671,81 @@ impl RelaySession {
             .is_some_and(|conn| conn.subs.values().any(|sub| sub.batch() == Some(batch)))
     }
 
+    /// The historic REQs the relay dropped by now
+    /// ([`RelayConn::req_stalls_at`]).
+    pub(crate) fn stalled_reqs(&self, now: Instant, config: &EngineConfig) -> Vec<SubscriptionId> {
+        let Some(conn) = &self.conn else {
+            return Vec::new();
+        };
+        conn.subs
+            .iter()
+            .filter(|(_, sub)| {
+                sub.watch()
+                    .and_then(|watch| conn.req_stalls_at(watch, config))
+                    .is_some_and(|at| at <= now)
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// The batches with a running job that stalled by now
+    /// ([`RelaySession::batch_stalls_at`]).
+    pub(crate) fn stalled_batches(&self, now: Instant, config: &EngineConfig) -> Vec<BatchId> {
+        self.batches
+            .iter()
+            .filter(|(_, info)| self.batch_stalls_at(info, config) <= now)
+            .filter(|(batch, _)| self.has_running_job(**batch))
+            .map(|(batch, _)| *batch)
+            .collect()
+    }
+
+    /// `true` if the relay sent nothing at all (no frame, no pong) for the
+    /// batch timeout.
+    pub(crate) fn is_silent(&self, now: Instant, config: &EngineConfig) -> bool {
+        self.conn
+            .as_ref()
+            .is_some_and(|conn| conn.last_heard + config.batch_timeout <= now)
+    }
+
+    /// `true` if the relay is silent ([`RelaySession::is_silent`]) while a
+    /// live subscription opened a batch timeout ago has not been answered: a
+    /// half-open socket. A driver that pings keeps a relay that answers from
+    /// ever getting here, EOSE or not.
+    pub(crate) fn live_unanswered(&self, now: Instant, config: &EngineConfig) -> bool {
+        let timeout = config.batch_timeout;
+        self.is_silent(now, config)
+            && self.conn.as_ref().is_some_and(|conn| {
+                conn.subs.values().any(|sub| {
+                    matches!(sub, Sub::Live { answered: false, opened_at, .. }
+                        if *opened_at + timeout <= now)
+                })
+            })
+    }
+
+    /// The NIP-77 sessions whose NEG-OPEN the relay has not answered within
+    /// [`EngineConfig::negentropy_timeout`].
+    pub(crate) fn negentropy_unanswered(
+        &self,
+        now: Instant,
+        config: &EngineConfig,
+    ) -> Vec<SubscriptionId> {
+        let Some(conn) = &self.conn else {
+            return Vec::new();
+        };
+        conn.subs
+            .iter()
+            .filter(|(_, sub)| {
+                matches!(sub, Sub::Negentropy {
+                    session: Some(_),
+                    answered: false,
+                    opened_at,
+                    ..
+                } if *opened_at + config.negentropy_timeout <= now)
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// When the session next has work for `SyncEngine::handle_timeout`:
     /// the earliest of its timers, its negentropy and batch timeouts, its
     /// stalled REQs, its unanswered live subscriptions, its rate window and

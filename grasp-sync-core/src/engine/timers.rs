@@ -13,7 +13,7 @@ use crate::model::BatchId;
 
 impl SyncEngine {
     /// Closes every historic REQ its relay dropped
-    /// ([`SyncEngine::req_stalls_at`]) and asks again from where it was
+    /// ([`RelaySession::stalled_reqs`](super::relay_session::RelaySession::stalled_reqs)) and asks again from where it was
     /// ([`PaginationState::resume_interrupted`]; each filter of a packed
     /// REQ from its current page), counted in
     /// [`EngineStats::reqs_resumed`](super::EngineStats::reqs_resumed).
@@ -23,17 +23,14 @@ impl SyncEngine {
     ///
     /// [`PaginationState::resume_interrupted`]: crate::pagination::PaginationState::resume_interrupted
     fn resume_stalled_reqs(&mut self, now: Now) {
-        let this = &*self;
-        let stalled: Vec<(RelayUrl, SubscriptionId)> = this
+        let stalled: Vec<(RelayUrl, SubscriptionId)> = self
             .relays
-            .connections()
-            .flat_map(|(relay, conn)| {
-                conn.subs.iter().filter_map(move |(id, sub)| {
-                    let at = sub
-                        .watch()
-                        .and_then(|watch| conn.req_stalls_at(watch, &this.config))?;
-                    (at <= now.instant).then(|| (relay.clone(), id.clone()))
-                })
+            .iter()
+            .flat_map(|(relay, session)| {
+                session
+                    .stalled_reqs(now.instant, &self.config)
+                    .into_iter()
+                    .map(move |id| (relay.clone(), id))
             })
             .collect();
         for (relay, id) in stalled {
@@ -94,71 +91,54 @@ impl SyncEngine {
     }
 
     /// Resumes REQs the relay dropped ([`SyncEngine::resume_stalled_reqs`]),
-    /// fails batches without progress ([`SyncEngine::batch_stalls_at`]),
-    /// reconnects relays silent for the batch timeout, and treats unanswered
-    /// NEG-OPENs as refusals.
+    /// fails batches without progress
+    /// ([`RelaySession::stalled_batches`](super::relay_session::RelaySession::stalled_batches)),
+    /// reconnects relays silent for the batch timeout
+    /// ([`RelaySession::is_silent`](super::relay_session::RelaySession::is_silent),
+    /// [`RelaySession::live_unanswered`](super::relay_session::RelaySession::live_unanswered)),
+    /// and treats unanswered NEG-OPENs as refusals
+    /// ([`RelaySession::negentropy_unanswered`](super::relay_session::RelaySession::negentropy_unanswered)).
     pub(super) fn expire_batches(&mut self, now: Now) {
         // First: a resumed REQ is progress of its batch.
         self.resume_stalled_reqs(now);
-        let timeout = self.config.batch_timeout;
         let stalled: Vec<(RelayUrl, BatchId)> = self
             .relays
             .iter()
             .flat_map(|(relay, session)| {
                 session
-                    .batches
-                    .iter()
-                    .filter(|(_, info)| session.batch_stalls_at(info, &self.config) <= now.instant)
-                    .filter(|(batch, _)| session.has_running_job(**batch))
-                    .map(move |(batch, _)| (relay.clone(), *batch))
+                    .stalled_batches(now.instant, &self.config)
+                    .into_iter()
+                    .map(move |batch| (relay.clone(), batch))
             })
             .collect();
         for (relay, batch) in stalled {
             let silent = self
                 .relays
-                .conn(&relay)
-                .is_some_and(|conn| conn.last_heard + timeout <= now.instant);
+                .get(&relay)
+                .is_some_and(|session| session.is_silent(now.instant, &self.config));
             if silent {
                 self.drop_silent_connection(now, &relay);
             } else {
                 self.fail_batch(now, &relay, batch, "no progress before the batch timeout");
             }
         }
-        // A relay that sent nothing at all (no frame, no pong) for the
-        // timeout while a live subscription has not been answered: a
-        // half-open socket. A driver that pings keeps a relay that answers
-        // from ever getting here, EOSE or not.
         let unanswered_live: Vec<RelayUrl> = self
             .relays
-            .connections()
-            .filter(|(_, conn)| conn.last_heard + timeout <= now.instant)
-            .filter(|(_, conn)| {
-                conn.subs.values().any(|sub| {
-                    matches!(sub, Sub::Live { answered: false, opened_at, .. }
-                        if *opened_at + timeout <= now.instant)
-                })
-            })
+            .iter()
+            .filter(|(_, session)| session.live_unanswered(now.instant, &self.config))
             .map(|(relay, _)| relay.clone())
             .collect();
         for relay in unanswered_live {
             self.drop_silent_connection(now, &relay);
         }
-        let negentropy_timeout = self.config.negentropy_timeout;
         let silent: Vec<(RelayUrl, SubscriptionId)> = self
             .relays
-            .connections()
-            .flat_map(|(relay, conn)| {
-                conn.subs.iter().filter_map(move |(id, sub)| match sub {
-                    Sub::Negentropy {
-                        session: Some(_),
-                        answered: false,
-                        opened_at,
-                        ..
-                    } if *opened_at + negentropy_timeout <= now.instant => {
-                        Some((relay.clone(), id.clone()))
-                    }
-                    _ => None,
-                })
+            .iter()
+            .flat_map(|(relay, session)| {
+                session
+                    .negentropy_unanswered(now.instant, &self.config)
+                    .into_iter()
+                    .map(move |id| (relay.clone(), id))
             })
             .collect();
         for (relay, id) in silent {
