@@ -12,6 +12,7 @@ use super::classify::Classified;
 use super::config::MIN_FRAME_BUDGET;
 use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
+use super::live::LiveList;
 use super::outbox::Outbox;
 use super::runtime::{BatchInfo, Job, Purpose, QueuedJob, RelayConn, Sub};
 use super::timer_table::{RelayTimer, TimerTable};
@@ -671,6 +672,115 @@ impl RelaySession {
             .is_some_and(|conn| conn.subs.values().any(|sub| sub.batch() == Some(batch)))
     }
 
+    /// Files the live subscription `id` of `filters`, just opened, in `list`.
+    pub(crate) fn file_live(
+        &mut self,
+        id: SubscriptionId,
+        filters: Vec<Filter>,
+        list: LiveList,
+        now: Instant,
+    ) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        match list {
+            LiveList::Layer1 => conn.layer1_live = Some(id.clone()),
+            LiveList::Base => conn.live_base.push(id.clone()),
+            LiveList::Incremental => {
+                conn.incremental_filters += filters.len();
+                conn.live_incremental.push(id.clone());
+            }
+        }
+        conn.subs.insert(
+            id.clone(),
+            Sub::Live {
+                filters,
+                opened_at: now,
+                answered: false,
+            },
+        );
+        conn.last_opened = Some(id);
+    }
+
+    /// Applies a consolidation's live plan: every live subscription is
+    /// closed (its late events still accepted for a while), the polled
+    /// filters are set and their poll scheduled (what the last poll did not
+    /// reach is caught up by filters that go live), and the covered REQs fill
+    /// the free live slots, the rest waiting for one. Returns the
+    /// subscriptions to close, the REQs to open now, and, when polling
+    /// starts, how many filters are polled.
+    pub(crate) fn apply_live_plan(
+        &mut self,
+        plan: LivePlan,
+        now: Now,
+        config: &EngineConfig,
+    ) -> (Vec<SubscriptionId>, Vec<Vec<Filter>>, Option<usize>) {
+        let limit = self.subscription_limit(config);
+        let live_slots = self.live_slots(config);
+        let Some(conn) = self.conn.as_mut() else {
+            return (Vec::new(), Vec::new(), None);
+        };
+        // Their filters are part of the rebuilt set.
+        conn.waiting_live.clear();
+        let closing: Vec<_> = conn
+            .layer1_live
+            .take()
+            .into_iter()
+            .chain(conn.live_base.drain(..))
+            .chain(conn.live_incremental.drain(..))
+            .collect();
+        conn.incremental_filters = 0;
+        for id in &closing {
+            if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
+                conn.closed_live.insert(id.clone(), filters);
+            }
+        }
+        while conn.closed_live.len() > CLOSED_LIVE_KEPT {
+            conn.closed_live.shift_remove_index(0);
+        }
+        let LivePlan {
+            covered,
+            polled: uncovered,
+        } = plan;
+        if conn
+            .uncovered
+            .iter()
+            .any(|filter| !uncovered.contains(filter))
+        {
+            // Filters polled until now go live: what the last poll did not
+            // reach is caught up with them.
+            if let Some(from) = conn.poll_from {
+                conn.live_gap_since = Some(conn.live_gap_since.map_or(from, |gap| gap.min(from)));
+            }
+        }
+        let mut started_polling = None;
+        if uncovered.is_empty() {
+            conn.poll_from = None;
+            self.timers.clear(RelayTimer::Poll);
+        } else {
+            if conn.uncovered.is_empty() {
+                started_polling = Some(uncovered.len());
+            }
+            conn.poll_from.get_or_insert(now.unix);
+            self.timers.set_unless_set(
+                RelayTimer::Poll,
+                now.instant + config.uncovered_poll_interval,
+            );
+        }
+        conn.uncovered = uncovered;
+        // Slots free now (historic work keeps its own); the rest of the
+        // covered REQs wait for a slot.
+        let available = limit.saturating_sub(conn.subs.len()).min(live_slots);
+        let mut covered = covered.into_iter();
+        let opened: Vec<Vec<Filter>> = covered.by_ref().take(available).collect();
+        let waiting = conn.waiting_live.len();
+        conn.waiting_live.extend(covered);
+        if conn.waiting_live.len() > waiting {
+            conn.live_gap_since.get_or_insert(now.unix);
+        }
+        (closing, opened, started_polling)
+    }
+
     /// The historic REQs the relay dropped by now
     /// ([`RelayConn::req_stalls_at`]).
     pub(crate) fn stalled_reqs(&self, now: Instant, config: &EngineConfig) -> Vec<SubscriptionId> {
@@ -791,6 +901,9 @@ pub(super) const RATE_FORGOTTEN_ABOVE: usize = 256;
 /// Rate windows without a refusal before a learned rate is doubled (slower
 /// than the halving, so a relay at its limit is probed rarely).
 pub(super) const RECOVERY_WINDOWS: u32 = 4;
+
+/// Closed live subscriptions whose late events are still accepted.
+const CLOSED_LIVE_KEPT: usize = 64;
 
 /// What a refusal taught ([`RelaySession::learn_from_refusal`]).
 #[derive(Clone, Copy, Debug, Default)]

@@ -292,6 +292,17 @@ impl RelayConn {
                 .all(|sub| matches!(sub, Sub::Live { .. }))
     }
 
+    /// Live coverage of `items` waits (a rate-limit cooldown): kept for the
+    /// next rebuild, and the gap it leaves is caught up from `now`.
+    pub(crate) fn defer_live(
+        &mut self,
+        items: &crate::model::PendingItems,
+        now: nostr::prelude::Timestamp,
+    ) {
+        self.deferred_live.extend(items);
+        self.live_gap_since.get_or_insert(now);
+    }
+
     /// The oldest open subscription the relay has not answered at all: the
     /// one a NOTICE refusal is about, since relays answer in order.
     pub(crate) fn oldest_unanswered(&mut self) -> Option<SubscriptionId> {
