@@ -96,33 +96,20 @@ impl SyncEngine {
         }
     }
 
-    /// Notes that `relay` spoke (and answered `answered`); `false` (counted
-    /// as ignored) if it is not connected.
+    /// Notes that `relay` spoke (and answered `answered`,
+    /// [`RelaySession::heard`](super::relay_session::RelaySession::heard));
+    /// `false` (counted as ignored) if it is not connected.
     fn heard(&mut self, now: Now, relay: &RelayUrl, answered: Option<&SubscriptionId>) -> bool {
-        let Some(conn) = self.relays.conn_mut(relay) else {
-            self.ignored(relay, "message from a relay not connected");
-            return false;
-        };
-        conn.last_heard = now.instant;
-        if let Some(id) = answered {
-            let mut batch = None;
-            if let Some(sub) = conn.subs.get_mut(id) {
-                batch = sub.batch();
-                if let Some(watch) = sub.watch_mut() {
-                    watch.heard_at = now.instant;
-                    conn.newest_answered = conn.newest_answered.max(watch.sent);
-                }
+        match self.relays.connected_mut(relay) {
+            Some(session) => {
+                session.heard(now.instant, answered);
+                true
             }
-            if batch.is_some() {
-                conn.last_historic_data = now.instant;
-            }
-            conn.unanswered.retain(|waiting| waiting != id);
-            conn.frame_answered(id);
-            if let Some(info) = batch.and_then(|batch| self.relays.batch_mut(relay, batch)) {
-                info.req_resumes = 0;
+            None => {
+                self.ignored(relay, "message from a relay not connected");
+                false
             }
         }
-        true
     }
 
     pub(super) fn on_eose(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId) {

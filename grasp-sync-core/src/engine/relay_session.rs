@@ -672,6 +672,36 @@ impl RelaySession {
             .is_some_and(|conn| conn.subs.values().any(|sub| sub.batch() == Some(batch)))
     }
 
+    /// The relay spoke at `now`, answering `answered` if it names one of our
+    /// subscriptions: it is alive, the subscription is answered (its REQ
+    /// watch heard, its frame no longer suspect), and a batch it belongs to
+    /// starts counting its REQ resumes afresh.
+    pub(crate) fn heard(&mut self, now: Instant, answered: Option<&SubscriptionId>) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        conn.last_heard = now;
+        let Some(id) = answered else {
+            return;
+        };
+        let mut batch = None;
+        if let Some(sub) = conn.subs.get_mut(id) {
+            batch = sub.batch();
+            if let Some(watch) = sub.watch_mut() {
+                watch.heard_at = now;
+                conn.newest_answered = conn.newest_answered.max(watch.sent);
+            }
+        }
+        if batch.is_some() {
+            conn.last_historic_data = now;
+        }
+        conn.unanswered.retain(|waiting| waiting != id);
+        conn.frame_answered(id);
+        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+            info.req_resumes = 0;
+        }
+    }
+
     /// Files the live subscription `id` of `filters`, just opened, in `list`.
     pub(crate) fn file_live(
         &mut self,
