@@ -34,14 +34,9 @@ impl SyncEngine {
         let timeout = self.config.health.connect_timeout();
         for relay in ready {
             debug!(%relay, "connecting");
-            if let Some(state) = self.relays.state_mut(&relay) {
-                state.connection_status = ConnectionStatus::Connecting;
-            }
-            let session = self.knowledge(&relay);
-            session.health.on_connect_attempt(now.instant);
-            session
-                .timers
-                .set(RelayTimer::ConnectTimeout, now.instant + timeout);
+            self.relays
+                .entry(relay.clone())
+                .connect_attempt(now.instant, timeout);
             self.emit(Command::Connect { relay, timeout });
         }
     }
@@ -69,20 +64,14 @@ impl SyncEngine {
         if self.own.is_for(relay) {
             return self.own_closed(now, "connection failed");
         }
-        let status = self
+        let failed = self
             .relays
-            .state(relay)
-            .map(|state| state.connection_status);
-        if status != Some(ConnectionStatus::Connecting) {
+            .get_mut(relay)
+            .is_some_and(|session| session.connect_failed(now.instant));
+        if !failed {
             return self.ignored(relay, "connect failure without an attempt");
         }
-        let Some(state) = self.relays.state_mut(relay) else {
-            return;
-        };
-        state.connection_status = ConnectionStatus::Disconnected;
-        let session = self.relays.entry(relay.clone());
-        session.timers.clear(RelayTimer::ConnectTimeout);
-        session.health.on_connect_failed(now.instant);
+        let session = self.relays.view(relay);
         debug!(
             %relay,
             failures = session.health.consecutive_failures(),
@@ -109,34 +98,18 @@ impl SyncEngine {
         if status == Some(ConnectionStatus::Connected) {
             return self.ignored(relay, "connected twice");
         }
-        let Some(state) = self.relays.state_mut(relay) else {
+        let Some(session) = self
+            .relays
+            .get_mut(relay)
+            .filter(|session| session.state.is_some())
+        else {
             self.ignored(relay, "connected to a relay not tracked");
             self.emit(Command::Disconnect {
                 relay: relay.clone(),
             });
             return;
         };
-        let quick_since = match state.last_connected {
-            Some(last) if !state.should_clear_state(now.unix, window) => Some(
-                Timestamp::from_secs(last.as_secs().saturating_sub(window.as_secs())),
-            ),
-            _ => None,
-        };
-        state.connection_status = ConnectionStatus::Connected;
-        state.last_connected = Some(now.unix);
-        state.disconnected_at = None;
-        let session = self.knowledge(relay);
-        session.timers.clear(RelayTimer::ConnectTimeout);
-        session.health.on_connected(now.instant);
-        self.relays.open_connection(
-            relay,
-            RelayConn {
-                last_heard: now.instant,
-                last_historic_data: now.instant,
-                ..RelayConn::default()
-            },
-        );
-        match quick_since {
+        match session.connected(now, window) {
             Some(since) => self.quick_reconnect(now, relay, since),
             None => self.fresh_start(now, relay),
         }

@@ -672,6 +672,64 @@ impl RelaySession {
             .is_some_and(|conn| conn.subs.values().any(|sub| sub.batch() == Some(batch)))
     }
 
+    /// A connection attempt starts at `now`, given up after `timeout`.
+    pub(crate) fn connect_attempt(&mut self, now: Instant, timeout: std::time::Duration) {
+        if let Some(state) = self.state.as_mut() {
+            state.connection_status = ConnectionStatus::Connecting;
+        }
+        self.health.on_connect_attempt(now);
+        self.timers.set(RelayTimer::ConnectTimeout, now + timeout);
+    }
+
+    /// The connection attempt failed at `now`: `false` (nothing changed) if
+    /// no attempt was under way.
+    pub(crate) fn connect_failed(&mut self, now: Instant) -> bool {
+        let Some(state) = self
+            .state
+            .as_mut()
+            .filter(|state| state.connection_status == ConnectionStatus::Connecting)
+        else {
+            return false;
+        };
+        state.connection_status = ConnectionStatus::Disconnected;
+        self.timers.clear(RelayTimer::ConnectTimeout);
+        self.health.on_connect_failed(now);
+        true
+    }
+
+    /// The connection opened at `now` (the relay is tracked and not
+    /// connected): the connection state starts, and the answer is where a
+    /// quick reconnect catches up from — the last connected moment minus
+    /// `window` — or `None` for a fresh start (a first connect, or an outage
+    /// longer than `window`).
+    pub(crate) fn connected(
+        &mut self,
+        now: Now,
+        window: std::time::Duration,
+    ) -> Option<nostr::prelude::Timestamp> {
+        let state = self.state.as_mut()?;
+        let quick_since = match state.last_connected {
+            Some(last) if !state.should_clear_state(now.unix, window) => {
+                Some(nostr::prelude::Timestamp::from_secs(
+                    last.as_secs().saturating_sub(window.as_secs()),
+                ))
+            }
+            _ => None,
+        };
+        state.connection_status = ConnectionStatus::Connected;
+        state.last_connected = Some(now.unix);
+        state.disconnected_at = None;
+        self.timers.clear(RelayTimer::ConnectTimeout);
+        self.health.on_connected(now.instant);
+        self.timers.clear(RelayTimer::Poll);
+        self.conn = Some(RelayConn {
+            last_heard: now.instant,
+            last_historic_data: now.instant,
+            ..RelayConn::default()
+        });
+        quick_since
+    }
+
     /// The relay spoke at `now`, answering `answered` if it names one of our
     /// subscriptions: it is alive, the subscription is answered (its REQ
     /// watch heard, its frame no longer suspect), and a batch it belongs to
@@ -1086,13 +1144,6 @@ impl Relays {
     /// Every relay with an open connection.
     pub(crate) fn connected(&self) -> impl Iterator<Item = &RelayUrl> {
         self.connections().map(|(relay, _)| relay)
-    }
-
-    /// Opens `relay`'s connection state (its session is created if needed).
-    pub(crate) fn open_connection(&mut self, relay: &RelayUrl, conn: RelayConn) {
-        let session = self.entry(relay.clone());
-        session.timers.clear(RelayTimer::Poll);
-        session.conn = Some(conn);
     }
 
     /// [`RelaySession::rate_allows`] on `relay`; `false` for a relay the
