@@ -529,7 +529,7 @@ impl RelaySession {
     /// The page size the relay certainly honours per filter, if we know it:
     /// its NIP-11 `max_limit` (under our page limit), or our page limit once
     /// a single-filter page of it came back full. Only then may filters that
-    /// can match the same event share one REQ (`SyncEngine::req_jobs`): a
+    /// can match the same event share one REQ ([`RelaySession::req_jobs`]): a
     /// relay that dedupes within a subscription sends such an event once,
     /// but for one filter's page it may then be one another filter brought,
     /// and where that filter's page ended can only be told from its

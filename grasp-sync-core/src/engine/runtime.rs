@@ -154,7 +154,7 @@ pub(crate) enum Sub {
 
 /// When a historic REQ was last sent and last answered: a relay that
 /// drops a query without EOSE or CLOSED (nostr-rs-relay on a slow client)
-/// leaves it waiting (`SyncEngine::req_stalls_at`).
+/// leaves it waiting (`RelayConn::req_stalls_at`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReqWatch {
     /// The connection's request number of its latest REQ frame
@@ -214,7 +214,7 @@ pub(crate) struct RelayConn {
     /// When the relay last sent a message for one of our historic
     /// subscriptions (an EVENT, EOSE, CLOSED, NEG-MSG or NEG-ERR of a
     /// batch's job): a relay still answering some of them is busy, not
-    /// stalled (see `SyncEngine::batch_stalls_at`).
+    /// stalled (see `RelaySession::batch_stalls_at`).
     pub(crate) last_historic_data: Instant,
     /// Every slot in use, in opening order.
     pub(crate) subs: IndexMap<SubscriptionId, Sub>,
