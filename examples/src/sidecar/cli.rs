@@ -33,11 +33,13 @@ pub(crate) const ENV_MANAGED_EXTERNALLY: &str = "NGIT_PURGATORY_GIT_ROOT_MANAGED
 #[command(
     name = "grasp-sync",
     version,
-    after_help = "Exit codes with --once: 0 done (historic sync complete, every purgatory \
-event released or expired); 4 done, but events are held as not fetchable (no usable \
-clone URL, only your own service's, no announcement, or a missing repository with \
---git-root-managed-externally), named on the last line; 3 --timeout passed first, the \
-last line names what is still held and why; 2 bad arguments; 1 failure; 130 signal."
+    after_help = "Exit codes with --once: 0 done (historic sync complete on every relay, every \
+purgatory event released or expired); 5 done on the reachable relays, but N relays were \
+unreachable and not synced from (named in the summary; their events may be missing; wins \
+over 4); 4 done, but events are held as not fetchable (no usable clone URL, only your own \
+service's, no announcement, or a missing repository with --git-root-managed-externally), \
+named on the last line; 3 --timeout passed first, the last line names what is still held \
+and why; 2 bad arguments; 1 failure; 130 signal."
 )]
 pub(crate) struct Args {
     /// Your relay. Read from: the announcements it accepted decide which
@@ -90,7 +92,7 @@ pub(crate) struct Args {
     pub(crate) allow_local_addresses: bool,
     /// Exit once the job is done: historic sync complete on every reachable
     /// relay and, with `--git-root`, every held event released, expired or
-    /// reported not fetchable (exit codes below).
+    /// reported not fetchable; prints a summary (exit codes below).
     #[arg(long, env = "NGIT_SYNC_ONCE", value_parser = switch)]
     pub(crate) once: bool,
     /// With `--once`: give up (exit 3, naming what is still held and why)
@@ -102,6 +104,11 @@ pub(crate) struct Args {
         env = "NGIT_SYNC_TIMEOUT_SECS"
     )]
     pub(crate) timeout: u64,
+    /// With `--once`: print the summary as one JSON object on stdout (the
+    /// `/status` document with `outcome`, `exit_code` and `unreachable_relays`
+    /// added); the summary lines go to stderr.
+    #[arg(long, env = "NGIT_SYNC_SUMMARY_JSON", value_parser = switch)]
+    pub(crate) summary_json: bool,
     /// Log JSON lines instead of human-readable text (`RUST_LOG` filters).
     /// Text logs are coloured only when stderr is a terminal and `NO_COLOR`
     /// is not set.
@@ -135,6 +142,7 @@ pub(crate) struct Settings {
     pub(crate) allow_local_addresses: bool,
     pub(crate) once: bool,
     pub(crate) timeout: std::time::Duration,
+    pub(crate) summary_json: bool,
 }
 
 /// Checks the flags; the error is one line for the user.
@@ -148,6 +156,9 @@ pub(crate) fn settings(args: &Args) -> Result<Settings, String> {
         return Err(format!(
             "--git-root-managed-externally ({ENV_MANAGED_EXTERNALLY}) needs --git-root"
         ));
+    }
+    if args.summary_json && !args.once {
+        return Err("--summary-json (NGIT_SYNC_SUMMARY_JSON) needs --once".to_owned());
     }
     let url = |flag: &str, value: &str| {
         RelayUrl::parse(value)
@@ -172,6 +183,7 @@ pub(crate) fn settings(args: &Args) -> Result<Settings, String> {
         allow_local_addresses: args.allow_local_addresses,
         once: args.once,
         timeout: std::time::Duration::from_secs(args.timeout),
+        summary_json: args.summary_json,
     })
 }
 
@@ -209,15 +221,16 @@ mod tests {
     }
 
     #[test]
-    fn managed_externally_needs_a_git_root() {
-        let args = Args::try_parse_from([
-            "grasp-sync",
-            "--own-relay",
-            "ws://127.0.0.1:1",
-            "--git-root-managed-externally",
-        ])
-        .unwrap();
-        let error = settings(&args).unwrap_err();
+    fn managed_externally_and_summary_json_need_their_flags() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["grasp-sync", "--own-relay", "ws://127.0.0.1:1"];
+            argv.extend_from_slice(extra);
+            settings(&Args::try_parse_from(argv).unwrap())
+        };
+        let error = parse(&["--git-root-managed-externally"]).unwrap_err();
         assert!(error.contains("needs --git-root"), "{error}");
+        let error = parse(&["--summary-json"]).unwrap_err();
+        assert!(error.contains("needs --once"), "{error}");
+        assert!(parse(&["--summary-json", "--once"]).is_ok());
     }
 }

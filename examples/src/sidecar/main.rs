@@ -141,6 +141,7 @@ async fn run(settings: Settings) -> Result<ExitCode, String> {
             &mut status,
             purgatory.as_ref(),
             settings.timeout,
+            settings.summary_json,
             wait_for_signal(),
         )
         .await
