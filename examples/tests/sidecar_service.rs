@@ -1,7 +1,8 @@
 //! The `grasp-sync` sidecar as a service, run as a process against relays on
 //! 127.0.0.1: configured by environment variables (a flag wins over its variable),
 //! `--summary-json` matching the status it summarises, exit code 5 when a relay an
-//! announcement lists is unreachable, plain text (no ANSI escapes) in a log file.
+//! announcement lists is unreachable, plain text (no ANSI escapes) in a log file, and
+//! the status page on `/` naming every relay of the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "common/http.rs"]
@@ -14,7 +15,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use grasp_sync_test_support::ids;
-use http::free_port;
+use http::{free_port, get};
 use nostr::prelude::*;
 use serde_json::Value;
 use support::{announcement, sign, tag, TestRelay, TestRelayConfig};
@@ -187,6 +188,92 @@ async fn configured_by_environment_the_json_summary_matches_and_an_unreachable_l
         "info logs were written: {log_text}"
     );
     assert!(!log_text.contains("\x1b["), "no ANSI escapes: {log_text:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flags_win_over_their_variables_and_the_status_page_names_every_relay() {
+    let (own, a, expected) = world(&[]).await;
+    let (dead_one, dead_two) = (
+        format!("ws://127.0.0.1:{}", free_port()),
+        format!("ws://127.0.0.1:{}", free_port()),
+    );
+    let (port, env_port) = (free_port(), free_port());
+    let env = [
+        // Both overridden by their flags: the sidecar would fail on this own relay, and
+        // serve nothing on the flag's port.
+        (
+            "NGIT_SYNC_OWN_RELAY",
+            format!("ws://127.0.0.1:{}", free_port()),
+        ),
+        ("NGIT_SYNC_METRICS_ADDR", format!("127.0.0.1:{env_port}")),
+        // A repeatable flag's variable: a comma-separated list.
+        (
+            "NGIT_SYNC_BOOTSTRAP_RELAYS",
+            format!("{dead_one},{dead_two}"),
+        ),
+        ("NGIT_SYNC_ALLOW_LOCAL_ADDRESSES", "1".to_owned()),
+    ];
+    let child = sidecar(
+        &[
+            "--own-relay".into(),
+            own.url().to_string(),
+            "--metrics-addr".into(),
+            format!("127.0.0.1:{port}"),
+        ],
+        &env,
+        Stdio::piped(),
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(body) = get(port, "/status").await {
+            let status: Value = serde_json::from_str(&body).unwrap();
+            if status["historic_sync_complete"] == true && status["relays_unreachable"] == 2 {
+                break status;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "status never complete"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(own.event_ids().await, expected);
+    assert_eq!(get(env_port, "/").await, None, "the flag's address won");
+    let page = get(port, "/").await.expect("the status page");
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+    let relays: Vec<&str> = status["relays"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|relay| relay["relay"].as_str().unwrap())
+        .collect();
+    let a_url = a.url().to_string();
+    for url in [a_url.as_str(), dead_one.as_str(), dead_two.as_str()] {
+        assert!(relays.contains(&url), "{url} in {relays:?}");
+    }
+    for url in &relays {
+        assert!(
+            page.contains(&format!("<td class=\"url\">{url}</td>")),
+            "{url} on the page"
+        );
+    }
+    assert!(page.contains("unreachable"), "{page}");
+    assert!(
+        !page.contains("src=\"http"),
+        "nothing loaded from elsewhere"
+    );
+    let pid = child.id().expect("pid").to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(killed.success());
+    let output = tokio::time::timeout(WAIT, child.wait_with_output())
+        .await
+        .expect("grasp-sync exits in time")
+        .unwrap();
+    assert!(output.status.success(), "{}", output.status);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -84,7 +84,8 @@ pub(crate) struct Args {
     /// otherwise).
     #[arg(long, env = "NGIT_PURGATORY_ALLOW_INSECURE_CLONE_URLS", value_parser = switch)]
     pub(crate) allow_insecure_clone_urls: bool,
-    /// Serve Prometheus `/metrics` and a JSON `/status` on this address.
+    /// Serve a status page on `/`, Prometheus `/metrics` and a JSON `/status`
+    /// on this address.
     #[arg(long, value_name = "ADDR", env = "NGIT_SYNC_METRICS_ADDR")]
     pub(crate) metrics_addr: Option<SocketAddr>,
     /// Allow relays on loopback and private addresses.

@@ -4,6 +4,7 @@
 mod cli;
 mod http;
 mod once;
+mod page;
 mod purgatory;
 mod status_json;
 
