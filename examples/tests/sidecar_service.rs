@@ -322,3 +322,42 @@ async fn help_names_every_variable_and_exit_code_and_bad_values_are_one_line() {
         assert!(stderr.contains(name) || stderr.contains("--"), "{stderr}");
     }
 }
+
+/// The variables `SyncManagerBuilder::from_env` reads (grasp-sync-tokio).
+const SYNC_TUNING: &[&str] = &[
+    "NGIT_SYNC_BATCH_WINDOW_MS",
+    "NGIT_SYNC_BASE_BACKOFF_SECS",
+    "NGIT_SYNC_MAX_BACKOFF_SECS",
+    "NGIT_SYNC_BATCH_TIMEOUT_SECS",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_systemd_example_configures_only_variables_the_sidecar_reads() {
+    let help = Command::new(BIN).arg("--help").output().await.unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    let env_file = include_str!("../systemd/grasp-sync.env");
+    let unit = include_str!("../systemd/grasp-sync.service");
+    let mut named = 0;
+    for line in env_file.lines() {
+        let line = line.trim_start_matches('#');
+        let Some((name, _)) = line.split_once('=') else {
+            continue;
+        };
+        if name.contains(' ') || name.is_empty() {
+            continue;
+        }
+        named += 1;
+        let known = help.contains(&format!("[env: {name}="))
+            || grasp_purgatory::config::ENV_VARIABLES
+                .iter()
+                .any(|(variable, _)| *variable == name)
+            || SYNC_TUNING.contains(&name)
+            || name == "RUST_LOG";
+        assert!(known, "{name} in grasp-sync.env is read by nothing");
+    }
+    assert!(named >= 5, "{env_file}");
+    assert!(unit.contains("EnvironmentFile=/etc/grasp-sync/grasp-sync.env"));
+    // The git root the environment file suggests is the one the unit may write.
+    assert!(env_file.contains("NGIT_PURGATORY_GIT_ROOT=/srv/grasp-sync/git"));
+    assert!(unit.contains("ReadWritePaths=-/srv/grasp-sync/git"));
+}
