@@ -21,7 +21,7 @@ const REFRESH_SECS: u32 = 3;
 /// true), `fetch` to this server only, no framing. Text that slipped through escaping
 /// could still not run a script.
 pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; \
-style-src 'sha256-ocPPmGdAS9PjwKY2FATtD5nNI4T4x1S+ZKgRNuFH6Ng='; \
+style-src 'sha256-31qra4gIRALyeXjJvk2N6mBrJvGzNhJyPf8VRO+1Jm4='; \
 script-src 'sha256-TR1eNB9DUj+ok2IWC15v2yXCX4ItJJULe9cBI8U0WzM='; \
 connect-src 'self'; img-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
@@ -40,8 +40,9 @@ table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; padding: .3rem .55rem; border-bottom: 1px solid var(--line); vertical-align: top; }
 th { font-weight: 600; font-size: .85rem; color: var(--mute); }
 td.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.url { font-family: ui-monospace, monospace; word-break: break-all; }
-td.err { color: var(--bad); word-break: break-word; max-width: 28rem; }
+td.url { font-family: ui-monospace, monospace; overflow-wrap: anywhere; min-width: 13rem; }
+td.err { color: var(--warn); overflow-wrap: anywhere; max-width: 28rem; }
+td.err.bad { color: var(--bad); }
 .ok { color: var(--ok); } .warn { color: var(--warn); } .bad { color: var(--bad); } .mute { color: var(--mute); }
 #stale { color: var(--bad); }
 "#;
@@ -189,6 +190,11 @@ fn relays(page: &mut String, relays: &[Value]) {
         } else {
             ("syncing", "warn")
         };
+        let error_class = if historic.1 == "bad" {
+            "err bad"
+        } else {
+            "err"
+        };
         let live = match &relay["live"] {
             Value::String(mode) => mode.clone(),
             Value::Object(mode) => match mode.get("polling") {
@@ -203,11 +209,11 @@ fn relays(page: &mut String, relays: &[Value]) {
              <td class=\"{health_class}\">{}</td><td>{}</td><td>{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"{}\">{}</td>\
-             <td class=\"err\">{}</td></tr>",
+             <td class=\"{error_class}\">{}</td></tr>",
             escape(&text(&relay["relay"])),
             escape(&connection),
             escape(&health),
-            escape(&text(&relay["method"])),
+            escape(method(&text(&relay["method"]))),
             escape(&live),
             number(&relay["events_received"]),
             number(&relay["events_received_again"]),
@@ -289,6 +295,15 @@ fn purgatory(page: &mut String, purgatory: &Value) {
             );
         }
         page.push_str("</tbody></table>");
+    }
+}
+
+/// The sync method as the spec names it.
+fn method(debug_name: &str) -> &str {
+    match debug_name {
+        "Negentropy" => "NIP-77",
+        "ReqEose" => "REQ+EOSE",
+        other => other,
     }
 }
 
