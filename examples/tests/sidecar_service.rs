@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use grasp_sync_test_support::ids;
-use http::{free_port, get};
+use http::{free_port, get, get_with_head};
 use nostr::prelude::*;
 use serde_json::Value;
 use support::{announcement, sign, tag, TestRelay, TestRelayConfig};
@@ -239,8 +239,17 @@ async fn flags_win_over_their_variables_and_the_status_page_names_every_relay() 
     };
     assert_eq!(own.event_ids().await, expected);
     assert_eq!(get(env_port, "/").await, None, "the flag's address won");
-    let page = get(port, "/").await.expect("the status page");
+    let (head, page) = get_with_head(port, "/").await.expect("the status page");
     assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+    let head = head.to_ascii_lowercase();
+    assert!(
+        head.contains("content-type: text/html; charset=utf-8"),
+        "{head}"
+    );
+    assert!(
+        head.contains("content-security-policy: default-src 'none';"),
+        "{head}"
+    );
     let relays: Vec<&str> = status["relays"]
         .as_array()
         .unwrap()
