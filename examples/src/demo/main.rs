@@ -23,6 +23,10 @@
 //! `RUST_LOG` selects the library's logs (default: warnings, errors only
 //! on a terminal where progress is drawn in place; none of the relay
 //! builder's).
+//!
+//! With `--metrics-addr ADDR` it serves the sidecar's status page on `/`,
+//! `/metrics` and `/status` while it runs, and once it is done keeps the
+//! sync running and the page up until Ctrl-C, so the page can be looked at.
 #![forbid(unsafe_code)]
 
 mod dataset;
@@ -30,21 +34,32 @@ mod dataset;
 /// `git http-backend`, source repositories, a temporary directory).
 #[path = "../../../grasp-purgatory/tests/support/mod.rs"]
 mod git_support;
+/// The sidecar's `/`, `/metrics` and `/status`.
+#[path = "../sidecar/http.rs"]
+mod http;
 mod oracle;
+/// The sidecar's status page.
+#[path = "../sidecar/page.rs"]
+mod page;
 mod progress;
 /// The relays of grasp-sync-tokio's tests (a nostr-relay-builder relay
 /// behind a proxy that can refuse NIP-77 and clamp limits) and a client.
 #[path = "../../../grasp-sync-tokio/tests/support/mod.rs"]
 mod relay_support;
 mod report;
+/// The sidecar's status as JSON.
+#[path = "../sidecar/status_json.rs"]
+mod status_json;
 mod world;
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal as _;
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use grasp_purgatory::{Purgatory, PurgatoryGate, PurgatoryStatus, StoreSink};
 use grasp_sync_tokio::core::url_policy::CloneUrlPolicy;
 use grasp_sync_tokio::{SyncManager, SyncStatus};
@@ -68,9 +83,35 @@ const STOP_WAIT: Duration = Duration::from_secs(5);
 /// The self-subscriber's batch window (the default, 5 s, suits a busy relay).
 const BATCH_WINDOW: Duration = Duration::from_millis(200);
 
+/// The whole system embedded on loopback: own relay, two remote relays (one with
+/// NIP-77, one REQ-only with a 50-event limit), a git server, a generated NIP-34 data
+/// set; live progress, a summary and an exact-set check. Exit 0 only if the check
+/// passed (1: it failed, 2: the demo could not run).
+#[derive(Debug, Parser)]
+#[command(name = "grasp-sync-demo")]
+struct Args {
+    /// Serve the status page on `/`, `/metrics` and `/status` on this address, and
+    /// once done keep running until Ctrl-C so the page can be looked at.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
+}
+
 /// Runs the demo; exit 0 only if the check passed (1: it failed, 2: the
 /// demo could not run).
 fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(error) if !error.use_stderr() => {
+            print!("{error}");
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            let rendered = error.to_string();
+            let line = rendered.lines().next().unwrap_or("invalid arguments");
+            eprintln!("{line} (see grasp-sync-demo --help)");
+            return ExitCode::from(2);
+        }
+    };
     // On a terminal, log lines would tear the progress lines drawn in place.
     let default_log = if std::io::stderr().is_terminal() {
         DEFAULT_TERMINAL_LOG
@@ -93,7 +134,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let code = match runtime.block_on(run()) {
+    let code = match runtime.block_on(run(args.metrics_addr)) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(line) => {
@@ -105,8 +146,9 @@ fn main() -> ExitCode {
     code
 }
 
-/// The demo; `Ok(true)` if the check passed.
-async fn run() -> Result<bool, String> {
+/// The demo; `Ok(true)` if the check passed. With `metrics_addr`, serves the status
+/// page and waits for Ctrl-C once done.
+async fn run(metrics_addr: Option<SocketAddr>) -> Result<bool, String> {
     let started = Instant::now();
     let world = World::start().await?;
     let remote_urls = world.remote_urls();
@@ -137,7 +179,9 @@ async fn run() -> Result<bool, String> {
     // The embedding: purgatory releases into the own relay, the sync stores
     // through purgatory's gate, the relay reports accepted events to the sync.
     let own = &world.own;
+    let registry = prometheus::Registry::new();
     let purgatory = Purgatory::builder()
+        .registry(registry.clone())
         .announcements(Arc::new(own.bridge.announcements()))
         .repos_root(&world.git_root)
         .clone_policy(
@@ -152,6 +196,7 @@ async fn run() -> Result<bool, String> {
         .map_err(|error| format!("building purgatory: {error}"))?;
     let store = PurgatoryGate::new(own.bridge.store(own.relay.clone()), purgatory.clone());
     let manager = SyncManager::builder()
+        .registry(registry.clone())
         .service_relay(own.url.clone())
         .allow_local_addresses(true)
         .batch_window(BATCH_WINDOW)
@@ -162,6 +207,20 @@ async fn run() -> Result<bool, String> {
     let status = manager.status();
     let purgatory_status = purgatory.status();
     let shutdown = manager.shutdown_handle();
+    let (http_stop, http_stopped) = watch::channel(false);
+    let page = match metrics_addr {
+        Some(addr) => {
+            let statuses = http::Statuses {
+                sync: status.clone(),
+                purgatory: Some(purgatory_status.clone()),
+            };
+            let bound = http::serve(addr, registry, statuses, http_stopped)
+                .await
+                .map_err(|error| format!("cannot serve on {addr}: {error}"))?;
+            Some(bound)
+        }
+        None => None,
+    };
     let sync_started = Instant::now();
     let sync_task = tokio::spawn(manager.run());
     let purgatory_task = tokio::spawn({
@@ -188,6 +247,10 @@ async fn run() -> Result<bool, String> {
     )
     .await;
     let confirmations = progress.finish().await;
+    if let Some(bound) = page {
+        eprintln!("status page: http://{bound}/ (the sync keeps running; Ctrl-C to finish)");
+        let _ = tokio::signal::ctrl_c().await;
+    }
     let final_status = status.borrow().clone();
     let final_purgatory = purgatory.status_now();
 
@@ -195,6 +258,7 @@ async fn run() -> Result<bool, String> {
     purgatory.shutdown();
     let _ = tokio::time::timeout(STOP_WAIT, purgatory_task).await;
     let _ = tokio::time::timeout(STOP_WAIT, sync_task).await;
+    let _ = http_stop.send(true);
     if let Err(why) = &waited {
         eprintln!("{why}");
     }

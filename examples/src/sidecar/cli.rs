@@ -1,5 +1,6 @@
-//! The sidecar's command line: flags, and checking them into a
-//! [`Settings`] with one clear line per mistake.
+//! The sidecar's command line: flags, each with an environment-variable twin
+//! (the flag wins), and checking them into a [`Settings`] with one clear line
+//! per mistake.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,71 +8,126 @@ use std::path::PathBuf;
 use clap::Parser;
 use nostr::prelude::RelayUrl;
 
+/// The environment variable of `--git-root-managed-externally`: purgatory's own
+/// (`grasp_purgatory::config::ENV_VARIABLES`), read here by the command line only.
+pub(crate) const ENV_MANAGED_EXTERNALLY: &str = "NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY";
+
 /// GRASP-02 proactive sync next to a relay you already run (strfry,
 /// nostr-rs-relay, khatru, a nostr-relay-builder relay): reads the
 /// repository announcements your relay accepted, pulls their patches, PRs,
 /// issues and replies from every relay they name, and publishes them to your
-/// relay. Every `NGIT_SYNC_*` environment variable of the spec applies.
+/// relay.
 ///
 /// With `--git-root`, states and PRs wait in purgatory until their commits are
 /// fetched: purgatory creates each repository's bare repository
 /// (`<dir>/<npub>/<identifier>.git`, `refs/purgatory` hidden from serving) and
 /// never fetches from clone URLs on your own service (the hosts of `--own-relay`
 /// and `--service-url`).
+///
+/// Every flag can also be set by the environment variable shown with it (the
+/// flag wins when both are given); a repeatable flag's variable takes a
+/// comma-separated list, a switch's `1` (on) or `0` (off). The tuning variables
+/// of the spec apply too (`NGIT_SYNC_BATCH_WINDOW_MS`, `NGIT_PURGATORY_EXPIRY_SECS`,
+/// …; see the README).
 #[derive(Debug, Parser)]
 #[command(
     name = "grasp-sync",
     version,
-    after_help = "Exit codes with --once: 0 done (historic sync complete, every purgatory \
-event released or expired); 4 done, but events are held as not fetchable (no usable \
-clone URL, only your own service's, no announcement, or a missing repository with \
---git-root-managed-externally), named on the last line; 3 --timeout passed first, the \
-last line names what is still held and why; 2 bad arguments; 1 failure; 130 signal."
+    after_help = "Exit codes with --once: 0 done (historic sync complete on every relay, every \
+purgatory event released or expired); 5 done on the reachable relays, but N relays were \
+unreachable and not synced from (named in the summary; their events may be missing; wins \
+over 4); 4 done, but events are held as not fetchable (no usable clone URL, only your own \
+service's, no announcement, or a missing repository with --git-root-managed-externally), \
+named on the last line; 3 --timeout passed first, the last line names what is still held \
+and why; 2 bad arguments; 1 failure; 130 signal."
 )]
 pub(crate) struct Args {
-    /// Your relay: accepted announcements are read from it, synced events are
-    /// published to it.
-    #[arg(long, value_name = "URL")]
+    /// Your relay. Read from: the announcements it accepted decide which
+    /// repositories are synced, and what it holds is not fetched again.
+    /// Published to: every synced event (and, with --git-root, every event
+    /// purgatory releases). It is also one of your service URLs.
+    #[arg(long, value_name = "URL", env = "NGIT_SYNC_OWN_RELAY")]
     pub(crate) own_relay: String,
-    /// A URL under which announcements list your service (repeatable);
-    /// defaults to the own relay's URL.
-    #[arg(long = "service-url", value_name = "URL")]
+    /// A URL under which announcements list your service, when it differs
+    /// from --own-relay (repeatable; defaults to the own relay's URL). These
+    /// URLs are us: only announcements listing one of them are synced, they
+    /// are never synced from, and clone URLs on their hosts are never fetched
+    /// from.
+    #[arg(
+        long = "service-url",
+        value_name = "URL",
+        env = "NGIT_SYNC_SERVICE_URLS",
+        value_delimiter = ','
+    )]
     pub(crate) service_urls: Vec<String>,
-    /// A relay synced from the start and never dropped (repeatable).
-    #[arg(long = "bootstrap-relay", value_name = "URL")]
+    /// A relay synced from the start and never dropped, whether or not an
+    /// announcement lists it (repeatable). Relays the announcements list are
+    /// synced without this flag.
+    #[arg(
+        long = "bootstrap-relay",
+        value_name = "URL",
+        env = "NGIT_SYNC_BOOTSTRAP_RELAYS",
+        value_delimiter = ','
+    )]
     pub(crate) bootstrap_relays: Vec<String>,
     /// Purgatory's bare repositories (`<dir>/<npub>/<identifier>.git`):
     /// states and PRs wait until their commits are fetched from the
     /// repository's clone URLs. Omit to run without purgatory.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", env = "NGIT_PURGATORY_GIT_ROOT")]
     pub(crate) git_root: Option<PathBuf>,
     /// The repositories under `--git-root` are created by your GRASP server:
     /// purgatory does not create a missing one, its events wait (reported as
-    /// not fetchable). Also `NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY=1`.
-    #[arg(long, requires = "git_root")]
+    /// not fetchable). Needs --git-root.
+    #[arg(long, env = ENV_MANAGED_EXTERNALLY, value_parser = switch)]
     pub(crate) git_root_managed_externally: bool,
     /// Let purgatory fetch over plain `http://` and `git://` (https only
     /// otherwise).
-    #[arg(long)]
+    #[arg(long, env = "NGIT_PURGATORY_ALLOW_INSECURE_CLONE_URLS", value_parser = switch)]
     pub(crate) allow_insecure_clone_urls: bool,
-    /// Serve Prometheus `/metrics` and a JSON `/status` on this address.
-    #[arg(long, value_name = "ADDR")]
+    /// Serve a status page on `/`, Prometheus `/metrics` and a JSON `/status`
+    /// on this address.
+    #[arg(long, value_name = "ADDR", env = "NGIT_SYNC_METRICS_ADDR")]
     pub(crate) metrics_addr: Option<SocketAddr>,
     /// Allow relays on loopback and private addresses.
-    #[arg(long)]
+    #[arg(long, env = "NGIT_SYNC_ALLOW_LOCAL_ADDRESSES", value_parser = switch)]
     pub(crate) allow_local_addresses: bool,
     /// Exit once the job is done: historic sync complete on every reachable
     /// relay and, with `--git-root`, every held event released, expired or
-    /// reported not fetchable (exit codes below).
-    #[arg(long)]
+    /// reported not fetchable; prints a summary (exit codes below).
+    #[arg(long, env = "NGIT_SYNC_ONCE", value_parser = switch)]
     pub(crate) once: bool,
     /// With `--once`: give up (exit 3, naming what is still held and why)
     /// after this many seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 600,
+        env = "NGIT_SYNC_TIMEOUT_SECS"
+    )]
     pub(crate) timeout: u64,
+    /// With `--once`: print the summary as one JSON object on stdout (the
+    /// `/status` document with `outcome`, `exit_code` and `unreachable_relays`
+    /// added); the summary lines go to stderr.
+    #[arg(long, env = "NGIT_SYNC_SUMMARY_JSON", value_parser = switch)]
+    pub(crate) summary_json: bool,
     /// Log JSON lines instead of human-readable text (`RUST_LOG` filters).
-    #[arg(long)]
+    /// Text logs are coloured only when stderr is a terminal and `NO_COLOR`
+    /// is not set.
+    #[arg(long, env = "NGIT_SYNC_LOG_JSON", value_parser = switch)]
     pub(crate) log_json: bool,
+}
+
+/// A switch's value: `1` / `0` (any whole number: not 0 is on), or `true` /
+/// `false` (what clap gives a switch named on the command line).
+fn switch(value: &str) -> Result<bool, String> {
+    match value.trim() {
+        "true" => Ok(true),
+        "false" | "" => Ok(false),
+        number => number
+            .parse::<u64>()
+            .map(|n| n != 0)
+            .map_err(|_| format!("{value:?}: expected 1 (on) or 0 (off)")),
+    }
 }
 
 /// The checked settings.
@@ -87,6 +143,7 @@ pub(crate) struct Settings {
     pub(crate) allow_local_addresses: bool,
     pub(crate) once: bool,
     pub(crate) timeout: std::time::Duration,
+    pub(crate) summary_json: bool,
 }
 
 /// Checks the flags; the error is one line for the user.
@@ -95,6 +152,14 @@ pub(crate) fn settings(args: &Args) -> Result<Settings, String> {
         if !root.is_dir() {
             return Err(format!("--git-root {}: not a directory", root.display()));
         }
+    }
+    if args.git_root_managed_externally && args.git_root.is_none() {
+        return Err(format!(
+            "--git-root-managed-externally ({ENV_MANAGED_EXTERNALLY}) needs --git-root"
+        ));
+    }
+    if args.summary_json && !args.once {
+        return Err("--summary-json (NGIT_SYNC_SUMMARY_JSON) needs --once".to_owned());
     }
     let url = |flag: &str, value: &str| {
         RelayUrl::parse(value)
@@ -119,5 +184,54 @@ pub(crate) fn settings(args: &Args) -> Result<Settings, String> {
         allow_local_addresses: args.allow_local_addresses,
         once: args.once,
         timeout: std::time::Duration::from_secs(args.timeout),
+        summary_json: args.summary_json,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_switch_takes_numbers_like_the_spec_variables_and_clap_s_own_true() {
+        assert_eq!(switch("1"), Ok(true));
+        assert_eq!(switch(" 7 "), Ok(true));
+        assert_eq!(switch("0"), Ok(false));
+        assert_eq!(switch(""), Ok(false));
+        assert_eq!(switch("true"), Ok(true));
+        assert_eq!(switch("false"), Ok(false));
+        assert!(switch("yes please").is_err());
+    }
+
+    #[test]
+    fn a_repeatable_flag_splits_on_commas_like_its_variable() {
+        let args = Args::try_parse_from([
+            "grasp-sync",
+            "--own-relay",
+            "ws://127.0.0.1:1",
+            "--bootstrap-relay",
+            "ws://127.0.0.1:2,ws://127.0.0.1:3",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.bootstrap_relays,
+            vec!["ws://127.0.0.1:2", "ws://127.0.0.1:3"]
+        );
+        let settings = settings(&args).unwrap();
+        assert_eq!(settings.bootstrap_relays.len(), 2);
+    }
+
+    #[test]
+    fn managed_externally_and_summary_json_need_their_flags() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["grasp-sync", "--own-relay", "ws://127.0.0.1:1"];
+            argv.extend_from_slice(extra);
+            settings(&Args::try_parse_from(argv).unwrap())
+        };
+        let error = parse(&["--git-root-managed-externally"]).unwrap_err();
+        assert!(error.contains("needs --git-root"), "{error}");
+        let error = parse(&["--summary-json"]).unwrap_err();
+        assert!(error.contains("needs --once"), "{error}");
+        assert!(parse(&["--summary-json", "--once"]).is_ok());
+    }
 }

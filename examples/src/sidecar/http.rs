@@ -1,5 +1,6 @@
-//! `/metrics` (Prometheus text) and `/status` (JSON of the sync's status,
-//! with purgatory's under `purgatory`) over HTTP/1.1.
+//! `/` (a status page for a person, [`crate::page`]), `/metrics` (Prometheus text)
+//! and `/status` (JSON of the sync's status, with purgatory's under `purgatory`) over
+//! HTTP/1.1.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::page;
 use crate::status_json::{purgatory_json, status_json};
 
 /// The statuses `/status` reports.
@@ -25,6 +27,17 @@ pub(crate) struct Statuses {
     pub(crate) purgatory: Option<watch::Receiver<PurgatoryStatus>>,
 }
 
+impl Statuses {
+    /// The `/status` document: the sync's status, purgatory's under `purgatory`.
+    fn json(&self) -> serde_json::Value {
+        let mut json = status_json(&self.sync.borrow());
+        if let Some(purgatory) = &self.purgatory {
+            json["purgatory"] = purgatory_json(&purgatory.borrow());
+        }
+        json
+    }
+}
+
 /// Serves until `shutdown` flips; returns the bound address at once.
 pub(crate) async fn serve(
     addr: SocketAddr,
@@ -34,7 +47,7 @@ pub(crate) async fn serve(
 ) -> Result<SocketAddr, std::io::Error> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    info!(%bound, "serving /metrics and /status");
+    info!(%bound, "serving the status page on /, /metrics and /status");
     tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {
@@ -83,12 +96,26 @@ fn answer(
             }
         }
         "/status" => {
-            let mut json = status_json(&status.sync.borrow());
-            if let Some(purgatory) = &status.purgatory {
-                json["purgatory"] = purgatory_json(&purgatory.borrow());
-            }
-            let body = json.to_string().into_bytes();
+            let body = status.json().to_string().into_bytes();
             reply(StatusCode::OK, "application/json", body)
+        }
+        "/" => {
+            let body = page::render(&status.json()).into_bytes();
+            let mut response = reply(StatusCode::OK, "text/html; charset=utf-8", body);
+            let headers = response.headers_mut();
+            headers.insert(
+                hyper::header::CONTENT_SECURITY_POLICY,
+                hyper::header::HeaderValue::from_static(page::CONTENT_SECURITY_POLICY),
+            );
+            headers.insert(
+                hyper::header::X_CONTENT_TYPE_OPTIONS,
+                hyper::header::HeaderValue::from_static("nosniff"),
+            );
+            headers.insert(
+                hyper::header::CACHE_CONTROL,
+                hyper::header::HeaderValue::from_static("no-store"),
+            );
+            response
         }
         _ => reply(StatusCode::NOT_FOUND, "text/plain", b"not found\n".to_vec()),
     }

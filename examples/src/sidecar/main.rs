@@ -4,9 +4,11 @@
 mod cli;
 mod http;
 mod once;
+mod page;
 mod purgatory;
 mod status_json;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,18 +68,30 @@ fn main() -> ExitCode {
 }
 
 /// Logs to stderr, human-readable or JSON, filtered by `RUST_LOG` (default
-/// `info`).
+/// `info`); colour only on a terminal (see [`colour`]).
 fn init_logs(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {
         builder.init();
     }
+}
+
+/// Whether logs are coloured: only on a terminal, and not when `NO_COLOR` is set
+/// to anything but the empty string (<https://no-color.org>). A log file or a
+/// journal gets plain text.
+fn colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
 }
 
 async fn run(settings: Settings) -> Result<ExitCode, String> {
@@ -128,6 +142,7 @@ async fn run(settings: Settings) -> Result<ExitCode, String> {
             &mut status,
             purgatory.as_ref(),
             settings.timeout,
+            settings.summary_json,
             wait_for_signal(),
         )
         .await
@@ -192,5 +207,23 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use super::colour;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour(true, None));
+        assert!(
+            colour(true, Some(OsStr::new(""))),
+            "an empty NO_COLOR is unset"
+        );
+        assert!(!colour(true, Some(OsStr::new("1"))));
+        assert!(!colour(false, None), "a file or a pipe gets plain text");
     }
 }

@@ -8,20 +8,27 @@
 //! | code | meaning |
 //! | --- | --- |
 //! | 0 | done: every event synced, every purgatory event released (or expired) |
+//! | 5 | done on the reachable relays, but some relays were unreachable and not synced from (named on the last line; their events may be missing). Wins over 4 |
 //! | 4 | done, but some events are held as not fetchable (named on the last line) |
 //! | 3 | `--timeout` passed first (the last line names what is still held and why) |
 //! | 1 | the sync stopped (or failed) before it was done |
 //! | 130 | SIGINT or SIGTERM |
+//!
+//! The summary (a line per relay, purgatory's line, the final line) goes to stdout;
+//! with `--summary-json` stdout gets the same as one JSON object instead
+//! ([`summary_json`]) and the lines go to stderr.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use grasp_purgatory::{HeldRepository, Purgatory, PurgatoryStatus};
-use grasp_sync_tokio::SyncStatus;
+use grasp_sync_tokio::{RelayStatus, SyncStatus};
 use tokio::sync::watch;
 
 use crate::status_json;
 
+/// Exit code: done on the reachable relays, but some relays were unreachable.
+pub(crate) const EXIT_UNREACHABLE: u8 = 5;
 /// Exit code: done, but some held events are not fetchable.
 pub(crate) const EXIT_NOT_FETCHABLE: u8 = 4;
 /// Exit code: `--timeout` passed before the job was done.
@@ -41,30 +48,116 @@ struct Done {
     purgatory: Option<PurgatoryStatus>,
 }
 
-/// Waits until done (see the module doc), `timeout` or `signal`; prints the final lines
-/// and returns the exit code.
+/// How a `--once` run ended; each has its exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Done everywhere.
+    Complete,
+    /// Done on the reachable relays; some were unreachable.
+    Unreachable,
+    /// Done, but events are held as not fetchable.
+    NotFetchable,
+    /// `--timeout` passed first.
+    Timeout,
+}
+
+impl Outcome {
+    /// Its exit code.
+    fn code(self) -> u8 {
+        match self {
+            Outcome::Complete => 0,
+            Outcome::Unreachable => EXIT_UNREACHABLE,
+            Outcome::NotFetchable => EXIT_NOT_FETCHABLE,
+            Outcome::Timeout => EXIT_TIMEOUT,
+        }
+    }
+
+    /// Its name in the JSON summary.
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Complete => "complete",
+            Outcome::Unreachable => "complete_on_reachable_relays",
+            Outcome::NotFetchable => "not_fetchable",
+            Outcome::Timeout => "timeout",
+        }
+    }
+}
+
+/// What a `--once` run prints at the end: its lines and how it ended.
+struct Summary {
+    lines: Vec<String>,
+    outcome: Outcome,
+}
+
+/// Waits until done (see the module doc), `timeout` or `signal`; prints the summary
+/// (as JSON on stdout with `json`) and returns the exit code.
 pub(crate) async fn wait_once(
     status: &mut watch::Receiver<SyncStatus>,
     purgatory: Option<&Purgatory>,
     timeout: Duration,
+    json: bool,
     signal: impl std::future::Future<Output = ()>,
 ) -> ExitCode {
-    tokio::select! {
+    let (summary, sync, purgatory_status) = tokio::select! {
         done = tokio::time::timeout(timeout, wait_done(status, purgatory)) => match done {
-            Ok(Ok(done)) => report_done(&done),
+            Ok(Ok(done)) => (report_done(&done), done.sync, done.purgatory),
             Ok(Err(_)) => {
                 eprintln!("error: the sync stopped before historic sync completed");
-                ExitCode::FAILURE
+                return ExitCode::FAILURE;
             }
             Err(_) => {
-                let line = timeout_line(timeout, &status.borrow(), purgatory.map(Purgatory::status_now));
-                println!("{line}");
-                eprintln!("{line}");
-                ExitCode::from(EXIT_TIMEOUT)
+                let sync = status.borrow().clone();
+                let held = purgatory.map(Purgatory::status_now);
+                let line = timeout_line(timeout, &sync, held.clone());
+                if !json {
+                    // The reason on stderr too: a caller reading only stderr sees it.
+                    eprintln!("{line}");
+                }
+                let summary = Summary { lines: vec![line], outcome: Outcome::Timeout };
+                (summary, sync, held)
             }
         },
-        () = signal => ExitCode::from(EXIT_SIGNAL),
+        () = signal => return ExitCode::from(EXIT_SIGNAL),
+    };
+    if json {
+        for line in &summary.lines {
+            eprintln!("{line}");
+        }
+        println!(
+            "{}",
+            summary_json(&sync, purgatory_status.as_ref(), summary.outcome)
+        );
+    } else {
+        for line in &summary.lines {
+            println!("{line}");
+        }
     }
+    ExitCode::from(summary.outcome.code())
+}
+
+/// The summary as one JSON object: the `/status` document (purgatory's under
+/// `purgatory`) with `outcome` (`complete`, `complete_on_reachable_relays`,
+/// `not_fetchable`, `timeout`), `exit_code` and `unreachable_relays` (their URLs).
+fn summary_json(
+    sync: &SyncStatus,
+    purgatory: Option<&PurgatoryStatus>,
+    outcome: Outcome,
+) -> serde_json::Value {
+    let mut json = status_json::status_json(sync);
+    if let Some(purgatory) = purgatory {
+        json["purgatory"] = status_json::purgatory_json(purgatory);
+    }
+    json["outcome"] = outcome.label().into();
+    json["exit_code"] = outcome.code().into();
+    json["unreachable_relays"] = unreachable(sync)
+        .map(|relay| serde_json::Value::from(relay.report.relay.as_str()))
+        .collect();
+    json
+}
+
+/// The relays historic sync did not wait for because they could not be reached.
+fn unreachable(sync: &SyncStatus) -> impl Iterator<Item = &RelayStatus> {
+    sync.relays.iter().filter(|relay| relay.report.unreachable)
 }
 
 /// Until historic sync is complete and purgatory has every held event accounted for,
@@ -114,35 +207,63 @@ async fn wait_done(
     }
 }
 
-/// Prints the report (a line per relay, then the purgatory's) and the final line;
-/// 0, or [`EXIT_NOT_FETCHABLE`] when events are held as not fetchable.
-fn report_done(done: &Done) -> ExitCode {
-    report_relays(&done.sync);
-    let Some(purgatory) = &done.purgatory else {
-        println!("done: historic sync complete");
-        return ExitCode::SUCCESS;
-    };
-    println!(
-        "purgatory: {} events released, {} expired, {} objects fetched, {} repositories created, {} clone URLs on our own service skipped",
-        purgatory.events_released,
-        purgatory.events_expired,
-        purgatory.oids_fetched,
-        purgatory.repositories_created,
-        purgatory.clone_urls_skipped_own_service
-    );
-    if purgatory.events_held == 0 {
-        println!("done: historic sync complete, every purgatory event released");
-        return ExitCode::SUCCESS;
+/// The report (a line per relay, then the purgatory's) and the final line: complete,
+/// [`Outcome::Unreachable`] when relays were unreachable, or
+/// [`Outcome::NotFetchable`] when events are held as not fetchable.
+fn report_done(done: &Done) -> Summary {
+    let mut lines = relay_lines(&done.sync);
+    let mut outcome = Outcome::Complete;
+    let mut last = "done: historic sync complete".to_owned();
+    if let Some(purgatory) = &done.purgatory {
+        lines.push(format!(
+            "purgatory: {} events released, {} expired, {} objects fetched, {} repositories created, {} clone URLs on our own service skipped",
+            purgatory.events_released,
+            purgatory.events_expired,
+            purgatory.oids_fetched,
+            purgatory.repositories_created,
+            purgatory.clone_urls_skipped_own_service
+        ));
+        if purgatory.events_held == 0 {
+            last = "done: historic sync complete, every purgatory event released".to_owned();
+        } else {
+            last = format!(
+                "done, but {} held as not fetchable: {}",
+                events(purgatory.events_held),
+                named(
+                    &purgatory.not_fetchable,
+                    purgatory.not_fetchable_by_reason.values().sum()
+                )
+            );
+            outcome = Outcome::NotFetchable;
+        }
     }
-    println!(
-        "done, but {} held as not fetchable: {}",
-        events(purgatory.events_held),
-        named(
-            &purgatory.not_fetchable,
-            purgatory.not_fetchable_by_reason.values().sum()
-        )
-    );
-    ExitCode::from(EXIT_NOT_FETCHABLE)
+    let unreachable: Vec<&str> = unreachable(&done.sync)
+        .map(|relay| relay.report.relay.as_str())
+        .collect();
+    if !unreachable.is_empty() {
+        if outcome == Outcome::NotFetchable {
+            lines.push(last);
+        }
+        let count = unreachable.len();
+        let shown = unreachable
+            .iter()
+            .take(NAMED_IN_SUMMARY)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(", ");
+        let more = if count > NAMED_IN_SUMMARY {
+            format!(" and {} more", count - NAMED_IN_SUMMARY)
+        } else {
+            String::new()
+        };
+        let relays = if count == 1 { "relay" } else { "relays" };
+        last = format!(
+            "done on the reachable relays, but {count} {relays} unreachable and not synced from: {shown}{more}"
+        );
+        outcome = Outcome::Unreachable;
+    }
+    lines.push(last);
+    Summary { lines, outcome }
 }
 
 /// The one line saying what is still not done after `timeout`.
@@ -211,12 +332,12 @@ fn events(count: usize) -> String {
     }
 }
 
-/// One line per relay on stdout.
-fn report_relays(status: &SyncStatus) {
-    println!(
+/// One line per relay.
+fn relay_lines(status: &SyncStatus) -> Vec<String> {
+    let mut lines = vec![format!(
         "historic sync complete: {} repositories, {} root events, {} events stored",
         status.repositories, status.root_events, status.engine.events_stored
-    );
+    )];
     for relay in &status.relays {
         let state = if relay.report.unreachable {
             format!(
@@ -228,13 +349,14 @@ fn report_relays(status: &SyncStatus) {
         } else {
             "not confirmed".to_owned()
         };
-        println!(
+        lines.push(format!(
             "relay {}: {state}, {:?}, {} events received ({} of them again), {} bytes received",
             relay.report.relay,
             relay.report.method,
             relay.report.events_received,
             relay.report.events_received_again,
             relay.bytes_received
-        );
+        ));
     }
+    lines
 }

@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use grasp_purgatory::core::purgatory::OwnService;
-use grasp_purgatory::{AnnouncementError, Announcements, Purgatory, StoreSink};
+use grasp_purgatory::{AnnouncementError, Announcements, Purgatory, PurgatoryConfig, StoreSink};
 use grasp_sync_tokio::core::url_policy::CloneUrlPolicy;
 use grasp_sync_tokio::RelayStore;
 use nostr::prelude::{Event, Filter, Kind};
 
-use crate::cli::Settings;
+use crate::cli::{Settings, ENV_MANAGED_EXTERNALLY};
 
 /// The own relay as purgatory's source of announcements.
 struct OwnRelayAnnouncements {
@@ -47,7 +47,17 @@ pub(crate) fn build(
         .allow_local_addresses(settings.allow_local_addresses)
         .allow_http(settings.allow_insecure_clone_urls)
         .allow_git_protocol(settings.allow_insecure_clone_urls);
-    let mut builder = Purgatory::builder()
+    // `NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY` is the command line's (the
+    // twin of `--git-root-managed-externally`): the flag wins over it.
+    let config = PurgatoryConfig::default()
+        .apply_env(|name| {
+            (name != ENV_MANAGED_EXTERNALLY)
+                .then(|| std::env::var(name).ok())
+                .flatten()
+        })
+        .map_err(|error| error.to_string())?;
+    let purgatory = Purgatory::builder()
+        .config(config)
         .announcements(Arc::new(OwnRelayAnnouncements {
             store: store.clone(),
         }))
@@ -57,13 +67,9 @@ pub(crate) fn build(
         .registry(registry.clone())
         .persist_to(root.join("purgatory.journal"))
         .own_service(own_service(settings)?)
-        .from_env()
+        .repositories_managed_externally(settings.git_root_managed_externally)
+        .build()
         .map_err(|error| error.to_string())?;
-    // The flag wins over the environment when given.
-    if settings.git_root_managed_externally {
-        builder = builder.repositories_managed_externally(true);
-    }
-    let purgatory = builder.build().map_err(|error| error.to_string())?;
     Ok(Some(purgatory))
 }
 

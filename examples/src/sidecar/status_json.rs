@@ -53,6 +53,7 @@ pub(crate) fn purgatory_json(status: &PurgatoryStatus) -> Value {
     json!({
         "all_accounted": status.all_accounted,
         "events_held": status.events_held,
+        "events_releasing": status.events_releasing,
         "events_released": status.events_released,
         "events_expired": status.events_expired,
         "events_refused": status.events_refused,
@@ -63,6 +64,7 @@ pub(crate) fn purgatory_json(status: &PurgatoryStatus) -> Value {
         "repositories_sweeping": status.repositories_sweeping,
         "still_waiting": status.still_waiting.iter().map(held_json).collect::<Vec<_>>(),
         "fetches_in_flight": status.fetches_in_flight,
+        "fetches_by_domain": status.fetches_by_domain,
         "oids_fetched": status.oids_fetched,
         "repositories_created": status.repositories_created,
         "clone_urls_skipped_own_service": status.clone_urls_skipped_own_service,

@@ -12,6 +12,11 @@ pub use grasp_sync_test_support::net::free_port;
 /// `GET path` on 127.0.0.1:`port` (at most 5 s): the body of a `200` answer, or `None`
 /// if nothing is served there (yet).
 pub async fn get(port: u16, path: &str) -> Option<String> {
+    get_with_head(port, path).await.map(|(_, body)| body)
+}
+
+/// [`get`], with the response head (status line and headers) too.
+pub async fn get_with_head(port: u16, path: &str) -> Option<(String, String)> {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
@@ -23,5 +28,6 @@ pub async fn get(port: u16, path: &str) -> Option<String> {
         .ok()?
         .ok()?;
     let (head, body) = response.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+    head.starts_with("HTTP/1.1 200")
+        .then(|| (head.to_owned(), body.to_owned()))
 }
