@@ -3,7 +3,9 @@
 //! the own relay, plus on every relay our repositories list, everything the
 //! three layers' filters match there.
 //!
-//! - Layer 1: every announcement and state (30617, 30618).
+//! - Layer 1: the announcements and states (30617, 30618) of our
+//!   repositories by their authors (not every announcement read to discover
+//!   repositories: someone else's, listing only other relays, stays there).
 //! - Layer 2: events tagging one of our repositories (`a`, `A`, `q`) that
 //!   lists this relay.
 //! - Layer 3: events tagging (`e`, `E`, `q`) a root event (patch, pull
@@ -57,7 +59,7 @@ pub(crate) fn expected(
                 .map(|(id, _)| id.as_str())
                 .collect();
             for event in remote.events {
-                let layer1 = LAYER1_KINDS.contains(&event.kind.as_u16());
+                let layer1 = LAYER1_KINDS.contains(&event.kind.as_u16()) && is_ours(event, &ours);
                 let layer2 = tag_values(event, &["a", "A", "q"]).any(|v| repos.contains(v));
                 let layer3 = tag_values(event, &["e", "E", "q"]).any(|v| relay_roots.contains(v));
                 if layer1 || layer2 || layer3 {
@@ -109,6 +111,16 @@ fn our_repositories(
             return ours;
         }
     }
+}
+
+/// `true` if the announcement or state `event` is of one of `ours` by its
+/// author: the sync stores only those Layer 1 events (GRASP-01's rule, which
+/// the engine applies itself when it knows the service's URLs), not every
+/// announcement it reads to discover repositories.
+fn is_ours(event: &Event, ours: &BTreeMap<String, BTreeSet<RelayUrl>>) -> bool {
+    tag_values(event, &["d"])
+        .next()
+        .is_some_and(|identifier| ours.contains_key(&ids::coordinate(&event.pubkey, identifier)))
 }
 
 /// Adds `event` to `ours` if it is an announcement listing `own`.
