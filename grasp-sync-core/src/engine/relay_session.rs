@@ -128,6 +128,38 @@ impl RelaySession {
         free_slot && self.rate_allows(now, config)
     }
 
+    /// `true` if one more historic job may start: it leaves room for the
+    /// live REQs that are open or waiting (up to the live slots), the store
+    /// keeps up (backpressure: a store that falls behind holds new historic
+    /// work) and the rate allows.
+    pub(crate) fn may_open_historic(
+        &mut self,
+        now: Instant,
+        store_keeps_up: bool,
+        config: &EngineConfig,
+    ) -> bool {
+        let limit = self.subscription_limit(config);
+        let live_slots = self.live_slots(config);
+        let Some(conn) = &self.conn else {
+            return false;
+        };
+        let live = conn.live_count();
+        let live_reserved = live_slots.min(live + conn.waiting_live.len());
+        let historic = conn.subs.len().saturating_sub(live);
+        historic + live_reserved < limit && store_keeps_up && self.may_open(now, config)
+    }
+
+    /// `true` if one more live subscription may be opened: a free live slot
+    /// (the historic ones stay free) and the rate allows.
+    pub(crate) fn may_open_live(&mut self, now: Instant, config: &EngineConfig) -> bool {
+        let live_slots = self.live_slots(config);
+        let free = self
+            .conn
+            .as_ref()
+            .is_some_and(|conn| conn.live_count() < live_slots);
+        free && self.may_open(now, config)
+    }
+
     /// `true` if one more REQ (a new subscription or a next page) may be
     /// sent to the relay now: connected, no rate-limit cooldown and the
     /// learned rate not used up.

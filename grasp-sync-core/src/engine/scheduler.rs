@@ -60,22 +60,13 @@ impl SyncEngine {
         }
     }
 
-    /// `true` if one more historic job may start on `relay`: it leaves room
-    /// for the live REQs that are open or waiting (up to the live slots) and
-    /// the rate allows.
-    pub(super) fn may_open_historic(&mut self, now: Now, relay: &RelayUrl) -> bool {
-        let limit = self.relays.view(relay).subscription_limit(&self.config);
-        let live_slots = self.relays.view(relay).live_slots(&self.config);
-        let Some(conn) = self.relays.conn(relay) else {
-            return false;
-        };
-        let live = conn.live_count();
-        let live_reserved = live_slots.min(live + conn.waiting_live.len());
-        let historic = conn.subs.len().saturating_sub(live);
-        // Backpressure: a store that falls behind holds new historic work.
-        historic + live_reserved < limit
-            && self.store_keeps_up()
-            && self.relays.may_open(relay, now.instant, &self.config)
+    /// [`RelaySession::may_open_historic`](super::relay_session::RelaySession::may_open_historic)
+    /// on `relay`, with the store's backpressure.
+    fn may_open_historic(&mut self, now: Now, relay: &RelayUrl) -> bool {
+        let store_keeps_up = self.store_keeps_up();
+        self.relays.get_mut(relay).is_some_and(|session| {
+            session.may_open_historic(now.instant, store_keeps_up, &self.config)
+        })
     }
 
     /// `false` while more than `max_unconfirmed_stores` events wait for the
@@ -84,15 +75,11 @@ impl SyncEngine {
         self.stores.in_flight() < self.config.max_unconfirmed_stores
     }
 
-    /// `true` if one more live subscription may be opened on `relay`: a
-    /// free live slot (the historic ones stay free) and the rate allows.
+    /// [`RelaySession::may_open_live`](super::relay_session::RelaySession::may_open_live) on `relay`.
     pub(super) fn may_open_live(&mut self, now: Now, relay: &RelayUrl) -> bool {
-        let live_slots = self.relays.view(relay).live_slots(&self.config);
-        let free = self
-            .relays
-            .conn(relay)
-            .is_some_and(|conn| conn.live_count() < live_slots);
-        free && self.relays.may_open(relay, now.instant, &self.config)
+        self.relays
+            .get_mut(relay)
+            .is_some_and(|session| session.may_open_live(now.instant, &self.config))
     }
 
     /// Sends waiting live REQs (refused, or not sent for want of a slot), as
