@@ -1,7 +1,6 @@
 //! Live subscriptions: adding them, consolidating them within the relay's
 //! live slots and frame budget, and what does not fit.
 
-use super::frames::pack_filters;
 use crate::filters::{layer2_and_layer3_filters, FilterMode};
 
 use nostr::prelude::{Filter, RelayUrl};
@@ -35,11 +34,7 @@ impl SyncEngine {
             return;
         }
         let filter_count = filters.len();
-        let reqs = pack_filters(
-            filters,
-            self.relays.view(relay).filters_per_req(&self.config),
-            self.relays.view(relay).frame_budget(&self.config),
-        );
+        let reqs = self.relays.view(relay).pack(filters, &self.config);
         if !self.relays.is_connected(relay) {
             return;
         }

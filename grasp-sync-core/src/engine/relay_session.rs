@@ -286,6 +286,16 @@ impl RelaySession {
         Some((batch, done))
     }
 
+    /// `filters` packed, in order, into as few REQs as the relay's filter
+    /// and frame limits allow.
+    pub(crate) fn pack(&self, filters: Vec<Filter>, config: &EngineConfig) -> Vec<Vec<Filter>> {
+        pack_filters(
+            filters,
+            self.filters_per_req(config),
+            self.frame_budget(config),
+        )
+    }
+
     /// REQ jobs for Layer 2+3 `filters`. Filters of one chunk
     /// (`#e`/`#E`/`#q`), a repository's `#a` and its roots' `#e`, can match
     /// the same event (a NIP-22 comment, a status): where the relay's page
@@ -304,17 +314,13 @@ impl RelaySession {
                 filter
             })
             .collect();
-        pack_filters(
-            filters,
-            self.filters_per_req(config),
-            self.frame_budget(config),
-        )
-        .into_iter()
-        .map(|mut pack| match pack.len() {
-            1 => Job::Req(pack.remove(0)),
-            _ => Job::Poll(pack),
-        })
-        .collect()
+        self.pack(filters, config)
+            .into_iter()
+            .map(|mut pack| match pack.len() {
+                1 => Job::Req(pack.remove(0)),
+                _ => Job::Poll(pack),
+            })
+            .collect()
     }
 
     /// What `filters` (live ones) match from `since` on, packed into as few
@@ -336,14 +342,10 @@ impl RelaySession {
                 filter
             })
             .collect();
-        pack_filters(
-            filters,
-            self.filters_per_req(config),
-            self.frame_budget(config),
-        )
-        .into_iter()
-        .map(Job::Poll)
-        .collect()
+        self.pack(filters, config)
+            .into_iter()
+            .map(Job::Poll)
+            .collect()
     }
 
     /// What a refusal teaches — the whole decision: a refused subscription
@@ -626,11 +628,7 @@ impl RelaySession {
             config.chunk_size,
             FilterMode::Live,
         ));
-        let packed = pack_filters(
-            filters,
-            self.filters_per_req(config),
-            self.frame_budget(config),
-        );
+        let packed = self.pack(filters, config);
         let mut reqs = packed.into_iter();
         let covered = reqs.by_ref().take(self.live_slots(config)).collect();
         let polled = reqs.flatten().collect();
