@@ -9,6 +9,8 @@
 mod http;
 #[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
 mod support;
+#[path = "common/threads.rs"]
+mod threads;
 
 use std::collections::BTreeSet;
 use std::process::Stdio;
@@ -17,7 +19,7 @@ use std::time::Duration;
 use grasp_sync_core::RepoRef;
 use http::{free_port, get};
 use nostr::prelude::*;
-use support::{announcement, sign, tag, TestRelay, TestRelayConfig};
+use support::{announcement, sign, TestRelay, TestRelayConfig};
 use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_grasp-sync");
@@ -35,24 +37,7 @@ async fn world() -> (TestRelay, TestRelay, BTreeSet<EventId>) {
         .unwrap()
         .to_string();
     let mut remote = vec![alpha.clone()];
-    for n in 0..30 {
-        let issue = sign(
-            &user,
-            1621,
-            &format!("issue {n}"),
-            vec![tag(&["a", &repo])],
-            base + 1 + n,
-        );
-        let reply = sign(
-            &user,
-            1111,
-            &format!("reply {n}"),
-            vec![tag(&["E", &issue.id.to_hex()])],
-            base + 100 + n,
-        );
-        remote.push(issue);
-        remote.push(reply);
-    }
+    remote.extend(threads::issues_with_replies(&user, &repo, 30, base));
     let noise = sign(&user, 1, "noise", Vec::new(), base + 3);
     remote.push(noise);
     own.add_event(&alpha).await;

@@ -9,6 +9,8 @@
 mod http;
 #[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
 mod support;
+#[path = "common/threads.rs"]
+mod threads;
 
 use std::collections::BTreeSet;
 use std::process::Stdio;
@@ -18,7 +20,7 @@ use grasp_sync_test_support::ids;
 use http::{free_port, get, get_with_head};
 use nostr::prelude::*;
 use serde_json::Value;
-use support::{announcement, sign, tag, TestRelay, TestRelayConfig};
+use support::{announcement, TestRelay, TestRelayConfig};
 use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_grasp-sync");
@@ -43,24 +45,7 @@ async fn world(listed: &[&str]) -> (TestRelay, TestRelay, BTreeSet<EventId>) {
     let alpha = announcement(&maintainer, "alpha", &relays, base);
     let repo = ids::coordinate(&maintainer.public_key(), "alpha");
     let mut remote = vec![alpha.clone()];
-    for n in 0..20 {
-        let issue = sign(
-            &user,
-            1621,
-            &format!("issue {n}"),
-            vec![tag(&["a", &repo])],
-            base + 1 + n,
-        );
-        let reply = sign(
-            &user,
-            1111,
-            &format!("reply {n}"),
-            vec![tag(&["E", &issue.id.to_hex()])],
-            base + 100 + n,
-        );
-        remote.push(issue);
-        remote.push(reply);
-    }
+    remote.extend(threads::issues_with_replies(&user, &repo, 20, base));
     own.add_event(&alpha).await;
     a.add_events(&remote).await;
     let expected = remote.iter().map(|event| event.id).collect();

@@ -29,6 +29,9 @@
 //! sync running and the page up until Ctrl-C, so the page can be looked at.
 #![forbid(unsafe_code)]
 
+/// Reading the command line as the sidecar does.
+#[path = "../sidecar/args.rs"]
+mod args;
 mod dataset;
 /// The git servers of grasp-purgatory's tests (smart HTTP over
 /// `git http-backend`, source repositories, a temporary directory).
@@ -99,18 +102,9 @@ struct Args {
 /// Runs the demo; exit 0 only if the check passed (1: it failed, 2: the
 /// demo could not run).
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
+    let args = match args::parse_or_exit::<Args>("grasp-sync-demo") {
         Ok(args) => args,
-        Err(error) if !error.use_stderr() => {
-            print!("{error}");
-            return ExitCode::SUCCESS;
-        }
-        Err(error) => {
-            let rendered = error.to_string();
-            let line = rendered.lines().next().unwrap_or("invalid arguments");
-            eprintln!("{line} (see grasp-sync-demo --help)");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     // On a terminal, log lines would tear the progress lines drawn in place.
     let default_log = if std::io::stderr().is_terminal() {

@@ -1,6 +1,7 @@
 //! `grasp-sync`: GRASP-02 proactive sync as a sidecar next to a relay you
 //! already run. See `grasp-sync --help`.
 
+mod args;
 mod cli;
 mod http;
 mod once;
@@ -13,7 +14,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Parser;
 use grasp_purgatory::PurgatoryGate;
 use grasp_sync_tokio::core::store::EventStore;
 use grasp_sync_tokio::{RelayStore, SyncManager};
@@ -26,19 +26,9 @@ use cli::{Args, Settings};
 const OWN_RELAY_PROBE: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
+    let args = match args::parse_or_exit::<Args>("grasp-sync") {
         Ok(args) => args,
-        Err(error) if !error.use_stderr() => {
-            // --help, --version
-            print!("{error}");
-            return ExitCode::SUCCESS;
-        }
-        Err(error) => {
-            let rendered = error.to_string();
-            let line = rendered.lines().next().unwrap_or("invalid arguments");
-            eprintln!("{line} (see grasp-sync --help)");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     init_logs(args.log_json);
     let settings = match cli::settings(&args) {
