@@ -6,7 +6,12 @@ use nostr::prelude::{Event, Keys};
 /// `count` issues of `user` on the repository `coordinate`, each with one
 /// reply (kind 1111), the issues from `base + 1` on, the replies from
 /// `base + 100` on.
-pub(crate) fn issues_with_replies(user: &Keys, coordinate: &str, count: u64, base: u64) -> Vec<Event> {
+pub(crate) fn issues_with_replies(
+    user: &Keys,
+    coordinate: &str,
+    count: u64,
+    base: u64,
+) -> Vec<Event> {
     let mut events = Vec::new();
     for n in 0..count {
         let issue = sign(

@@ -105,77 +105,17 @@ impl SyncEngine {
     /// Fails a batch: closes its subscriptions, drops its queued jobs and
     /// schedules its work to be planned again.
     pub(super) fn fail_batch(&mut self, now: Now, relay: &RelayUrl, batch: BatchId, reason: &str) {
-        let Some(info) = self
+        let Some(closing) = self
             .relays
             .get_mut(relay)
-            .and_then(|session| session.batches.remove(&batch))
+            .and_then(|session| session.fail_batch(batch, now, reason, &self.config))
         else {
             return;
         };
         warn!(%relay, %batch, reason, "batch failed; its items will be planned again");
-        self.relays
-            .note_error(relay, format!("batch failed: {reason}"));
         self.stats.batches_failed += 1;
-        if let Some(session) = self.relays.get_mut(relay) {
-            session.pending.remove_batch(batch);
-        }
-        if let Some(conn) = self.relays.conn_mut(relay) {
-            conn.queue.retain(|queued| queued.batch != batch);
-            let ids: Vec<SubscriptionId> = conn
-                .subs
-                .iter()
-                .filter(|(_, sub)| sub.batch() == Some(batch))
-                .map(|(id, _)| id.clone())
-                .collect();
-            let closing: Vec<(SubscriptionId, Sub)> = ids
-                .into_iter()
-                .filter_map(|id| conn.subs.shift_remove(&id).map(|sub| (id, sub)))
-                .collect();
-            for (id, sub) in closing {
-                self.send_close(relay, id, &sub);
-            }
-        }
-        let retry_at = now.instant
-            + self
-                .relays
-                .entry(relay.clone())
-                .work_failed(&self.config.health);
-        match info.purpose {
-            Purpose::Items => self
-                .knowledge(relay)
-                .timers
-                .set(RelayTimer::Replan, retry_at),
-            Purpose::Layer1 => self
-                .knowledge(relay)
-                .timers
-                .set(RelayTimer::Layer1Retry, retry_at),
-            Purpose::CatchUp => {
-                // The gap was not caught up: sync those items fully again.
-                if let Some(state) = self.relays.state_mut(relay) {
-                    state.repos.clear();
-                    state.root_events.clear();
-                }
-                self.knowledge(relay)
-                    .timers
-                    .set(RelayTimer::Replan, retry_at);
-            }
-            Purpose::Gap => {
-                // Live coverage is rebuilt later, catching up again from
-                // the same moment.
-                if let (Some(conn), Some(from)) = (self.relays.conn_mut(relay), info.covers_from) {
-                    conn.live_gap_since =
-                        Some(conn.live_gap_since.map_or(from, |gap| gap.min(from)));
-                }
-                self.knowledge(relay)
-                    .timers
-                    .set(RelayTimer::RebuildLive, retry_at);
-            }
-            Purpose::Poll => {
-                // `poll_from` stays: the next poll covers this one's span.
-                if let Some(session) = self.relays.connected_mut(relay) {
-                    session.timers.set(RelayTimer::Poll, retry_at);
-                }
-            }
+        for (id, sub) in closing {
+            self.send_close(relay, id, &sub);
         }
     }
 

@@ -216,6 +216,65 @@ impl RelaySession {
         }
     }
 
+    /// Fails `batch` for `reason`: it and its queued jobs are dropped, the
+    /// failure is counted for the retry delay, and what retries it is timed
+    /// by its purpose — its items are planned again, Layer 1 retried, a
+    /// catch-up's items synced fully again (the gap was not caught up), a
+    /// gap's live coverage rebuilt from the same moment, a poll repeated
+    /// (`poll_from` stays: the next poll covers this one's span). Returns
+    /// its open subscriptions, to be closed; `None` if there is no such
+    /// batch.
+    pub(crate) fn fail_batch(
+        &mut self,
+        batch: BatchId,
+        now: Now,
+        reason: &str,
+        config: &EngineConfig,
+    ) -> Option<Vec<(SubscriptionId, Sub)>> {
+        let info = self.batches.remove(&batch)?;
+        self.last_error = Some(format!("batch failed: {reason}"));
+        self.pending.remove_batch(batch);
+        let mut closing = Vec::new();
+        if let Some(conn) = self.conn.as_mut() {
+            conn.queue.retain(|queued| queued.batch != batch);
+            let ids: Vec<SubscriptionId> = conn
+                .subs
+                .iter()
+                .filter(|(_, sub)| sub.batch() == Some(batch))
+                .map(|(id, _)| id.clone())
+                .collect();
+            closing = ids
+                .into_iter()
+                .filter_map(|id| conn.subs.shift_remove(&id).map(|sub| (id, sub)))
+                .collect();
+        }
+        let retry_at = now.instant + self.work_failed(&config.health);
+        match info.purpose {
+            Purpose::Items => self.timers.set(RelayTimer::Replan, retry_at),
+            Purpose::Layer1 => self.timers.set(RelayTimer::Layer1Retry, retry_at),
+            Purpose::CatchUp => {
+                if let Some(state) = self.state.as_mut() {
+                    state.repos.clear();
+                    state.root_events.clear();
+                }
+                self.timers.set(RelayTimer::Replan, retry_at);
+            }
+            Purpose::Gap => {
+                if let (Some(conn), Some(from)) = (self.conn.as_mut(), info.covers_from) {
+                    conn.live_gap_since =
+                        Some(conn.live_gap_since.map_or(from, |gap| gap.min(from)));
+                }
+                self.timers.set(RelayTimer::RebuildLive, retry_at);
+            }
+            Purpose::Poll => {
+                if self.conn.is_some() {
+                    self.timers.set(RelayTimer::Poll, retry_at);
+                }
+            }
+        }
+        Some(closing)
+    }
+
     /// Records progress of `batch` at `now`.
     pub(crate) fn progress(&mut self, batch: BatchId, now: Instant) {
         if let Some(info) = self.batches.get_mut(&batch) {
