@@ -8,7 +8,6 @@ use tracing::{info, warn};
 
 use super::classify::classify;
 use super::runtime::{Job, Sub};
-use super::timer_table::RelayTimer;
 use super::trust::Arrived;
 use super::{Command, SyncEngine};
 use crate::clock::Now;
@@ -280,21 +279,8 @@ impl SyncEngine {
             Sub::Live { .. } => {
                 if slot_refused {
                     self.requeue_live(now, relay, id);
-                } else {
-                    if let Some(conn) = self.relays.conn_mut(relay) {
-                        conn.subs.shift_remove(id);
-                        conn.forget_live(id);
-                        // Live coverage is gone until the rebuild: the rebuilt
-                        // REQs fetch what was published meanwhile.
-                        conn.live_gap_since.get_or_insert(now.unix);
-                    }
-                    let delay = self
-                        .relays
-                        .entry(relay.clone())
-                        .work_failed(&self.config.health);
-                    self.knowledge(relay)
-                        .timers
-                        .set(RelayTimer::RebuildLive, now.instant + delay);
+                } else if let Some(session) = self.relays.get_mut(relay) {
+                    session.live_closed(id, now, &self.config);
                 }
             }
             Sub::Negentropy { filter, sent, .. } => {

@@ -849,6 +849,20 @@ impl RelaySession {
         }
     }
 
+    /// The relay closed the live subscription `id` without refusing its
+    /// slot: live coverage is gone until the rebuild, due after the work
+    /// retry's delay; the rebuilt REQs fetch what was published meanwhile.
+    pub(crate) fn live_closed(&mut self, id: &SubscriptionId, now: Now, config: &EngineConfig) {
+        if let Some(conn) = self.conn.as_mut() {
+            conn.subs.shift_remove(id);
+            conn.forget_live(id);
+            conn.live_gap_since.get_or_insert(now.unix);
+        }
+        let delay = self.work_failed(&config.health);
+        self.timers
+            .set(RelayTimer::RebuildLive, now.instant + delay);
+    }
+
     /// Files the live subscription `id` of `filters`, just opened, in `list`.
     pub(crate) fn file_live(
         &mut self,
