@@ -1,10 +1,10 @@
 //! Signed NIP-34 events (and the NIP-01/NIP-22 events around them) for tests.
 //!
 //! Every builder takes the author's [`Keys`] and a `created_at` in unix
-//! seconds (`at`) unless the time does not matter ([`T0`](crate::ids::T0)).
+//! seconds (`at`) unless the time does not matter ([`T0`]).
 //! Repositories are named by their coordinate text (anything that displays as
 //! `30617:<owner-hex>:<identifier>`, such as the core's `RepoRef` or
-//! [`coordinate`](crate::ids::coordinate)).
+//! [`coordinate`]).
 
 use std::fmt::Display;
 

@@ -33,24 +33,27 @@
 #[path = "../sidecar/args.rs"]
 mod args;
 mod dataset;
-/// The git servers of grasp-purgatory's tests (smart HTTP over
-/// `git http-backend`, source repositories, a temporary directory).
+// Plain comments, not `///`: an outer doc on a module makes rustdoc resolve
+// the intra-doc links of the module's own `//!` docs in this scope, where
+// they break (rust-lang/rust#134904).
+// The git servers of grasp-purgatory's tests (smart HTTP over
+// `git http-backend`, source repositories, a temporary directory).
 #[path = "../../../grasp-purgatory/tests/support/mod.rs"]
 mod git_support;
-/// The sidecar's `/`, `/metrics` and `/status`.
+// The sidecar's `/`, `/metrics` and `/status`.
 #[path = "../sidecar/http.rs"]
 mod http;
 mod oracle;
-/// The sidecar's status page.
+// The sidecar's status page.
 #[path = "../sidecar/page.rs"]
 mod page;
 mod progress;
-/// The relays of grasp-sync-tokio's tests (a nostr-relay-builder relay
-/// behind a proxy that can refuse NIP-77 and clamp limits) and a client.
+// The relays of grasp-sync-tokio's tests (a nostr-relay-builder relay
+// behind a proxy that can refuse NIP-77 and clamp limits) and a client.
 #[path = "../../../grasp-sync-tokio/tests/support/mod.rs"]
 mod relay_support;
 mod report;
-/// The sidecar's status as JSON.
+// The sidecar's status as JSON.
 #[path = "../sidecar/status_json.rs"]
 mod status_json;
 mod world;

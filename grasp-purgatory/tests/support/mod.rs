@@ -4,7 +4,7 @@
 //! sockets bound to `127.0.0.1` / `::1` only, and tears them down on `Drop`.
 //!
 //! * [`TempDir`]: a unique temporary directory removed on drop.
-//! * [`git`], [`git_with_input`], [`fetch_by_sha`]: run the `git` CLI with an isolated
+//! * [`git`](fn@git), [`git_with_input`], [`fetch_by_sha`]: run the `git` CLI with an isolated
 //!   environment (no system or user config, no prompts, `safe.directory=*`).
 //! * [`SourceRepo`]: a bare repository that tests put commits into.
 //! * [`GitDaemon`]: `git daemon` serving a base directory over `git://`.

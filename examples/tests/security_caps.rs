@@ -1,0 +1,430 @@
+//! SECURITY.md states every cap with its default: this test reads its tables
+//! and compares each row with the code. It fails when a value differs, when a
+//! row names a field or constant it does not know, and when a configuration
+//! struct has a field that is neither in the tables nor classified below as
+//! not a cap (so a new limit has to be documented).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use grasp_purgatory::PurgatoryConfig;
+use grasp_sync_core::engine::EngineConfig;
+use grasp_sync_tokio::ConnectionConfig;
+
+const SECURITY_MD: &str = include_str!("../../SECURITY.md");
+
+/// A count or a number of bytes, as the tables write it.
+fn count(n: impl Into<u64>) -> String {
+    n.into().to_string()
+}
+
+/// A `usize` count.
+fn size(n: usize) -> String {
+    n.to_string()
+}
+
+/// A duration, as the tables write it: `N s`, or `N ms` below whole seconds.
+fn duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// Every row the tables may have, with the code's default.
+fn code_defaults() -> BTreeMap<&'static str, String> {
+    let e = EngineConfig::default();
+    let c = ConnectionConfig::default();
+    let p = PurgatoryConfig::default();
+    let rows = [
+        ("EngineConfig::max_relays", size(e.max_relays)),
+        (
+            "EngineConfig::max_relays_per_announcement",
+            size(e.max_relays_per_announcement),
+        ),
+        (
+            "EngineConfig::max_unannounced_repos",
+            size(e.max_unannounced_repos),
+        ),
+        (
+            "EngineConfig::max_unconfirmed_stores",
+            size(e.max_unconfirmed_stores),
+        ),
+        ("EngineConfig::refused_memory", size(e.refused_memory)),
+        (
+            "EngineConfig::received_ids_per_relay",
+            size(e.received_ids_per_relay),
+        ),
+        (
+            "EngineConfig::sent_replies_per_relay",
+            size(e.sent_replies_per_relay),
+        ),
+        (
+            "EngineConfig::max_negentropy_rounds",
+            count(e.max_negentropy_rounds),
+        ),
+        (
+            "EngineConfig::max_negentropy_need",
+            size(e.max_negentropy_need),
+        ),
+        (
+            "EngineConfig::negentropy_frame_size_limit",
+            count(e.negentropy_frame_size_limit),
+        ),
+        (
+            "EngineConfig::default_frame_budget",
+            size(e.default_frame_budget),
+        ),
+        ("EngineConfig::max_subscriptions", size(e.max_subscriptions)),
+        (
+            "EngineConfig::max_filters_per_req",
+            size(e.max_filters_per_req),
+        ),
+        ("EngineConfig::chunk_size", size(e.chunk_size)),
+        ("EngineConfig::page_limit", size(e.page_limit)),
+        ("EngineConfig::fetch_chunk", size(e.fetch_chunk)),
+        ("EngineConfig::fetch_attempts", count(e.fetch_attempts)),
+        ("EngineConfig::batch_timeout", duration(e.batch_timeout)),
+        (
+            "EngineConfig::batch_stall_limit",
+            duration(e.batch_stall_limit),
+        ),
+        (
+            "EngineConfig::req_resume_attempts",
+            count(e.req_resume_attempts),
+        ),
+        (
+            "EngineConfig::negentropy_timeout",
+            duration(e.negentropy_timeout),
+        ),
+        ("EngineConfig::store_timeout", duration(e.store_timeout)),
+        ("EngineConfig::store_attempts", count(e.store_attempts)),
+        (
+            "EngineConfig::unreachable_after",
+            count(e.unreachable_after),
+        ),
+        (
+            "grasp_sync_core::engine::MAX_CANDIDATES",
+            size(grasp_sync_core::engine::MAX_CANDIDATES),
+        ),
+        (
+            "grasp_sync_core::engine::MIN_FRAME_BUDGET",
+            size(grasp_sync_core::engine::MIN_FRAME_BUDGET),
+        ),
+        (
+            "grasp_sync_core::url_policy::MAX_URL_LEN",
+            size(grasp_sync_core::url_policy::MAX_URL_LEN),
+        ),
+        (
+            "grasp_sync_core::nip34::MAX_IDENTIFIER_LEN",
+            size(grasp_sync_core::nip34::MAX_IDENTIFIER_LEN),
+        ),
+        (
+            "grasp_sync_core::nip34::MAX_REF_NAME_LEN",
+            size(grasp_sync_core::nip34::MAX_REF_NAME_LEN),
+        ),
+        (
+            "ConnectionConfig::max_message_size",
+            size(c.max_message_size),
+        ),
+        ("ConnectionConfig::max_frame_size", size(c.max_frame_size)),
+        (
+            "ConnectionConfig::inbound_bytes_per_relay",
+            size(c.inbound_bytes_per_relay),
+        ),
+        ("ConnectionConfig::outgoing_queue", size(c.outgoing_queue)),
+        (
+            "ConnectionConfig::verified_signatures",
+            size(c.verified_signatures),
+        ),
+        ("ConnectionConfig::ping_interval", duration(c.ping_interval)),
+        ("HeldLimits::total", size(p.limits.total)),
+        ("HeldLimits::per_repository", size(p.limits.per_repository)),
+        ("HeldLimits::per_author", size(p.limits.per_author)),
+        ("PurgatoryConfig::expiry", duration(p.expiry)),
+        (
+            "GitFetcherConfig::fetch_timeout",
+            duration(p.git.fetch_timeout),
+        ),
+        (
+            "GitFetcherConfig::max_pack_bytes",
+            p.git.max_pack_bytes.map_or("none".to_owned(), count),
+        ),
+        (
+            "GitFetcherConfig::max_concurrent_fetches",
+            size(p.git.max_concurrent_fetches),
+        ),
+        (
+            "ThrottleConfig::max_concurrent",
+            count(p.throttle.max_concurrent),
+        ),
+        (
+            "ThrottleConfig::max_per_minute",
+            count(p.throttle.max_per_minute),
+        ),
+        ("ThrottleConfig::window", duration(p.throttle.window)),
+        (
+            "grasp_purgatory::git::MAX_OIDS_PER_FETCH",
+            size(grasp_purgatory::git::MAX_OIDS_PER_FETCH),
+        ),
+        (
+            "grasp_purgatory::MAX_SINGLE_FETCHES",
+            size(grasp_purgatory::MAX_SINGLE_FETCHES),
+        ),
+        (
+            "grasp_purgatory::git::RESOLVE_TIMEOUT",
+            duration(grasp_purgatory::git::RESOLVE_TIMEOUT),
+        ),
+        (
+            "grasp_sync_core::purgatory::MAX_REPOSITORY_MAINTAINERS",
+            size(grasp_sync_core::purgatory::MAX_REPOSITORY_MAINTAINERS),
+        ),
+        (
+            "grasp_purgatory::MAX_LISTED_REPOSITORIES",
+            size(grasp_purgatory::MAX_LISTED_REPOSITORIES),
+        ),
+    ];
+    let mut map = BTreeMap::new();
+    for (field, value) in rows {
+        assert!(map.insert(field, value).is_none(), "{field} listed twice");
+    }
+    map
+}
+
+/// Fields of each configuration struct that are not caps, and why; every
+/// other field must have a row in SECURITY.md.
+const NOT_CAPS: &[(&str, &[&str])] = &[
+    (
+        "EngineConfig",
+        &[
+            // Retry timing, described in prose under the sync table.
+            "health",
+            // When things happen, not how much a stranger can make us do.
+            "batch_window",
+            "quick_reconnect_window",
+            "consolidation_threshold",
+            "daily_min",
+            "daily_max",
+            "disconnect_check_interval",
+            "uncovered_poll_interval",
+            // A share of the subscription limit kept for history.
+            "historic_slots",
+            // The URL policy, described in its own section.
+            "relay_policy",
+            // The operator's own choices.
+            "service_relays",
+            "bootstrap_relays",
+            "own_relay",
+            "seed",
+        ],
+    ),
+    ("ConnectionConfig", &[]),
+    (
+        "PurgatoryConfig",
+        &[
+            // The main loop's longest sleep.
+            "loop_interval",
+            // Debounce and backoff of the sync queue.
+            "queue",
+            // Structs of their own, checked as such.
+            "throttle",
+            "git",
+            "limits",
+            // The operator's own choices.
+            "own_service",
+            "repositories_managed_externally",
+            "persist_path",
+        ],
+    ),
+    (
+        "GitFetcherConfig",
+        &[
+            "git_program",
+            "prlimit_program",
+            // The clone URL policy, described in its own section.
+            "policy",
+            "resolver",
+        ],
+    ),
+    ("HeldLimits", &[]),
+    ("ThrottleConfig", &[]),
+];
+
+/// The field names of a struct, from its pretty `Debug` output: the lines
+/// indented one level that name a field.
+fn debug_fields(pretty: &str) -> BTreeSet<String> {
+    pretty
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("    ")?;
+            if rest.starts_with(' ') {
+                return None;
+            }
+            let (name, _) = rest.split_once(": ")?;
+            name.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                .then(|| name.to_owned())
+        })
+        .collect()
+}
+
+/// Every configuration struct's fields, enumerated from the code.
+fn struct_fields() -> BTreeMap<&'static str, BTreeSet<String>> {
+    let p = PurgatoryConfig::default();
+    BTreeMap::from([
+        (
+            "EngineConfig",
+            debug_fields(&format!("{:#?}", EngineConfig::default())),
+        ),
+        (
+            "ConnectionConfig",
+            debug_fields(&format!("{:#?}", ConnectionConfig::default())),
+        ),
+        ("PurgatoryConfig", debug_fields(&format!("{p:#?}"))),
+        ("GitFetcherConfig", debug_fields(&format!("{:#?}", p.git))),
+        ("HeldLimits", debug_fields(&format!("{:#?}", p.limits))),
+        (
+            "ThrottleConfig",
+            debug_fields(&format!("{:#?}", p.throttle)),
+        ),
+    ])
+}
+
+/// The rows of every table of SECURITY.md whose header starts with
+/// `first | second`: the first cell without backticks, and the second up
+/// to a comment in parentheses.
+fn table_rows(first: &str, second: &str) -> Vec<(String, String)> {
+    let mut rows = Vec::new();
+    let mut in_table = false;
+    for line in SECURITY_MD.lines() {
+        let Some(inner) = line.trim().strip_prefix('|') else {
+            in_table = false;
+            continue;
+        };
+        let cells: Vec<&str> = inner.split('|').map(str::trim).collect();
+        if cells.len() < 2 {
+            continue;
+        }
+        if cells[0] == first && cells[1] == second {
+            in_table = true;
+            continue;
+        }
+        if !in_table || cells[0].starts_with("---") {
+            continue;
+        }
+        let name = cells[0].trim_matches('`').to_owned();
+        let value = cells[1]
+            .split(" (")
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        rows.push((name, value));
+    }
+    rows
+}
+
+#[test]
+fn every_cap_in_security_md_is_the_code_default() {
+    let code = code_defaults();
+    let rows = table_rows("field", "default");
+    assert!(rows.len() > 40, "the cap tables were not found: {rows:?}");
+
+    let mut problems = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (field, value) in &rows {
+        if !seen.insert(field.clone()) {
+            problems.push(format!("{field}: listed twice"));
+        }
+        match code.get(field.as_str()) {
+            None => problems.push(format!("{field}: not a cap this test knows")),
+            Some(default) if default != value => problems.push(format!(
+                "{field}: SECURITY.md says {value:?}, the code's default is {default:?}"
+            )),
+            Some(_) => {}
+        }
+    }
+    for field in code.keys() {
+        if !seen.contains(*field) {
+            problems.push(format!("{field}: a cap missing from SECURITY.md"));
+        }
+    }
+    assert!(problems.is_empty(), "SECURITY.md:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn every_config_field_is_a_documented_cap_or_classified_as_none() {
+    let documented: BTreeSet<String> = table_rows("field", "default")
+        .into_iter()
+        .map(|(field, _)| field)
+        .collect();
+    let not_caps: BTreeMap<&str, &[&str]> = NOT_CAPS.iter().copied().collect();
+    let mut problems = Vec::new();
+    for (name, fields) in struct_fields() {
+        assert!(!fields.is_empty(), "no fields read from {name}'s Debug");
+        let exempt = not_caps.get(name).copied().unwrap_or_default();
+        for field in &fields {
+            let row = format!("{name}::{field}");
+            match (documented.contains(&row), exempt.contains(&field.as_str())) {
+                (false, false) => problems.push(format!(
+                    "{row}: neither in SECURITY.md nor classified as not a cap"
+                )),
+                (true, true) => {
+                    problems.push(format!("{row}: documented and classified as not a cap"))
+                }
+                _ => {}
+            }
+        }
+        for field in exempt {
+            if !fields.contains(*field) {
+                problems.push(format!("{name}::{field}: classified but not a field"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Evaluates a constant's initialiser as the source writes it: whole numbers
+/// (with `_` separators) multiplied together.
+fn evaluate(expression: &str) -> Option<u64> {
+    expression.split('*').try_fold(1u64, |product, factor| {
+        let digits: String = factor.trim().chars().filter(|c| *c != '_').collect();
+        product.checked_mul(digits.parse().ok()?)
+    })
+}
+
+#[test]
+fn every_fixed_bound_in_security_md_is_the_constant_in_the_source() {
+    let rows = table_rows("constant", "value");
+    assert!(!rows.is_empty(), "the fixed-bounds table was not found");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let mut problems = Vec::new();
+    for (location, value) in rows {
+        let Some((path, name)) = location.split_once(": ") else {
+            problems.push(format!("{location}: not `<file>: <CONSTANT>`"));
+            continue;
+        };
+        let source = match std::fs::read_to_string(format!("{root}/{path}")) {
+            Ok(source) => source,
+            Err(error) => {
+                problems.push(format!("{location}: cannot read {path}: {error}"));
+                continue;
+            }
+        };
+        let needle = format!("const {name}: ");
+        let found = source.lines().find_map(|line| {
+            let (_, rest) = line.split_once(&needle)?;
+            let (_, expression) = rest.split_once(" = ")?;
+            evaluate(expression.trim_end_matches(';'))
+        });
+        match found {
+            None => problems.push(format!("{location}: no numeric `const {name}` in {path}")),
+            Some(code) if code.to_string() != value => problems.push(format!(
+                "{location}: SECURITY.md says {value}, the source says {code}"
+            )),
+            Some(_) => {}
+        }
+    }
+    assert!(problems.is_empty(), "SECURITY.md:\n{}", problems.join("\n"));
+}
