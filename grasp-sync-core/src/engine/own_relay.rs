@@ -239,11 +239,7 @@ impl SyncEngine {
             self.own.caught_up_to = Some(now.unix);
         }
         let backoff = self.config.health.own_relay_backoff;
-        let delay = self
-            .own
-            .retry
-            .get_or_insert_with(|| Retry::new(backoff))
-            .fail();
+        let delay = Retry::fail_in(&mut self.own.retry, backoff);
         self.own.link = OwnLink::Closed {
             reconnect_at: now.instant + delay,
         };

@@ -542,9 +542,7 @@ impl RelaySession {
     /// ([`HealthConfig::work_backoff`]).
     pub(crate) fn work_failed(&mut self, health: &HealthConfig) -> std::time::Duration {
         let backoff = health.work_backoff;
-        self.work_retry
-            .get_or_insert_with(|| Retry::new(backoff))
-            .fail()
+        Retry::fail_in(&mut self.work_retry, backoff)
     }
 
     /// Historic work on the relay was confirmed: its next failure starts

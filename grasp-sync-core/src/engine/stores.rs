@@ -310,11 +310,7 @@ impl SyncEngine {
                     // One round of retries per backoff step, however many
                     // events the store refused in it.
                     let backoff = self.config.health.store_backoff;
-                    let delay = self
-                        .stores
-                        .refusals
-                        .get_or_insert_with(|| Retry::new(backoff))
-                        .fail();
+                    let delay = Retry::fail_in(&mut self.stores.refusals, backoff);
                     debug!(%id, reason, ?delay, "store refused for now; retrying");
                     self.stores.retry_at = Some(now.instant + delay);
                 }
