@@ -12,7 +12,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use nostr::prelude::RelayUrl;
 
-use super::SyncEngine;
 use crate::clock::Instant;
 
 /// Each relay's next deadline, and how many relays wait for each instant.
@@ -24,7 +23,7 @@ pub(super) struct DeadlineTable {
 
 impl DeadlineTable {
     /// Sets (or clears) `relay`'s deadline.
-    fn set(&mut self, relay: &RelayUrl, at: Option<Instant>) {
+    pub(super) fn set(&mut self, relay: &RelayUrl, at: Option<Instant>) {
         let old = match at {
             Some(at) => self.by_relay.insert(relay.clone(), at),
             None => self.by_relay.remove(relay),
@@ -50,36 +49,9 @@ impl DeadlineTable {
         self.instants.keys().next().copied()
     }
 
-    fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.by_relay.clear();
         self.instants.clear();
-    }
-}
-
-impl SyncEngine {
-    /// Refreshes `relay`'s entry in the deadline table.
-    pub(super) fn refresh_deadline(&mut self, relay: &RelayUrl) {
-        let at = self.relays.get(relay).and_then(|session| {
-            let health = session
-                .health
-                .poll_timeout(self.last_now(), &self.config.health);
-            session.next_deadline(
-                &self.config,
-                health,
-                self.last_now(),
-                self.config.rate_window(),
-            )
-        });
-        self.deadlines.set(relay, at);
-    }
-
-    /// Rebuilds the deadline table for every relay the engine knows.
-    pub(super) fn refresh_all_deadlines(&mut self) {
-        let relays: Vec<RelayUrl> = self.relays.urls().cloned().collect();
-        self.deadlines.clear();
-        for relay in relays {
-            self.refresh_deadline(&relay);
-        }
     }
 }
 

@@ -2,28 +2,32 @@
 //! connection, its health and retries, its timers and counters — and the
 //! collection of them the engine routes inputs to by URL.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use indexmap::IndexMap;
+use nostr::filter::MatchEventOptions;
+use nostr::prelude::{EventId, Filter, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
+use tracing::{debug, info, warn};
 
-use nostr::prelude::{Filter, RelayUrl, SubscriptionId};
-
-use super::classify::Classified;
+use super::classify::{classify, Classified};
 use super::config::MIN_FRAME_BUDGET;
 use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
-use super::live::LiveList;
 use super::outbox::Outbox;
-use super::runtime::{BatchInfo, Job, Purpose, QueuedJob, RelayConn, Sub};
+use super::runtime::{BatchInfo, Job, Purpose, QueuedJob, RelayConn, ReqWatch, Sub};
+use super::session::{NegSession, SessionCaps, SessionError, Step};
+use super::stats::EngineStats;
+use super::stores::StoreTracker;
 use super::timer_table::{RelayTimer, TimerTable};
 use super::Command;
 use crate::clock::{Instant, Now};
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, FilterMode};
 use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
 use crate::model::{
-    BatchId, ConnectionStatus, PendingBatch, PendingItems, RelayPending, RelayProgress, RelayState,
-    SyncMethod,
+    BatchId, ConnectionStatus, PendingBatch, PendingItems, RelayPending, RelayState, SyncMethod,
 };
+use crate::pagination::{PageOutcome, PaginationState};
+use crate::planner::RepoSyncIndex;
+use crate::verified::{Forged, VerifiedEvent};
 
 /// Everything about one relay: what we learned about it (kept across
 /// connections), its open connection if any, and its counters.
@@ -177,104 +181,6 @@ impl RelaySession {
         rate.is_none_or(|rate| within < rate)
     }
 
-    /// Starts batch `batch` of `jobs` syncing `items` by `method`: its jobs
-    /// join the queue (a gap's or a poll's at the front: they close a hole
-    /// in live coverage).
-    pub(crate) fn start_batch(
-        &mut self,
-        batch: BatchId,
-        now: Now,
-        purpose: Purpose,
-        items: PendingItems,
-        method: SyncMethod,
-        jobs: Vec<Job>,
-    ) {
-        self.pending
-            .insert(PendingBatch::new(batch, items, method, now.instant));
-        self.batches.insert(
-            batch,
-            BatchInfo {
-                purpose,
-                jobs: jobs.len(),
-                stores: 0,
-                last_progress: now.instant,
-                started_unix: now.unix,
-                fetching: Default::default(),
-                covers_from: None,
-                req_resumes: 0,
-            },
-        );
-        if let Some(conn) = self.conn.as_mut() {
-            let queued = jobs.into_iter().map(|job| QueuedJob { batch, job });
-            if matches!(purpose, Purpose::Gap | Purpose::Poll) {
-                for job in queued.rev() {
-                    conn.queue.push_front(job);
-                }
-            } else {
-                conn.queue.extend(queued);
-            }
-        }
-    }
-
-    /// Fails `batch` for `reason`: it and its queued jobs are dropped, the
-    /// failure is counted for the retry delay, and what retries it is timed
-    /// by its purpose — its items are planned again, Layer 1 retried, a
-    /// catch-up's items synced fully again (the gap was not caught up), a
-    /// gap's live coverage rebuilt from the same moment, a poll repeated
-    /// (`poll_from` stays: the next poll covers this one's span). Returns
-    /// its open subscriptions, to be closed; `None` if there is no such
-    /// batch.
-    pub(crate) fn fail_batch(
-        &mut self,
-        batch: BatchId,
-        now: Now,
-        reason: &str,
-        config: &EngineConfig,
-    ) -> Option<Vec<(SubscriptionId, Sub)>> {
-        let info = self.batches.remove(&batch)?;
-        self.last_error = Some(format!("batch failed: {reason}"));
-        self.pending.remove_batch(batch);
-        let mut closing = Vec::new();
-        if let Some(conn) = self.conn.as_mut() {
-            conn.queue.retain(|queued| queued.batch != batch);
-            let ids: Vec<SubscriptionId> = conn
-                .subs
-                .iter()
-                .filter(|(_, sub)| sub.batch() == Some(batch))
-                .map(|(id, _)| id.clone())
-                .collect();
-            closing = ids
-                .into_iter()
-                .filter_map(|id| conn.subs.shift_remove(&id).map(|sub| (id, sub)))
-                .collect();
-        }
-        let retry_at = now.instant + self.work_failed(&config.health);
-        match info.purpose {
-            Purpose::Items => self.timers.set(RelayTimer::Replan, retry_at),
-            Purpose::Layer1 => self.timers.set(RelayTimer::Layer1Retry, retry_at),
-            Purpose::CatchUp => {
-                if let Some(state) = self.state.as_mut() {
-                    state.repos.clear();
-                    state.root_events.clear();
-                }
-                self.timers.set(RelayTimer::Replan, retry_at);
-            }
-            Purpose::Gap => {
-                if let (Some(conn), Some(from)) = (self.conn.as_mut(), info.covers_from) {
-                    conn.live_gap_since =
-                        Some(conn.live_gap_since.map_or(from, |gap| gap.min(from)));
-                }
-                self.timers.set(RelayTimer::RebuildLive, retry_at);
-            }
-            Purpose::Poll => {
-                if self.conn.is_some() {
-                    self.timers.set(RelayTimer::Poll, retry_at);
-                }
-            }
-        }
-        Some(closing)
-    }
-
     /// Records progress of `batch` at `now`.
     pub(crate) fn progress(&mut self, batch: BatchId, now: Instant) {
         if let Some(info) = self.batches.get_mut(&batch) {
@@ -306,43 +212,6 @@ impl RelaySession {
         };
         conn.queue.push_front(QueuedJob { batch, job });
         self.progress(batch, now);
-    }
-
-    /// Counts events of `batch` handed to the store (`+1`) or answered
-    /// (`-1`): whether the batch is done now (its jobs done, its last event
-    /// stored).
-    pub(crate) fn count_store(&mut self, batch: BatchId, delta: i32) -> bool {
-        let Some(info) = self.batches.get_mut(&batch) else {
-            return false;
-        };
-        info.stores = if delta >= 0 {
-            info.stores.saturating_add(delta.unsigned_abs() as usize)
-        } else {
-            info.stores.saturating_sub(delta.unsigned_abs() as usize)
-        };
-        info.is_done()
-    }
-
-    /// Removes the finished subscription slot `id`: its batch, and whether
-    /// the batch is done now. A poll whose last job finished schedules the
-    /// next poll (it does not wait for a slow store; it starts from where
-    /// the last confirmed poll did).
-    pub(crate) fn finish_job(
-        &mut self,
-        id: &SubscriptionId,
-        now: Instant,
-        config: &EngineConfig,
-    ) -> Option<(BatchId, bool)> {
-        let batch = self.conn.as_mut()?.subs.shift_remove(id)?.batch()?;
-        self.progress(batch, now);
-        let info = self.batches.get_mut(&batch)?;
-        info.jobs = info.jobs.saturating_sub(1);
-        let done = info.is_done();
-        if info.jobs == 0 && info.purpose == Purpose::Poll && self.conn.is_some() {
-            self.timers
-                .set_unless_set(RelayTimer::Poll, now + config.uncovered_poll_interval);
-        }
-        Some((batch, done))
     }
 
     /// `filters` packed, in order, into as few REQs as the relay's filter
@@ -463,26 +332,33 @@ impl RelaySession {
 
     /// A relay that drops the connection right after a large frame (strfry
     /// closes the socket on any frame over its limit, without a word) gets
-    /// half that frame as its budget, so the next attempt fits: the frame
-    /// and the new budget, if it was lowered.
-    pub(crate) fn learn_frame_budget(&mut self, now: Instant) -> Option<(usize, usize)> {
-        let len = self.conn.as_ref()?.large_frame_before(now)?;
+    /// half that frame as its budget, so the next attempt fits (counted and
+    /// logged when it was lowered).
+    pub(crate) fn learn_frame_budget(&mut self, cx: &mut Ctx<'_>, now: Instant) {
+        let Some(len) = self
+            .conn
+            .as_ref()
+            .and_then(|conn| conn.large_frame_before(now))
+        else {
+            return;
+        };
         if len <= MIN_FRAME_BUDGET {
-            return None;
+            return;
         }
         let budget = (len / 2).max(MIN_FRAME_BUDGET);
         if self.learned_frame_budget.is_some_and(|old| budget >= old) {
-            return None;
+            return;
         }
         self.learned_frame_budget = Some(budget);
-        Some((len, budget))
+        cx.stats.frame_budget_lowered += 1;
+        warn!(relay = %cx.relay, frame = len, budget, "relay dropped the connection after a large frame; sending smaller frames");
     }
 
     /// The bookkeeping of a closed connection: what was not caught up is
     /// remembered, the connection and its batches are forgotten (their items
     /// are planned again), the confirmed state kept for a quick reconnect,
     /// the health told.
-    pub(crate) fn connection_closed(&mut self, now: Now, config: &EngineConfig) {
+    pub(crate) fn connection_closed(&mut self, cx: &mut Ctx<'_>, now: Now) {
         self.remember_uncaught();
         self.timers.clear(RelayTimer::Poll);
         self.conn = None;
@@ -494,7 +370,8 @@ impl RelaySession {
             // up from here minus the window.
             state.last_connected = Some(now.unix);
         }
-        self.health.on_disconnected(now.instant, &config.health);
+        self.health.on_disconnected(now.instant, &cx.config.health);
+        debug!(relay = %cx.relay, failures = self.health.consecutive_failures(), "relay disconnected");
     }
 
     /// Forgets every batch in flight.
@@ -1122,192 +999,1674 @@ pub(crate) struct LivePlan {
     pub(crate) polled: indexmap::IndexSet<nostr::prelude::Filter>,
 }
 
-/// Every relay's session, by URL, in the order they were first met (so
-/// every walk over them is deterministic).
-#[derive(Debug, Default)]
-pub(crate) struct Relays {
-    sessions: IndexMap<RelayUrl, RelaySession>,
-    /// How many sessions have a state (tracked relays).
-    tracked: usize,
+/// What a session's handlers are given besides the session: its relay's
+/// URL, the configuration, and the parts of the engine that span relays
+/// and that one relay's work reads or adds to — the outbox, the counters,
+/// the store tracker (an event is stored once, whichever relay sent it) and
+/// the repository index.
+pub(crate) struct Ctx<'a> {
+    /// The session's relay.
+    pub(crate) relay: &'a RelayUrl,
+    /// The engine's configuration.
+    pub(crate) config: &'a EngineConfig,
+    /// Where commands go.
+    pub(crate) out: &'a mut Outbox,
+    /// The engine's counters.
+    pub(crate) stats: &'a mut EngineStats,
+    /// Every event between `Command::Store` and the store's answer.
+    pub(crate) stores: &'a mut StoreTracker,
+    /// The repositories we sync (a confirmation counts only theirs).
+    pub(crate) repos: &'a RepoSyncIndex,
 }
 
-/// The session of a relay the engine does not know: nothing learned.
-static UNKNOWN: std::sync::LazyLock<RelaySession> = std::sync::LazyLock::new(RelaySession::default);
+impl Ctx<'_> {
+    /// `false` while the store falls behind: new historic jobs and next
+    /// pages wait (backpressure).
+    pub(crate) fn store_keeps_up(&self) -> bool {
+        self.stores.keeps_up(self.config)
+    }
+}
 
-impl Relays {
-    /// Starts tracking `relay` (its session is created if needed);
-    /// registering a tracked relay as bootstrap marks it bootstrap, it never
-    /// unmarks.
-    pub(crate) fn register(&mut self, relay: RelayUrl, is_bootstrap: bool) {
-        let session = self.sessions.entry(relay).or_default();
-        match &mut session.state {
-            Some(state) => state.is_bootstrap |= is_bootstrap,
-            None => {
-                session.state = Some(RelayState::new(is_bootstrap));
-                self.tracked += 1;
+/// Why a negentropy session of a filter ended without reconciling it
+/// ([`RelaySession::negentropy_failed`]).
+#[derive(Debug)]
+pub(crate) enum NegFailure<'a> {
+    /// The relay refused NIP-77: a NEG-ERR, a NOTICE, CLOSED on the session
+    /// id. `close`: send NEG-CLOSE if the session was opened (a NOTICE
+    /// names no session; CLOSED and NEG-ERR end it already).
+    Refused {
+        /// What the relay said.
+        reason: &'a str,
+        /// Whether the relay may still hold the session.
+        close: bool,
+    },
+    /// No answer to NEG-OPEN within the negentropy timeout.
+    Unanswered,
+    /// The store could not list its items for the filter (never reconcile
+    /// from an empty set: that downloads everything as if we held nothing).
+    StoreCannotList(&'a str),
+    /// The relay's frame budget shrank below a NEG frame for the filter.
+    FrameTooSmall,
+    /// The session could not start from our items.
+    CannotStart(SessionError),
+    /// A round failed: a cap was hit or the relay's message was unreadable.
+    Round(SessionError),
+}
+
+/// Which list of live subscriptions a new one belongs to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum LiveList {
+    /// The Layer 1 subscription opened at connect.
+    Layer1,
+    /// Opened by a consolidation (or re-sent after a refusal).
+    Base,
+    /// Added for new items since the last consolidation.
+    Incremental,
+}
+
+/// An EVENT as it reaches the session: verified by the driver, or not yet.
+#[derive(Debug)]
+pub(crate) enum Arrived {
+    /// From a plain `RelayMessage`: verified here if it matches.
+    Unchecked(nostr::prelude::Event),
+    /// Verified by the driver.
+    Verified(VerifiedEvent),
+}
+
+impl Arrived {
+    fn event(&self) -> &nostr::prelude::Event {
+        match self {
+            Arrived::Unchecked(event) => event,
+            Arrived::Verified(event) => event,
+        }
+    }
+}
+
+/// Below this many events a page that repeats one second is taken for the
+/// end of the results, not for a relay's page limit (no relay caps pages
+/// that low), unless the relay told us its limit.
+const PLAUSIBLE_PAGE_LEN: usize = 50;
+
+/// The session's handlers: what the relay's messages and timeouts, and the
+/// work the engine plans for it, do to its subscriptions and batches, and
+/// the commands they emit.
+impl RelaySession {
+    /// Emits `command` ([`RelaySession::send`]).
+    fn emit(&mut self, cx: &mut Ctx<'_>, command: Command) {
+        self.send(cx.out, command);
+    }
+
+    // --- Messages -------------------------------------------------------
+
+    /// A relay message other than EVENT (those go through
+    /// [`RelaySession::admit`]): EOSE, CLOSED, NOTICE, a `rate-limited:`
+    /// OK, NEG-MSG, NEG-ERR.
+    pub(crate) fn on_message(&mut self, cx: &mut Ctx<'_>, now: Now, message: RelayMessage<'_>) {
+        match message {
+            RelayMessage::EndOfStoredEvents(id) => self.on_eose(cx, now, &id),
+            RelayMessage::Closed {
+                subscription_id,
+                message,
+            } => self.on_closed(cx, now, &subscription_id, &message),
+            RelayMessage::Notice(message) => self.on_notice(cx, now, &message),
+            RelayMessage::Ok {
+                status: false,
+                message,
+                ..
+            } if classify(&message).rate_limited => self.heed_rate_limit(cx, now),
+            RelayMessage::NegMsg {
+                subscription_id,
+                message,
+            } => self.on_neg_msg(cx, now, &subscription_id, &message),
+            RelayMessage::NegErr {
+                subscription_id,
+                message,
+            } => self.on_neg_err(cx, now, &subscription_id, &message),
+            _ => {}
+        }
+    }
+
+    /// Trust: the event `arrived` on subscription `id`, if it matches a
+    /// filter of that subscription and its id and signature verify (here,
+    /// unless the driver did), with the batch it counts for; `None` (counted
+    /// in the stats) otherwise. An event on a live subscription closed by a
+    /// consolidation is still admitted if it matches the filters it had.
+    pub(crate) fn admit(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        now: Now,
+        id: &SubscriptionId,
+        arrived: Arrived,
+    ) -> Option<(VerifiedEvent, Option<BatchId>)> {
+        let event = arrived.event();
+        let conn = self.conn.as_mut()?;
+        let options = MatchEventOptions::new();
+        let matches = match conn.subs.get(id) {
+            Some(Sub::Live { filters, .. }) | Some(Sub::Poll { filters, .. }) => filters
+                .iter()
+                .any(|filter| filter.match_event(event, options)),
+            Some(Sub::Req { paging, .. }) => paging.matches(event),
+            Some(Sub::Fetch { filter, .. }) => filter.match_event(event, options),
+            Some(Sub::Negentropy { .. }) => false,
+            // Sent before the relay saw our CLOSE of a consolidated live
+            // subscription: still something we asked for.
+            None => match conn.closed_live.get(id) {
+                Some(filters) => filters
+                    .iter()
+                    .any(|filter| filter.match_event(event, options)),
+                None => {
+                    cx.stats.dropped_unknown_subscription += 1;
+                    return None;
+                }
+            },
+        };
+        if !matches {
+            cx.stats.dropped_off_filter += 1;
+            debug!(relay = %cx.relay, id = %event.id, "dropped event outside the subscription's filters");
+            return None;
+        }
+        let checked = match arrived {
+            Arrived::Verified(event) => Ok(event),
+            Arrived::Unchecked(event) => VerifiedEvent::verify(event),
+        };
+        let event = match checked {
+            Ok(event) => event,
+            Err(forged) => {
+                forged_event(cx.stats, cx.relay, &forged);
+                return None;
+            }
+        };
+        let batch = match self.conn.as_mut()?.subs.get_mut(id) {
+            Some(Sub::Req { batch, paging, .. }) => {
+                paging.on_event(event.id, event.created_at);
+                Some(*batch)
+            }
+            Some(Sub::Fetch { batch, missing, .. }) => {
+                missing.remove(&event.id);
+                Some(*batch)
+            }
+            Some(Sub::Poll {
+                batch,
+                pages,
+                received,
+                ..
+            }) => {
+                for (page, seen) in pages.iter_mut().zip(received.iter_mut()) {
+                    if page.matches(&event) {
+                        page.on_event(event.id, event.created_at);
+                        seen.push((event.id, event.created_at));
+                    }
+                }
+                Some(*batch)
+            }
+            _ => None,
+        };
+        if let Some(batch) = batch {
+            self.progress(batch, now.instant);
+        }
+        self.note_received(cx, event.id);
+        Some((event, batch))
+    }
+
+    /// Counts an event the relay sent, and whether it sent it lately
+    /// already.
+    fn note_received(&mut self, cx: &mut Ctx<'_>, id: EventId) {
+        let capacity = cx.config.received_ids_per_relay;
+        self.events_received += 1;
+        let lately = self
+            .received_lately
+            .get_or_insert_with(|| crate::recent::RecentIds::new(capacity));
+        if lately.contains(&id) {
+            self.events_received_again += 1;
+            cx.stats.events_received_again += 1;
+        } else {
+            lately.insert(id, ());
+        }
+    }
+
+    /// What an EOSE means for the subscription it ends: the next page (or a
+    /// pause, over the rate or while the store is behind), a finished job, a
+    /// fetch asked again for what it did not bring, a poll continued where a
+    /// page may have been cut.
+    fn on_eose(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
+        let group_limit = self.group_page_limit(cx.config);
+        let page_limit_ours = self.page_limit(cx.config);
+        let limits = self.limits;
+        let Some(sub) = self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id)) else {
+            return;
+        };
+        match sub {
+            Sub::Req { batch, paging, .. } => {
+                let batch = *batch;
+                let page_limit = limits.page_limit_of(&paging.original_filter);
+                let crowded_before = paging.crowded_seconds.len();
+                let page_len = paging.event_count;
+                let outcome = paging.on_eose(page_limit);
+                let plausible = page_limit.unwrap_or(PLAUSIBLE_PAGE_LEN);
+                let crowded = paging.crowded_seconds[crowded_before..]
+                    .iter()
+                    .filter(|second| second.page_len >= plausible)
+                    .count();
+                if crowded > 0 {
+                    cx.stats.crowded_seconds += crowded as u64;
+                    warn!(relay = %cx.relay, "a full page of events shares one second; events beyond the page may be missing");
+                }
+                self.progress(batch, now.instant);
+                self.note_page_len(page_len, page_limit_ours);
+                match outcome {
+                    PageOutcome::NextPage(filter)
+                        if cx.store_keeps_up() && self.rate_allows(now.instant, cx.config) =>
+                    {
+                        let next = self.watch_request(now.instant);
+                        if let Some(Sub::Req { watch, .. }) =
+                            self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id))
+                        {
+                            *watch = next;
+                        }
+                        let relay = cx.relay.clone();
+                        self.emit(
+                            cx,
+                            Command::Subscribe {
+                                relay,
+                                id: id.clone(),
+                                filters: vec![filter],
+                            },
+                        )
+                    }
+                    PageOutcome::NextPage(_) => {
+                        // Over the learned rate, or the store is behind:
+                        // free the slot, resume later.
+                        self.unsubscribe(cx, id);
+                        self.pause_page(now, id);
+                    }
+                    PageOutcome::Complete => {
+                        self.unsubscribe(cx, id);
+                        self.finish_job(cx, now, id);
+                    }
+                }
+            }
+            Sub::Fetch {
+                batch,
+                filter,
+                missing,
+                fruitless,
+            } => {
+                let batch = *batch;
+                let requested = filter.ids.as_ref().map_or(0, |ids| ids.len());
+                let missing: Vec<_> = missing.iter().copied().collect();
+                // A fetch that brought some ids was cut by a clamp: ask for
+                // the rest. One that brought none is asked again a few times,
+                // then the ids are reported.
+                let fruitless = if missing.len() < requested {
+                    0
+                } else {
+                    fruitless.saturating_add(1)
+                };
+                let retry = !missing.is_empty() && fruitless < cx.config.fetch_attempts;
+                let filter = filter.clone();
+                if !missing.is_empty() && !retry {
+                    cx.stats.fetch_missing += missing.len() as u64;
+                    warn!(relay = %cx.relay, missing = missing.len(), "relay did not return ids its negentropy set holds");
+                }
+                if retry && fruitless > 0 {
+                    cx.stats.fetch_retries += 1;
+                }
+                self.unsubscribe(cx, id);
+                if retry {
+                    let jobs = self.fetch_jobs(cx.config, &filter, &missing, fruitless);
+                    self.add_jobs(batch, jobs);
+                }
+                self.finish_job(cx, now, id);
+            }
+            Sub::Poll {
+                batch,
+                pages,
+                received,
+                ..
+            } => {
+                let batch = *batch;
+                // A filter whose page may have been cut (relays clamp
+                // silently) continues paginated from where its page ended:
+                // on a relay whose page size we know, from its page-th
+                // newest event (others' events may match it too).
+                let full: Vec<Job> = pages
+                    .iter_mut()
+                    .zip(received.iter())
+                    .filter_map(|(page, seen)| {
+                        if let Some(group) = group_limit {
+                            return page
+                                .continue_alone(seen, group)
+                                .map(|next| Job::Page(Box::new(next)));
+                        }
+                        let limit = limits.page_limit_of(&page.original_filter);
+                        match page.on_eose(limit) {
+                            PageOutcome::NextPage(_) => Some(Job::Page(Box::new(page.clone()))),
+                            PageOutcome::Complete => None,
+                        }
+                    })
+                    .collect();
+                self.unsubscribe(cx, id);
+                if !full.is_empty() {
+                    self.add_jobs(batch, full);
+                }
+                self.finish_job(cx, now, id);
+            }
+            Sub::Live { answered, .. } => *answered = true,
+            Sub::Negentropy { .. } => {}
+        }
+    }
+
+    /// What a CLOSED means for the subscription it ends: a refused slot is
+    /// retried later ([`RelaySession::learn_from_refusal`] says whether it
+    /// was one); otherwise a live subscription waits for its rebuild, a
+    /// negentropy session falls back to REQ, a historic job fails its batch.
+    fn on_closed(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, message: &str) {
+        let classified = classify(message);
+        if !self
+            .conn
+            .as_ref()
+            .is_some_and(|conn| conn.subs.contains_key(id))
+        {
+            return;
+        }
+        info!(relay = %cx.relay, %id, message, "subscription closed by relay");
+        let slot_refused = self.heed_refusal(cx, now, &classified);
+        let Some(sub) = self.conn.as_ref().and_then(|conn| conn.subs.get(id)) else {
+            return;
+        };
+        match sub {
+            Sub::Live { .. } => {
+                if slot_refused {
+                    self.requeue_live(now, id);
+                } else {
+                    self.live_closed(id, now, cx.config);
+                }
+            }
+            Sub::Negentropy { filter, sent, .. } => {
+                let job = Sub::negentropy_job(filter.clone(), *sent);
+                if slot_refused {
+                    self.replace_job(id, job, now.instant);
+                } else {
+                    let failure = NegFailure::Refused {
+                        reason: message,
+                        close: false,
+                    };
+                    self.negentropy_failed(cx, now, id, failure);
+                }
+            }
+            Sub::Req { .. } | Sub::Fetch { .. } | Sub::Poll { .. } => {
+                match (slot_refused, sub.job(), sub.batch()) {
+                    (true, Some(job), _) => self.replace_job(id, job, now.instant),
+                    (_, _, Some(batch)) => self.fail_batch(cx, now, batch, message),
+                    _ => {}
+                }
             }
         }
     }
 
-    /// `relay`'s confirmed state and lifecycle, if it is tracked.
-    pub(crate) fn state(&self, relay: &RelayUrl) -> Option<&RelayState> {
-        self.sessions.get(relay)?.state.as_ref()
+    // --- Refusals -------------------------------------------------------
+
+    /// Learns from a refusal ([`RelaySession::learn_from_refusal`] holds
+    /// the decision) and counts and logs what it taught: `true` when the
+    /// refused subscription should simply be retried later.
+    fn heed_refusal(&mut self, cx: &mut Ctx<'_>, now: Now, classified: &Classified) -> bool {
+        let lesson = self.learn_from_refusal(now.instant, classified, cx.config);
+        note_lesson(cx, lesson);
+        lesson.retry()
     }
 
-    /// [`Relays::state`], to change.
-    pub(crate) fn state_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelayState> {
-        self.sessions.get_mut(relay)?.state.as_mut()
+    /// A `rate-limited:` refusal ([`RelaySession::rate_limited`]), counted
+    /// and logged.
+    fn heed_rate_limit(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        let lesson = self.rate_limited(now.instant, cx.config);
+        note_lesson(cx, lesson);
     }
 
-    /// Every tracked relay with its state, in the order first met.
-    pub(crate) fn tracked(&self) -> impl Iterator<Item = (&RelayUrl, &RelayState)> {
-        self.sessions
-            .iter()
-            .filter_map(|(relay, session)| Some((relay, session.state.as_ref()?)))
-    }
-
-    /// How many relays are tracked.
-    pub(crate) fn tracked_count(&self) -> usize {
-        self.tracked
-    }
-
-    /// How many batches are in flight over every relay.
-    pub(crate) fn batch_count(&self) -> usize {
-        self.sessions
-            .values()
-            .map(|session| session.pending.len())
-            .sum()
-    }
-
-    /// The session of `relay`, or an empty one (nothing learned) if the
-    /// engine does not know it: for questions whose answer for an unknown
-    /// relay is the configured default.
-    pub(crate) fn view(&self, relay: &RelayUrl) -> &RelaySession {
-        self.sessions.get(relay).unwrap_or(&UNKNOWN)
-    }
-
-    /// The session of `relay`, if the engine knows it.
-    pub(crate) fn get(&self, relay: &RelayUrl) -> Option<&RelaySession> {
-        self.sessions.get(relay)
-    }
-
-    /// [`Relays::get`], to change.
-    pub(crate) fn get_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelaySession> {
-        self.sessions.get_mut(relay)
-    }
-
-    /// The session of `relay`, created empty on first use.
-    pub(crate) fn entry(&mut self, relay: RelayUrl) -> &mut RelaySession {
-        self.sessions.entry(relay).or_default()
-    }
-
-    /// Forgets `relay` and everything about it.
-    pub(crate) fn remove(&mut self, relay: &RelayUrl) -> Option<RelaySession> {
-        let session = self.sessions.shift_remove(relay)?;
-        if session.state.is_some() {
-            self.tracked -= 1;
+    /// A NOTICE: a subscription or rate refusal (relays answer in order, so
+    /// it refuses the oldest subscription not answered yet), or else, for
+    /// every NIP-77 session waiting for its first answer, a refusal of
+    /// NIP-77.
+    fn on_notice(&mut self, cx: &mut Ctx<'_>, now: Now, message: &str) {
+        let classified = classify(message);
+        info!(relay = %cx.relay, message, "notice");
+        if classified.too_many_subscriptions || classified.rate_limited {
+            if classified.too_many_subscriptions {
+                self.heed_refusal(cx, now, &classified);
+            } else {
+                self.heed_rate_limit(cx, now);
+            }
+            if let Some(id) = self.conn.as_mut().and_then(|conn| conn.oldest_unanswered()) {
+                self.retry_refused_slot(cx, now, &id);
+            }
+            return;
         }
-        Some(session)
-    }
-
-    /// Every session, with its relay.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&RelayUrl, &RelaySession)> {
-        self.sessions.iter()
-    }
-
-    /// Every relay the engine knows.
-    pub(crate) fn urls(&self) -> impl Iterator<Item = &RelayUrl> {
-        self.sessions.keys()
-    }
-
-    /// `relay`'s open connection.
-    pub(crate) fn conn(&self, relay: &RelayUrl) -> Option<&RelayConn> {
-        self.sessions.get(relay)?.conn.as_ref()
-    }
-
-    /// [`Relays::conn`], to change.
-    pub(crate) fn conn_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelayConn> {
-        self.sessions.get_mut(relay)?.conn.as_mut()
-    }
-
-    /// `true` while `relay`'s connection is open.
-    pub(crate) fn is_connected(&self, relay: &RelayUrl) -> bool {
-        self.conn(relay).is_some()
-    }
-
-    /// Every open connection, with its relay.
-    pub(crate) fn connections(&self) -> impl Iterator<Item = (&RelayUrl, &RelayConn)> {
-        self.sessions
-            .iter()
-            .filter_map(|(relay, session)| Some((relay, session.conn.as_ref()?)))
-    }
-
-    /// Every relay with an open connection.
-    pub(crate) fn connected(&self) -> impl Iterator<Item = &RelayUrl> {
-        self.connections().map(|(relay, _)| relay)
-    }
-
-    /// [`RelaySession::rate_allows`] on `relay`; `false` for a relay the
-    /// engine does not know.
-    pub(crate) fn rate_allows(
-        &mut self,
-        relay: &RelayUrl,
-        now: Instant,
-        config: &EngineConfig,
-    ) -> bool {
-        self.sessions
-            .get_mut(relay)
-            .is_some_and(|session| session.rate_allows(now, config))
-    }
-
-    /// [`RelaySession::may_open`] on `relay`; `false` for a relay the engine
-    /// does not know.
-    pub(crate) fn may_open(
-        &mut self,
-        relay: &RelayUrl,
-        now: Instant,
-        config: &EngineConfig,
-    ) -> bool {
-        self.sessions
-            .get_mut(relay)
-            .is_some_and(|session| session.may_open(now, config))
-    }
-
-    /// Remembers `error` as the last thing that went wrong with `relay`
-    /// (reported by `SyncEngine::relay_reports`).
-    pub(crate) fn note_error(&mut self, relay: &RelayUrl, error: impl Into<String>) {
-        if let Some(session) = self.sessions.get_mut(relay) {
-            session.last_error = Some(error.into());
+        let waiting: Vec<SubscriptionId> = self
+            .conn
+            .as_ref()
+            .map(|conn| {
+                conn.subs
+                    .iter()
+                    .filter(|(_, sub)| {
+                        matches!(
+                            sub,
+                            Sub::Negentropy {
+                                session: Some(_),
+                                answered: false,
+                                ..
+                            }
+                        )
+                    })
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for id in waiting {
+            let failure = NegFailure::Refused {
+                reason: message,
+                close: true,
+            };
+            self.negentropy_failed(cx, now, &id, failure);
         }
     }
 
-    /// The batch `batch` of `relay`.
-    pub(crate) fn batch_mut(&mut self, relay: &RelayUrl, batch: BatchId) -> Option<&mut BatchInfo> {
-        self.sessions.get_mut(relay)?.batches.get_mut(&batch)
+    /// Retries the slot `id` later after the relay refused it.
+    fn retry_refused_slot(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
+        let Some(sub) = self.conn.as_ref().and_then(|conn| conn.subs.get(id)) else {
+            return;
+        };
+        let job = sub.job();
+        // The guess may be wrong: tell the relay too (a CLOSE of an unknown
+        // id is harmless), so it never holds more than we count.
+        self.unsubscribe(cx, id);
+        match job {
+            Some(job) => self.replace_job(id, job, now.instant),
+            None => self.requeue_live(now, id),
+        }
     }
 
-    /// The session of `relay` while its connection is open.
-    pub(crate) fn connected_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelaySession> {
-        self.sessions
-            .get_mut(relay)
-            .filter(|session| session.conn.is_some())
+    /// Moves a paginated subscription back to the queue, keeping its paging.
+    fn pause_page(&mut self, now: Now, id: &SubscriptionId) {
+        let paging = match self.conn.as_ref().and_then(|conn| conn.subs.get(id)) {
+            Some(Sub::Req { paging, .. }) => paging.clone(),
+            _ => return,
+        };
+        self.replace_job(id, Job::Page(Box::new(paging)), now.instant);
     }
 
-    /// Closes `relay`'s connection state and the timers that belong to the
-    /// connection; what was learned stays.
-    pub(crate) fn close_connection(&mut self, relay: &RelayUrl) -> Option<RelayConn> {
-        let session = self.sessions.get_mut(relay)?;
-        session.timers.clear(RelayTimer::Poll);
-        session.conn.take()
+    /// A refused live REQ is sent again, unchanged, when the relay allows.
+    fn requeue_live(&mut self, now: Now, id: &SubscriptionId) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
+            conn.forget_live(id);
+            conn.waiting_live.push(filters);
+            conn.live_gap_since.get_or_insert(now.unix);
+        }
+    }
+
+    // --- NIP-77 ---------------------------------------------------------
+
+    /// The store answered with our `items` for the negentropy session `id`
+    /// (the events it refused for good count as held: not downloaded
+    /// again): open it.
+    pub(crate) fn on_local_items(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        now: Now,
+        id: &SubscriptionId,
+        mut items: Vec<(EventId, Timestamp)>,
+    ) {
+        if let Some(filter) = self.negentropy_filter(id) {
+            items.extend(cx.stores.refused_items(filter));
+        }
+        self.open_negentropy(cx, now, id, &items);
+    }
+
+    /// Opens the negentropy session `id` from our `items`.
+    fn open_negentropy(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        now: Now,
+        id: &SubscriptionId,
+        items: &[(EventId, Timestamp)],
+    ) {
+        let Some(Sub::Negentropy {
+            filter,
+            session,
+            sent,
+            ..
+        }) = self.conn.as_ref().and_then(|conn| conn.subs.get(id))
+        else {
+            return;
+        };
+        if session.is_some() {
+            return;
+        }
+        let (filter, sent) = (filter.clone(), *sent);
+        if !self.rate_allows(now.instant, cx.config) {
+            // The store answered during a rate-limit cooldown: wait for it.
+            self.replace_job(id, Sub::negentropy_job(filter, sent), now.instant);
+            return;
+        }
+        // `None` cannot happen (checked when the job started), but the
+        // budget may have shrunk since.
+        let Some(frame_size_limit) = self.negentropy_frame_limit(&filter, cx.config) else {
+            return self.negentropy_failed(cx, now, id, NegFailure::FrameTooSmall);
+        };
+        let caps = SessionCaps {
+            max_rounds: cx.config.max_negentropy_rounds,
+            max_need: cx.config.max_negentropy_need,
+        };
+        let (started, initial_message) = match NegSession::start(items, frame_size_limit, caps) {
+            Ok(started) => started,
+            Err(error) => {
+                return self.negentropy_failed(cx, now, id, NegFailure::CannotStart(error))
+            }
+        };
+        let Some(Sub::Negentropy {
+            session, opened_at, ..
+        }) = self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id))
+        else {
+            return;
+        };
+        *session = Some(started);
+        *opened_at = now.instant;
+        let relay = cx.relay.clone();
+        self.emit(
+            cx,
+            Command::NegOpen {
+                relay,
+                id: id.clone(),
+                filter,
+                initial_message,
+            },
+        );
+    }
+
+    /// The local side of a [`Job::NegentropySent`] session of `batch`: the
+    /// events the relay sent this sync that match `filter` and were handed
+    /// to the store (each stored, refused for good, or still on its way —
+    /// then `batch` waits for its store answer, so it confirms only what is
+    /// stored), plus the events the store refused for good.
+    fn sent_items(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        now: Now,
+        batch: BatchId,
+        filter: &Filter,
+    ) -> Vec<(EventId, Timestamp)> {
+        let mut items = self
+            .sent_replies
+            .as_ref()
+            .and_then(|sent| sent.items_matching(filter))
+            .unwrap_or_default();
+        for (id, _) in &items {
+            self.wait_for_store(cx, now, batch, id);
+        }
+        items.extend(cx.stores.refused_items(filter));
+        items
+    }
+
+    /// Remembers an event the relay sent that names another event, as it is
+    /// handed to the store ([`RelaySession::sent_items`]).
+    pub(crate) fn note_sent_reply(&mut self, config: &EngineConfig, event: &nostr::prelude::Event) {
+        let capacity = config.sent_replies_per_relay;
+        if capacity == 0 {
+            return;
+        }
+        self.sent_replies
+            .get_or_insert_with(|| super::sent_replies::SentReplies::new(capacity))
+            .note(event);
+    }
+
+    /// `true` if the replies of root events the store just took as new are
+    /// reconciled on the relay against what it sent this sync
+    /// ([`Job::NegentropySent`]) rather than fetched by one REQ: the relay
+    /// does NIP-77 and the engine remembers what relays send.
+    fn reconciles_fresh_roots(&self, config: &EngineConfig) -> bool {
+        !self.negentropy_refused && config.sent_replies_per_relay > 0
+    }
+
+    /// A negentropy session of a filter ended without reconciling it: the
+    /// one place that decides what follows. The filter is synced by REQ;
+    /// a refusal in any form (NEG-ERR, a NOTICE, CLOSED on the session id,
+    /// silence) or endless rounds teach that the relay does not do NIP-77,
+    /// so later filters go by REQ from the start
+    /// ([`RelaySession::sync_method`]); every other failure is about this
+    /// filter only.
+    pub(crate) fn negentropy_failed(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        now: Now,
+        id: &SubscriptionId,
+        failure: NegFailure<'_>,
+    ) {
+        let Some(Sub::Negentropy {
+            filter, session, ..
+        }) = self.conn.as_ref().and_then(|conn| conn.subs.get(id))
+        else {
+            return;
+        };
+        let filter = filter.clone();
+        let opened = session.is_some();
+        let close = match &failure {
+            NegFailure::Refused { close, .. } => *close && opened,
+            NegFailure::Unanswered | NegFailure::Round(_) => opened,
+            _ => false,
+        };
+        let relay = cx.relay;
+        match &failure {
+            NegFailure::Refused { reason, .. } => self.learn_negentropy_refused(cx, reason),
+            NegFailure::Unanswered => self.learn_negentropy_refused(cx, "no answer to NEG-OPEN"),
+            NegFailure::StoreCannotList(reason) => {
+                warn!(%relay, reason, "store could not list local items; syncing the filter by REQ");
+                cx.stats.local_items_failures += 1;
+            }
+            NegFailure::FrameTooSmall => {}
+            NegFailure::CannotStart(error) => {
+                warn!(%relay, %error, "cannot start negentropy; using REQ");
+            }
+            NegFailure::Round(error) if error.is_cap() => {
+                cx.stats.negentropy_sessions_cut += 1;
+                warn!(%relay, %error, "negentropy session cut off; using REQ for this filter");
+                self.last_error = Some(error.to_string());
+                // A relay that keeps a session going is not reconciling.
+                if matches!(error, SessionError::TooManyRounds { .. }) {
+                    self.negentropy_refused = true;
+                }
+            }
+            NegFailure::Round(error) => {
+                warn!(%relay, %error, "bad negentropy message; using REQ for this filter");
+            }
+        }
+        if close {
+            let relay = cx.relay.clone();
+            self.emit(
+                cx,
+                Command::NegClose {
+                    relay,
+                    id: id.clone(),
+                },
+            );
+        }
+        self.replace_job(id, Job::Req(filter), now.instant);
+    }
+
+    /// Remembers that the relay refused NIP-77, warning once.
+    fn learn_negentropy_refused(&mut self, cx: &mut Ctx<'_>, reason: &str) {
+        if !self.negentropy_refused {
+            self.negentropy_refused = true;
+            cx.stats.negentropy_refusals += 1;
+            warn!(relay = %cx.relay, reason, "relay refused NIP-77; falling back to REQ+EOSE");
+            self.last_error = Some(format!("NIP-77 refused: {reason}"));
+        }
+    }
+
+    /// Fetch jobs for ids a negentropy round found missing, restricted to the
+    /// reconciled filter so a relay cannot slip other events in.
+    /// Chunks are as large as the configured fetch chunk and the relay's
+    /// frame budget allow.
+    fn fetch_jobs(
+        &self,
+        config: &EngineConfig,
+        filter: &Filter,
+        need: &[EventId],
+        fruitless: u32,
+    ) -> Vec<Job> {
+        let mut base = filter.clone();
+        // `Filter::ids` adds to the ids already there: start afresh.
+        base.ids = None;
+        base.limit = None;
+        base.until = None;
+        base.since = None;
+        let fit = super::frames::ids_per_fetch(self.frame_budget(config), &base);
+        need.chunks(config.fetch_chunk.min(fit).max(1))
+            .map(|chunk| Job::Fetch {
+                filter: base.clone().ids(chunk.iter().copied()),
+                fruitless,
+            })
+            .collect()
+    }
+
+    /// A NEG-MSG: the next round, or, when reconciliation is done, the
+    /// missing ids fetched (each once per batch, none stored lately or on
+    /// its way to the store already).
+    fn on_neg_msg(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, message: &str) {
+        let Some(Sub::Negentropy {
+            batch,
+            filter,
+            session: Some(session),
+            answered,
+            ..
+        }) = self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id))
+        else {
+            return;
+        };
+        *answered = true;
+        let batch = *batch;
+        match session.step(message) {
+            Ok(Step::Continue(next)) => {
+                self.progress(batch, now.instant);
+                let relay = cx.relay.clone();
+                self.emit(
+                    cx,
+                    Command::NegMsg {
+                        relay,
+                        id: id.clone(),
+                        message: next,
+                    },
+                );
+            }
+            Ok(Step::Done) => {
+                let need = std::mem::take(&mut session.need);
+                let filter = filter.clone();
+                debug!(relay = %cx.relay, missing = need.len(), "negentropy round finished");
+                cx.stats.negentropy_rounds += 1;
+                let relay = cx.relay.clone();
+                self.emit(
+                    cx,
+                    Command::NegClose {
+                        relay,
+                        id: id.clone(),
+                    },
+                );
+                // Another filter of the batch may have found the same ids
+                // missing (a reply tagging its root with both `e` and `E`):
+                // each id is fetched once per batch.
+                let need: Vec<_> = match self.batches.get_mut(&batch) {
+                    Some(info) => need
+                        .into_iter()
+                        .filter(|id| info.fetching.insert(*id))
+                        .collect(),
+                    None => need,
+                };
+                // Another subscription (a fresh root's REQ, another batch)
+                // brought some already.
+                let need = self.still_to_fetch(cx, now, batch, need);
+                let jobs = self.fetch_jobs(cx.config, &filter, &need, 0);
+                self.add_jobs(batch, jobs);
+                self.finish_job(cx, now, id);
+            }
+            Err(error) => self.negentropy_failed(cx, now, id, NegFailure::Round(error)),
+        }
+    }
+
+    /// A NEG-ERR: a refused slot is retried later; anything else is a
+    /// refusal of NIP-77.
+    fn on_neg_err(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, message: &str) {
+        let classified = classify(message);
+        let Some(Sub::Negentropy { filter, sent, .. }) =
+            self.conn.as_ref().and_then(|conn| conn.subs.get(id))
+        else {
+            return;
+        };
+        let job = Sub::negentropy_job(filter.clone(), *sent);
+        if self.heed_refusal(cx, now, &classified) {
+            self.replace_job(id, job, now.instant);
+        } else {
+            let failure = NegFailure::Refused {
+                reason: message,
+                close: false,
+            };
+            self.negentropy_failed(cx, now, id, failure);
+        }
+    }
+
+    /// Of the ids a negentropy round of `batch` found missing, those to
+    /// fetch: not one stored lately (the store has it), nor one on its way
+    /// to the store already (`batch` then waits for that answer, so it
+    /// confirms only once the event is stored). Counted in
+    /// [`EngineStats::fetches_saved`].
+    fn still_to_fetch(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        now: Now,
+        batch: BatchId,
+        need: Vec<EventId>,
+    ) -> Vec<EventId> {
+        let mut fetch = Vec::with_capacity(need.len());
+        for id in need {
+            if cx.stores.stored_lately.contains(&id) || self.wait_for_store(cx, now, batch, &id) {
+                cx.stats.fetches_saved += 1;
+            } else {
+                fetch.push(id);
+            }
+        }
+        fetch
+    }
+
+    /// If `id` is on its way to the store, `batch` confirms only once it is
+    /// stored (`true`); `false` if it is not waiting for the store.
+    pub(crate) fn wait_for_store(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        now: Now,
+        batch: BatchId,
+        id: &EventId,
+    ) -> bool {
+        match cx.stores.add_waiter(id, cx.relay, batch) {
+            None => false,
+            Some(newly) => {
+                if newly {
+                    self.count_store(cx, now, batch, 1);
+                }
+                true
+            }
+        }
+    }
+
+    // --- Live subscriptions ---------------------------------------------
+
+    /// Adds live subscriptions for `items`, consolidating when the relay
+    /// would get too many live filters or subscriptions. A relay already
+    /// polled for what does not fit gets the new filters polled too.
+    fn add_live(&mut self, cx: &mut Ctx<'_>, now: Now, items: &PendingItems) {
+        let filters = layer2_and_layer3_filters(items, cx.config.chunk_size, FilterMode::Live);
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        // (A filter already polled is not added twice.)
+        if !conn.uncovered.is_empty() {
+            conn.uncovered.extend(filters);
+            return;
+        }
+        if !self.rate_allows(now.instant, cx.config) {
+            if let Some(conn) = self.conn.as_mut() {
+                conn.defer_live(items, now.unix);
+            }
+            return;
+        }
+        let filter_count = filters.len();
+        let reqs = self.pack(filters, cx.config);
+        if self.live_overflows(filter_count, reqs.len(), cx.config) {
+            return self.rebuild_live(cx, now, items);
+        }
+        for filters in reqs {
+            self.open_live(cx, now, filters, LiveList::Incremental);
+        }
+    }
+
+    /// Opens one live REQ with `filters` and files it in `list`. When live
+    /// coverage had been waiting, what was published meanwhile is caught up.
+    fn open_live(&mut self, cx: &mut Ctx<'_>, now: Now, filters: Vec<Filter>, list: LiveList) {
+        let id = cx.out.sub_id("live");
+        if self.conn.is_none() {
+            return;
+        }
+        self.file_live(id.clone(), filters.clone(), list, now.instant);
+        self.catch_up_gap(cx, now, &filters);
+        let relay = cx.relay.clone();
+        self.emit(cx, Command::Subscribe { relay, id, filters });
+    }
+
+    /// Consolidation: closes the live subscriptions and covers Layer 1 and
+    /// the confirmed ∪ pending ∪ waiting ∪ `extra` items of Layers 2+3 with
+    /// the live plan ([`RelaySession::live_plan`]; pending batches keep
+    /// running). During a rate-limit cooldown nothing is sent and `extra`
+    /// waits.
+    pub(crate) fn rebuild_live(&mut self, cx: &mut Ctx<'_>, now: Now, extra: &PendingItems) {
+        if !self.rate_allows(now.instant, cx.config) {
+            if let Some(conn) = self.conn.as_mut() {
+                conn.defer_live(extra, now.unix);
+            }
+            return;
+        }
+        let mut items = self.pending.items();
+        if let Some(state) = &self.state {
+            items.extend(&state.items(cx.repos.ids()));
+        }
+        items.extend(extra);
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        items.extend(&std::mem::take(&mut conn.deferred_live));
+        let plan = self.live_plan(&items, cx.config);
+        let (closing, opened, started_polling) = self.apply_live_plan(plan, now, cx.config);
+        if let Some(uncovered) = started_polling {
+            info!(relay = %cx.relay, uncovered, "live filters do not fit the relay's limits; polling the rest");
+        }
+        cx.stats.consolidations += 1;
+        for id in closing {
+            self.unsubscribe(cx, &id);
+        }
+        for filters in opened {
+            self.open_live(cx, now, filters, LiveList::Base);
+        }
+    }
+
+    // --- Catching up by `since` -----------------------------------------
+
+    /// Live filters that open late: what was published since the coverage
+    /// started waiting (minus the quick-reconnect window) is fetched by a
+    /// paginated `since` catch-up, so nothing published in the gap is missed.
+    fn catch_up_gap(&mut self, cx: &mut Ctx<'_>, now: Now, filters: &[Filter]) {
+        let window = cx.config.quick_reconnect_window.as_secs();
+        let Some(gap_since) = self.conn.as_ref().and_then(|conn| conn.live_gap_since) else {
+            return;
+        };
+        let since = Timestamp::from_secs(
+            gap_since
+                .as_secs()
+                .saturating_sub(window)
+                .min(now.unix.as_secs()),
+        );
+        let jobs = self.poll_jobs(filters, since, cx.config);
+        let batch = self.start_batch(
+            cx,
+            now,
+            Purpose::Gap,
+            PendingItems::default(),
+            SyncMethod::ReqEose,
+            jobs,
+        );
+        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+            info.covers_from = Some(gap_since);
+        }
+    }
+
+    /// Quick reconnect's catch-up: the confirmed items from `since`.
+    fn start_catch_up(&mut self, cx: &mut Ctx<'_>, now: Now, since: Timestamp) {
+        let Some(state) = &self.state else {
+            return;
+        };
+        let items = state.items(cx.repos.ids());
+        let mode = FilterMode::Historic { since: Some(since) };
+        let filters = layer2_and_layer3_filters(&items, cx.config.chunk_size, mode);
+        let jobs = self.req_jobs(filters, cx.config);
+        self.start_batch(
+            cx,
+            now,
+            Purpose::CatchUp,
+            PendingItems::default(),
+            SyncMethod::ReqEose,
+            jobs,
+        );
+    }
+
+    /// Starts the `since` poll of the live filters that do not fit, when it
+    /// is due.
+    pub(crate) fn poll_uncovered(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        if self.conn.is_none() || !self.timers.is_due(RelayTimer::Poll, now.instant) {
+            return;
+        }
+        self.timers.clear(RelayTimer::Poll);
+        let window = cx.config.quick_reconnect_window.as_secs();
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        if conn.uncovered.is_empty() {
+            return;
+        }
+        let from = conn.poll_from.unwrap_or(now.unix);
+        let since = Timestamp::from_secs(from.as_secs().saturating_sub(window));
+        let filters: Vec<Filter> = conn.uncovered.iter().cloned().collect();
+        debug!(relay = %cx.relay, filters = filters.len(), "polling live filters that do not fit");
+        cx.stats.uncovered_polls += 1;
+        let jobs = self.poll_jobs(&filters, since, cx.config);
+        let batch = self.start_batch(
+            cx,
+            now,
+            Purpose::Poll,
+            PendingItems::default(),
+            SyncMethod::ReqEose,
+            jobs,
+        );
+        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+            info.covers_from = Some(from);
+        }
+    }
+
+    // --- Planned work -----------------------------------------------------
+
+    /// New items for the connected relay: live subscriptions and a historic
+    /// batch. Replies to root events the store took as new just now are new
+    /// to the store too: asking it for them costs a scan per session and
+    /// finds only what this sync brought. On a NIP-77 relay they are
+    /// reconciled against what the relay sent this sync (a status that came
+    /// with its repository's reconciliation is not fetched again); elsewhere
+    /// a REQ brings them in one go. Once: the next relay planned for the
+    /// root, and every later pass, reconcile with the store.
+    pub(crate) fn add_filters(&mut self, cx: &mut Ctx<'_>, now: Now, items: PendingItems) {
+        if self.conn.is_none() || items.is_empty() {
+            return;
+        }
+        self.add_live(cx, now, &items);
+        let (fresh, held): (HashSet<EventId>, HashSet<EventId>) = items
+            .root_events
+            .iter()
+            .partition(|id| cx.stores.fresh_roots.take(id).is_some());
+        let sent = self.reconciles_fresh_roots(cx.config);
+        if sent {
+            cx.stats.fresh_roots_reconciled += fresh.len() as u64;
+        } else {
+            cx.stats.fresh_roots_by_req += fresh.len() as u64;
+        }
+        let reconciled = PendingItems {
+            repos: items.repos.clone(),
+            root_events: held,
+        };
+        let fresh = PendingItems {
+            repos: HashSet::new(),
+            root_events: fresh,
+        };
+        let chunk = cx.config.chunk_size;
+        let filters = layer2_and_layer3_filters(&reconciled, chunk, FilterMode::FULL_HISTORY);
+        let (reconcile, req): (Vec<_>, Vec<_>) = filters
+            .into_iter()
+            .partition(|filter| self.sync_method(filter, cx.config) == SyncMethod::Negentropy);
+        let mut jobs: Vec<Job> = reconcile.into_iter().map(Job::Negentropy).collect();
+        jobs.extend(self.req_jobs(req, cx.config));
+        let fresh_filters = layer2_and_layer3_filters(&fresh, chunk, FilterMode::FULL_HISTORY);
+        if sent {
+            jobs.extend(fresh_filters.into_iter().map(Job::NegentropySent));
+        } else {
+            jobs.extend(self.req_jobs(fresh_filters, cx.config));
+        }
+        let reconciles = jobs
+            .iter()
+            .any(|job| matches!(job, Job::Negentropy(_) | Job::NegentropySent(_)));
+        let method = if reconciles {
+            SyncMethod::Negentropy
+        } else {
+            SyncMethod::ReqEose
+        };
+        self.start_batch(cx, now, Purpose::Items, items, method, jobs);
+    }
+
+    /// Layer 1: the live announcement subscription and its history
+    /// (negentropy when the relay allows and there is no `since`).
+    pub(crate) fn start_layer1(&mut self, cx: &mut Ctx<'_>, now: Now, since: Option<Timestamp>) {
+        let needs_live = self
+            .conn
+            .as_ref()
+            .is_some_and(|conn| conn.live_count() == 0);
+        // Otherwise `pump` rebuilds live coverage, Layer 1 included, once the
+        // relay allows.
+        if needs_live && self.may_open_live(now.instant, cx.config) {
+            let filters = vec![announcement_filter(FilterMode::Live)];
+            self.open_live(cx, now, filters, LiveList::Layer1);
+        }
+        let filter = announcement_filter(FilterMode::Historic { since });
+        let method = self.sync_method(&filter, cx.config);
+        let job = match method {
+            SyncMethod::Negentropy => Job::Negentropy(filter),
+            SyncMethod::ReqEose => Job::Req(filter),
+        };
+        self.start_batch(
+            cx,
+            now,
+            Purpose::Layer1,
+            PendingItems::default(),
+            method,
+            vec![job],
+        );
+    }
+
+    /// Starts a batch of `jobs` syncing `items` by `method`: its jobs join
+    /// the queue (a gap's or a poll's at the front: they are small and close
+    /// a hole in live coverage). Returns the batch, if it has work.
+    fn start_batch(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        now: Now,
+        purpose: Purpose,
+        items: PendingItems,
+        method: SyncMethod,
+        jobs: Vec<Job>,
+    ) -> Option<BatchId> {
+        if jobs.is_empty() {
+            return None;
+        }
+        let batch = cx.out.batch_id();
+        self.pending
+            .insert(PendingBatch::new(batch, items, method, now.instant));
+        self.batches.insert(
+            batch,
+            BatchInfo {
+                purpose,
+                jobs: jobs.len(),
+                stores: 0,
+                last_progress: now.instant,
+                started_unix: now.unix,
+                fetching: Default::default(),
+                covers_from: None,
+                req_resumes: 0,
+            },
+        );
+        if let Some(conn) = self.conn.as_mut() {
+            let queued = jobs.into_iter().map(|job| QueuedJob { batch, job });
+            if matches!(purpose, Purpose::Gap | Purpose::Poll) {
+                for job in queued.rev() {
+                    conn.queue.push_front(job);
+                }
+            } else {
+                conn.queue.extend(queued);
+            }
+        }
+        Some(batch)
+    }
+
+    // --- Starting work within the relay's limits --------------------------
+
+    /// Starts waiting live subscriptions and queued jobs while the relay is
+    /// not rate-limited and has free subscription slots.
+    pub(crate) fn pump(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        self.send_waiting_live(cx, now);
+        let live_slots = self.live_slots(cx.config);
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let waiting_live = std::mem::take(&mut conn.deferred_live);
+        let no_live = conn.live_count() == 0 && conn.waiting_live.is_empty();
+        let over = conn.live_count() + conn.waiting_live.len() > live_slots;
+        let polling = !conn.uncovered.is_empty();
+        // Layer 1 live went with a consolidation that found no slot, or the
+        // live slots shrank (limits told or learned after connecting): cover
+        // everything again within them.
+        let rebuild = (no_live && !polling) || over;
+        let can = self.rate_allows(now.instant, cx.config)
+            && (live_slots == 0 || self.may_open(now.instant, cx.config));
+        if rebuild && can {
+            self.rebuild_live(cx, now, &waiting_live);
+        } else if !waiting_live.is_empty() {
+            self.add_live(cx, now, &waiting_live);
+        }
+        let rebuild_waiting = self.timers.is_set(RelayTimer::RebuildLive);
+        if let Some(conn) = self.conn.as_mut() {
+            if conn.deferred_live.is_empty() && conn.waiting_live.is_empty() && !rebuild_waiting {
+                conn.live_gap_since = None;
+            }
+        }
+        while self.may_open_historic(now.instant, cx.store_keeps_up(), cx.config) {
+            let Some(queued) = self.conn.as_mut().and_then(|conn| conn.queue.pop_front()) else {
+                return;
+            };
+            self.start_job(cx, now, queued);
+        }
+    }
+
+    /// Sends waiting live REQs (refused, or not sent for want of a slot), as
+    /// far as the relay allows.
+    fn send_waiting_live(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        while self.may_open_live(now.instant, cx.config) {
+            let Some(filters) = self.conn.as_mut().and_then(|conn| conn.waiting_live.pop()) else {
+                return;
+            };
+            self.open_live(cx, now, filters, LiveList::Base);
+        }
+    }
+
+    /// Starts a queued job: its subscription and its first frame. What was
+    /// learned since the job was planned may change how its filter is
+    /// synced ([`RelaySession::sync_method`]).
+    fn start_job(&mut self, cx: &mut Ctx<'_>, now: Now, queued: QueuedJob) {
+        let QueuedJob { batch, job } = queued;
+        let budget = self.frame_budget(cx.config);
+        let job = match job {
+            Job::Negentropy(filter) | Job::NegentropySent(filter)
+                if self.sync_method(&filter, cx.config) == SyncMethod::ReqEose =>
+            {
+                Job::Req(filter)
+            }
+            job => job,
+        };
+        let relay = cx.relay.clone();
+        let mut sent_items = None;
+        let (id, sub, first) = match job {
+            Job::Req(filter) => {
+                // A filter too large for the relay's frames (a long list of
+                // repositories) is split; the parts join the batch.
+                let mut parts =
+                    super::frames::split_to_fit(filter, super::frames::req_room(budget));
+                let mut filter = parts.remove(0);
+                if !parts.is_empty() {
+                    self.add_jobs(batch, parts.into_iter().map(Job::Req).collect());
+                }
+                if filter.limit.is_none() {
+                    filter.limit = Some(self.page_limit(cx.config));
+                }
+                let id = cx.out.sub_id("req");
+                let sub = Sub::Req {
+                    batch,
+                    paging: PaginationState::new(filter.clone()),
+                    watch: self.watch_request(now.instant),
+                };
+                let first = Command::Subscribe {
+                    relay,
+                    id: id.clone(),
+                    filters: vec![filter],
+                };
+                (id, sub, Some(first))
+            }
+            Job::Page(paging) => {
+                let id = cx.out.sub_id("req");
+                let first = Command::Subscribe {
+                    relay,
+                    id: id.clone(),
+                    filters: vec![paging.current_filter()],
+                };
+                let sub = Sub::Req {
+                    batch,
+                    paging: *paging,
+                    watch: self.watch_request(now.instant),
+                };
+                (id, sub, Some(first))
+            }
+            Job::Negentropy(filter) => {
+                let id = cx.out.sub_id("neg");
+                let first = Command::QueryLocalItems {
+                    relay,
+                    id: id.clone(),
+                    filter: filter.clone(),
+                };
+                (id, Sub::negentropy(batch, filter, false, now), Some(first))
+            }
+            Job::NegentropySent(filter) => {
+                let id = cx.out.sub_id("neg");
+                sent_items = Some(self.sent_items(cx, now, batch, &filter));
+                (id, Sub::negentropy(batch, filter, true, now), None)
+            }
+            Job::Fetch { filter, fruitless } => {
+                let id = cx.out.sub_id("fetch");
+                let missing: HashSet<EventId> =
+                    filter.ids.clone().unwrap_or_default().into_iter().collect();
+                let first = Command::Subscribe {
+                    relay,
+                    id: id.clone(),
+                    filters: vec![filter.clone()],
+                };
+                let sub = Sub::Fetch {
+                    batch,
+                    filter,
+                    missing,
+                    fruitless,
+                };
+                (id, sub, Some(first))
+            }
+            Job::Poll(filters) => {
+                let id = cx.out.sub_id("poll");
+                let first = Command::Subscribe {
+                    relay,
+                    id: id.clone(),
+                    filters: filters.clone(),
+                };
+                let pages: Vec<PaginationState> =
+                    filters.iter().cloned().map(PaginationState::new).collect();
+                let received = vec![Vec::new(); pages.len()];
+                let sub = Sub::Poll {
+                    batch,
+                    filters,
+                    pages,
+                    received,
+                    watch: self.watch_request(now.instant),
+                };
+                (id, sub, Some(first))
+            }
+        };
+        if let Some(first) = first {
+            self.emit(cx, first);
+        }
+        if let Some(conn) = self.conn.as_mut() {
+            conn.subs.insert(id.clone(), sub);
+            conn.last_opened = Some(id.clone());
+        }
+        self.progress(batch, now.instant);
+        if let Some(items) = sent_items {
+            // No store query: the local side is known already.
+            self.open_negentropy(cx, now, &id, &items);
+        }
+    }
+
+    /// Numbers a historic REQ frame sent to the relay at `now`.
+    fn watch_request(&mut self, now: Instant) -> ReqWatch {
+        match self.conn.as_mut() {
+            Some(conn) => conn.watch_request(now),
+            None => ReqWatch {
+                sent: 0,
+                heard_at: now,
+            },
+        }
+    }
+
+    // --- Batches ----------------------------------------------------------
+
+    /// Removes the finished subscription slot `id`; when its batch has no
+    /// work left, the batch is confirmed. A poll whose last job finished
+    /// schedules the next poll (it does not wait for a slow store; it
+    /// starts from where the last confirmed poll did).
+    fn finish_job(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
+        let Some(batch) = self
+            .conn
+            .as_mut()
+            .and_then(|conn| conn.subs.shift_remove(id))
+            .and_then(|sub| sub.batch())
+        else {
+            return;
+        };
+        self.progress(batch, now.instant);
+        let Some(info) = self.batches.get_mut(&batch) else {
+            return;
+        };
+        info.jobs = info.jobs.saturating_sub(1);
+        let done = info.is_done();
+        if info.jobs == 0 && info.purpose == Purpose::Poll && self.conn.is_some() {
+            let next = now.instant + cx.config.uncovered_poll_interval;
+            self.timers.set_unless_set(RelayTimer::Poll, next);
+        }
+        if done {
+            self.complete_batch(cx, now, batch);
+        }
+    }
+
+    /// Counts events of `batch` handed to the store (`+1`) or answered
+    /// (`-1`); a batch whose jobs are done confirms with its last store.
+    pub(crate) fn count_store(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId, delta: i32) {
+        let Some(info) = self.batches.get_mut(&batch) else {
+            return;
+        };
+        info.stores = if delta >= 0 {
+            info.stores.saturating_add(delta.unsigned_abs() as usize)
+        } else {
+            info.stores.saturating_sub(delta.unsigned_abs() as usize)
+        };
+        if info.is_done() {
+            self.complete_batch(cx, now, batch);
+        }
+    }
+
+    /// Confirms `batch` (the one completion rule, [`BatchInfo::is_done`],
+    /// held): what it synced is recorded by its purpose — its items
+    /// confirmed, Layer 1 synced, the next poll scheduled from its start.
+    fn complete_batch(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId) {
+        let Some(info) = self.batches.remove(&batch) else {
+            return;
+        };
+        let Some(pending) = self.pending.remove_batch(batch) else {
+            return;
+        };
+        debug!(relay = %cx.relay, %batch, purpose = ?info.purpose, "batch confirmed");
+        cx.stats.batches_confirmed += 1;
+        self.work_confirmed();
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
+        match info.purpose {
+            Purpose::Items => state.confirm(&pending.items, cx.repos.ids()),
+            Purpose::Layer1 => state.announcements_synced = true,
+            Purpose::CatchUp | Purpose::Gap => {}
+            Purpose::Poll => {
+                if let Some(conn) = self.conn.as_mut() {
+                    conn.poll_from = Some(info.started_unix);
+                    let next = now.instant + cx.config.uncovered_poll_interval;
+                    self.timers.set(RelayTimer::Poll, next);
+                }
+            }
+        }
+    }
+
+    /// Fails `batch` for `reason`: it and its queued jobs are dropped, its
+    /// subscriptions closed, the failure is counted for the retry delay, and
+    /// what retries it is timed by its purpose — its items are planned
+    /// again, Layer 1 retried, a catch-up's items synced fully again (the
+    /// gap was not caught up), a gap's live coverage rebuilt from the same
+    /// moment, a poll repeated (`poll_from` stays: the next poll covers this
+    /// one's span).
+    pub(crate) fn fail_batch(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId, reason: &str) {
+        let Some(info) = self.batches.remove(&batch) else {
+            return;
+        };
+        warn!(relay = %cx.relay, %batch, reason, "batch failed; its items will be planned again");
+        cx.stats.batches_failed += 1;
+        self.last_error = Some(format!("batch failed: {reason}"));
+        self.pending.remove_batch(batch);
+        let mut closing = Vec::new();
+        if let Some(conn) = self.conn.as_mut() {
+            conn.queue.retain(|queued| queued.batch != batch);
+            let ids: Vec<SubscriptionId> = conn
+                .subs
+                .iter()
+                .filter(|(_, sub)| sub.batch() == Some(batch))
+                .map(|(id, _)| id.clone())
+                .collect();
+            closing = ids
+                .into_iter()
+                .filter_map(|id| conn.subs.shift_remove(&id).map(|sub| (id, sub)))
+                .collect();
+        }
+        let retry_at = now.instant + self.work_failed(&cx.config.health);
+        match info.purpose {
+            Purpose::Items => self.timers.set(RelayTimer::Replan, retry_at),
+            Purpose::Layer1 => self.timers.set(RelayTimer::Layer1Retry, retry_at),
+            Purpose::CatchUp => {
+                if let Some(state) = self.state.as_mut() {
+                    state.repos.clear();
+                    state.root_events.clear();
+                }
+                self.timers.set(RelayTimer::Replan, retry_at);
+            }
+            Purpose::Gap => {
+                if let (Some(conn), Some(from)) = (self.conn.as_mut(), info.covers_from) {
+                    conn.live_gap_since =
+                        Some(conn.live_gap_since.map_or(from, |gap| gap.min(from)));
+                }
+                self.timers.set(RelayTimer::RebuildLive, retry_at);
+            }
+            Purpose::Poll => {
+                if self.conn.is_some() {
+                    self.timers.set(RelayTimer::Poll, retry_at);
+                }
+            }
+        }
+        for (id, sub) in closing {
+            self.send_close(cx, id, &sub);
+        }
+    }
+
+    /// Tells the relay the slot `id` is no longer wanted.
+    fn send_close(&mut self, cx: &mut Ctx<'_>, id: SubscriptionId, sub: &Sub) {
+        let relay = cx.relay.clone();
+        match sub {
+            Sub::Negentropy { session: None, .. } => {}
+            Sub::Negentropy { .. } => self.emit(cx, Command::NegClose { relay, id }),
+            _ => self.emit(cx, Command::Unsubscribe { relay, id }),
+        }
+    }
+
+    /// Sends a CLOSE of `id`.
+    fn unsubscribe(&mut self, cx: &mut Ctx<'_>, id: &SubscriptionId) {
+        let relay = cx.relay.clone();
+        self.emit(
+            cx,
+            Command::Unsubscribe {
+                relay,
+                id: id.clone(),
+            },
+        );
+    }
+
+    // --- Timeouts -----------------------------------------------------------
+
+    /// What is overdue on the relay at `now`, in order: REQs it dropped are
+    /// resumed ([`RelaySession::stalled_reqs`]; a resumed REQ is progress of
+    /// its batch), batches without progress fail
+    /// ([`RelaySession::stalled_batches`]) — or the connection is dropped if
+    /// the relay is silent ([`RelaySession::is_silent`],
+    /// [`RelaySession::live_unanswered`]) — and unanswered NEG-OPENs are
+    /// refusals ([`RelaySession::negentropy_unanswered`]).
+    pub(crate) fn expire(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        for id in self.stalled_reqs(now.instant, cx.config) {
+            self.resume_req(cx, now, &id);
+        }
+        for batch in self.stalled_batches(now.instant, cx.config) {
+            if self.is_silent(now.instant, cx.config) {
+                self.drop_silent_connection(cx, now);
+            } else {
+                self.fail_batch(cx, now, batch, "no progress before the batch timeout");
+            }
+        }
+        if self.live_unanswered(now.instant, cx.config) {
+            self.drop_silent_connection(cx, now);
+        }
+        for id in self.negentropy_unanswered(now.instant, cx.config) {
+            self.negentropy_failed(cx, now, &id, NegFailure::Unanswered);
+        }
+    }
+
+    /// Resumes the stalled REQ `id` where it was
+    /// ([`PaginationState::resume_interrupted`]; each filter of a packed
+    /// REQ from its current page), counted in
+    /// [`EngineStats::reqs_resumed`]; a batch whose REQs were resumed
+    /// [`EngineConfig::req_resume_attempts`] times without hearing anything
+    /// since fails.
+    fn resume_req(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
+        let Some(sub) = self.conn.as_ref().and_then(|conn| conn.subs.get(id)) else {
+            return;
+        };
+        let Some(batch) = sub.batch() else {
+            return;
+        };
+        let mut jobs: Vec<Job> = match sub {
+            Sub::Req { paging, .. } => vec![Job::Page(Box::new(paging.resume_interrupted()))],
+            Sub::Poll { pages, .. } => pages
+                .iter()
+                .map(|page| {
+                    let mut page = page.clone();
+                    page.restart_page();
+                    Job::Page(Box::new(page))
+                })
+                .collect(),
+            _ => return,
+        };
+        let attempts = cx.config.req_resume_attempts;
+        let Some(info) = self.batches.get_mut(&batch) else {
+            // No batch to resume for (cannot happen: a batch ends with its
+            // subscriptions): close it rather than wake for it forever.
+            if let Some(sub) = self
+                .conn
+                .as_mut()
+                .and_then(|conn| conn.subs.shift_remove(id))
+            {
+                self.send_close(cx, id.clone(), &sub);
+            }
+            return;
+        };
+        if info.req_resumes >= attempts {
+            self.fail_batch(cx, now, batch, "a REQ resumed without an answer");
+            return;
+        }
+        info.req_resumes += 1;
+        cx.stats.reqs_resumed += 1;
+        debug!(relay = %cx.relay, %id, %batch, "REQ dropped by the relay without EOSE; resuming it where it was");
+        self.unsubscribe(cx, id);
+        let first = jobs.remove(0);
+        self.replace_job(id, first, now.instant);
+        if !jobs.is_empty() {
+            self.add_jobs(batch, jobs);
+        }
+    }
+
+    /// Runs the retries whose delay is over, while connected: Layer 1
+    /// again, the live subscriptions rebuilt. `true` if the relay's items
+    /// are due to be planned again (by the engine, which holds the targets).
+    pub(crate) fn run_retries(&mut self, cx: &mut Ctx<'_>, now: Now) -> bool {
+        let replan = self.timers.fire(RelayTimer::Replan, now.instant);
+        let layer1 = self.timers.fire(RelayTimer::Layer1Retry, now.instant);
+        let live = self.timers.fire(RelayTimer::RebuildLive, now.instant);
+        if self.conn.is_none() {
+            return false;
+        }
+        if layer1 {
+            self.start_layer1(cx, now, None);
+        }
+        if live {
+            self.rebuild_live(cx, now, &PendingItems::default());
+        }
+        replan
+    }
+
+    // --- Connection -------------------------------------------------------
+
+    /// Fresh start: every subscription closed, pending then confirmed state
+    /// forgotten, Layer 1 synced live and in full (the engine then plans
+    /// Layers 2+3 from scratch).
+    pub(crate) fn fresh_start(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        info!(relay = %cx.relay, "fresh start");
+        // A full re-sync catches up everything.
+        self.uncaught_since = None;
+        self.close_all_subscriptions(cx);
+        self.clear_pending();
+        if let Some(state) = self.state.as_mut() {
+            state.clear_sync_state();
+        }
+        self.start_layer1(cx, now, None);
+    }
+
+    /// Quick reconnect: Layer 1 and the confirmed Layers 2+3 live, their
+    /// history caught up from `since` (and from the coverage missing before
+    /// the disconnect); the engine then plans new items.
+    pub(crate) fn quick_reconnect(&mut self, cx: &mut Ctx<'_>, now: Now, since: Timestamp) {
+        let window = cx.config.quick_reconnect_window.as_secs();
+        let since = match self.uncaught_since.take() {
+            Some(uncaught) => since.min(Timestamp::from_secs(
+                uncaught.as_secs().saturating_sub(window),
+            )),
+            None => since,
+        };
+        info!(relay = %cx.relay, since = since.as_secs(), "quick reconnect");
+        // Layer 1 catches up from `since` only if its full history was
+        // confirmed before; otherwise it syncs in full.
+        let announcements_synced = self
+            .state
+            .as_ref()
+            .is_some_and(|state| state.announcements_synced);
+        self.start_layer1(cx, now, announcements_synced.then_some(since));
+        self.rebuild_live(cx, now, &PendingItems::default());
+        self.start_catch_up(cx, now, since);
+    }
+
+    /// Closes every subscription open on the relay and forgets queued work.
+    fn close_all_subscriptions(&mut self, cx: &mut Ctx<'_>) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let open: Vec<(SubscriptionId, Sub)> = conn.subs.drain(..).collect();
+        *conn = RelayConn::default();
+        self.timers.clear(RelayTimer::Poll);
+        for (id, sub) in open {
+            self.send_close(cx, id, &sub);
+        }
+    }
+
+    /// Closes a connection that stopped answering (a half-open socket): no
+    /// message for a whole batch timeout while work was outstanding.
+    pub(crate) fn drop_silent_connection(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        warn!(relay = %cx.relay, "relay silent for the batch timeout; reconnecting");
+        self.last_error = Some("silent for the batch timeout".into());
+        let relay = cx.relay.clone();
+        self.emit(cx, Command::Disconnect { relay });
+        self.connection_closed(cx, now);
     }
 }
 
-impl RelayProgress for Relays {
-    fn connected_state(&self, relay: &RelayUrl) -> Option<&RelayState> {
-        self.state(relay).filter(|state| state.is_connected())
+/// Counts and logs what a refusal taught.
+fn note_lesson(cx: &mut Ctx<'_>, lesson: Lesson) {
+    let relay = cx.relay;
+    if let Some(limit) = lesson.subscription_limit {
+        cx.stats.subscription_refusals += 1;
+        warn!(%relay, limit, "relay refused a subscription; lowering its subscription limit");
     }
+    if lesson.cooldown {
+        cx.stats.rate_limits += 1;
+        info!(%relay, cooldown = ?cx.config.health.rate_limit_cooldown, "relay rate limited");
+    }
+    if lesson.rate_refused {
+        warn!(%relay, "rate-limited by relay; pausing new subscriptions for the cooldown");
+    }
+}
 
-    fn pending(&self, relay: &RelayUrl) -> Option<&RelayPending> {
-        self.sessions.get(relay).map(|session| &session.pending)
-    }
+/// Counts an event from `relay` whose id or signature did not verify.
+pub(crate) fn forged_event(stats: &mut EngineStats, relay: &RelayUrl, forged: &Forged) {
+    stats.dropped_forged += 1;
+    warn!(%relay, id = %forged.id, "dropped event with a bad id or signature");
 }

@@ -9,7 +9,7 @@ use nostr::prelude::{EventId, Filter, SubscriptionId};
 
 use super::config::EngineConfig;
 use super::session::NegSession;
-use crate::clock::Instant;
+use crate::clock::{Instant, Now};
 use crate::model::{BatchId, PendingItems};
 use crate::pagination::PaginationState;
 
@@ -189,6 +189,39 @@ impl Sub {
             Job::NegentropySent(filter)
         } else {
             Job::Negentropy(filter)
+        }
+    }
+
+    /// A negentropy session of `filter` for `batch`, waiting for our items
+    /// (`sent`: from what the relay sent, else from the store).
+    pub(crate) fn negentropy(batch: BatchId, filter: Filter, sent: bool, now: Now) -> Sub {
+        Sub::Negentropy {
+            batch,
+            filter,
+            session: None,
+            answered: false,
+            opened_at: now.instant,
+            sent,
+        }
+    }
+
+    /// The job that asks the relay again for what this subscription asks,
+    /// from where it is (a refused slot retried later); `None` for a live
+    /// subscription, which is sent again as it is.
+    pub(crate) fn job(&self) -> Option<Job> {
+        match self {
+            Sub::Live { .. } => None,
+            Sub::Req { paging, .. } => Some(Job::Page(Box::new(paging.clone()))),
+            Sub::Negentropy { filter, sent, .. } => {
+                Some(Sub::negentropy_job(filter.clone(), *sent))
+            }
+            Sub::Fetch {
+                filter, fruitless, ..
+            } => Some(Job::Fetch {
+                filter: filter.clone(),
+                fruitless: *fruitless,
+            }),
+            Sub::Poll { filters, .. } => Some(Job::Poll(filters.clone())),
         }
     }
 

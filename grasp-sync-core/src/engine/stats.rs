@@ -1,10 +1,6 @@
 //! What the engine reports about itself: counters, and what is open and
 //! waiting on each relay.
 
-use nostr::prelude::RelayUrl;
-
-use super::SyncEngine;
-
 /// Counters of what the engine did and dropped.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EngineStats {
@@ -142,36 +138,4 @@ pub struct RelayActivity {
     pub frame_budget: usize,
     /// Whether every item is covered live or some are polled.
     pub live_mode: LiveMode,
-}
-
-impl SyncEngine {
-    /// What is open and waiting on `relay`, if connected.
-    pub fn relay_activity(&self, relay: &RelayUrl) -> Option<RelayActivity> {
-        let conn = self.relays.conn(relay)?;
-        let live_mode = match conn.uncovered.len() {
-            0 => LiveMode::Full,
-            uncovered_filters => LiveMode::Polling { uncovered_filters },
-        };
-        Some(RelayActivity {
-            open_subscriptions: conn.subs.len(),
-            live_subscriptions: conn.live_count(),
-            queued_jobs: conn.queue.len(),
-            deferred_live_items: conn.deferred_live.len(),
-            subscription_limit: self.relays.view(relay).subscription_limit(&self.config),
-            live_slots: self.relays.view(relay).live_slots(&self.config),
-            frame_budget: self.relays.view(relay).frame_budget(&self.config),
-            live_mode,
-        })
-    }
-
-    /// Events handed to the store and not confirmed yet (answered or
-    /// waiting for a retry).
-    pub fn unconfirmed_stores(&self) -> usize {
-        self.stores.in_flight()
-    }
-
-    /// Events the store refused for now, waiting for their retry.
-    pub fn store_retries_waiting(&self) -> usize {
-        self.stores.retrying()
-    }
 }

@@ -10,14 +10,14 @@ use crate::health::Retry;
 use std::collections::{HashMap, VecDeque};
 
 use nostr::filter::MatchEventOptions;
-use nostr::prelude::{Event, EventId, Filter, Kind, RelayUrl, Timestamp};
+use nostr::prelude::{Event, EventId, Filter, RelayUrl, Timestamp};
 use tracing::{debug, warn};
 
 use super::classify::{classify, Prefix};
-use super::{Command, SyncEngine};
-use crate::clock::{Instant, Now};
+use super::{Command, EngineConfig, EngineStats};
+use crate::clock::Instant;
 use crate::model::BatchId;
-use crate::nip34::{is_root_kind, KIND_REPO_ANNOUNCEMENT};
+use crate::nip34::is_root_kind;
 use crate::recent::RecentIds;
 use crate::store::{IngestOutcome, StoreError};
 use crate::verified::VerifiedEvent;
@@ -73,11 +73,13 @@ impl StoreVerdict {
 
 /// An event handed to the store and not answered for yet.
 #[derive(Debug)]
-struct InFlight {
-    event: VerifiedEvent,
-    relay: RelayUrl,
+pub(crate) struct InFlight {
+    /// The event.
+    pub(crate) event: VerifiedEvent,
+    /// The relay that sent it first.
+    pub(crate) relay: RelayUrl,
     /// Batches (of their relays) that confirm only once it is stored.
-    batches: Vec<(RelayUrl, BatchId)>,
+    pub(crate) batches: Vec<(RelayUrl, BatchId)>,
     /// Waiting in the retry queue.
     retrying: bool,
     /// Unclear refusals so far.
@@ -122,11 +124,6 @@ impl StoreTracker {
         self.retry.len()
     }
 
-    /// `true` if the store refused `id` for good.
-    pub(crate) fn is_refused(&self, id: &EventId) -> bool {
-        self.refused.contains_key(id)
-    }
-
     /// Items of refused events matching `filter`, so negentropy does not
     /// count them as missing.
     pub(crate) fn refused_items(&self, filter: &Filter) -> Vec<(EventId, Timestamp)> {
@@ -146,47 +143,46 @@ impl StoreTracker {
     }
 }
 
-impl SyncEngine {
-    /// Hands a verified event to the store, unless it is already on its way
-    /// (then `batch` waits for the same answer) or refused for good.
-    pub(super) fn store(
+impl StoreTracker {
+    /// `false` while more than
+    /// [`EngineConfig::max_unconfirmed_stores`](super::EngineConfig::max_unconfirmed_stores)
+    /// events wait for the store: new historic jobs and next pages wait
+    /// (backpressure).
+    pub(crate) fn keeps_up(&self, config: &EngineConfig) -> bool {
+        self.in_flight.len() < config.max_unconfirmed_stores
+    }
+
+    /// What becomes of the verified event `id` about to be handed to the
+    /// store.
+    pub(crate) fn handover(&self, id: &EventId) -> Handover {
+        if self.refused.contains_key(id) {
+            Handover::Refused
+        } else if self.stored_lately.contains(id) {
+            Handover::StoredLately
+        } else if self.in_flight.contains_key(id) {
+            Handover::OnItsWay
+        } else {
+            Handover::New
+        }
+    }
+
+    /// Tracks `event`, from `relay`, handed to the store at `now` (its
+    /// [`Handover`] was `New`); `batch` confirms only once it is stored.
+    pub(crate) fn hand_over(
         &mut self,
-        now: Now,
-        relay: &RelayUrl,
         event: VerifiedEvent,
+        relay: &RelayUrl,
         batch: Option<BatchId>,
+        now: Instant,
     ) {
-        // Whatever follows, the store has it, is asked for it or refused it.
-        self.note_sent_reply(relay, &event);
-        if self.stores.is_refused(&event.id) {
-            return;
-        }
-        if self.stores.stored_lately.contains(&event.id) {
-            self.stats.already_stored += 1;
-            return;
-        }
-        if let Some(waiting) = self.stores.in_flight.get_mut(&event.id) {
-            if let Some(batch) = batch {
-                let waits = (relay.clone(), batch);
-                if !waiting.batches.contains(&waits) {
-                    waiting.batches.push(waits);
-                    self.count_store(now, relay, batch, 1);
-                }
-            }
-            return;
-        }
-        self.stats.events_accepted += 1;
-        if let Some(batch) = batch {
-            self.count_store(now, relay, batch, 1);
-        }
-        if self.stores.in_flight.len() == self.stores.retry.len() {
+        if self.in_flight.len() == self.retry.len() {
             // The store had nothing to answer: its silence counts from now.
-            self.stores.alive_at = Some(now.instant);
+            self.alive_at = Some(now);
         }
-        self.stores.in_flight.insert(
+        self.in_flight.insert(
             event.id,
             InFlight {
-                event: event.clone(),
+                event,
                 relay: relay.clone(),
                 batches: batch
                     .map(|batch| (relay.clone(), batch))
@@ -196,104 +192,60 @@ impl SyncEngine {
                 unclear: 0,
             },
         );
-        self.emit(Command::Store {
-            relay: relay.clone(),
-            event,
-        });
     }
 
-    /// Counts an event `relay` sent, and whether it sent it lately already.
-    pub(super) fn note_received(&mut self, relay: &RelayUrl, id: EventId) {
-        let capacity = self.config.received_ids_per_relay;
-        let known = self.knowledge(relay);
-        known.events_received += 1;
-        let lately = known
-            .received_lately
-            .get_or_insert_with(|| RecentIds::new(capacity));
-        if lately.contains(&id) {
-            known.events_received_again += 1;
-            self.stats.events_received_again += 1;
-        } else {
-            lately.insert(id, ());
-        }
-    }
-
-    /// Of the ids a negentropy round of `batch` found missing, those to
-    /// fetch: not one stored lately (the store has it), nor one on its way
-    /// to the store already (`batch` then waits for that answer, so it
-    /// confirms only once the event is stored). Counted in
-    /// [`EngineStats::fetches_saved`](super::EngineStats::fetches_saved).
-    pub(super) fn still_to_fetch(
+    /// If `id` is on its way to the store, `batch` of `relay` waits for its
+    /// answer too: `None` if it is not on its way, `Some(true)` if `batch`
+    /// starts waiting now (it counts one more store), `Some(false)` if it
+    /// waited already.
+    pub(crate) fn add_waiter(
         &mut self,
-        now: Now,
-        relay: &RelayUrl,
-        batch: BatchId,
-        need: Vec<EventId>,
-    ) -> Vec<EventId> {
-        let mut fetch = Vec::with_capacity(need.len());
-        for id in need {
-            if self.stores.stored_lately.contains(&id)
-                || self.wait_for_store(now, relay, batch, &id)
-            {
-                self.stats.fetches_saved += 1;
-            } else {
-                fetch.push(id);
-            }
-        }
-        fetch
-    }
-
-    /// If `id` is on its way to the store, `batch` confirms only once it is
-    /// stored (`true`); `false` if it is not waiting for the store.
-    pub(super) fn wait_for_store(
-        &mut self,
-        now: Now,
-        relay: &RelayUrl,
-        batch: BatchId,
         id: &EventId,
-    ) -> bool {
-        let Some(waiting) = self.stores.in_flight.get_mut(id) else {
-            return false;
-        };
+        relay: &RelayUrl,
+        batch: BatchId,
+    ) -> Option<bool> {
+        let waiting = self.in_flight.get_mut(id)?;
         let waits = (relay.clone(), batch);
-        if !waiting.batches.contains(&waits) {
-            waiting.batches.push(waits);
-            self.count_store(now, relay, batch, 1);
+        if waiting.batches.contains(&waits) {
+            return Some(false);
         }
-        true
+        waiting.batches.push(waits);
+        Some(true)
     }
 
-    /// The store's answer to [`Command::Store`] for the event `id`.
-    pub fn handle_store_outcome(
+    /// The store's answer `verdict` for the event `id`, at `now`: an event
+    /// refused for now waits for a retry (one round of retries per backoff
+    /// step, however many events the store refused in it); one refused with
+    /// an unclear reason is retried a few times
+    /// ([`EngineConfig::store_attempts`](super::EngineConfig::store_attempts)),
+    /// then refused for good; one refused for good is remembered (without
+    /// its content, [`EngineConfig::refused_memory`](super::EngineConfig::refused_memory)
+    /// at most); a stored one is stored lately (and a root event fresh).
+    /// Returns the event settled, with the final verdict (stored, a
+    /// duplicate, or refused for good), for its batches to count; `None` if it still waits or the answer was not
+    /// awaited (counted as ignored).
+    pub(crate) fn answer(
         &mut self,
-        now: Now,
+        now: Instant,
         id: &EventId,
-        outcome: Result<IngestOutcome, StoreError>,
-    ) {
-        self.observe(now);
-        let before = self.reach();
-        self.stores.alive_at = Some(now.instant);
-        let verdict = StoreVerdict::of(&outcome);
-        self.apply_store_verdict(now, id, verdict);
-        self.maintain_after(now, None, before);
-    }
-
-    fn apply_store_verdict(&mut self, now: Now, id: &EventId, verdict: StoreVerdict) {
-        let attempts = self.config.store_attempts;
-        let Some(waiting) = self.stores.in_flight.get_mut(id) else {
-            self.stats.inputs_ignored += 1;
+        verdict: StoreVerdict,
+        config: &EngineConfig,
+        stats: &mut EngineStats,
+    ) -> Option<(InFlight, StoreVerdict)> {
+        let Some(waiting) = self.in_flight.get_mut(id) else {
+            stats.inputs_ignored += 1;
             debug!(%id, "store answer for an event not waiting (already settled)");
-            return;
+            return None;
         };
         if waiting.retrying {
             // A late answer to an event already queued for a retry.
-            self.stats.inputs_ignored += 1;
-            return;
+            stats.inputs_ignored += 1;
+            return None;
         }
         let verdict = match verdict {
             StoreVerdict::Unclear(reason) => {
                 waiting.unclear = waiting.unclear.saturating_add(1);
-                if waiting.unclear >= attempts {
+                if waiting.unclear >= config.store_attempts {
                     StoreVerdict::Refused(reason)
                 } else {
                     StoreVerdict::Retry(reason)
@@ -304,56 +256,43 @@ impl SyncEngine {
         match verdict {
             StoreVerdict::Retry(reason) => {
                 waiting.retrying = true;
-                self.stats.store_retries += 1;
-                self.stores.retry.push_back(*id);
-                if self.stores.retry_at.is_none() {
-                    // One round of retries per backoff step, however many
-                    // events the store refused in it.
-                    let backoff = self.config.health.store_backoff;
-                    let delay = Retry::fail_in(&mut self.stores.refusals, backoff);
+                stats.store_retries += 1;
+                self.retry.push_back(*id);
+                if self.retry_at.is_none() {
+                    let backoff = config.health.store_backoff;
+                    let delay = Retry::fail_in(&mut self.refusals, backoff);
                     debug!(%id, reason, ?delay, "store refused for now; retrying");
-                    self.stores.retry_at = Some(now.instant + delay);
+                    self.retry_at = Some(now + delay);
                 }
+                None
             }
             StoreVerdict::Refused(reason) | StoreVerdict::Unclear(reason) => {
-                self.stores.refusals = None;
-                self.stats.store_refused += 1;
-                if let Some(done) = self.settle(now, id) {
-                    warn!(id = %done.event.id, relay = %done.relay, reason, "store refused event; not downloading it again");
-                    self.remember_refused(&done.event);
-                }
+                self.refusals = None;
+                stats.store_refused += 1;
+                let done = self.in_flight.remove(id)?;
+                warn!(id = %done.event.id, relay = %done.relay, reason, "store refused event; not downloading it again");
+                self.remember_refused(&done.event, config.refused_memory);
+                Some((done, StoreVerdict::Refused(reason)))
             }
             StoreVerdict::Stored | StoreVerdict::Duplicate => {
-                self.stores.refusals = None;
-                self.stores.stored_lately.insert(*id, ());
-                if let Some(done) = self.settle(now, id) {
-                    if verdict == StoreVerdict::Stored {
-                        if is_root_kind(done.event.kind) {
-                            self.stores.fresh_roots.insert(*id, ());
-                        }
-                        self.stats.events_stored += 1;
-                        if let Some(known) = self.relays.get_mut(&done.relay) {
-                            known.events_stored += 1;
-                        }
+                self.refusals = None;
+                self.stored_lately.insert(*id, ());
+                let done = self.in_flight.remove(id)?;
+                let stored = verdict == StoreVerdict::Stored;
+                if stored {
+                    if is_root_kind(done.event.kind) {
+                        self.fresh_roots.insert(*id, ());
                     }
-                    self.plan_stored(now, *done.event.into_event());
+                    stats.events_stored += 1;
                 }
+                Some((done, verdict))
             }
         }
-    }
-
-    /// Forgets an answered event and lets its batches confirm.
-    fn settle(&mut self, now: Now, id: &EventId) -> Option<InFlight> {
-        let done = self.stores.in_flight.remove(id)?;
-        for (relay, batch) in &done.batches {
-            self.count_store(now, relay, *batch, -1);
-        }
-        Some(done)
     }
 
     /// Keeps what negentropy needs of a refused event (its content can be
-    /// large), forgetting the oldest beyond the configured memory.
-    pub(super) fn remember_refused(&mut self, event: &Event) {
+    /// large), forgetting the oldest beyond `memory`.
+    pub(crate) fn remember_refused(&mut self, event: &Event, memory: usize) {
         let stripped = Event::new(
             event.id,
             event.pubkey,
@@ -363,92 +302,88 @@ impl SyncEngine {
             String::new(),
             event.sig,
         );
-        if self.stores.refused.insert(event.id, stripped).is_none() {
-            self.stores.refused_order.push_back(event.id);
+        if self.refused.insert(event.id, stripped).is_none() {
+            self.refused_order.push_back(event.id);
         }
-        while self.stores.refused.len() > self.config.refused_memory {
-            let Some(oldest) = self.stores.refused_order.pop_front() else {
+        while self.refused.len() > memory {
+            let Some(oldest) = self.refused_order.pop_front() else {
                 break;
             };
-            self.stores.refused.remove(&oldest);
+            self.refused.remove(&oldest);
         }
     }
 
     /// Forgets the refused events `forget` picks (they became ours), so the
     /// next sync downloads them again.
-    pub(super) fn forget_refused(&mut self, forget: impl Fn(&Event) -> bool) {
-        let StoreTracker {
-            refused,
-            refused_order,
-            ..
-        } = &mut self.stores;
-        refused.retain(|_, event| !forget(event));
-        refused_order.retain(|id| refused.contains_key(id));
+    pub(crate) fn forget_refused(&mut self, forget: impl Fn(&Event) -> bool) {
+        self.refused.retain(|_, event| !forget(event));
+        let refused = &self.refused;
+        self.refused_order.retain(|id| refused.contains_key(id));
     }
 
-    /// A stored (or already held) announcement or root event is ours: plan
-    /// it like one the self-subscription reports, so a relay that embeds the
-    /// library gets Layer 3 without glue. Planning it twice is harmless.
-    fn plan_stored(&mut self, now: Now, event: Event) {
-        let ours = event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT) || is_root_kind(event.kind);
-        if ours {
-            self.queue_own_events(now, [event]);
-        }
-    }
-
-    /// Offers refused-for-now events again, in order; when the store has
-    /// been silent for the store timeout with events waiting, offers those
-    /// again too (a store that is merely busy keeps answering and is left
-    /// alone).
-    pub(super) fn run_store_timers(&mut self, now: Now) {
-        if self.stores.retry_at.is_some_and(|at| at <= now.instant) {
-            self.stores.retry_at = None;
-            let ids: Vec<EventId> = self.stores.retry.drain(..).collect();
+    /// The events to offer the store again at `now`: those refused for now,
+    /// in order, once their backoff is over; and, when the store has been
+    /// silent for `timeout` with events waiting, those too (a store that is
+    /// merely busy keeps answering and is left alone) — the second list.
+    pub(crate) fn resends_due(
+        &mut self,
+        now: Instant,
+        timeout: std::time::Duration,
+    ) -> (Vec<Command>, Vec<Command>) {
+        let mut retried = Vec::new();
+        if self.retry_at.is_some_and(|at| at <= now) {
+            self.retry_at = None;
+            let ids: Vec<EventId> = self.retry.drain(..).collect();
             if !ids.is_empty() {
                 // The store's silence about them counts from their resending.
-                self.stores.alive_at = Some(now.instant);
+                self.alive_at = Some(now);
             }
-            for id in ids {
-                self.resend_store(&id);
-            }
+            retried = ids.iter().filter_map(|id| self.resend(id)).collect();
         }
-        let waiting = self.stores.in_flight.len() > self.stores.retry.len();
-        let stalled = waiting
-            && self
-                .stores
-                .alive_at
-                .is_some_and(|at| at + self.config.store_timeout <= now.instant);
+        let waiting = self.in_flight.len() > self.retry.len();
+        let stalled = waiting && self.alive_at.is_some_and(|at| at + timeout <= now);
+        let mut silent = Vec::new();
         if stalled {
-            self.stores.alive_at = Some(now.instant);
+            self.alive_at = Some(now);
             let waiting: Vec<EventId> = self
-                .stores
                 .in_flight
                 .iter()
                 .filter(|(_, waiting)| !waiting.retrying)
                 .map(|(id, _)| *id)
                 .collect();
-            warn!(
-                events = waiting.len(),
-                "store did not answer for the store timeout; offering its events again"
-            );
-            self.stats.store_retries += waiting.len() as u64;
-            for id in waiting {
-                self.resend_store(&id);
-            }
+            silent = waiting.iter().filter_map(|id| self.resend(id)).collect();
         }
+        (retried, silent)
     }
 
-    fn resend_store(&mut self, id: &EventId) {
-        let Some(waiting) = self.stores.in_flight.get_mut(id) else {
-            return;
-        };
+    /// The store command offering the event `id` again.
+    fn resend(&mut self, id: &EventId) -> Option<Command> {
+        let waiting = self.in_flight.get_mut(id)?;
         waiting.retrying = false;
-        let command = Command::Store {
+        Some(Command::Store {
             relay: waiting.relay.clone(),
             event: waiting.event.clone(),
-        };
-        self.emit(command);
+        })
     }
+
+    /// The store answered (or was handed an event) at `now`.
+    pub(crate) fn alive(&mut self, now: Instant) {
+        self.alive_at = Some(now);
+    }
+}
+
+/// What becomes of a verified event about to be handed to the store
+/// ([`StoreTracker::handover`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Handover {
+    /// Refused for good before: not offered again.
+    Refused,
+    /// Stored (or held already) lately.
+    StoredLately,
+    /// On its way to the store already: its answer counts for one more batch.
+    OnItsWay,
+    /// New: handed to the store.
+    New,
 }
 
 #[cfg(test)]

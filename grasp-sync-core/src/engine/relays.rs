@@ -1,0 +1,163 @@
+//! Every relay's session, by URL: what the engine routes inputs to.
+
+use indexmap::IndexMap;
+use nostr::prelude::RelayUrl;
+
+use super::relay_session::RelaySession;
+use super::runtime::RelayConn;
+use crate::model::{RelayPending, RelayProgress, RelayState};
+
+/// Every relay's session, by URL, in the order they were first met (so
+/// every walk over them is deterministic).
+#[derive(Debug, Default)]
+pub(crate) struct Relays {
+    sessions: IndexMap<RelayUrl, RelaySession>,
+    /// How many sessions have a state (tracked relays).
+    tracked: usize,
+}
+
+/// The session of a relay the engine does not know: nothing learned.
+static UNKNOWN: std::sync::LazyLock<RelaySession> = std::sync::LazyLock::new(RelaySession::default);
+
+impl Relays {
+    /// Starts tracking `relay` (its session is created if needed);
+    /// registering a tracked relay as bootstrap marks it bootstrap, it never
+    /// unmarks.
+    pub(crate) fn register(&mut self, relay: RelayUrl, is_bootstrap: bool) {
+        let session = self.sessions.entry(relay).or_default();
+        match &mut session.state {
+            Some(state) => state.is_bootstrap |= is_bootstrap,
+            None => {
+                session.state = Some(RelayState::new(is_bootstrap));
+                self.tracked += 1;
+            }
+        }
+    }
+
+    /// `relay`'s confirmed state and lifecycle, if it is tracked.
+    pub(crate) fn state(&self, relay: &RelayUrl) -> Option<&RelayState> {
+        self.sessions.get(relay)?.state.as_ref()
+    }
+
+    /// Every tracked relay with its state, in the order first met.
+    pub(crate) fn tracked(&self) -> impl Iterator<Item = (&RelayUrl, &RelayState)> {
+        self.sessions
+            .iter()
+            .filter_map(|(relay, session)| Some((relay, session.state.as_ref()?)))
+    }
+
+    /// How many relays are tracked.
+    pub(crate) fn tracked_count(&self) -> usize {
+        self.tracked
+    }
+
+    /// How many batches are in flight over every relay.
+    pub(crate) fn batch_count(&self) -> usize {
+        self.sessions
+            .values()
+            .map(|session| session.pending.len())
+            .sum()
+    }
+
+    /// The session of `relay`, or an empty one (nothing learned) if the
+    /// engine does not know it: for questions whose answer for an unknown
+    /// relay is the configured default.
+    pub(crate) fn view(&self, relay: &RelayUrl) -> &RelaySession {
+        self.sessions.get(relay).unwrap_or(&UNKNOWN)
+    }
+
+    /// The session of `relay`, if the engine knows it.
+    pub(crate) fn get(&self, relay: &RelayUrl) -> Option<&RelaySession> {
+        self.sessions.get(relay)
+    }
+
+    /// [`Relays::get_mut`], with the relay's URL as the engine keeps it.
+    pub(crate) fn get_with_url_mut(
+        &mut self,
+        relay: &RelayUrl,
+    ) -> Option<(&RelayUrl, &mut RelaySession)> {
+        let (_, url, session) = self.sessions.get_full_mut(relay)?;
+        Some((url, session))
+    }
+
+    /// [`Relays::get`], to change.
+    pub(crate) fn get_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelaySession> {
+        self.sessions.get_mut(relay)
+    }
+
+    /// The session of `relay`, created empty on first use.
+    pub(crate) fn entry(&mut self, relay: RelayUrl) -> &mut RelaySession {
+        self.sessions.entry(relay).or_default()
+    }
+
+    /// Forgets `relay` and everything about it.
+    pub(crate) fn remove(&mut self, relay: &RelayUrl) -> Option<RelaySession> {
+        let session = self.sessions.shift_remove(relay)?;
+        if session.state.is_some() {
+            self.tracked -= 1;
+        }
+        Some(session)
+    }
+
+    /// Every session, with its relay.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&RelayUrl, &RelaySession)> {
+        self.sessions.iter()
+    }
+
+    /// Every relay the engine knows.
+    pub(crate) fn urls(&self) -> impl Iterator<Item = &RelayUrl> {
+        self.sessions.keys()
+    }
+
+    /// `relay`'s open connection.
+    pub(crate) fn conn(&self, relay: &RelayUrl) -> Option<&RelayConn> {
+        self.sessions.get(relay)?.conn.as_ref()
+    }
+
+    /// [`Relays::conn`], to change.
+    pub(crate) fn conn_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelayConn> {
+        self.sessions.get_mut(relay)?.conn.as_mut()
+    }
+
+    /// `true` while `relay`'s connection is open.
+    pub(crate) fn is_connected(&self, relay: &RelayUrl) -> bool {
+        self.conn(relay).is_some()
+    }
+
+    /// Every open connection, with its relay.
+    pub(crate) fn connections(&self) -> impl Iterator<Item = (&RelayUrl, &RelayConn)> {
+        self.sessions
+            .iter()
+            .filter_map(|(relay, session)| Some((relay, session.conn.as_ref()?)))
+    }
+
+    /// Every relay with an open connection.
+    pub(crate) fn connected(&self) -> impl Iterator<Item = &RelayUrl> {
+        self.connections().map(|(relay, _)| relay)
+    }
+
+    /// Remembers `error` as the last thing that went wrong with `relay`
+    /// (reported by `SyncEngine::relay_reports`).
+    pub(crate) fn note_error(&mut self, relay: &RelayUrl, error: impl Into<String>) {
+        if let Some(session) = self.sessions.get_mut(relay) {
+            session.last_error = Some(error.into());
+        }
+    }
+
+    /// The session of `relay` while its connection is open.
+    pub(crate) fn connected_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelaySession> {
+        self.sessions
+            .get_mut(relay)
+            .filter(|session| session.conn.is_some())
+    }
+}
+
+impl RelayProgress for Relays {
+    fn connected_state(&self, relay: &RelayUrl) -> Option<&RelayState> {
+        self.state(relay).filter(|state| state.is_connected())
+    }
+
+    fn pending(&self, relay: &RelayUrl) -> Option<&RelayPending> {
+        self.sessions.get(relay).map(|session| &session.pending)
+    }
+}

@@ -1,0 +1,1799 @@
+//! [`SyncEngine`]: what spans relays — the repository index and its relay
+//! targets (planning), the store tracker, the own relay, which Layer 1
+//! events are ours, the caps — and the routing of every input to the
+//! session of its relay ([`RelaySession`]), which holds everything about
+//! that relay. The driving contract is in the [module documentation](super).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use nostr::prelude::{Event, EventId, Kind, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
+use tracing::{debug, info, warn};
+
+use super::config::Jitter;
+use super::deadlines::DeadlineTable;
+use super::ours::{identifier, Layer1Verdict, Ours, MAX_CANDIDATES};
+use super::outbox::Outbox;
+use super::own_relay::{OwnLink, OwnRelay, OWN_CONNECT_TIMEOUT, OWN_HISTORY, OWN_LIVE};
+use super::relay_session::{forged_event, Arrived, Ctx, NegFailure, RelaySession};
+use super::relays::Relays;
+use super::runtime::RelayConn;
+use super::stats::LiveMode;
+use super::stores::{Handover, StoreTracker};
+use super::timer_table::{EngineTimer, RelayTimer, TimerTable};
+use super::{
+    Command, EngineConfig, EngineStats, RelayActivity, RelayLimits, RelayReport, StoreVerdict,
+};
+use crate::clock::{Instant, Now};
+use crate::health::{HealthCounts, HealthState, RelayHealth, Retry};
+use crate::model::{BatchId, ConnectionStatus, PendingBatch, PendingItems, RelayState, SyncMethod};
+use crate::nip34::{
+    is_root_kind, parse_announcement, root_event_repo_refs, RepoRef, KIND_REPO_ANNOUNCEMENT,
+    KIND_REPO_STATE,
+};
+use crate::pagination::{PageOutcome, PaginationState};
+use crate::planner::{compute_actions_for_changes, compute_actions_for_relay, RepoSyncIndex};
+use crate::store::{IngestOutcome, StoreError};
+use crate::transport::TransportError;
+use crate::verified::{Forged, VerifiedEvent};
+
+/// The sync engine. See the [module documentation](self) for the driving
+/// contract.
+///
+/// ```
+/// use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
+/// use grasp_sync_core::{Instant, Now};
+/// use nostr::prelude::{RelayUrl, Timestamp};
+///
+/// let start = Now::new(Instant::ZERO, Timestamp::from_secs(1_750_000_000));
+/// let relay = RelayUrl::parse("wss://relay.example.com").unwrap();
+/// let config = EngineConfig {
+///     bootstrap_relays: vec![relay.clone()],
+///     ..EngineConfig::default()
+/// };
+/// let mut engine = SyncEngine::new(config, start);
+/// engine.handle_timeout(start);
+/// // The bootstrap relay is connected first.
+/// assert!(matches!(
+///     engine.poll_command(),
+///     Some(Command::Connect { relay: r, .. }) if r == relay
+/// ));
+/// engine.handle_connected(start, &relay);
+/// // Layer 1: announcements live and their history.
+/// let mut subscriptions = 0;
+/// while let Some(command) = engine.poll_command() {
+///     if matches!(command, Command::Subscribe { .. } | Command::QueryLocalItems { .. }) {
+///         subscriptions += 1;
+///     }
+/// }
+/// assert!(subscriptions >= 2);
+/// assert!(!engine.is_idle(), "historic sync has only started");
+/// ```
+#[derive(Debug)]
+pub struct SyncEngine {
+    config: EngineConfig,
+    repos: RepoSyncIndex,
+    /// Every relay's session: what we learned, its connection, its timers.
+    relays: Relays,
+    own: OwnRelay,
+    /// Which Layer 1 events are ours to store, and those waiting to be.
+    ours: Ours,
+    stores: StoreTracker,
+    /// Each relay's next deadline (timers as data).
+    deadlines: DeadlineTable,
+    /// Relay URLs the policy refused (warned about once each).
+    refused_relays: std::collections::HashSet<RelayUrl>,
+    /// Repositories some of whose relays wait for room under
+    /// [`EngineConfig::max_relays`]: every relay they list within the
+    /// per-announcement cap.
+    over_cap: HashMap<crate::nip34::RepoRef, Vec<RelayUrl>>,
+    /// The commands for the driver, the ids handed out, the latest `now`.
+    out: Outbox,
+    /// The engine's own timers: the daily re-sync, the disconnect check, the
+    /// self-subscriber's batch window.
+    timers: TimerTable<EngineTimer>,
+    jitter: Jitter,
+    stats: EngineStats,
+}
+
+impl SyncEngine {
+    /// A new engine; bootstrap relays are registered and connect on the
+    /// first [`SyncEngine::handle_timeout`].
+    pub fn new(config: EngineConfig, now: Now) -> Self {
+        let mut jitter = Jitter::new(config.seed);
+        let mut timers = TimerTable::default();
+        timers.set(
+            EngineTimer::Daily,
+            now.instant + jitter.between(config.daily_min, config.daily_max),
+        );
+        timers.set(
+            EngineTimer::DisconnectCheck,
+            now.instant + config.disconnect_check_interval,
+        );
+        let own = OwnRelay::new(config.own_relay.clone(), now.instant);
+        let mut engine = SyncEngine {
+            repos: RepoSyncIndex::new(),
+            relays: Relays::default(),
+            own,
+            ours: Ours::default(),
+            stores: StoreTracker::default(),
+            deadlines: DeadlineTable::default(),
+            refused_relays: Default::default(),
+            over_cap: HashMap::new(),
+            out: Outbox::new(now.instant),
+            timers,
+            jitter,
+            stats: EngineStats::default(),
+            config,
+        };
+        for relay in engine.config.bootstrap_relays.clone() {
+            if engine.own.is_for(&relay) {
+                tracing::warn!(%relay, "the own relay is not synced from as a bootstrap relay");
+                continue;
+            }
+            engine.register_relay(relay, true);
+        }
+        engine
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Counters of accepted and dropped events, batches, refusals.
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    /// What we want to sync: repositories, their relays and root events.
+    pub fn repo_index(&self) -> &RepoSyncIndex {
+        &self.repos
+    }
+
+    /// Every tracked relay with what it confirmed and its connection
+    /// status (the spec's `RelaySyncIndex`), in the order first met.
+    pub fn relay_states(&self) -> impl Iterator<Item = (&RelayUrl, &RelayState)> {
+        self.relays.tracked()
+    }
+
+    /// What `relay` confirmed and its connection status, if it is tracked.
+    pub fn relay_state(&self, relay: &RelayUrl) -> Option<&RelayState> {
+        self.relays.state(relay)
+    }
+
+    /// `relay`'s batches in flight (its part of the spec's
+    /// `PendingSyncIndex`), oldest first.
+    pub fn pending_batches(&self, relay: &RelayUrl) -> &[PendingBatch] {
+        self.relays.view(relay).pending.batches()
+    }
+
+    /// The connection health of `relay`, if the engine knows it.
+    pub fn relay_health(&self, relay: &RelayUrl) -> Option<&RelayHealth> {
+        self.relays.get(relay).map(|session| &session.health)
+    }
+
+    /// The health state of `relay` at `now`; an unknown relay is
+    /// [`HealthState::Disconnected`].
+    pub fn health_state(&self, relay: &RelayUrl, now: Instant) -> HealthState {
+        self.relays
+            .view(relay)
+            .health_state(now, &self.config.health)
+    }
+
+    /// How many tracked relays are in each health state at `now`, for the
+    /// summary metrics.
+    pub fn health_counts(&self, now: Instant) -> HealthCounts {
+        let mut counts = HealthCounts::default();
+        for (relay, _) in self.relays.tracked() {
+            let session = self.relays.view(relay);
+            let state = session.health_state(now, &self.config.health);
+            counts.add(state, session.health.is_connected());
+        }
+        counts
+    }
+
+    /// The next command for the driver, oldest first.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.out.pop()
+    }
+
+    /// `true` when every registered relay is connected, nothing is pending
+    /// or queued, and every target item is confirmed: historic sync is
+    /// confirmed everywhere.
+    pub fn is_idle(&self) -> bool {
+        self.own.queued.is_empty()
+            && self.stores.in_flight() == 0
+            && self.relays.batch_count() == 0
+            && self
+                .relays
+                .connections()
+                .map(|(_, conn)| conn)
+                .all(RelayConn::is_quiet)
+            && self.relays.tracked().all(|(relay, state)| {
+                self.relays.is_connected(relay)
+                    && state.announcements_synced
+                    && self.repos.target(relay).is_none_or(|target| {
+                        target.repos.is_subset(&state.repos)
+                            && target.root_events.is_subset(&state.root_events)
+                    })
+            })
+    }
+
+    /// A relay's NIP-11 limits.
+    pub fn handle_relay_limits(&mut self, now: Now, relay: &RelayUrl, limits: RelayLimits) {
+        self.observe(now);
+        if self.own.is_for(relay) {
+            return;
+        }
+        self.relays.entry(relay.clone()).limits = limits;
+        self.maintain(now);
+    }
+
+    /// The store's answer to [`Command::QueryLocalItems`]
+    /// ([`RelaySession::on_local_items`]).
+    pub fn handle_local_items(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+        items: Vec<(EventId, Timestamp)>,
+    ) {
+        self.observe(now);
+        if let Some((session, mut cx)) = self.session(relay) {
+            session.on_local_items(&mut cx, now, id, items);
+        }
+        self.maintain(now);
+    }
+
+    /// The store could not answer [`Command::QueryLocalItems`]: the filter
+    /// is synced by REQ instead (never by negentropy from an empty set, which
+    /// would download everything the relay has as if we held nothing).
+    pub fn handle_local_items_failed(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+        reason: &str,
+    ) {
+        self.observe(now);
+        if let Some((session, mut cx)) = self.session(relay) {
+            let failure = NegFailure::StoreCannotList(reason);
+            session.negentropy_failed(&mut cx, now, id, failure);
+        }
+        self.maintain(now);
+    }
+
+    /// A message from a relay.
+    pub fn handle_relay_message(&mut self, now: Now, relay: &RelayUrl, message: RelayMessage<'_>) {
+        self.observe(now);
+        if self.own.is_for(relay) {
+            return self.on_own_message(now, message);
+        }
+        let before = self.reach();
+        self.on_relay_message(now, relay, message);
+        self.maintain_after(now, Some(relay), before);
+    }
+
+    /// An `EVENT` from a relay that the driver verified already (or found
+    /// forged) — e.g. in parallel on its own threads: the engine does not
+    /// verify it again. Same as passing the `EVENT` to
+    /// [`SyncEngine::handle_relay_message`] otherwise.
+    pub fn handle_checked_event(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        subscription_id: &SubscriptionId,
+        checked: Result<VerifiedEvent, Forged>,
+    ) {
+        self.observe(now);
+        if self.own.is_for(relay) {
+            return self.on_own_checked_event(now, subscription_id, checked);
+        }
+        let before = self.reach();
+        self.on_checked_event(now, relay, subscription_id, checked);
+        self.maintain_after(now, Some(relay), before);
+    }
+
+    /// Timers: the self-subscriber batch window and connection, connection retries and
+    /// timeouts, batch and negentropy timeouts, rate-limit recovery, delayed
+    /// re-planning, the daily re-sync and the check for relays to drop.
+    pub fn handle_timeout(&mut self, now: Now) {
+        self.observe(now);
+        if self.timers.is_due(EngineTimer::OwnBatch, now.instant) {
+            self.process_own_batch(now);
+        }
+        self.run_store_timers(now);
+        self.run_polls(now);
+        self.expire_connects(now);
+        self.expire_sessions(now);
+        self.run_retries(now);
+        if self.timers.fire(EngineTimer::Daily, now.instant) {
+            self.daily_sync(now);
+            let next = self
+                .jitter
+                .between(self.config.daily_min, self.config.daily_max);
+            self.timers.set(EngineTimer::Daily, now.instant + next);
+        }
+        if self.timers.fire(EngineTimer::DisconnectCheck, now.instant) {
+            self.check_disconnects();
+            let next = now.instant + self.config.disconnect_check_interval;
+            self.timers.set(EngineTimer::DisconnectCheck, next);
+        }
+        self.maintain(now);
+        self.run_own_relay(now);
+    }
+
+    /// The next instant [`SyncEngine::handle_timeout`] has work to do: the
+    /// earliest of the engine's own timers and the relays' deadline table
+    /// (no scan over relays, subscriptions or batches).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [
+            self.timers.earliest(),
+            self.own.deadline(),
+            self.stores.next_deadline(self.config.store_timeout),
+            self.deadlines.first(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Counts and logs an input that does not fit the state.
+    fn ignored(&mut self, relay: &RelayUrl, what: &str) {
+        self.stats.inputs_ignored += 1;
+        tracing::debug!(%relay, what, "input ignored in the current state");
+    }
+
+    /// Emits `command`; a command for a relay with a session goes through
+    /// the session's bookkeeping ([`RelaySession::send`]).
+    fn emit(&mut self, command: Command) {
+        match self.relays.get_mut(command.relay()) {
+            Some(session) => session.send(&mut self.out, command),
+            None => self.out.push(command),
+        }
+    }
+
+    /// Records the time of an input, so commands emitted while handling it
+    /// are stamped with it.
+    fn observe(&mut self, now: Now) {
+        self.out.observe(now);
+    }
+
+    /// The latest `now` seen, for deadlines computed without an input.
+    fn last_now(&self) -> Instant {
+        self.out.now()
+    }
+
+    // --- Routing: each relay's input to its session -------------------------
+
+    /// `relay`'s session with what its handlers are given ([`Ctx`]), if the
+    /// engine knows the relay.
+    fn session(&mut self, relay: &RelayUrl) -> Option<(&mut RelaySession, Ctx<'_>)> {
+        let (relay, session) = self.relays.get_with_url_mut(relay)?;
+        let cx = Ctx {
+            relay,
+            config: &self.config,
+            out: &mut self.out,
+            stats: &mut self.stats,
+            stores: &mut self.stores,
+            repos: &self.repos,
+        };
+        Some((session, cx))
+    }
+
+    /// A relay message: EVENTs are admitted by the session and stored here
+    /// (the store spans relays); the rest is the session's.
+    fn on_relay_message(&mut self, now: Now, relay: &RelayUrl, message: RelayMessage<'_>) {
+        let answered = match &message {
+            RelayMessage::Event {
+                subscription_id, ..
+            }
+            | RelayMessage::Closed {
+                subscription_id, ..
+            }
+            | RelayMessage::NegMsg {
+                subscription_id, ..
+            }
+            | RelayMessage::NegErr {
+                subscription_id, ..
+            } => Some(subscription_id.as_ref()),
+            RelayMessage::EndOfStoredEvents(id) => Some(id.as_ref()),
+            _ => None,
+        };
+        if !self.heard(now, relay, answered) {
+            return;
+        }
+        match message {
+            RelayMessage::Event {
+                subscription_id,
+                event,
+            } => self.on_event(
+                now,
+                relay,
+                &subscription_id,
+                Arrived::Unchecked(event.into_owned()),
+            ),
+            message => {
+                if let Some((session, mut cx)) = self.session(relay) {
+                    session.on_message(&mut cx, now, message);
+                }
+            }
+        }
+    }
+
+    /// An EVENT the driver verified already (or found forged).
+    fn on_checked_event(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        subscription_id: &SubscriptionId,
+        checked: Result<VerifiedEvent, Forged>,
+    ) {
+        if !self.heard(now, relay, Some(subscription_id)) {
+            return;
+        }
+        match checked {
+            Ok(event) => self.on_event(now, relay, subscription_id, Arrived::Verified(event)),
+            Err(forged) => forged_event(&mut self.stats, relay, &forged),
+        }
+    }
+
+    /// Notes that `relay` spoke (and answered `answered`,
+    /// [`RelaySession::heard`]); `false` (counted as ignored) if it is not
+    /// connected.
+    fn heard(&mut self, now: Now, relay: &RelayUrl, answered: Option<&SubscriptionId>) -> bool {
+        match self.relays.connected_mut(relay) {
+            Some(session) => {
+                session.heard(now.instant, answered);
+                true
+            }
+            None => {
+                self.ignored(relay, "message from a relay not connected");
+                false
+            }
+        }
+    }
+
+    /// An EVENT on `relay`'s subscription `id`: stored if the session admits
+    /// it ([`RelaySession::admit`]: it matches the subscription and
+    /// verifies) and it is ours ([`SyncEngine::admit_ours`]).
+    fn on_event(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId, arrived: Arrived) {
+        let Some((session, mut cx)) = self.session(relay) else {
+            return;
+        };
+        let Some((event, batch)) = session.admit(&mut cx, now, id, arrived) else {
+            return;
+        };
+        if self.admit_ours(now, relay, &event) {
+            self.store(now, relay, event, batch);
+        }
+    }
+
+    /// Runs `relay`'s session's pump ([`RelaySession::pump`]).
+    fn pump(&mut self, now: Now, relay: &RelayUrl) {
+        if let Some((session, mut cx)) = self.session(relay) {
+            session.pump(&mut cx, now);
+        }
+    }
+
+    // --- Connections ---------------------------------------------------------
+
+    /// Starts tracking `relay` (bootstrap relays are never dropped).
+    fn register_relay(&mut self, relay: RelayUrl, is_bootstrap: bool) {
+        self.relays.register(relay, is_bootstrap);
+    }
+
+    /// Starts a connection to every disconnected relay whose backoff allows.
+    fn connect_ready_relays(&mut self, now: Now) {
+        let ready: Vec<RelayUrl> = self
+            .relays
+            .tracked()
+            .filter(|(_, state)| state.connection_status == ConnectionStatus::Disconnected)
+            .map(|(relay, _)| relay.clone())
+            .filter(|relay| {
+                self.relays
+                    .view(relay)
+                    .health
+                    .should_attempt_connection(now.instant, &self.config.health)
+            })
+            .collect();
+        let timeout = self.config.health.connect_timeout();
+        for relay in ready {
+            debug!(%relay, "connecting");
+            self.relays
+                .entry(relay.clone())
+                .connect_attempt(now.instant, timeout);
+            self.emit(Command::Connect { relay, timeout });
+        }
+    }
+
+    /// Abandons connection attempts past their timeout.
+    fn expire_connects(&mut self, now: Now) {
+        let expired: Vec<RelayUrl> = self
+            .relays
+            .iter()
+            .filter(|(_, known)| known.timers.is_due(RelayTimer::ConnectTimeout, now.instant))
+            .map(|(relay, _)| relay.clone())
+            .collect();
+        for relay in expired {
+            debug!(%relay, "connection attempt timed out");
+            self.emit(Command::Disconnect {
+                relay: relay.clone(),
+            });
+            self.handle_connect_failed(now, &relay);
+        }
+    }
+
+    /// A connection attempt failed.
+    pub fn handle_connect_failed(&mut self, now: Now, relay: &RelayUrl) {
+        self.observe(now);
+        if self.own.is_for(relay) {
+            return self.own_closed(now, "connection failed");
+        }
+        let failed = self
+            .relays
+            .get_mut(relay)
+            .is_some_and(|session| session.connect_failed(now.instant));
+        if !failed {
+            return self.ignored(relay, "connect failure without an attempt");
+        }
+        let session = self.relays.view(relay);
+        debug!(
+            %relay,
+            failures = session.health.consecutive_failures(),
+            next_attempt_at = ?session.health.next_attempt_at(&self.config.health),
+            "relay connection failed"
+        );
+        self.relays
+            .note_error(relay, "connection failed or timed out");
+        self.maintain(now);
+    }
+
+    /// A connection opened: fresh start on a first connect or after a long
+    /// outage, quick reconnect after a short one
+    /// ([`RelaySession::connected`] tells which), then new items planned.
+    pub fn handle_connected(&mut self, now: Now, relay: &RelayUrl) {
+        self.observe(now);
+        if self.own.is_for(relay) {
+            return self.own_connected();
+        }
+        let window = self.config.quick_reconnect_window;
+        let status = self
+            .relays
+            .state(relay)
+            .map(|state| state.connection_status);
+        if status == Some(ConnectionStatus::Connected) {
+            return self.ignored(relay, "connected twice");
+        }
+        let Some((session, mut cx)) = self
+            .session(relay)
+            .filter(|(session, _)| session.state.is_some())
+        else {
+            self.ignored(relay, "connected to a relay not tracked");
+            self.emit(Command::Disconnect {
+                relay: relay.clone(),
+            });
+            return;
+        };
+        match session.connected(now, window) {
+            Some(since) => session.quick_reconnect(&mut cx, now, since),
+            None => session.fresh_start(&mut cx, now),
+        }
+        self.plan_relay(now, relay);
+        self.maintain(now);
+    }
+
+    /// The connection dropped. Pending batches are cleared; confirmed state
+    /// is kept for a quick reconnect
+    /// ([`RelaySession::connection_closed`]).
+    pub fn handle_disconnected(&mut self, now: Now, relay: &RelayUrl) {
+        self.observe(now);
+        if self.own.is_for(relay) {
+            return self.own_closed(now, "connection lost");
+        }
+        let status = self
+            .relays
+            .state(relay)
+            .map(|state| state.connection_status);
+        match status {
+            Some(ConnectionStatus::Connecting) => return self.handle_connect_failed(now, relay),
+            Some(ConnectionStatus::Connected) => {}
+            _ => return self.ignored(relay, "disconnected while not connected"),
+        }
+        info!(%relay, "disconnected");
+        if let Some((session, mut cx)) = self.session(relay) {
+            session.last_error = Some("connection lost".into());
+            session.learn_frame_budget(&mut cx, now.instant);
+            session.connection_closed(&mut cx, now);
+        }
+        self.maintain(now);
+    }
+
+    /// A sign of life from `relay` that is not a relay message: a WebSocket
+    /// pong to the driver's ping. A relay is alive while it sends anything
+    /// (a frame, or this): one that never answers a live `limit: 0` REQ
+    /// with an EOSE (nostr-rs-relay) is not taken for silent and reconnected
+    /// while it answers pings. It is no progress of any batch. Drivers that
+    /// can ping should do so at least every
+    /// [`EngineConfig::liveness_probe_interval`].
+    pub fn handle_relay_alive(&mut self, now: Now, relay: &RelayUrl) {
+        self.observe(now);
+        if self.own.is_for(relay) {
+            return;
+        }
+        let before = self.reach();
+        match self.relays.conn_mut(relay) {
+            Some(conn) => conn.last_heard = conn.last_heard.max(now.instant),
+            None => self.ignored(relay, "sign of life from a relay not connected"),
+        }
+        self.maintain_after(now, Some(relay), before);
+    }
+
+    /// The daily full re-sync of every connected relay.
+    fn daily_sync(&mut self, now: Now) {
+        // The re-sync compares with the store itself: what it lost (a
+        // deletion, a restore) is stored again.
+        self.stores.stored_lately.clear();
+        self.stores.fresh_roots.clear();
+        let connected: Vec<RelayUrl> = self.relays.connected().cloned().collect();
+        for relay in connected {
+            info!(%relay, "daily sync");
+            if let Some((session, mut cx)) = self.session(&relay) {
+                session.fresh_start(&mut cx, now);
+            }
+            self.plan_relay(now, &relay);
+        }
+    }
+
+    /// Drops relays that are neither bootstrap nor listed by any repository.
+    fn check_disconnects(&mut self) {
+        let unwanted: Vec<RelayUrl> = self
+            .relays
+            .tracked()
+            .filter(|(relay, state)| !state.is_bootstrap && self.repos.target(relay).is_none())
+            .map(|(relay, _)| relay.clone())
+            .collect();
+        for relay in unwanted {
+            info!(%relay, "dropping relay with nothing to sync");
+            self.emit(Command::Forget {
+                relay: relay.clone(),
+            });
+            self.relays.remove(&relay);
+            self.stats.relays_dropped += 1;
+        }
+        self.readmit_relays_over_cap();
+    }
+
+    // --- Planning ------------------------------------------------------------
+
+    /// The self-subscriber batch: update the repository index from the
+    /// accepted events, register newly listed relays, and plan what changed.
+    fn process_own_batch(&mut self, now: Now) {
+        self.timers.clear(EngineTimer::OwnBatch);
+        let events = std::mem::take(&mut self.own.queued);
+        debug!(events = events.len(), "processing self-subscriber batch");
+        for event in &events {
+            if event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT) {
+                self.apply_announcement(event);
+                if !self.config.service_relays.is_empty() {
+                    self.accept_ours(now, event);
+                }
+            } else if is_root_kind(event.kind) {
+                for repo in root_event_repo_refs(event).value {
+                    if self.root_repo_allowed(&repo) {
+                        self.repos.add_root_event(&repo, event.id);
+                    }
+                }
+            }
+        }
+        let changes = self.repos.take_changes();
+        for action in compute_actions_for_changes(&changes, &self.relays) {
+            self.add_filters(now, &action.relay, action.items);
+        }
+    }
+
+    /// A repository announcement from the own relay: its relays (after the
+    /// policy, without our own service relays) become the repository's.
+    fn apply_announcement(&mut self, event: &Event) {
+        let announcement = match parse_announcement(event) {
+            Ok(announcement) => announcement,
+            Err(error) => {
+                debug!(id = %event.id, %error, "ignoring malformed announcement");
+                return;
+            }
+        };
+        let service = &self.config.service_relays;
+        if !service.is_empty()
+            && !announcement
+                .relays
+                .iter()
+                .any(|relay| service.contains(relay))
+        {
+            debug!(repo = %announcement.repo, "announcement does not list our service");
+            return;
+        }
+        let this = (event.created_at, event.id);
+        // The applied one stands if it is newer, or as new with an id no
+        // higher (the same event coming back included).
+        let stands =
+            |&(at, id): &(Timestamp, EventId)| at > this.0 || (at == this.0 && id <= this.1);
+        if self
+            .own
+            .announced_at
+            .get(&announcement.repo)
+            .is_some_and(stands)
+        {
+            return;
+        }
+        self.own
+            .announced_at
+            .insert(announcement.repo.clone(), this);
+        let listed: Vec<RelayUrl> = announcement
+            .relays
+            .into_iter()
+            .filter(|relay| !service.contains(relay) && !self.own.is_for(relay))
+            .collect();
+        let allowed: Vec<RelayUrl> = listed
+            .into_iter()
+            .filter(|relay| self.relay_allowed(relay))
+            .collect();
+        let relays = self.relays_within_caps(&announcement.repo, allowed);
+        self.set_repo_relays(&announcement.repo, relays);
+    }
+
+    /// `true` if the relay policy allows `relay`. A refusal is counted and
+    /// warned about once per URL (a sidecar tested on loopback without
+    /// `allow_local_addresses` would otherwise sync nothing and look done).
+    fn relay_allowed(&mut self, relay: &RelayUrl) -> bool {
+        let Err(error) = self.config.relay_policy.check_relay_url(relay) else {
+            return true;
+        };
+        self.stats.relays_refused += 1;
+        let first = self.refused_relays.len() < REFUSED_RELAYS_REMEMBERED
+            && self.refused_relays.insert(relay.clone());
+        if first {
+            warn!(%relay, %error, "relay refused by the relay policy; not syncing from it");
+        } else {
+            debug!(%relay, %error, "relay refused by the relay policy");
+        }
+        false
+    }
+
+    /// Plans everything `relay` should sync that is neither pending nor
+    /// confirmed (`compute_actions` for one relay).
+    fn plan_relay(&mut self, now: Now, relay: &RelayUrl) {
+        let Some(target) = self.repos.target(relay) else {
+            return;
+        };
+        let action =
+            compute_actions_for_relay(relay, &target.repos, &target.root_events, &self.relays);
+        if let Some(action) = action {
+            self.add_filters(now, &action.relay, action.items);
+        }
+    }
+
+    /// New items for `relay` ([`RelaySession::add_filters`]).
+    fn add_filters(&mut self, now: Now, relay: &RelayUrl, items: PendingItems) {
+        if let Some((session, mut cx)) = self.session(relay) {
+            session.add_filters(&mut cx, now, items);
+        }
+    }
+
+    // --- The store -------------------------------------------------------------
+
+    /// Hands a verified event from `relay` to the store, unless it is
+    /// already on its way (then `batch` waits for the same answer), stored
+    /// lately or refused for good.
+    fn store(&mut self, now: Now, relay: &RelayUrl, event: VerifiedEvent, batch: Option<BatchId>) {
+        // A candidate held for its owner's announcement may come from a
+        // relay dropped since.
+        self.relays.entry(relay.clone());
+        let Some((session, mut cx)) = self.session(relay) else {
+            return;
+        };
+        // Whatever follows, the store has it, is asked for it or refused it.
+        session.note_sent_reply(cx.config, &event);
+        match cx.stores.handover(&event.id) {
+            Handover::Refused => {}
+            Handover::StoredLately => cx.stats.already_stored += 1,
+            Handover::OnItsWay => {
+                if let Some(batch) = batch {
+                    session.wait_for_store(&mut cx, now, batch, &event.id);
+                }
+            }
+            Handover::New => {
+                cx.stats.events_accepted += 1;
+                if let Some(batch) = batch {
+                    session.count_store(&mut cx, now, batch, 1);
+                }
+                cx.stores
+                    .hand_over(event.clone(), relay, batch, now.instant);
+                self.emit(Command::Store {
+                    relay: relay.clone(),
+                    event,
+                });
+            }
+        }
+    }
+
+    /// The store's answer to [`Command::Store`] for the event `id`
+    /// ([`StoreVerdict::of`] reads it).
+    pub fn handle_store_outcome(
+        &mut self,
+        now: Now,
+        id: &EventId,
+        outcome: Result<IngestOutcome, StoreError>,
+    ) {
+        self.observe(now);
+        let before = self.reach();
+        self.stores.alive(now.instant);
+        let verdict = StoreVerdict::of(&outcome);
+        let settled = self
+            .stores
+            .answer(now.instant, id, verdict, &self.config, &mut self.stats);
+        if let Some((done, verdict)) = settled {
+            for (relay, batch) in &done.batches {
+                if let Some((session, mut cx)) = self.session(relay) {
+                    session.count_store(&mut cx, now, *batch, -1);
+                }
+            }
+            if verdict == StoreVerdict::Stored {
+                if let Some(session) = self.relays.get_mut(&done.relay) {
+                    session.events_stored += 1;
+                }
+            }
+            if matches!(verdict, StoreVerdict::Stored | StoreVerdict::Duplicate) {
+                self.plan_stored(now, *done.event.into_event());
+            }
+        }
+        self.maintain_after(now, None, before);
+    }
+
+    /// A stored (or already held) announcement or root event is ours: plan
+    /// it like one the self-subscription reports, so a relay that embeds the
+    /// library gets Layer 3 without glue. Planning it twice is harmless.
+    fn plan_stored(&mut self, now: Now, event: Event) {
+        let ours = event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT) || is_root_kind(event.kind);
+        if ours {
+            self.queue_own_events(now, [event]);
+        }
+    }
+
+    /// Offers the store again what is due ([`StoreTracker::resends_due`]).
+    fn run_store_timers(&mut self, now: Now) {
+        let (retried, silent) = self
+            .stores
+            .resends_due(now.instant, self.config.store_timeout);
+        if !silent.is_empty() {
+            warn!(
+                events = silent.len(),
+                "store did not answer for the store timeout; offering its events again"
+            );
+            self.stats.store_retries += silent.len() as u64;
+        }
+        for command in retried.into_iter().chain(silent) {
+            self.emit(command);
+        }
+    }
+
+    // --- Timeouts ------------------------------------------------------------
+
+    /// Starts the due `since` polls of live filters that do not fit
+    /// ([`RelaySession::poll_uncovered`]).
+    fn run_polls(&mut self, now: Now) {
+        let due: Vec<RelayUrl> = self
+            .relays
+            .iter()
+            .filter(|(_, session)| {
+                session.conn.is_some() && session.timers.is_due(RelayTimer::Poll, now.instant)
+            })
+            .map(|(relay, _)| relay.clone())
+            .collect();
+        for relay in due {
+            if let Some((session, mut cx)) = self.session(&relay) {
+                session.poll_uncovered(&mut cx, now);
+            }
+        }
+    }
+
+    /// What is overdue on every connected relay ([`RelaySession::expire`]).
+    fn expire_sessions(&mut self, now: Now) {
+        let connected: Vec<RelayUrl> = self.relays.connected().cloned().collect();
+        for relay in connected {
+            if let Some((session, mut cx)) = self.session(&relay) {
+                session.expire(&mut cx, now);
+            }
+        }
+    }
+
+    /// Re-plans failed items, retries Layer 1, rebuilds refused live
+    /// subscriptions, when their delays are over
+    /// ([`RelaySession::run_retries`]).
+    fn run_retries(&mut self, now: Now) {
+        let relays: Vec<RelayUrl> = self.relays.urls().cloned().collect();
+        for relay in relays {
+            let replan = self
+                .session(&relay)
+                .is_some_and(|(session, mut cx)| session.run_retries(&mut cx, now));
+            if replan {
+                self.plan_relay(now, &relay);
+            }
+        }
+    }
+
+    // --- Caps ---------------------------------------------------------------
+
+    /// The relays of `repo`'s announcement that fit the caps: the first
+    /// [`max_relays_per_announcement`](super::EngineConfig::max_relays_per_announcement)
+    /// distinct ones, of which a relay not tracked yet only while fewer than
+    /// [`max_relays`](super::EngineConfig::max_relays) are. Relays left out
+    /// by the total cap are remembered for [`SyncEngine::readmit_relays_over_cap`].
+    fn relays_within_caps(&mut self, repo: &RepoRef, listed: Vec<RelayUrl>) -> Vec<RelayUrl> {
+        let mut seen = HashSet::new();
+        let distinct: Vec<RelayUrl> = listed
+            .into_iter()
+            .filter(|relay| seen.insert(relay.clone()))
+            .collect();
+        let per_announcement = self.config.max_relays_per_announcement;
+        if distinct.len() > per_announcement {
+            let over = distinct.len() - per_announcement;
+            self.stats.relays_over_cap += over as u64;
+            warn!(%repo, listed = distinct.len(), cap = per_announcement, "announcement lists more relays than the cap; syncing from the first ones");
+        }
+        let candidates: Vec<RelayUrl> = distinct.into_iter().take(per_announcement).collect();
+        let mut admitted = Vec::with_capacity(candidates.len());
+        let mut left_out = Vec::new();
+        let mut tracked = self.relays.tracked_count();
+        for relay in candidates {
+            if self.relays.state(&relay).is_some() {
+                admitted.push(relay);
+            } else if tracked < self.config.max_relays {
+                tracked += 1;
+                admitted.push(relay);
+            } else {
+                left_out.push(relay);
+            }
+        }
+        if left_out.is_empty() {
+            self.over_cap.remove(repo);
+        } else {
+            self.stats.relays_over_cap += left_out.len() as u64;
+            warn!(%repo, left_out = left_out.len(), cap = self.config.max_relays, "relays tracked at the cap; these wait for room");
+            let mut waiting = admitted.clone();
+            waiting.extend(left_out);
+            self.over_cap.insert(repo.clone(), waiting);
+        }
+        admitted
+    }
+
+    /// Registers the relays of `repo` that are new to us.
+    fn set_repo_relays(&mut self, repo: &RepoRef, relays: Vec<RelayUrl>) {
+        let change = self.repos.set_repo_relays(repo, relays);
+        for relay in change.added {
+            if self.relays.state(&relay).is_none() {
+                tracing::info!(%relay, "discovered relay");
+                self.register_relay(relay, false);
+            }
+        }
+    }
+
+    /// Gives relays left out by the total cap another chance, now that
+    /// dropped relays may have made room.
+    fn readmit_relays_over_cap(&mut self) {
+        let waiting: Vec<(RepoRef, Vec<RelayUrl>)> = self
+            .over_cap
+            .iter()
+            .map(|(repo, relays)| (repo.clone(), relays.clone()))
+            .collect();
+        for (repo, relays) in waiting {
+            if self.relays.tracked_count() >= self.config.max_relays {
+                return;
+            }
+            // Counted once, when first left out.
+            let before = self.stats.relays_over_cap;
+            let admitted = self.relays_within_caps(&repo, relays);
+            self.stats.relays_over_cap = before;
+            debug!(%repo, relays = admitted.len(), "relays over the cap admitted again");
+            self.set_repo_relays(&repo, admitted);
+        }
+    }
+
+    /// `true` if a root event of `repo` may be indexed: the repository is
+    /// tracked already, or fewer than
+    /// [`max_unannounced_repos`](super::EngineConfig::max_unannounced_repos)
+    /// repositories no announcement of ours names are.
+    fn root_repo_allowed(&mut self, repo: &RepoRef) -> bool {
+        if self.repos.repo(repo).is_some() {
+            return true;
+        }
+        let unannounced = self
+            .repos
+            .repos()
+            .len()
+            .saturating_sub(self.own.announced_at.len());
+        if unannounced < self.config.max_unannounced_repos {
+            return true;
+        }
+        self.stats.root_events_over_cap += 1;
+        if self.stats.root_events_over_cap == 1 || self.stats.root_events_over_cap % 1_000 == 0 {
+            warn!(%repo, cap = self.config.max_unannounced_repos, refused = self.stats.root_events_over_cap, "root event of an unannounced repository not indexed: too many such repositories");
+        }
+        false
+    }
+
+    // --- Executing commands -------------------------------------------------
+
+    /// Step 2 of the driving contract in one call: hands every waiting
+    /// command to `execute`, oldest first, and feeds back the relays whose
+    /// connection could not take one (`execute` returned an error:
+    /// [`SyncEngine::handle_send_failed`]). Returns how many commands were
+    /// executed.
+    ///
+    /// ```
+    /// use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
+    /// use grasp_sync_core::{Instant, Now};
+    /// use nostr::prelude::{RelayUrl, Timestamp};
+    ///
+    /// let now = Now::new(Instant::ZERO, Timestamp::from_secs(1_750_000_000));
+    /// let relay = RelayUrl::parse("wss://relay.example.com").unwrap();
+    /// let config = EngineConfig {
+    ///     bootstrap_relays: vec![relay.clone()],
+    ///     ..EngineConfig::default()
+    /// };
+    /// let mut engine = SyncEngine::new(config, now);
+    /// engine.handle_timeout(now);
+    /// let mut executed = Vec::new();
+    /// engine.execute_commands(now, |command| {
+    ///     // Connect, send `command.client_message()`, store, query …
+    ///     executed.push(command);
+    ///     Ok(())
+    /// });
+    /// assert!(matches!(executed.as_slice(), [Command::Connect { .. }]));
+    /// ```
+    pub fn execute_commands(
+        &mut self,
+        now: Now,
+        mut execute: impl FnMut(Command) -> Result<(), TransportError>,
+    ) -> usize {
+        let mut executed = 0;
+        while let Some(command) = self.poll_command() {
+            executed += 1;
+            let relay = command.relay().clone();
+            if let Err(error) = execute(command) {
+                self.handle_send_failed(now, &relay, &error);
+            }
+        }
+        executed
+    }
+
+    /// The connection of `relay` could not take a command's message: the
+    /// relay and the engine are out of step, so the connection is closed and
+    /// its work planned again on reconnect (the own relay's: reconnected
+    /// after its backoff).
+    pub fn handle_send_failed(&mut self, now: Now, relay: &RelayUrl, error: &TransportError) {
+        self.observe(now);
+        if self.own.is_for(relay) {
+            warn!(%relay, %error, "cannot send to the own relay; reconnecting");
+            self.emit(Command::Disconnect {
+                relay: relay.clone(),
+            });
+            return self.own_closed(now, "send failed");
+        }
+        let status = self
+            .relays
+            .state(relay)
+            .map(|state| state.connection_status);
+        match status {
+            Some(crate::model::ConnectionStatus::Connected) => {}
+            Some(crate::model::ConnectionStatus::Connecting) => {
+                // The connect itself could not be started.
+                return self.handle_connect_failed(now, relay);
+            }
+            _ => return self.ignored(relay, "send failure while not connected"),
+        }
+        warn!(%relay, %error, "cannot send to relay; reconnecting");
+        self.emit(Command::Disconnect {
+            relay: relay.clone(),
+        });
+        if let Some((session, mut cx)) = self.session(relay) {
+            session.last_error = Some(format!("send failed: {error}"));
+            session.connection_closed(&mut cx, now);
+        }
+        self.maintain(now);
+    }
+
+    // --- Which Layer 1 events are ours --------------------------------------
+
+    /// Is this Layer 1 event from a remote relay ours to store? The one
+    /// place the rule is decided (see the [module documentation](self)).
+    fn is_ours(&self, event: &Event) -> Layer1Verdict {
+        let service = &self.config.service_relays;
+        let layer1 = [KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE]
+            .iter()
+            .any(|kind| event.kind == Kind::Custom(*kind));
+        if service.is_empty() || !layer1 {
+            return Layer1Verdict::Store;
+        }
+        if event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT) {
+            let lists_us = parse_announcement(event)
+                .is_ok_and(|announcement| announcement.relays.iter().any(|r| service.contains(r)));
+            if lists_us {
+                return Layer1Verdict::Store;
+            }
+        }
+        let by_an_author = identifier(event)
+            .and_then(|id| self.ours.authors.get(&id))
+            .is_some_and(|authors| authors.contains(&event.pubkey));
+        if by_an_author {
+            Layer1Verdict::Store
+        } else {
+            Layer1Verdict::Hold
+        }
+    }
+
+    /// A verified event from `relay` on its way to the store: `false` if it
+    /// is a Layer 1 event that is not ours (held as a candidate, counted in
+    /// [`EngineStats::not_ours`](super::EngineStats::not_ours)). An
+    /// announcement of ours lets the candidates it names through.
+    fn admit_ours(&mut self, now: Now, relay: &RelayUrl, event: &VerifiedEvent) -> bool {
+        match self.is_ours(event) {
+            Layer1Verdict::Store => {
+                if event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT)
+                    && !self.config.service_relays.is_empty()
+                {
+                    self.accept_ours(now, event);
+                }
+                true
+            }
+            Layer1Verdict::Hold => {
+                self.hold_candidate(relay, event);
+                false
+            }
+        }
+    }
+
+    /// An announcement of ours (from a remote relay, or accepted by the own
+    /// relay): its authors become ours, and their candidates are stored.
+    fn accept_ours(&mut self, now: Now, event: &Event) {
+        let service = &self.config.service_relays;
+        let lists_us = parse_announcement(event)
+            .is_ok_and(|announcement| announcement.relays.iter().any(|r| service.contains(r)));
+        let by_an_author = identifier(event)
+            .and_then(|id| self.ours.authors.get(&id))
+            .is_some_and(|authors| authors.contains(&event.pubkey));
+        if !(lists_us || by_an_author) {
+            return;
+        }
+        let Some(id) = self.ours.accept(event) else {
+            return;
+        };
+        let Some(authors) = self.ours.authors.get(&id).cloned() else {
+            return;
+        };
+        let (ready, waiting): (VecDeque<_>, VecDeque<_>) =
+            std::mem::take(&mut self.ours.candidates)
+                .into_iter()
+                .partition(|(_, candidate)| {
+                    identifier(candidate).as_deref() == Some(id.as_str())
+                        && authors.contains(&candidate.pubkey)
+                });
+        self.ours.candidates = waiting;
+        // Those no longer held: the next sync brings them.
+        self.stores.forget_refused(|refused| {
+            identifier(refused).as_deref() == Some(id.as_str()) && authors.contains(&refused.pubkey)
+        });
+        for (relay, candidate) in ready {
+            debug!(id = %candidate.id, "candidate is ours now: storing it");
+            self.stats.candidates_stored += 1;
+            if candidate.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT) {
+                // A maintainer's announcement lists maintainers too.
+                self.accept_ours(now, &candidate);
+            }
+            self.store(now, &relay, candidate, None);
+        }
+    }
+
+    /// Holds a Layer 1 event that is not ours (yet), the oldest candidate
+    /// dropped past [`MAX_CANDIDATES`].
+    fn hold_candidate(&mut self, relay: &RelayUrl, event: &VerifiedEvent) {
+        if self
+            .ours
+            .candidates
+            .iter()
+            .any(|(_, held)| held.id == event.id)
+        {
+            return;
+        }
+        self.stats.not_ours += 1;
+        debug!(id = %event.id, kind = %event.kind, "layer 1 event not ours: not stored");
+        // Counted as held by reconciliation: not downloaded again at every
+        // Layer 1 sync (forgotten if it becomes ours).
+        self.stores
+            .remember_refused(event, self.config.refused_memory);
+        self.ours
+            .candidates
+            .push_back((relay.clone(), event.clone()));
+        while self.ours.candidates.len() > MAX_CANDIDATES {
+            self.ours.candidates.pop_front();
+        }
+    }
+
+    // --- The own relay ------------------------------------------------------
+
+    /// The filter of the self-subscription on the own relay: kinds 30617,
+    /// 1617, 1618, 1621, and once the own relay's history was read
+    /// completely, `since` the last moment everything was read minus the
+    /// quick-reconnect window. The engine subscribes with it when the own
+    /// relay connection opens; reading it changes nothing.
+    pub fn own_subscription_filter(&self) -> nostr::prelude::Filter {
+        let since = self.own.caught_up_to.map(|at| {
+            Timestamp::from_secs(
+                at.as_secs()
+                    .saturating_sub(self.config.quick_reconnect_window.as_secs()),
+            )
+        });
+        let filter = crate::filters::own_relay_filter();
+        match since {
+            Some(since) => filter.since(since),
+            None => filter,
+        }
+    }
+
+    /// Events the own relay accepted, for an embedder that has no own relay
+    /// connection (or besides it). They are processed together when the
+    /// batch window, started by the first of them, closes.
+    pub fn handle_own_events<I>(&mut self, now: Now, events: I)
+    where
+        I: IntoIterator<Item = Event>,
+    {
+        self.observe(now);
+        self.queue_own_events(now, events);
+    }
+
+    /// `true` once the own relay's history was read completely on its
+    /// current connection (every page of the self-subscription's history
+    /// query, up to an EOSE that brought nothing more).
+    pub fn own_history_complete(&self) -> bool {
+        self.own.history_complete()
+    }
+
+    /// Queues accepted events for the self-subscriber batch.
+    fn queue_own_events<I>(&mut self, now: Now, events: I)
+    where
+        I: IntoIterator<Item = Event>,
+    {
+        let before = self.own.queued.len();
+        self.own.queued.extend(events);
+        if self.own.queued.len() > before {
+            let closes = now.instant + self.config.batch_window;
+            self.timers.set_unless_set(EngineTimer::OwnBatch, closes);
+        }
+    }
+
+    /// The own relay's timers: connect when the backoff is over, give up a
+    /// connect attempt past its timeout.
+    fn run_own_relay(&mut self, now: Now) {
+        let Some(relay) = self.own.url.clone() else {
+            return;
+        };
+        match self.own.link {
+            OwnLink::Closed { reconnect_at } if reconnect_at <= now.instant => {
+                debug!(%relay, "connecting to the own relay");
+                self.own.link = OwnLink::Connecting {
+                    deadline: now.instant + OWN_CONNECT_TIMEOUT,
+                };
+                self.emit(Command::Connect {
+                    relay,
+                    timeout: OWN_CONNECT_TIMEOUT,
+                });
+            }
+            OwnLink::Connecting { deadline } if deadline <= now.instant => {
+                self.emit(Command::Disconnect { relay });
+                self.own_lost(now, "connect timed out");
+            }
+            _ => {}
+        }
+    }
+
+    /// The own relay connection opened: the live subscription and the
+    /// first history page.
+    fn own_connected(&mut self) {
+        if !matches!(self.own.link, OwnLink::Connecting { .. }) {
+            return self.own_ignored("connected without an attempt");
+        }
+        let Some(relay) = self.own.url.clone() else {
+            return;
+        };
+        self.own.retry = None;
+        // A relay caps each REQ, and root events would crowd old
+        // announcements out of a single one: the history is paged.
+        let filter = self.own_subscription_filter();
+        let live = filter.clone().limit(0);
+        let history = filter.limit(self.config.page_limit);
+        self.emit(Command::Subscribe {
+            relay: relay.clone(),
+            id: SubscriptionId::new(OWN_LIVE),
+            filters: vec![live],
+        });
+        self.emit(Command::Subscribe {
+            relay,
+            id: SubscriptionId::new(OWN_HISTORY),
+            filters: vec![history.clone()],
+        });
+        self.own.link = OwnLink::Open {
+            history: Some(Box::new(PaginationState::new(history))),
+        };
+    }
+
+    /// The own relay connection could not be opened, dropped, or could not
+    /// take a message.
+    fn own_closed(&mut self, now: Now, why: &str) {
+        match self.own.link {
+            OwnLink::Connecting { .. } | OwnLink::Open { .. } => self.own_lost(now, why),
+            OwnLink::Unused | OwnLink::Closed { .. } => self.own_ignored("closed while closed"),
+        }
+    }
+
+    /// The connection is gone. If its history had been read completely,
+    /// everything up to now was seen; otherwise the catch-up point stays
+    /// where the last complete read left it. The next attempt is due after
+    /// `HealthConfig::own_relay_backoff`.
+    fn own_lost(&mut self, now: Now, why: &str) {
+        warn!(reason = why, "own relay connection lost; retrying");
+        if self.own.history_complete() {
+            self.own.caught_up_to = Some(now.unix);
+        }
+        let backoff = self.config.health.own_relay_backoff;
+        let delay = Retry::fail_in(&mut self.own.retry, backoff);
+        self.own.link = OwnLink::Closed {
+            reconnect_at: now.instant + delay,
+        };
+    }
+
+    /// A message from the own relay: the events of the self-subscription,
+    /// the end of a history page, or a CLOSED (start over).
+    fn on_own_message(&mut self, now: Now, message: RelayMessage<'_>) {
+        if !matches!(self.own.link, OwnLink::Open { .. }) {
+            return self.own_ignored("message while not connected");
+        }
+        match message {
+            RelayMessage::Event {
+                subscription_id,
+                event,
+            } => self.on_own_event(now, &subscription_id, event.into_owned()),
+            RelayMessage::EndOfStoredEvents(id) if id.as_str() == OWN_HISTORY => {
+                self.next_own_page(now)
+            }
+            RelayMessage::Closed {
+                subscription_id,
+                message,
+            } => {
+                warn!(id = %subscription_id, %message, "own relay closed the self-subscription; reconnecting");
+                if let Some(relay) = self.own.url.clone() {
+                    self.emit(Command::Disconnect { relay });
+                }
+                self.own_lost(now, "self-subscription closed");
+            }
+            _ => {}
+        }
+    }
+
+    /// An `EVENT` from the own relay that the driver verified already (or
+    /// found forged).
+    fn on_own_checked_event(
+        &mut self,
+        now: Now,
+        subscription_id: &SubscriptionId,
+        checked: Result<VerifiedEvent, Forged>,
+    ) {
+        if !matches!(self.own.link, OwnLink::Open { .. }) {
+            return self.own_ignored("event while not connected");
+        }
+        match checked {
+            Ok(event) => self.on_own_event(now, subscription_id, *event.into_event()),
+            Err(forged) => {
+                if let Some(relay) = &self.own.url {
+                    forged_event(&mut self.stats, relay, &forged);
+                }
+            }
+        }
+    }
+
+    /// An event of the self-subscription: counted on its history page,
+    /// queued for the batch (not again when a page repeats it: `until` is
+    /// inclusive). The own relay accepted it: it is not checked again.
+    fn on_own_event(&mut self, now: Now, subscription_id: &SubscriptionId, event: Event) {
+        match subscription_id.as_str() {
+            OWN_HISTORY => {
+                if let OwnLink::Open {
+                    history: Some(paging),
+                } = &mut self.own.link
+                {
+                    if !paging.on_event(event.id, event.created_at) {
+                        return;
+                    }
+                }
+            }
+            OWN_LIVE => {}
+            _ => return self.own_ignored("event of an unknown subscription"),
+        }
+        self.queue_own_events(now, [event]);
+    }
+
+    /// The end of a history page: the next page, or the history is complete.
+    fn next_own_page(&mut self, now: Now) {
+        let Some(relay) = self.own.url.clone() else {
+            return;
+        };
+        let OwnLink::Open {
+            history: Some(paging),
+        } = &mut self.own.link
+        else {
+            return;
+        };
+        let id = SubscriptionId::new(OWN_HISTORY);
+        match paging.on_eose(None) {
+            PageOutcome::NextPage(filter) => self.emit(Command::Subscribe {
+                relay,
+                id,
+                filters: vec![filter],
+            }),
+            PageOutcome::Complete => {
+                self.own.link = OwnLink::Open { history: None };
+                self.emit(Command::Unsubscribe { relay, id });
+                self.own_history_read(now);
+            }
+        }
+    }
+
+    /// The own relay's history was read completely on the current
+    /// connection: the catch-up point moves to now, and the live
+    /// subscription keeps it moving until the connection drops.
+    ///
+    /// The history read is one batch: what it brought is planned now, not
+    /// after the batch window (which is for live events), so a start does
+    /// not wait the window before the first event is synced.
+    fn own_history_read(&mut self, now: Now) {
+        info!("own relay history read");
+        self.own.caught_up_to = Some(now.unix);
+        if self.timers.is_set(EngineTimer::OwnBatch) {
+            self.process_own_batch(now);
+            self.maintain(now);
+        }
+    }
+
+    /// Counts and logs an own relay input that does not fit the state.
+    fn own_ignored(&mut self, what: &str) {
+        self.stats.inputs_ignored += 1;
+        debug!(what, "own relay input ignored in the current state");
+    }
+
+    // --- After every input ---------------------------------------------------
+
+    /// The current [`Reach`], taken before an input.
+    fn reach(&self) -> Reach {
+        Reach {
+            batches: self.out.batches_issued(),
+            batches_ended: self.stats.batches_confirmed + self.stats.batches_failed,
+            relays: self.relays.tracked_count(),
+            connections: self.relays.connected().count(),
+            store_keeps_up: self.stores.keeps_up(&self.config),
+        }
+    }
+
+    /// After an input on `relay` (or on no relay: a store answer): only
+    /// `relay` is pumped unless the input reached further than it
+    /// (`before` differs from now), then everything is.
+    fn maintain_after(&mut self, now: Now, relay: Option<&RelayUrl>, before: Reach) {
+        if self.reach() != before {
+            return self.maintain(now);
+        }
+        self.observe(now);
+        if let Some(relay) = relay {
+            self.pump(now, relay);
+            self.refresh_deadline(relay);
+        }
+    }
+
+    /// After an input that may concern any relay: connect relays whose
+    /// backoff allows it, start queued work where limits allow.
+    fn maintain(&mut self, now: Now) {
+        self.observe(now);
+        self.connect_ready_relays(now);
+        let relays: Vec<RelayUrl> = self.relays.connected().cloned().collect();
+        for relay in relays {
+            self.pump(now, &relay);
+        }
+        self.refresh_all_deadlines();
+    }
+
+    // --- Deadlines -----------------------------------------------------------
+
+    /// Refreshes `relay`'s entry in the deadline table.
+    fn refresh_deadline(&mut self, relay: &RelayUrl) {
+        let at = self.relays.get(relay).and_then(|session| {
+            let health = session
+                .health
+                .poll_timeout(self.last_now(), &self.config.health);
+            session.next_deadline(
+                &self.config,
+                health,
+                self.last_now(),
+                self.config.rate_window(),
+            )
+        });
+        self.deadlines.set(relay, at);
+    }
+
+    /// Rebuilds the deadline table for every relay the engine knows.
+    fn refresh_all_deadlines(&mut self) {
+        let relays: Vec<RelayUrl> = self.relays.urls().cloned().collect();
+        self.deadlines.clear();
+        for relay in relays {
+            self.refresh_deadline(&relay);
+        }
+    }
+
+    // --- Reports ---------------------------------------------------------------
+
+    /// Every tracked relay, in registration order.
+    pub fn relay_reports(&self) -> Vec<RelayReport> {
+        self.relays
+            .tracked()
+            .map(|(relay, state)| self.relay_report(relay, state))
+            .collect()
+    }
+
+    fn relay_report(&self, relay: &RelayUrl, state: &RelayState) -> RelayReport {
+        let known = self.relays.get(relay);
+        let refused = known.is_some_and(|known| known.negentropy_refused);
+        let health = &self.config.health;
+        let retry_at = known
+            .filter(|_| !self.relays.is_connected(relay))
+            .and_then(|known| known.health.next_attempt_at(health));
+        RelayReport {
+            relay: relay.clone(),
+            connection: state.connection_status,
+            health: self
+                .relays
+                .view(relay)
+                .health_state(self.last_now(), health),
+            method: if refused {
+                SyncMethod::ReqEose
+            } else {
+                SyncMethod::Negentropy
+            },
+            events_received: known.map_or(0, |known| known.events_received),
+            events_received_again: known.map_or(0, |known| known.events_received_again),
+            events_stored: known.map_or(0, |known| known.events_stored),
+            historic_confirmed: self.relay_confirmed(relay, state),
+            unreachable: self.relay_unreachable(relay),
+            last_error: known.and_then(|known| known.last_error.clone()),
+            retry_at,
+            live_mode: self
+                .relay_activity(relay)
+                .map(|activity| activity.live_mode),
+        }
+    }
+
+    /// `true` when historic sync is confirmed on every reachable relay: the
+    /// self-subscriber's batch processed, every event handed to the store
+    /// stored, and every relay either confirmed or unreachable
+    /// ([`EngineConfig::unreachable_after`](super::EngineConfig::unreachable_after)
+    /// failed connects in a row, or dead). Unlike
+    /// [`SyncEngine::is_idle`], one unreachable relay does not hold it up.
+    pub fn historic_sync_complete(&self) -> bool {
+        self.own.queued.is_empty()
+            && self.stores.in_flight() == 0
+            && self.relays.tracked().all(|(relay, state)| {
+                self.relay_unreachable(relay) || self.relay_confirmed(relay, state)
+            })
+    }
+
+    /// Connected, nothing pending or queued, Layer 1 and every target item
+    /// confirmed.
+    fn relay_confirmed(&self, relay: &RelayUrl, state: &RelayState) -> bool {
+        self.relays.is_connected(relay)
+            && state.announcements_synced
+            && self.relays.view(relay).pending.is_empty()
+            && self.relays.conn(relay).is_some_and(|conn| conn.is_quiet())
+            && self.repos.target(relay).is_none_or(|target| {
+                target.repos.is_subset(&state.repos)
+                    && target.root_events.is_subset(&state.root_events)
+            })
+    }
+
+    /// Not connected, and failing to connect for the configured number of
+    /// attempts in a row, or dead.
+    fn relay_unreachable(&self, relay: &RelayUrl) -> bool {
+        let Some(session) = self.relays.get(relay) else {
+            return false;
+        };
+        session.conn.is_none()
+            && (session.health.consecutive_failures() >= self.config.unreachable_after
+                || session.health_state(self.last_now(), &self.config.health) == HealthState::Dead)
+    }
+
+    /// What is open and waiting on `relay`, if connected.
+    pub fn relay_activity(&self, relay: &RelayUrl) -> Option<RelayActivity> {
+        let conn = self.relays.conn(relay)?;
+        let live_mode = match conn.uncovered.len() {
+            0 => LiveMode::Full,
+            uncovered_filters => LiveMode::Polling { uncovered_filters },
+        };
+        Some(RelayActivity {
+            open_subscriptions: conn.subs.len(),
+            live_subscriptions: conn.live_count(),
+            queued_jobs: conn.queue.len(),
+            deferred_live_items: conn.deferred_live.len(),
+            subscription_limit: self.relays.view(relay).subscription_limit(&self.config),
+            live_slots: self.relays.view(relay).live_slots(&self.config),
+            frame_budget: self.relays.view(relay).frame_budget(&self.config),
+            live_mode,
+        })
+    }
+
+    /// Events handed to the store and not confirmed yet (answered or
+    /// waiting for a retry).
+    pub fn unconfirmed_stores(&self) -> usize {
+        self.stores.in_flight()
+    }
+
+    /// Events the store refused for now, waiting for their retry.
+    pub fn store_retries_waiting(&self) -> usize {
+        self.stores.retrying()
+    }
+}
+
+/// What an input on one relay can change for the others: batches created
+/// or ended (planning, confirmations), relays added or dropped, the store
+/// falling behind or catching up. Equal before and after an input → only
+/// its relay needs a look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Reach {
+    batches: u64,
+    batches_ended: u64,
+    relays: usize,
+    connections: usize,
+    store_keeps_up: bool,
+}
+
+/// Relay URLs refused by the policy that are warned about once each.
+const REFUSED_RELAYS_REMEMBERED: usize = 10_000;
+
+#[cfg(test)]
+mod tests {
+    //! Which Layer 1 events are ours ([`SyncEngine::is_ours`] and
+    //! [`SyncEngine::admit_ours`]).
+    use super::*;
+    use crate::nip34::test_support::signed_event_by;
+    use nostr::prelude::Keys;
+
+    fn own() -> RelayUrl {
+        RelayUrl::parse("wss://own.example.com").expect("url")
+    }
+
+    fn remote() -> RelayUrl {
+        RelayUrl::parse("wss://remote.example.com").expect("url")
+    }
+
+    fn now() -> Now {
+        Now::new(Instant::ZERO, Timestamp::from_secs(1_750_000_000))
+    }
+
+    fn engine(service: Vec<RelayUrl>) -> SyncEngine {
+        let config = EngineConfig {
+            service_relays: service,
+            ..EngineConfig::default()
+        };
+        SyncEngine::new(config, now())
+    }
+
+    fn verified(event: Event) -> VerifiedEvent {
+        VerifiedEvent::verify(event).expect("signed")
+    }
+
+    fn announcement(keys: &Keys, id: &str, relays: &[&RelayUrl], maintainers: &[&Keys]) -> Event {
+        let relays: Vec<String> = relays.iter().map(|r| r.to_string()).collect();
+        let maintainers: Vec<String> = maintainers
+            .iter()
+            .map(|k| k.public_key().to_hex())
+            .collect();
+        let mut relays_tag = vec!["relays"];
+        relays_tag.extend(relays.iter().map(String::as_str));
+        let mut maintainers_tag = vec!["maintainers"];
+        maintainers_tag.extend(maintainers.iter().map(String::as_str));
+        let d = ["d", id];
+        let mut tags: Vec<&[&str]> = vec![&d, &relays_tag];
+        if !maintainers.is_empty() {
+            tags.push(&maintainers_tag);
+        }
+        signed_event_by(keys, KIND_REPO_ANNOUNCEMENT, &tags)
+    }
+
+    fn state(keys: &Keys, id: &str) -> Event {
+        signed_event_by(keys, KIND_REPO_STATE, &[&["d", id]])
+    }
+
+    fn stored(engine: &mut SyncEngine) -> Vec<nostr::prelude::EventId> {
+        std::iter::from_fn(|| engine.poll_command())
+            .filter_map(|command| match command {
+                Command::Store { event, .. } => Some(event.id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn without_service_relays_everything_is_ours() {
+        let engine = engine(Vec::new());
+        let keys = Keys::generate();
+        let foreign = announcement(&keys, "x", &[&remote()], &[]);
+        assert_eq!(engine.is_ours(&foreign), Layer1Verdict::Store);
+        assert_eq!(engine.is_ours(&state(&keys, "x")), Layer1Verdict::Store);
+    }
+
+    #[test]
+    fn an_announcement_is_ours_only_if_it_lists_our_service() {
+        let mut engine = engine(vec![own()]);
+        let keys = Keys::generate();
+        let ours = announcement(&keys, "a", &[&own(), &remote()], &[]);
+        let foreign = announcement(&keys, "b", &[&remote()], &[]);
+        assert_eq!(engine.is_ours(&ours), Layer1Verdict::Store);
+        assert_eq!(engine.is_ours(&foreign), Layer1Verdict::Hold);
+        assert!(!engine.admit_ours(now(), &remote(), &verified(foreign)));
+        assert_eq!(engine.stats().not_ours, 1);
+        // Other kinds are not Layer 1's to judge.
+        let issue = signed_event_by(&keys, 1621, &[&["a", "30617:x:y"]]);
+        assert_eq!(engine.is_ours(&issue), Layer1Verdict::Store);
+    }
+
+    #[test]
+    fn a_state_is_ours_only_for_a_repository_of_ours() {
+        let mut engine = engine(vec![own()]);
+        let (owner, stranger) = (Keys::generate(), Keys::generate());
+        assert!(engine.admit_ours(
+            now(),
+            &remote(),
+            &verified(announcement(&owner, "a", &[&own()], &[]))
+        ));
+        assert_eq!(engine.is_ours(&state(&owner, "a")), Layer1Verdict::Store);
+        assert_eq!(engine.is_ours(&state(&stranger, "a")), Layer1Verdict::Hold);
+        assert_eq!(engine.is_ours(&state(&owner, "other")), Layer1Verdict::Hold);
+    }
+
+    #[test]
+    fn a_maintainers_announcement_and_state_before_the_owners_are_stored_with_it() {
+        let mut engine = engine(vec![own()]);
+        let (owner, maintainer) = (Keys::generate(), Keys::generate());
+        // The maintainer's announcement does not list us; it came first.
+        let theirs = announcement(&maintainer, "a", &[&remote()], &[]);
+        let their_state = state(&maintainer, "a");
+        assert!(!engine.admit_ours(now(), &remote(), &verified(theirs.clone())));
+        assert!(!engine.admit_ours(now(), &remote(), &verified(their_state.clone())));
+        assert!(stored(&mut engine).is_empty());
+        // The owner's announcement, listing us and the maintainer.
+        let owners = announcement(&owner, "a", &[&own()], &[&maintainer]);
+        engine.accept_ours(now(), &owners);
+        let stored = stored(&mut engine);
+        assert!(
+            stored.contains(&theirs.id) && stored.contains(&their_state.id),
+            "{stored:?}"
+        );
+        assert_eq!(engine.stats().candidates_stored, 2);
+        // A stranger's candidate stays held.
+        let stranger = Keys::generate();
+        assert!(!engine.admit_ours(now(), &remote(), &verified(state(&stranger, "a"))));
+    }
+
+    #[test]
+    fn candidates_are_bounded() {
+        let mut engine = engine(vec![own()]);
+        let keys = Keys::generate();
+        for n in 0..MAX_CANDIDATES + 10 {
+            let event = announcement(&keys, &format!("r{n}"), &[&remote()], &[]);
+            engine.admit_ours(now(), &remote(), &verified(event));
+        }
+        assert_eq!(engine.ours.candidates.len(), MAX_CANDIDATES);
+    }
+}
