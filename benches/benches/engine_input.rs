@@ -49,11 +49,9 @@ fn engine_with(relays: usize) -> (SyncEngine, Recorder, Now) {
         Instant::ZERO + Duration::from_secs(1),
         Timestamp::from_secs(1_750_000_000),
     );
-    let config = EngineConfig {
-        bootstrap_relays: (0..relays).map(relay).collect(),
-        ..EngineConfig::default()
-    };
-    let mut engine = SyncEngine::new(config, now);
+    let mut config = EngineConfig::default();
+    config.identity.bootstrap_relays = (0..relays).map(relay).collect();
+    let mut engine = SyncEngine::new(config, now).expect("a valid configuration");
     let mut sink = Recorder::default();
     engine.handle_timeout(now);
     sink.drain(&mut engine, now);

@@ -38,71 +38,80 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
     let c = ConnectionConfig::default();
     let p = PurgatoryConfig::default();
     let rows = [
-        ("EngineConfig::max_relays", size(e.max_relays)),
+        ("Caps::max_relays", size(e.caps.max_relays)),
         (
-            "EngineConfig::max_relays_per_announcement",
-            size(e.max_relays_per_announcement),
+            "Caps::max_relays_per_announcement",
+            size(e.caps.max_relays_per_announcement),
         ),
         (
-            "EngineConfig::max_unannounced_repos",
-            size(e.max_unannounced_repos),
+            "Caps::max_unannounced_repos",
+            size(e.caps.max_unannounced_repos),
         ),
         (
-            "EngineConfig::max_unconfirmed_stores",
-            size(e.max_unconfirmed_stores),
+            "Caps::max_unconfirmed_stores",
+            size(e.caps.max_unconfirmed_stores),
         ),
-        ("EngineConfig::refused_memory", size(e.refused_memory)),
+        ("Caps::refused_memory", size(e.caps.refused_memory)),
         (
-            "EngineConfig::received_ids_per_relay",
-            size(e.received_ids_per_relay),
-        ),
-        (
-            "EngineConfig::sent_replies_per_relay",
-            size(e.sent_replies_per_relay),
+            "Caps::received_ids_per_relay",
+            size(e.caps.received_ids_per_relay),
         ),
         (
-            "EngineConfig::max_negentropy_rounds",
-            count(e.max_negentropy_rounds),
+            "Caps::sent_replies_per_relay",
+            size(e.caps.sent_replies_per_relay),
         ),
         (
-            "EngineConfig::max_negentropy_need",
-            size(e.max_negentropy_need),
+            "Caps::max_negentropy_rounds",
+            count(e.caps.max_negentropy_rounds),
         ),
         (
-            "EngineConfig::negentropy_frame_size_limit",
-            count(e.negentropy_frame_size_limit),
+            "Caps::max_negentropy_need",
+            size(e.caps.max_negentropy_need),
         ),
         (
-            "EngineConfig::default_frame_budget",
-            size(e.default_frame_budget),
-        ),
-        ("EngineConfig::max_subscriptions", size(e.max_subscriptions)),
-        (
-            "EngineConfig::max_filters_per_req",
-            size(e.max_filters_per_req),
-        ),
-        ("EngineConfig::chunk_size", size(e.chunk_size)),
-        ("EngineConfig::page_limit", size(e.page_limit)),
-        ("EngineConfig::fetch_chunk", size(e.fetch_chunk)),
-        ("EngineConfig::fetch_attempts", count(e.fetch_attempts)),
-        ("EngineConfig::batch_timeout", duration(e.batch_timeout)),
-        (
-            "EngineConfig::batch_stall_limit",
-            duration(e.batch_stall_limit),
+            "Limits::negentropy_frame_size_limit",
+            count(e.limits.negentropy_frame_size_limit),
         ),
         (
-            "EngineConfig::req_resume_attempts",
-            count(e.req_resume_attempts),
+            "Limits::default_frame_budget",
+            size(e.limits.default_frame_budget),
         ),
         (
-            "EngineConfig::negentropy_timeout",
-            duration(e.negentropy_timeout),
+            "Limits::max_subscriptions",
+            size(e.limits.max_subscriptions),
         ),
-        ("EngineConfig::store_timeout", duration(e.store_timeout)),
-        ("EngineConfig::store_attempts", count(e.store_attempts)),
         (
-            "EngineConfig::unreachable_after",
-            count(e.unreachable_after),
+            "Limits::max_filters_per_req",
+            size(e.limits.max_filters_per_req),
+        ),
+        ("Limits::chunk_size", size(e.limits.chunk_size)),
+        ("Limits::page_limit", size(e.limits.page_limit)),
+        ("Limits::fetch_chunk", size(e.limits.fetch_chunk)),
+        ("Timeouts::fetch_attempts", count(e.timeouts.fetch_attempts)),
+        (
+            "Timeouts::batch_timeout",
+            duration(e.timeouts.batch_timeout),
+        ),
+        (
+            "Timeouts::batch_stall_limit",
+            duration(e.timeouts.batch_stall_limit),
+        ),
+        (
+            "Timeouts::req_resume_attempts",
+            count(e.timeouts.req_resume_attempts),
+        ),
+        (
+            "Timeouts::negentropy_timeout",
+            duration(e.timeouts.negentropy_timeout),
+        ),
+        (
+            "Timeouts::store_timeout",
+            duration(e.timeouts.store_timeout),
+        ),
+        ("Timeouts::store_attempts", count(e.timeouts.store_attempts)),
+        (
+            "Timeouts::unreachable_after",
+            count(e.timeouts.unreachable_after),
         ),
         (
             "grasp_sync_core::engine::MAX_CANDIDATES",

@@ -44,11 +44,9 @@
 //!
 //! let relay = RelayUrl::parse("wss://relay.example.com").unwrap();
 //! let now = Now::new(Instant::ZERO, Timestamp::from_secs(1_750_000_000));
-//! let config = EngineConfig {
-//!     bootstrap_relays: vec![relay.clone()],
-//!     ..EngineConfig::default()
-//! };
-//! let mut engine = SyncEngine::new(config, now);
+//! let mut config = EngineConfig::default();
+//! config.identity.bootstrap_relays = vec![relay.clone()];
+//! let mut engine = SyncEngine::new(config, now).expect("a valid configuration");
 //! engine.handle_timeout(now);
 //! // A driver executes each command: opens connections, sends
 //! // `command.client_message()`, stores, answers store queries.

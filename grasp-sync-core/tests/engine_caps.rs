@@ -48,10 +48,8 @@ fn an_announcement_listing_1000_relays_connects_at_most_the_cap() {
     // The first listed relay exists and holds the issue.
     let relays = vec![sim_relay("r0", vec![announcement.clone(), issue.clone()])];
     let cap = 20;
-    let config = EngineConfig {
-        max_relays_per_announcement: cap,
-        ..config()
-    };
+    let mut config = config();
+    config.caps.max_relays_per_announcement = cap;
     let mut world = World::new(config, relays, vec![announcement]);
     world.run_for(Duration::from_secs(600), STEPS);
     let connected = connects(&world);
@@ -99,10 +97,8 @@ fn relays_over_the_total_cap_wait_for_room_then_sync() {
             relays.push(sim_relay(name, held));
         }
     }
-    let config = EngineConfig {
-        max_relays: 4,
-        ..config()
-    };
+    let mut config = config();
+    config.caps.max_relays = 4;
     let mut world = World::new(config, relays, vec![ann_a, ann_b, issue_a, issue_b]);
     world.run_for(Duration::from_secs(30), STEPS);
     let tracked: BTreeSet<RelayUrl> = world
@@ -169,10 +165,8 @@ fn root_events_of_too_many_unannounced_repositories_are_counted_not_indexed() {
         .enumerate()
         .map(|(n, keys)| events::root(&user, 1621, &repo_ref(keys, "x"), "issue", at + n as u64))
         .collect();
-    let config = EngineConfig {
-        max_unannounced_repos: 2,
-        ..config()
-    };
+    let mut config = config();
+    config.caps.max_unannounced_repos = 2;
     let mut world = World::new(config, vec![], roots);
     world.run_for(Duration::from_secs(30), STEPS);
     assert_eq!(world.engine.stats().root_events_over_cap, 1);
@@ -184,14 +178,12 @@ fn root_events_of_too_many_unannounced_repositories_are_counted_not_indexed() {
 #[test]
 fn a_relay_with_endless_negentropy_rounds_is_cut_off_counted_and_synced_by_req() {
     let relay = RelayUrl::parse("ws://endless.sim").unwrap();
-    let config = EngineConfig {
-        bootstrap_relays: vec![relay.clone()],
-        relay_policy: RelayUrlPolicy::new().allow_local_addresses(true),
-        max_negentropy_rounds: 50,
-        ..EngineConfig::default()
-    };
+    let mut config = EngineConfig::default();
+    config.identity.bootstrap_relays = vec![relay.clone()];
+    config.identity.relay_policy = RelayUrlPolicy::new().allow_local_addresses(true);
+    config.caps.max_negentropy_rounds = 50;
     let start = Now::new(Instant::ZERO, Timestamp::from_secs(UNIX_ORIGIN));
-    let mut engine = SyncEngine::new(config, start);
+    let mut engine = SyncEngine::new(config, start).expect("a valid configuration");
     engine.handle_timeout(start);
     let mut remote = NegentropyStorageVector::new();
     for n in 0..2_000u32 {

@@ -105,7 +105,7 @@ fn with_no_resume_allowed_a_dropped_req_fails_its_batch_as_before() {
     // before resuming existed), which is planned again: everything still
     // arrives, downloaded twice.
     let mut cfg = config();
-    cfg.req_resume_attempts = 0;
+    cfg.timeouts.req_resume_attempts = 0;
     let (mut world, relay, held) = dropping_world(cfg, true);
     sync(&mut world, &held);
     assert_eq!(world.relays[&relay].stats().reqs_dropped, 1);

@@ -102,14 +102,12 @@ impl Harness {
         let relay = RelayUrl::parse("ws://hostile.sim").unwrap();
         let maintainer = Keys::generate();
         let own = RelayUrl::parse("ws://own.sim").unwrap();
-        let config = EngineConfig {
-            bootstrap_relays: vec![relay.clone()],
-            service_relays: vec![own.clone()],
-            relay_policy: RelayUrlPolicy::new().allow_local_addresses(true),
-            ..EngineConfig::default()
-        };
+        let mut config = EngineConfig::default();
+        config.identity.bootstrap_relays = vec![relay.clone()];
+        config.identity.service_relays = vec![own.clone()];
+        config.identity.relay_policy = RelayUrlPolicy::new().allow_local_addresses(true);
         let now = Now::new(Instant::ZERO, Timestamp::from_secs(1_750_000_000));
-        let mut engine = SyncEngine::new(config, now);
+        let mut engine = SyncEngine::new(config, now).expect("a valid configuration");
         // One repository of ours listing the hostile relay, with a root.
         let announcement = Announcement::new("repo")
             .relays([&own, &relay])

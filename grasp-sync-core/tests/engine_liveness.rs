@@ -58,7 +58,7 @@ fn run_pinging(world: &mut World, duration: Duration, interval: Duration, pingin
 #[test]
 fn a_relay_that_never_eoses_limit_zero_but_answers_pings_is_never_reconnected() {
     let (mut world, relay, repo, user) = synced_world();
-    let timeout = world.engine.config().batch_timeout;
+    let timeout = world.engine.config().timeouts.batch_timeout;
     let interval = world.engine.config().liveness_probe_interval();
     assert!(
         interval * 2 < timeout,
@@ -86,7 +86,7 @@ fn a_relay_that_sends_nothing_at_all_is_still_reconnected() {
     // cannot ping): silence past the batch timeout with a live subscription
     // never answered still reconnects it.
     let (mut world, relay, _, _) = synced_world();
-    let timeout = world.engine.config().batch_timeout;
+    let timeout = world.engine.config().timeouts.batch_timeout;
     let interval = world.engine.config().liveness_probe_interval();
     run_pinging(&mut world, timeout * 3, interval, false);
     assert!(

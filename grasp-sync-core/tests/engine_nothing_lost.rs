@@ -591,10 +591,8 @@ fn item8_the_filter_threshold_alone_triggers_a_consolidation() {
         ..SimRelayConfig::default()
     };
     // A relay allowing 200 subscriptions, and an engine allowed to use them.
-    let engine = grasp_sync_core::engine::EngineConfig {
-        max_subscriptions: 200,
-        ..config()
-    };
+    let mut engine = config();
+    engine.limits.max_subscriptions = 200;
     let mut world = World::new(
         engine,
         vec![sim_relay_with("a", repo.remote_events(), a)],

@@ -43,9 +43,9 @@ fn case(service: bool) -> Case {
         events::state(&stranger, "alpha", &[events::TIP], at + 70),
     ];
     let mut cfg = config();
-    cfg.bootstrap_relays = vec![remote.clone()];
+    cfg.identity.bootstrap_relays = vec![remote.clone()];
     if !service {
-        cfg.service_relays.clear();
+        cfg.identity.service_relays.clear();
     }
     let held: Vec<Event> = ours.iter().chain(&foreign).cloned().collect();
     let mut world = World::new(cfg, vec![sim_relay("remote", held)], Vec::new());

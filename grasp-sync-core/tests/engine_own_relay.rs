@@ -156,7 +156,8 @@ fn the_own_relay_connect_and_reconnect_are_engine_deadlines() {
     let mut engine = grasp_sync_core::engine::SyncEngine::new(
         config(),
         Now::new(Instant::ZERO, Timestamp::from_secs(UNIX_ORIGIN)),
-    );
+    )
+    .expect("a valid configuration");
     let at = |secs: u64| {
         Now::new(
             Instant::ZERO + Duration::from_secs(secs),

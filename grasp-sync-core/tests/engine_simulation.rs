@@ -412,7 +412,7 @@ fn a_bootstrap_relay_is_kept_with_nothing_to_sync() {
     let fixture = fixture();
     let boot = relay_url("boot");
     let mut cfg = config();
-    cfg.bootstrap_relays = vec![boot.clone()];
+    cfg.identity.bootstrap_relays = vec![boot.clone()];
     let mut world = World::new(
         cfg,
         vec![sim_relay("boot", vec![fixture.announcement.clone()])],

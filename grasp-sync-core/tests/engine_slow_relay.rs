@@ -78,7 +78,7 @@ fn a_relay_answering_req_after_req_slowly_fails_no_batch_and_sends_each_event_on
         world.dump()
     );
     let took = world.now.since_origin();
-    let timeout = world.engine.config().batch_timeout;
+    let timeout = world.engine.config().timeouts.batch_timeout;
     assert!(
         took > timeout,
         "the relay took longer than the batch timeout: {took:?}"
@@ -123,7 +123,7 @@ fn the_stall_limit_still_fails_a_batch_that_gets_nothing_of_its_own() {
     // again and everything still arrives). This is also the rule before
     // the relay's other answers counted: the test above would fail with it.
     let mut cfg = config();
-    cfg.batch_stall_limit = cfg.batch_timeout;
+    cfg.timeouts.batch_stall_limit = cfg.timeouts.batch_timeout;
     let (mut world, relay, held) = world_with(cfg, 60, 2);
     world
         .paced

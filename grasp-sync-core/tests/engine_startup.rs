@@ -6,7 +6,7 @@ mod sim;
 
 use std::time::Duration;
 
-use grasp_sync_core::engine::{Command, EngineConfig};
+use grasp_sync_core::engine::Command;
 use nostr::prelude::*;
 
 use sim::events::{self, repo_ref};
@@ -37,10 +37,8 @@ fn the_startup_history_is_planned_when_read_not_after_the_batch_window() {
         at + 1,
     );
     let window = Duration::from_secs(5);
-    let config = EngineConfig {
-        batch_window: window,
-        ..config()
-    };
+    let mut config = config();
+    config.timeouts.batch_window = window;
     let mut world = World::new(
         config,
         vec![sim_relay("a", vec![announcement.clone(), issue.clone()])],

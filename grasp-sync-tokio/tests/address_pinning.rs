@@ -60,7 +60,7 @@ fn manager(setup: &Setup, allow_local: bool) -> SyncManager {
     let mut config = loopback_engine_config();
     // The own relay is the operator's (trusted, never checked); the policy
     // is what applies to relays from announcements.
-    config.relay_policy = RelayUrlPolicy::new().allow_local_addresses(allow_local);
+    config.identity.relay_policy = RelayUrlPolicy::new().allow_local_addresses(allow_local);
     SyncManager::builder()
         .own_relay(setup.own.url())
         .engine_config(config)

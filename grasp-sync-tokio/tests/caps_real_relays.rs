@@ -41,7 +41,7 @@ async fn an_announcement_listing_1000_relays_connects_at_most_the_cap() {
 
     let cap = 20;
     let mut config = loopback_engine_config();
-    config.max_relays_per_announcement = cap;
+    config.caps.max_relays_per_announcement = cap;
     let manager = SyncManager::builder()
         .own_relay(own.url())
         .engine_config(config)
@@ -117,7 +117,7 @@ async fn a_relay_with_endless_negentropy_rounds_is_cut_off_counted_and_synced() 
 
     let rounds = 40;
     let mut config = loopback_engine_config();
-    config.max_negentropy_rounds = rounds;
+    config.caps.max_negentropy_rounds = rounds;
     let manager = SyncManager::builder()
         .own_relay(own.url())
         .engine_config(config)

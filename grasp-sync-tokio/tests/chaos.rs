@@ -124,12 +124,10 @@ fn run_seed(seed: u64) {
 /// limit), and what does not fit live is polled; the poll, not the live subscription, then
 /// brings an event published meanwhile.
 fn engine_config() -> EngineConfig {
-    let mut config = EngineConfig {
-        negentropy_timeout: Duration::from_secs(3),
-        batch_timeout: Duration::from_secs(10),
-        uncovered_poll_interval: Duration::from_secs(3),
-        ..loopback_engine_config()
-    };
+    let mut config = loopback_engine_config();
+    config.timeouts.negentropy_timeout = Duration::from_secs(3);
+    config.timeouts.batch_timeout = Duration::from_secs(10);
+    config.timeouts.uncovered_poll_interval = Duration::from_secs(3);
     config.health.rate_limit_cooldown = Duration::from_secs(1);
     config.health.work_backoff.max = Duration::from_secs(4);
     config

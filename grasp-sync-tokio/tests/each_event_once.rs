@@ -122,7 +122,7 @@ async fn sync(nip77: Nip77Refusal) -> Sent {
     let expected: BTreeSet<EventId> = data.remote_events.iter().map(|e| e.id).collect();
 
     let mut config = loopback_engine_config();
-    config.service_relays = vec![own.url()];
+    config.identity.service_relays = vec![own.url()];
     let manager = SyncManager::builder()
         .own_relay(own.url())
         .store(Arc::new(RelayStore::new(

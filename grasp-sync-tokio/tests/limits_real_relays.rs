@@ -24,10 +24,9 @@ use tokio::sync::watch;
 const WAIT: Duration = Duration::from_secs(240);
 
 fn engine_config() -> EngineConfig {
-    EngineConfig {
-        negentropy_timeout: Duration::from_secs(5),
-        ..loopback_engine_config()
-    }
+    let mut config = loopback_engine_config();
+    config.timeouts.negentropy_timeout = Duration::from_secs(5);
+    config
 }
 
 fn manager(own: &TestRelay) -> SyncManager {

@@ -63,8 +63,8 @@ async fn a_relay_without_eose_for_limit_zero_is_not_reconnected_and_stays_live()
 
     let batch_timeout = Duration::from_secs(2);
     let mut config = loopback_engine_config();
-    config.batch_timeout = batch_timeout;
-    config.service_relays = vec![own.url()];
+    config.timeouts.batch_timeout = batch_timeout;
+    config.identity.service_relays = vec![own.url()];
     let registry = prometheus::Registry::new();
     let manager = SyncManager::builder()
         .own_relay(own.url())

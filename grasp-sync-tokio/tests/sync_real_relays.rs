@@ -20,11 +20,10 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// An engine tuned for a fast test on loopback.
 fn engine_config() -> EngineConfig {
-    EngineConfig {
-        relay_policy: RelayUrlPolicy::new().allow_local_addresses(true),
-        batch_window: Duration::from_millis(200),
-        ..EngineConfig::default()
-    }
+    let mut config = EngineConfig::default()
+        .with_relay_policy(RelayUrlPolicy::new().allow_local_addresses(true));
+    config.timeouts.batch_window = Duration::from_millis(200);
+    config
 }
 
 fn manager(own: &TestRelay) -> SyncManager {
@@ -267,7 +266,7 @@ fn fast_engine_config() -> EngineConfig {
     config.health.backoff.max = Duration::from_secs(4);
     config.health.rate_limit_cooldown = Duration::from_secs(1);
     config.health.work_backoff.base = Duration::from_millis(500);
-    config.negentropy_timeout = Duration::from_secs(3);
+    config.timeouts.negentropy_timeout = Duration::from_secs(3);
     config
 }
 

@@ -8,22 +8,94 @@ use crate::filters::DEFAULT_CHUNK_SIZE;
 use crate::health::HealthConfig;
 use crate::url_policy::RelayUrlPolicy;
 
-/// Configuration of a [`SyncEngine`](super::SyncEngine).
+/// Configuration of a [`SyncEngine`](super::SyncEngine), in groups: who we
+/// are ([`Identity`]), what one relay is asked at a time ([`Limits`]), how
+/// long things take ([`Timeouts`]), what strangers can make us hold
+/// ([`Caps`]), relay health ([`HealthConfig`]). [`SyncEngine::new`](super::SyncEngine::new)
+/// refuses an invalid combination ([`EngineConfig::validate`]).
+///
+/// ```
+/// use grasp_sync_core::engine::EngineConfig;
+/// use nostr::prelude::RelayUrl;
+///
+/// let relay = RelayUrl::parse("wss://relay.example.com").unwrap();
+/// let mut config = EngineConfig::default().with_bootstrap_relays(vec![relay]);
+/// config.limits.page_limit = 200;
+/// assert_eq!(config.validate(), Ok(()));
+/// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct EngineConfig {
+    /// Our service, the relays to start from, the own relay, the relay
+    /// policy.
+    pub identity: Identity,
+    /// What one relay is asked at a time.
+    pub limits: Limits,
+    /// How long work may take and how often it is tried.
+    pub timeouts: Timeouts,
+    /// What strangers can make us hold.
+    pub caps: Caps,
     /// Relay health: backoff, dead relays, rate-limit cooldown, stability.
     /// The connect timeout is its base backoff (spec).
     pub health: HealthConfig,
-    /// Self-subscriber batch window; starts at the first event, not reset
-    /// (spec: 5 s, `NGIT_SYNC_BATCH_WINDOW_MS`).
-    pub batch_window: Duration,
-    /// A reconnect within this time of the disconnect is a quick reconnect
-    /// (keeps confirmed state, catches up with `since`); `since` reaches this
-    /// far before the last moment we were connected (spec: 15 min).
-    pub quick_reconnect_window: Duration,
-    /// Live Layer 2+3 filters added since the last consolidation before the
-    /// relay's live subscriptions are rebuilt from confirmed state (spec: 70).
-    pub consolidation_threshold: usize,
+    /// Seed of the randomness that spreads the daily re-sync over 23–25 h.
+    pub seed: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            identity: Identity::default(),
+            limits: Limits::default(),
+            timeouts: Timeouts::default(),
+            caps: Caps::default(),
+            health: HealthConfig::default(),
+            seed: 0x6772_6173_702d_3032,
+        }
+    }
+}
+
+/// Who we are and whom we sync with: our service, the relays to start from, the own relay, and which relay URLs from announcements may be used.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Identity {
+    /// Our service's relay URLs. When not empty, only announcements that
+    /// list one of them become ours (for a sidecar next to a relay that
+    /// accepts everything); when empty, every announcement the own relay
+    /// accepted is ours.
+    pub service_relays: Vec<RelayUrl>,
+    /// Relays connected from the start and never dropped.
+    pub bootstrap_relays: Vec<RelayUrl>,
+    /// The own relay, when the engine reads it over a connection (the
+    /// self-subscriber): the engine asks for the connection
+    /// ([`Command::Connect`](super::Command::Connect), reconnecting after the
+    /// [`HealthConfig::own_relay_backoff`](crate::health::HealthConfig::own_relay_backoff)), subscribes live and pages
+    /// through the history (pages of [`Limits::page_limit`]), and takes
+    /// the connection's inputs like any relay's, routed by this URL. It is
+    /// never synced from (not as a bootstrap relay, nor when an announcement
+    /// lists it). `None` (the default) for a relay that embeds the library
+    /// and hands accepted events to
+    /// [`SyncEngine::handle_own_events`](super::SyncEngine::handle_own_events).
+    pub own_relay: Option<RelayUrl>,
+    /// Which relay URLs from announcements may be connected to.
+    pub relay_policy: RelayUrlPolicy,
+}
+
+impl Default for Identity {
+    fn default() -> Self {
+        Identity {
+            service_relays: Vec::new(),
+            bootstrap_relays: Vec::new(),
+            own_relay: None,
+            relay_policy: RelayUrlPolicy::new(),
+        }
+    }
+}
+
+/// How much one relay is asked at a time: filters, subscriptions, pages, frames.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Limits {
     /// Values per Layer 2/3 filter (spec: 100).
     pub chunk_size: usize,
     /// Filters per live REQ.
@@ -32,6 +104,56 @@ pub struct EngineConfig {
     /// own limit (NIP-11 `max_subscriptions`) and has not refused one yet.
     /// nostr-rs-relay allows 32.
     pub max_subscriptions: usize,
+    /// Subscription slots kept for historic work on every relay (at most
+    /// half of its limit, at least one): live subscriptions never take them,
+    /// so historic sync always progresses.
+    pub historic_slots: usize,
+    /// `limit` of each page of a REQ+EOSE historic sync (lowered to the
+    /// relay's NIP-11 `max_limit`). NIP-01 promises newest-first order only
+    /// when a limit is given, and `until` paging relies on it.
+    pub page_limit: usize,
+    /// Missing ids asked for per `REQ {ids}` after a negentropy round.
+    pub fetch_chunk: usize,
+    /// Largest frame (bytes of one `REQ`, `NEG-OPEN`, `NEG-MSG`) sent to a
+    /// relay that did not announce NIP-11 `max_message_length` (64 KiB).
+    /// A relay that drops the connection right after a large frame gets a
+    /// smaller learned budget (never below [`MIN_FRAME_BUDGET`]).
+    pub default_frame_budget: usize,
+    /// Negentropy frame size limit in bytes (0 = none, else at least 4096);
+    /// messages are hex, so twice this on the wire.
+    pub negentropy_frame_size_limit: u64,
+    /// Live Layer 2+3 filters added since the last consolidation before the
+    /// relay's live subscriptions are rebuilt from confirmed state (spec: 70).
+    pub consolidation_threshold: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            max_filters_per_req: 100,
+            max_subscriptions: 20,
+            historic_slots: 4,
+            page_limit: 500,
+            fetch_chunk: 500,
+            default_frame_budget: DEFAULT_FRAME_BUDGET,
+            negentropy_frame_size_limit: 30_000,
+            consolidation_threshold: 70,
+        }
+    }
+}
+
+/// How long work may take, how often it recurs, and how often it is tried before it counts as failed.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Timeouts {
+    /// Self-subscriber batch window; starts at the first event, not reset
+    /// (spec: 5 s, `NGIT_SYNC_BATCH_WINDOW_MS`).
+    pub batch_window: Duration,
+    /// A reconnect within this time of the disconnect is a quick reconnect
+    /// (keeps confirmed state, catches up with `since`); `since` reaches this
+    /// far before the last moment we were connected (spec: 15 min).
+    pub quick_reconnect_window: Duration,
     /// Shortest time to the daily full re-sync (spec: 23 h).
     pub daily_min: Duration,
     /// Longest time to the daily full re-sync (spec: 25 h).
@@ -40,13 +162,13 @@ pub struct EngineConfig {
     /// long fails and its items are planned again — once its relay has also
     /// sent nothing for any of our historic subscriptions for this long (a
     /// relay busy answering our other REQs, or a loaded machine, is slow,
-    /// not failing); see [`EngineConfig::batch_stall_limit`].
+    /// not failing); see [`Timeouts::batch_stall_limit`].
     pub batch_timeout: Duration,
     /// A batch with subscriptions running and no message for them for this
     /// long fails even while its relay keeps answering our other historic
     /// subscriptions (a REQ it dropped silently is resumed first, see
-    /// [`EngineConfig::req_resume_attempts`]).
-    /// Never shorter than [`EngineConfig::batch_timeout`]. Default: 5 min.
+    /// [`Timeouts::req_resume_attempts`]).
+    /// Never shorter than [`Timeouts::batch_timeout`]. Default: 5 min.
     pub batch_stall_limit: Duration,
     /// A historic REQ that brought nothing for the batch timeout while its
     /// relay answered other things (or only pings) is taken for dropped
@@ -59,24 +181,6 @@ pub struct EngineConfig {
     pub negentropy_timeout: Duration,
     /// How often relays with nothing left to sync are dropped (spec: 60 s).
     pub disconnect_check_interval: Duration,
-    /// Negentropy frame size limit in bytes (0 = none, else at least 4096);
-    /// messages are hex, so twice this on the wire.
-    pub negentropy_frame_size_limit: u64,
-    /// Missing ids asked for per `REQ {ids}` after a negentropy round.
-    pub fetch_chunk: usize,
-    /// `limit` of each page of a REQ+EOSE historic sync (lowered to the
-    /// relay's NIP-11 `max_limit`). NIP-01 promises newest-first order only
-    /// when a limit is given, and `until` paging relies on it.
-    pub page_limit: usize,
-    /// Largest frame (bytes of one `REQ`, `NEG-OPEN`, `NEG-MSG`) sent to a
-    /// relay that did not announce NIP-11 `max_message_length` (64 KiB).
-    /// A relay that drops the connection right after a large frame gets a
-    /// smaller learned budget (never below [`MIN_FRAME_BUDGET`]).
-    pub default_frame_budget: usize,
-    /// Subscription slots kept for historic work on every relay (at most
-    /// half of its limit, at least one): live subscriptions never take them,
-    /// so historic sync always progresses.
-    pub historic_slots: usize,
     /// How often a relay whose subscription and frame limits cannot hold
     /// live coverage of every item is polled (`since` catch-up, paginated)
     /// for the items that did not fit.
@@ -87,12 +191,6 @@ pub struct EngineConfig {
     /// Answers with a reason we cannot classify (no NIP-01 prefix,
     /// `auth-required:`) before the event counts as refused for good.
     pub store_attempts: u32,
-    /// Events handed to the store and not confirmed before no new historic
-    /// job starts (backpressure on a slow store; bounds memory).
-    pub max_unconfirmed_stores: usize,
-    /// Events the store refused for good (`blocked:`, `invalid:`, `pow:`,
-    /// `restricted:` …) remembered so re-syncs do not download them again.
-    pub refused_memory: usize,
     /// Times a fetch of missing ids that brought nothing new is tried before
     /// the ids are reported missing.
     pub fetch_attempts: u32,
@@ -100,6 +198,39 @@ pub struct EngineConfig {
     /// it is still retried, but historic sync does not wait for it
     /// ([`SyncEngine::historic_sync_complete`](super::SyncEngine::historic_sync_complete)).
     pub unreachable_after: u32,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            batch_window: Duration::from_secs(5),
+            quick_reconnect_window: Duration::from_secs(15 * 60),
+            daily_min: Duration::from_secs(23 * 3600),
+            daily_max: Duration::from_secs(25 * 3600),
+            batch_timeout: Duration::from_secs(60),
+            batch_stall_limit: Duration::from_secs(5 * 60),
+            req_resume_attempts: 3,
+            negentropy_timeout: Duration::from_secs(10),
+            disconnect_check_interval: Duration::from_secs(60),
+            uncovered_poll_interval: Duration::from_secs(5 * 60),
+            store_timeout: Duration::from_secs(60),
+            store_attempts: 5,
+            fetch_attempts: 3,
+            unreachable_after: 3,
+        }
+    }
+}
+
+/// What strangers (announcements, relays, a store that falls behind) can make us hold: the memory and tracking caps.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Caps {
+    /// Events handed to the store and not confirmed before no new historic
+    /// job starts (backpressure on a slow store; bounds memory).
+    pub max_unconfirmed_stores: usize,
+    /// Events the store refused for good (`blocked:`, `invalid:`, `pow:`,
+    /// `restricted:` …) remembered so re-syncs do not download them again.
+    pub refused_memory: usize,
     /// Relay messages one negentropy session answers before it is cut off
     /// (a relay could otherwise keep it going forever). A cut session is
     /// counted, the relay's NIP-77 is no longer trusted and the filter is
@@ -119,7 +250,7 @@ pub struct EngineConfig {
     /// Relays tracked in total, bootstrap relays included. A relay an
     /// announcement lists beyond it is counted and not synced until a
     /// tracked relay is dropped (checked every
-    /// [`EngineConfig::disconnect_check_interval`]).
+    /// [`Timeouts::disconnect_check_interval`]).
     pub max_relays: usize,
     /// Repositories tracked that no announcement of ours names (root events
     /// may arrive before their announcement). Root events of further such
@@ -141,59 +272,13 @@ pub struct EngineConfig {
     /// fetched again, nothing else. 0 remembers none: such replies are then
     /// fetched by REQ. Default: 20 000.
     pub sent_replies_per_relay: usize,
-    /// Which relay URLs from announcements may be connected to.
-    pub relay_policy: RelayUrlPolicy,
-    /// Our service's relay URLs. When not empty, only announcements that
-    /// list one of them become ours (for a sidecar next to a relay that
-    /// accepts everything); when empty, every announcement the own relay
-    /// accepted is ours.
-    pub service_relays: Vec<RelayUrl>,
-    /// Relays connected from the start and never dropped.
-    pub bootstrap_relays: Vec<RelayUrl>,
-    /// The own relay, when the engine reads it over a connection (the
-    /// self-subscriber): the engine asks for the connection
-    /// ([`Command::Connect`](super::Command::Connect), reconnecting after the
-    /// [`HealthConfig::own_relay_backoff`](crate::health::HealthConfig::own_relay_backoff)), subscribes live and pages
-    /// through the history (pages of [`EngineConfig::page_limit`]), and takes
-    /// the connection's inputs like any relay's, routed by this URL. It is
-    /// never synced from (not as a bootstrap relay, nor when an announcement
-    /// lists it). `None` (the default) for a relay that embeds the library
-    /// and hands accepted events to
-    /// [`SyncEngine::handle_own_events`](super::SyncEngine::handle_own_events).
-    pub own_relay: Option<RelayUrl>,
-    /// Seed of the randomness that spreads the daily re-sync over 23–25 h.
-    pub seed: u64,
 }
 
-impl Default for EngineConfig {
+impl Default for Caps {
     fn default() -> Self {
-        EngineConfig {
-            health: HealthConfig::default(),
-            batch_window: Duration::from_secs(5),
-            quick_reconnect_window: Duration::from_secs(15 * 60),
-            consolidation_threshold: 70,
-            chunk_size: DEFAULT_CHUNK_SIZE,
-            max_filters_per_req: 100,
-            max_subscriptions: 20,
-            daily_min: Duration::from_secs(23 * 3600),
-            daily_max: Duration::from_secs(25 * 3600),
-            batch_timeout: Duration::from_secs(60),
-            batch_stall_limit: Duration::from_secs(5 * 60),
-            req_resume_attempts: 3,
-            negentropy_timeout: Duration::from_secs(10),
-            disconnect_check_interval: Duration::from_secs(60),
-            negentropy_frame_size_limit: 30_000,
-            fetch_chunk: 500,
-            page_limit: 500,
-            default_frame_budget: DEFAULT_FRAME_BUDGET,
-            historic_slots: 4,
-            uncovered_poll_interval: Duration::from_secs(5 * 60),
-            store_timeout: Duration::from_secs(60),
-            store_attempts: 5,
+        Caps {
             max_unconfirmed_stores: 50_000,
             refused_memory: 10_000,
-            fetch_attempts: 3,
-            unreachable_after: 3,
             max_negentropy_rounds: 1_000,
             max_negentropy_need: 100_000,
             max_relays_per_announcement: 20,
@@ -201,16 +286,39 @@ impl Default for EngineConfig {
             max_unannounced_repos: 10_000,
             received_ids_per_relay: 20_000,
             sent_replies_per_relay: 20_000,
-            relay_policy: RelayUrlPolicy::new(),
-            service_relays: Vec::new(),
-            bootstrap_relays: Vec::new(),
-            own_relay: None,
-            seed: 0x6772_6173_702d_3032,
         }
     }
 }
 
 impl EngineConfig {
+    /// This configuration with `relays` as the bootstrap relays
+    /// ([`Identity::bootstrap_relays`]).
+    pub fn with_bootstrap_relays(mut self, relays: Vec<RelayUrl>) -> Self {
+        self.identity.bootstrap_relays = relays;
+        self
+    }
+
+    /// This configuration with `relays` as our service's relay URLs
+    /// ([`Identity::service_relays`]).
+    pub fn with_service_relays(mut self, relays: Vec<RelayUrl>) -> Self {
+        self.identity.service_relays = relays;
+        self
+    }
+
+    /// This configuration reading the own relay at `relay` over a
+    /// connection ([`Identity::own_relay`]).
+    pub fn with_own_relay(mut self, relay: RelayUrl) -> Self {
+        self.identity.own_relay = Some(relay);
+        self
+    }
+
+    /// This configuration with `policy` deciding which relay URLs from
+    /// announcements may be used ([`Identity::relay_policy`]).
+    pub fn with_relay_policy(mut self, policy: RelayUrlPolicy) -> Self {
+        self.identity.relay_policy = policy;
+        self
+    }
+
     /// The window over which a learned rate counts openings: the
     /// rate-limit cooldown.
     pub(crate) fn rate_window(&self) -> Duration {
@@ -219,12 +327,12 @@ impl EngineConfig {
 
     /// How often a driver that can probe a relay's liveness without a
     /// message (a WebSocket ping) should do it: a third of
-    /// [`EngineConfig::batch_timeout`] (at least 100 ms), so a relay that
+    /// [`Timeouts::batch_timeout`] (at least 100 ms), so a relay that
     /// answers is heard at least twice within every batch timeout and never
     /// counts as silent between two probes
     /// ([`SyncEngine::handle_relay_alive`](super::SyncEngine::handle_relay_alive)).
     pub fn liveness_probe_interval(&self) -> Duration {
-        (self.batch_timeout / 3).max(Duration::from_millis(100))
+        (self.timeouts.batch_timeout / 3).max(Duration::from_millis(100))
     }
 
     /// Checks the combinations the fields' documentation promises, so an
@@ -233,32 +341,34 @@ impl EngineConfig {
     /// panics on a configuration.)
     pub fn validate(&self) -> Result<(), ConfigError> {
         let nonzero = [
-            ("chunk_size", self.chunk_size),
-            ("max_filters_per_req", self.max_filters_per_req),
-            ("max_subscriptions", self.max_subscriptions),
-            ("fetch_chunk", self.fetch_chunk),
-            ("page_limit", self.page_limit),
-            ("historic_slots", self.historic_slots),
-            ("max_relays", self.max_relays),
+            ("chunk_size", self.limits.chunk_size),
+            ("max_filters_per_req", self.limits.max_filters_per_req),
+            ("max_subscriptions", self.limits.max_subscriptions),
+            ("fetch_chunk", self.limits.fetch_chunk),
+            ("page_limit", self.limits.page_limit),
+            ("historic_slots", self.limits.historic_slots),
+            ("max_relays", self.caps.max_relays),
             (
                 "max_relays_per_announcement",
-                self.max_relays_per_announcement,
+                self.caps.max_relays_per_announcement,
             ),
         ];
         if let Some((field, _)) = nonzero.iter().find(|(_, value)| *value == 0) {
             return Err(ConfigError::Zero(field));
         }
-        let frame = self.negentropy_frame_size_limit;
+        let frame = self.limits.negentropy_frame_size_limit;
         if frame != 0 && frame < MIN_NEGENTROPY_FRAME {
             return Err(ConfigError::NegentropyFrameTooSmall(frame));
         }
-        if self.default_frame_budget < MIN_FRAME_BUDGET {
-            return Err(ConfigError::FrameBudgetTooSmall(self.default_frame_budget));
+        if self.limits.default_frame_budget < MIN_FRAME_BUDGET {
+            return Err(ConfigError::FrameBudgetTooSmall(
+                self.limits.default_frame_budget,
+            ));
         }
-        if self.daily_min > self.daily_max {
+        if self.timeouts.daily_min > self.timeouts.daily_max {
             return Err(ConfigError::DailyRange);
         }
-        if self.batch_timeout.is_zero() {
+        if self.timeouts.batch_timeout.is_zero() {
             return Err(ConfigError::ZeroBatchTimeout);
         }
         Ok(())
@@ -361,24 +471,24 @@ mod tests {
             config.validate()
         };
         assert_eq!(
-            broken(|c| c.page_limit = 0),
+            broken(|c| c.limits.page_limit = 0),
             Err(ConfigError::Zero("page_limit"))
         );
         assert_eq!(
-            broken(|c| c.negentropy_frame_size_limit = 100),
+            broken(|c| c.limits.negentropy_frame_size_limit = 100),
             Err(ConfigError::NegentropyFrameTooSmall(100))
         );
-        assert_eq!(broken(|c| c.negentropy_frame_size_limit = 0), Ok(()));
+        assert_eq!(broken(|c| c.limits.negentropy_frame_size_limit = 0), Ok(()));
         assert_eq!(
-            broken(|c| c.default_frame_budget = 1000),
+            broken(|c| c.limits.default_frame_budget = 1000),
             Err(ConfigError::FrameBudgetTooSmall(1000))
         );
         assert_eq!(
-            broken(|c| c.daily_min = c.daily_max + Duration::from_secs(1)),
+            broken(|c| c.timeouts.daily_min = c.timeouts.daily_max + Duration::from_secs(1)),
             Err(ConfigError::DailyRange)
         );
         assert_eq!(
-            broken(|c| c.batch_timeout = Duration::ZERO),
+            broken(|c| c.timeouts.batch_timeout = Duration::ZERO),
             Err(ConfigError::ZeroBatchTimeout)
         );
     }

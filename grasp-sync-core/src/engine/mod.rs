@@ -7,7 +7,7 @@
 //! confirmed (the spec's `RelayState`) and its batches in flight, what was
 //! learned, its health and retries, its connection, its timers. It does no
 //! I/O and reads no clock: its driver feeds it inputs (`handle_*`, each with
-//! the [`Now`] at which it happened) and executes the [`Command`]s it emits.
+//! the [`Now`](crate::clock::Now) at which it happened) and executes the [`Command`]s it emits.
 //!
 //! # Driving contract
 //!
@@ -24,7 +24,7 @@
 //! 3. Wake up at [`SyncEngine::poll_timeout`] and call
 //!    [`SyncEngine::handle_timeout`]. Waking early or twice is harmless.
 //! 4. Feed what happens on every connection — the own relay's
-//!    ([`EngineConfig::own_relay`]) included, the engine tells it apart by
+//!    ([`Identity::own_relay`]) included, the engine tells it apart by
 //!    its URL: connection outcomes ([`SyncEngine::handle_connected`],
 //!    [`SyncEngine::handle_connect_failed`],
 //!    [`SyncEngine::handle_disconnected`]), every relay message
@@ -41,7 +41,8 @@
 //! use grasp_sync_core::{Clock, SystemClock};
 //!
 //! let clock = SystemClock::new();
-//! let mut engine = SyncEngine::new(EngineConfig::default(), clock.read());
+//! let mut engine =
+//!     SyncEngine::new(EngineConfig::default(), clock.read()).expect("a valid configuration");
 //! engine.handle_timeout(clock.read());
 //! loop {
 //!     engine.execute_commands(clock.read(), |command| {
@@ -93,8 +94,8 @@ mod timer_table;
 pub use classify::{classify, Classified, Prefix};
 pub use command::Command;
 pub use config::{
-    ConfigError, EngineConfig, RelayLimits, DEFAULT_FRAME_BUDGET, MIN_FRAME_BUDGET,
-    MIN_NEGENTROPY_FRAME,
+    Caps, ConfigError, EngineConfig, Identity, Limits, RelayLimits, Timeouts, DEFAULT_FRAME_BUDGET,
+    MIN_FRAME_BUDGET, MIN_NEGENTROPY_FRAME,
 };
 pub use frames::req_frame_len;
 pub use ours::MAX_CANDIDATES;

@@ -3,7 +3,7 @@
 //! GRASP-01 has a relay store an announcement only if it lists the service,
 //! or if it is by a maintainer that an accepted announcement of the same
 //! identifier lists, and a state only for such a repository. With
-//! [`EngineConfig::service_relays`](super::EngineConfig::service_relays)
+//! [`Identity::service_relays`](super::Identity::service_relays)
 //! set (a sidecar next to a relay that accepts everything) the engine
 //! applies that rule itself; without it the own relay's policy decides and
 //! everything is handed on.

@@ -5,7 +5,7 @@
 //! ([`PaginationState`]), the catch-up point, and the batch window of the
 //! events it reports.
 //!
-//! Without [`EngineConfig::own_relay`](super::EngineConfig::own_relay) (a
+//! Without [`Identity::own_relay`](super::Identity::own_relay) (a
 //! relay that embeds the library) there is no connection: the embedder
 //! hands accepted events to [`SyncEngine::handle_own_events`].
 
@@ -52,7 +52,7 @@ pub(super) enum OwnLink {
 /// The own relay as the self-subscriber sees it.
 #[derive(Debug, Default)]
 pub(super) struct OwnRelay {
-    /// The own relay's URL ([`EngineConfig::own_relay`](super::EngineConfig::own_relay)).
+    /// The own relay's URL ([`Identity::own_relay`](super::Identity::own_relay)).
     pub(super) url: Option<RelayUrl>,
     /// The connection.
     pub(super) link: OwnLink,

@@ -77,11 +77,11 @@ pub(crate) struct RelaySession {
     /// `events_received - events_received_again` is how often it sent each.
     pub(crate) events_received_again: u64,
     /// Ids the relay sent lately (at most
-    /// [`EngineConfig::received_ids_per_relay`]), created with the first.
+    /// [`Caps::received_ids_per_relay`]), created with the first.
     pub(crate) received_lately: Option<crate::recent::RecentIds>,
     /// Events the relay sent that name an event (`e`, `E`, `q`) and were
     /// handed to the store (at most
-    /// [`EngineConfig::sent_replies_per_relay`]), created with the first.
+    /// [`Caps::sent_replies_per_relay`]), created with the first.
     pub(crate) sent_replies: Option<super::sent_replies::SentReplies>,
     /// Events from the relay the store reported newly stored.
     pub(crate) events_stored: u64,
@@ -436,14 +436,14 @@ impl RelaySession {
     /// The smallest subscription limit we know of.
     pub(crate) fn subscription_limit(&self, config: &EngineConfig) -> usize {
         [
-            Some(config.max_subscriptions),
+            Some(config.limits.max_subscriptions),
             self.limits.max_subscriptions,
             self.learned_sub_limit,
         ]
         .into_iter()
         .flatten()
         .min()
-        .unwrap_or(config.max_subscriptions)
+        .unwrap_or(config.limits.max_subscriptions)
         .max(1)
     }
 
@@ -452,8 +452,8 @@ impl RelaySession {
         // (NIP-11 `max_filters` and the configured cap.)
         self.limits
             .max_filters
-            .map_or(config.max_filters_per_req, |max| {
-                max.min(config.max_filters_per_req)
+            .map_or(config.limits.max_filters_per_req, |max| {
+                max.min(config.limits.max_filters_per_req)
             })
             .max(1)
     }
@@ -467,7 +467,7 @@ impl RelaySession {
         if limit < 2 {
             return 0;
         }
-        let historic = config.historic_slots.clamp(1, limit / 2);
+        let historic = config.limits.historic_slots.clamp(1, limit / 2);
         limit.saturating_sub(historic)
     }
 
@@ -481,7 +481,7 @@ impl RelaySession {
             .into_iter()
             .flatten()
             .min()
-            .unwrap_or(config.default_frame_budget)
+            .unwrap_or(config.limits.default_frame_budget)
             .max(1024)
     }
 
@@ -490,7 +490,9 @@ impl RelaySession {
     pub(crate) fn page_limit(&self, config: &EngineConfig) -> usize {
         self.limits
             .max_limit
-            .map_or(config.page_limit, |max| max.min(config.page_limit))
+            .map_or(config.limits.page_limit, |max| {
+                max.min(config.limits.page_limit)
+            })
             .max(1)
     }
 
@@ -519,12 +521,12 @@ impl RelaySession {
 
     /// How to sync a historic filter on this relay — the whole decision:
     /// NIP-77 reconciliation, unless the relay refused NIP-77 in some form
-    /// ([`SyncEngine::negentropy_failed`](super::SyncEngine::negentropy_failed)),
+    /// ([`RelaySession::negentropy_failed`]),
     /// the filter has a `since` (a catch-up fetches what is new; reconciling
     /// would compare the whole history), or a NEG frame for it does not fit
     /// the relay's frame budget; then REQ+EOSE with `until` pagination.
     /// Missing ids a reconciliation found are fetched by REQ
-    /// (`SyncEngine::fetch_jobs`).
+    /// ([`RelaySession::fetch_jobs`]).
     pub(crate) fn sync_method(&self, filter: &Filter, config: &EngineConfig) -> SyncMethod {
         let negentropy = !self.negentropy_refused
             && filter.since.is_none()
@@ -546,7 +548,7 @@ impl RelaySession {
         super::frames::negentropy_frame_limit(
             self.frame_budget(config),
             filter,
-            config.negentropy_frame_size_limit,
+            config.limits.negentropy_frame_size_limit,
         )
     }
 
@@ -559,7 +561,7 @@ impl RelaySession {
         let mut filters = vec![announcement_filter(FilterMode::Live)];
         filters.extend(layer2_and_layer3_filters(
             items,
-            config.chunk_size,
+            config.limits.chunk_size,
             FilterMode::Live,
         ));
         let packed = self.pack(filters, config);
@@ -584,7 +586,7 @@ impl RelaySession {
             return false;
         };
         let over_threshold =
-            conn.incremental_filters + new_filters > config.consolidation_threshold;
+            conn.incremental_filters + new_filters > config.limits.consolidation_threshold;
         let live_wanted = conn.live_count() + conn.waiting_live.len() + new_reqs;
         let over_budget = live_wanted > self.live_slots(config)
             || conn.subs.len() + new_reqs > self.subscription_limit(config);
@@ -615,12 +617,12 @@ impl RelaySession {
     /// a relay answering our REQs one after another, or slowed by a loaded
     /// machine, is still working on this one. Whatever the relay sends, a
     /// batch with no progress of its own for
-    /// [`EngineConfig::batch_stall_limit`] stalls (a subscription the relay
+    /// [`Timeouts::batch_stall_limit`] stalls (a subscription the relay
     /// dropped silently while it streams the others).
     pub(crate) fn batch_stalls_at(&self, info: &BatchInfo, config: &EngineConfig) -> Instant {
-        let timeout = config.batch_timeout;
+        let timeout = config.timeouts.batch_timeout;
         let own = info.last_progress + timeout;
-        let hard = info.last_progress + config.batch_stall_limit.max(timeout);
+        let hard = info.last_progress + config.timeouts.batch_stall_limit.max(timeout);
         let relay_idle = self
             .conn
             .as_ref()
@@ -830,7 +832,7 @@ impl RelaySession {
             conn.poll_from.get_or_insert(now.unix);
             self.timers.set_unless_set(
                 RelayTimer::Poll,
-                now.instant + config.uncovered_poll_interval,
+                now.instant + config.timeouts.uncovered_poll_interval,
             );
         }
         conn.uncovered = uncovered;
@@ -880,7 +882,7 @@ impl RelaySession {
     pub(crate) fn is_silent(&self, now: Instant, config: &EngineConfig) -> bool {
         self.conn
             .as_ref()
-            .is_some_and(|conn| conn.last_heard + config.batch_timeout <= now)
+            .is_some_and(|conn| conn.last_heard + config.timeouts.batch_timeout <= now)
     }
 
     /// `true` if the relay is silent ([`RelaySession::is_silent`]) while a
@@ -888,7 +890,7 @@ impl RelaySession {
     /// half-open socket. A driver that pings keeps a relay that answers from
     /// ever getting here, EOSE or not.
     pub(crate) fn live_unanswered(&self, now: Instant, config: &EngineConfig) -> bool {
-        let timeout = config.batch_timeout;
+        let timeout = config.timeouts.batch_timeout;
         self.is_silent(now, config)
             && self.conn.as_ref().is_some_and(|conn| {
                 conn.subs.values().any(|sub| {
@@ -899,7 +901,7 @@ impl RelaySession {
     }
 
     /// The NIP-77 sessions whose NEG-OPEN the relay has not answered within
-    /// [`EngineConfig::negentropy_timeout`].
+    /// [`Timeouts::negentropy_timeout`].
     pub(crate) fn negentropy_unanswered(
         &self,
         now: Instant,
@@ -916,7 +918,7 @@ impl RelaySession {
                     answered: false,
                     opened_at,
                     ..
-                } if *opened_at + config.negentropy_timeout <= now)
+                } if *opened_at + config.timeouts.negentropy_timeout <= now)
             })
             .map(|(id, _)| id.clone())
             .collect()
@@ -936,7 +938,7 @@ impl RelaySession {
     ) -> Option<Instant> {
         let mut deadlines = vec![self.timers.earliest(), health];
         if let Some(conn) = &self.conn {
-            let timeout = config.batch_timeout;
+            let timeout = config.timeouts.batch_timeout;
             deadlines.push(conn.next_deadline(config));
             if !conn.is_quiet() && self.learned_rate.is_some() {
                 deadlines.push(conn.rate_window_frees_at(now, rate_window));
@@ -1211,7 +1213,7 @@ impl RelaySession {
     /// Counts an event the relay sent, and whether it sent it lately
     /// already.
     fn note_received(&mut self, cx: &mut Ctx<'_>, id: EventId) {
-        let capacity = cx.config.received_ids_per_relay;
+        let capacity = cx.config.caps.received_ids_per_relay;
         self.events_received += 1;
         let lately = self
             .received_lately
@@ -1302,7 +1304,7 @@ impl RelaySession {
                 } else {
                     fruitless.saturating_add(1)
                 };
-                let retry = !missing.is_empty() && fruitless < cx.config.fetch_attempts;
+                let retry = !missing.is_empty() && fruitless < cx.config.timeouts.fetch_attempts;
                 let filter = filter.clone();
                 if !missing.is_empty() && !retry {
                     cx.stats.fetch_missing += missing.len() as u64;
@@ -1555,8 +1557,8 @@ impl RelaySession {
             return self.negentropy_failed(cx, now, id, NegFailure::FrameTooSmall);
         };
         let caps = SessionCaps {
-            max_rounds: cx.config.max_negentropy_rounds,
-            max_need: cx.config.max_negentropy_need,
+            max_rounds: cx.config.caps.max_negentropy_rounds,
+            max_need: cx.config.caps.max_negentropy_need,
         };
         let (started, initial_message) = match NegSession::start(items, frame_size_limit, caps) {
             Ok(started) => started,
@@ -1611,7 +1613,7 @@ impl RelaySession {
     /// Remembers an event the relay sent that names another event, as it is
     /// handed to the store ([`RelaySession::sent_items`]).
     pub(crate) fn note_sent_reply(&mut self, config: &EngineConfig, event: &nostr::prelude::Event) {
-        let capacity = config.sent_replies_per_relay;
+        let capacity = config.caps.sent_replies_per_relay;
         if capacity == 0 {
             return;
         }
@@ -1625,7 +1627,7 @@ impl RelaySession {
     /// ([`Job::NegentropySent`]) rather than fetched by one REQ: the relay
     /// does NIP-77 and the engine remembers what relays send.
     fn reconciles_fresh_roots(&self, config: &EngineConfig) -> bool {
-        !self.negentropy_refused && config.sent_replies_per_relay > 0
+        !self.negentropy_refused && config.caps.sent_replies_per_relay > 0
     }
 
     /// A negentropy session of a filter ended without reconciling it: the
@@ -1721,7 +1723,7 @@ impl RelaySession {
         base.until = None;
         base.since = None;
         let fit = super::frames::ids_per_fetch(self.frame_budget(config), &base);
-        need.chunks(config.fetch_chunk.min(fit).max(1))
+        need.chunks(config.limits.fetch_chunk.min(fit).max(1))
             .map(|chunk| Job::Fetch {
                 filter: base.clone().ids(chunk.iter().copied()),
                 fruitless,
@@ -1862,7 +1864,8 @@ impl RelaySession {
     /// would get too many live filters or subscriptions. A relay already
     /// polled for what does not fit gets the new filters polled too.
     fn add_live(&mut self, cx: &mut Ctx<'_>, now: Now, items: &PendingItems) {
-        let filters = layer2_and_layer3_filters(items, cx.config.chunk_size, FilterMode::Live);
+        let filters =
+            layer2_and_layer3_filters(items, cx.config.limits.chunk_size, FilterMode::Live);
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
@@ -1941,7 +1944,7 @@ impl RelaySession {
     /// started waiting (minus the quick-reconnect window) is fetched by a
     /// paginated `since` catch-up, so nothing published in the gap is missed.
     fn catch_up_gap(&mut self, cx: &mut Ctx<'_>, now: Now, filters: &[Filter]) {
-        let window = cx.config.quick_reconnect_window.as_secs();
+        let window = cx.config.timeouts.quick_reconnect_window.as_secs();
         let Some(gap_since) = self.conn.as_ref().and_then(|conn| conn.live_gap_since) else {
             return;
         };
@@ -1972,7 +1975,7 @@ impl RelaySession {
         };
         let items = state.items(cx.repos.ids());
         let mode = FilterMode::Historic { since: Some(since) };
-        let filters = layer2_and_layer3_filters(&items, cx.config.chunk_size, mode);
+        let filters = layer2_and_layer3_filters(&items, cx.config.limits.chunk_size, mode);
         let jobs = self.req_jobs(filters, cx.config);
         self.start_batch(
             cx,
@@ -1991,7 +1994,7 @@ impl RelaySession {
             return;
         }
         self.timers.clear(RelayTimer::Poll);
-        let window = cx.config.quick_reconnect_window.as_secs();
+        let window = cx.config.timeouts.quick_reconnect_window.as_secs();
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
@@ -2050,7 +2053,7 @@ impl RelaySession {
             repos: HashSet::new(),
             root_events: fresh,
         };
-        let chunk = cx.config.chunk_size;
+        let chunk = cx.config.limits.chunk_size;
         let filters = layer2_and_layer3_filters(&reconciled, chunk, FilterMode::FULL_HISTORY);
         let (reconcile, req): (Vec<_>, Vec<_>) = filters
             .into_iter()
@@ -2351,7 +2354,7 @@ impl RelaySession {
         info.jobs = info.jobs.saturating_sub(1);
         let done = info.is_done();
         if info.jobs == 0 && info.purpose == Purpose::Poll && self.conn.is_some() {
-            let next = now.instant + cx.config.uncovered_poll_interval;
+            let next = now.instant + cx.config.timeouts.uncovered_poll_interval;
             self.timers.set_unless_set(RelayTimer::Poll, next);
         }
         if done {
@@ -2398,7 +2401,7 @@ impl RelaySession {
             Purpose::Poll => {
                 if let Some(conn) = self.conn.as_mut() {
                     conn.poll_from = Some(info.started_unix);
-                    let next = now.instant + cx.config.uncovered_poll_interval;
+                    let next = now.instant + cx.config.timeouts.uncovered_poll_interval;
                     self.timers.set(RelayTimer::Poll, next);
                 }
             }
@@ -2517,7 +2520,7 @@ impl RelaySession {
     /// ([`PaginationState::resume_interrupted`]; each filter of a packed
     /// REQ from its current page), counted in
     /// [`EngineStats::reqs_resumed`]; a batch whose REQs were resumed
-    /// [`EngineConfig::req_resume_attempts`] times without hearing anything
+    /// [`Timeouts::req_resume_attempts`] times without hearing anything
     /// since fails.
     fn resume_req(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
         let Some(sub) = self.conn.as_ref().and_then(|conn| conn.subs.get(id)) else {
@@ -2538,7 +2541,7 @@ impl RelaySession {
                 .collect(),
             _ => return,
         };
-        let attempts = cx.config.req_resume_attempts;
+        let attempts = cx.config.timeouts.req_resume_attempts;
         let Some(info) = self.batches.get_mut(&batch) else {
             // No batch to resume for (cannot happen: a batch ends with its
             // subscriptions): close it rather than wake for it forever.
@@ -2606,7 +2609,7 @@ impl RelaySession {
     /// history caught up from `since` (and from the coverage missing before
     /// the disconnect); the engine then plans new items.
     pub(crate) fn quick_reconnect(&mut self, cx: &mut Ctx<'_>, now: Now, since: Timestamp) {
-        let window = cx.config.quick_reconnect_window.as_secs();
+        let window = cx.config.timeouts.quick_reconnect_window.as_secs();
         let since = match self.uncaught_since.take() {
             Some(uncaught) => since.min(Timestamp::from_secs(
                 uncaught.as_secs().saturating_sub(window),

@@ -425,7 +425,7 @@ impl RelayConn {
     /// this one). `None` while the relay as a whole would be silent by then:
     /// it is reconnected instead (`SyncEngine::expire_batches`).
     pub(crate) fn req_stalls_at(&self, watch: &ReqWatch, config: &EngineConfig) -> Option<Instant> {
-        let timeout = config.batch_timeout;
+        let timeout = config.timeouts.batch_timeout;
         let overtaken = self.newest_answered > watch.sent;
         let quiet_since = if overtaken {
             watch.heard_at
@@ -446,7 +446,7 @@ impl RelayConn {
                     answered: false,
                     opened_at,
                     ..
-                } => Some(*opened_at + config.negentropy_timeout),
+                } => Some(*opened_at + config.timeouts.negentropy_timeout),
                 _ => None,
             })
             .min()

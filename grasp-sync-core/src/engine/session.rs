@@ -29,7 +29,7 @@ pub enum SessionError {
 }
 
 impl SessionError {
-    /// `true` for a cut by one of the session caps (`EngineConfig::max_negentropy_rounds`, `EngineConfig::max_negentropy_need`).
+    /// `true` for a cut by one of the session caps (`Caps::max_negentropy_rounds`, `Caps::max_negentropy_need`).
     pub fn is_cap(&self) -> bool {
         matches!(
             self,

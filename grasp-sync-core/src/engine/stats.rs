@@ -12,7 +12,7 @@ pub struct EngineStats {
     pub events_received_again: u64,
     /// Announcements and states from remote relays not stored because they
     /// are not ours: they list none of
-    /// [`EngineConfig::service_relays`](super::EngineConfig::service_relays)
+    /// [`Identity::service_relays`](super::Identity::service_relays)
     /// and are by no author of a repository of ours (held as candidates, up
     /// to [`MAX_CANDIDATES`](super::MAX_CANDIDATES), in case an announcement
     /// of ours naming their author comes).
@@ -32,7 +32,7 @@ pub struct EngineStats {
     /// Root events the store had just taken as new whose replies were
     /// reconciled (NIP-77) against what their relay sent this sync, not
     /// against a store query: only the replies still missing are fetched
-    /// ([`EngineConfig::sent_replies_per_relay`](super::EngineConfig::sent_replies_per_relay)).
+    /// ([`Caps::sent_replies_per_relay`](super::Caps::sent_replies_per_relay)).
     pub fresh_roots_reconciled: u64,
     /// Historic REQs the relay stopped answering without EOSE or CLOSED
     /// (while it answered other things) that were closed and asked again
@@ -90,15 +90,15 @@ pub struct EngineStats {
     /// Relay URLs from announcements refused by the relay policy.
     pub relays_refused: u64,
     /// Relay URLs from announcements not synced because of
-    /// [`EngineConfig::max_relays_per_announcement`](super::EngineConfig::max_relays_per_announcement)
-    /// or [`EngineConfig::max_relays`](super::EngineConfig::max_relays).
+    /// [`Caps::max_relays_per_announcement`](super::Caps::max_relays_per_announcement)
+    /// or [`Caps::max_relays`](super::Caps::max_relays).
     pub relays_over_cap: u64,
     /// Negentropy sessions cut off by
-    /// [`EngineConfig::max_negentropy_rounds`](super::EngineConfig::max_negentropy_rounds)
-    /// or [`EngineConfig::max_negentropy_need`](super::EngineConfig::max_negentropy_need).
+    /// [`Caps::max_negentropy_rounds`](super::Caps::max_negentropy_rounds)
+    /// or [`Caps::max_negentropy_need`](super::Caps::max_negentropy_need).
     pub negentropy_sessions_cut: u64,
     /// Root events not indexed because their repository is not announced
-    /// and [`EngineConfig::max_unannounced_repos`](super::EngineConfig::max_unannounced_repos)
+    /// and [`Caps::max_unannounced_repos`](super::Caps::max_unannounced_repos)
     /// such repositories are tracked already.
     pub root_events_over_cap: u64,
 }
@@ -112,7 +112,7 @@ pub enum LiveMode {
     Full,
     /// The relay's subscription and frame limits cannot hold live filters for
     /// every item: `uncovered_filters` of them are polled with a `since`
-    /// catch-up every [`EngineConfig::uncovered_poll_interval`](super::EngineConfig::uncovered_poll_interval).
+    /// catch-up every [`Timeouts::uncovered_poll_interval`](super::Timeouts::uncovered_poll_interval).
     Polling {
         /// Live filters that did not fit.
         uncovered_filters: usize,

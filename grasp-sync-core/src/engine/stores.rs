@@ -35,7 +35,7 @@ pub enum StoreVerdict {
     Retry(String),
     /// Refused with a reason we cannot classify (no NIP-01 prefix,
     /// `auth-required:`): offered again a few times
-    /// ([`EngineConfig::store_attempts`](super::EngineConfig::store_attempts)),
+    /// ([`Timeouts::store_attempts`](super::Timeouts::store_attempts)),
     /// then taken as refused for good.
     Unclear(String),
     /// Refused for good (`blocked:`, `invalid:`, `pow:`, `restricted:`,
@@ -145,11 +145,11 @@ impl StoreTracker {
 
 impl StoreTracker {
     /// `false` while more than
-    /// [`EngineConfig::max_unconfirmed_stores`](super::EngineConfig::max_unconfirmed_stores)
+    /// [`Caps::max_unconfirmed_stores`](super::Caps::max_unconfirmed_stores)
     /// events wait for the store: new historic jobs and next pages wait
     /// (backpressure).
     pub(crate) fn keeps_up(&self, config: &EngineConfig) -> bool {
-        self.in_flight.len() < config.max_unconfirmed_stores
+        self.in_flight.len() < config.caps.max_unconfirmed_stores
     }
 
     /// What becomes of the verified event `id` about to be handed to the
@@ -217,9 +217,9 @@ impl StoreTracker {
     /// refused for now waits for a retry (one round of retries per backoff
     /// step, however many events the store refused in it); one refused with
     /// an unclear reason is retried a few times
-    /// ([`EngineConfig::store_attempts`](super::EngineConfig::store_attempts)),
+    /// ([`Timeouts::store_attempts`](super::Timeouts::store_attempts)),
     /// then refused for good; one refused for good is remembered (without
-    /// its content, [`EngineConfig::refused_memory`](super::EngineConfig::refused_memory)
+    /// its content, [`Caps::refused_memory`](super::Caps::refused_memory)
     /// at most); a stored one is stored lately (and a root event fresh).
     /// Returns the event settled, with the final verdict (stored, a
     /// duplicate, or refused for good), for its batches to count; `None` if it still waits or the answer was not
@@ -245,7 +245,7 @@ impl StoreTracker {
         let verdict = match verdict {
             StoreVerdict::Unclear(reason) => {
                 waiting.unclear = waiting.unclear.saturating_add(1);
-                if waiting.unclear >= config.store_attempts {
+                if waiting.unclear >= config.timeouts.store_attempts {
                     StoreVerdict::Refused(reason)
                 } else {
                     StoreVerdict::Retry(reason)
@@ -271,7 +271,7 @@ impl StoreTracker {
                 stats.store_refused += 1;
                 let done = self.in_flight.remove(id)?;
                 warn!(id = %done.event.id, relay = %done.relay, reason, "store refused event; not downloading it again");
-                self.remember_refused(&done.event, config.refused_memory);
+                self.remember_refused(&done.event, config.caps.refused_memory);
                 Some((done, StoreVerdict::Refused(reason)))
             }
             StoreVerdict::Stored | StoreVerdict::Duplicate => {

@@ -21,7 +21,8 @@ use super::stats::LiveMode;
 use super::stores::{Handover, StoreTracker};
 use super::timer_table::{EngineTimer, RelayTimer, TimerTable};
 use super::{
-    Command, EngineConfig, EngineStats, RelayActivity, RelayLimits, RelayReport, StoreVerdict,
+    Command, ConfigError, EngineConfig, EngineStats, RelayActivity, RelayLimits, RelayReport,
+    StoreVerdict,
 };
 use crate::clock::{Instant, Now};
 use crate::health::{HealthCounts, HealthState, RelayHealth, Retry};
@@ -36,7 +37,7 @@ use crate::store::{IngestOutcome, StoreError};
 use crate::transport::TransportError;
 use crate::verified::{Forged, VerifiedEvent};
 
-/// The sync engine. See the [module documentation](self) for the driving
+/// The sync engine. See the [module documentation](super) for the driving
 /// contract.
 ///
 /// ```
@@ -46,11 +47,9 @@ use crate::verified::{Forged, VerifiedEvent};
 ///
 /// let start = Now::new(Instant::ZERO, Timestamp::from_secs(1_750_000_000));
 /// let relay = RelayUrl::parse("wss://relay.example.com").unwrap();
-/// let config = EngineConfig {
-///     bootstrap_relays: vec![relay.clone()],
-///     ..EngineConfig::default()
-/// };
-/// let mut engine = SyncEngine::new(config, start);
+/// let mut config = EngineConfig::default();
+/// config.identity.bootstrap_relays = vec![relay.clone()];
+/// let mut engine = SyncEngine::new(config, start).expect("a valid configuration");
 /// engine.handle_timeout(start);
 /// // The bootstrap relay is connected first.
 /// assert!(matches!(
@@ -83,7 +82,7 @@ pub struct SyncEngine {
     /// Relay URLs the policy refused (warned about once each).
     refused_relays: std::collections::HashSet<RelayUrl>,
     /// Repositories some of whose relays wait for room under
-    /// [`EngineConfig::max_relays`]: every relay they list within the
+    /// [`Caps::max_relays`]: every relay they list within the
     /// per-announcement cap.
     over_cap: HashMap<crate::nip34::RepoRef, Vec<RelayUrl>>,
     /// The commands for the driver, the ids handed out, the latest `now`.
@@ -97,19 +96,21 @@ pub struct SyncEngine {
 
 impl SyncEngine {
     /// A new engine; bootstrap relays are registered and connect on the
-    /// first [`SyncEngine::handle_timeout`].
-    pub fn new(config: EngineConfig, now: Now) -> Self {
+    /// first [`SyncEngine::handle_timeout`]. A configuration that
+    /// [`EngineConfig::validate`] refuses is an error here, at start.
+    pub fn new(config: EngineConfig, now: Now) -> Result<Self, ConfigError> {
+        config.validate()?;
         let mut jitter = Jitter::new(config.seed);
         let mut timers = TimerTable::default();
         timers.set(
             EngineTimer::Daily,
-            now.instant + jitter.between(config.daily_min, config.daily_max),
+            now.instant + jitter.between(config.timeouts.daily_min, config.timeouts.daily_max),
         );
         timers.set(
             EngineTimer::DisconnectCheck,
-            now.instant + config.disconnect_check_interval,
+            now.instant + config.timeouts.disconnect_check_interval,
         );
-        let own = OwnRelay::new(config.own_relay.clone(), now.instant);
+        let own = OwnRelay::new(config.identity.own_relay.clone(), now.instant);
         let mut engine = SyncEngine {
             repos: RepoSyncIndex::new(),
             relays: Relays::default(),
@@ -125,14 +126,14 @@ impl SyncEngine {
             stats: EngineStats::default(),
             config,
         };
-        for relay in engine.config.bootstrap_relays.clone() {
+        for relay in engine.config.identity.bootstrap_relays.clone() {
             if engine.own.is_for(&relay) {
                 tracing::warn!(%relay, "the own relay is not synced from as a bootstrap relay");
                 continue;
             }
             engine.register_relay(relay, true);
         }
-        engine
+        Ok(engine)
     }
 
     /// The configuration in use.
@@ -230,7 +231,7 @@ impl SyncEngine {
     }
 
     /// The store's answer to [`Command::QueryLocalItems`]
-    /// ([`RelaySession::on_local_items`]).
+    /// (`RelaySession::on_local_items`).
     pub fn handle_local_items(
         &mut self,
         now: Now,
@@ -309,14 +310,15 @@ impl SyncEngine {
         self.run_retries(now);
         if self.timers.fire(EngineTimer::Daily, now.instant) {
             self.daily_sync(now);
-            let next = self
-                .jitter
-                .between(self.config.daily_min, self.config.daily_max);
+            let next = self.jitter.between(
+                self.config.timeouts.daily_min,
+                self.config.timeouts.daily_max,
+            );
             self.timers.set(EngineTimer::Daily, now.instant + next);
         }
         if self.timers.fire(EngineTimer::DisconnectCheck, now.instant) {
             self.check_disconnects();
-            let next = now.instant + self.config.disconnect_check_interval;
+            let next = now.instant + self.config.timeouts.disconnect_check_interval;
             self.timers.set(EngineTimer::DisconnectCheck, next);
         }
         self.maintain(now);
@@ -330,7 +332,8 @@ impl SyncEngine {
         [
             self.timers.earliest(),
             self.own.deadline(),
-            self.stores.next_deadline(self.config.store_timeout),
+            self.stores
+                .next_deadline(self.config.timeouts.store_timeout),
             self.deadlines.first(),
         ]
         .into_iter()
@@ -551,13 +554,13 @@ impl SyncEngine {
 
     /// A connection opened: fresh start on a first connect or after a long
     /// outage, quick reconnect after a short one
-    /// ([`RelaySession::connected`] tells which), then new items planned.
+    /// (`RelaySession::connected` tells which), then new items planned.
     pub fn handle_connected(&mut self, now: Now, relay: &RelayUrl) {
         self.observe(now);
         if self.own.is_for(relay) {
             return self.own_connected();
         }
-        let window = self.config.quick_reconnect_window;
+        let window = self.config.timeouts.quick_reconnect_window;
         let status = self
             .relays
             .state(relay)
@@ -585,7 +588,7 @@ impl SyncEngine {
 
     /// The connection dropped. Pending batches are cleared; confirmed state
     /// is kept for a quick reconnect
-    /// ([`RelaySession::connection_closed`]).
+    /// (`RelaySession::connection_closed`).
     pub fn handle_disconnected(&mut self, now: Now, relay: &RelayUrl) {
         self.observe(now);
         if self.own.is_for(relay) {
@@ -675,7 +678,7 @@ impl SyncEngine {
         for event in &events {
             if event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT) {
                 self.apply_announcement(event);
-                if !self.config.service_relays.is_empty() {
+                if !self.config.identity.service_relays.is_empty() {
                     self.accept_ours(now, event);
                 }
             } else if is_root_kind(event.kind) {
@@ -702,7 +705,7 @@ impl SyncEngine {
                 return;
             }
         };
-        let service = &self.config.service_relays;
+        let service = &self.config.identity.service_relays;
         if !service.is_empty()
             && !announcement
                 .relays
@@ -745,7 +748,7 @@ impl SyncEngine {
     /// warned about once per URL (a sidecar tested on loopback without
     /// `allow_local_addresses` would otherwise sync nothing and look done).
     fn relay_allowed(&mut self, relay: &RelayUrl) -> bool {
-        let Err(error) = self.config.relay_policy.check_relay_url(relay) else {
+        let Err(error) = self.config.identity.relay_policy.check_relay_url(relay) else {
             return true;
         };
         self.stats.relays_refused += 1;
@@ -863,7 +866,7 @@ impl SyncEngine {
     fn run_store_timers(&mut self, now: Now) {
         let (retried, silent) = self
             .stores
-            .resends_due(now.instant, self.config.store_timeout);
+            .resends_due(now.instant, self.config.timeouts.store_timeout);
         if !silent.is_empty() {
             warn!(
                 events = silent.len(),
@@ -924,9 +927,9 @@ impl SyncEngine {
     // --- Caps ---------------------------------------------------------------
 
     /// The relays of `repo`'s announcement that fit the caps: the first
-    /// [`max_relays_per_announcement`](super::EngineConfig::max_relays_per_announcement)
+    /// [`max_relays_per_announcement`](super::Caps::max_relays_per_announcement)
     /// distinct ones, of which a relay not tracked yet only while fewer than
-    /// [`max_relays`](super::EngineConfig::max_relays) are. Relays left out
+    /// [`max_relays`](super::Caps::max_relays) are. Relays left out
     /// by the total cap are remembered for [`SyncEngine::readmit_relays_over_cap`].
     fn relays_within_caps(&mut self, repo: &RepoRef, listed: Vec<RelayUrl>) -> Vec<RelayUrl> {
         let mut seen = HashSet::new();
@@ -934,7 +937,7 @@ impl SyncEngine {
             .into_iter()
             .filter(|relay| seen.insert(relay.clone()))
             .collect();
-        let per_announcement = self.config.max_relays_per_announcement;
+        let per_announcement = self.config.caps.max_relays_per_announcement;
         if distinct.len() > per_announcement {
             let over = distinct.len() - per_announcement;
             self.stats.relays_over_cap += over as u64;
@@ -947,7 +950,7 @@ impl SyncEngine {
         for relay in candidates {
             if self.relays.state(&relay).is_some() {
                 admitted.push(relay);
-            } else if tracked < self.config.max_relays {
+            } else if tracked < self.config.caps.max_relays {
                 tracked += 1;
                 admitted.push(relay);
             } else {
@@ -958,7 +961,7 @@ impl SyncEngine {
             self.over_cap.remove(repo);
         } else {
             self.stats.relays_over_cap += left_out.len() as u64;
-            warn!(%repo, left_out = left_out.len(), cap = self.config.max_relays, "relays tracked at the cap; these wait for room");
+            warn!(%repo, left_out = left_out.len(), cap = self.config.caps.max_relays, "relays tracked at the cap; these wait for room");
             let mut waiting = admitted.clone();
             waiting.extend(left_out);
             self.over_cap.insert(repo.clone(), waiting);
@@ -986,7 +989,7 @@ impl SyncEngine {
             .map(|(repo, relays)| (repo.clone(), relays.clone()))
             .collect();
         for (repo, relays) in waiting {
-            if self.relays.tracked_count() >= self.config.max_relays {
+            if self.relays.tracked_count() >= self.config.caps.max_relays {
                 return;
             }
             // Counted once, when first left out.
@@ -1000,7 +1003,7 @@ impl SyncEngine {
 
     /// `true` if a root event of `repo` may be indexed: the repository is
     /// tracked already, or fewer than
-    /// [`max_unannounced_repos`](super::EngineConfig::max_unannounced_repos)
+    /// [`max_unannounced_repos`](super::Caps::max_unannounced_repos)
     /// repositories no announcement of ours names are.
     fn root_repo_allowed(&mut self, repo: &RepoRef) -> bool {
         if self.repos.repo(repo).is_some() {
@@ -1011,12 +1014,12 @@ impl SyncEngine {
             .repos()
             .len()
             .saturating_sub(self.own.announced_at.len());
-        if unannounced < self.config.max_unannounced_repos {
+        if unannounced < self.config.caps.max_unannounced_repos {
             return true;
         }
         self.stats.root_events_over_cap += 1;
         if self.stats.root_events_over_cap == 1 || self.stats.root_events_over_cap % 1_000 == 0 {
-            warn!(%repo, cap = self.config.max_unannounced_repos, refused = self.stats.root_events_over_cap, "root event of an unannounced repository not indexed: too many such repositories");
+            warn!(%repo, cap = self.config.caps.max_unannounced_repos, refused = self.stats.root_events_over_cap, "root event of an unannounced repository not indexed: too many such repositories");
         }
         false
     }
@@ -1036,11 +1039,9 @@ impl SyncEngine {
     ///
     /// let now = Now::new(Instant::ZERO, Timestamp::from_secs(1_750_000_000));
     /// let relay = RelayUrl::parse("wss://relay.example.com").unwrap();
-    /// let config = EngineConfig {
-    ///     bootstrap_relays: vec![relay.clone()],
-    ///     ..EngineConfig::default()
-    /// };
-    /// let mut engine = SyncEngine::new(config, now);
+    /// let mut config = EngineConfig::default();
+    /// config.identity.bootstrap_relays = vec![relay.clone()];
+    /// let mut engine = SyncEngine::new(config, now).expect("a valid configuration");
     /// engine.handle_timeout(now);
     /// let mut executed = Vec::new();
     /// engine.execute_commands(now, |command| {
@@ -1107,7 +1108,7 @@ impl SyncEngine {
     /// Is this Layer 1 event from a remote relay ours to store? The one
     /// place the rule is decided (see the [module documentation](self)).
     fn is_ours(&self, event: &Event) -> Layer1Verdict {
-        let service = &self.config.service_relays;
+        let service = &self.config.identity.service_relays;
         let layer1 = [KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE]
             .iter()
             .any(|kind| event.kind == Kind::Custom(*kind));
@@ -1139,7 +1140,7 @@ impl SyncEngine {
         match self.is_ours(event) {
             Layer1Verdict::Store => {
                 if event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT)
-                    && !self.config.service_relays.is_empty()
+                    && !self.config.identity.service_relays.is_empty()
                 {
                     self.accept_ours(now, event);
                 }
@@ -1155,7 +1156,7 @@ impl SyncEngine {
     /// An announcement of ours (from a remote relay, or accepted by the own
     /// relay): its authors become ours, and their candidates are stored.
     fn accept_ours(&mut self, now: Now, event: &Event) {
-        let service = &self.config.service_relays;
+        let service = &self.config.identity.service_relays;
         let lists_us = parse_announcement(event)
             .is_ok_and(|announcement| announcement.relays.iter().any(|r| service.contains(r)));
         let by_an_author = identifier(event)
@@ -1209,7 +1210,7 @@ impl SyncEngine {
         // Counted as held by reconciliation: not downloaded again at every
         // Layer 1 sync (forgotten if it becomes ours).
         self.stores
-            .remember_refused(event, self.config.refused_memory);
+            .remember_refused(event, self.config.caps.refused_memory);
         self.ours
             .candidates
             .push_back((relay.clone(), event.clone()));
@@ -1229,7 +1230,7 @@ impl SyncEngine {
         let since = self.own.caught_up_to.map(|at| {
             Timestamp::from_secs(
                 at.as_secs()
-                    .saturating_sub(self.config.quick_reconnect_window.as_secs()),
+                    .saturating_sub(self.config.timeouts.quick_reconnect_window.as_secs()),
             )
         });
         let filter = crate::filters::own_relay_filter();
@@ -1265,7 +1266,7 @@ impl SyncEngine {
         let before = self.own.queued.len();
         self.own.queued.extend(events);
         if self.own.queued.len() > before {
-            let closes = now.instant + self.config.batch_window;
+            let closes = now.instant + self.config.timeouts.batch_window;
             self.timers.set_unless_set(EngineTimer::OwnBatch, closes);
         }
     }
@@ -1309,7 +1310,7 @@ impl SyncEngine {
         // announcements out of a single one: the history is paged.
         let filter = self.own_subscription_filter();
         let live = filter.clone().limit(0);
-        let history = filter.limit(self.config.page_limit);
+        let history = filter.limit(self.config.limits.page_limit);
         self.emit(Command::Subscribe {
             relay: relay.clone(),
             id: SubscriptionId::new(OWN_LIVE),
@@ -1579,7 +1580,7 @@ impl SyncEngine {
     /// `true` when historic sync is confirmed on every reachable relay: the
     /// self-subscriber's batch processed, every event handed to the store
     /// stored, and every relay either confirmed or unreachable
-    /// ([`EngineConfig::unreachable_after`](super::EngineConfig::unreachable_after)
+    /// ([`Timeouts::unreachable_after`](super::Timeouts::unreachable_after)
     /// failed connects in a row, or dead). Unlike
     /// [`SyncEngine::is_idle`], one unreachable relay does not hold it up.
     pub fn historic_sync_complete(&self) -> bool {
@@ -1610,7 +1611,7 @@ impl SyncEngine {
             return false;
         };
         session.conn.is_none()
-            && (session.health.consecutive_failures() >= self.config.unreachable_after
+            && (session.health.consecutive_failures() >= self.config.timeouts.unreachable_after
                 || session.health_state(self.last_now(), &self.config.health) == HealthState::Dead)
     }
 
@@ -1682,11 +1683,9 @@ mod tests {
     }
 
     fn engine(service: Vec<RelayUrl>) -> SyncEngine {
-        let config = EngineConfig {
-            service_relays: service,
-            ..EngineConfig::default()
-        };
-        SyncEngine::new(config, now())
+        let mut config = EngineConfig::default();
+        config.identity.service_relays = service;
+        SyncEngine::new(config, now()).expect("a valid configuration")
     }
 
     fn verified(event: Event) -> VerifiedEvent {
@@ -1722,6 +1721,16 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn an_invalid_configuration_is_an_error_when_the_engine_is_built() {
+        let mut config = EngineConfig::default();
+        config.limits.page_limit = 0;
+        assert_eq!(
+            SyncEngine::new(config, now()).err(),
+            Some(ConfigError::Zero("page_limit"))
+        );
     }
 
     #[test]

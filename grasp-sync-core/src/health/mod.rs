@@ -140,6 +140,7 @@ impl fmt::Display for HealthState {
 
 /// The timing constants of relay health.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HealthConfig {
     /// Delay between attempts after consecutive failures (5 s base, 1 h cap).
     pub backoff: ExponentialBackoff,

@@ -184,12 +184,10 @@ pub fn relay_url(name: &str) -> RelayUrl {
 /// hosts allowed, the own relay as our service relay and read over its
 /// connection.
 pub fn config() -> EngineConfig {
-    EngineConfig {
-        relay_policy: RelayUrlPolicy::new().allow_local_addresses(true),
-        service_relays: vec![own_url()],
-        own_relay: Some(own_url()),
-        ..EngineConfig::default()
-    }
+    EngineConfig::default()
+        .with_relay_policy(RelayUrlPolicy::new().allow_local_addresses(true))
+        .with_service_relays(vec![own_url()])
+        .with_own_relay(own_url())
 }
 
 impl World {
@@ -208,12 +206,11 @@ impl World {
     /// the start (they reach the engine through the self-subscriber: the
     /// engine connects to the own relay, whatever `config` says).
     pub fn new(config: EngineConfig, relays: Vec<SimRelay>, own_events: Vec<Event>) -> World {
-        let config = EngineConfig {
-            own_relay: Some(own_url()),
-            ..config
-        };
+        let mut config = config;
+        config.identity.own_relay = Some(own_url());
         let now = Instant::ZERO;
-        let engine = SyncEngine::new(config, Now::new(now, Timestamp::from_secs(UNIX_ORIGIN)));
+        let engine = SyncEngine::new(config, Now::new(now, Timestamp::from_secs(UNIX_ORIGIN)))
+            .expect("a valid configuration");
         let mut world = World {
             now,
             engine,

@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use grasp_sync_core::engine::EngineConfig;
+use grasp_sync_core::clock::{Instant, Now};
+use grasp_sync_core::engine::{EngineConfig, SyncEngine};
 use grasp_sync_core::store::EventStore;
 use grasp_sync_core::url_policy::RelayUrlPolicy;
 use nostr::prelude::RelayUrl;
@@ -66,7 +67,7 @@ impl EnvSettings {
 
     fn apply(&self, config: &mut EngineConfig) {
         if let Some(window) = self.batch_window {
-            config.batch_window = window;
+            config.timeouts.batch_window = window;
         }
         if let Some(base) = self.base_backoff {
             config.health.backoff.base = base;
@@ -75,7 +76,7 @@ impl EnvSettings {
             config.health.backoff.max = max;
         }
         if let Some(timeout) = self.batch_timeout {
-            config.batch_timeout = timeout;
+            config.timeouts.batch_timeout = timeout;
         }
     }
 }
@@ -92,13 +93,17 @@ struct Explicit {
 impl Explicit {
     fn apply(&self, config: &mut EngineConfig) {
         if let Some(window) = self.batch_window {
-            config.batch_window = window;
+            config.timeouts.batch_window = window;
         }
         if let Some(policy) = &self.relay_policy {
-            config.relay_policy = policy.clone();
+            config.identity.relay_policy = policy.clone();
         }
         if let Some(allow) = self.allow_local_addresses {
-            config.relay_policy = config.relay_policy.clone().allow_local_addresses(allow);
+            config.identity.relay_policy = config
+                .identity
+                .relay_policy
+                .clone()
+                .allow_local_addresses(allow);
         }
     }
 }
@@ -258,7 +263,7 @@ impl SyncManagerBuilder {
 
     /// Reads the spec's environment variables: `NGIT_SYNC_BATCH_WINDOW_MS`,
     /// `NGIT_SYNC_BASE_BACKOFF_SECS`, `NGIT_SYNC_MAX_BACKOFF_SECS`, and
-    /// `NGIT_SYNC_BATCH_TIMEOUT_SECS` (`EngineConfig::batch_timeout`). They
+    /// `NGIT_SYNC_BATCH_TIMEOUT_SECS` (`Timeouts::batch_timeout`). They
     /// apply over [`SyncManagerBuilder::engine_config`] and under the
     /// individual setters, whatever the order of the calls.
     pub fn from_env(mut self) -> Result<Self, BuildError> {
@@ -273,19 +278,20 @@ impl SyncManagerBuilder {
         self.env.apply(&mut config);
         self.explicit.apply(&mut config);
         if let Some(own) = &self.own_relay {
-            config.own_relay = Some(own.clone());
+            config.identity.own_relay = Some(own.clone());
         }
         // The own relay is also our service relay.
         for relay in self
             .service_relays
             .iter()
-            .chain(config.own_relay.clone().iter())
+            .chain(config.identity.own_relay.clone().iter())
         {
-            if !config.service_relays.contains(relay) {
-                config.service_relays.push(relay.clone());
+            if !config.identity.service_relays.contains(relay) {
+                config.identity.service_relays.push(relay.clone());
             }
         }
         config
+            .identity
             .bootstrap_relays
             .extend(self.bootstrap_relays.iter().cloned());
         config
@@ -294,7 +300,12 @@ impl SyncManagerBuilder {
     /// Builds the manager; call [`SyncManager::run`] inside a tokio runtime.
     pub fn build(self) -> Result<SyncManager, BuildError> {
         let engine_config = self.engine_config_in_effect();
-        engine_config.validate()?;
+        // The engine is built (and its configuration validated) here; its
+        // time starts at the origin of the clock `SyncManager::run` starts.
+        let engine = SyncEngine::new(
+            engine_config.clone(),
+            Now::new(Instant::ZERO, nostr::prelude::Timestamp::now()),
+        )?;
         let store = self.store.ok_or(BuildError::MissingStore)?;
         let registry = self.registry.unwrap_or_default();
         let metrics = Metrics::register(&registry)?;
@@ -303,14 +314,15 @@ impl SyncManagerBuilder {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (status_tx, _) = watch::channel(SyncStatus::default());
         let trusted: HashSet<RelayUrl> = engine_config
+            .identity
             .bootstrap_relays
             .iter()
-            .chain(engine_config.own_relay.iter())
+            .chain(engine_config.identity.own_relay.iter())
             .cloned()
             .collect();
         let address = AddressCheck {
             resolver: self.resolver,
-            policy: engine_config.relay_policy.clone(),
+            policy: engine_config.identity.relay_policy.clone(),
             trusted: Arc::new(trusted),
         };
         let seen =
@@ -333,7 +345,7 @@ impl SyncManagerBuilder {
             shutdown: shutdown_rx,
         };
         Ok(SyncManager {
-            engine_config,
+            engine,
             store,
             registry,
             metrics,
@@ -368,10 +380,8 @@ mod tests {
 
     #[test]
     fn individual_settings_win_over_the_environment_and_a_whole_config_in_any_order() {
-        let base = EngineConfig {
-            batch_window: Duration::from_secs(9),
-            ..EngineConfig::default()
-        };
+        let mut base = EngineConfig::default();
+        base.timeouts.batch_window = Duration::from_secs(9);
         let env = EnvSettings {
             batch_window: Some(Duration::from_millis(700)),
             base_backoff: Some(Duration::from_secs(3)),
@@ -384,7 +394,7 @@ mod tests {
         let late_config = late_config.engine_config(base.clone());
         let config = late_config.engine_config_in_effect();
         assert_eq!(
-            config.batch_window,
+            config.timeouts.batch_window,
             Duration::from_millis(50),
             "explicit wins"
         );
@@ -393,12 +403,12 @@ mod tests {
             Duration::from_secs(3),
             "env applies over the base"
         );
-        assert_eq!(config.batch_timeout, Duration::from_secs(7));
+        assert_eq!(config.timeouts.batch_timeout, Duration::from_secs(7));
 
         let mut env_only = builder().engine_config(base);
         env_only.env = env;
         assert_eq!(
-            env_only.engine_config_in_effect().batch_window,
+            env_only.engine_config_in_effect().timeouts.batch_window,
             Duration::from_millis(700)
         );
     }
@@ -407,15 +417,27 @@ mod tests {
     fn allow_local_addresses_and_relay_policy_reach_the_engine() {
         let local = RelayUrl::parse("ws://127.0.0.1:7777").unwrap();
         let refused = builder().engine_config_in_effect();
-        assert!(refused.relay_policy.check_relay_url(&local).is_err());
+        assert!(refused
+            .identity
+            .relay_policy
+            .check_relay_url(&local)
+            .is_err());
         let allowed = builder()
             .allow_local_addresses(true)
             .engine_config_in_effect();
-        assert!(allowed.relay_policy.check_relay_url(&local).is_ok());
+        assert!(allowed
+            .identity
+            .relay_policy
+            .check_relay_url(&local)
+            .is_ok());
         let own = builder()
             .own_relay(local.clone())
             .engine_config(EngineConfig::default())
             .engine_config_in_effect();
-        assert_eq!(own.service_relays, vec![local], "kept after engine_config");
+        assert_eq!(
+            own.identity.service_relays,
+            vec![local],
+            "kept after engine_config"
+        );
     }
 }

@@ -19,8 +19,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use grasp_sync_core::clock::Clock;
-use grasp_sync_core::engine::{EngineConfig, SyncEngine};
+use grasp_sync_core::engine::SyncEngine;
 use grasp_sync_core::store::EventStore;
 use nostr::prelude::{Event, RelayUrl};
 use tokio::sync::{mpsc, watch};
@@ -102,7 +101,8 @@ const INBOUND_BURST: usize = 256;
 /// # }
 /// ```
 pub struct SyncManager {
-    engine_config: EngineConfig,
+    /// The engine, built with a valid configuration.
+    engine: SyncEngine,
     store: Arc<dyn EventStore>,
     registry: prometheus::Registry,
     metrics: Metrics,
@@ -117,7 +117,7 @@ pub struct SyncManager {
 impl std::fmt::Debug for SyncManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SyncManager")
-            .field("own_relay", &self.engine_config.own_relay)
+            .field("own_relay", &self.engine.config().identity.own_relay)
             .finish_non_exhaustive()
     }
 }
@@ -157,7 +157,7 @@ impl SyncManager {
     /// of the shutdown (stragglers are aborted and counted).
     pub async fn run(self) -> Summary {
         let SyncManager {
-            engine_config,
+            engine,
             store,
             metrics,
             dialer,
@@ -188,12 +188,14 @@ impl SyncManager {
             connection_attempts: metrics.connection_attempts.clone(),
             metrics: metrics.clone(),
         };
-        connections.own = engine_config
+        connections.own = engine
+            .config()
+            .identity
             .own_relay
             .clone()
             .map(|url| connections.own_transport(url));
         let mut runner = Runner {
-            engine: SyncEngine::new(engine_config, clock.read()),
+            engine,
             clock,
             connections,
             store_task,

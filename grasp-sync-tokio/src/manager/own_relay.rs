@@ -1,7 +1,7 @@
 //! The self-subscriber's connection to the own relay. The engine decides
 //! everything about it — when to connect, what to subscribe, each history
 //! page, when to reconnect
-//! ([`EngineConfig::own_relay`](grasp_sync_core::engine::EngineConfig::own_relay));
+//! ([`Identity::own_relay`](grasp_sync_core::engine::Identity::own_relay));
 //! the manager executes its commands on this connection like on any relay's
 //! and reports what the connection tells it, routed by the own relay's URL.
 

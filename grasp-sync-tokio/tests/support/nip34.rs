@@ -12,11 +12,9 @@ pub use grasp_sync_test_support::nip34::{announcement, notes as sign_notes, sign
 /// connect timeout is the base backoff: 2 s stays above a loaded machine's
 /// handshake time).
 pub fn loopback_engine_config() -> EngineConfig {
-    let mut config = EngineConfig {
-        relay_policy: RelayUrlPolicy::new().allow_local_addresses(true),
-        batch_window: Duration::from_millis(200),
-        ..EngineConfig::default()
-    };
+    let mut config = EngineConfig::default();
+    config.identity.relay_policy = RelayUrlPolicy::new().allow_local_addresses(true);
+    config.timeouts.batch_window = Duration::from_millis(200);
     config.health.backoff.base = Duration::from_secs(2);
     config.health.backoff.max = Duration::from_secs(4);
     config.health.work_backoff.base = Duration::from_millis(500);
