@@ -207,27 +207,46 @@ const NOT_CAPS: &[(&str, &[&str])] = &[
     (
         "EngineConfig",
         &[
+            // The groups, each checked as its own struct below.
+            "identity", "limits", "timeouts", "caps",
             // Retry timing, described in prose under the sync table.
-            "health",
-            // When things happen, not how much a stranger can make us do.
-            "batch_window",
-            "quick_reconnect_window",
-            "consolidation_threshold",
-            "daily_min",
-            "daily_max",
-            "disconnect_check_interval",
-            "uncovered_poll_interval",
-            // A share of the subscription limit kept for history.
-            "historic_slots",
+            "health", "seed",
+        ],
+    ),
+    (
+        "Identity",
+        &[
             // The URL policy, described in its own section.
             "relay_policy",
             // The operator's own choices.
             "service_relays",
             "bootstrap_relays",
             "own_relay",
-            "seed",
         ],
     ),
+    (
+        "Limits",
+        &[
+            // When live subscriptions are rebuilt, not how much a stranger
+            // can make us do.
+            "consolidation_threshold",
+            // A share of the subscription limit kept for history.
+            "historic_slots",
+        ],
+    ),
+    (
+        "Timeouts",
+        &[
+            // When things happen, not how much a stranger can make us do.
+            "batch_window",
+            "quick_reconnect_window",
+            "daily_min",
+            "daily_max",
+            "disconnect_check_interval",
+            "uncovered_poll_interval",
+        ],
+    ),
+    ("Caps", &[]),
     ("ConnectionConfig", &[]),
     (
         "PurgatoryConfig",
@@ -281,11 +300,13 @@ fn debug_fields(pretty: &str) -> BTreeSet<String> {
 /// Every configuration struct's fields, enumerated from the code.
 fn struct_fields() -> BTreeMap<&'static str, BTreeSet<String>> {
     let p = PurgatoryConfig::default();
+    let e = EngineConfig::default();
     BTreeMap::from([
-        (
-            "EngineConfig",
-            debug_fields(&format!("{:#?}", EngineConfig::default())),
-        ),
+        ("EngineConfig", debug_fields(&format!("{e:#?}"))),
+        ("Identity", debug_fields(&format!("{:#?}", e.identity))),
+        ("Limits", debug_fields(&format!("{:#?}", e.limits))),
+        ("Timeouts", debug_fields(&format!("{:#?}", e.timeouts))),
+        ("Caps", debug_fields(&format!("{:#?}", e.caps))),
         (
             "ConnectionConfig",
             debug_fields(&format!("{:#?}", ConnectionConfig::default())),

@@ -1281,10 +1281,7 @@ impl RelaySession {
                         self.unsubscribe(cx, id);
                         self.pause_page(now, id);
                     }
-                    PageOutcome::Complete => {
-                        self.unsubscribe(cx, id);
-                        self.finish_job(cx, now, id);
-                    }
+                    PageOutcome::Complete => self.end_job(cx, now, id, batch, Vec::new()),
                 }
             }
             Sub::Fetch {
@@ -1313,12 +1310,12 @@ impl RelaySession {
                 if retry && fruitless > 0 {
                     cx.stats.fetch_retries += 1;
                 }
-                self.unsubscribe(cx, id);
-                if retry {
-                    let jobs = self.fetch_jobs(cx.config, &filter, &missing, fruitless);
-                    self.add_jobs(batch, jobs);
-                }
-                self.finish_job(cx, now, id);
+                let again = if retry {
+                    self.fetch_jobs(cx.config, &filter, &missing, fruitless)
+                } else {
+                    Vec::new()
+                };
+                self.end_job(cx, now, id, batch, again);
             }
             Sub::Poll {
                 batch,
@@ -1347,11 +1344,7 @@ impl RelaySession {
                         }
                     })
                     .collect();
-                self.unsubscribe(cx, id);
-                if !full.is_empty() {
-                    self.add_jobs(batch, full);
-                }
-                self.finish_job(cx, now, id);
+                self.end_job(cx, now, id, batch, full);
             }
             Sub::Live { answered, .. } => *answered = true,
             Sub::Negentropy { .. } => {}
@@ -2360,6 +2353,24 @@ impl RelaySession {
         if done {
             self.complete_batch(cx, now, batch);
         }
+    }
+
+    /// Ends the job of `batch` on subscription `id`: its CLOSE sent, the
+    /// jobs that continue it (`follow_up`: what a clamp cut, ids asked
+    /// again) queued in its batch, its slot freed ([`RelaySession::finish_job`]).
+    fn end_job(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        now: Now,
+        id: &SubscriptionId,
+        batch: BatchId,
+        follow_up: Vec<Job>,
+    ) {
+        self.unsubscribe(cx, id);
+        if !follow_up.is_empty() {
+            self.add_jobs(batch, follow_up);
+        }
+        self.finish_job(cx, now, id);
     }
 
     /// Counts events of `batch` handed to the store (`+1`) or answered

@@ -1668,6 +1668,8 @@ mod tests {
     //! [`SyncEngine::admit_ours`]).
     use super::*;
     use crate::nip34::test_support::signed_event_by;
+    use grasp_sync_test_support::ids::T0;
+    use grasp_sync_test_support::nip34::Announcement;
     use nostr::prelude::Keys;
 
     fn own() -> RelayUrl {
@@ -1693,25 +1695,14 @@ mod tests {
     }
 
     fn announcement(keys: &Keys, id: &str, relays: &[&RelayUrl], maintainers: &[&Keys]) -> Event {
-        let relays: Vec<String> = relays.iter().map(|r| r.to_string()).collect();
-        let maintainers: Vec<String> = maintainers
-            .iter()
-            .map(|k| k.public_key().to_hex())
-            .collect();
-        let mut relays_tag = vec!["relays"];
-        relays_tag.extend(relays.iter().map(String::as_str));
-        let mut maintainers_tag = vec!["maintainers"];
-        maintainers_tag.extend(maintainers.iter().map(String::as_str));
-        let d = ["d", id];
-        let mut tags: Vec<&[&str]> = vec![&d, &relays_tag];
-        if !maintainers.is_empty() {
-            tags.push(&maintainers_tag);
-        }
-        signed_event_by(keys, KIND_REPO_ANNOUNCEMENT, &tags)
+        Announcement::new(id)
+            .relays(relays.iter())
+            .maintainers(maintainers.iter().map(|keys| keys.public_key()))
+            .sign(keys)
     }
 
     fn state(keys: &Keys, id: &str) -> Event {
-        signed_event_by(keys, KIND_REPO_STATE, &[&["d", id]])
+        grasp_sync_test_support::nip34::state(keys, id, &[], T0)
     }
 
     fn stored(engine: &mut SyncEngine) -> Vec<nostr::prelude::EventId> {
