@@ -18,7 +18,7 @@ use crate::nip34::{
 };
 
 /// Values per Layer 2/3 filter unless configured otherwise.
-pub const DEFAULT_CHUNK_SIZE: usize = 100;
+pub(crate) const DEFAULT_CHUNK_SIZE: usize = 100;
 
 /// Whether a filter streams new events or fetches stored ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,7 +37,7 @@ impl FilterMode {
     pub const FULL_HISTORY: FilterMode = FilterMode::Historic { since: None };
 
     /// Applies the mode to `filter`.
-    pub fn apply(self, filter: Filter) -> Filter {
+    pub(crate) fn apply(self, filter: Filter) -> Filter {
         match self {
             FilterMode::Live => filter.limit(0),
             FilterMode::Historic { since: Some(since) } => filter.since(since),
@@ -47,7 +47,7 @@ impl FilterMode {
 }
 
 /// Layer 1: repository announcements (30617) and states (30618).
-pub fn announcement_filter(mode: FilterMode) -> Filter {
+pub(crate) fn announcement_filter(mode: FilterMode) -> Filter {
     mode.apply(Filter::new().kinds([
         Kind::Custom(KIND_REPO_ANNOUNCEMENT),
         Kind::Custom(KIND_REPO_STATE),
@@ -56,7 +56,7 @@ pub fn announcement_filter(mode: FilterMode) -> Filter {
 
 /// The self-subscription on the own relay: announcements and root events
 /// (30617, 1617, 1618, 1621 — not 1619 or 30618, spec).
-pub fn own_relay_filter() -> Filter {
+pub(crate) fn own_relay_filter() -> Filter {
     Filter::new().kinds([
         Kind::Custom(KIND_REPO_ANNOUNCEMENT),
         Kind::Custom(KIND_PATCH),
@@ -102,7 +102,7 @@ where
 }
 
 /// Layers 2 and 3 together for `items`.
-pub fn layer2_and_layer3_filters(
+pub(crate) fn layer2_and_layer3_filters(
     items: &PendingItems,
     chunk_size: usize,
     mode: FilterMode,
@@ -118,7 +118,7 @@ pub fn layer2_and_layer3_filters(
 /// of the previous page are returned again; the caller de-duplicates them by
 /// id (see [`PaginationState`](crate::pagination::PaginationState)), which is
 /// what makes paging lossless when many events share a second.
-pub fn next_page_filter(original: &Filter, until: Timestamp) -> Filter {
+pub(crate) fn next_page_filter(original: &Filter, until: Timestamp) -> Filter {
     original.clone().until(until)
 }
 

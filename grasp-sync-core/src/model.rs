@@ -87,7 +87,7 @@ pub struct RelayState {
 
 impl RelayState {
     /// A newly discovered relay: disconnected, nothing confirmed.
-    pub fn new(is_bootstrap: bool) -> Self {
+    pub(crate) fn new(is_bootstrap: bool) -> Self {
         RelayState {
             repos: HashSet::new(),
             root_events: HashSet::new(),
@@ -107,7 +107,7 @@ impl RelayState {
     /// The 15-minute rule: `true` when the relay has been disconnected for
     /// longer than `window` at wall-clock time `now`, so its confirmed state
     /// is too stale to trust.
-    pub fn should_clear_state(&self, now: Timestamp, window: Duration) -> bool {
+    pub(crate) fn should_clear_state(&self, now: Timestamp, window: Duration) -> bool {
         match self.disconnected_at {
             Some(at) => now.as_secs().saturating_sub(at.as_secs()) > window.as_secs(),
             None => false,
@@ -115,7 +115,7 @@ impl RelayState {
     }
 
     /// Forgets every confirmed repository and root event (fresh start).
-    pub fn clear_sync_state(&mut self) {
+    pub(crate) fn clear_sync_state(&mut self) {
         self.repos.clear();
         self.root_events.clear();
         self.announcements_synced = false;
@@ -227,12 +227,12 @@ impl PendingItems {
     }
 
     /// Number of items of both layers.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.repos.len() + self.root_events.len()
     }
 
     /// Adds every item of `other`.
-    pub fn extend(&mut self, other: &PendingItems) {
+    pub(crate) fn extend(&mut self, other: &PendingItems) {
         self.repos.extend(other.repos.iter().cloned());
         self.root_events.extend(other.root_events.iter().copied());
     }
@@ -304,18 +304,18 @@ pub struct RelayPending {
 
 impl RelayPending {
     /// Adds a batch.
-    pub fn insert(&mut self, batch: PendingBatch) {
+    pub(crate) fn insert(&mut self, batch: PendingBatch) {
         self.count_in(&batch.items);
         self.batches.push(batch);
     }
 
     /// The batches in flight, oldest first.
-    pub fn batches(&self) -> &[PendingBatch] {
+    pub(crate) fn batches(&self) -> &[PendingBatch] {
         &self.batches
     }
 
     /// Removes a batch (confirmed or failed) and returns it.
-    pub fn remove_batch(&mut self, batch_id: BatchId) -> Option<PendingBatch> {
+    pub(crate) fn remove_batch(&mut self, batch_id: BatchId) -> Option<PendingBatch> {
         let position = self
             .batches
             .iter()
@@ -327,24 +327,24 @@ impl RelayPending {
 
     /// Removes every batch (disconnect, fresh start, consolidation) and
     /// returns them.
-    pub fn clear(&mut self) -> Vec<PendingBatch> {
+    pub(crate) fn clear(&mut self) -> Vec<PendingBatch> {
         self.repos.clear();
         self.root_events.clear();
         std::mem::take(&mut self.batches)
     }
 
     /// `true` if `repo` is pending.
-    pub fn contains_repo(&self, repo: &RepoRef) -> bool {
+    pub(crate) fn contains_repo(&self, repo: &RepoRef) -> bool {
         self.repos.contains_key(repo)
     }
 
     /// `true` if `root_event` is pending.
-    pub fn contains_root_event(&self, root_event: &EventId) -> bool {
+    pub(crate) fn contains_root_event(&self, root_event: &EventId) -> bool {
         self.root_events.contains_key(root_event)
     }
 
     /// The union of the items pending.
-    pub fn items(&self) -> PendingItems {
+    pub(crate) fn items(&self) -> PendingItems {
         PendingItems {
             repos: self.repos.keys().cloned().collect(),
             root_events: self.root_events.keys().copied().collect(),
@@ -352,12 +352,12 @@ impl RelayPending {
     }
 
     /// How many batches are in flight.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.batches.len()
     }
 
     /// `true` when no batch is in flight.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.batches.is_empty()
     }
 
@@ -416,7 +416,7 @@ impl PendingSyncIndex {
     }
 
     /// `relay`'s batches in flight, if it has any.
-    pub fn get(&self, relay: &RelayUrl) -> Option<&RelayPending> {
+    pub(crate) fn get(&self, relay: &RelayUrl) -> Option<&RelayPending> {
         self.relays.get(relay)
     }
 

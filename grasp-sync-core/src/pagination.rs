@@ -99,7 +99,7 @@ impl PaginationState {
     /// oldest certain second was `until` (holding the ids `seen_at_until`)
     /// after `page_len` events: the next page asks `original_filter` with
     /// `until`, on its own.
-    pub fn resume_after(
+    pub(crate) fn resume_after(
         original_filter: Filter,
         until: Timestamp,
         seen_at_until: HashSet<EventId>,
@@ -121,7 +121,7 @@ impl PaginationState {
     /// this one too, but none is newer than the last event of its own page,
     /// so the page ended at the `page`-th newest of `seen`: the next page
     /// goes on from there (not from the oldest, which could skip events).
-    pub fn continue_alone(
+    pub(crate) fn continue_alone(
         &self,
         seen: &[(EventId, Timestamp)],
         page: usize,
@@ -155,7 +155,7 @@ impl PaginationState {
     /// ids known, so only that second comes again), or the current page
     /// again if it brought nothing. Relays send a filter's events newest
     /// first, so nothing older than that second was received.
-    pub fn resume_interrupted(&self) -> PaginationState {
+    pub(crate) fn resume_interrupted(&self) -> PaginationState {
         let mut state = self.clone();
         match self.min_created_at {
             Some(min) if self.event_count > 0 => state.start_page(min),
@@ -167,14 +167,14 @@ impl PaginationState {
     /// The current page to be asked again from its start (one filter of
     /// several in an interrupted REQ: where its own events had reached
     /// cannot be told, others' may match it too). Its events come again.
-    pub fn restart_page(&mut self) {
+    pub(crate) fn restart_page(&mut self) {
         self.event_count = 0;
         self.new_count = 0;
     }
 
     /// The filter the current page was requested with. An event that does
     /// not match it is off-filter for this subscription.
-    pub fn current_filter(&self) -> Filter {
+    pub(crate) fn current_filter(&self) -> Filter {
         match self.page_until {
             Some(until) => next_page_filter(&self.original_filter, until),
             None => self.original_filter.clone(),
@@ -182,7 +182,7 @@ impl PaginationState {
     }
 
     /// `true` if `event` matches the filter of the current page.
-    pub fn matches(&self, event: &nostr::prelude::Event) -> bool {
+    pub(crate) fn matches(&self, event: &nostr::prelude::Event) -> bool {
         self.original_filter
             .match_event(event, nostr::filter::MatchEventOptions::new())
             && self

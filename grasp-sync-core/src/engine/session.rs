@@ -30,7 +30,7 @@ pub enum SessionError {
 
 impl SessionError {
     /// `true` for a cut by one of the session caps (`Caps::max_negentropy_rounds`, `Caps::max_negentropy_need`).
-    pub fn is_cap(&self) -> bool {
+    pub(crate) fn is_cap(&self) -> bool {
         matches!(
             self,
             SessionError::TooManyRounds { .. } | SessionError::TooManyNeeded { .. }

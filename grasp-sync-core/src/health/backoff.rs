@@ -23,7 +23,7 @@ impl ExponentialBackoff {
     ///
     /// Attempts `0` and `1` both give `base` (capped at `max`); each further
     /// attempt doubles it until `max`. Monotone in `attempt`, never above `max`.
-    pub fn delay(&self, attempt: u32) -> Duration {
+    pub(crate) fn delay(&self, attempt: u32) -> Duration {
         let doublings = attempt.saturating_sub(1);
         // 2^31 seconds is beyond any sensible cap; stop doubling early so the
         // multiplication below cannot overflow a u32 shift.

@@ -30,29 +30,17 @@
 //! stability period; a drop before that (flapping) continues the failure run
 //! that the connection had interrupted, so the backoff keeps growing.
 //!
-//! # Driving contract
+//! # How the engine drives it
 //!
-//! ```
-//! use grasp_sync_core::health::{HealthConfig, HealthState, RelayHealth};
-//! use grasp_sync_core::Instant;
+//! Each relay's session asks `should_attempt_connection` before it connects,
+//! reports `on_connect_attempt`, then `on_connect_failed`, `on_connected` or
+//! `on_disconnected`, and wakes at `poll_timeout` (the unit test
+//! `the_engine_s_sequence_backs_off_after_a_failed_connect` walks it).
 //!
-//! let config = HealthConfig::default();
-//! let mut health = RelayHealth::default();
-//! let now = Instant::ZERO;
-//! assert!(health.should_attempt_connection(now, &config));
-//! health.on_connect_attempt(now);
-//! // start a connection with timeout config.connect_timeout(); its outcome:
-//! health.on_connect_failed(now);
-//! assert_eq!(health.state(now, &config), HealthState::Degraded);
-//! // sleep until health.poll_timeout(now, &config) (or the next input)
-//! let retry = health.poll_timeout(now, &config).unwrap();
-//! assert!(health.should_attempt_connection(retry, &config));
-//! ```
-//!
-//! [`RelayHealth::poll_timeout`] only says when the answer to a query
+//! `RelayHealth::poll_timeout` only says when the answer to a query
 //! changes; there is nothing to "fire", so waking early or twice is harmless.
 //! The connection timeout itself is the driver's job: it must report an
-//! attempt that never completes as [`RelayHealth::on_connect_failed`].
+//! attempt that never completes as `RelayHealth::on_connect_failed`.
 
 use std::fmt;
 use std::time::Duration;
@@ -69,17 +57,17 @@ pub use counts::HealthCounts;
 pub use relay::RelayHealth;
 
 /// Delay after the first failure (spec: `sync_base_backoff_secs` = 5 s).
-pub const DEFAULT_BASE_BACKOFF: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_BASE_BACKOFF: Duration = Duration::from_secs(5);
 /// Largest backoff between attempts (spec: `sync_max_backoff_secs` = 1 h).
-pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(60 * 60);
+pub(crate) const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(60 * 60);
 /// Continuous failures for this long make a relay dead (24 h).
-pub const DEFAULT_DEAD_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const DEFAULT_DEAD_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
 /// A dead relay is retried this long after its last failure (24 h).
-pub const DEFAULT_DEAD_RETRY_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const DEFAULT_DEAD_RETRY_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
 /// How long a rate-limit signal holds (60 s typical limit + 5 s buffer).
-pub const DEFAULT_RATE_LIMIT_COOLDOWN: Duration = Duration::from_secs(65);
+pub(crate) const DEFAULT_RATE_LIMIT_COOLDOWN: Duration = Duration::from_secs(65);
 /// How long a connection must last before it counts as stable (5 min).
-pub const DEFAULT_STABILITY_PERIOD: Duration = Duration::from_secs(5 * 60);
+pub(crate) const DEFAULT_STABILITY_PERIOD: Duration = Duration::from_secs(5 * 60);
 
 /// The health of one relay, as reported by the `ngit_sync_relay_status` gauge.
 #[non_exhaustive]
@@ -167,7 +155,7 @@ pub struct HealthConfig {
 impl HealthConfig {
     /// How long a connection attempt may take before the driver reports it
     /// failed: the base backoff, so that retry timing works (spec).
-    pub fn connect_timeout(&self) -> Duration {
+    pub(crate) fn connect_timeout(&self) -> Duration {
         self.backoff.base
     }
 }

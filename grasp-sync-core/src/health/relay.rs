@@ -81,8 +81,8 @@ enum Link {
 /// The health state machine of one relay.
 ///
 /// Feed it what happened (`on_*`, each with the `now` at which it happened)
-/// and ask it what to do ([`RelayHealth::should_attempt_connection`],
-/// [`RelayHealth::poll_timeout`]). A new value is a never-connected,
+/// and ask it what to do (`RelayHealth::should_attempt_connection`,
+/// `RelayHealth::poll_timeout`). A new value is a never-connected,
 /// never-failed relay that may be connected at once.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RelayHealth {
@@ -96,7 +96,7 @@ pub struct RelayHealth {
 impl RelayHealth {
     /// A connection attempt started: no further attempt is allowed until it
     /// succeeds or fails. Ignored while connected.
-    pub fn on_connect_attempt(&mut self, now: Instant) {
+    pub(crate) fn on_connect_attempt(&mut self, now: Instant) {
         if !self.is_connected() {
             self.link = Link::Connecting { since: now };
         }
@@ -106,7 +106,7 @@ impl RelayHealth {
     /// it, the relay stays [`HealthState::Degraded`] until the connection has
     /// lasted the stability period. A repeated signal keeps the original
     /// connection time.
-    pub fn on_connected(&mut self, now: Instant) {
+    pub(crate) fn on_connected(&mut self, now: Instant) {
         if self.is_connected() {
             return;
         }
@@ -119,7 +119,7 @@ impl RelayHealth {
     /// A connection attempt failed (or the connection failed in any other
     /// way): one more failure in the current run, which starts now if there
     /// was none.
-    pub fn on_connect_failed(&mut self, now: Instant) {
+    pub(crate) fn on_connect_failed(&mut self, now: Instant) {
         let previous = self.failures.take().or(self.recovering_run());
         self.failures = Some(FailureRun::record(previous, now));
         self.link = Link::Idle;
@@ -131,7 +131,7 @@ impl RelayHealth {
     /// continues the interrupted run, so the backoff grows. A drop while an
     /// attempt is in flight is that attempt failing; a drop while idle is
     /// ignored.
-    pub fn on_disconnected(&mut self, now: Instant, config: &HealthConfig) {
+    pub(crate) fn on_disconnected(&mut self, now: Instant, config: &HealthConfig) {
         match self.link {
             Link::Idle => {}
             Link::Connecting { .. } => self.on_connect_failed(now),
@@ -149,12 +149,12 @@ impl RelayHealth {
     /// The relay signalled rate limiting: [`HealthState::RateLimited`] and no
     /// attempts until `now + rate_limit_cooldown`. A later signal moves the
     /// end of the cooldown to its own `now + rate_limit_cooldown`.
-    pub fn on_rate_limited(&mut self, now: Instant, config: &HealthConfig) {
+    pub(crate) fn on_rate_limited(&mut self, now: Instant, config: &HealthConfig) {
         self.rate_limited_until = Some(now.saturating_add(config.rate_limit_cooldown));
     }
 
     /// The health of the relay at `now`.
-    pub fn state(&self, now: Instant, config: &HealthConfig) -> HealthState {
+    pub(crate) fn state(&self, now: Instant, config: &HealthConfig) -> HealthState {
         if self.is_rate_limited(now) {
             HealthState::RateLimited
         } else {
@@ -178,7 +178,7 @@ impl RelayHealth {
     }
 
     /// Whether the relay is connected.
-    pub fn is_connected(&self) -> bool {
+    pub(crate) fn is_connected(&self) -> bool {
         matches!(self.link, Link::Connected { .. })
     }
 
@@ -188,7 +188,7 @@ impl RelayHealth {
     }
 
     /// Whether a rate-limit cooldown is active at `now`.
-    pub fn is_rate_limited(&self, now: Instant) -> bool {
+    pub(crate) fn is_rate_limited(&self, now: Instant) -> bool {
         self.rate_limited_until.is_some_and(|until| now < until)
     }
 
@@ -196,7 +196,7 @@ impl RelayHealth {
     /// the backoff after the last failure and of any rate-limit cooldown
     /// ([`Instant::ZERO`] if neither applies). `None` while connected or
     /// connecting.
-    pub fn next_attempt_at(&self, config: &HealthConfig) -> Option<Instant> {
+    pub(crate) fn next_attempt_at(&self, config: &HealthConfig) -> Option<Instant> {
         if self.link != Link::Idle {
             return None;
         }
@@ -209,7 +209,7 @@ impl RelayHealth {
 
     /// Whether a connection attempt is allowed at `now`: not connected, not
     /// connecting, not rate-limited, backoff elapsed.
-    pub fn should_attempt_connection(&self, now: Instant, config: &HealthConfig) -> bool {
+    pub(crate) fn should_attempt_connection(&self, now: Instant, config: &HealthConfig) -> bool {
         !self.is_rate_limited(now)
             && self
                 .next_attempt_at(config)
@@ -220,7 +220,7 @@ impl RelayHealth {
     /// connect changes: a retry becomes allowed, a rate limit ends, a
     /// recovering connection becomes stable, a failing relay becomes dead.
     /// `None` if nothing changes with time alone.
-    pub fn poll_timeout(&self, now: Instant, config: &HealthConfig) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self, now: Instant, config: &HealthConfig) -> Option<Instant> {
         [
             self.rate_limited_until,
             self.next_attempt_at(config),

@@ -15,7 +15,7 @@ pub struct Retry {
 
 impl Retry {
     /// No failure yet, climbing `backoff`.
-    pub const fn new(backoff: ExponentialBackoff) -> Self {
+    pub(crate) const fn new(backoff: ExponentialBackoff) -> Self {
         Retry {
             backoff,
             failures: 0,
@@ -25,12 +25,12 @@ impl Retry {
     /// One more failure of the work whose retry is `slot` (started on
     /// `backoff` at its first failure): the delay before trying again.
     /// Success is `*slot = None`.
-    pub fn fail_in(slot: &mut Option<Retry>, backoff: ExponentialBackoff) -> Duration {
+    pub(crate) fn fail_in(slot: &mut Option<Retry>, backoff: ExponentialBackoff) -> Duration {
         slot.get_or_insert_with(|| Retry::new(backoff)).fail()
     }
 
     /// One more failure: the delay before trying again.
-    pub fn fail(&mut self) -> Duration {
+    pub(crate) fn fail(&mut self) -> Duration {
         self.failures = self.failures.saturating_add(1);
         self.backoff.delay(self.failures)
     }

@@ -620,3 +620,22 @@ mod proptests {
         }
     }
 }
+
+#[test]
+fn the_engine_s_sequence_backs_off_after_a_failed_connect() {
+    let config = HealthConfig::default();
+    let mut health = RelayHealth::default();
+    let now = Instant::ZERO;
+    assert!(health.should_attempt_connection(now, &config));
+    health.on_connect_attempt(now);
+    assert!(
+        !health.should_attempt_connection(now, &config),
+        "an attempt is in flight"
+    );
+    health.on_connect_failed(now);
+    assert_eq!(health.state(now, &config), HealthState::Degraded);
+    let retry = health.poll_timeout(now, &config).expect("a retry is due");
+    assert!(retry > now);
+    assert!(!health.should_attempt_connection(now, &config));
+    assert!(health.should_attempt_connection(retry, &config));
+}

@@ -23,7 +23,7 @@ pub struct RootId(u32);
 
 impl RepoId {
     /// The position of the repository in its [`SyncIds`], from 0.
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self.0 as usize
     }
 
@@ -35,7 +35,7 @@ impl RepoId {
 
 impl RootId {
     /// The position of the root event in its [`SyncIds`], from 0.
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self.0 as usize
     }
 }
@@ -68,7 +68,7 @@ impl SyncIds {
 
     /// The id of `repo`, giving it the next one if it has none yet; `true`
     /// when it is new.
-    pub fn intern_repo(&mut self, repo: &RepoRef) -> (RepoId, bool) {
+    pub(crate) fn intern_repo(&mut self, repo: &RepoRef) -> (RepoId, bool) {
         match self.repos.get_index_of(repo) {
             Some(position) => (RepoId(number(position)), false),
             None => {
@@ -80,7 +80,7 @@ impl SyncIds {
 
     /// The id of `root_event`, giving it the next one if it has none yet;
     /// `true` when it is new.
-    pub fn intern_root_event(&mut self, root_event: EventId) -> (RootId, bool) {
+    pub(crate) fn intern_root_event(&mut self, root_event: EventId) -> (RootId, bool) {
         let (position, new) = self.root_events.insert_full(root_event);
         (RootId(number(position)), new)
     }
@@ -100,12 +100,12 @@ impl SyncIds {
     }
 
     /// The repository numbered `id` (`None` if this table never gave it).
-    pub fn repo(&self, id: RepoId) -> Option<&RepoRef> {
+    pub(crate) fn repo(&self, id: RepoId) -> Option<&RepoRef> {
         self.repos.get_index(id.index())
     }
 
     /// The root event numbered `id` (`None` if this table never gave it).
-    pub fn root_event(&self, id: RootId) -> Option<&EventId> {
+    pub(crate) fn root_event(&self, id: RootId) -> Option<&EventId> {
         self.root_events.get_index(id.index())
     }
 

@@ -132,7 +132,7 @@ impl<'a> Repos<'a> {
     }
 
     /// Each repository with what we want of it, in the order they came.
-    pub fn iter(&self) -> impl Iterator<Item = (&'a RepoRef, RepoSyncNeeds<'a>)> + 'a {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&'a RepoRef, RepoSyncNeeds<'a>)> + 'a {
         let tables = self.tables;
         (0..tables.repos.len()).filter_map(move |index| {
             let id = RepoId::from_index(index);
@@ -208,7 +208,7 @@ impl<'a> RepoRelays<'a> {
     }
 
     /// The relays, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = &'a RelayUrl> + 'a {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &'a RelayUrl> + 'a {
         let relays = &self.tables.relays;
         self.positions()
             .iter()
@@ -250,7 +250,7 @@ impl<'a> RepoRootEvents<'a> {
     }
 
     /// The root events, in the order they came.
-    pub fn iter(&self) -> impl Iterator<Item = &'a EventId> + 'a {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &'a EventId> + 'a {
         let ids = &self.tables.ids;
         self.roots()
             .iter()
@@ -270,7 +270,7 @@ pub struct RelayTarget<'a> {
 
 impl RelayTarget<'_> {
     /// The same as plain values.
-    pub fn to_needs(&self) -> RelaySyncNeeds {
+    pub(crate) fn to_needs(self) -> RelaySyncNeeds {
         RelaySyncNeeds {
             repos: self.repos.iter().map(|(_, repo)| repo.clone()).collect(),
             root_events: self.root_events.iter().map(|(_, id)| *id).collect(),
@@ -305,12 +305,12 @@ impl<'a> TargetRepos<'a> {
     }
 
     /// `true` if every one is in `confirmed` (a relay's confirmed ids).
-    pub fn is_subset(&self, confirmed: &HashSet<RepoId>) -> bool {
+    pub(crate) fn is_subset(&self, confirmed: &HashSet<RepoId>) -> bool {
         self.repos.is_subset(confirmed)
     }
 
     /// Each repository with its id, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (RepoId, &'a RepoRef)> + 'a {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (RepoId, &'a RepoRef)> + 'a {
         let ids = &self.tables.ids;
         self.repos
             .iter()
@@ -338,7 +338,7 @@ pub struct TargetRootEvents<'a> {
 
 impl<'a> TargetRootEvents<'a> {
     /// Each root event with its id, once, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (RootId, &'a EventId)> + 'a {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (RootId, &'a EventId)> + 'a {
         let (tables, relay) = (self.tables, self.relay);
         self.repos.iter().flat_map(move |repo| {
             let roots = tables
@@ -374,7 +374,7 @@ impl<'a> TargetRootEvents<'a> {
     }
 
     /// `true` if every one is in `confirmed` (a relay's confirmed ids).
-    pub fn is_subset(&self, confirmed: &HashSet<RootId>) -> bool {
+    pub(crate) fn is_subset(&self, confirmed: &HashSet<RootId>) -> bool {
         self.iter().all(|(root, _)| confirmed.contains(&root))
     }
 }

@@ -52,8 +52,8 @@
 //!
 //! A domain's queue is served the same way with `next_url(.., Some(domain), ..)`
 //! and the tried URLs the throttle keeps for the identifier, whenever
-//! [`DomainThrottle::has_capacity`] after an enqueue or a completion, and at
-//! [`DomainThrottle::poll_timeout`]. Sleep until the earliest of
+//! `DomainThrottle::has_capacity` after an enqueue or a completion, and at
+//! `DomainThrottle::poll_timeout`. Sleep until the earliest of
 //! [`SyncQueue::poll_timeout`] and [`DomainThrottles::poll_timeout`].
 //!
 //! Differences from the spec's sketches: time is an argument; starting a

@@ -85,7 +85,7 @@ impl OwnService {
     }
 
     /// Whether `url` is on our own service (then it is never fetched from).
-    pub fn is_own_service(&self, url: &CloneUrl) -> bool {
+    pub(crate) fn is_own_service(&self, url: &CloneUrl) -> bool {
         self.origins.iter().any(|origin| match origin {
             Origin::Host(host) => is_own_domain(url.as_str(), host),
             Origin::HostPort { host, port } => {

@@ -56,7 +56,7 @@ pub struct SyncQueueEntry {
 
 impl SyncQueueEntry {
     /// An entry that becomes ready `delay` after `now`.
-    pub fn new(now: Instant, delay: Duration) -> Self {
+    pub(crate) fn new(now: Instant, delay: Duration) -> Self {
         SyncQueueEntry {
             next_attempt: now + delay,
             attempt_count: 0,
@@ -71,26 +71,26 @@ impl SyncQueueEntry {
     }
 
     /// Whether a sync may start at `now`: not running and the deadline passed.
-    pub fn is_ready(&self, now: Instant) -> bool {
+    pub(crate) fn is_ready(&self, now: Instant) -> bool {
         !self.in_progress && now >= self.next_attempt
     }
 
     /// A new event arrived: forget past failures and make sure a sync starts
     /// no later than `delay` after `now`. The deadline only ever moves
     /// earlier, so a burst of events cannot postpone a sync indefinitely.
-    pub fn on_new_event(&mut self, now: Instant, delay: Duration) {
+    pub(crate) fn on_new_event(&mut self, now: Instant, delay: Duration) {
         self.attempt_count = 0;
         self.next_attempt = self.next_attempt.min(now + delay);
     }
 
     /// A sync of this identifier starts.
-    pub fn mark_in_progress(&mut self) {
+    pub(crate) fn mark_in_progress(&mut self) {
         self.in_progress = true;
     }
 
     /// A sync ended with work left. Unless a new event scheduled a later
     /// attempt while it ran, count the failure and back off from `now`.
-    pub fn on_sync_complete(&mut self, now: Instant, config: &SyncQueueConfig) {
+    pub(crate) fn on_sync_complete(&mut self, now: Instant, config: &SyncQueueConfig) {
         self.in_progress = false;
         if self.next_attempt <= now {
             self.attempt_count = self.attempt_count.saturating_add(1);
@@ -172,7 +172,7 @@ impl SyncQueue {
     /// runs: a later [`SyncQueue::enqueue`] can make it ready again before the
     /// first sync ends. Drivers end running syncs through
     /// [`SyncQueue::complete`].
-    pub fn remove(&mut self, identifier: &str) -> Option<SyncQueueEntry> {
+    pub(crate) fn remove(&mut self, identifier: &str) -> Option<SyncQueueEntry> {
         self.entries.shift_remove(identifier)
     }
 

@@ -30,7 +30,7 @@ use indexmap::IndexMap;
 
 use crate::clock::Instant;
 
-/// What a domain's queue should do next; see [`DomainThrottle::next_step`].
+/// What a domain's queue should do next; see `DomainThrottle::next_step`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum QueueStep {
     /// Fetch for this identifier now (it is marked in progress).
@@ -90,7 +90,7 @@ pub struct DomainThrottle {
 
 impl DomainThrottle {
     /// An idle throttle for `domain`.
-    pub fn new(domain: impl Into<String>, config: ThrottleConfig) -> Self {
+    pub(crate) fn new(domain: impl Into<String>, config: ThrottleConfig) -> Self {
         DomainThrottle {
             domain: domain.into(),
             config,
@@ -141,7 +141,7 @@ impl DomainThrottle {
     }
 
     /// Requests started within the window ending at `now`.
-    pub fn requests_in_window(&self, now: Instant) -> usize {
+    pub(crate) fn requests_in_window(&self, now: Instant) -> usize {
         let now = self.effective_now(now);
         self.request_times
             .iter()
@@ -158,7 +158,7 @@ impl DomainThrottle {
     }
 
     /// Whether a request may start at `now`.
-    pub fn has_capacity(&self, now: Instant) -> bool {
+    pub(crate) fn has_capacity(&self, now: Instant) -> bool {
         self.below_concurrency_limit() && self.below_rate_limit(now)
     }
 
@@ -200,7 +200,7 @@ impl DomainThrottle {
 
     /// The next queued identifier that is not in progress, round-robin from
     /// the one after the last served; marks it in progress.
-    pub fn next_ready_identifier(&mut self) -> Option<String> {
+    pub(crate) fn next_ready_identifier(&mut self) -> Option<String> {
         let len = self.queue.len();
         let start = self.round_robin_index;
         let index = (0..len)
@@ -221,7 +221,7 @@ impl DomainThrottle {
     /// the per-minute window holds it back and nothing is in flight (so no
     /// completion will come), wake at the moment the window frees; otherwise
     /// wait for a completion or an enqueue.
-    pub fn next_step(&mut self, now: Instant) -> QueueStep {
+    pub(crate) fn next_step(&mut self, now: Instant) -> QueueStep {
         if !self.has_queued_work() {
             return QueueStep::Idle;
         }
@@ -277,7 +277,7 @@ impl DomainThrottle {
     }
 
     /// Whether any identifier waits for this domain.
-    pub fn has_queued_work(&self) -> bool {
+    pub(crate) fn has_queued_work(&self) -> bool {
         !self.queue.is_empty()
     }
 
@@ -288,7 +288,7 @@ impl DomainThrottle {
 
     /// Whether the throttle holds nothing worth keeping at `now`: no request
     /// in flight or in the window, and no identifier queued.
-    pub fn is_idle(&self, now: Instant) -> bool {
+    pub(crate) fn is_idle(&self, now: Instant) -> bool {
         self.in_flight == 0 && !self.has_queued_work() && self.requests_in_window(now) == 0
     }
 
@@ -299,7 +299,7 @@ impl DomainThrottle {
     /// The spec's trigger-only design stalls when the per-minute limit is
     /// reached with nothing in flight: no completion will come. A driver
     /// sleeps until this deadline instead. Waking early is harmless.
-    pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self, now: Instant) -> Option<Instant> {
         if !self.has_queued_work() || self.below_rate_limit(now) {
             return None;
         }
@@ -360,7 +360,7 @@ impl DomainThrottles {
     }
 
     /// What `domain`'s queue should do at `now` (see
-    /// [`DomainThrottle::next_step`]); [`QueueStep::Idle`] for a domain that
+    /// `DomainThrottle::next_step`); [`QueueStep::Idle`] for a domain that
     /// has no throttle.
     pub fn next_step(&mut self, domain: &str, now: Instant) -> QueueStep {
         self.throttles
@@ -374,7 +374,7 @@ impl DomainThrottles {
     }
 
     /// Drops the throttles that are idle at `now` (see
-    /// [`DomainThrottle::is_idle`]), so memory follows active domains only.
+    /// `DomainThrottle::is_idle`), so memory follows active domains only.
     /// Returns the domains dropped, in creation order (so a driver can drop
     /// what it keeps per domain too, such as metric label series).
     pub fn remove_idle(&mut self, now: Instant) -> Vec<String> {
@@ -389,7 +389,7 @@ impl DomainThrottles {
         removed
     }
 
-    /// The earliest [`DomainThrottle::poll_timeout`] of all domains.
+    /// The earliest `DomainThrottle::poll_timeout` of all domains.
     pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
         self.throttles
             .values()

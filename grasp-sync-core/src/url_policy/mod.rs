@@ -316,7 +316,7 @@ pub fn extract_domain(url: &str) -> Option<String> {
 /// This is host equality, not substring matching: `https://evil-example.com/x`,
 /// `https://example.com.evil.net/` and `https://evil.net/example.com` are not
 /// `example.com`. The port is ignored.
-pub fn is_own_domain(url: &str, own_domain: &str) -> bool {
+pub(crate) fn is_own_domain(url: &str, own_domain: &str) -> bool {
     let Some(own) = normalize_host_input(own_domain) else {
         return false;
     };
