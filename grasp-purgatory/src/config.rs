@@ -60,6 +60,7 @@ pub const ENV_VARIABLES: &[(&str, &str)] = &[
 
 /// Everything a purgatory can be configured with.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct PurgatoryConfig {
     /// The main loop wakes at the next queue deadline, on new events, and at least this
     /// often (to expire events): 1 s.

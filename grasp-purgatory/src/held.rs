@@ -51,6 +51,7 @@ impl Origin {
 
 /// The kind of a held event, with what it asks of the repository.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HeldKind {
     /// A repository state: every ref tip must exist.
     State {

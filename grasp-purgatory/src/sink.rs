@@ -40,6 +40,7 @@ pub trait ReleaseSink: Send + Sync {
 
 /// What a [`ChannelSink`] sends.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PurgatoryOutput {
     /// An event whose data is present.
     Released(HeldEvent),

@@ -11,6 +11,40 @@
 //! implementation ships beside each trait, so every state can be reached in a
 //! unit test without sleeping.
 //!
+//! ## The public surface
+//! What an embedder builds against, in one place:
+//! - **The engine** ([`engine`]): [`engine::SyncEngine`] and its driving
+//!   contract, the [`engine::Command`]s it emits, its configuration
+//!   ([`engine::EngineConfig`] in groups: [`engine::Identity`],
+//!   [`engine::Limits`], [`engine::Timeouts`], [`engine::Caps`], with
+//!   [`health::HealthConfig`]; [`engine::ConfigError`]), NIP-11
+//!   [`engine::RelayLimits`], and what it reports
+//!   ([`engine::EngineStats`], [`engine::RelayReport`],
+//!   [`engine::RelayActivity`], [`model::RelayState`],
+//!   [`model::PendingBatch`], [`health::HealthState`],
+//!   [`health::HealthCounts`], [`planner::RepoSyncIndex`]).
+//! - **Time** ([`clock`]): [`Clock`], [`SystemClock`], [`ManualClock`],
+//!   [`Instant`], [`Now`].
+//! - **The traits and their in-memory implementations**:
+//!   [`store::EventStore`] with [`store::MemoryEventStore`];
+//!   [`purgatory::SyncContext`] with [`purgatory::MemorySyncContext`];
+//!   [`resolve::Resolver`] with [`resolve::StaticResolver`].
+//! - **Trust**: [`verified::VerifiedEvent`] (the only thing
+//!   [`engine::Command::Store`] carries), [`verified::Forged`],
+//!   [`verified::SeenSignatures`]; the URL policies
+//!   [`url_policy::RelayUrlPolicy`] and [`url_policy::CloneUrlPolicy`].
+//! - **The NIP-34 types they exchange** ([`nip34`]): [`RepoRef`],
+//!   [`nip34::RepoAnnouncement`], [`nip34::RepoState`], [`nip34::GitOid`],
+//!   their parsers and kinds.
+//! - **Purgatory's decisions** ([`purgatory`]), for `grasp-purgatory` and
+//!   other drivers of git-data sync: the sync queue, the per-domain
+//!   throttle, clone-URL selection, accounting.
+//!
+//! The rest is crate-private. [`filters`], [`pagination`] and the spec's
+//! indexes in [`model`] and [`planner`] are public because the spec names
+//! them and the adapters, benches and property tests use them; they follow
+//! the spec and may change with it.
+//!
 //! ## Map
 //! - [`nip34`] — parse repository announcements, states, patches, PRs, issues.
 //! - [`url_policy`] — which relay and clone URLs from strangers may be used.

@@ -64,6 +64,7 @@ pub enum ConnectionStatus {
 /// Everything we know about one relay: confirmed sync state plus connection
 /// lifecycle (the spec's `RelayState`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RelayState {
     /// Repositories whose historic sync this relay has confirmed (ids of the
     /// repository index's [`SyncIds`]).
@@ -240,6 +241,7 @@ impl PendingItems {
 
 /// How a batch's historic sync is done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SyncMethod {
     /// REQ until EOSE, with `until` pagination.
     ReqEose,
@@ -262,6 +264,7 @@ impl fmt::Display for BatchId {
 /// its items move to [`RelayState`]; how far its work got is the engine's
 /// runtime state, not part of this index.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct PendingBatch {
     /// Unique id, for logs and for matching completions.
     pub batch_id: BatchId,

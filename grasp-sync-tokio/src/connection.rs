@@ -27,6 +27,7 @@ const DECODE_QUEUE: usize = 1024;
 
 /// Limits and timers of every connection.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ConnectionConfig {
     /// Largest WebSocket message accepted from a relay.
     pub max_message_size: usize,

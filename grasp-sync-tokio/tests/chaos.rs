@@ -136,12 +136,11 @@ fn engine_config() -> EngineConfig {
 /// Pings every 2 s (a stalled connection is closed within 4 s); frames over
 /// [`CLIENT_MAX_MESSAGE`] end the connection.
 fn connection_config() -> ConnectionConfig {
-    ConnectionConfig {
-        ping_interval: Duration::from_secs(2),
-        max_message_size: CLIENT_MAX_MESSAGE,
-        max_frame_size: CLIENT_MAX_MESSAGE,
-        ..ConnectionConfig::default()
-    }
+    let mut config = ConnectionConfig::default();
+    config.ping_interval = Duration::from_secs(2);
+    config.max_message_size = CLIENT_MAX_MESSAGE;
+    config.max_frame_size = CLIENT_MAX_MESSAGE;
+    config
 }
 
 /// The remotes: 0 serves NIP-77 and allows 10 REQs; 1 has strfry's limits; 2 refuses

@@ -228,6 +228,7 @@ pub(crate) fn method_name(method: SyncMethod) -> &'static str {
     match method {
         SyncMethod::Negentropy => "NIP-77",
         SyncMethod::ReqEose => "REQ",
+        _ => "other",
     }
 }
 

@@ -222,10 +222,9 @@ async fn full_sync_releases_objects_that_are_already_present_without_fetching() 
 async fn a_server_lacking_some_objects_is_asked_one_at_a_time_each_in_its_own_slot() {
     let ctx = context(&[ONE], &[oid(1), oid(2), oid(3)]);
     ctx.set_remote_strict(ONE, [oid(1), oid(3)]);
-    let manager = manager_with(ThrottleConfig {
-        max_per_minute: 3,
-        ..ThrottleConfig::default()
-    });
+    let mut throttle = ThrottleConfig::default();
+    throttle.max_per_minute = 3;
+    let manager = manager_with(throttle);
     let url = CloneUrlPolicy::new().check(ONE).unwrap();
     let outcome = sync_identifier_from_url(ctx.as_ref(), &repo(), &url, &manager).await;
     // The request for all three, then one for oid 1 and one for oid 2: the window is

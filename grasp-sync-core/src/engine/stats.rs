@@ -3,6 +3,7 @@
 
 /// Counters of what the engine did and dropped.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EngineStats {
     /// Events handed to the store.
     pub events_accepted: u64,
@@ -121,6 +122,7 @@ pub enum LiveMode {
 
 /// What is open and waiting on one connected relay.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RelayActivity {
     /// Subscriptions and negentropy sessions open (or reserved).
     pub open_subscriptions: usize,

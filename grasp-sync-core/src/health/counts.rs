@@ -5,6 +5,7 @@ use super::HealthState;
 
 /// How many tracked relays are in each state, for the summary metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HealthCounts {
     /// All tracked relays (`ngit_sync_relays_tracked_total`).
     pub tracked: usize,

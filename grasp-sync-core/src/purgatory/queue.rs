@@ -24,6 +24,7 @@ use crate::clock::Instant;
 
 /// Delays of the sync queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SyncQueueConfig {
     /// Backoff after failed attempts: 20 s, 40 s, 80 s, then 120 s.
     pub backoff: ExponentialBackoff,

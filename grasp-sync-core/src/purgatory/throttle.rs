@@ -44,6 +44,7 @@ pub enum QueueStep {
 
 /// Limits applied to each domain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ThrottleConfig {
     /// Requests in flight at once (5).
     pub max_concurrent: u32,

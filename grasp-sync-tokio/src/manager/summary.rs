@@ -18,6 +18,7 @@ impl ShutdownHandle {
 
 /// What a run did, returned when it stops.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct Summary {
     /// The engine's counters.
     pub engine: EngineStats,
