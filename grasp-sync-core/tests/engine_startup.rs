@@ -69,3 +69,46 @@ fn the_startup_history_is_planned_when_read_not_after_the_batch_window() {
         now.instant
     );
 }
+
+/// The bootstrap relay's Layer 1 history names a relay: once that history
+/// has ended and what it brought is stored, the named relay is asked for at
+/// once — not after the self-subscriber's batch window.
+#[test]
+fn relays_named_by_a_completed_history_read_are_asked_at_once() {
+    let maintainer = Keys::generate();
+    let a = relay_url("a");
+    let b = relay_url("b");
+    let at = UNIX_ORIGIN - 10_000;
+    let announcement = events::announcement(&maintainer, "alpha", &[&own_url(), &b], at);
+    let window = Duration::from_secs(5);
+    let mut config = config();
+    config.timeouts.batch_window = window;
+    config.identity.bootstrap_relays = vec![a.clone()];
+    let mut world = World::new(
+        config,
+        vec![
+            sim_relay("a", vec![announcement.clone()]),
+            sim_relay("b", Vec::new()),
+        ],
+        Vec::new(),
+    );
+    assert!(
+        world.run_until(100_000, |w| first_connect_to(w, &b).is_some()),
+        "{}",
+        world.dump()
+    );
+    let stored_at = world
+        .command_log
+        .iter()
+        .find_map(|(at, command)| match command {
+            Command::Store { event, .. } if event.id == announcement.id => Some(*at),
+            _ => None,
+        })
+        .expect("the announcement was stored");
+    let connected = first_connect_to(&world, &b).expect("the named relay is connected");
+    let waited = connected.saturating_duration_since(stored_at);
+    assert!(
+        waited < Duration::from_millis(500),
+        "stored at {stored_at:?}, the relay it names connected {waited:?} later"
+    );
+}

@@ -2401,6 +2401,9 @@ impl RelaySession {
         };
         debug!(relay = %cx.relay, %batch, purpose = ?info.purpose, "batch confirmed");
         cx.stats.batches_confirmed += 1;
+        if matches!(info.purpose, Purpose::Layer1 | Purpose::Items) {
+            cx.stats.history_reads_confirmed += 1;
+        }
         self.work_confirmed();
         let Some(state) = self.state.as_mut() else {
             return;

@@ -47,6 +47,10 @@ pub struct EngineStats {
     pub dropped_unknown_subscription: u64,
     /// Batches confirmed.
     pub batches_confirmed: u64,
+    /// Of those, Layer 1 and Layers 2+3 batches: history reads that ended
+    /// with everything they brought stored. What they brought is planned at
+    /// once, without the self-subscriber's batch window.
+    pub history_reads_confirmed: u64,
     /// Batches failed (and planned again).
     pub batches_failed: u64,
     /// Relays that refused NIP-77 and are synced by REQ+EOSE.

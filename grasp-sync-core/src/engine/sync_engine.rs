@@ -85,6 +85,9 @@ pub struct SyncEngine {
     /// [`Caps::max_relays`]: every relay they list within the
     /// per-announcement cap.
     over_cap: HashMap<crate::nip34::RepoRef, Vec<RelayUrl>>,
+    /// [`EngineStats::history_reads_confirmed`] when the self-subscriber's
+    /// batch was last planned for a completed history read.
+    history_planned: u64,
     /// The commands for the driver, the ids handed out, the latest `now`.
     out: Outbox,
     /// The engine's own timers: the daily re-sync, the disconnect check, the
@@ -120,6 +123,7 @@ impl SyncEngine {
             deadlines: DeadlineTable::default(),
             refused_relays: Default::default(),
             over_cap: HashMap::new(),
+            history_planned: 0,
             out: Outbox::new(now.instant),
             timers,
             jitter,
@@ -1486,6 +1490,7 @@ impl SyncEngine {
     /// `relay` is pumped unless the input reached further than it
     /// (`before` differs from now), then everything is.
     fn maintain_after(&mut self, now: Now, relay: Option<&RelayUrl>, before: Reach) {
+        self.plan_completed_history(now);
         if self.reach() != before {
             return self.maintain(now);
         }
@@ -1500,12 +1505,30 @@ impl SyncEngine {
     /// backoff allows it, start queued work where limits allow.
     fn maintain(&mut self, now: Now) {
         self.observe(now);
+        self.plan_completed_history(now);
         self.connect_ready_relays(now);
         let relays: Vec<RelayUrl> = self.relays.connected().cloned().collect();
         for relay in relays {
             self.pump(now, &relay);
         }
         self.refresh_all_deadlines();
+    }
+
+    /// Announcements and root events that came with a history read that
+    /// ended — a Layer 1 or Layers 2+3 batch of any relay confirmed since —
+    /// are planned at once: the self-subscriber's batch window gathers a
+    /// drip of live events, it is no reason to wait for completed work (the
+    /// own relay's history read is planned when read, too:
+    /// `own_history_read`).
+    fn plan_completed_history(&mut self, now: Now) {
+        let confirmed = self.stats.history_reads_confirmed;
+        if confirmed == self.history_planned {
+            return;
+        }
+        self.history_planned = confirmed;
+        if self.timers.is_set(EngineTimer::OwnBatch) {
+            self.process_own_batch(now);
+        }
     }
 
     // --- Deadlines -----------------------------------------------------------
