@@ -2208,6 +2208,11 @@ impl RelaySession {
             job => job,
         };
         let relay = cx.relay.clone();
+        let subscribe = |id: &SubscriptionId, filters: Vec<Filter>| Command::Subscribe {
+            relay: relay.clone(),
+            id: id.clone(),
+            filters,
+        };
         let mut sent_items = None;
         let (id, sub, first) = match job {
             Job::Req(filter) => {
@@ -2228,20 +2233,12 @@ impl RelaySession {
                     paging: PaginationState::new(filter.clone()),
                     watch: self.watch_request(now.instant),
                 };
-                let first = Command::Subscribe {
-                    relay,
-                    id: id.clone(),
-                    filters: vec![filter],
-                };
+                let first = subscribe(&id, vec![filter]);
                 (id, sub, Some(first))
             }
             Job::Page(paging) => {
                 let id = cx.out.sub_id("req");
-                let first = Command::Subscribe {
-                    relay,
-                    id: id.clone(),
-                    filters: vec![paging.current_filter()],
-                };
+                let first = subscribe(&id, vec![paging.current_filter()]);
                 let sub = Sub::Req {
                     batch,
                     paging: *paging,
@@ -2252,7 +2249,7 @@ impl RelaySession {
             Job::Negentropy(filter) => {
                 let id = cx.out.sub_id("neg");
                 let first = Command::QueryLocalItems {
-                    relay,
+                    relay: relay.clone(),
                     id: id.clone(),
                     filter: filter.clone(),
                 };
@@ -2267,11 +2264,7 @@ impl RelaySession {
                 let id = cx.out.sub_id("fetch");
                 let missing: HashSet<EventId> =
                     filter.ids.clone().unwrap_or_default().into_iter().collect();
-                let first = Command::Subscribe {
-                    relay,
-                    id: id.clone(),
-                    filters: vec![filter.clone()],
-                };
+                let first = subscribe(&id, vec![filter.clone()]);
                 let sub = Sub::Fetch {
                     batch,
                     filter,
@@ -2282,11 +2275,7 @@ impl RelaySession {
             }
             Job::Poll(filters) => {
                 let id = cx.out.sub_id("poll");
-                let first = Command::Subscribe {
-                    relay,
-                    id: id.clone(),
-                    filters: filters.clone(),
-                };
+                let first = subscribe(&id, filters.clone());
                 let pages: Vec<PaginationState> =
                     filters.iter().cloned().map(PaginationState::new).collect();
                 let received = vec![Vec::new(); pages.len()];
