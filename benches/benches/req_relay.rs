@@ -29,22 +29,23 @@ mod counting;
 #[path = "throughput/dataset.rs"]
 #[allow(dead_code)]
 mod dataset;
+#[path = "throughput/ingest.rs"]
+#[allow(dead_code)]
+mod ingest;
 #[path = "throughput/relays.rs"]
 #[allow(dead_code)]
 mod relays;
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt as _, StreamExt as _};
 use grasp_sync_tokio::{RelayStore, SyncManager, SyncStatus};
 use nostr::prelude::{Event, EventId, RelayUrl};
-use tokio_tungstenite::tungstenite::Message;
 
 use counting::CountingStore;
-use relays::{free_port, RelayProcess, RelaySpec, RunDir};
+use relays::{free_port, NostrRsRelay, RelayProcess, RelaySpec, RunDir};
 
 /// Repetitions of each (remote, load) pair.
 const RUNS: usize = 3;
@@ -54,8 +55,6 @@ const DEADLINE: Duration = Duration::from_secs(900);
 const BATCH_WINDOW: Duration = Duration::from_millis(200);
 /// CPU-busy processes beside the loaded runs.
 const BUSY_PROCESSES: usize = 2;
-/// The nostr-rs-relay version of `.ci/install-nostr-rs-relay`.
-const NOSTR_RS_RELAY_VERSION: &str = "0.8.12";
 
 /// The two remotes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -93,132 +92,20 @@ fn events_wanted() -> usize {
         .unwrap_or(40_000)
 }
 
-fn nostr_rs_relay_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("NOSTR_RS_RELAY") {
-        return PathBuf::from(path);
-    }
-    let cache = std::env::var_os("GRASP_CI_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/grasp-sync-ci")));
-    let path = cache
-        .map(|c| {
-            c.join(format!(
-                "nostr-rs-relay-{NOSTR_RS_RELAY_VERSION}/bin/nostr-rs-relay"
-            ))
-        })
-        .filter(|p| p.is_file());
-    path.unwrap_or_else(|| {
-        panic!("nostr-rs-relay is not installed: run .ci/install-nostr-rs-relay")
-    })
-}
-
-/// nostr-rs-relay with its defaults on 127.0.0.1:`port`, data in `dir`.
-struct NostrRsRelay {
-    child: Child,
-}
-
-impl NostrRsRelay {
-    fn start(dir: &Path, port: u16) -> NostrRsRelay {
-        std::fs::create_dir_all(dir).expect("relay directory");
-        let config = dir.join("config.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[info]\nrelay_url = \"ws://127.0.0.1:{port}/\"\n\n[database]\n\
-                 data_directory = \"{}\"\n\n[network]\naddress = \"127.0.0.1\"\nport = {port}\n",
-                dir.display()
-            ),
-        )
-        .expect("relay config");
-        let child = Command::new(nostr_rs_relay_binary())
-            .arg("--config")
-            .arg(&config)
-            .arg("--db")
-            .arg(dir)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("starting nostr-rs-relay");
-        NostrRsRelay { child }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for NostrRsRelay {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Publishes `events` to `url` over `connections` WebSocket connections, each with up to
-/// 500 EVENTs waiting for their OK; panics on a refusal (a `duplicate:` is fine).
-async fn publish(url: &str, events: &[Event], connections: usize) {
-    let started = Instant::now();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let socket = loop {
-        match tokio_tungstenite::connect_async(url).await {
-            Ok((socket, _)) => break socket,
-            Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            Err(e) => panic!("connecting to {url}: {e}"),
-        }
-    };
-    drop(socket);
-    let chunk = events.len().div_ceil(connections.max(1));
-    let mut tasks = Vec::new();
-    for part in events.chunks(chunk.max(1)) {
-        let part: Vec<String> = part
-            .iter()
-            .map(|e| format!("[\"EVENT\",{}]", e.as_json()))
-            .collect();
-        let url = url.to_owned();
-        tasks.push(tokio::spawn(async move {
-            let (socket, _) = tokio_tungstenite::connect_async(url.as_str())
-                .await
-                .expect("connect to load");
-            let (mut sink, mut stream) = socket.split();
-            let (mut sent, mut answered) = (0, 0);
-            while answered < part.len() {
-                while sent < part.len() && sent - answered < 500 {
-                    sink.send(Message::text(part[sent].clone()))
-                        .await
-                        .expect("send");
-                    sent += 1;
-                }
-                let frame = tokio::time::timeout(Duration::from_secs(30), stream.next())
-                    .await
-                    .expect("an OK within 30 s")
-                    .expect("the connection stays")
-                    .expect("a frame");
-                if let Message::Text(text) = frame {
-                    let value: serde_json::Value =
-                        serde_json::from_str(text.as_str()).expect("relay JSON");
-                    if value[0] == "OK" {
-                        answered += 1;
-                        let message = value[3].as_str().unwrap_or("");
-                        assert!(
-                            value[2] == true || message.starts_with("duplicate"),
-                            "{url} refused an event: {text}"
-                        );
-                    }
-                }
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("a loader task");
-    }
+/// Publishes `events` to the freshly started nostr-rs-relay at `url` (4
+/// connections, 500 in flight each); panics unless it stored every one.
+async fn load(url: &str, events: &[Event]) {
+    ingest::wait_listening(url).await;
+    let loaded = ingest::blast(url, &ingest::event_frames(events), 4, 500).await;
+    assert_eq!(
+        loaded.stored,
+        events.len() as u64,
+        "{url} stored every event: {loaded:?}"
+    );
     eprintln!(
         "loaded {} events into {url} in {:.1} s",
         events.len(),
-        started.elapsed().as_secs_f64()
+        loaded.secs
     );
 }
 
@@ -371,7 +258,7 @@ fn main() {
     let nrr = NostrRsRelay::start(&dir.0.join("nostr-rs-relay"), nrr_port);
     let mut all = base.clone();
     all.extend(anns_nrr.iter().cloned());
-    runtime.block_on(publish(&nrr_url, &all, 4));
+    runtime.block_on(load(&nrr_url, &all));
     let want = (base.len()) as u64;
     eprintln!(
         "data set: {} events, {repos} repositories; the sync brings {want} (pids: nip77 {}, \

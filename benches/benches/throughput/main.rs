@@ -25,7 +25,14 @@
 //!   proxy in front of it): REQ + EOSE with `until` pagination;
 //! - (c) nostr-sdk 0.44.1 `Client::sync` into its memory database, called
 //!   again until a call brings nothing new;
-//! - (d) `Event::verify` alone on one core over the same N events.
+//! - (d) `Event::verify` alone on one core over the same N events;
+//! - (e) the ceiling of (a)'s own relay: a fresh one holding the
+//!   announcements, the N − 500 events blasted at it over several
+//!   connections with many `EVENT`s in flight (`ingest.rs`), every `OK`
+//!   counted;
+//! - (f) as (a), the own relay the real nostr-rs-relay 0.8.12 (SQLite, its
+//!   defaults; `NOSTR_RS_RELAY`, else `.ci/install-nostr-rs-relay`'s cache);
+//! - (g) the ceiling of (f)'s own relay, as (e).
 //!
 //! strfry is not measured: it is not on crates.io nor in Debian (`apt-cache
 //! policy strfry` finds no candidate), the only registries this machine
@@ -39,7 +46,9 @@
 
 mod counting;
 mod dataset;
+mod ingest;
 mod ours;
+mod own;
 mod relays;
 mod report;
 mod sdk;
@@ -48,6 +57,7 @@ mod wire;
 use std::path::PathBuf;
 
 use nostr::prelude::Event;
+use own::OwnKind;
 
 /// Repetitions of each path.
 const RUNS: usize = 3;
@@ -60,6 +70,9 @@ pub(crate) struct Bench {
     pub(crate) data_file: PathBuf,
     /// Root events (1617, 1618, 1621) in the data set.
     pub(crate) roots: usize,
+    /// The `EVENT` frames of every event but the announcements (what a sync
+    /// brings), for the ceiling blasts.
+    pub(crate) frames: Vec<String>,
 }
 
 /// One run of one path.
@@ -99,7 +112,11 @@ fn events_wanted() -> usize {
 fn paths_wanted() -> Vec<String> {
     std::env::var("GRASP_BENCH_PATHS")
         .map(|paths| paths.split(',').map(|p| p.trim().to_owned()).collect())
-        .unwrap_or_else(|_| ["a", "a'", "b", "c", "d"].map(String::from).to_vec())
+        .unwrap_or_else(|_| {
+            ["a", "a'", "b", "c", "d", "e", "f", "g"]
+                .map(String::from)
+                .to_vec()
+        })
 }
 
 fn main() {
@@ -128,6 +145,7 @@ fn main() {
         n,
         data_file,
         roots,
+        frames: ingest::event_frames(&base),
     };
     // (d) runs over the same N events: the base set and one run's
     // announcements.
@@ -152,7 +170,8 @@ fn main() {
         }
         if on("a") {
             step("(a) ours, sidecar (then benchmark 3: re-sync)");
-            let (measured, resync) = runtime.block_on(ours::sidecar(&bench, false, true));
+            let (measured, resync) =
+                runtime.block_on(ours::sidecar(&bench, OwnKind::Lmdb, false, true));
             results.push("a", measured);
             results.resync.extend(resync);
         }
@@ -162,11 +181,29 @@ fn main() {
         }
         if on("b") {
             step("(b) ours, sidecar, remote refuses NIP-77");
-            results.push("b", runtime.block_on(ours::sidecar(&bench, true, false)).0);
+            let measured = runtime.block_on(ours::sidecar(&bench, OwnKind::Lmdb, true, false));
+            results.push("b", measured.0);
         }
         if on("c") {
             step("(c) nostr-sdk Client::sync");
             results.push("c", runtime.block_on(sdk::nostr_sdk_sync(&bench)));
+        }
+        if on("e") {
+            step("(e) the ceiling of (a)'s own relay");
+            results.push("e", runtime.block_on(own::ceiling(&bench, OwnKind::Lmdb)));
+        }
+        if on("f") {
+            step("(f) ours, sidecar into nostr-rs-relay");
+            let measured =
+                runtime.block_on(ours::sidecar(&bench, OwnKind::NostrRsRelay, false, false));
+            results.push("f", measured.0);
+        }
+        if on("g") {
+            step("(g) the ceiling of (f)'s own relay");
+            results.push(
+                "g",
+                runtime.block_on(own::ceiling(&bench, OwnKind::NostrRsRelay)),
+            );
         }
     }
     results.load_after = report::load_average();

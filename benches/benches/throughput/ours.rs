@@ -13,6 +13,7 @@ use nostr::prelude::{Event, Filter, RelayUrl};
 use tokio::sync::watch;
 
 use super::counting::CountingStore;
+use super::own::{OwnKind, OwnRelay};
 use super::relays::{free_port, own_cpu, RelayProcess, RelaySpec, RunDir};
 use super::{dataset, wire, Bench, Measurement};
 
@@ -21,8 +22,6 @@ const DEADLINE: Duration = Duration::from_secs(600);
 /// The batch window for live events (own events handed in, roots stored);
 /// the sidecar's default is 5 s, the demo's 200 ms.
 pub(crate) const BATCH_WINDOW: Duration = Duration::from_millis(200);
-/// Events per minute the own relay lets one connection write.
-const OWN_WRITE_LIMIT: u32 = 1_000_000_000;
 
 /// What benchmark 3 measured after one sidecar run.
 #[derive(Clone, Debug)]
@@ -103,10 +102,13 @@ fn start_remote(
     remote
 }
 
-/// Path (a) (`no_negentropy` false) or (b): the sidecar into an own relay
-/// process. With `resync`, then benchmark 3 against the same relays.
+/// Path (a) (`no_negentropy` false, own relay `Lmdb`), (b) (the remote
+/// refusing NIP-77) or (f) (own relay nostr-rs-relay): the sidecar into an
+/// own relay process. With `resync`, then benchmark 3 against the same
+/// relays.
 pub(crate) async fn sidecar(
     bench: &Bench,
+    own_kind: OwnKind,
     no_negentropy: bool,
     resync: bool,
 ) -> (Measurement, Option<Resync>) {
@@ -123,16 +125,14 @@ pub(crate) async fn sidecar(
         no_negentropy,
         remote_port,
     );
-    let own = RelayProcess::start(
-        &RelaySpec {
-            name: "own",
-            db: dir.0.join("own-lmdb"),
-            load: vec![dir.0.join("announcements.jsonl")],
-            write_limit: Some(OWN_WRITE_LIMIT),
-            no_negentropy: false,
-        },
+    let own = OwnRelay::start(
+        own_kind,
+        &dir,
         own_port,
-    );
+        &anns,
+        &dir.0.join("announcements.jsonl"),
+    )
+    .await;
     let repos = anns.len();
     let want = (bench.n - repos) as u64;
 
@@ -165,7 +165,7 @@ pub(crate) async fn sidecar(
     let cpu = (own_cpu() - cpu.0, remote.cpu() - cpu.1, own.cpu() - cpu.2);
     shutdown.shutdown();
     let summary = run.await.expect("the sync manager task");
-    let held = wire::count(&own_url).await;
+    let held = own.held(&own_url, bench.n).await;
     assert!(
         held >= bench.n as u64,
         "the own relay holds {held} events, fewer than {}",

@@ -1,5 +1,6 @@
 //! Relay processes (`bench_relay`, a nostr-relay-builder 0.44 relay over
-//! LMDB) and the CPU time of processes, read from `/proc/<pid>/stat`.
+//! LMDB; the real nostr-rs-relay 0.8.12) and the CPU time of processes,
+//! read from `/proc/<pid>/stat`.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -11,6 +12,8 @@ use std::time::Duration;
 const RELAY_EXE: &str = env!("CARGO_BIN_EXE_bench_relay");
 /// How long a relay may take to load its events and listen.
 const READY_WAIT: Duration = Duration::from_secs(300);
+/// The nostr-rs-relay version of `.ci/install-nostr-rs-relay`.
+pub(crate) const NOSTR_RS_RELAY_VERSION: &str = "0.8.12";
 
 /// Where cargo builds (the cached data set goes to `grasp-bench-data/` in it).
 pub(crate) fn target_dir() -> PathBuf {
@@ -178,5 +181,80 @@ pub(crate) fn run_base() -> PathBuf {
 impl Drop for RunDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The nostr-rs-relay binary: `NOSTR_RS_RELAY`, else the cache of
+/// `.ci/install-nostr-rs-relay` (`GRASP_CI_CACHE`, else
+/// `~/.cache/grasp-sync-ci`). `None` when neither exists.
+pub(crate) fn nostr_rs_relay_binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("NOSTR_RS_RELAY") {
+        return Some(PathBuf::from(path));
+    }
+    let cache = std::env::var_os("GRASP_CI_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/grasp-sync-ci")));
+    cache
+        .map(|c| {
+            c.join(format!(
+                "nostr-rs-relay-{NOSTR_RS_RELAY_VERSION}/bin/nostr-rs-relay"
+            ))
+        })
+        .filter(|p| p.is_file())
+}
+
+/// nostr-rs-relay with its defaults (SQLite, no write limit) on
+/// 127.0.0.1:`port`, data in its own directory; killed on drop.
+pub(crate) struct NostrRsRelay {
+    child: Child,
+}
+
+impl NostrRsRelay {
+    /// Starts it with its data in `dir` (created); returns once it was
+    /// spawned; [`wait_listening`] tells when it accepts connections.
+    pub(crate) fn start(dir: &Path, port: u16) -> NostrRsRelay {
+        let binary = nostr_rs_relay_binary().unwrap_or_else(|| {
+            panic!("nostr-rs-relay is not installed: run .ci/install-nostr-rs-relay")
+        });
+        std::fs::create_dir_all(dir).expect("relay directory");
+        let config = dir.join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[info]\nrelay_url = \"ws://127.0.0.1:{port}/\"\n\n[database]\n\
+                 data_directory = \"{}\"\n\n[network]\naddress = \"127.0.0.1\"\nport = {port}\n",
+                dir.display()
+            ),
+        )
+        .expect("relay config");
+        let child = Command::new(binary)
+            .arg("--config")
+            .arg(&config)
+            .arg("--db")
+            .arg(dir)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting nostr-rs-relay");
+        NostrRsRelay { child }
+    }
+
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// CPU seconds it used so far.
+    pub(crate) fn cpu(&self) -> f64 {
+        cpu_seconds(&format!("/proc/{}/stat", self.pid()))
+    }
+}
+
+impl Drop for NostrRsRelay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -5,7 +5,7 @@ use super::ours::{Resync, BATCH_WINDOW};
 use super::{Bench, Measurement};
 
 /// The paths in the order of the table, with their descriptions.
-const PATHS: [(&str, &str); 5] = [
+const PATHS: [(&str, &str); 8] = [
     (
         "a",
         "ours, sidecar (SyncManager + RelayStore → own relay process)",
@@ -17,7 +17,28 @@ const PATHS: [(&str, &str); 5] = [
     ("b", "ours, sidecar, remote refuses NIP-77 (REQ + EOSE)"),
     ("c", "nostr-sdk 0.44.1 Client::sync (NIP-77), memory db"),
     ("d", "Event::verify alone, one core"),
+    (
+        "e",
+        "ceiling of (a)'s own relay: events blasted at it, OKs counted",
+    ),
+    (
+        "f",
+        "ours, sidecar (SyncManager + RelayStore → nostr-rs-relay 0.8.12)",
+    ),
+    (
+        "g",
+        "ceiling of (f)'s own relay: events blasted at it, OKs counted",
+    ),
 ];
+
+/// The ceiling path of a sidecar path: the own relay it writes into.
+fn ceiling_of(path: &str) -> Option<&'static str> {
+    match path {
+        "a" | "b" => Some("e"),
+        "f" => Some("g"),
+        _ => None,
+    }
+}
 
 /// Every measurement of the run.
 #[derive(Default)]
@@ -75,6 +96,16 @@ fn cpu_text(cpu: &[(String, f64)]) -> String {
         .join(", ")
 }
 
+/// The CPU seconds of the process named `name` in `measurement` (NaN if
+/// it has none).
+fn cpu_of(measurement: &Measurement, name: &str) -> f64 {
+    measurement
+        .cpu
+        .iter()
+        .find(|(process, _)| process == name)
+        .map_or(f64::NAN, |(_, secs)| *secs)
+}
+
 /// The median of `values` (sorted here).
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -111,6 +142,16 @@ pub(crate) fn print(bench: &Bench, results: &Results) {
         median(&mut rates)
     };
     let (c, d) = (median_rate("c"), median_rate("d"));
+    // One-core verification's CPU seconds per event, the yardstick of the
+    // sync's cost.
+    let verify_per_event = {
+        let mut per_event: Vec<f64> = results
+            .of("d")
+            .iter()
+            .map(|m| cpu_of(m, "verify") / m.new_events as f64)
+            .collect();
+        median(&mut per_event)
+    };
     let repos = super::dataset::repo_count(bench.n);
     println!();
     println!(
@@ -131,8 +172,8 @@ pub(crate) fn print(bench: &Bench, results: &Results) {
         super::relays::run_base().display()
     );
     println!();
-    println!("| path | events/s min / median / max | median time (s) | median time to status complete (s) | median CPU s per process | × (c) | × (d) |");
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| path | events/s min / median / max | median time (s) | median time to status complete (s) | median CPU s per process | × (c) | × (d) | × own relay's ceiling | sync CPU s per event ÷ (d)'s |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for (path, what) in PATHS {
         let runs = results.of(path);
         if runs.is_empty() {
@@ -147,8 +188,23 @@ pub(crate) fn print(bench: &Bench, results: &Results) {
         } else {
             format!("{:.2}", median(&mut status))
         };
+        let of_ceiling = ceiling_of(path)
+            .map(|ceiling| format!("{:.2}", med / median_rate(ceiling)))
+            .unwrap_or_else(|| "–".to_owned());
+        let cost = {
+            let mut per_event: Vec<f64> = runs
+                .iter()
+                .map(|m| cpu_of(m, "sync") / m.new_events as f64)
+                .collect();
+            let ratio = median(&mut per_event) / verify_per_event;
+            if ratio.is_finite() && ratio > 0.0 {
+                format!("{ratio:.2}")
+            } else {
+                "–".to_owned()
+            }
+        };
         println!(
-            "| ({path}) {what} | {:.0} / {med:.0} / {:.0} | {:.2} | {status} | {} | {:.2} | {:.2} |",
+            "| ({path}) {what} | {:.0} / {med:.0} / {:.0} | {:.2} | {status} | {} | {:.2} | {:.2} | {of_ceiling} | {cost} |",
             rates[0],
             rates[rates.len() - 1],
             median(&mut times),
