@@ -200,9 +200,10 @@ async fn strfry_limits_2000_roots_in_100_repositories_sync_exactly_and_resync_tr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_own_relay_refusing_writes_with_rate_limited_for_a_while_loses_nothing() {
-    // 300 writes a minute per connection (the store publishes on
-    // `INGEST_CONNECTIONS` = 2), refilled at 5 a second: writes go past the
-    // buckets and are refused `rate-limited: slow down` for a while.
+    // 300 writes a minute per connection (the store publishes on two
+    // connections, and adds none once the relay answered `rate-limited:`),
+    // refilled at 5 a second: writes go past the buckets and are refused
+    // `rate-limited: slow down` for a while.
     let own = TestRelay::start(TestRelayConfig {
         notes_per_minute: Some(300),
         ..TestRelayConfig::default()

@@ -1,8 +1,10 @@
-//! Publishing to the store relay, pipelined: up to [`INGEST_WINDOW`] events
-//! are sent without waiting, each answered when its `OK` comes (matched by
-//! id, in any order). The window adapts to the relay's write limit: halved
-//! by a `rate-limited:` answer, grown by one per event stored. The same event asked twice while in flight is sent
-//! once and both callers get its answer. A connection that fails, closes,
+//! Publishing to the store relay on one connection, pipelined: up to
+//! [`INGEST_WINDOW`] events are sent without waiting (those handed over
+//! together written at once, one flush), each answered when its `OK` comes
+//! (matched by id, in any order). The window adapts to the relay's write
+//! limit: halved by a `rate-limited:` answer, grown by one per event stored.
+//! The same event asked twice while in flight is sent once and both callers
+//! get its answer. A connection that fails, closes,
 //! or leaves the oldest event unanswered for the timeout is dropped: every
 //! event waiting on it is answered with the failure (the engine retries),
 //! and the next event reconnects.
@@ -10,20 +12,25 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{SinkExt, StreamExt};
 use grasp_sync_core::engine::classify;
 use grasp_sync_core::store::{IngestOutcome, StoreError};
-use nostr::prelude::{ClientMessage, Event, EventId, RelayMessage, RelayUrl};
+use nostr::prelude::{EventId, RelayMessage, RelayUrl};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::query::{connect, send};
+use super::query::connect;
 use super::{Reply, Socket, INGEST_WINDOW};
 
-/// An event to publish and where its answer goes.
+/// An event to publish (its `EVENT` frame, serialized by the caller) and
+/// where its answer goes.
 #[derive(Debug)]
-pub(super) struct Ingest(pub(super) Box<Event>, pub(super) Reply<IngestOutcome>);
+pub(super) struct Ingest {
+    pub(super) id: EventId,
+    pub(super) frame: String,
+    pub(super) reply: Reply<IngestOutcome>,
+}
 
 /// The events sent and not answered yet.
 #[derive(Debug, Default)]
@@ -75,30 +82,30 @@ pub(super) async fn serve(relay: RelayUrl, timeout: Duration, mut ingests: mpsc:
         let deadline = in_flight.deadline(timeout);
         tokio::select! {
             ingest = ingests.recv(), if in_flight.len() < window.size => {
-                let Some(Ingest(event, reply)) = ingest else {
+                let Some(first) = ingest else {
                     break;
                 };
-                if let Some(replies) = in_flight.replies.get_mut(&event.id) {
-                    replies.push(reply);
-                    continue;
+                // The events already handed over go out together.
+                let mut batch = vec![first];
+                while in_flight.len() + batch.len() < window.size {
+                    match ingests.try_recv() {
+                        Ok(more) => batch.push(more),
+                        Err(_) => break,
+                    }
                 }
                 if socket.is_none() {
                     socket = connect(&relay, timeout).await;
                 }
                 let Some(ws) = socket.as_mut() else {
-                    let _ = reply.send(Err(StoreError::unavailable("cannot connect to the store relay")));
+                    let error = StoreError::unavailable("cannot connect to the store relay");
+                    for Ingest { reply, .. } in batch {
+                        let _ = reply.send(Err(error.clone()));
+                    }
                     continue;
                 };
-                match send(ws, ClientMessage::Event(std::borrow::Cow::Borrowed(&event))).await {
-                    Ok(()) => {
-                        in_flight.replies.insert(event.id, vec![reply]);
-                        in_flight.sent.push_back((event.id, Instant::now()));
-                    }
-                    Err(error) => {
-                        let _ = reply.send(Err(error.clone()));
-                        in_flight.fail_all(&error);
-                        socket = None;
-                    }
+                if let Err(error) = write_batch(ws, batch, &mut in_flight).await {
+                    in_flight.fail_all(&error);
+                    socket = None;
                 }
             }
             answer = next_answer(&mut socket), if in_flight.len() > 0 => match answer {
@@ -120,6 +127,32 @@ pub(super) async fn serve(relay: RelayUrl, timeout: Duration, mut ingests: mpsc:
     }
     // The store is gone: whatever still waits is answered.
     in_flight.fail_all(&StoreError::Stopped);
+}
+
+/// Writes the batch's new events (one flush) and records them in flight;
+/// an event already in flight only adds its caller to the waiting ones.
+async fn write_batch(
+    ws: &mut Socket,
+    batch: Vec<Ingest>,
+    in_flight: &mut InFlight,
+) -> Result<(), StoreError> {
+    let mut written = 0;
+    for Ingest { id, frame, reply } in batch {
+        if let Some(replies) = in_flight.replies.get_mut(&id) {
+            replies.push(reply);
+            continue;
+        }
+        in_flight.replies.insert(id, vec![reply]);
+        in_flight.sent.push_back((id, Instant::now()));
+        ws.feed(Message::Text(frame.into()))
+            .await
+            .map_err(StoreError::unavailable)?;
+        written += 1;
+    }
+    if written > 0 {
+        ws.flush().await.map_err(StoreError::unavailable)?;
+    }
+    Ok(())
 }
 
 /// How many events may wait for their `OK` at once: halved when the relay

@@ -8,26 +8,31 @@
 //! `OK`s matched by id, in any order), `query` lists one filter at a time.
 
 mod ingest;
+mod pace;
 mod query;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use grasp_sync_core::engine::classify;
 use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
-use nostr::prelude::{Event, EventId, Filter, RelayUrl, Timestamp};
+use nostr::prelude::{ClientMessage, Event, EventId, Filter, RelayUrl, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 type Socket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Publishes verified events to a relay (normally the own relay) and lists
-/// what it holds. Publishing is pipelined over [`INGEST_CONNECTIONS`]
+/// what it holds. Publishing is pipelined over up to [`INGEST_CONNECTIONS`]
 /// connections (a relay handles one connection's `EVENT`s one after the
-/// other; several connections let it use several cores), each with up to
-/// [`INGEST_WINDOW`] events waiting for their `OK`; an event always goes to
-/// the same connection (picked by its id). Listing runs on one more
-/// connection. All open on first use (inside the runtime that uses the store) and
+/// other; several connections let it work on several at once), each with up
+/// to [`INGEST_WINDOW`] events waiting for their `OK` and written in
+/// batches. It starts on two connections and adds one while the relay is
+/// what the events wait for and the last one added made it answer faster;
+/// a `rate-limited:` answer or a refused connection takes one back and
+/// stops the growth for a minute. An event goes to the connection its id
+/// picks. Listing runs on one more connection. All open on first use (inside the runtime that uses the store) and
 /// reopen after a failure; their tasks end when the last clone of the store
 /// is dropped.
 ///
@@ -55,6 +60,8 @@ type Socket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 #[derive(Clone, Debug)]
 pub struct RelayStore {
     ingests: Vec<mpsc::Sender<ingest::Ingest>>,
+    /// How many of `ingests` are in use, and why.
+    pace: Arc<pace::Pace>,
     queries: mpsc::Sender<query::Query>,
     /// The connection tasks' side, until the first request spawns them.
     pending: Arc<Mutex<Option<Pending>>>,
@@ -66,7 +73,7 @@ pub struct RelayStore {
 pub const INGEST_WINDOW: usize = 512;
 
 /// Connections events are published on.
-pub const INGEST_CONNECTIONS: usize = 2;
+pub const INGEST_CONNECTIONS: usize = 8;
 
 /// What the connection tasks need, kept until the first request.
 #[derive(Debug)]
@@ -97,6 +104,7 @@ impl RelayStore {
         };
         RelayStore {
             ingests,
+            pace: Arc::new(pace::Pace::new(INGEST_CONNECTIONS)),
             queries,
             pending: Arc::new(Mutex::new(Some(pending))),
         }
@@ -143,14 +151,31 @@ impl EventStore for RelayStore {
     async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
         self.start();
         let (reply, answer) = oneshot::channel();
-        // The same event always goes to the same connection: asked twice
-        // while in flight, it is sent once.
-        let connection = usize::from(event.id.as_bytes()[0]) % self.ingests.len();
+        let _waiting = self.pace.on_ingest(tokio::time::Instant::now());
+        // The same event goes to the same connection: asked twice while in
+        // flight, it is sent once.
+        let connection = self.pace.lane(event.id.as_bytes()[0]);
+        // Serialized here, on the caller's task: the connection task only
+        // writes.
+        let frame = ClientMessage::Event(std::borrow::Cow::Borrowed(event)).as_json();
         self.ingests[connection]
-            .send(ingest::Ingest(Box::new(event.clone()), reply))
+            .send(ingest::Ingest {
+                id: event.id,
+                frame,
+                reply,
+            })
             .await
             .map_err(|_| StoreError::Stopped)?;
-        answer.await.map_err(|_| StoreError::Stopped)?
+        let outcome = answer.await.map_err(|_| StoreError::Stopped)?;
+        match &outcome {
+            Ok(IngestOutcome::Stored | IngestOutcome::Duplicate) => self.pace.on_taken(),
+            Ok(IngestOutcome::Rejected { reason }) if classify(reason).rate_limited => {
+                self.pace.on_pushed_back()
+            }
+            Err(_) => self.pace.on_pushed_back(),
+            _ => {}
+        }
+        outcome
     }
 
     async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
