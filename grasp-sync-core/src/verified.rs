@@ -9,6 +9,7 @@
 //! Schnorr verification (≈ 40 µs).
 
 use std::ops::Deref;
+use std::sync::Arc;
 
 use nostr::event::Signature;
 use nostr::prelude::{Event, EventId};
@@ -18,9 +19,11 @@ use crate::recent::RecentIds;
 /// An event whose id (the hash of its content) and signature were checked.
 ///
 /// Built only by [`VerifiedEvent::verify`] or by [`SeenSignatures::recall`]
-/// (the same event verified before); derefs to the [`Event`].
+/// (the same event verified before); derefs to the [`Event`]. The event is
+/// shared: a clone (the engine keeps one until the store answered, the store
+/// job holds another) costs a reference count, not a copy of its tags.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VerifiedEvent(Box<Event>);
+pub struct VerifiedEvent(Arc<Event>);
 
 /// An event whose id or signature does not verify.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -33,11 +36,12 @@ pub struct Forged {
 impl VerifiedEvent {
     /// Checks the event's id and Schnorr signature.
     pub fn verify(event: Event) -> Result<Self, Forged> {
-        Self::verify_boxed(Box::new(event))
+        Self::verify_shared(Arc::new(event))
     }
 
-    /// [`VerifiedEvent::verify`] for an event already boxed.
-    pub fn verify_boxed(event: Box<Event>) -> Result<Self, Forged> {
+    /// [`VerifiedEvent::verify`] for an event already shared (one
+    /// allocation per event from the decoder to the store).
+    pub fn verify_shared(event: Arc<Event>) -> Result<Self, Forged> {
         match event.verify() {
             Ok(()) => Ok(VerifiedEvent(event)),
             Err(_) => Err(Forged { id: event.id }),
@@ -47,10 +51,10 @@ impl VerifiedEvent {
     /// Checks the event, skipping the signature check when `seen` holds the
     /// same id with the same signature; remembers it in `seen` otherwise.
     pub fn verify_remembering(event: Event, seen: &mut SeenSignatures) -> Result<Self, Forged> {
-        match seen.recall(Box::new(event)) {
+        match seen.recall(Arc::new(event)) {
             Ok(verified) => Ok(verified),
             Err(event) => {
-                let verified = VerifiedEvent::verify_boxed(event)?;
+                let verified = VerifiedEvent::verify_shared(event)?;
                 seen.remember(&verified);
                 Ok(verified)
             }
@@ -62,9 +66,15 @@ impl VerifiedEvent {
         &self.0
     }
 
-    /// The event, for a store.
-    pub fn into_event(self) -> Box<Event> {
-        self.0
+    /// The event, for a store: moved out when this is its last holder,
+    /// copied otherwise.
+    pub fn into_event(self) -> Event {
+        Arc::unwrap_or_clone(self.0)
+    }
+
+    /// The event, shared with this one (no copy).
+    pub fn shared(&self) -> Arc<Event> {
+        Arc::clone(&self.0)
     }
 }
 
@@ -108,7 +118,7 @@ impl SeenSignatures {
     /// The event as verified if the same id with the same signature was
     /// verified before and its content still hashes to that id; the event
     /// back otherwise (to verify in full).
-    pub fn recall(&self, event: Box<Event>) -> Result<VerifiedEvent, Box<Event>> {
+    pub fn recall(&self, event: Arc<Event>) -> Result<VerifiedEvent, Arc<Event>> {
         let known = self
             .signatures
             .get(&event.id)
@@ -156,10 +166,10 @@ mod tests {
         VerifiedEvent::verify_remembering(event.clone(), &mut seen).expect("valid");
         let mut forged = event.clone();
         forged.sig = note(&keys, "b").sig;
-        assert!(seen.recall(Box::new(forged.clone())).is_err());
+        assert!(seen.recall(Arc::new(forged.clone())).is_err());
         assert!(VerifiedEvent::verify_remembering(forged, &mut seen).is_err());
         assert!(
-            seen.recall(Box::new(event)).is_ok(),
+            seen.recall(Arc::new(event)).is_ok(),
             "the real one is recalled"
         );
     }
@@ -172,7 +182,7 @@ mod tests {
         VerifiedEvent::verify_remembering(event.clone(), &mut seen).expect("valid");
         let mut changed = event;
         changed.content = "b".into();
-        assert!(seen.recall(Box::new(changed.clone())).is_err());
+        assert!(seen.recall(Arc::new(changed.clone())).is_err());
         assert!(VerifiedEvent::verify_remembering(changed, &mut seen).is_err());
     }
 
@@ -185,10 +195,10 @@ mod tests {
             VerifiedEvent::verify_remembering(event.clone(), &mut seen).expect("valid");
         }
         assert_eq!(seen.len(), 2);
-        assert!(seen.recall(Box::new(events[0].clone())).is_err());
-        assert!(seen.recall(Box::new(events[2].clone())).is_ok());
+        assert!(seen.recall(Arc::new(events[0].clone())).is_err());
+        assert!(seen.recall(Arc::new(events[2].clone())).is_ok());
         assert!(SeenSignatures::new(0)
-            .recall(Box::new(events[2].clone()))
+            .recall(Arc::new(events[2].clone()))
             .is_err());
     }
 }

@@ -79,11 +79,11 @@ fn check(event: Event, seen: &Mutex<SeenSignatures>) -> Result<VerifiedEvent, Fo
     let recalled = seen
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .recall(Box::new(event));
+        .recall(Arc::new(event));
     match recalled {
         Ok(verified) => Ok(verified),
         Err(event) => {
-            let verified = VerifiedEvent::verify_boxed(event)?;
+            let verified = VerifiedEvent::verify_shared(event)?;
             seen.lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .remember(&verified);

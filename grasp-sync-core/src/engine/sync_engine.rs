@@ -850,7 +850,7 @@ impl SyncEngine {
                 }
             }
             if matches!(verdict, StoreVerdict::Stored | StoreVerdict::Duplicate) {
-                self.plan_stored(now, *done.event.into_event());
+                self.plan_stored(now, done.event.into_event());
             }
         }
         self.maintain_after(now, None, before);
@@ -1395,7 +1395,7 @@ impl SyncEngine {
             return self.own_ignored("event while not connected");
         }
         match checked {
-            Ok(event) => self.on_own_event(now, subscription_id, *event.into_event()),
+            Ok(event) => self.on_own_event(now, subscription_id, event.into_event()),
             Err(forged) => {
                 if let Some(relay) = &self.own.url {
                     forged_event(&mut self.stats, relay, &forged);

@@ -481,7 +481,7 @@ impl World {
                 self.open.remove(&relay);
                 self.disconnect_relay(&relay);
             }
-            Command::Store { event, .. } => self.store(*event.into_event()),
+            Command::Store { event, .. } => self.store(event.into_event()),
             Command::QueryLocalItems { relay, id, filter } => {
                 self.query_local_items(&relay, &id, &filter)
             }

@@ -88,10 +88,9 @@ impl Connections {
                     filter: Box::new(filter),
                 })
             }
-            Command::Store { relay, event } => self.queue_store_job(StoreJob::Ingest {
-                relay,
-                event: event.into_event(),
-            }),
+            Command::Store { relay, event } => {
+                self.queue_store_job(StoreJob::Ingest { relay, event })
+            }
             command => {
                 if let Some(message) = command.client_message() {
                     return self.transport(command.relay()).send(message);

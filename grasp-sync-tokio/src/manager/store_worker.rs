@@ -7,7 +7,8 @@ use std::sync::Arc;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use grasp_sync_core::engine::StoreVerdict;
 use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
-use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId, Timestamp};
+use grasp_sync_core::verified::VerifiedEvent;
+use nostr::prelude::{EventId, Filter, RelayUrl, SubscriptionId, Timestamp};
 use tokio::sync::{mpsc, watch};
 use tracing::debug;
 
@@ -17,7 +18,8 @@ use super::Runner;
 pub(super) enum StoreJob {
     Ingest {
         relay: RelayUrl,
-        event: Box<Event>,
+        /// Shared with the engine's copy until the store answered.
+        event: VerifiedEvent,
     },
     Items {
         relay: RelayUrl,
@@ -78,11 +80,14 @@ pub(super) async fn store_worker(
 /// One store job and its answer.
 async fn run(store: Arc<dyn EventStore>, job: StoreJob) -> StoreResult {
     match job {
-        StoreJob::Ingest { relay, event } => StoreResult::Ingested {
-            outcome: store.ingest(&event).await,
-            id: event.id,
-            relay,
-        },
+        StoreJob::Ingest { relay, event } => {
+            let outcome = store.ingest(&event).await;
+            let id = event.id;
+            // Dropped before the answer goes back: the engine's copy is then
+            // the last, and moves out without a copy.
+            drop(event);
+            StoreResult::Ingested { outcome, id, relay }
+        }
         StoreJob::Items { relay, id, filter } => StoreResult::Items {
             items: store.negentropy_items(&filter).await,
             relay,
