@@ -41,6 +41,15 @@ pub(crate) struct Resync {
     pub(crate) req_bytes: u64,
 }
 
+/// The most connections `RelayStore` may publish on:
+/// `GRASP_BENCH_STORE_CONNECTIONS`, else its default.
+fn store_connections() -> usize {
+    std::env::var("GRASP_BENCH_STORE_CONNECTIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(grasp_sync_tokio::INGEST_CONNECTIONS)
+}
+
 fn url(text: &str) -> RelayUrl {
     RelayUrl::parse(text).expect("a relay URL")
 }
@@ -137,7 +146,11 @@ pub(crate) async fn sidecar(
     let want = (bench.n - repos) as u64;
 
     let store = CountingStore::new(
-        RelayStore::new(url(&own_url), Duration::from_secs(10)),
+        RelayStore::with_ingest_connections(
+            url(&own_url),
+            Duration::from_secs(10),
+            store_connections(),
+        ),
         want,
     );
     let manager = SyncManager::builder()

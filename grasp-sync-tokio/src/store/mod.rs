@@ -92,9 +92,16 @@ impl RelayStore {
     /// Nothing runs until the first request, so the store can be built
     /// outside a tokio runtime.
     pub fn new(relay: RelayUrl, timeout: Duration) -> Self {
-        let (ingests, ingests_rx): (Vec<_>, Vec<_>) = (0..INGEST_CONNECTIONS)
-            .map(|_| mpsc::channel(INGEST_WINDOW))
-            .unzip();
+        Self::with_ingest_connections(relay, timeout, INGEST_CONNECTIONS)
+    }
+
+    /// [`RelayStore::new`] publishing on `most` connections at the most
+    /// (at least one; it starts on two, or `most` if fewer): for a relay
+    /// that limits connections per client.
+    pub fn with_ingest_connections(relay: RelayUrl, timeout: Duration, most: usize) -> Self {
+        let most = most.max(1);
+        let (ingests, ingests_rx): (Vec<_>, Vec<_>) =
+            (0..most).map(|_| mpsc::channel(INGEST_WINDOW)).unzip();
         let (queries, queries_rx) = mpsc::channel(64);
         let pending = Pending {
             relay,
@@ -104,7 +111,7 @@ impl RelayStore {
         };
         RelayStore {
             ingests,
-            pace: Arc::new(pace::Pace::new(INGEST_CONNECTIONS)),
+            pace: Arc::new(pace::Pace::new(most)),
             queries,
             pending: Arc::new(Mutex::new(Some(pending))),
         }
