@@ -4,8 +4,10 @@
 //! events matching the filter page by page (`until` pagination: strfry and
 //! nostr-relay-builder clamp every REQ to 500 results without a word).
 //!
-//! Two connections: `ingest` publishes with many events in flight (their
-//! `OK`s matched by id, in any order), `query` lists one filter at a time.
+//! Publishing runs on two to [`INGEST_CONNECTIONS`] connections (`ingest`:
+//! many events in flight on each, their `OK`s matched by id, in any order;
+//! `pace`: how many connections are in use), listing on one more (`query`:
+//! one filter at a time).
 
 mod ingest;
 mod pace;
@@ -67,7 +69,7 @@ pub struct RelayStore {
     pending: Arc<Mutex<Option<Pending>>>,
 }
 
-/// Events published and not yet answered, at most, on the ingest
+/// Events published and not yet answered, at most, on each ingest
 /// connection (the window starts at 64, halves on `rate-limited:` and grows
 /// by one per event stored, up to this).
 pub const INGEST_WINDOW: usize = 512;
