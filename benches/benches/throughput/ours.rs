@@ -194,11 +194,12 @@ pub(crate) async fn sidecar(
             ("own relay".into(), cpu.2),
         ],
         note: format!(
-            "stored {}, duplicates {}, store retries {}, rate limits {}, NIP-77 refusals {}, \
-             bytes from remote {}, {}",
+            "stored {}, duplicates {}, store retries {}, own relay echoes {}, rate limits {}, \
+             NIP-77 refusals {}, bytes from remote {}, {}",
             summary.events_stored,
             summary.events_duplicate,
             summary.store_retries,
+            last.engine.own_echoes,
             last.engine.rate_limits,
             last.engine.negentropy_refusals,
             remote_bytes(&last, &remote_url).0,

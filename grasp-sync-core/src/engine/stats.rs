@@ -51,6 +51,11 @@ pub struct EngineStats {
     /// with everything they brought stored. What they brought is planned at
     /// once, without the self-subscriber's batch window.
     pub history_reads_confirmed: u64,
+    /// Events of the own relay's live self-subscription that this engine
+    /// had stored itself lately: already queued for planning when the
+    /// store answered, so not queued again (the relay echoes what we
+    /// publish).
+    pub own_echoes: u64,
     /// Batches failed (and planned again).
     pub batches_failed: u64,
     /// Relays that refused NIP-77 and are synced by REQ+EOSE.

@@ -1419,10 +1419,24 @@ impl SyncEngine {
                     }
                 }
             }
-            OWN_LIVE => {}
+            OWN_LIVE => {
+                if self.own_echo(&event.id) {
+                    self.stats.own_echoes += 1;
+                    return;
+                }
+            }
             _ => return self.own_ignored("event of an unknown subscription"),
         }
         self.queue_own_events(now, [event]);
+    }
+
+    /// Is this live event of the own relay one this engine stored itself
+    /// lately? The store's answer queued it for planning then
+    /// (`plan_stored`); an event still waiting for that answer is not an
+    /// echo yet, and is queued (planning it twice is harmless, missing it
+    /// is not).
+    fn own_echo(&self, id: &EventId) -> bool {
+        self.stores.stored_lately.contains(id)
     }
 
     /// The end of a history page: the next page, or the history is complete.
@@ -1735,6 +1749,27 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn the_own_relay_s_echo_of_what_we_stored_is_not_queued_again() {
+        let mut engine = engine(vec![own()]);
+        engine.own.link = OwnLink::Open { history: None };
+        let keys = Keys::generate();
+        let ours = announcement(&keys, "stored-by-us", &[&own()], &[]);
+        let theirs = announcement(&keys, "published-to-the-relay", &[&own()], &[]);
+        engine.stores.stored_lately.insert(ours.id, ());
+        let live = SubscriptionId::new(OWN_LIVE);
+        engine.on_own_event(now(), &live, ours);
+        assert!(engine.own.queued.is_empty(), "an echo is not queued");
+        assert_eq!(engine.stats.own_echoes, 1);
+        engine.on_own_event(now(), &live, theirs.clone());
+        assert_eq!(
+            engine.own.queued.iter().map(|e| e.id).collect::<Vec<_>>(),
+            vec![theirs.id],
+            "an event someone else published is queued"
+        );
+        assert_eq!(engine.stats.own_echoes, 1);
     }
 
     #[test]
