@@ -4,10 +4,10 @@
 //! (matched by id, in any order). The window adapts to the relay's write
 //! limit: halved by a `rate-limited:` answer, grown by one per event stored.
 //! The same event asked twice while in flight is sent once and both callers
-//! get its answer. A connection that fails, closes,
-//! or leaves the oldest event unanswered for the timeout is dropped: every
-//! event waiting on it is answered with the failure (the engine retries),
-//! and the next event reconnects.
+//! get its answer. A connection that fails, closes, or leaves the oldest
+//! event unanswered for the timeout is dropped: every event waiting on it is
+//! answered with the failure (the engine retries), and the next event
+//! reconnects.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;

@@ -34,9 +34,9 @@ type Socket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 /// what the events wait for and the last one added made it answer faster;
 /// a `rate-limited:` answer or a refused connection takes one back and
 /// stops the growth for a minute. An event goes to the connection its id
-/// picks. Listing runs on one more connection. All open on first use (inside the runtime that uses the store) and
-/// reopen after a failure; their tasks end when the last clone of the store
-/// is dropped.
+/// picks. Listing runs on one more connection. All open on first use
+/// (inside the runtime that uses the store) and reopen after a failure;
+/// their tasks end when the last clone of the store is dropped.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -74,7 +74,9 @@ pub struct RelayStore {
 /// by one per event stored, up to this).
 pub const INGEST_WINDOW: usize = 512;
 
-/// Connections events are published on.
+/// Connections events are published on, at the most (the store starts on
+/// two and adds one while it makes the relay take events faster; see
+/// [`RelayStore::with_ingest_connections`] for a relay that allows fewer).
 pub const INGEST_CONNECTIONS: usize = 8;
 
 /// What the connection tasks need, kept until the first request.
