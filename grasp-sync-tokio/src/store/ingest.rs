@@ -32,6 +32,12 @@ pub(super) struct Ingest {
     pub(super) reply: Reply<IngestOutcome>,
 }
 
+/// How much one read of the socket may take: the relay sends only `OK`s
+/// (about 100 bytes each) here, and tungstenite zeroes this much of its
+/// buffer before every read (with its 128 KiB default that memset was 3 % of
+/// a sidecar's CPU).
+const ANSWERS_READ_BUFFER: usize = 8 * 1024;
+
 /// The events sent and not answered yet.
 #[derive(Debug, Default)]
 struct InFlight {
@@ -94,7 +100,7 @@ pub(super) async fn serve(relay: RelayUrl, timeout: Duration, mut ingests: mpsc:
                     }
                 }
                 if socket.is_none() {
-                    socket = connect(&relay, timeout).await;
+                    socket = connect(&relay, timeout, ANSWERS_READ_BUFFER).await;
                 }
                 let Some(ws) = socket.as_mut() else {
                     let error = StoreError::unavailable("cannot connect to the store relay");

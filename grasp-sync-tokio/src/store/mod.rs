@@ -150,7 +150,7 @@ impl RelayStore {
         self.start();
         let (reply, answer) = oneshot::channel();
         self.queries
-            .send(query::Query(filter.clone(), reply))
+            .send(query::Query::Events(filter.clone(), reply))
             .await
             .map_err(|_| StoreError::Stopped)?;
         answer.await.map_err(|_| StoreError::Stopped)?
@@ -198,10 +198,12 @@ impl EventStore for RelayStore {
         &self,
         filter: &Filter,
     ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
-        let events = self.events(filter).await?;
-        Ok(events
-            .into_iter()
-            .map(|event| (event.id, event.created_at))
-            .collect())
+        self.start();
+        let (reply, answer) = oneshot::channel();
+        self.queries
+            .send(query::Query::Items(filter.clone(), reply))
+            .await
+            .map_err(|_| StoreError::Stopped)?;
+        answer.await.map_err(|_| StoreError::Stopped)?
     }
 }
