@@ -26,7 +26,6 @@
 
 use async_trait::async_trait;
 use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
-use nostr::filter::MatchEventOptions;
 use nostr::prelude::{Event, EventId, Filter, Timestamp};
 
 use crate::held::{is_held_kind, Origin};
@@ -89,12 +88,11 @@ impl<S: EventStore> EventStore for PurgatoryGate<S> {
         filter: &Filter,
     ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
         let mut items = self.inner.negentropy_items(filter).await?;
-        let options = MatchEventOptions::new();
         items.extend(
             self.purgatory
                 .all_held_events()
                 .into_iter()
-                .filter(|held| filter.match_event(&held.event, options))
+                .filter(|held| grasp_sync_core::filters::matches(filter, &held.event))
                 .map(|held| (held.event.id, held.event.created_at)),
         );
         items.sort_unstable();

@@ -9,8 +9,12 @@
 //! letter. Items are sorted first, so the same items always give the same
 //! filters. Every builder takes a [`FilterMode`]: live filters carry
 //! `limit: 0` (only new events), historic ones an optional `since`.
+//!
+//! [`matches`] is whether an event matches a filter (NIP-01), the one check
+//! of every event a relay sends against the subscription it came on.
 
-use nostr::prelude::{EventId, Filter, Kind, SingleLetterTag, Timestamp};
+use nostr::filter::MatchEventOptions;
+use nostr::prelude::{Event, EventId, Filter, Kind, SingleLetterTag, Timestamp};
 
 use crate::model::PendingItems;
 use crate::nip34::{
@@ -120,6 +124,31 @@ pub(crate) fn layer2_and_layer3_filters(
 /// what makes paging lossless when many events share a second.
 pub(crate) fn next_page_filter(original: &Filter, until: Timestamp) -> Filter {
     original.clone().until(until)
+}
+
+/// Whether `event` matches `filter` (NIP-01: ids, authors, kinds, `since`,
+/// `until`, every `#x` tag condition, and a NIP-50 `search` as a substring):
+/// what `Filter::match_event` with every option answers, without the index
+/// of the event's tags (a `BTreeMap` of copied `String`s) it builds for each
+/// event and filter.
+pub fn matches(filter: &Filter, event: &Event) -> bool {
+    let all_but_tags = MatchEventOptions {
+        tags: false,
+        ..MatchEventOptions::new()
+    };
+    filter.match_event(event, all_but_tags) && tags_match(filter, event)
+}
+
+/// Whether every `#x` condition of `filter` holds: for each letter, some tag
+/// of `event` named that letter has one of the filter's values as its first
+/// value.
+fn tags_match(filter: &Filter, event: &Event) -> bool {
+    filter.generic_tags.iter().all(|(letter, values)| {
+        event.tags.iter().any(|tag| {
+            tag.single_letter_tag() == Some(*letter)
+                && tag.content().is_some_and(|value| values.contains(value))
+        })
+    })
 }
 
 fn sorted_strings<I: Iterator<Item = String>>(values: I) -> Vec<String> {
@@ -249,5 +278,146 @@ mod tests {
         assert_eq!(next.since, original.since);
         assert_eq!(next.limit, original.limit);
         assert_eq!(next.kinds, original.kinds);
+    }
+
+    mod matching {
+        use super::*;
+        use grasp_sync_test_support::nip34::{sign, tag};
+        use proptest::prelude::*;
+
+        const LETTERS: [&str; 6] = ["a", "A", "e", "q", "p", "t"];
+        const VALUES: [&str; 3] = ["x", "y", "z"];
+        const KINDS: [u16; 4] = [1, 1617, 1621, 30617];
+
+        /// One tag: a name (single letters and others) with zero to two
+        /// values from a small pool, so filters and events meet often.
+        fn a_tag() -> impl Strategy<Value = Vec<String>> {
+            (
+                prop::sample::select(vec!["a", "A", "e", "q", "p", "t", "alt", "ee", "1"]),
+                prop::collection::vec(prop::sample::select(VALUES.to_vec()), 0..3),
+            )
+                .prop_map(|(name, values)| {
+                    std::iter::once(name)
+                        .chain(values)
+                        .map(str::to_owned)
+                        .collect()
+                })
+        }
+
+        fn an_event() -> impl Strategy<Value = Event> {
+            (
+                any::<bool>(),
+                prop::sample::select(KINDS.to_vec()),
+                prop::sample::select(vec!["", "hello", "a HeLLo world"]),
+                prop::collection::vec(a_tag(), 0..6),
+                0u64..6,
+            )
+                .prop_map(|(second_key, kind, content, tags, at)| {
+                    let keys = Keys::new(
+                        SecretKey::from_slice(&[if second_key { 2 } else { 1 }; 32])
+                            .expect("a key"),
+                    );
+                    let tags = tags
+                        .iter()
+                        .map(|values| tag(&values.iter().map(String::as_str).collect::<Vec<_>>()))
+                        .collect();
+                    sign(&keys, kind, content, tags, 1_000 + at)
+                })
+        }
+
+        /// A filter over the event's own fields or near misses, with
+        /// zero to three tag conditions.
+        fn a_filter(event: Event) -> impl Strategy<Value = Filter> {
+            (
+                (any::<bool>(), any::<bool>(), any::<bool>()),
+                prop::collection::vec(prop::sample::select(KINDS.to_vec()), 0..3),
+                (prop::option::of(0u64..7), prop::option::of(0u64..7)),
+                prop::collection::vec(
+                    (
+                        prop::sample::select(LETTERS.to_vec()),
+                        prop::collection::vec(prop::sample::select(VALUES.to_vec()), 0..3),
+                    ),
+                    0..3,
+                ),
+                prop::option::of(prop::sample::select(vec!["", "hello", "world!"])),
+            )
+                .prop_map(
+                    move |((by_id, by_author, with_kinds), kinds, (since, until), tags, search)| {
+                        let mut filter = Filter::new();
+                        if by_id {
+                            filter = filter.id(event.id);
+                        }
+                        if by_author {
+                            filter = filter.author(event.pubkey);
+                        }
+                        if with_kinds {
+                            filter = filter.kinds(kinds.into_iter().map(Kind::Custom));
+                        }
+                        if let Some(since) = since {
+                            filter = filter.since(Timestamp::from_secs(1_000 + since));
+                        }
+                        if let Some(until) = until {
+                            filter = filter.until(Timestamp::from_secs(1_000 + until));
+                        }
+                        for (letter, values) in tags {
+                            let letter =
+                                SingleLetterTag::from_char(letter.chars().next().unwrap_or('a'))
+                                    .expect("a letter");
+                            filter = filter.custom_tags(letter, values);
+                        }
+                        if let Some(search) = search {
+                            filter = filter.search(search);
+                        }
+                        filter
+                    },
+                )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+            /// The matcher answers what nostr's `match_event` answers.
+            #[test]
+            fn matches_answers_what_match_event_answers(
+                (event, filter) in an_event().prop_flat_map(|event| (Just(event.clone()), a_filter(event)))
+            ) {
+                prop_assert_eq!(
+                    matches(&filter, &event),
+                    filter.match_event(&event, MatchEventOptions::new()),
+                    "{} against {}", event.as_json(), filter.as_json()
+                );
+            }
+        }
+
+        #[test]
+        fn a_tag_condition_needs_a_tag_of_that_letter_with_one_of_its_values() {
+            let keys = Keys::new(SecretKey::from_slice(&[1; 32]).expect("a key"));
+            let event = sign(
+                &keys,
+                1617,
+                "",
+                vec![tag(&["a", "30617:x:y"]), tag(&["t", "root"]), tag(&["e"])],
+                1_000,
+            );
+            let a = SingleLetterTag::from_char('a').expect("a letter");
+            let e = SingleLetterTag::from_char('e').expect("a letter");
+            let t = SingleLetterTag::from_char('t').expect("a letter");
+            assert!(matches(&Filter::new().custom_tag(a, "30617:x:y"), &event));
+            assert!(matches(
+                &Filter::new()
+                    .custom_tags(a, ["other", "30617:x:y"])
+                    .custom_tag(t, "root"),
+                &event
+            ));
+            // Every letter must hold, not one of them.
+            assert!(!matches(
+                &Filter::new()
+                    .custom_tag(a, "30617:x:y")
+                    .custom_tag(t, "other"),
+                &event
+            ));
+            // A tag without a value matches no value.
+            assert!(!matches(&Filter::new().custom_tag(e, ""), &event));
+            assert!(matches(&Filter::new(), &event));
+        }
     }
 }

@@ -183,8 +183,7 @@ impl PaginationState {
 
     /// `true` if `event` matches the filter of the current page.
     pub(crate) fn matches(&self, event: &nostr::prelude::Event) -> bool {
-        self.original_filter
-            .match_event(event, nostr::filter::MatchEventOptions::new())
+        crate::filters::matches(&self.original_filter, event)
             && self
                 .page_until
                 .is_none_or(|until| event.created_at <= until)

@@ -10,7 +10,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use nostr::filter::MatchEventOptions;
 use nostr::prelude::{Event, EventId, Filter, Kind, PublicKey, Timestamp};
 
 /// What happened to an ingested event.
@@ -211,12 +210,11 @@ impl EventStore for MemoryEventStore {
         &self,
         filter: &Filter,
     ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
-        let options = MatchEventOptions::new();
         Ok(self
             .lock()
             .events
             .values()
-            .filter(|event| filter.match_event(event, options))
+            .filter(|event| crate::filters::matches(filter, event))
             .map(|event| (event.id, event.created_at))
             .collect())
     }

@@ -4,7 +4,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use nostr::filter::MatchEventOptions;
 use nostr::prelude::{EventId, Filter, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
 use tracing::{debug, info, warn};
 
@@ -20,7 +19,7 @@ use super::stores::StoreTracker;
 use super::timer_table::{RelayTimer, TimerTable};
 use super::Command;
 use crate::clock::{Instant, Now};
-use crate::filters::{announcement_filter, layer2_and_layer3_filters, FilterMode};
+use crate::filters::{announcement_filter, layer2_and_layer3_filters, matches, FilterMode};
 use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
 use crate::model::{
     BatchId, ConnectionStatus, PendingBatch, PendingItems, RelayPending, RelayState, SyncMethod,
@@ -936,18 +935,21 @@ impl RelaySession {
         now: Instant,
         rate_window: std::time::Duration,
     ) -> Option<Instant> {
-        let mut deadlines = vec![self.timers.earliest(), health];
+        // The earliest so far (asked after every input of the relay: no
+        // list of them is built).
+        let mut earliest = earlier(self.timers.earliest(), health);
+        let mut consider = |deadline: Option<Instant>| earliest = earlier(earliest, deadline);
         if let Some(conn) = &self.conn {
             let timeout = config.timeouts.batch_timeout;
-            deadlines.push(conn.next_deadline(config));
+            consider(conn.next_deadline(config));
             if !conn.is_quiet() && self.learned_rate.is_some() {
-                deadlines.push(conn.rate_window_frees_at(now, rate_window));
+                consider(conn.rate_window_frees_at(now, rate_window));
             }
             for sub in conn.subs.values() {
                 if let Some(watch) = sub.watch() {
-                    deadlines.push(conn.req_stalls_at(watch, config));
+                    consider(conn.req_stalls_at(watch, config));
                 }
-                deadlines.push(match sub {
+                consider(match sub {
                     Sub::Live {
                         answered: false,
                         opened_at,
@@ -960,7 +962,15 @@ impl RelaySession {
                 });
             }
         }
-        deadlines.into_iter().flatten().min()
+        earliest
+    }
+}
+
+/// The earlier of two deadlines, either of which may be none.
+fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -1142,20 +1152,17 @@ impl RelaySession {
     ) -> Option<(VerifiedEvent, Option<BatchId>)> {
         let event = arrived.event();
         let conn = self.conn.as_mut()?;
-        let options = MatchEventOptions::new();
         let matches = match conn.subs.get(id) {
-            Some(Sub::Live { filters, .. }) | Some(Sub::Poll { filters, .. }) => filters
-                .iter()
-                .any(|filter| filter.match_event(event, options)),
+            Some(Sub::Live { filters, .. }) | Some(Sub::Poll { filters, .. }) => {
+                filters.iter().any(|filter| matches(filter, event))
+            }
             Some(Sub::Req { paging, .. }) => paging.matches(event),
-            Some(Sub::Fetch { filter, .. }) => filter.match_event(event, options),
+            Some(Sub::Fetch { filter, .. }) => matches(filter, event),
             Some(Sub::Negentropy { .. }) => false,
             // Sent before the relay saw our CLOSE of a consolidated live
             // subscription: still something we asked for.
             None => match conn.closed_live.get(id) {
-                Some(filters) => filters
-                    .iter()
-                    .any(|filter| filter.match_event(event, options)),
+                Some(filters) => filters.iter().any(|filter| matches(filter, event)),
                 None => {
                     cx.stats.dropped_unknown_subscription += 1;
                     return None;

@@ -9,7 +9,6 @@
 use crate::health::Retry;
 use std::collections::{HashMap, VecDeque};
 
-use nostr::filter::MatchEventOptions;
 use nostr::prelude::{Event, EventId, Filter, RelayUrl, Timestamp};
 use tracing::{debug, warn};
 
@@ -129,7 +128,7 @@ impl StoreTracker {
     pub(crate) fn refused_items(&self, filter: &Filter) -> Vec<(EventId, Timestamp)> {
         self.refused
             .values()
-            .filter(|event| filter.match_event(event, MatchEventOptions::new()))
+            .filter(|event| crate::filters::matches(filter, event))
             .map(|event| (event.id, event.created_at))
             .collect()
     }
