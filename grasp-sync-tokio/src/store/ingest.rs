@@ -1,7 +1,10 @@
 //! Publishing to the store relay on one connection, pipelined: up to
-//! [`INGEST_WINDOW`] events are sent without waiting (those handed over
-//! together written at once, one flush), each answered when its `OK` comes
-//! (matched by id, in any order). The window adapts to the relay's write
+//! [`INGEST_WINDOW`] events are sent without waiting, each answered when its
+//! `OK` comes (matched by id, in any order). Events are written in batches:
+//! while the relay still has [`FLUSH_BELOW`] written events to answer, new
+//! ones are held until [`FLUSH_AT`] of them go out in one write (one event
+//! per write made a system call, and on loopback the relay's receiving side
+//! too, for every event). The window adapts to the relay's write
 //! limit: halved by a `rate-limited:` answer, grown by one per event stored.
 //! The same event asked twice while in flight is sent once and both callers
 //! get its answer. A connection that fails, closes, or leaves the oldest
@@ -79,11 +82,38 @@ impl InFlight {
     }
 }
 
+/// Written events the relay has not answered below which what is held is
+/// written at once: the relay always has this many to work on.
+const FLUSH_BELOW: usize = 32;
+/// Held events written together however busy the relay is.
+const FLUSH_AT: usize = 32;
+
+/// Whether the `held` events (fed to the socket, not written yet) go out
+/// now, with `written` events waiting for the relay's answer.
+fn flush_now(written: usize, held: usize) -> bool {
+    held > 0 && (written < FLUSH_BELOW || held >= FLUSH_AT)
+}
+
+/// Writes the held events if [`flush_now`] says so; the new count held.
+async fn flush_if_due(
+    ws: &mut Socket,
+    in_flight: &InFlight,
+    held: usize,
+) -> Result<usize, StoreError> {
+    if !flush_now(in_flight.len().saturating_sub(held), held) {
+        return Ok(held);
+    }
+    ws.flush().await.map_err(StoreError::unavailable)?;
+    Ok(0)
+}
+
 /// The ingest connection's task.
 pub(super) async fn serve(relay: RelayUrl, timeout: Duration, mut ingests: mpsc::Receiver<Ingest>) {
     let mut socket: Option<Socket> = None;
     let mut in_flight = InFlight::default();
     let mut window = Window::default();
+    // Events fed to the socket and not written yet (see `flush_now`).
+    let mut held = 0;
     loop {
         let deadline = in_flight.deadline(timeout);
         tokio::select! {
@@ -101,6 +131,7 @@ pub(super) async fn serve(relay: RelayUrl, timeout: Duration, mut ingests: mpsc:
                 }
                 if socket.is_none() {
                     socket = connect(&relay, timeout, ANSWERS_READ_BUFFER).await;
+                    held = 0;
                 }
                 let Some(ws) = socket.as_mut() else {
                     let error = StoreError::unavailable("cannot connect to the store relay");
@@ -109,22 +140,42 @@ pub(super) async fn serve(relay: RelayUrl, timeout: Duration, mut ingests: mpsc:
                     }
                     continue;
                 };
-                if let Err(error) = write_batch(ws, batch, &mut in_flight).await {
-                    in_flight.fail_all(&error);
-                    socket = None;
+                let fed = match feed_batch(ws, batch, &mut in_flight).await {
+                    Ok(fed) => flush_if_due(ws, &in_flight, held + fed).await,
+                    Err(error) => Err(error),
+                };
+                match fed {
+                    Ok(now_held) => held = now_held,
+                    Err(error) => {
+                        in_flight.fail_all(&error);
+                        socket = None;
+                    }
                 }
             }
-            answer = next_answer(&mut socket), if in_flight.len() > 0 => match answer {
-                Ok(Some((id, outcome))) => {
-                    window.on_answer(&outcome);
-                    in_flight.answer(&id, outcome);
+            answer = next_answer(&mut socket), if in_flight.len() > 0 => {
+                let answered = match answer {
+                    Ok(Some((id, outcome))) => {
+                        window.on_answer(&outcome);
+                        in_flight.answer(&id, outcome);
+                        Ok(())
+                    }
+                    Ok(None) => Ok(()),
+                    Err(error) => Err(error),
+                };
+                // The relay is one answer further: the held events may be due.
+                let flushed = match (answered, socket.as_mut()) {
+                    (Ok(()), Some(ws)) => flush_if_due(ws, &in_flight, held).await,
+                    (Ok(()), None) => Ok(0),
+                    (Err(error), _) => Err(error),
+                };
+                match flushed {
+                    Ok(now_held) => held = now_held,
+                    Err(error) => {
+                        in_flight.fail_all(&error);
+                        socket = None;
+                    }
                 }
-                Ok(None) => {}
-                Err(error) => {
-                    in_flight.fail_all(&error);
-                    socket = None;
-                }
-            },
+            }
             _ = sleep_until(deadline) => {
                 in_flight.fail_all(&StoreError::TimedOut(timeout));
                 socket = None;
@@ -135,14 +186,15 @@ pub(super) async fn serve(relay: RelayUrl, timeout: Duration, mut ingests: mpsc:
     in_flight.fail_all(&StoreError::Stopped);
 }
 
-/// Writes the batch's new events (one flush) and records them in flight;
-/// an event already in flight only adds its caller to the waiting ones.
-async fn write_batch(
+/// Feeds the batch's new events to the socket (not written yet: see
+/// [`flush_now`]) and records them in flight; an event already in flight
+/// only adds its caller to the waiting ones. How many were fed.
+async fn feed_batch(
     ws: &mut Socket,
     batch: Vec<Ingest>,
     in_flight: &mut InFlight,
-) -> Result<(), StoreError> {
-    let mut written = 0;
+) -> Result<usize, StoreError> {
+    let mut fed = 0;
     for Ingest { id, frame, reply } in batch {
         if let Some(replies) = in_flight.replies.get_mut(&id) {
             replies.push(reply);
@@ -153,12 +205,9 @@ async fn write_batch(
         ws.feed(Message::Text(frame.into()))
             .await
             .map_err(StoreError::unavailable)?;
-        written += 1;
+        fed += 1;
     }
-    if written > 0 {
-        ws.flush().await.map_err(StoreError::unavailable)?;
-    }
-    Ok(())
+    Ok(fed)
 }
 
 /// How many events may wait for their `OK` at once: halved when the relay
@@ -290,6 +339,20 @@ mod tests {
             reason: "ERROR: rate-limited: too fast".into(),
         });
         assert_eq!(window.size, INGEST_WINDOW / 2);
+    }
+
+    #[test]
+    fn held_events_go_out_when_the_relay_runs_low_or_enough_are_held() {
+        // Nothing held: nothing to write.
+        assert!(!flush_now(0, 0));
+        assert!(!flush_now(100, 0));
+        // The relay has little to work on: at once.
+        assert!(flush_now(0, 1));
+        assert!(flush_now(FLUSH_BELOW - 1, 1));
+        // Busy: held until a batch is full.
+        assert!(!flush_now(FLUSH_BELOW, 1));
+        assert!(!flush_now(500, FLUSH_AT - 1));
+        assert!(flush_now(500, FLUSH_AT));
     }
 
     #[test]
