@@ -10,7 +10,7 @@
 //! filters. Every builder takes a [`FilterMode`]: live filters carry
 //! `limit: 0` (only new events), historic ones an optional `since`.
 //!
-//! [`matches`] is whether an event matches a filter (NIP-01), the one check
+//! [`matches()`] is whether an event matches a filter (NIP-01), the one check
 //! of every event a relay sends against the subscription it came on.
 
 use nostr::filter::MatchEventOptions;
