@@ -147,10 +147,17 @@ impl RelayStore {
     /// past the relay's result limit (for example the announcements of one
     /// repository, to find its clone URLs).
     pub async fn events(&self, filter: &Filter) -> Result<Vec<Event>, StoreError> {
+        self.list(|reply| query::Query::Events(filter.clone(), reply))
+            .await
+    }
+
+    /// Hands the listing `query` makes to the query connection and waits
+    /// for its answer.
+    async fn list<T>(&self, query: impl FnOnce(Reply<T>) -> query::Query) -> Result<T, StoreError> {
         self.start();
         let (reply, answer) = oneshot::channel();
         self.queries
-            .send(query::Query::Events(filter.clone(), reply))
+            .send(query(reply))
             .await
             .map_err(|_| StoreError::Stopped)?;
         answer.await.map_err(|_| StoreError::Stopped)?
@@ -198,12 +205,7 @@ impl EventStore for RelayStore {
         &self,
         filter: &Filter,
     ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
-        self.start();
-        let (reply, answer) = oneshot::channel();
-        self.queries
-            .send(query::Query::Items(filter.clone(), reply))
+        self.list(|reply| query::Query::Items(filter.clone(), reply))
             .await
-            .map_err(|_| StoreError::Stopped)?;
-        answer.await.map_err(|_| StoreError::Stopped)?
     }
 }
