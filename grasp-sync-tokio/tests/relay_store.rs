@@ -1,0 +1,110 @@
+//! `RelayStore` against real relays on 127.0.0.1: a relay-builder relay with
+//! strfry's limits (every result list clamped to 500, frames over 131 072
+//! bytes dropped) and the real nostr-rs-relay 0.8.12 with its defaults.
+//! Thousands of events are handed over at once, as the engine does: every
+//! one must be answered (the batched writes hold none back for good), stored
+//! once, and listed again past the relay's result limit, by id and time and
+//! whole. Every wait is bounded, and shorter than the store's own timeout,
+//! so an event held back shows as a failure, not as a slow retry.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use grasp_sync_core::store::{EventStore, IngestOutcome};
+use grasp_sync_tokio::RelayStore;
+use nostr::prelude::*;
+use support::{sign, NostrRsRelay, TestRelay, TestRelayConfig};
+
+/// The store's own bound on every request.
+const STORE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bound on each whole step of a test: well under `STORE_TIMEOUT`.
+const STEP: Duration = Duration::from_secs(30);
+
+/// `n` notes by one author, ten to a second (so result pages end inside a
+/// second, where paging must not lose or repeat events).
+fn notes(n: usize) -> Vec<Event> {
+    let keys = Keys::generate();
+    (0..n)
+        .map(|i| {
+            sign(
+                &keys,
+                1,
+                &format!("note {i}"),
+                vec![],
+                1_700_000_000 + (i / 10) as u64,
+            )
+        })
+        .collect()
+}
+
+/// Hands every event to the store at once and returns the answers, in
+/// order, within [`STEP`].
+async fn ingest_all(store: &RelayStore, events: &[Event]) -> Vec<IngestOutcome> {
+    let answers = tokio::time::timeout(STEP, join_all(events.iter().map(|e| store.ingest(e))))
+        .await
+        .expect("every event answered within the step (none held back)");
+    answers
+        .into_iter()
+        .map(|answer| answer.expect("the store answered"))
+        .collect()
+}
+
+/// The whole check against the relay at `url`.
+async fn publishes_every_event_and_lists_them_back(url: RelayUrl) {
+    let store = RelayStore::new(url, STORE_TIMEOUT);
+    let events = notes(1_500);
+    let ids: BTreeSet<EventId> = events.iter().map(|event| event.id).collect();
+
+    let answers = ingest_all(&store, &events).await;
+    assert!(
+        answers
+            .iter()
+            .all(|answer| *answer == IngestOutcome::Stored),
+        "not all stored: {:?}",
+        answers
+            .iter()
+            .find(|answer| **answer != IngestOutcome::Stored)
+    );
+    // The same events again: each one a duplicate, none lost in the held batch.
+    let again = ingest_all(&store, &events[..100]).await;
+    assert!(again
+        .iter()
+        .all(|answer| *answer == IngestOutcome::Duplicate));
+
+    let filter = Filter::new().kind(Kind::TextNote);
+    let items = tokio::time::timeout(STEP, store.negentropy_items(&filter))
+        .await
+        .expect("listed within the step")
+        .expect("the relay lists");
+    assert_eq!(items.len(), ids.len(), "each event listed once");
+    let listed: BTreeSet<(EventId, Timestamp)> = items.into_iter().collect();
+    let expected: BTreeSet<(EventId, Timestamp)> = events
+        .iter()
+        .map(|event| (event.id, event.created_at))
+        .collect();
+    assert_eq!(listed, expected);
+
+    let whole = tokio::time::timeout(STEP, store.events(&filter))
+        .await
+        .expect("listed within the step")
+        .expect("the relay lists");
+    let whole: BTreeSet<Event> = whole.into_iter().collect();
+    assert_eq!(whole, events.into_iter().collect::<BTreeSet<Event>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn into_a_relay_with_strfry_s_limits_every_event_is_answered_and_listed_back() {
+    let relay = TestRelay::start(TestRelayConfig::strfry()).await;
+    publishes_every_event_and_lists_them_back(relay.url()).await;
+    assert_eq!(relay.event_ids().await.len(), 1_500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn into_the_real_nostr_rs_relay_every_event_is_answered_and_listed_back() {
+    let relay = NostrRsRelay::start().await;
+    publishes_every_event_and_lists_them_back(relay.url()).await;
+}
