@@ -8,12 +8,13 @@
 //! the events before it) and hands them to the manager. Events verified
 //! lately are recalled from a cache shared by every connection
 //! ([`SeenSignatures`]): the same event from a second relay costs a hash,
-//! not a second signature check.
+//! not a second signature check. Authors' keys parsed lately are reused
+//! ([`AuthorKeys`]): an author's second event skips the key's parse.
 
 use std::sync::{Arc, Mutex};
 
 use futures_util::{FutureExt, StreamExt};
-use grasp_sync_core::verified::{Forged, SeenSignatures, VerifiedEvent};
+use grasp_sync_core::verified::{AuthorKeys, Forged, SeenSignatures, VerifiedEvent};
 use nostr::prelude::{Event, RelayMessage};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
@@ -21,10 +22,41 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
 use crate::inbound::{Inbound, Report};
 
-/// The cache of signatures verified lately, shared by a manager's
-/// connections; `None` on a connection whose events are trusted (the own
-/// relay's).
-pub(crate) type SharedSeen = Option<Arc<Mutex<SeenSignatures>>>;
+/// What verification remembers, shared by a manager's connections; `None`
+/// on a connection whose events are trusted (the own relay's).
+pub(crate) type SharedSeen = Option<Arc<Remembered>>;
+
+/// Authors whose parsed keys are remembered (a key and its point: ~100
+/// bytes each).
+const AUTHOR_KEYS: usize = 4_096;
+
+/// The signatures verified lately and the authors' keys parsed lately, each
+/// behind its own lock, held for a lookup or an insert, never during a
+/// check.
+#[derive(Debug)]
+pub(crate) struct Remembered {
+    signatures: Mutex<SeenSignatures>,
+    keys: Mutex<AuthorKeys>,
+}
+
+impl Remembered {
+    /// Remembers at most `signatures` verified signatures, and
+    /// [`AUTHOR_KEYS`] authors' keys.
+    pub(crate) fn new(signatures: usize) -> Self {
+        Remembered {
+            signatures: Mutex::new(SeenSignatures::new(signatures)),
+            keys: Mutex::new(AuthorKeys::new(AUTHOR_KEYS)),
+        }
+    }
+}
+
+/// `mutex` locked; a panic of another holder left it whole (every update is
+/// one call).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// A report on its way to the manager: ready, or still being decoded.
 pub(crate) enum Pending {
@@ -52,7 +84,7 @@ pub(crate) fn spawn_decode(texts: Vec<Utf8Bytes>, seen: SharedSeen) -> Pending {
 /// A frame as a report: an `EVENT` verified (unless `seen` is `None`: the
 /// connection's events are trusted), any other message parsed, or
 /// malformed.
-pub(crate) fn decode(text: &str, seen: Option<&Mutex<SeenSignatures>>) -> Report {
+pub(crate) fn decode(text: &str, seen: Option<&Remembered>) -> Report {
     let size = text.len();
     let message = match RelayMessage::from_json(text) {
         Ok(message) => message,
@@ -74,19 +106,19 @@ pub(crate) fn decode(text: &str, seen: Option<&Mutex<SeenSignatures>>) -> Report
     }
 }
 
-/// Verifies `event`, recalling it from `seen` when it was verified lately.
-fn check(event: Event, seen: &Mutex<SeenSignatures>) -> Result<VerifiedEvent, Forged> {
-    let recalled = seen
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .recall(Arc::new(event));
+/// Verifies `event`, recalling it from `seen` when it was verified lately,
+/// with its author's key as parsed before if it was.
+fn check(event: Event, seen: &Remembered) -> Result<VerifiedEvent, Forged> {
+    let recalled = lock(&seen.signatures).recall(Arc::new(event));
     match recalled {
         Ok(verified) => Ok(verified),
         Err(event) => {
-            let verified = VerifiedEvent::verify_shared(event)?;
-            seen.lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .remember(&verified);
+            let known = lock(&seen.keys).get(&event.pubkey);
+            let (verified, key) = VerifiedEvent::verify_with_key(event, known)?;
+            if known.is_none() {
+                lock(&seen.keys).remember(key);
+            }
+            lock(&seen.signatures).remember(&verified);
             Ok(verified)
         }
     }
@@ -195,7 +227,7 @@ mod tests {
         let event = EventBuilder::new(Kind::TextNote, "hi")
             .finalize(&keys)
             .expect("signs");
-        let seen = Mutex::new(SeenSignatures::new(16));
+        let seen = Remembered::new(16);
         for _ in 0..2 {
             match decode(&event_frame(&event), Some(&seen)) {
                 Report::Event { checked, .. } => {
@@ -204,7 +236,8 @@ mod tests {
                 other => panic!("not an event: {other:?}"),
             }
         }
-        assert_eq!(seen.lock().expect("lock").len(), 1);
+        assert_eq!(lock(&seen.signatures).len(), 1);
+        assert_eq!(lock(&seen.keys).len(), 1);
     }
 
     #[test]
@@ -214,12 +247,12 @@ mod tests {
             .finalize(&keys)
             .expect("signs");
         event.content = "changed".into();
-        let seen = Mutex::new(SeenSignatures::new(16));
+        let seen = Remembered::new(16);
         match decode(&event_frame(&event), Some(&seen)) {
             Report::Event { checked, .. } => assert!(checked.is_err()),
             other => panic!("not an event: {other:?}"),
         }
-        assert!(seen.lock().expect("lock").is_empty());
+        assert!(lock(&seen.signatures).is_empty());
     }
 
     #[test]

@@ -325,8 +325,7 @@ impl SyncManagerBuilder {
             policy: engine_config.identity.relay_policy.clone(),
             trusted: Arc::new(trusted),
         };
-        let seen =
-            grasp_sync_core::verified::SeenSignatures::new(self.connection.verified_signatures);
+        let seen = crate::decode::Remembered::new(self.connection.verified_signatures);
         // Pings often enough that an idle relay answering them is heard
         // within every batch timeout.
         let ping_interval = self
@@ -334,7 +333,7 @@ impl SyncManagerBuilder {
             .ping_interval
             .min(engine_config.liveness_probe_interval());
         let dialer = Dialer {
-            seen: Some(Arc::new(std::sync::Mutex::new(seen))),
+            seen: Some(Arc::new(seen)),
             config: ConnectionConfig {
                 ping_interval,
                 ..self.connection
