@@ -9,6 +9,7 @@
 //! `pace`: how many connections are in use), listing on one more (`query`:
 //! one filter at a time).
 
+mod frame;
 mod ingest;
 mod pace;
 mod query;
@@ -19,7 +20,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use grasp_sync_core::engine::classify;
 use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
-use nostr::prelude::{ClientMessage, Event, EventId, Filter, RelayUrl, Timestamp};
+use nostr::prelude::{Event, EventId, Filter, RelayUrl, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
@@ -175,7 +176,7 @@ impl EventStore for RelayStore {
         let connection = self.pace.lane(event.id.as_bytes()[0]);
         // Serialized here, on the caller's task: the connection task only
         // writes.
-        let frame = ClientMessage::Event(std::borrow::Cow::Borrowed(event)).as_json();
+        let frame = frame::event_frame(event);
         self.ingests[connection]
             .send(ingest::Ingest {
                 id: event.id,
