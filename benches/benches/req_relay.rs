@@ -155,6 +155,7 @@ async fn sync_once(
             load: vec![anns_file.to_path_buf()],
             write_limit: Some(1_000_000_000),
             no_negentropy: false,
+            own: true,
         },
         own_port,
     );
@@ -251,6 +252,7 @@ fn main() {
             load: vec![base_file.clone(), nip77_file.clone()],
             write_limit: None,
             no_negentropy: false,
+            own: false,
         },
         nip77_port,
     );

@@ -8,6 +8,7 @@
 //! cargo bench -p grasp-sync-benches --bench throughput
 //! GRASP_BENCH_EVENTS=10000 cargo bench -p grasp-sync-benches --bench throughput   # quick
 //! GRASP_BENCH_PATHS=a,c cargo bench -p grasp-sync-benches --bench throughput      # some paths
+//! GRASP_BENCH_OWN_RELAY_CPU=1 cargo bench -p grasp-sync-benches --bench throughput # own relay on CPU 1 alone
 //! ```
 //!
 //! Data: N (default 100 000) signed NIP-34 events over 500 repositories
@@ -124,6 +125,7 @@ fn main() {
         println!("throughput: run with `cargo bench -p grasp-sync-benches --bench throughput`");
         return;
     }
+    let pinned = relays::pin_away_from_own_relay();
     let n = events_wanted();
     let target = relays::target_dir();
     let started = std::time::Instant::now();
@@ -161,6 +163,7 @@ fn main() {
     let wanted = paths_wanted();
     let on = |path: &str| wanted.iter().any(|p| p == path);
     let mut results = report::Results::default();
+    results.pinned = pinned;
     results.load_before = report::load_average();
     for run in 1..=RUNS {
         let step = |path: &str| eprintln!("run {run}/{RUNS}: {path}");

@@ -101,6 +101,7 @@ fn start_remote(
             load: vec![bench.data_file.clone(), dir.0.join(anns)],
             write_limit: None,
             no_negentropy,
+            own: false,
         },
         port,
     );

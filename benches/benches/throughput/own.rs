@@ -64,6 +64,7 @@ impl OwnRelay {
                     load: vec![announcements_file.to_path_buf()],
                     write_limit: Some(OWN_WRITE_LIMIT),
                     no_negentropy: false,
+                    own: true,
                 },
                 port,
             )),

@@ -40,6 +40,8 @@ pub(crate) struct RelaySpec<'a> {
     pub(crate) write_limit: Option<u32>,
     /// Refuse NIP-77 (through the proxy).
     pub(crate) no_negentropy: bool,
+    /// The own relay: on the CPU of [`own_relay_cpu`], when one is set.
+    pub(crate) own: bool,
 }
 
 /// A running relay process; killed and waited for on drop.
@@ -52,7 +54,11 @@ pub(crate) struct RelayProcess {
 impl RelayProcess {
     /// Starts `spec` on a free port and waits for its `ready` line.
     pub(crate) fn start(spec: &RelaySpec<'_>, port: u16) -> RelayProcess {
-        let mut command = Command::new(RELAY_EXE);
+        let mut command = if spec.own {
+            own_relay_command(RELAY_EXE)
+        } else {
+            Command::new(RELAY_EXE)
+        };
         command
             .arg("--port")
             .arg(port.to_string())
@@ -149,6 +155,66 @@ pub(crate) fn own_cpu() -> f64 {
     cpu_seconds("/proc/self/stat")
 }
 
+/// The CPU the own relay runs on, alone: `GRASP_BENCH_OWN_RELAY_CPU` (a CPU
+/// number below the machine's count), else none (every process on every
+/// CPU). With it, the own relay of every path and of the ceilings runs on
+/// that CPU ([`own_relay_command`]) and this process, with the sync, the
+/// publisher of the blasts, and the relays it starts otherwise, on the
+/// others ([`pin_away_from_own_relay`]): a relay with a core of its own,
+/// as on a server with more cores than this machine's two, so that "how
+/// close to the relay's ceiling" measures how well the sync feeds it, not
+/// how much CPU the three processes take from each other.
+pub(crate) fn own_relay_cpu() -> Option<usize> {
+    // Read once: once this process is pinned, it sees fewer CPUs.
+    static CPU: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *CPU.get_or_init(|| {
+        let cpus = machine_cpus();
+        std::env::var("GRASP_BENCH_OWN_RELAY_CPU")
+            .ok()
+            .and_then(|cpu| cpu.trim().parse().ok())
+            .filter(|cpu| *cpu < cpus && cpus > 1)
+    })
+}
+
+/// The CPUs this process may run on at its start.
+fn machine_cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
+}
+
+/// A command that runs `program` on the own relay's CPU if one is set
+/// (under `taskset`), else as it is.
+fn own_relay_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match own_relay_cpu() {
+        Some(cpu) => {
+            let mut command = Command::new("taskset");
+            command.arg("-c").arg(cpu.to_string()).arg(program);
+            command
+        }
+        None => Command::new(program),
+    }
+}
+
+/// Moves this process (every thread it has and will start, and the
+/// processes it starts) off the own relay's CPU, if one is set; returns the
+/// CPUs it runs on, for the report.
+pub(crate) fn pin_away_from_own_relay() -> Option<String> {
+    let own = own_relay_cpu()?;
+    let cpus = machine_cpus();
+    let others: Vec<String> = (0..cpus)
+        .filter(|cpu| *cpu != own)
+        .map(|cpu| cpu.to_string())
+        .collect();
+    let list = others.join(",");
+    let status = Command::new("taskset")
+        .args(["-a", "-p", "-c", &list, &std::process::id().to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .expect("running taskset");
+    assert!(status.success(), "taskset could not pin the benchmark");
+    Some(list)
+}
+
 /// A fresh directory for one run, removed on drop.
 pub(crate) struct RunDir(pub(crate) PathBuf);
 
@@ -227,7 +293,7 @@ impl NostrRsRelay {
             ),
         )
         .expect("relay config");
-        let child = Command::new(binary)
+        let child = own_relay_command(binary)
             .arg("--config")
             .arg(&config)
             .arg("--db")

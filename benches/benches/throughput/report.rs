@@ -50,6 +50,9 @@ pub(crate) struct Results {
     pub(crate) load_before: String,
     /// `/proc/loadavg` after the last run.
     pub(crate) load_after: String,
+    /// The CPUs this process ran on when the own relay had one of its own
+    /// (`GRASP_BENCH_OWN_RELAY_CPU`).
+    pub(crate) pinned: Option<String>,
 }
 
 /// The 1, 5 and 15 minute load averages (other work on the machine shows
@@ -171,6 +174,13 @@ pub(crate) fn print(bench: &Bench, results: &Results) {
         results.load_after,
         super::relays::run_base().display()
     );
+    match (&results.pinned, super::relays::own_relay_cpu()) {
+        (Some(ours), Some(own)) => println!(
+            "\nthe own relay on CPU {own} alone; the sync, the remote relay, the blasts' publisher \
+             and (d) on CPU {ours}"
+        ),
+        _ => println!("\nevery process on every CPU"),
+    }
     println!();
     println!("| path | events/s min / median / max | median time (s) | median time to status complete (s) | median CPU s per process | × (c) | × (d) | × own relay's ceiling | sync CPU s per event ÷ (d)'s |");
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");

@@ -35,6 +35,7 @@ pub(crate) async fn nostr_sdk_sync(bench: &Bench) -> Measurement {
             load: vec![bench.data_file.clone(), dir.0.join("announcements.jsonl")],
             write_limit: None,
             no_negentropy: false,
+            own: false,
         },
         port,
     );
