@@ -31,7 +31,8 @@
 //!   [`resolve::Resolver`] with [`resolve::StaticResolver`].
 //! - **Trust**: [`verified::VerifiedEvent`] (the only thing
 //!   [`engine::Command::Store`] carries), [`verified::Forged`],
-//!   [`verified::SeenSignatures`]; the URL policies
+//!   [`verified::SeenSignatures`], [`verified::AuthorKeys`] and
+//!   [`verified::AuthorKey`]; the URL policies
 //!   [`url_policy::RelayUrlPolicy`] and [`url_policy::CloneUrlPolicy`].
 //! - **The NIP-34 types they exchange** ([`nip34`]): [`RepoRef`],
 //!   [`nip34::RepoAnnouncement`], [`nip34::RepoState`], [`nip34::GitOid`],
