@@ -225,6 +225,11 @@ fn main() {
         println!("req_relay: run with `cargo bench -p grasp-sync-benches --bench req_relay`");
         return;
     }
+    // `GRASP_BENCH_OWN_RELAY_CPU`, as in the throughput benchmark: the own
+    // relay on that CPU, everything else on the others.
+    if let Some(cpus) = relays::pin_away_from_own_relay() {
+        eprintln!("the own relay on its own CPU; the rest on CPUs {cpus}");
+    }
     let n = events_wanted();
     let target = relays::target_dir();
     let base = dataset::base_events(&target, n);
