@@ -79,6 +79,15 @@ pub trait EventStore: Send + Sync {
     /// Stores a verified event and says whether it was new.
     async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError>;
 
+    /// Stores several verified events; one answer per event, in their
+    /// order. The default asks [`EventStore::ingest`] for all of them at
+    /// once; a store that takes a batch more cheaply (one write for many
+    /// events, one transaction) overrides it. The sync hands the events
+    /// that are waiting together to this, never more than a few hundred.
+    async fn ingest_many(&self, events: &[&Event]) -> Vec<Result<IngestOutcome, StoreError>> {
+        futures_util::future::join_all(events.iter().map(|event| self.ingest(event))).await
+    }
+
     /// `true` if the store holds the event with this id (lets the caller skip
     /// verifying events it already has).
     async fn contains(&self, id: &EventId) -> Result<bool, StoreError>;
@@ -97,6 +106,10 @@ pub trait EventStore: Send + Sync {
 impl<T: EventStore + ?Sized> EventStore for std::sync::Arc<T> {
     async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
         (**self).ingest(event).await
+    }
+
+    async fn ingest_many(&self, events: &[&Event]) -> Vec<Result<IngestOutcome, StoreError>> {
+        (**self).ingest_many(events).await
     }
 
     async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {

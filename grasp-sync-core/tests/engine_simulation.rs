@@ -166,6 +166,48 @@ fn fresh_start_syncs_every_matching_event_and_no_noise() {
 }
 
 #[test]
+fn events_and_store_answers_handed_over_in_batches_sync_the_same() {
+    let fixture = fixture();
+    let run = |batched: bool| {
+        let mut world = world_with(
+            &fixture,
+            SimRelayConfig::default(),
+            SimRelayConfig::default(),
+        );
+        world.batched = batched;
+        assert!(
+            world.run_until_idle(STEPS),
+            "sync did not converge: {}",
+            world.dump()
+        );
+        world
+    };
+    let (one_by_one, batched) = (run(false), run(true));
+    assert_converged(&batched, &fixture);
+    assert_eq!(batched.stored(), one_by_one.stored());
+    assert!(batched.largest_batch > 1, "no events were batched");
+    // Nothing in a batch is passed over: no relay is asked for more.
+    for relay in ["a", "b"] {
+        assert_eq!(
+            sent_events(&batched, relay),
+            sent_events(&one_by_one, relay),
+            "events {relay} sent"
+        );
+    }
+    // The announcement was in the own relay from the start.
+    let synced = batched.stored();
+    for id in synced.iter().filter(|id| **id != fixture.announcement.id) {
+        assert_eq!(
+            batched.stores_of(id),
+            1,
+            "each event handed to the store once"
+        );
+    }
+    let stats = batched.engine.stats();
+    assert_eq!(stats.dropped_forged + stats.dropped_off_filter, 0);
+}
+
+#[test]
 fn quick_reconnect_catches_up_events_published_during_a_five_minute_outage() {
     let fixture = fixture();
     let mut world = synced(
@@ -1022,6 +1064,7 @@ mod convergence {
             knobs in proptest::collection::vec(knobs(), 2),
             faults in proptest::collection::vec(fault(), 0..6),
             extra_issues in 0u64..60,
+            batched in any::<bool>(),
         ) {
             let fixture = fixture();
             let user = Keys::generate();
@@ -1056,6 +1099,7 @@ mod convergence {
                 })
                 .collect();
             let mut world = World::new(config(), relays, vec![fixture.announcement.clone()]);
+            world.batched = batched;
             for (knob, name) in knobs.iter().zip(names).filter(|(knob, _)| knob.tell_limit || knob.tell_message_length) {
                 let limits = RelayLimits {
                     max_subscriptions: knob.max_subscriptions.filter(|_| knob.tell_limit),

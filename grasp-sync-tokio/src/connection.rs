@@ -355,7 +355,7 @@ impl Driver {
                     let report = Inbound {
                         relay,
                         generation,
-                        report: Report::Limits(limits),
+                        reports: vec![Report::Limits(limits)],
                         budget: None,
                     };
                     tokio::select! {

@@ -175,9 +175,10 @@ pub(crate) struct Forwarder {
 }
 
 impl Forwarder {
-    /// Hands the queued reports to the manager in order, until the queue
-    /// closes (the connection ended and everything before was handed on)
-    /// or the manager shuts down.
+    /// Hands the queued reports to the manager in order (the frames
+    /// decoded together in one message), until the queue closes (the
+    /// connection ended and everything before was handed on) or the manager
+    /// shuts down.
     pub(crate) async fn run(mut self, mut queue: mpsc::Receiver<Queued>) {
         while let Some(Queued { pending, budget }) = queue.recv().await {
             let reports = match pending {
@@ -189,24 +190,18 @@ impl Forwarder {
                     Err(_) => vec![Report::Malformed(0)],
                 },
             };
-            // The frames' share of the budget is given back with the last
-            // of them (reports are handled in order).
-            let last = reports.len().saturating_sub(1);
-            let mut budget = budget;
-            for (n, report) in reports.into_iter().enumerate() {
-                let inbound = Inbound {
-                    relay: self.relay.clone(),
-                    generation: self.generation,
-                    report,
-                    budget: if n == last { budget.take() } else { None },
-                };
-                if *self.shutdown.borrow() {
-                    return;
-                }
-                tokio::select! {
-                    sent = self.inbound.send(inbound) => if sent.is_err() { return },
-                    _ = self.shutdown.changed() => return,
-                }
+            let inbound = Inbound {
+                relay: self.relay.clone(),
+                generation: self.generation,
+                reports,
+                budget,
+            };
+            if *self.shutdown.borrow() {
+                return;
+            }
+            tokio::select! {
+                sent = self.inbound.send(inbound) => if sent.is_err() { return },
+                _ = self.shutdown.changed() => return,
             }
         }
     }

@@ -35,14 +35,16 @@ pub(crate) enum Report {
     Limits(grasp_sync_core::engine::RelayLimits),
 }
 
-/// A report tagged with its relay and connection generation (reports of an
-/// older connection to the same relay are stale).
+/// Reports tagged with their relay and connection generation (reports of
+/// an older connection to the same relay are stale): one, or the frames
+/// received together, in the order they arrived (one message through the
+/// channel and one engine call for a run of events, not one per event).
 #[derive(Debug)]
 pub(crate) struct Inbound {
     pub(crate) relay: RelayUrl,
     pub(crate) generation: u64,
-    pub(crate) report: Report,
-    /// The report's share of the relay's inbound byte budget, given back
-    /// when the report is dropped (after it was handled).
+    pub(crate) reports: Vec<Report>,
+    /// The reports' share of the relay's inbound byte budget, given back
+    /// when they are dropped (after they were handled).
     pub(crate) budget: Option<OwnedSemaphorePermit>,
 }

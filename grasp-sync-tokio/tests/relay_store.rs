@@ -53,13 +53,35 @@ async fn ingest_all(store: &RelayStore, events: &[Event]) -> Vec<IngestOutcome> 
         .collect()
 }
 
-/// The whole check against the relay at `url`.
+/// Hands the events to the store in batches of 64, all batches at once,
+/// as the sync's store task does, and returns the answers, in order,
+/// within [`STEP`].
+async fn ingest_in_batches(store: &RelayStore, events: &[Event]) -> Vec<IngestOutcome> {
+    let batches = events.chunks(64).map(|batch| async move {
+        let refs: Vec<&Event> = batch.iter().collect();
+        store.ingest_many(&refs).await
+    });
+    let answers = tokio::time::timeout(STEP, join_all(batches))
+        .await
+        .expect("every batch answered within the step (none held back)");
+    answers
+        .into_iter()
+        .flatten()
+        .map(|answer| answer.expect("the store answered"))
+        .collect()
+}
+
+/// The whole check against the relay at `url`: half the events handed
+/// over one by one, half in batches.
 async fn publishes_every_event_and_lists_them_back(url: RelayUrl) {
     let store = RelayStore::new(url, STORE_TIMEOUT);
     let events = notes(1_500);
     let ids: BTreeSet<EventId> = events.iter().map(|event| event.id).collect();
 
-    let answers = ingest_all(&store, &events).await;
+    let (singly, batched) = events.split_at(events.len() / 2);
+    let mut answers = ingest_all(&store, singly).await;
+    answers.extend(ingest_in_batches(&store, batched).await);
+    assert_eq!(answers.len(), events.len(), "one answer per event");
     assert!(
         answers
             .iter()
@@ -74,8 +96,22 @@ async fn publishes_every_event_and_lists_them_back(url: RelayUrl) {
     assert!(again
         .iter()
         .all(|answer| *answer == IngestOutcome::Duplicate));
+    let again = ingest_in_batches(&store, &events[1_400..]).await;
+    assert_eq!(again.len(), 100);
+    assert!(again
+        .iter()
+        .all(|answer| *answer == IngestOutcome::Duplicate));
+    // A new event twice in one batch is sent once; both get its answer.
+    let extra = notes(1).remove(0);
+    let twice = tokio::time::timeout(STEP, store.ingest_many(&[&extra, &extra]))
+        .await
+        .expect("answered within the step");
+    assert_eq!(
+        twice.into_iter().map(Result::unwrap).collect::<Vec<_>>(),
+        vec![IngestOutcome::Stored, IngestOutcome::Stored]
+    );
 
-    let filter = Filter::new().kind(Kind::TextNote);
+    let filter = Filter::new().kind(Kind::TextNote).author(events[0].pubkey);
     let items = tokio::time::timeout(STEP, store.negentropy_items(&filter))
         .await
         .expect("listed within the step")
@@ -100,7 +136,11 @@ async fn publishes_every_event_and_lists_them_back(url: RelayUrl) {
 async fn into_a_relay_with_strfry_s_limits_every_event_is_answered_and_listed_back() {
     let relay = TestRelay::start(TestRelayConfig::strfry()).await;
     publishes_every_event_and_lists_them_back(relay.url()).await;
-    assert_eq!(relay.event_ids().await.len(), 1_500);
+    assert_eq!(
+        relay.event_ids().await.len(),
+        1_501,
+        "each note once, and the extra one"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,6 +29,15 @@ impl<S: EventStore> CountingStore<S> {
         })
     }
 
+    /// Counts a newly stored event; notes when it is the `want`-th.
+    fn count(&self, outcome: &Result<IngestOutcome, StoreError>) {
+        if matches!(outcome, Ok(IngestOutcome::Stored))
+            && self.stored.fetch_add(1, Ordering::SeqCst) + 1 == self.want
+        {
+            *self.reached.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        }
+    }
+
     /// When the `want`-th new event was stored, if it was.
     pub(crate) fn reached(&self) -> Option<Instant> {
         *self.reached.lock().unwrap_or_else(PoisonError::into_inner)
@@ -38,13 +47,17 @@ impl<S: EventStore> CountingStore<S> {
 #[async_trait]
 impl<S: EventStore> EventStore for CountingStore<S> {
     async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
-        let outcome = self.inner.ingest(event).await?;
-        if outcome == IngestOutcome::Stored
-            && self.stored.fetch_add(1, Ordering::SeqCst) + 1 == self.want
-        {
-            *self.reached.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        let outcome = self.inner.ingest(event).await;
+        self.count(&outcome);
+        outcome
+    }
+
+    async fn ingest_many(&self, events: &[&Event]) -> Vec<Result<IngestOutcome, StoreError>> {
+        let outcomes = self.inner.ingest_many(events).await;
+        for outcome in &outcomes {
+            self.count(outcome);
         }
-        Ok(outcome)
+        outcomes
     }
 
     async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {

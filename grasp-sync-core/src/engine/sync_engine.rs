@@ -4,6 +4,7 @@
 //! session of its relay ([`RelaySession`]), which holds everything about
 //! that relay. The driving contract is in the [module documentation](super).
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use nostr::prelude::{Event, EventId, Kind, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
@@ -290,12 +291,29 @@ impl SyncEngine {
         subscription_id: &SubscriptionId,
         checked: Result<VerifiedEvent, Forged>,
     ) {
+        self.handle_checked_events(now, relay, [(subscription_id, checked)]);
+    }
+
+    /// Several `EVENT`s from one relay, in the order they arrived, each as
+    /// [`SyncEngine::handle_checked_event`] takes it: what the relay's
+    /// session does next (its next request, its deadline) is worked out
+    /// once, after the last of them, instead of after each.
+    pub fn handle_checked_events<S, I>(&mut self, now: Now, relay: &RelayUrl, events: I)
+    where
+        S: Borrow<SubscriptionId>,
+        I: IntoIterator<Item = (S, Result<VerifiedEvent, Forged>)>,
+    {
         self.observe(now);
         if self.own.is_for(relay) {
-            return self.on_own_checked_event(now, subscription_id, checked);
+            for (subscription_id, checked) in events {
+                self.on_own_checked_event(now, subscription_id.borrow(), checked);
+            }
+            return;
         }
         let before = self.reach();
-        self.on_checked_event(now, relay, subscription_id, checked);
+        for (subscription_id, checked) in events {
+            self.on_checked_event(now, relay, subscription_id.borrow(), checked);
+        }
         self.maintain_after(now, Some(relay), before);
     }
 
@@ -831,29 +849,56 @@ impl SyncEngine {
         id: &EventId,
         outcome: Result<IngestOutcome, StoreError>,
     ) {
+        self.handle_store_outcomes(now, [(id, outcome)]);
+    }
+
+    /// Several answers of the store, each as
+    /// [`SyncEngine::handle_store_outcome`] takes it: what they unblock
+    /// (batches confirmed, a store that keeps up again) is worked out once,
+    /// after the last of them.
+    pub fn handle_store_outcomes<E, I>(&mut self, now: Now, outcomes: I)
+    where
+        E: Borrow<EventId>,
+        I: IntoIterator<Item = (E, Result<IngestOutcome, StoreError>)>,
+    {
         self.observe(now);
         let before = self.reach();
         self.stores.alive(now.instant);
-        let verdict = StoreVerdict::of(&outcome);
+        for (id, outcome) in outcomes {
+            self.on_store_outcome(now, id.borrow(), &outcome);
+        }
+        self.maintain_after(now, None, before);
+    }
+
+    /// One store answer: the tracker settles the event (or keeps it for a
+    /// retry); a settled event's batches count it, a stored or held
+    /// announcement or root event is planned.
+    fn on_store_outcome(
+        &mut self,
+        now: Now,
+        id: &EventId,
+        outcome: &Result<IngestOutcome, StoreError>,
+    ) {
+        let verdict = StoreVerdict::of(outcome);
         let settled = self
             .stores
             .answer(now.instant, id, verdict, &self.config, &mut self.stats);
-        if let Some((done, verdict)) = settled {
-            for (relay, batch) in &done.batches {
-                if let Some((session, mut cx)) = self.session(relay) {
-                    session.count_store(&mut cx, now, *batch, -1);
-                }
-            }
-            if verdict == StoreVerdict::Stored {
-                if let Some(session) = self.relays.get_mut(&done.relay) {
-                    session.events_stored += 1;
-                }
-            }
-            if matches!(verdict, StoreVerdict::Stored | StoreVerdict::Duplicate) {
-                self.plan_stored(now, done.event.into_event());
+        let Some((done, verdict)) = settled else {
+            return;
+        };
+        for (relay, batch) in &done.batches {
+            if let Some((session, mut cx)) = self.session(relay) {
+                session.count_store(&mut cx, now, *batch, -1);
             }
         }
-        self.maintain_after(now, None, before);
+        if verdict == StoreVerdict::Stored {
+            if let Some(session) = self.relays.get_mut(&done.relay) {
+                session.events_stored += 1;
+            }
+        }
+        if matches!(verdict, StoreVerdict::Stored | StoreVerdict::Duplicate) {
+            self.plan_stored(now, done.event.into_event());
+        }
     }
 
     /// A stored (or already held) announcement or root event is ours: plan

@@ -14,6 +14,7 @@ use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
 use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore, StoreError};
 use grasp_sync_core::transport::TransportError;
 use grasp_sync_core::url_policy::RelayUrlPolicy;
+use grasp_sync_core::verified::VerifiedEvent;
 use nostr::prelude::*;
 
 use relay::{SimRelay, SimRelayConfig};
@@ -157,6 +158,13 @@ pub struct World {
     pub ping_every: Option<Duration>,
     /// When the next ping is answered.
     next_ping: Option<Instant>,
+    /// When set, deliveries due together reach the engine together, as the
+    /// tokio driver hands them: a run of one relay's `EVENT`s (verified
+    /// first) in one `handle_checked_events`, a run of store answers in
+    /// one `handle_store_outcomes`.
+    pub batched: bool,
+    /// The most `EVENT`s one batch held ([`World::batched`]).
+    pub largest_batch: usize,
     inbox: VecDeque<(Instant, u64, RelayUrl, Delivery)>,
     sequence: u64,
     pub steps: u64,
@@ -246,6 +254,8 @@ impl World {
             paced_until: Default::default(),
             ping_every: None,
             next_ping: None,
+            batched: false,
+            largest_batch: 0,
             inbox: VecDeque::new(),
             sequence: 0,
             steps: 0,
@@ -392,7 +402,15 @@ impl World {
         if let Some(position) = self.next_delivery() {
             let (at, _, relay, delivery) = self.inbox.remove(position).expect("position exists");
             self.now = self.now.max(at);
-            self.deliver(relay, delivery);
+            if self.batched && Self::batches(&delivery) {
+                let mut batch = vec![delivery];
+                while let Some(next) = self.next_in_batch(&relay, &batch[0]) {
+                    batch.push(next);
+                }
+                self.deliver_batch(relay, batch);
+            } else {
+                self.deliver(relay, delivery);
+            }
             return true;
         }
         match self.wake_at() {
@@ -415,6 +433,67 @@ impl World {
             .min_by_key(|(_, (at, sequence, ..))| (*at, *sequence))?;
         let deadline = self.wake_at();
         (deadline.is_none_or(|deadline| *at <= deadline.max(self.now))).then_some(position)
+    }
+
+    /// Whether `delivery` starts a batch ([`World::batched`]).
+    fn batches(delivery: &Delivery) -> bool {
+        match delivery {
+            Delivery::StoreOutcome(..) => true,
+            Delivery::Message(message) => matches!(**message, RelayMessage::Event { .. }),
+            _ => false,
+        }
+    }
+
+    /// The next delivery, if it is due now and joins the batch `first`
+    /// started: another store answer, or another `EVENT` of `relay`.
+    fn next_in_batch(&mut self, relay: &RelayUrl, first: &Delivery) -> Option<Delivery> {
+        let position = self.next_delivery()?;
+        let (at, _, to, next) = &self.inbox[position];
+        let joins = match (first, next) {
+            (Delivery::StoreOutcome(..), Delivery::StoreOutcome(..)) => true,
+            (Delivery::Message(_), Delivery::Message(message)) => {
+                to == relay && matches!(**message, RelayMessage::Event { .. })
+            }
+            _ => false,
+        };
+        if !joins || *at > self.now {
+            return None;
+        }
+        self.inbox.remove(position).map(|(_, _, _, next)| next)
+    }
+
+    /// Deliveries due together, in one engine call (see [`World::batched`]).
+    fn deliver_batch(&mut self, relay: RelayUrl, batch: Vec<Delivery>) {
+        let now = self.clock();
+        let read_before = self.engine.own_history_complete();
+        let mut events = Vec::new();
+        let mut outcomes = Vec::new();
+        for delivery in batch {
+            match delivery {
+                Delivery::StoreOutcome(id, outcome) => outcomes.push((id, outcome)),
+                Delivery::Message(message) => {
+                    if let RelayMessage::Event {
+                        subscription_id,
+                        event,
+                    } = *message
+                    {
+                        let checked = VerifiedEvent::verify(event.into_owned());
+                        events.push((subscription_id.into_owned(), checked));
+                    }
+                }
+                _ => unreachable!("only store answers and EVENTs are batched"),
+            }
+        }
+        if !outcomes.is_empty() {
+            self.engine.handle_store_outcomes(now, outcomes);
+        }
+        if !events.is_empty() {
+            self.largest_batch = self.largest_batch.max(events.len());
+            self.engine.handle_checked_events(now, &relay, events);
+        }
+        if !read_before && self.engine.own_history_complete() {
+            self.own.histories_completed += 1;
+        }
     }
 
     fn deliver(&mut self, relay: RelayUrl, delivery: Delivery) {

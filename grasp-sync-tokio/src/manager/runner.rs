@@ -11,7 +11,8 @@ use grasp_sync_core::clock::{Clock, Now};
 use grasp_sync_core::engine::Command;
 use grasp_sync_core::store::StoreError;
 use grasp_sync_core::transport::TransportError;
-use nostr::prelude::RelayUrl;
+use grasp_sync_core::verified::{Forged, VerifiedEvent};
+use nostr::prelude::{RelayUrl, SubscriptionId};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
@@ -189,19 +190,23 @@ impl Runner {
             .unwrap_or(far)
     }
 
-    /// A report from a connection task.
+    /// Reports from a connection task, in order: a run of `EVENT`s goes to
+    /// the engine in one call.
     pub(super) fn on_inbound(&mut self, inbound: Inbound) {
-        // `_held`, the report's share of the relay's inbound byte budget, is
+        // `_held`, the reports' share of the relay's inbound byte budget, is
         // given back when this function returns.
         let Inbound {
             relay,
             generation,
-            report,
+            reports,
             budget: _held,
         } = inbound;
         let own = self.connections.own.as_ref();
         if own.is_some_and(|own| own.relay_url() == &relay) {
-            return self.on_own(&relay, generation, report);
+            for report in reports {
+                self.on_own(&relay, generation, report);
+            }
+            return;
         }
         let current = self
             .connections
@@ -211,6 +216,37 @@ impl Runner {
         if current != Some(generation) {
             return;
         }
+        let mut events = Events::default();
+        for report in reports {
+            match report {
+                Report::Event {
+                    subscription_id,
+                    checked,
+                    size,
+                } => events.push(subscription_id, checked, size),
+                report => {
+                    self.on_events(&relay, &mut events);
+                    self.on_report(&relay, report);
+                }
+            }
+        }
+        self.on_events(&relay, &mut events);
+    }
+
+    /// Hands a run of `EVENT`s from `relay` to the engine (a forged one is
+    /// counted by the engine, `dropped_forged`), and empties it.
+    fn on_events(&mut self, relay: &RelayUrl, events: &mut Events) {
+        if events.checked.is_empty() {
+            return;
+        }
+        self.count_received(relay, std::mem::take(&mut events.size));
+        let now = self.clock_now();
+        self.engine
+            .handle_checked_events(now, relay, events.checked.drain(..));
+    }
+
+    /// A report other than an `EVENT` from `relay`'s current connection.
+    fn on_report(&mut self, relay: &RelayUrl, report: Report) {
         let now = self.clock_now();
         match report {
             Report::Connected => {
@@ -218,48 +254,47 @@ impl Runner {
                     .connection_attempts
                     .with_label_values(&[relay.as_str(), "success"])
                     .inc();
-                self.engine.handle_connected(now, &relay);
+                self.engine.handle_connected(now, relay);
             }
-            Report::Limits(limits) => self.engine.handle_relay_limits(now, &relay, limits),
+            Report::Limits(limits) => self.engine.handle_relay_limits(now, relay, limits),
             Report::ConnectFailed(reason) => {
                 self.metrics
                     .connection_attempts
                     .with_label_values(&[relay.as_str(), "failure"])
                     .inc();
                 debug!(%relay, reason, "connect failed");
-                self.engine.handle_connect_failed(now, &relay);
+                self.engine.handle_connect_failed(now, relay);
             }
             Report::AddressRefused(reason) => {
                 self.metrics
                     .refused
                     .with_label_values(&["resolved_address"])
                     .inc();
-                if self.address_refusals.warn_once(&relay) {
+                if self.address_refusals.warn_once(relay) {
                     warn!(%relay, reason, "relay address refused by the relay policy; not connecting");
                 } else {
                     debug!(%relay, reason, "relay address refused");
                 }
-                self.engine.handle_connect_failed(now, &relay);
+                self.engine.handle_connect_failed(now, relay);
             }
             Report::Disconnected(reason) => {
                 info!(%relay, reason, "connection lost");
-                self.engine.handle_disconnected(now, &relay);
+                self.engine.handle_disconnected(now, relay);
             }
             Report::Message(message, size) => {
-                self.count_received(&relay, size);
-                self.engine.handle_relay_message(now, &relay, *message);
+                self.count_received(relay, size);
+                self.engine.handle_relay_message(now, relay, *message);
             }
             Report::Event {
                 subscription_id,
                 checked,
                 size,
             } => {
-                // A forged event is counted by the engine (`dropped_forged`).
-                self.count_received(&relay, size);
+                self.count_received(relay, size);
                 self.engine
-                    .handle_checked_event(now, &relay, &subscription_id, checked);
+                    .handle_checked_event(now, relay, &subscription_id, checked);
             }
-            Report::Alive => self.engine.handle_relay_alive(now, &relay),
+            Report::Alive => self.engine.handle_relay_alive(now, relay),
             Report::Malformed(size) => {
                 self.summary.bytes_received += size as u64;
                 self.metrics.dropped.with_label_values(&["malformed"]).inc();
@@ -342,5 +377,25 @@ impl Runner {
         self.summary.engine = self.engine.stats().clone();
         self.summary.bytes_sent = self.connections.sent.load(Ordering::Relaxed);
         self.summary
+    }
+}
+
+/// A run of `EVENT`s from one relay waiting to go to the engine together,
+/// and their size on the wire.
+#[derive(Default)]
+struct Events {
+    checked: Vec<(SubscriptionId, Result<VerifiedEvent, Forged>)>,
+    size: usize,
+}
+
+impl Events {
+    fn push(
+        &mut self,
+        subscription_id: SubscriptionId,
+        checked: Result<VerifiedEvent, Forged>,
+        size: usize,
+    ) {
+        self.checked.push((subscription_id, checked));
+        self.size += size;
     }
 }

@@ -8,7 +8,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use grasp_sync_core::engine::StoreVerdict;
 use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
 use grasp_sync_core::verified::VerifiedEvent;
-use nostr::prelude::{EventId, Filter, RelayUrl, SubscriptionId, Timestamp};
+use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId, Timestamp};
 use tokio::sync::{mpsc, watch};
 use tracing::debug;
 
@@ -30,16 +30,20 @@ pub(super) enum StoreJob {
 
 /// What the store task reports back to the run loop.
 pub(super) enum StoreResult {
-    Ingested {
-        relay: RelayUrl,
-        id: EventId,
-        outcome: Result<IngestOutcome, StoreError>,
-    },
+    /// The answers to ingest jobs taken from the queue together, in order.
+    Ingested(Vec<Ingested>),
     Items {
         relay: RelayUrl,
         id: SubscriptionId,
         items: Result<Vec<(EventId, Timestamp)>, StoreError>,
     },
+}
+
+/// The store's answer for one event.
+pub(super) struct Ingested {
+    relay: RelayUrl,
+    id: EventId,
+    outcome: Result<IngestOutcome, StoreError>,
 }
 
 /// Store jobs running at once: a store that pipelines ([`RelayStore`]
@@ -49,9 +53,14 @@ pub(super) enum StoreResult {
 /// [`RelayStore`]: crate::RelayStore
 pub(super) const STORE_WINDOW: usize = 256;
 
-/// Runs up to [`STORE_WINDOW`] store jobs at once, answering each as it
-/// completes (in any order: the engine matches answers by event id), until
-/// the job channel closes or shutdown.
+/// Events handed to the store in one [`EventStore::ingest_many`] call, at
+/// most: those already queued together (never waited for).
+const STORE_BATCH: usize = 64;
+
+/// Runs store jobs, up to [`STORE_WINDOW`] events at once, answering each
+/// batch as it completes (in any order: the engine matches answers by
+/// event id), until the job channel closes or shutdown. The ingest jobs
+/// already queued go to the store together, up to [`STORE_BATCH`].
 pub(super) async fn store_worker(
     store: Arc<dyn EventStore>,
     mut jobs: mpsc::Receiver<StoreJob>,
@@ -59,14 +68,24 @@ pub(super) async fn store_worker(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut running = FuturesUnordered::new();
+    // Events (or listings) handed to the store and not answered yet.
+    let mut in_flight = 0;
+    let mut taken = Vec::with_capacity(STORE_BATCH);
     let mut open = true;
     while open || !running.is_empty() {
+        let room = STORE_BATCH.min(STORE_WINDOW.saturating_sub(in_flight));
         tokio::select! {
-            job = jobs.recv(), if open && running.len() < STORE_WINDOW => match job {
-                Some(job) => running.push(run(store.clone(), job)),
-                None => open = false,
-            },
-            Some(result) = running.next(), if !running.is_empty() => {
+            received = jobs.recv_many(&mut taken, room), if open && room > 0 => {
+                if received == 0 {
+                    open = false;
+                }
+                in_flight += received;
+                for work in Work::split(&mut taken) {
+                    running.push(work.run(store.clone()));
+                }
+            }
+            Some((result, done)) = running.next(), if !running.is_empty() => {
+                in_flight -= done;
                 tokio::select! {
                     _ = results.send(result) => {}
                     _ = shutdown.changed() => return,
@@ -77,22 +96,73 @@ pub(super) async fn store_worker(
     }
 }
 
-/// One store job and its answer.
-async fn run(store: Arc<dyn EventStore>, job: StoreJob) -> StoreResult {
-    match job {
-        StoreJob::Ingest { relay, event } => {
-            let outcome = store.ingest(&event).await;
-            let id = event.id;
-            // Dropped before the answer goes back: the engine's copy is then
-            // the last, and moves out without a copy.
-            drop(event);
-            StoreResult::Ingested { outcome, id, relay }
+/// Work for the store: the events queued together, or one listing.
+enum Work {
+    Ingest(Vec<(RelayUrl, VerifiedEvent)>),
+    Items {
+        relay: RelayUrl,
+        id: SubscriptionId,
+        filter: Box<Filter>,
+    },
+}
+
+impl Work {
+    /// The jobs `taken` from the queue (emptied) as work: their events
+    /// together, each listing on its own.
+    fn split(taken: &mut Vec<StoreJob>) -> Vec<Work> {
+        let mut events = Vec::new();
+        let mut work = Vec::new();
+        for job in taken.drain(..) {
+            match job {
+                StoreJob::Ingest { relay, event } => events.push((relay, event)),
+                StoreJob::Items { relay, id, filter } => {
+                    work.push(Work::Items { relay, id, filter })
+                }
+            }
         }
-        StoreJob::Items { relay, id, filter } => StoreResult::Items {
-            items: store.negentropy_items(&filter).await,
-            relay,
-            id,
-        },
+        if !events.is_empty() {
+            work.push(Work::Ingest(events));
+        }
+        work
+    }
+
+    /// Runs the work; its answer and how many jobs it answers.
+    async fn run(self, store: Arc<dyn EventStore>) -> (StoreResult, usize) {
+        match self {
+            Work::Ingest(events) => {
+                let outcomes = {
+                    let refs: Vec<&Event> = events.iter().map(|(_, event)| &**event).collect();
+                    store.ingest_many(&refs).await
+                };
+                let done = events.len();
+                let given = outcomes.len();
+                // An event the store gave no answer for fails (the engine
+                // offers it again with backoff) rather than waiting for the
+                // store timeout.
+                let missing = std::iter::repeat_with(|| {
+                    Err(StoreError::unavailable(format!(
+                        "the store answered {given} of {done} events"
+                    )))
+                });
+                // The events are dropped before the answers go back: the
+                // engine's copy is then the last, and moves out without a
+                // copy.
+                let answers = events
+                    .into_iter()
+                    .zip(outcomes.into_iter().chain(missing))
+                    .map(|((relay, event), outcome)| Ingested {
+                        relay,
+                        id: event.id,
+                        outcome,
+                    })
+                    .collect();
+                (StoreResult::Ingested(answers), done)
+            }
+            Work::Items { relay, id, filter } => {
+                let items = store.negentropy_items(&filter).await;
+                (StoreResult::Items { relay, id, items }, 1)
+            }
+        }
     }
 }
 
@@ -101,9 +171,14 @@ impl Runner {
     pub(super) fn on_store_result(&mut self, result: StoreResult) {
         let now = self.clock_now();
         match result {
-            StoreResult::Ingested { relay, id, outcome } => {
-                self.count_store_outcome(&relay, id, &outcome);
-                self.engine.handle_store_outcome(now, &id, outcome);
+            StoreResult::Ingested(answers) => {
+                for answer in &answers {
+                    self.count_store_outcome(&answer.relay, answer.id, &answer.outcome);
+                }
+                let outcomes = answers
+                    .into_iter()
+                    .map(|answer| (answer.id, answer.outcome));
+                self.engine.handle_store_outcomes(now, outcomes);
             }
             StoreResult::Items { relay, id, items } => match items {
                 Ok(items) => self.engine.handle_local_items(now, &relay, &id, items),
@@ -142,6 +217,133 @@ impl Runner {
                 debug!(%relay, %id, reason, "store refused event for now; the engine decides");
             }
             _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Kind};
+
+    use super::*;
+
+    /// Records the size of every batch it is handed and answers all but the
+    /// last `short` events of each.
+    #[derive(Default)]
+    struct Recording {
+        batches: Mutex<Vec<usize>>,
+        short: usize,
+    }
+
+    #[async_trait]
+    impl EventStore for Recording {
+        async fn ingest(&self, _event: &Event) -> Result<IngestOutcome, StoreError> {
+            Ok(IngestOutcome::Stored)
+        }
+
+        async fn ingest_many(&self, events: &[&Event]) -> Vec<Result<IngestOutcome, StoreError>> {
+            self.batches.lock().expect("lock").push(events.len());
+            let answered = events.len().saturating_sub(self.short);
+            vec![Ok(IngestOutcome::Stored); answered]
+        }
+
+        async fn contains(&self, _id: &EventId) -> Result<bool, StoreError> {
+            Ok(false)
+        }
+
+        async fn negentropy_items(
+            &self,
+            _filter: &Filter,
+        ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
+            Ok(Vec::new())
+        }
+    }
+
+    fn jobs(n: usize) -> Vec<StoreJob> {
+        let keys = Keys::generate();
+        let relay = RelayUrl::parse("ws://127.0.0.1:1").expect("url");
+        (0..n)
+            .map(|i| {
+                let event = EventBuilder::new(Kind::TextNote, format!("{i}"))
+                    .finalize(&keys)
+                    .expect("signs");
+                StoreJob::Ingest {
+                    relay: relay.clone(),
+                    event: VerifiedEvent::verify(event).expect("verifies"),
+                }
+            })
+            .collect()
+    }
+
+    /// Queues `jobs` before the worker starts, closes the queue, and
+    /// returns every answer (event id, outcome) and the batch sizes.
+    async fn run_worker(
+        store: Arc<Recording>,
+        jobs: Vec<StoreJob>,
+    ) -> Vec<(EventId, Result<IngestOutcome, StoreError>)> {
+        let (jobs_tx, jobs_rx) = mpsc::channel(jobs.len());
+        for job in jobs {
+            jobs_tx
+                .try_send(job)
+                .map_err(|_| "queue full")
+                .expect("fits");
+        }
+        drop(jobs_tx);
+        let (results_tx, mut results_rx) = mpsc::channel(16);
+        let (_shutdown_tx, shutdown_rx) = watch::channel(false);
+        let worker = tokio::spawn(store_worker(store, jobs_rx, results_tx, shutdown_rx));
+        let mut answers = Vec::new();
+        while let Some(result) = results_rx.recv().await {
+            if let StoreResult::Ingested(batch) = result {
+                answers.extend(batch.into_iter().map(|answer| (answer.id, answer.outcome)));
+            }
+        }
+        tokio::time::timeout(std::time::Duration::from_secs(5), worker)
+            .await
+            .expect("the worker ends with its queue")
+            .expect("the worker does not panic");
+        answers
+    }
+
+    #[tokio::test]
+    async fn jobs_queued_together_reach_the_store_in_batches_and_each_is_answered() {
+        let store = Arc::new(Recording::default());
+        let jobs = jobs(150);
+        let ids: Vec<EventId> = jobs
+            .iter()
+            .filter_map(|job| match job {
+                StoreJob::Ingest { event, .. } => Some(event.id),
+                StoreJob::Items { .. } => None,
+            })
+            .collect();
+        let answers = run_worker(store.clone(), jobs).await;
+        let answered: Vec<EventId> = answers.iter().map(|(id, _)| *id).collect();
+        assert_eq!(answered, ids, "every event answered once, in order");
+        assert!(answers.iter().all(|(_, outcome)| outcome.is_ok()));
+        let batches = store.batches.lock().expect("lock").clone();
+        assert_eq!(
+            batches,
+            vec![STORE_BATCH, STORE_BATCH, 150 - 2 * STORE_BATCH]
+        );
+    }
+
+    #[tokio::test]
+    async fn events_a_store_gives_no_answer_for_fail_at_once() {
+        let store = Arc::new(Recording {
+            short: 1,
+            ..Recording::default()
+        });
+        let answers = run_worker(store, jobs(3)).await;
+        assert_eq!(answers.len(), 3, "no event left unanswered");
+        assert!(answers[..2].iter().all(|(_, outcome)| outcome.is_ok()));
+        match &answers[2].1 {
+            Err(StoreError::Unavailable { reason }) => {
+                assert_eq!(reason, "the store answered 2 of 3 events")
+            }
+            other => panic!("not a failure: {other:?}"),
         }
     }
 }

@@ -165,14 +165,15 @@ impl RelayStore {
     }
 }
 
-#[async_trait]
-impl EventStore for RelayStore {
-    async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
-        self.start();
+impl RelayStore {
+    /// Hands `event`'s `EVENT` frame to the connection its id picks (the
+    /// same event goes to the same connection: asked twice while in
+    /// flight, it is sent once); its answer comes on the receiver.
+    async fn hand_over(
+        &self,
+        event: &Event,
+    ) -> Result<oneshot::Receiver<Result<IngestOutcome, StoreError>>, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let _waiting = self.pace.on_ingest(tokio::time::Instant::now());
-        // The same event goes to the same connection: asked twice while in
-        // flight, it is sent once.
         let connection = self.pace.lane(event.id.as_bytes()[0]);
         // Serialized here, on the caller's task: the connection task only
         // writes.
@@ -185,6 +186,15 @@ impl EventStore for RelayStore {
             })
             .await
             .map_err(|_| StoreError::Stopped)?;
+        Ok(answer)
+    }
+
+    /// Waits for the answer of an event handed over and tells the pace
+    /// what it says.
+    async fn answer(
+        &self,
+        answer: oneshot::Receiver<Result<IngestOutcome, StoreError>>,
+    ) -> Result<IngestOutcome, StoreError> {
         let outcome = answer.await.map_err(|_| StoreError::Stopped)?;
         match &outcome {
             Ok(IngestOutcome::Stored | IngestOutcome::Duplicate) => self.pace.on_taken(),
@@ -195,6 +205,36 @@ impl EventStore for RelayStore {
             _ => {}
         }
         outcome
+    }
+}
+
+#[async_trait]
+impl EventStore for RelayStore {
+    async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
+        self.start();
+        let _waiting = self.pace.on_ingest(tokio::time::Instant::now());
+        let answer = self.hand_over(event).await?;
+        self.answer(answer).await
+    }
+
+    /// Every event is handed to its connection before the first answer is
+    /// awaited: one task for the batch, the events pipelined as one by one.
+    async fn ingest_many(&self, events: &[&Event]) -> Vec<Result<IngestOutcome, StoreError>> {
+        self.start();
+        let now = tokio::time::Instant::now();
+        let mut handed = Vec::with_capacity(events.len());
+        for event in events {
+            let waiting = self.pace.on_ingest(now);
+            handed.push((self.hand_over(event).await, waiting));
+        }
+        let mut outcomes = Vec::with_capacity(events.len());
+        for (answer, _waiting) in handed {
+            outcomes.push(match answer {
+                Ok(answer) => self.answer(answer).await,
+                Err(error) => Err(error),
+            });
+        }
+        outcomes
     }
 
     async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
