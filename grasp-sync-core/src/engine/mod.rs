@@ -19,7 +19,10 @@
 //!    relay's connection, the other relay commands send
 //!    [`Command::client_message`] on it, [`Command::QueryLocalItems`] is
 //!    answered with [`SyncEngine::handle_local_items`], [`Command::Store`]
-//!    goes to the store. A connection that cannot take a message is
+//!    goes to the store, whose answer comes back with
+//!    [`SyncEngine::handle_store_outcome`] (several at once:
+//!    [`SyncEngine::handle_store_outcomes`]; a batch input costs the engine
+//!    one look at what to do next, not one per item). A connection that cannot take a message is
 //!    reported with [`SyncEngine::handle_send_failed`].
 //! 3. Wake up at [`SyncEngine::poll_timeout`] and call
 //!    [`SyncEngine::handle_timeout`]. Waking early or twice is harmless.
@@ -28,7 +31,9 @@
 //!    its URL: connection outcomes ([`SyncEngine::handle_connected`],
 //!    [`SyncEngine::handle_connect_failed`],
 //!    [`SyncEngine::handle_disconnected`]), every relay message
-//!    ([`SyncEngine::handle_relay_message`]), each WebSocket pong
+//!    ([`SyncEngine::handle_relay_message`]; `EVENT`s the driver verified
+//!    with [`SyncEngine::handle_checked_event`], or a run of them from one
+//!    relay with [`SyncEngine::handle_checked_events`]), each WebSocket pong
 //!    ([`SyncEngine::handle_relay_alive`]: a relay is alive while it sends
 //!    anything, pongs included; ping at least every
 //!    [`EngineConfig::liveness_probe_interval`]) and NIP-11 limits
