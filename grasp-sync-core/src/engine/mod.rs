@@ -22,8 +22,9 @@
 //!    goes to the store, whose answer comes back with
 //!    [`SyncEngine::handle_store_outcome`] (several at once:
 //!    [`SyncEngine::handle_store_outcomes`]; a batch input costs the engine
-//!    one look at what to do next, not one per item). A connection that cannot take a message is
-//!    reported with [`SyncEngine::handle_send_failed`].
+//!    one look at what to do next, not one per item). A connection that
+//!    cannot take a message is reported with
+//!    [`SyncEngine::handle_send_failed`].
 //! 3. Wake up at [`SyncEngine::poll_timeout`] and call
 //!    [`SyncEngine::handle_timeout`]. Waking early or twice is harmless.
 //! 4. Feed what happens on every connection — the own relay's

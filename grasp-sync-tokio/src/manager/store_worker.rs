@@ -10,7 +10,7 @@ use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
 use grasp_sync_core::verified::VerifiedEvent;
 use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId, Timestamp};
 use tokio::sync::{mpsc, watch};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::Runner;
 
@@ -136,6 +136,9 @@ impl Work {
                 };
                 let done = events.len();
                 let given = outcomes.len();
+                if given > done {
+                    warn!(given, done, "the store answered more events than it was given; the extra answers are ignored");
+                }
                 // An event the store gave no answer for fails (the engine
                 // offers it again with backoff) rather than waiting for the
                 // store timeout.
