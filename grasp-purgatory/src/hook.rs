@@ -25,6 +25,7 @@
 //! ```
 
 use async_trait::async_trait;
+use futures_util::future::join_all;
 use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
 use nostr::prelude::{Event, EventId, Filter, Timestamp};
 
@@ -74,6 +75,35 @@ impl<S: EventStore> EventStore for PurgatoryGate<S> {
                 reason: rejection(&error),
             },
         })
+    }
+
+    /// The events purgatory never holds go to the inner store together (its
+    /// own `ingest_many`: a [`RelayStore`]'s batch stays one batch); the
+    /// others each as [`EventStore::ingest`] takes them, all at once. The
+    /// answers come back in the events' order.
+    ///
+    /// [`RelayStore`]: https://docs.rs/grasp-sync-tokio/latest/grasp_sync_tokio/struct.RelayStore.html
+    async fn ingest_many(&self, events: &[&Event]) -> Vec<Result<IngestOutcome, StoreError>> {
+        let (held, passed): (Vec<usize>, Vec<usize>) =
+            (0..events.len()).partition(|&n| is_held_kind(events[n].kind.as_u16()));
+        let passed_events: Vec<&Event> = passed.iter().map(|&n| events[n]).collect();
+        let (passed_outcomes, held_outcomes) = tokio::join!(
+            self.inner.ingest_many(&passed_events),
+            join_all(held.iter().map(|&n| self.ingest(events[n]))),
+        );
+        let mut outcomes: Vec<Option<Result<IngestOutcome, StoreError>>> = vec![None; events.len()];
+        let answered = passed.iter().zip(passed_outcomes);
+        for (&n, outcome) in answered.chain(held.iter().zip(held_outcomes)) {
+            outcomes[n] = Some(outcome);
+        }
+        // An event the inner store gave no answer for fails, and the
+        // engine offers it again.
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| Err(StoreError::unavailable("the store gave no answer")))
+            })
+            .collect()
     }
 
     async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
