@@ -9,6 +9,9 @@
 //! input. What is measured is the engine's own overhead per input: keeping
 //! its relays going and finding its next deadline.
 //!
+//! A second group measures the same fixed cost against the store's
+//! answers: 64 of them one call each, or in one batch call.
+//!
 //! `cargo bench -p grasp-sync-benches --bench engine_input`; CI only builds
 //! this.
 
@@ -17,8 +20,9 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use grasp_sync_core::engine::{Command, EngineConfig, SyncEngine};
+use grasp_sync_core::store::IngestOutcome;
 use grasp_sync_core::{Instant, Now};
-use nostr::prelude::{RelayMessage, RelayUrl, SubscriptionId, Timestamp};
+use nostr::prelude::{EventId, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
 
 /// Records the REQs the engine sends: (relay, subscription id).
 #[derive(Default)]
@@ -101,9 +105,50 @@ fn per_input(c: &mut Criterion) {
     group.finish();
 }
 
+/// Answers the store gives in one go, as the tokio adapter's store task
+/// hands them over (up to 64 at a time).
+const ANSWERS: usize = 64;
+
+/// The engine's fixed cost per input, paid once per answer or once per
+/// batch of [`ANSWERS`] answers: store answers for events the engine is not
+/// waiting for (each is looked up and passed over), one `handle_store_outcome`
+/// call each or one `handle_store_outcomes` call for all, then what a
+/// driver does after an input (commands, `poll_timeout`).
+fn store_answers(c: &mut Criterion) {
+    let mut group = c.benchmark_group("store_answers_64");
+    let ids: Vec<EventId> = (0..ANSWERS as u64)
+        .map(|n| {
+            let mut bytes = [0u8; 32];
+            bytes[..8].copy_from_slice(&n.to_be_bytes());
+            EventId::from_byte_array(bytes)
+        })
+        .collect();
+    for relays in [1usize, 1_000] {
+        let (mut engine, mut sink, now) = engine_with(relays);
+        group.bench_with_input(BenchmarkId::new("one_by_one", relays), &relays, |b, _| {
+            b.iter(|| {
+                for id in &ids {
+                    engine.handle_store_outcome(now, id, Ok(IngestOutcome::Stored));
+                    sink.drain(&mut engine, now);
+                    black_box(engine.poll_timeout());
+                }
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("batched", relays), &relays, |b, _| {
+            b.iter(|| {
+                let answers = ids.iter().map(|id| (id, Ok(IngestOutcome::Stored)));
+                engine.handle_store_outcomes(now, answers);
+                sink.drain(&mut engine, now);
+                black_box(engine.poll_timeout())
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(30).measurement_time(Duration::from_secs(3));
-    targets = per_input
+    targets = per_input, store_answers
 }
 criterion_main!(benches);
