@@ -52,6 +52,15 @@ impl EventStore for Recording {
     }
 }
 
+/// The gate's answers to `batch`, in order (none may fail).
+async fn answers(gate: &PurgatoryGate<Arc<Recording>>, batch: &[&Event]) -> Vec<IngestOutcome> {
+    gate.ingest_many(batch)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect()
+}
+
 #[tokio::test(start_paused = true)]
 async fn passed_events_reach_the_inner_store_as_one_batch_and_held_ones_purgatory() {
     let (sink, _output) = ChannelSink::new();
@@ -77,12 +86,7 @@ async fn passed_events_reach_the_inner_store_as_one_batch_and_held_ones_purgator
     // Held already: its answer tells its place from the others'.
     store.inner.ingest(&comment).await.unwrap();
 
-    let outcomes: Vec<IngestOutcome> = gate
-        .ingest_many(&batch)
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let outcomes = answers(&gate, &batch).await;
     assert_eq!(
         outcomes,
         vec![Stored, Stored, Duplicate, Stored],
@@ -97,11 +101,6 @@ async fn passed_events_reach_the_inner_store_as_one_batch_and_held_ones_purgator
     assert!(!store.inner.contains(&pr.id).await.unwrap());
 
     // Again: the inner store's and purgatory's own answers, in place.
-    let again: Vec<IngestOutcome> = gate
-        .ingest_many(&batch)
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let again = answers(&gate, &batch).await;
     assert_eq!(again, vec![Duplicate; 4]);
 }
