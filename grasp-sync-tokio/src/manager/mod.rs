@@ -72,7 +72,8 @@ impl WarnOnce {
 const STORE_QUEUE: usize = 65_536;
 
 /// Relay reports (or store answers) handled in one go when they are
-/// already waiting.
+/// already waiting, at least: a message carrying several (the frames
+/// decoded together, a batch of store answers) is handled whole.
 const INBOUND_BURST: usize = 256;
 
 /// Runs GRASP-02 proactive sync against real relays.
@@ -224,21 +225,25 @@ impl SyncManager {
                 biased;
                 _ = shutdown.changed() => break,
                 Some(result) = store_results.recv() => {
+                    let mut handled = result.len();
                     runner.on_store_result(result);
-                    for _ in 1..INBOUND_BURST {
+                    while handled < INBOUND_BURST {
                         let Ok(result) = store_results.try_recv() else { break };
+                        handled += result.len();
                         runner.drain_commands();
                         runner.on_store_result(result);
                     }
                 }
                 Some(message) = inbound.recv() => {
+                    let mut handled = message.reports.len();
                     runner.on_inbound(message);
                     // What else already arrived is handled (each after the
                     // commands of the one before) before the deadlines and
                     // the status are looked at again: their cost is paid
                     // once per burst, not per message.
-                    for _ in 1..INBOUND_BURST {
+                    while handled < INBOUND_BURST {
                         let Ok(message) = inbound.try_recv() else { break };
+                        handled += message.reports.len();
                         runner.drain_commands();
                         runner.on_inbound(message);
                     }

@@ -39,6 +39,16 @@ pub(super) enum StoreResult {
     },
 }
 
+impl StoreResult {
+    /// How many answers it carries.
+    pub(super) fn len(&self) -> usize {
+        match self {
+            StoreResult::Ingested(answers) => answers.len(),
+            StoreResult::Items { .. } => 1,
+        }
+    }
+}
+
 /// The store's answer for one event.
 pub(super) struct Ingested {
     relay: RelayUrl,
