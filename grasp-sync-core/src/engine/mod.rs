@@ -103,7 +103,7 @@ pub use config::{
     Caps, ConfigError, EngineConfig, Identity, Limits, RelayLimits, Timeouts, DEFAULT_FRAME_BUDGET,
     MIN_FRAME_BUDGET, MIN_NEGENTROPY_FRAME,
 };
-pub use frames::req_frame_len;
+pub use frames::{event_frame, req_frame_len};
 pub use ours::MAX_CANDIDATES;
 pub use report::RelayReport;
 pub use session::SessionError;

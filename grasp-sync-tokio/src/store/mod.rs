@@ -9,7 +9,6 @@
 //! `pace`: how many connections are in use), listing on one more (`query`:
 //! one filter at a time).
 
-mod frame;
 mod ingest;
 mod pace;
 mod query;
@@ -18,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use grasp_sync_core::engine::classify;
+use grasp_sync_core::engine::{classify, event_frame};
 use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
 use nostr::prelude::{Event, EventId, Filter, RelayUrl, Timestamp};
 use tokio::sync::{mpsc, oneshot};
@@ -177,7 +176,7 @@ impl RelayStore {
         let connection = self.pace.lane(event.id.as_bytes()[0]);
         // Serialized here, on the caller's task: the connection task only
         // writes.
-        let frame = frame::event_frame(event);
+        let frame = event_frame(event);
         self.ingests[connection]
             .send(ingest::Ingest {
                 id: event.id,
