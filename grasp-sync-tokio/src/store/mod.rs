@@ -162,9 +162,7 @@ impl RelayStore {
             .map_err(|_| StoreError::Stopped)?;
         answer.await.map_err(|_| StoreError::Stopped)?
     }
-}
 
-impl RelayStore {
     /// Hands `event`'s `EVENT` frame to the connection its id picks (the
     /// same event goes to the same connection: asked twice while in
     /// flight, it is sent once); its answer comes on the receiver.
@@ -190,7 +188,7 @@ impl RelayStore {
 
     /// Waits for the answer of an event handed over and tells the pace
     /// what it says.
-    async fn answer(
+    async fn await_answer(
         &self,
         answer: oneshot::Receiver<Result<IngestOutcome, StoreError>>,
     ) -> Result<IngestOutcome, StoreError> {
@@ -213,7 +211,7 @@ impl EventStore for RelayStore {
         self.start();
         let _waiting = self.pace.on_ingest(tokio::time::Instant::now());
         let answer = self.hand_over(event).await?;
-        self.answer(answer).await
+        self.await_answer(answer).await
     }
 
     /// Every event is handed to its connection before the first answer is
@@ -229,7 +227,7 @@ impl EventStore for RelayStore {
         let mut outcomes = Vec::with_capacity(events.len());
         for (answer, _waiting) in handed {
             outcomes.push(match answer {
-                Ok(answer) => self.answer(answer).await,
+                Ok(answer) => self.await_answer(answer).await,
                 Err(error) => Err(error),
             });
         }
