@@ -16,6 +16,9 @@ pub(crate) struct CountingStore<S> {
     want: u64,
     stored: AtomicU64,
     reached: Mutex<Option<Instant>>,
+    /// Listings of the store's items (for NIP-77), and the items they gave.
+    listings: AtomicU64,
+    listed: AtomicU64,
 }
 
 impl<S: EventStore> CountingStore<S> {
@@ -26,6 +29,8 @@ impl<S: EventStore> CountingStore<S> {
             want,
             stored: AtomicU64::new(0),
             reached: Mutex::new(None),
+            listings: AtomicU64::new(0),
+            listed: AtomicU64::new(0),
         })
     }
 
@@ -36,6 +41,15 @@ impl<S: EventStore> CountingStore<S> {
         {
             *self.reached.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
         }
+    }
+
+    /// How many listings the sync asked of the store, and how many items
+    /// they gave in all.
+    pub(crate) fn listings(&self) -> (u64, u64) {
+        (
+            self.listings.load(Ordering::SeqCst),
+            self.listed.load(Ordering::SeqCst),
+        )
     }
 
     /// When the `want`-th new event was stored, if it was.
@@ -68,6 +82,11 @@ impl<S: EventStore> EventStore for CountingStore<S> {
         &self,
         filter: &Filter,
     ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
-        self.inner.negentropy_items(filter).await
+        let items = self.inner.negentropy_items(filter).await;
+        self.listings.fetch_add(1, Ordering::SeqCst);
+        if let Ok(items) = &items {
+            self.listed.fetch_add(items.len() as u64, Ordering::SeqCst);
+        }
+        items
     }
 }

@@ -9,7 +9,11 @@
 //! GRASP_BENCH_EVENTS=10000 cargo bench -p grasp-sync-benches --bench throughput   # quick
 //! GRASP_BENCH_PATHS=a,c cargo bench -p grasp-sync-benches --bench throughput      # some paths
 //! GRASP_BENCH_OWN_RELAY_CPU=1 cargo bench -p grasp-sync-benches --bench throughput # own relay on CPU 1 alone
+//! GRASP_BENCH_RESYNC=0 GRASP_BENCH_PATHS=a cargo bench -p grasp-sync-benches --bench throughput # (a) without benchmark 3
 //! ```
+//!
+//! (`GRASP_BENCH_RESYNC=0` leaves out the re-sync after each (a) run, which
+//! runs in the same process: for a profile of the sync alone.)
 //!
 //! Data: N (default 100 000) signed NIP-34 events over 500 repositories
 //! (see `dataset.rs`), cached in `target/grasp-bench-data/`. The remote relay
@@ -120,6 +124,11 @@ fn paths_wanted() -> Vec<String> {
         })
 }
 
+/// Whether benchmark 3 follows each (a) run (unless `GRASP_BENCH_RESYNC=0`).
+fn resync_wanted() -> bool {
+    std::env::var("GRASP_BENCH_RESYNC").map_or(true, |value| value.trim() != "0")
+}
+
 fn main() {
     if !std::env::args().any(|arg| arg == "--bench") {
         println!("throughput: run with `cargo bench -p grasp-sync-benches --bench throughput`");
@@ -174,7 +183,7 @@ fn main() {
         if on("a") {
             step("(a) ours, sidecar (then benchmark 3: re-sync)");
             let (measured, resync) =
-                runtime.block_on(ours::sidecar(&bench, OwnKind::Lmdb, false, true));
+                runtime.block_on(ours::sidecar(&bench, OwnKind::Lmdb, false, resync_wanted()));
             results.push("a", measured);
             results.resync.extend(resync);
         }

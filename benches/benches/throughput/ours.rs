@@ -196,13 +196,15 @@ pub(crate) async fn sidecar(
         ],
         note: format!(
             "stored {}, duplicates {}, store retries {}, own relay echoes {}, rate limits {}, \
-             live consolidations {}, NIP-77 refusals {}, bytes from remote {}, {}",
+             live consolidations {}, listings {} ({} items), NIP-77 refusals {}, bytes from remote {}, {}",
             summary.events_stored,
             summary.events_duplicate,
             summary.store_retries,
             last.engine.own_echoes,
             last.engine.rate_limits,
             last.engine.consolidations,
+            store.listings().0,
+            store.listings().1,
             last.engine.negentropy_refusals,
             remote_bytes(&last, &remote_url).0,
             remote_events(&last, &remote_url, bench.n),
@@ -378,11 +380,13 @@ pub(crate) async fn in_process(bench: &Bench) -> Measurement {
         cpu: vec![("sync".into(), cpu.0), ("remote".into(), cpu.1)],
         note: format!(
             "stored {}, duplicates {}, NIP-77 rounds {}, live consolidations {}, \
-             bytes from remote {}, {}",
+             listings {} ({} items), bytes from remote {}, {}",
             summary.events_stored,
             summary.events_duplicate,
             last.engine.negentropy_rounds,
             last.engine.consolidations,
+            store.listings().0,
+            store.listings().1,
             remote_bytes(&last, &remote_url).0,
             remote_events(&last, &remote_url, bench.n),
         ),
