@@ -25,6 +25,7 @@
 //! Under `cargo test` (no `--bench` argument) it does nothing.
 
 #[path = "throughput/counting.rs"]
+#[allow(dead_code)]
 mod counting;
 #[path = "throughput/dataset.rs"]
 #[allow(dead_code)]
