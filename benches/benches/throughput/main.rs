@@ -181,9 +181,14 @@ fn main() {
             results.push("d", sdk::verify_alone(&all));
         }
         if on("a") {
-            step("(a) ours, sidecar (then benchmark 3: re-sync)");
+            let resync = resync_wanted();
+            step(if resync {
+                "(a) ours, sidecar (then benchmark 3: re-sync)"
+            } else {
+                "(a) ours, sidecar"
+            });
             let (measured, resync) =
-                runtime.block_on(ours::sidecar(&bench, OwnKind::Lmdb, false, resync_wanted()));
+                runtime.block_on(ours::sidecar(&bench, OwnKind::Lmdb, false, resync));
             results.push("a", measured);
             results.resync.extend(resync);
         }

@@ -180,6 +180,7 @@ pub(crate) async fn sidecar(
     shutdown.shutdown();
     let summary = run.await.expect("the sync manager task");
     let held = own.held(&own_url, bench.n).await;
+    let (listings, listed) = store.listings();
     assert!(
         held >= bench.n as u64,
         "the own relay holds {held} events, fewer than {}",
@@ -196,15 +197,16 @@ pub(crate) async fn sidecar(
         ],
         note: format!(
             "stored {}, duplicates {}, store retries {}, own relay echoes {}, rate limits {}, \
-             live consolidations {}, listings {} ({} items), NIP-77 refusals {}, bytes from remote {}, {}",
+             live consolidations {}, listings {} ({} items), NIP-77 refusals {}, \
+             bytes from remote {}, {}",
             summary.events_stored,
             summary.events_duplicate,
             summary.store_retries,
             last.engine.own_echoes,
             last.engine.rate_limits,
             last.engine.consolidations,
-            store.listings().0,
-            store.listings().1,
+            listings,
+            listed,
             last.engine.negentropy_refusals,
             remote_bytes(&last, &remote_url).0,
             remote_events(&last, &remote_url, bench.n),
@@ -362,6 +364,7 @@ pub(crate) async fn in_process(bench: &Bench) -> Measurement {
     let cpu = (own_cpu() - cpu.0, remote.cpu() - cpu.1);
     shutdown.shutdown();
     let summary = run.await.expect("the sync manager task");
+    let (listings, listed) = store.listings();
     let held = database
         .count(Filter::new())
         .await
@@ -385,8 +388,8 @@ pub(crate) async fn in_process(bench: &Bench) -> Measurement {
             summary.events_duplicate,
             last.engine.negentropy_rounds,
             last.engine.consolidations,
-            store.listings().0,
-            store.listings().1,
+            listings,
+            listed,
             remote_bytes(&last, &remote_url).0,
             remote_events(&last, &remote_url, bench.n),
         ),
