@@ -37,6 +37,7 @@ fn repository(urls: &[&str]) -> RepositoryData {
             maintainers: Vec::new(),
             skipped: Vec::new(),
         }],
+        event_sources: Vec::new(),
     }
 }
 

@@ -103,7 +103,7 @@ impl AnnouncementLists {
 }
 
 /// Trims a URL value and refuses it when empty or longer than any policy accepts.
-fn check_url_text(value: &str) -> Result<&str, SkipReason> {
+pub(super) fn check_url_text(value: &str) -> Result<&str, SkipReason> {
     let trimmed = value.trim();
     if trimmed.is_empty() {
         return Err(SkipReason::EmptyValue);

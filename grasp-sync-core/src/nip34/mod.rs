@@ -27,7 +27,10 @@ use nostr::key::PublicKey;
 
 pub use announcement::{parse_announcement, RepoAnnouncement};
 pub use git_oid::{GitOid, GitOidError};
-pub use references::{pull_request_tip, referenced_root_ids, root_event_repo_refs};
+pub use references::{
+    pull_request_clone_urls, pull_request_tip, referenced_root_ids, root_event_repo_refs,
+    MAX_PULL_REQUEST_CLONE_URLS,
+};
 pub use repo_ref::{RepoRef, RepoRefError, MAX_IDENTIFIER_LEN};
 pub use state::{parse_repo_state, RepoState, MAX_REF_NAME_LEN};
 
@@ -129,6 +132,12 @@ pub enum SkipReason {
     /// A second valid `c` tag; the first one gives the tip.
     #[error("duplicate commit tip tag")]
     DuplicateTip,
+    /// More values of this kind than are read; the first ones count.
+    #[error("more than the {max} values read")]
+    TooMany {
+        /// How many are read.
+        max: usize,
+    },
 }
 
 /// Why an event could not be parsed at all.

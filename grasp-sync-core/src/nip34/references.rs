@@ -4,6 +4,7 @@
 use indexmap::IndexSet;
 use nostr::event::{Event, EventId};
 
+use super::announcement::check_url_text;
 use super::{
     clip, is_lower_hex_64, named_tags, GitOid, Parsed, RepoRef, RepoRefError, SkipLog, SkipReason,
 };
@@ -70,6 +71,42 @@ pub fn pull_request_tip(event: &Event) -> Parsed<Option<GitOid>> {
     }
 }
 
+/// The most clone URLs read from one pull request or update: a stranger's event must
+/// not make one fetch try hundreds of servers.
+pub const MAX_PULL_REQUEST_CLONE_URLS: usize = 8;
+
+/// The clone URLs a pull request (1618) or update (1619) names for its commits (every
+/// value of every `clone` tag), trimmed, de-duplicated, in order of appearance, at most
+/// [`MAX_PULL_REQUEST_CLONE_URLS`] (the rest are recorded as skipped). Often the
+/// contributor's fork, not one of the repository's servers. Not yet checked: apply a
+/// clone URL policy before use.
+pub fn pull_request_clone_urls(event: &Event) -> Parsed<Vec<String>> {
+    let mut log = SkipLog::default();
+    let mut urls: IndexSet<String> = IndexSet::new();
+    for (index, _, values) in named_tags(event).filter(|(_, name, _)| *name == "clone") {
+        for value in values {
+            match check_url_text(value) {
+                Ok(_) if urls.len() >= MAX_PULL_REQUEST_CLONE_URLS => {
+                    log.skip(
+                        index,
+                        SkipReason::TooMany {
+                            max: MAX_PULL_REQUEST_CLONE_URLS,
+                        },
+                    );
+                }
+                Ok(url) => {
+                    urls.insert(url.to_owned());
+                }
+                Err(reason) => log.skip(index, reason),
+            }
+        }
+    }
+    Parsed {
+        value: urls.into_iter().collect(),
+        skipped: log.into_sorted(),
+    }
+}
+
 fn first_value(values: &[String]) -> Result<&str, SkipReason> {
     values
         .first()
@@ -106,6 +143,39 @@ mod tests {
     };
     use super::*;
     use nostr::key::Keys;
+
+    #[test]
+    fn pull_request_clone_urls_are_read_trimmed_once_each_and_bounded() {
+        let many: Vec<String> = (0..MAX_PULL_REQUEST_CLONE_URLS + 3)
+            .map(|n| format!("https://fork{n}.example/r.git"))
+            .collect();
+        let mut tags: Vec<Vec<&str>> = vec![
+            vec![
+                "clone",
+                " https://fork0.example/r.git ",
+                "https://fork1.example/r.git",
+            ],
+            vec!["clone", "https://fork0.example/r.git", ""],
+        ];
+        tags.push(
+            std::iter::once("clone")
+                .chain(many.iter().map(String::as_str))
+                .collect(),
+        );
+        let tags: Vec<&[&str]> = tags.iter().map(Vec::as_slice).collect();
+        let parsed = pull_request_clone_urls(&signed_event(KIND_PULL_REQUEST, &tags));
+        assert_eq!(parsed.value, many[..MAX_PULL_REQUEST_CLONE_URLS].to_vec());
+        let too_many = parsed
+            .skipped
+            .iter()
+            .filter(|skipped| matches!(skipped.reason, SkipReason::TooMany { .. }))
+            .count();
+        assert_eq!(too_many, 3, "the URLs past the bound are reported");
+        assert!(parsed
+            .skipped
+            .iter()
+            .any(|skipped| skipped.reason == SkipReason::EmptyValue));
+    }
 
     fn repo_text(keys: &Keys, identifier: &str) -> String {
         format!("30617:{}:{identifier}", keys.public_key().to_hex())

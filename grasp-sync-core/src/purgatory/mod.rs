@@ -11,7 +11,12 @@
 //! sync and none of its effects; nothing here reads a clock (every
 //! time-dependent method takes `now`), spawns a task or does I/O.
 //!
-//! - [`select_repository`]: which announcements speak for a repository.
+//! - [`select_repository`], [`maintainer_set`], [`home_repository`]: which
+//!   announcements speak for a repository, whose states count for it, and which
+//!   repository a maintainer without an announcement belongs to.
+//! - [`newest_authorized_state`], [`served_ref_plan`], [`pull_request_ref_changes`]:
+//!   what a served repository's refs must be (module `serving`).
+//! - [`ReconcileSchedule`]: when each served repository is reconciled next.
 //! - [`SyncQueue`] / [`SyncQueueEntry`]: when each repository is synced next
 //!   (debounce of 3 min for user-submitted events, 500 ms for events that
 //!   arrived by sync; backoff 20 s, 40 s, 80 s, then 2 min).
@@ -21,6 +26,8 @@
 //!
 //! The queue and the throttles key what they schedule by an opaque string
 //! (the spec's "identifier"); purgatory uses the repository coordinate's text.
+//! - [`RepositoryData::oids_to_ask`]: which objects a clone URL is asked for (a
+//!   pull request's own `clone` URL only for that pull request's tip).
 //! - [`select_candidates`] / [`candidate_urls`], [`next_url`],
 //!   [`throttled_domains_with_untried_urls`]: which clone URL to try next, never one on
 //!   our own service ([`OwnService`]).
@@ -67,7 +74,9 @@ mod accounting;
 mod context;
 mod own_service;
 mod queue;
+mod reconcile;
 mod repository;
+mod serving;
 #[cfg(test)]
 mod test_support;
 mod throttle;
@@ -80,8 +89,14 @@ pub use accounting::{
 pub use context::{FetchCall, MemorySyncContext, SyncContext, SyncContextError};
 pub use own_service::{OwnService, OwnServiceError};
 pub use queue::{SyncQueue, SyncQueueConfig, SyncQueueEntry};
+pub use reconcile::{ReconcileConfig, ReconcileSchedule};
 pub use repository::{
-    listed_maintainers, select_repository, RepositoryData, MAX_REPOSITORY_MAINTAINERS,
+    home_repository, listed_maintainers, maintainer_set, select_repository, EventSource,
+    RepositoryData, MAX_REPOSITORY_MAINTAINERS,
+};
+pub use serving::{
+    is_served_ref, newest_authorized_state, pull_request_ref_changes, served_head, served_ref_plan,
+    RefChange, RefPlan, ServedState, PULL_REQUEST_REF_PREFIX, SERVED_REF_PREFIXES,
 };
 pub use throttle::{DomainThrottle, DomainThrottles, QueueStep, ThrottleConfig};
 pub use url_select::{

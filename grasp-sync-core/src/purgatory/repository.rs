@@ -4,64 +4,144 @@
 //! Purgatory syncs per repository, not per bare identifier. A repository is a
 //! coordinate `30617:<owner>:<identifier>`: the owner is the author of a state
 //! (30618), or the repository a pull request names in its `a` tag. Its clone
-//! URLs come from the owner's announcement of that identifier and from the
-//! announcements of the maintainers the owner's announcement lists (NIP-34
-//! `maintainers` tag), nothing else. Anybody may announce the same identifier;
-//! such an announcement contributes no URL, and the git data is fetched into
-//! the owner's repository only.
+//! URLs come from the announcements of that identifier by its maintainer set
+//! ([`maintainer_set`]: the owner, the keys its announcement lists in its NIP-34
+//! `maintainers` tag, recursively), nothing else. Anybody may announce the same
+//! identifier; such an announcement contributes no URL, and the git data is
+//! fetched into the owner's repository only. A maintainer who has not announced
+//! the repository belongs to the one that lists them ([`home_repository`]).
 
-use crate::nip34::{RepoAnnouncement, RepoRef};
+use std::collections::BTreeSet;
 
-/// Maintainers of the owner's announcement whose announcements are read, in
-/// the order listed; the rest are ignored (logged at debug). The owner chose
-/// them, but an announcement listing thousands must not make one sync read
-/// thousands of announcements and try all their URLs.
+use nostr::key::PublicKey;
+
+use crate::nip34::{GitOid, RepoAnnouncement, RepoRef};
+use crate::url_policy::{CloneUrl, CloneUrlPolicy};
+
+/// The most keys in one repository's maintainer set (the owner included): the owner
+/// chose them, but an announcement listing thousands, or a chain of maintainers each
+/// listing more, must not make one sync read thousands of announcements and try all
+/// their URLs. Keys past it are ignored (logged at debug).
 pub const MAX_REPOSITORY_MAINTAINERS: usize = 32;
 
-/// The announcements that speak for one repository: the owner's first, then
-/// those of the maintainers it lists, in the order listed.
+/// The announcements that speak for one repository, and the clone URLs held events
+/// name for their own objects.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RepositoryData {
-    /// The owner's announcement, then its maintainers' announcements.
+    /// The owner's announcement, then those of its maintainer set
+    /// ([`maintainer_set`]), in the order the set was found.
     pub announcements: Vec<RepoAnnouncement>,
+    /// Held events that name clone URLs of their own (a pull request's `clone` tags,
+    /// often the contributor's fork): those URLs are sources for these events' objects
+    /// only.
+    pub event_sources: Vec<EventSource>,
+}
+
+/// Where one held event's own objects may also be fetched from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventSource {
+    /// The objects of the event still missing.
+    pub missing: BTreeSet<GitOid>,
+    /// The clone URLs the event names (not yet checked by a policy).
+    pub clone_urls: Vec<String>,
 }
 
 impl RepositoryData {
-    /// The clone URLs of all announcements, in order, with repetitions.
+    /// Every clone URL to consider, in order, with repetitions: the announcements'
+    /// first, then those the held events name.
     pub fn clone_urls(&self) -> impl Iterator<Item = &str> {
-        self.announcements
+        let announced = self
+            .announcements
             .iter()
-            .flat_map(|announcement| announcement.clone_urls.iter().map(String::as_str))
+            .flat_map(|announcement| announcement.clone_urls.iter().map(String::as_str));
+        let named = self
+            .event_sources
+            .iter()
+            .flat_map(|source| source.clone_urls.iter().map(String::as_str));
+        announced.chain(named)
+    }
+
+    /// Which of `missing` to ask `url` for: all of them from a clone URL of the
+    /// repository's announcements; from a URL only held events name, the missing
+    /// objects of those events (a contributor's fork has the pull request's commit,
+    /// not the repository's branches). URLs are compared as `policy` normalises them.
+    pub fn oids_to_ask(
+        &self,
+        url: &CloneUrl,
+        missing: &BTreeSet<GitOid>,
+        policy: &CloneUrlPolicy,
+    ) -> BTreeSet<GitOid> {
+        let is_url = |raw: &String| policy.check(raw).is_ok_and(|checked| checked == *url);
+        let announced = self
+            .announcements
+            .iter()
+            .any(|announcement| announcement.clone_urls.iter().any(is_url));
+        if announced {
+            return missing.clone();
+        }
+        self.event_sources
+            .iter()
+            .filter(|source| source.clone_urls.iter().any(is_url))
+            .flat_map(|source| source.missing.iter())
+            .filter(|oid| missing.contains(*oid))
+            .cloned()
+            .collect()
     }
 }
 
-/// The maintainers whose announcements count for `owner`'s announcement: the
-/// listed ones other than the owner, at most [`MAX_REPOSITORY_MAINTAINERS`].
-pub fn listed_maintainers(owner: &RepoAnnouncement) -> Vec<nostr::key::PublicKey> {
-    let listed: Vec<_> = owner
+/// The maintainers the owner's announcement lists, other than the owner, in the
+/// order listed.
+pub fn listed_maintainers(owner: &RepoAnnouncement) -> Vec<PublicKey> {
+    owner
         .maintainers
         .iter()
         .filter(|maintainer| *maintainer != owner.repo.pubkey())
         .copied()
-        .collect();
-    if listed.len() > MAX_REPOSITORY_MAINTAINERS {
-        tracing::debug!(
-            repo = %owner.repo,
-            listed = listed.len(),
-            kept = MAX_REPOSITORY_MAINTAINERS,
-            "announcement lists more maintainers than are read"
-        );
-    }
-    listed
-        .into_iter()
-        .take(MAX_REPOSITORY_MAINTAINERS)
         .collect()
 }
 
-/// The [`RepositoryData`] of `repo` among `announcements` (in any order, of
-/// any authors and identifiers): the owner's announcement of `repo`'s
-/// identifier, then the announcements of that identifier by the maintainers it
-/// lists ([`listed_maintainers`]), one per author, in the order listed.
+/// The maintainer set of `repo`, the keys whose states count for it: the owner, the
+/// keys the owner's announcement lists as maintainers, and, recursively, the keys
+/// listed by the announcements of the same identifier by those maintainers. A listed
+/// maintainer needs no announcement of their own (they are in the set; only the keys
+/// their announcement would list are not). Breadth first, in the order listed, each
+/// key once (cycles end there), at most [`MAX_REPOSITORY_MAINTAINERS`] keys.
+///
+/// `announcements` may hold any authors and identifiers; only those of `repo`'s
+/// identifier count, the first of each author.
+pub fn maintainer_set(repo: &RepoRef, announcements: &[RepoAnnouncement]) -> Vec<PublicKey> {
+    let announcement_of = |author: &PublicKey| {
+        announcements.iter().find(|announcement| {
+            announcement.repo.identifier() == repo.identifier()
+                && announcement.repo.pubkey() == author
+        })
+    };
+    let mut set = vec![*repo.pubkey()];
+    let mut next = 0;
+    while next < set.len() {
+        let Some(announcement) = announcement_of(&set[next]) else {
+            next += 1;
+            continue;
+        };
+        for maintainer in &announcement.maintainers {
+            if set.contains(maintainer) {
+                continue;
+            }
+            if set.len() >= MAX_REPOSITORY_MAINTAINERS {
+                tracing::debug!(%repo, kept = MAX_REPOSITORY_MAINTAINERS, "maintainer set truncated");
+                return set;
+            }
+            set.push(*maintainer);
+        }
+        next += 1;
+    }
+    set
+}
+
+/// The [`RepositoryData`] of `repo` among `announcements` (in any order, of any
+/// authors and identifiers): the owner's announcement of `repo`'s identifier, then the
+/// announcements of that identifier by the rest of its [`maintainer_set`], one per
+/// author, in the order of the set. No event sources.
 ///
 /// `None` when the owner's announcement is not among them: without it nobody
 /// speaks for the repository. Announcements of other authors or identifiers
@@ -74,23 +154,35 @@ pub fn select_repository(
         .into_iter()
         .filter(|announcement| announcement.repo.identifier() == repo.identifier())
         .collect();
-    let owner = same_identifier
+    same_identifier
         .iter()
-        .find(|announcement| announcement.repo.pubkey() == repo.pubkey())?
-        .clone();
-    let maintainers = listed_maintainers(&owner);
-    let mut selected = vec![owner];
-    for maintainer in maintainers {
-        let found = same_identifier
-            .iter()
-            .find(|announcement| announcement.repo.pubkey() == &maintainer);
-        if let Some(announcement) = found {
-            selected.push(announcement.clone());
-        }
-    }
+        .find(|announcement| announcement.repo.pubkey() == repo.pubkey())?;
+    let selected = maintainer_set(repo, &same_identifier)
+        .iter()
+        .filter_map(|key| {
+            same_identifier
+                .iter()
+                .find(|announcement| announcement.repo.pubkey() == key)
+                .cloned()
+        })
+        .collect();
     Some(RepositoryData {
         announcements: selected,
+        event_sources: Vec::new(),
     })
+}
+
+/// The repository a held event keyed `held` belongs to when its author has not
+/// announced it: the first of `candidates` (announcements of the same identifier, in
+/// the caller's order) whose [`maintainer_set`] holds the author. A co-maintainer's
+/// state is applied to the repository that lists them. `None` when no candidate does.
+pub fn home_repository(held: &RepoRef, candidates: &[RepoAnnouncement]) -> Option<RepoRef> {
+    candidates
+        .iter()
+        .filter(|announcement| announcement.repo.identifier() == held.identifier())
+        .map(|announcement| &announcement.repo)
+        .find(|repo| *repo != held && maintainer_set(repo, candidates).contains(held.pubkey()))
+        .cloned()
 }
 
 #[cfg(test)]
@@ -135,22 +227,34 @@ mod tests {
     }
 
     #[test]
-    fn listed_maintainers_count_in_the_order_listed_and_others_do_not() {
-        let keys: Vec<PublicKey> = (0..4).map(|_| Keys::generate().public_key()).collect();
-        let (owner, first, second, unlisted) = (keys[0], keys[1], keys[2], keys[3]);
+    fn the_maintainer_set_is_followed_recursively_and_strangers_are_not() {
+        let keys: Vec<PublicKey> = (0..6).map(|_| Keys::generate().public_key()).collect();
+        let (owner, first, second, third, stranger, silent) =
+            (keys[0], keys[1], keys[2], keys[3], keys[4], keys[5]);
         let repo = RepoRef::new(owner, "r").expect("valid");
         let all = vec![
             announce(&second, "r", "https://second.example/r.git", &[]),
-            announce(&unlisted, "r", "https://unlisted.example/r.git", &[owner]),
-            announce(&first, "r", "https://first.example/r.git", &[unlisted]),
-            announce(&first, "other", "https://first.example/other.git", &[]),
+            announce(&stranger, "r", "https://stranger.example/r.git", &[owner]),
+            announce(&first, "r", "https://first.example/r.git", &[owner, third]),
+            announce(&third, "r", "https://third.example/r.git", &[first]),
+            announce(
+                &first,
+                "other",
+                "https://first.example/other.git",
+                &[stranger],
+            ),
             announce(
                 &owner,
                 "r",
                 "https://owner.example/r.git",
-                &[owner, first, second],
+                &[owner, first, silent, second],
             ),
         ];
+        assert_eq!(
+            maintainer_set(&repo, &all),
+            vec![owner, first, silent, second, third],
+            "breadth first, a maintainer without an announcement included, cycles once"
+        );
         let data = select_repository(&repo, all).expect("owner announced");
         assert_eq!(
             urls(&data),
@@ -158,9 +262,68 @@ mod tests {
                 "https://owner.example/r.git",
                 "https://first.example/r.git",
                 "https://second.example/r.git",
+                "https://third.example/r.git",
             ],
-            "a maintainer's own maintainers list is not followed"
+            "a key only a stranger or another identifier lists takes no part"
         );
+    }
+
+    #[test]
+    fn a_maintainer_without_an_announcement_belongs_to_the_repository_listing_them() {
+        let keys: Vec<PublicKey> = (0..3).map(|_| Keys::generate().public_key()).collect();
+        let (owner, maintainer, stranger) = (keys[0], keys[1], keys[2]);
+        let all = vec![
+            announce(
+                &stranger,
+                "r",
+                "https://stranger.example/r.git",
+                &[stranger],
+            ),
+            announce(&owner, "r", "https://owner.example/r.git", &[maintainer]),
+        ];
+        let held = RepoRef::new(maintainer, "r").expect("valid");
+        assert_eq!(
+            home_repository(&held, &all),
+            Some(RepoRef::new(owner, "r").expect("valid"))
+        );
+        let unlisted = RepoRef::new(Keys::generate().public_key(), "r").expect("valid");
+        assert_eq!(home_repository(&unlisted, &all), None);
+        let other_identifier = RepoRef::new(maintainer, "s").expect("valid");
+        assert_eq!(home_repository(&other_identifier, &all), None);
+    }
+
+    #[test]
+    fn a_url_only_an_event_names_is_asked_for_that_events_objects() {
+        let policy = CloneUrlPolicy::new();
+        let owner = Keys::generate().public_key();
+        let oid = |n: u8| GitOid::parse(&format!("{n:02x}").repeat(20)).expect("hex");
+        let mut data = RepositoryData {
+            announcements: vec![announce(&owner, "r", "https://owner.example/r.git", &[])],
+            event_sources: vec![EventSource {
+                missing: BTreeSet::from([oid(2)]),
+                clone_urls: vec!["https://fork.example/r.git".to_owned()],
+            }],
+        };
+        let missing = BTreeSet::from([oid(1), oid(2)]);
+        let ask = |data: &RepositoryData, url: &str| {
+            let url = policy.check(url).expect("allowed");
+            data.oids_to_ask(&url, &missing, &policy)
+        };
+        assert_eq!(ask(&data, "https://owner.example/r.git"), missing);
+        assert_eq!(
+            ask(&data, "https://fork.example/r.git"),
+            BTreeSet::from([oid(2)])
+        );
+        assert_eq!(
+            ask(&data, "https://elsewhere.example/r.git"),
+            BTreeSet::new()
+        );
+        assert_eq!(
+            urls(&data),
+            vec!["https://owner.example/r.git", "https://fork.example/r.git"]
+        );
+        data.event_sources[0].clone_urls = vec!["https://owner.example/r.git".to_owned()];
+        assert_eq!(ask(&data, "https://owner.example/r.git"), missing);
     }
 
     #[test]
@@ -184,7 +347,9 @@ mod tests {
             .map(|_| Keys::generate().public_key())
             .collect();
         let announcement = announce(&owner, "r", "https://owner.example/r.git", &many);
-        let listed = listed_maintainers(&announcement);
-        assert_eq!(listed, many[..MAX_REPOSITORY_MAINTAINERS].to_vec());
+        let set = maintainer_set(&announcement.repo, &[announcement.clone()]);
+        assert_eq!(set.len(), MAX_REPOSITORY_MAINTAINERS);
+        assert_eq!(set[0], owner);
+        assert_eq!(set[1..], many[..MAX_REPOSITORY_MAINTAINERS - 1]);
     }
 }

@@ -41,6 +41,7 @@ pub(crate) fn repository(announcements: &[&[&str]]) -> RepositoryData {
             .iter()
             .map(|urls| announcement(urls))
             .collect(),
+        event_sources: Vec::new(),
     }
 }
 
