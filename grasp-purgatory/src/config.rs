@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use grasp_sync_core::purgatory::{OwnService, SyncQueueConfig, ThrottleConfig};
+use grasp_sync_core::purgatory::{OwnService, ReconcileConfig, SyncQueueConfig, ThrottleConfig};
 
 use crate::git::GitFetcherConfig;
 use crate::store::HeldLimits;
@@ -53,6 +53,10 @@ pub const ENV_VARIABLES: &[(&str, &str)] = &[
         "events held per author (1000)",
     ),
     (
+        "NGIT_PURGATORY_RECONCILE_INTERVAL_SECS",
+        "every served repository is reconciled at least this often, jittered by 10% (3600)",
+    ),
+    (
         "NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY",
         "1: the GRASP server creates repositories, purgatory waits for them (0)",
     ),
@@ -84,6 +88,8 @@ pub struct PurgatoryConfig {
     /// The journal: every event entering and leaving purgatory is appended to it, and it
     /// is replayed on start (see [`crate::journal`]). `None`: nothing survives a restart.
     pub persist_path: Option<PathBuf>,
+    /// How often each served repository is reconciled (GRASP-02: at least hourly).
+    pub reconcile: ReconcileConfig,
 }
 
 impl Default for PurgatoryConfig {
@@ -98,6 +104,7 @@ impl Default for PurgatoryConfig {
             own_service: OwnService::new(),
             repositories_managed_externally: false,
             persist_path: None,
+            reconcile: ReconcileConfig::default(),
         }
     }
 }
@@ -160,6 +167,9 @@ impl PurgatoryConfig {
         if let Some(n) = number("NGIT_PURGATORY_MAX_HELD_PER_AUTHOR")? {
             self.limits.per_author = clamp_usize(n);
         }
+        if let Some(secs) = number("NGIT_PURGATORY_RECONCILE_INTERVAL_SECS")? {
+            self.reconcile.interval = Duration::from_secs(secs.max(1));
+        }
         if let Some(n) = number("NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY")? {
             self.repositories_managed_externally = n != 0;
         }
@@ -205,6 +215,7 @@ mod tests {
         assert_eq!(config.limits, HeldLimits::default());
         assert!(!config.repositories_managed_externally);
         assert!(config.own_service.is_empty());
+        assert_eq!(config.reconcile.interval, Duration::from_secs(3600));
     }
 
     #[test]
@@ -223,6 +234,7 @@ mod tests {
                 ("NGIT_PURGATORY_MAX_HELD_PER_REPOSITORY", "5"),
                 ("NGIT_PURGATORY_MAX_HELD_PER_AUTHOR", "7"),
                 ("NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY", "1"),
+                ("NGIT_PURGATORY_RECONCILE_INTERVAL_SECS", "90"),
             ]))
             .unwrap();
         assert_eq!(config.loop_interval, Duration::from_millis(250));
@@ -242,7 +254,8 @@ mod tests {
             }
         );
         assert!(config.repositories_managed_externally);
-        assert_eq!(ENV_VARIABLES.len(), 12);
+        assert_eq!(config.reconcile.interval, Duration::from_secs(90));
+        assert_eq!(ENV_VARIABLES.len(), 13);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::held::{HeldEvent, HeldKind};
 use crate::metrics::Metrics;
 use crate::refusals::UrlRefusals;
 use crate::repos::{
-    create_bare_repository, repository_data, Announcements, CreateRepoError, RepoLocator,
+    create_bare_repository, home_of, repository_data, Announcements, CreateRepoError, RepoLocator,
 };
 use crate::sink::ReleaseSink;
 use crate::store::PurgatoryStore;
@@ -42,6 +42,9 @@ pub struct GitSyncContext {
     creates_repositories: bool,
     metrics: Option<Metrics>,
     refusals: Option<UrlRefusals>,
+    /// Repositories that released events since the service last asked
+    /// ([`GitSyncContext::take_released`]): their served refs are reconciled next.
+    released_in: Mutex<BTreeSet<RepoRef>>,
 }
 
 impl std::fmt::Debug for GitSyncContext {
@@ -85,7 +88,28 @@ impl GitSyncContext {
             creates_repositories: parts.creates_repositories,
             metrics: None,
             refusals: None,
+            released_in: Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// The repositories that released events since the last call.
+    pub(crate) fn take_released(&self) -> BTreeSet<RepoRef> {
+        std::mem::take(
+            &mut *self
+                .released_in
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
+    /// Whether some repository released events that [`GitSyncContext::take_released`]
+    /// has not handed over yet.
+    pub(crate) fn has_unreported_releases(&self) -> bool {
+        !self
+            .released_in
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
     }
 
     /// Counts fetched objects, refused URLs and removed refs in these metrics.
@@ -105,7 +129,7 @@ impl GitSyncContext {
 
     /// Writes the PR tip ref (if any) and hands the event to the sink.
     async fn release_one(&self, target: &Path, held: &HeldEvent) -> Result<(), String> {
-        if let HeldKind::PullRequest { tip } = &held.kind {
+        if let HeldKind::PullRequest { tip, .. } = &held.kind {
             let name = format!("{NOSTR_REF_PREFIX}{}", held.event.id);
             self.git
                 .update_refs(target, &[(name, Some(tip.clone()))])
@@ -180,10 +204,26 @@ impl SyncContext for GitSyncContext {
         &self,
         repo: &RepoRef,
     ) -> Result<RepositoryData, SyncContextError> {
-        repository_data(self.announcements.as_ref(), repo)
+        let mut data = repository_data(self.announcements.as_ref(), repo)
             .await
             .map_err(|error| Self::processing_error(repo, error))?
-            .ok_or_else(|| SyncContextError::UnknownRepository { repo: repo.clone() })
+            .ok_or_else(|| SyncContextError::UnknownRepository { repo: repo.clone() })?;
+        data.event_sources = lock(&self.store).event_sources(repo);
+        Ok(data)
+    }
+
+    async fn move_to_home_repository(
+        &self,
+        repo: &RepoRef,
+    ) -> Result<Option<RepoRef>, SyncContextError> {
+        let home = home_of(self.announcements.as_ref(), repo)
+            .await
+            .map_err(|error| Self::processing_error(repo, error))?;
+        if let Some(home) = &home {
+            let moved = lock(&self.store).move_repository(repo, home);
+            tracing::info!(%repo, %home, moved, "held events moved to the repository whose maintainers list their author");
+        }
+        Ok(home)
     }
 
     fn collect_needed_oids(&self, repo: &RepoRef) -> BTreeSet<GitOid> {
@@ -261,6 +301,10 @@ impl SyncContext for GitSyncContext {
         }
         if !released.is_empty() {
             tracing::info!(%repo, released = released.len(), "released purgatory events");
+            self.released_in
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(repo.clone());
         }
         if let Some(metrics) = &self.metrics {
             metrics.events_released.inc_by(released.len() as u64);

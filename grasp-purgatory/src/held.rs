@@ -14,8 +14,8 @@
 use std::collections::BTreeSet;
 
 use grasp_sync_core::nip34::{
-    parse_repo_state, pull_request_tip, root_event_repo_refs, GitOid, Nip34Error, RepoRef,
-    KIND_PULL_REQUEST, KIND_PULL_REQUEST_UPDATE, KIND_REPO_STATE,
+    parse_repo_state, pull_request_clone_urls, pull_request_tip, root_event_repo_refs, GitOid,
+    Nip34Error, RepoRef, KIND_PULL_REQUEST, KIND_PULL_REQUEST_UPDATE, KIND_REPO_STATE,
 };
 use nostr::prelude::{Event, Timestamp};
 
@@ -63,6 +63,11 @@ pub enum HeldKind {
     PullRequest {
         /// The proposed commit (`c` tag).
         tip: GitOid,
+        /// Where the commit may be fetched from besides the repository's clone URLs
+        /// (`clone` tags, often the contributor's fork; at most
+        /// [`MAX_PULL_REQUEST_CLONE_URLS`](grasp_sync_core::nip34::MAX_PULL_REQUEST_CLONE_URLS),
+        /// checked by the clone URL policy before use).
+        clone_urls: Vec<String>,
     },
 }
 
@@ -92,7 +97,7 @@ impl HeldEvent {
     pub fn needed_oids(&self) -> BTreeSet<GitOid> {
         match &self.kind {
             HeldKind::State { refs } => refs.iter().map(|(_, oid)| oid.clone()).collect(),
-            HeldKind::PullRequest { tip } => BTreeSet::from([tip.clone()]),
+            HeldKind::PullRequest { tip, .. } => BTreeSet::from([tip.clone()]),
         }
     }
 }
@@ -167,10 +172,11 @@ pub fn hold_pull_request(
         .into_iter()
         .next()
         .ok_or(HoldError::MissingRepository)?;
+    let clone_urls = pull_request_clone_urls(&event).value;
     Ok(HeldEvent {
         event,
         repo,
-        kind: HeldKind::PullRequest { tip },
+        kind: HeldKind::PullRequest { tip, clone_urls },
         origin,
         held_since: now,
     })
@@ -242,7 +248,9 @@ mod tests {
             "the repository it names, not its author's"
         );
         assert_eq!(held.identifier(), "r");
-        assert!(matches!(&held.kind, HeldKind::PullRequest { tip } if tip.as_str() == oid(7)));
+        assert!(
+            matches!(&held.kind, HeldKind::PullRequest { tip, clone_urls } if tip.as_str() == oid(7) && clone_urls.is_empty())
+        );
     }
 
     #[test]

@@ -66,6 +66,7 @@ impl<S> PurgatoryGate<S> {
 impl<S: EventStore> EventStore for PurgatoryGate<S> {
     async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
         if !is_held_kind(event.kind.as_u16()) || self.inner.contains(&event.id).await? {
+            self.purgatory.track_announcement(event);
             return self.inner.ingest(event).await;
         }
         Ok(match self.purgatory.add(event.clone(), Origin::Synced) {
@@ -87,6 +88,9 @@ impl<S: EventStore> EventStore for PurgatoryGate<S> {
         let (held, passed): (Vec<usize>, Vec<usize>) =
             (0..events.len()).partition(|&n| is_held_kind(events[n].kind.as_u16()));
         let passed_events: Vec<&Event> = passed.iter().map(|&n| events[n]).collect();
+        for event in &passed_events {
+            self.purgatory.track_announcement(event);
+        }
         let (passed_outcomes, held_outcomes) = tokio::join!(
             self.inner.ingest_many(&passed_events),
             join_all(held.iter().map(|&n| self.ingest(events[n]))),

@@ -93,6 +93,7 @@ pub mod journal;
 mod metrics;
 mod refusals;
 mod repos;
+mod serve;
 mod service;
 mod sink;
 mod status;
@@ -112,9 +113,10 @@ pub use held::{
 };
 pub use hook::PurgatoryGate;
 pub use repos::{
-    create_bare_repository, repository_data, AnnouncementError, Announcements, CreateRepoError,
-    DatabaseAnnouncements, MemoryAnnouncements, NpubLayout, RepoLocator,
+    create_bare_repository, home_of, repository_data, AnnouncementError, Announcements,
+    CreateRepoError, DatabaseAnnouncements, MemoryAnnouncements, NpubLayout, RepoLocator,
 };
+pub use serve::{ServedRepository, Serving};
 pub use service::{Purgatory, PurgatoryBuildError, PurgatoryBuilder};
 pub use sink::{ChannelSink, PurgatoryOutput, ReleaseError, ReleaseSink, StoreSink};
 pub use status::{HeldRepository, HeldState, PurgatoryStatus, MAX_LISTED_REPOSITORIES};

@@ -24,6 +24,9 @@ pub(crate) struct Metrics {
     pub(crate) stale_refs_removed: IntCounter,
     pub(crate) clone_urls_skipped: IntCounterVec,
     pub(crate) repositories_created: IntCounter,
+    pub(crate) reconciliations: IntCounter,
+    pub(crate) refs_updated: IntCounter,
+    pub(crate) repositories_behind: IntGauge,
 }
 
 impl Metrics {
@@ -100,6 +103,21 @@ impl Metrics {
                 "purgatory_repositories_created_total",
                 "Local bare repositories created by purgatory (git init --bare)",
             )?,
+            reconciliations: IntCounter::new(
+                "purgatory_reconciliations_total",
+                "Reconciliations of a served repository's refs with its newest state and pull \
+                 requests",
+            )?,
+            refs_updated: IntCounter::new(
+                "purgatory_refs_updated_total",
+                "Served refs (branches, tags, refs/nostr/*) created, moved or deleted by \
+                 reconciliations",
+            )?,
+            repositories_behind: IntGauge::new(
+                "purgatory_repositories_behind",
+                "Served repositories that do not serve their newest state or a pull request \
+                 tip yet",
+            )?,
         })
     }
 
@@ -118,6 +136,9 @@ impl Metrics {
         registry.register(Box::new(self.stale_refs_removed.clone()))?;
         registry.register(Box::new(self.clone_urls_skipped.clone()))?;
         registry.register(Box::new(self.repositories_created.clone()))?;
+        registry.register(Box::new(self.reconciliations.clone()))?;
+        registry.register(Box::new(self.refs_updated.clone()))?;
+        registry.register(Box::new(self.repositories_behind.clone()))?;
         Ok(())
     }
 

@@ -10,11 +10,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
+use grasp_sync_core::filters::matches;
 use grasp_sync_core::nip34::{
-    parse_announcement, Nip34Error, RepoAnnouncement, RepoRef, KIND_REPO_ANNOUNCEMENT,
+    parse_announcement, Nip34Error, RepoAnnouncement, RepoRef, KIND_PULL_REQUEST,
+    KIND_PULL_REQUEST_UPDATE, KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE,
 };
-use grasp_sync_core::purgatory::{listed_maintainers, select_repository, RepositoryData};
-use nostr::prelude::{Event, Filter, Kind, PublicKey, ToBech32};
+use grasp_sync_core::purgatory::{
+    home_repository, maintainer_set, select_repository, RepositoryData,
+};
+use nostr::prelude::{Event, EventId, Filter, Kind, PublicKey, SingleLetterTag, ToBech32};
 use nostr_database::NostrDatabase;
 
 mod create;
@@ -30,15 +34,28 @@ pub enum AnnouncementError {
     Backend(String),
 }
 
-/// The source of repository announcements (kind 30617), usually the relay's database.
+/// The relay's NIP-34 events purgatory reads, usually the relay's database:
+/// announcements (30617: clone URLs, maintainers, which repositories are served),
+/// states (30618: what a repository serves) and pull requests with their updates
+/// (1618, 1619: the tips served at `refs/nostr/<id>`).
+///
+/// One method is required, [`Announcements::query`]; the others are built on it (a
+/// database may answer them more directly).
 #[async_trait]
 pub trait Announcements: Send + Sync {
+    /// The stored events matching `filter` (every one, not one page).
+    async fn query(&self, filter: &Filter) -> Result<Vec<Event>, AnnouncementError>;
+
     /// Every announcement whose identifier (`d` tag) is `identifier`, one per author.
-    async fn announcements(&self, identifier: &str) -> Result<Vec<Event>, AnnouncementError>;
+    async fn announcements(&self, identifier: &str) -> Result<Vec<Event>, AnnouncementError> {
+        let filter = Filter::new()
+            .kind(Kind::Custom(KIND_REPO_ANNOUNCEMENT))
+            .identifier(identifier);
+        self.query(&filter).await
+    }
 
     /// The announcements of `identifier` by these `authors` (purgatory asks for a
-    /// repository's owner, then for the maintainers it lists). The default filters
-    /// [`Announcements::announcements`]; a database should ask for the authors only.
+    /// repository's owner, then for its maintainers).
     async fn announcements_by(
         &self,
         identifier: &str,
@@ -47,74 +64,106 @@ pub trait Announcements: Send + Sync {
         if authors.is_empty() {
             return Ok(Vec::new());
         }
-        let all = self.announcements(identifier).await?;
-        Ok(all
+        let filter = Filter::new()
+            .kind(Kind::Custom(KIND_REPO_ANNOUNCEMENT))
+            .identifier(identifier)
+            .authors(authors.iter().copied());
+        let events = self.query(&filter).await?;
+        Ok(events
             .into_iter()
             .filter(|event| authors.contains(&event.pubkey))
             .collect())
     }
+
+    /// Every announcement held: the repositories served.
+    async fn all_announcements(&self) -> Result<Vec<Event>, AnnouncementError> {
+        self.query(&Filter::new().kind(Kind::Custom(KIND_REPO_ANNOUNCEMENT)))
+            .await
+    }
+
+    /// The states (30618) of `identifier` by these `authors` (a repository's
+    /// maintainer set).
+    async fn states_by(
+        &self,
+        identifier: &str,
+        authors: &[PublicKey],
+    ) -> Result<Vec<Event>, AnnouncementError> {
+        if authors.is_empty() {
+            return Ok(Vec::new());
+        }
+        let filter = Filter::new()
+            .kind(Kind::Custom(KIND_REPO_STATE))
+            .identifier(identifier)
+            .authors(authors.iter().copied());
+        self.query(&filter).await
+    }
+
+    /// The pull requests and pull request updates (1618, 1619) that name `repo` in an
+    /// `a` tag.
+    async fn pull_requests(&self, repo: &RepoRef) -> Result<Vec<Event>, AnnouncementError> {
+        let filter = Filter::new()
+            .kinds([
+                Kind::Custom(KIND_PULL_REQUEST),
+                Kind::Custom(KIND_PULL_REQUEST_UPDATE),
+            ])
+            .custom_tag(SingleLetterTag::LOWERCASE_A, repo.to_string());
+        self.query(&filter).await
+    }
 }
 
-/// Announcements kept in memory: the newest per author and identifier.
+/// Events kept in memory: announcements (the newest per author and identifier),
+/// states (the newest per author and identifier) and any other event once.
 #[derive(Debug, Default)]
 pub struct MemoryAnnouncements {
-    by_identifier: Mutex<BTreeMap<String, BTreeMap<PublicKey, Event>>>,
+    events: Mutex<BTreeMap<EventId, Event>>,
 }
 
 impl MemoryAnnouncements {
-    /// No announcements.
+    /// No events.
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Adds an announcement (kept when newer than the author's current one).
     pub fn add(&self, event: Event) -> Result<(), Nip34Error> {
-        let announcement = parse_announcement(&event)?;
-        let mut map = self
-            .by_identifier
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let authors = map
-            .entry(announcement.repo.identifier().to_owned())
-            .or_default();
-        let newer = authors
-            .get(&event.pubkey)
-            .is_none_or(|current| event.created_at > current.created_at);
-        if newer {
-            authors.insert(event.pubkey, event);
-        }
+        parse_announcement(&event)?;
+        self.add_event(event);
         Ok(())
+    }
+
+    /// Adds any event; an addressable one (announcement, state) replaces the author's
+    /// older one of the same identifier, and is dropped if older.
+    pub fn add_event(&self, event: Event) {
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        if event.kind.is_addressable() {
+            let address = |other: &Event| {
+                other.kind == event.kind
+                    && other.pubkey == event.pubkey
+                    && other.tags.identifier() == event.tags.identifier()
+            };
+            let current: Vec<Event> = events.values().filter(|e| address(e)).cloned().collect();
+            if current.iter().any(|other| {
+                (other.created_at, std::cmp::Reverse(other.id))
+                    >= (event.created_at, std::cmp::Reverse(event.id))
+            }) {
+                return;
+            }
+            for old in current {
+                events.remove(&old.id);
+            }
+        }
+        events.insert(event.id, event);
     }
 }
 
 #[async_trait]
 impl Announcements for MemoryAnnouncements {
-    async fn announcements(&self, identifier: &str) -> Result<Vec<Event>, AnnouncementError> {
-        let map = self
-            .by_identifier
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        Ok(map
-            .get(identifier)
-            .map(|authors| authors.values().cloned().collect())
-            .unwrap_or_default())
-    }
-
-    async fn announcements_by(
-        &self,
-        identifier: &str,
-        authors: &[PublicKey],
-    ) -> Result<Vec<Event>, AnnouncementError> {
-        let map = self
-            .by_identifier
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let Some(by_author) = map.get(identifier) else {
-            return Ok(Vec::new());
-        };
-        Ok(authors
-            .iter()
-            .filter_map(|author| by_author.get(author).cloned())
+    async fn query(&self, filter: &Filter) -> Result<Vec<Event>, AnnouncementError> {
+        let events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(events
+            .values()
+            .filter(|event| matches(filter, event))
+            .cloned()
             .collect())
     }
 }
@@ -134,63 +183,58 @@ impl DatabaseAnnouncements {
 
 #[async_trait]
 impl Announcements for DatabaseAnnouncements {
-    async fn announcements(&self, identifier: &str) -> Result<Vec<Event>, AnnouncementError> {
-        let filter = Filter::new()
-            .kind(Kind::Custom(KIND_REPO_ANNOUNCEMENT))
-            .identifier(identifier);
+    async fn query(&self, filter: &Filter) -> Result<Vec<Event>, AnnouncementError> {
         let events = self
             .database
-            .query(filter)
-            .await
-            .map_err(|error| AnnouncementError::Backend(error.to_string()))?;
-        Ok(events.into_iter().collect())
-    }
-
-    async fn announcements_by(
-        &self,
-        identifier: &str,
-        authors: &[PublicKey],
-    ) -> Result<Vec<Event>, AnnouncementError> {
-        if authors.is_empty() {
-            return Ok(Vec::new());
-        }
-        let filter = Filter::new()
-            .kind(Kind::Custom(KIND_REPO_ANNOUNCEMENT))
-            .identifier(identifier)
-            .authors(authors.iter().copied());
-        let events = self
-            .database
-            .query(filter)
+            .query(filter.clone())
             .await
             .map_err(|error| AnnouncementError::Backend(error.to_string()))?;
         Ok(events.into_iter().collect())
     }
 }
 
-/// The announcements that speak for `repo` (its owner's, then those of the maintainers
-/// the owner's lists; see
+/// The announcements that speak for `repo` (its owner's, then those of its maintainer
+/// set, followed recursively; see
 /// [`select_repository`](grasp_sync_core::purgatory::select_repository)), read from
-/// `source`. `None` when the owner has not announced it. Announcements that do not
-/// parse are skipped (and logged).
+/// `source` one round per level of the set. `None` when the owner has not announced it.
+/// Announcements that do not parse are skipped (and logged).
 pub async fn repository_data(
     source: &dyn Announcements,
     repo: &RepoRef,
 ) -> Result<Option<RepositoryData>, AnnouncementError> {
     let identifier = repo.identifier();
-    let owners = source
-        .announcements_by(identifier, &[*repo.pubkey()])
-        .await?;
-    let owner_announcements = parse_all(&owners);
-    let Some(owner) = owner_announcements
-        .iter()
-        .find(|announcement| announcement.repo == *repo)
-    else {
+    let mut asked = vec![*repo.pubkey()];
+    let mut known = parse_all(&source.announcements_by(identifier, &asked).await?);
+    if !known.iter().any(|announcement| announcement.repo == *repo) {
         return Ok(None);
-    };
-    let maintainers = listed_maintainers(owner);
-    let listed = source.announcements_by(identifier, &maintainers).await?;
-    let all = owner_announcements.into_iter().chain(parse_all(&listed));
-    Ok(select_repository(repo, all))
+    }
+    loop {
+        let next: Vec<PublicKey> = maintainer_set(repo, &known)
+            .into_iter()
+            .filter(|key| !asked.contains(key))
+            .collect();
+        if next.is_empty() {
+            break;
+        }
+        asked.extend(next.iter().copied());
+        known.extend(parse_all(
+            &source.announcements_by(identifier, &next).await?,
+        ));
+    }
+    Ok(select_repository(repo, known))
+}
+
+/// The repository the held events keyed `held` belong to when `held`'s author has not
+/// announced it: the announcement of the same identifier whose maintainer set lists the
+/// author ([`home_repository`]; announcements in the order of their authors' keys, so
+/// the answer is the same every time). `None` when there is none.
+pub async fn home_of(
+    source: &dyn Announcements,
+    held: &RepoRef,
+) -> Result<Option<RepoRef>, AnnouncementError> {
+    let mut candidates = parse_all(&source.announcements(held.identifier()).await?);
+    candidates.sort_by_key(|announcement| *announcement.repo.pubkey());
+    Ok(home_repository(held, &candidates))
 }
 
 /// Parses announcement events, skipping (and logging) any that do not parse.
@@ -293,45 +337,39 @@ mod tests {
             .sign(keys)
     }
 
-    /// Only the default `announcements_by`, as a relay's own implementation may have.
+    /// Only the default methods over `query`, as a relay's own implementation may have.
     struct AllOfIdentifier(MemoryAnnouncements);
 
     #[async_trait]
     impl Announcements for AllOfIdentifier {
-        async fn announcements(&self, identifier: &str) -> Result<Vec<Event>, AnnouncementError> {
-            self.0.announcements(identifier).await
+        async fn query(&self, filter: &Filter) -> Result<Vec<Event>, AnnouncementError> {
+            self.0.query(filter).await
         }
     }
 
     #[tokio::test]
-    async fn only_the_owner_and_the_maintainers_it_lists_give_clone_urls() {
-        let (owner, maintainer, stranger) = (Keys::generate(), Keys::generate(), Keys::generate());
+    async fn the_owner_and_its_maintainer_set_give_clone_urls_and_nobody_else() {
+        let (owner, maintainer, co, stranger) = (
+            Keys::generate(),
+            Keys::generate(),
+            Keys::generate(),
+            Keys::generate(),
+        );
         let memory = MemoryAnnouncements::new();
-        memory
-            .add(announce(
-                &owner,
-                "https://owner.example/r.git",
-                &[&maintainer],
-            ))
-            .unwrap();
-        memory
-            .add(announce(
-                &maintainer,
-                "https://maintainer.example/r.git",
-                &[&stranger],
-            ))
-            .unwrap();
-        memory
-            .add(announce(
-                &stranger,
-                "https://stranger.example/r.git",
-                &[&owner],
-            ))
-            .unwrap();
+        let announcements = [
+            announce(&owner, "https://owner.example/r.git", &[&maintainer]),
+            announce(&maintainer, "https://maintainer.example/r.git", &[&co]),
+            announce(&co, "https://co.example/r.git", &[&owner]),
+            announce(&stranger, "https://stranger.example/r.git", &[&owner]),
+        ];
+        for announcement in announcements {
+            memory.add(announcement).unwrap();
+        }
         let repo = RepoRef::new(owner.public_key(), "r").unwrap();
         let expected = vec![
             "https://owner.example/r.git".to_owned(),
             "https://maintainer.example/r.git".to_owned(),
+            "https://co.example/r.git".to_owned(),
         ];
         let data = repository_data(&memory, &repo).await.unwrap().unwrap();
         let urls: Vec<String> = data.clone_urls().map(str::to_owned).collect();
@@ -345,6 +383,11 @@ mod tests {
             .await
             .unwrap()
             .is_none());
+        // A maintainer without an announcement of their own belongs to the owner's.
+        let silent = RepoRef::new(Keys::generate().public_key(), "r").unwrap();
+        assert_eq!(home_of(&default, &silent).await.unwrap(), None);
+        let listed = RepoRef::new(co.public_key(), "s").unwrap();
+        assert_eq!(home_of(&default, &listed).await.unwrap(), None);
     }
 
     #[test]

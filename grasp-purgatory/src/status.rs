@@ -4,6 +4,8 @@
 //! (see [`Purgatory::status`](crate::Purgatory::status) for an example).
 
 use std::collections::BTreeMap;
+
+use crate::serve::ServedRepository;
 use std::fmt;
 
 use grasp_sync_core::purgatory::NotFetchable;
@@ -122,7 +124,10 @@ pub struct PurgatoryStatus {
     /// then this is `false`. So is a repository whose stale `refs/purgatory/*` are still
     /// to be deleted ([`PurgatoryStatus::repositories_sweeping`]). `true` when nothing is
     /// held and nothing is left to sweep. This is what "done" means: a sidecar's `--once`
-    /// exits when proactive sync is complete and this is `true`.
+    /// exits when proactive sync is complete and this is `true`. It also needs every
+    /// served repository reconciled since anything it serves last changed (listed once,
+    /// none due or being reconciled, no release not yet reconciled): each then serves its
+    /// newest state, or says in [`PurgatoryStatus::served`] why not.
     pub all_accounted: bool,
     /// Repositories whose `refs/purgatory/*` no held event needs are still to be deleted
     /// (an event of theirs was released, expired or replaced, or purgatory restarted).
@@ -144,4 +149,21 @@ pub struct PurgatoryStatus {
     pub clone_urls_skipped_own_service: u64,
     /// Local bare repositories purgatory created, since it was built.
     pub repositories_created: u64,
+    /// Repositories served (every announcement the source holds), reconciled or not.
+    pub repositories_served: usize,
+    /// Served repositories that serve their newest state (or have none yet) and every
+    /// pull request tip.
+    pub repositories_serving_newest: usize,
+    /// Served repositories that are behind after their last reconciliation.
+    pub repositories_behind: usize,
+    /// Served repositories due for a reconciliation now, or being reconciled.
+    pub repositories_reconciling: usize,
+    /// The served repositories (at most [`MAX_LISTED_REPOSITORIES`]; those behind
+    /// first, then in coordinate order), each with how it stood after its last
+    /// reconciliation and when that was.
+    pub served: Vec<ServedRepository>,
+    /// Reconciliations run since the purgatory was built.
+    pub reconciliations: u64,
+    /// Served refs written (created, moved or deleted) since the purgatory was built.
+    pub refs_updated: u64,
 }

@@ -133,7 +133,18 @@ pub async fn sync_identifier_from_url(
         tracing::debug!(%repo, "no local repository to fetch into");
         return FromUrl::NothingToDo;
     };
-    let needed: Vec<GitOid> = ctx.collect_needed_oids(repo).into_iter().collect();
+    let missing = ctx.collect_needed_oids(repo);
+    if missing.is_empty() {
+        return FromUrl::NothingToDo;
+    }
+    // A URL only a pull request names is asked for that pull request's tip alone.
+    let needed: Vec<GitOid> = match ctx.fetch_repository_data(repo).await {
+        Ok(data) => data
+            .oids_to_ask(url, &missing, manager.policy())
+            .into_iter()
+            .collect(),
+        Err(error) => return FromUrl::Failed(error),
+    };
     if needed.is_empty() {
         return FromUrl::NothingToDo;
     }
@@ -215,6 +226,9 @@ pub enum SyncOutcome {
     /// reported with this reason, and the repository is tried again after backoff in
     /// case that changes.
     NotFetchable(NotFetchable),
+    /// Nobody announced the repository, but its author is in the maintainer set of
+    /// this one, which took its held events (they are synced under it from now on).
+    MovedTo(RepoRef),
     /// Fetching was tried and more is needed: retry after backoff.
     Retry {
         /// The last failure of this attempt (a fetch error, a server lacking the
@@ -291,7 +305,13 @@ pub async fn sync_identifier(
     let data = match ctx.fetch_repository_data(repo).await {
         Ok(data) => data,
         Err(SyncContextError::UnknownRepository { .. }) => {
-            report.outcome = SyncOutcome::NotFetchable(NotFetchable::NoAnnouncement);
+            report.outcome = match ctx.move_to_home_repository(repo).await {
+                Ok(Some(home)) => SyncOutcome::MovedTo(home),
+                Ok(None) => SyncOutcome::NotFetchable(NotFetchable::NoAnnouncement),
+                Err(error) => SyncOutcome::Retry {
+                    last_error: Some(error.to_string()),
+                },
+            };
             return report;
         }
         Err(error) => {

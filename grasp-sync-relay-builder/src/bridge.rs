@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use grasp_purgatory::{AnnouncementError, Announcements};
 use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
-use nostr::prelude::{Event, EventId, Filter, Kind, Timestamp};
+use nostr::prelude::{Event, EventId, Filter, Timestamp};
 use nostr_relay_builder::prelude as r44;
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -187,12 +187,9 @@ pub struct RelayBuilderAnnouncements {
 
 #[async_trait]
 impl Announcements for RelayBuilderAnnouncements {
-    async fn announcements(&self, identifier: &str) -> Result<Vec<Event>, AnnouncementError> {
-        let filter = Filter::new()
-            .kind(Kind::Custom(30617))
-            .identifier(identifier);
-        let filter = filter_to_r44(&filter)
-            .map_err(|error| AnnouncementError::Backend(error.to_string()))?;
+    async fn query(&self, filter: &Filter) -> Result<Vec<Event>, AnnouncementError> {
+        let filter =
+            filter_to_r44(filter).map_err(|error| AnnouncementError::Backend(error.to_string()))?;
         let events = self
             .database
             .query(filter)

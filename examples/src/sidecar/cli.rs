@@ -80,6 +80,18 @@ pub(crate) struct Args {
     /// not fetchable). Needs --git-root.
     #[arg(long, env = ENV_MANAGED_EXTERNALLY, value_parser = switch)]
     pub(crate) git_root_managed_externally: bool,
+    /// Reconcile every repository under `--git-root` at least this often
+    /// (jittered by ±10 %): its branches, tags and HEAD against the newest
+    /// state of its maintainers, refs/nostr/<id> against its pull requests,
+    /// missing objects fetched (GRASP-02 asks for at least hourly). Needs
+    /// --git-root.
+    #[arg(
+        long,
+        value_name = "SECS",
+        env = "NGIT_PURGATORY_RECONCILE_INTERVAL_SECS",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub(crate) reconcile_interval: Option<u64>,
     /// Let purgatory fetch over plain `http://` and `git://` (https only
     /// otherwise).
     #[arg(long, env = "NGIT_PURGATORY_ALLOW_INSECURE_CLONE_URLS", value_parser = switch)]
@@ -136,6 +148,7 @@ pub(crate) struct Settings {
     pub(crate) own_relay: RelayUrl,
     pub(crate) git_root: Option<PathBuf>,
     pub(crate) git_root_managed_externally: bool,
+    pub(crate) reconcile_interval: Option<std::time::Duration>,
     pub(crate) allow_insecure_clone_urls: bool,
     pub(crate) service_urls: Vec<RelayUrl>,
     pub(crate) bootstrap_relays: Vec<RelayUrl>,
@@ -158,6 +171,12 @@ pub(crate) fn settings(args: &Args) -> Result<Settings, String> {
             "--git-root-managed-externally ({ENV_MANAGED_EXTERNALLY}) needs --git-root"
         ));
     }
+    if args.reconcile_interval.is_some() && args.git_root.is_none() {
+        return Err(
+            "--reconcile-interval (NGIT_PURGATORY_RECONCILE_INTERVAL_SECS) needs --git-root"
+                .to_owned(),
+        );
+    }
     if args.summary_json && !args.once {
         return Err("--summary-json (NGIT_SYNC_SUMMARY_JSON) needs --once".to_owned());
     }
@@ -169,6 +188,7 @@ pub(crate) fn settings(args: &Args) -> Result<Settings, String> {
         own_relay: url("--own-relay", &args.own_relay)?,
         git_root: args.git_root.clone(),
         git_root_managed_externally: args.git_root_managed_externally,
+        reconcile_interval: args.reconcile_interval.map(std::time::Duration::from_secs),
         allow_insecure_clone_urls: args.allow_insecure_clone_urls,
         service_urls: args
             .service_urls

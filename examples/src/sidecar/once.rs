@@ -3,13 +3,15 @@
 //! Done means both at once (read one after the other): proactive sync's
 //! [`SyncStatus::historic_sync_complete`] and, with purgatory, every held event
 //! accounted for ([`PurgatoryStatus::all_accounted`]: released, expired, or reported
-//! not fetchable with a reason). Never a quiet period. The exit codes:
+//! not fetchable with a reason) and every repository under the git root reconciled
+//! since it last changed: each serves its maintainers' newest state and its pull
+//! request tips, or is named with why not. Never a quiet period. The exit codes:
 //!
 //! | code | meaning |
 //! | --- | --- |
-//! | 0 | done: every event synced, every purgatory event released (or expired) |
+//! | 0 | done: every event synced, every purgatory event released (or expired), every repository serving its newest state |
 //! | 5 | done on the reachable relays, but some relays were unreachable and not synced from (named on the last line; their events may be missing). Wins over 4 |
-//! | 4 | done, but some events are held as not fetchable (named on the last line) |
+//! | 4 | done, but some events are held as not fetchable, or some repositories do not serve their newest state (named on the last line) |
 //! | 3 | `--timeout` passed first (the last line names what is still held and why) |
 //! | 1 | the sync stopped (or failed) before it was done |
 //! | 130 | SIGINT or SIGTERM |
@@ -21,7 +23,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use grasp_purgatory::{HeldRepository, Purgatory, PurgatoryStatus};
+use grasp_purgatory::{HeldRepository, Purgatory, PurgatoryStatus, Serving};
 use grasp_sync_tokio::{RelayStatus, SyncStatus};
 use tokio::sync::watch;
 
@@ -223,8 +225,23 @@ fn report_done(done: &Done) -> Summary {
             purgatory.repositories_created,
             purgatory.clone_urls_skipped_own_service
         ));
-        if purgatory.events_held == 0 {
-            last = "done: historic sync complete, every purgatory event released".to_owned();
+        lines.push(format!(
+            "served: {} repositories, {} serving their newest state, {} behind, {} refs written in {} reconciliations",
+            purgatory.repositories_served,
+            purgatory.repositories_serving_newest,
+            purgatory.repositories_behind,
+            purgatory.refs_updated,
+            purgatory.reconciliations
+        ));
+        if purgatory.events_held == 0 && purgatory.repositories_behind == 0 {
+            last = "done: historic sync complete, every purgatory event released, every repository serving its newest state".to_owned();
+        } else if purgatory.events_held == 0 {
+            last = format!(
+                "done, but {} repositories do not serve their newest state: {}",
+                purgatory.repositories_behind,
+                behind_named(purgatory)
+            );
+            outcome = Outcome::NotFetchable;
         } else {
             last = format!(
                 "done, but {} held as not fetchable: {}",
@@ -281,6 +298,14 @@ fn timeout_line(
             } else {
                 "; historic sync not complete".to_owned()
             };
+            if status.events_held == 0 {
+                return format!(
+                    "error: not complete after {secs}s: {} repositories being reconciled, {} behind: {}{sync_part}",
+                    status.repositories_reconciling,
+                    status.repositories_behind,
+                    behind_named(&status)
+                );
+            }
             format!(
                 "error: not complete after {secs}s: {} held: {}{sync_part}",
                 events(status.events_held),
@@ -296,6 +321,26 @@ fn timeout_line(
             status_json::status_json(sync)
         ),
     }
+}
+
+/// The served repositories that are behind, with why (at most
+/// [`NAMED_IN_SUMMARY`]).
+fn behind_named(status: &PurgatoryStatus) -> String {
+    let behind: Vec<String> = status
+        .served
+        .iter()
+        .filter_map(|served| match &served.serving {
+            Serving::Behind { reason, .. } => Some(format!("{} ({reason})", served.repo)),
+            _ => None,
+        })
+        .take(NAMED_IN_SUMMARY)
+        .collect();
+    let more = status.repositories_behind.saturating_sub(behind.len());
+    let mut text = behind.join(", ");
+    if more > 0 {
+        text.push_str(&format!(" and {more} more"));
+    }
+    text
 }
 
 /// The repositories still on their way, then the not fetchable ones.

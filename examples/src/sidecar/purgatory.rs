@@ -2,7 +2,9 @@
 //! the own relay, released events are published to it. Missing bare
 //! repositories are created under `--git-root` (unless
 //! `--git-root-managed-externally`), and clone URLs on the hosts of
-//! `--own-relay` and `--service-url` are never fetched from.
+//! `--own-relay` and `--service-url` are never fetched from. Each repository
+//! serves the newest state of its maintainers and its pull request tips,
+//! reconciled at least every `--reconcile-interval`.
 
 use std::sync::Arc;
 
@@ -11,23 +13,20 @@ use grasp_purgatory::core::purgatory::OwnService;
 use grasp_purgatory::{AnnouncementError, Announcements, Purgatory, PurgatoryConfig, StoreSink};
 use grasp_sync_tokio::core::url_policy::CloneUrlPolicy;
 use grasp_sync_tokio::RelayStore;
-use nostr::prelude::{Event, Filter, Kind};
+use nostr::prelude::{Event, Filter};
 
 use crate::cli::{Settings, ENV_MANAGED_EXTERNALLY};
 
-/// The own relay as purgatory's source of announcements.
+/// The own relay as purgatory's source of announcements, states and pull requests.
 struct OwnRelayAnnouncements {
     store: RelayStore,
 }
 
 #[async_trait]
 impl Announcements for OwnRelayAnnouncements {
-    async fn announcements(&self, identifier: &str) -> Result<Vec<Event>, AnnouncementError> {
-        let filter = Filter::new()
-            .kind(Kind::Custom(30617))
-            .identifier(identifier);
+    async fn query(&self, filter: &Filter) -> Result<Vec<Event>, AnnouncementError> {
         self.store
-            .events(&filter)
+            .events(filter)
             .await
             .map_err(|error| AnnouncementError::Backend(error.to_string()))
     }
@@ -56,8 +55,11 @@ pub(crate) fn build(
                 .flatten()
         })
         .map_err(|error| error.to_string())?;
-    let purgatory = Purgatory::builder()
-        .config(config)
+    let mut builder = Purgatory::builder().config(config);
+    if let Some(interval) = settings.reconcile_interval {
+        builder = builder.reconcile_interval(interval);
+    }
+    let purgatory = builder
         .announcements(Arc::new(OwnRelayAnnouncements {
             store: store.clone(),
         }))

@@ -1,6 +1,6 @@
 //! The sync's status as JSON, for `/status` and the `--once` report.
 
-use grasp_purgatory::{HeldRepository, PurgatoryStatus};
+use grasp_purgatory::{HeldRepository, PurgatoryStatus, ServedRepository, Serving};
 use grasp_sync_tokio::core::engine::LiveMode;
 use grasp_sync_tokio::{RelayStatus, SyncStatus};
 use serde_json::{json, Value};
@@ -68,6 +68,41 @@ pub(crate) fn purgatory_json(status: &PurgatoryStatus) -> Value {
         "oids_fetched": status.oids_fetched,
         "repositories_created": status.repositories_created,
         "clone_urls_skipped_own_service": status.clone_urls_skipped_own_service,
+        "repositories_served": status.repositories_served,
+        "repositories_serving_newest": status.repositories_serving_newest,
+        "repositories_behind": status.repositories_behind,
+        "repositories_reconciling": status.repositories_reconciling,
+        "reconciliations": status.reconciliations,
+        "refs_updated": status.refs_updated,
+        "served": status.served.iter().map(served_json).collect::<Vec<_>>(),
+    })
+}
+
+/// One served repository: whether it serves its newest state, or what it lacks, and
+/// when it was last reconciled.
+fn served_json(repository: &ServedRepository) -> Value {
+    let (serving, state, missing, reason) = match &repository.serving {
+        Serving::Newest { state } => ("newest", Some(state.to_hex()), 0, None),
+        Serving::NoState => ("no_state", None, 0, None),
+        Serving::Behind {
+            state,
+            missing_objects,
+            reason,
+        } => (
+            "behind",
+            state.map(|id| id.to_hex()),
+            *missing_objects,
+            Some(reason.clone()),
+        ),
+        _ => ("unknown", None, 0, None),
+    };
+    json!({
+        "repo": repository.repo.to_string(),
+        "serving": serving,
+        "state": state,
+        "missing_objects": missing,
+        "reason": reason,
+        "reconciled_at": repository.reconciled_at.as_secs(),
     })
 }
 

@@ -6,9 +6,11 @@ use std::path::Path;
 
 use async_trait::async_trait;
 use grasp_sync_core::nip34::GitOid;
+use grasp_sync_core::purgatory::RefChange;
 
 use super::error::GitError;
 use super::fetch::{FetchReport, GitFetcher};
+use super::refs::LocalRefs;
 
 /// The git operations purgatory needs. [`GitFetcher`] runs the git command line; tests
 /// may put an in-memory implementation in its place.
@@ -32,6 +34,18 @@ pub trait GitBackend: Send + Sync {
 
     /// The names of the refs under `refs/purgatory/` in the repository at `repo`.
     async fn purgatory_refs(&self, repo: &Path) -> Result<Vec<String>, GitError>;
+
+    /// Every ref of the repository at `repo` and `HEAD`'s target.
+    async fn local_refs(&self, repo: &Path) -> Result<LocalRefs, GitError>;
+
+    /// Applies `changes` in one transaction checking each old value (nothing applies
+    /// if a ref moved meanwhile), then points `HEAD` at `head` when given.
+    async fn apply_ref_changes(
+        &self,
+        repo: &Path,
+        changes: &[RefChange],
+        head: Option<&str>,
+    ) -> Result<(), GitError>;
 
     /// Makes the existing, empty directory `repo` a bare repository whose
     /// `refs/purgatory/` are hidden from fetches and pushes
@@ -68,5 +82,18 @@ impl GitBackend for GitFetcher {
 
     async fn init_bare(&self, repo: &Path) -> Result<(), GitError> {
         GitFetcher::init_bare(self, repo).await
+    }
+
+    async fn local_refs(&self, repo: &Path) -> Result<LocalRefs, GitError> {
+        GitFetcher::local_refs(self, repo).await
+    }
+
+    async fn apply_ref_changes(
+        &self,
+        repo: &Path,
+        changes: &[RefChange],
+        head: Option<&str>,
+    ) -> Result<(), GitError> {
+        GitFetcher::apply_ref_changes(self, repo, changes, head).await
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grasp_sync_core::nip34::GitOid;
+use grasp_sync_core::purgatory::RefChange;
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use tokio::process::Command;
 use tokio::sync::Semaphore;
@@ -17,7 +18,7 @@ use super::connectivity;
 use super::error::GitError;
 use super::policy::{check_url, PinnedUrl};
 use super::process::GitRunner;
-use super::refs::{purgatory_refs, purgatory_refspec, update_refs};
+use super::refs::{purgatory_refs, purgatory_refspec, update_refs, LocalRefs};
 use super::resolve::{Resolver, SystemResolver};
 
 /// Object ids asked for in one fetch; the rest wait for the next attempt.
@@ -203,6 +204,22 @@ impl GitFetcher {
     /// The names of the refs under `refs/purgatory/` in the repository at `repo`.
     pub async fn purgatory_refs(&self, repo: &Path) -> Result<Vec<String>, GitError> {
         purgatory_refs(&self.runner, repo).await
+    }
+
+    /// Every ref of the repository at `repo` and `HEAD`'s target.
+    pub async fn local_refs(&self, repo: &Path) -> Result<LocalRefs, GitError> {
+        super::refs::local_refs(&self.runner, repo).await
+    }
+
+    /// Applies `changes` in one `update-ref` transaction checking each old value, then
+    /// points `HEAD` at `head` when given.
+    pub async fn apply_ref_changes(
+        &self,
+        repo: &Path,
+        changes: &[RefChange],
+        head: Option<&str>,
+    ) -> Result<(), GitError> {
+        super::refs::apply_ref_changes(&self.runner, repo, changes, head).await
     }
 
     /// Makes the existing, empty directory `repo` a bare repository with

@@ -58,5 +58,5 @@ pub use fetch::{
 };
 pub use init::{hidden_refs_value, HIDE_REFS_KEYS};
 pub use policy::PinnedUrl;
-pub use refs::{NOSTR_REF_PREFIX, PURGATORY_REF_PREFIX};
+pub use refs::{LocalRefs, NOSTR_REF_PREFIX, PURGATORY_REF_PREFIX};
 pub use resolve::{Resolver, StaticResolver, SystemResolver, RESOLVE_TIMEOUT};

@@ -1,11 +1,14 @@
 //! The refs purgatory writes: temporary `refs/purgatory/<oid>` that keep fetched objects
 //! from `git gc` until their events are released (or expire, or are replaced: purgatory
 //! then deletes the refs no held event needs), and `refs/nostr/<event id>` for pull
-//! request tips.
+//! request tips; and the served refs: every ref read at once ([`LocalRefs`]) and a
+//! ref plan applied in one transaction.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use grasp_sync_core::nip34::GitOid;
+use grasp_sync_core::purgatory::RefChange;
 
 use super::error::GitError;
 use super::process::GitRunner;
@@ -59,4 +62,75 @@ pub(super) async fn purgatory_refs(
         .filter(|name| name.starts_with(PURGATORY_REF_PREFIX))
         .map(str::to_owned)
         .collect())
+}
+
+/// The refs of a local repository: every ref with the object it points at, and the
+/// ref `HEAD` points at (`None` when `HEAD` is detached or points nowhere valid).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LocalRefs {
+    /// Every ref, by full name.
+    pub refs: BTreeMap<String, GitOid>,
+    /// `HEAD`'s target.
+    pub head: Option<String>,
+}
+
+/// Reads every ref (`git for-each-ref`) and `HEAD`'s target (`git symbolic-ref`) of the
+/// repository at `repo`. Lines git would never print (a name with a space, an object id
+/// that is not hex) are skipped.
+pub(super) async fn local_refs(runner: &GitRunner, repo: &Path) -> Result<LocalRefs, GitError> {
+    let mut command = runner.command(repo);
+    command.args(["for-each-ref", "--format=%(objectname) %(refname)"]);
+    let output = runner.run(command, "for-each-ref", None).await?;
+    let refs = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| {
+            let (oid, name) = line.split_once(' ')?;
+            Some((name.to_owned(), GitOid::parse(oid).ok()?))
+        })
+        .collect();
+    let mut command = runner.command(repo);
+    command.args(["symbolic-ref", "-q", "HEAD"]);
+    let head = match runner.run(command, "symbolic-ref", None).await {
+        Ok(output) => Some(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+            .filter(|head| head.starts_with("refs/")),
+        // Exit 1: HEAD is detached.
+        Err(GitError::Failed { .. }) => None,
+        Err(error) => return Err(error),
+    };
+    Ok(LocalRefs { refs, head })
+}
+
+/// Applies `changes` in one `git update-ref --stdin` transaction, each with its old
+/// value (`create` when there was none), so that nothing is applied when any ref moved
+/// meanwhile (a concurrent push is never overwritten silently); then points `HEAD` at
+/// `head` when given.
+pub(super) async fn apply_ref_changes(
+    runner: &GitRunner,
+    repo: &Path,
+    changes: &[RefChange],
+    head: Option<&str>,
+) -> Result<(), GitError> {
+    if !changes.is_empty() {
+        let input: String = changes.iter().map(transaction_line).collect();
+        let mut command = runner.command(repo);
+        command.args(["update-ref", "--stdin"]);
+        runner.run(command, "update-ref", Some(input)).await?;
+    }
+    if let Some(head) = head {
+        let mut command = runner.command(repo);
+        command.args(["symbolic-ref", "HEAD", head]);
+        runner.run(command, "symbolic-ref", None).await?;
+    }
+    Ok(())
+}
+
+/// One line of an `update-ref --stdin` transaction, checking the old value.
+fn transaction_line(change: &RefChange) -> String {
+    let name = &change.name;
+    match (&change.old, &change.new) {
+        (None, Some(new)) => format!("create {name} {new}\n"),
+        (Some(old), Some(new)) => format!("update {name} {new} {old}\n"),
+        (Some(old), None) => format!("delete {name} {old}\n"),
+        (None, None) => String::new(),
+    }
 }

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use grasp_sync_core::clock::Clock;
-use grasp_sync_core::nip34::RepoRef;
-use grasp_sync_core::purgatory::{SyncQueue, SyncQueueEntry};
+use grasp_sync_core::clock::{Clock, Instant};
+use grasp_sync_core::nip34::{parse_announcement, RepoRef, KIND_REPO_ANNOUNCEMENT};
+use grasp_sync_core::purgatory::{ReconcileSchedule, SyncQueue, SyncQueueEntry};
 use nostr::prelude::{Event, EventId};
 use tokio::sync::{watch, Notify};
 
@@ -17,6 +17,7 @@ use crate::held::{hold_event, HeldEvent, HoldError, Origin};
 use crate::journal::RejectedLine;
 use crate::metrics::Metrics;
 use crate::refusals::EventRefusalLog;
+use crate::serve::{Reconciler, ServedRepository};
 use crate::sink::ReleaseSink;
 use crate::status::PurgatoryStatus;
 use crate::store::{AddError, Inserted};
@@ -48,6 +49,16 @@ pub(super) struct Shared {
     /// How the last sync attempt of each held repository ended (forgotten once nothing
     /// of it is held).
     pub(super) attempts: Mutex<BTreeMap<RepoRef, SyncOutcome>>,
+    /// Reads what each served repository should serve and makes it so.
+    pub(super) reconciler: Reconciler,
+    /// When each served repository is reconciled next.
+    pub(super) schedule: Mutex<ReconcileSchedule>,
+    /// How each served repository stood after its last reconciliation.
+    pub(super) served: Mutex<BTreeMap<RepoRef, ServedRepository>>,
+    /// When every announcement of the source was last listed (the served repositories).
+    pub(super) listed_at: Mutex<Option<Instant>>,
+    /// Whether every announcement was listed once (until then, "done" is not known).
+    pub(super) listed: Mutex<bool>,
 }
 
 /// Holds events until their git objects are present, fetching them from the
@@ -176,6 +187,42 @@ impl Purgatory {
         self.update_gauges();
         self.publish_if_settled();
         inserted
+    }
+
+    /// Holds `event` (a state or pull request a reconciliation found missing objects
+    /// for) as an event of `repo`: its objects are fetched into `repo`'s local
+    /// repository. Already held: nothing changes.
+    pub(super) fn hold_for(&self, event: Event, repo: &RepoRef) -> Result<Inserted, AddError> {
+        let mut held = hold_event(event, Origin::Synced, self.shared.clock.unix_time())?;
+        held.repo = repo.clone();
+        self.hold(held)
+    }
+
+    /// An event stored beside purgatory: when it is an announcement, its repository is
+    /// served, and reconciled at once (the first time) so that it serves its state.
+    pub fn track_announcement(&self, event: &Event) {
+        if event.kind.as_u16() != KIND_REPO_ANNOUNCEMENT {
+            return;
+        }
+        let Ok(announcement) = parse_announcement(event) else {
+            return;
+        };
+        self.track_repository(&announcement.repo);
+    }
+
+    /// Serves `repo` from now on: it is reconciled at once if it is new, then at least
+    /// every reconciliation interval.
+    pub fn track_repository(&self, repo: &RepoRef) {
+        let now = self.shared.clock.now();
+        lock_plain(&self.shared.schedule).track(&repo.to_string(), now);
+        self.shared.wake.notify_one();
+    }
+
+    /// Reconciles `repo` (if served) at once: something it serves changed.
+    pub fn reconcile_now(&self, repo: &RepoRef) {
+        let now = self.shared.clock.now();
+        lock_plain(&self.shared.schedule).due_now(&repo.to_string(), now);
+        self.shared.wake.notify_one();
     }
 
     /// Counts (and, at most once a minute per reason, logs) a refused event.
@@ -371,4 +418,9 @@ impl Purgatory {
 
 fn gauge(count: usize) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// Locks a mutex of plain data (a panic elsewhere leaves it consistent).
+pub(super) fn lock_plain<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

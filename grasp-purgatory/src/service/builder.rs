@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use grasp_sync_core::clock::{Clock, SystemClock};
-use grasp_sync_core::purgatory::{OwnService, SyncQueue};
+use grasp_sync_core::purgatory::{OwnService, ReconcileSchedule, SyncQueue};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use prometheus::Registry;
 use tokio::sync::{watch, Notify};
@@ -19,6 +19,7 @@ use crate::git::{GitBackend, GitFetcher, Resolver};
 use crate::metrics::Metrics;
 use crate::refusals::EventRefusalLog;
 use crate::repos::{Announcements, NpubLayout, RepoLocator};
+use crate::serve::Reconciler;
 use crate::sink::ReleaseSink;
 use crate::status::PurgatoryStatus;
 use crate::store::{HeldLimits, PurgatoryStore};
@@ -244,6 +245,15 @@ impl PurgatoryBuilder {
         self
     }
 
+    /// How often each served repository is reconciled at least (default one hour,
+    /// jittered by ±10 % per repository): its refs against its newest authorized state,
+    /// `refs/nostr/*` against its pull requests, missing objects fetched. Also
+    /// `NGIT_PURGATORY_RECONCILE_INTERVAL_SECS`.
+    pub fn reconcile_interval(mut self, interval: Duration) -> Self {
+        self.config.reconcile.interval = interval.max(Duration::from_secs(1));
+        self
+    }
+
     /// Journals every event entering and leaving purgatory to `path`, and replays it on
     /// build (see [`crate::journal`]): nothing accepted is lost to a crash.
     pub fn persist_to(mut self, path: impl Into<PathBuf>) -> Self {
@@ -273,6 +283,13 @@ impl PurgatoryBuilder {
         }
         let store: SharedStore =
             Arc::new(Mutex::new(PurgatoryStore::with_limits(self.config.limits)));
+        let reconciler = Reconciler {
+            source: Arc::clone(&announcements),
+            locator: Arc::clone(&locator),
+            git: Arc::clone(&git),
+            creates_repositories: !self.config.repositories_managed_externally,
+            writes_branches: !self.config.repositories_managed_externally,
+        };
         let context = GitSyncContext::new(ContextParts {
             store: Arc::clone(&store),
             announcements,
@@ -310,6 +327,11 @@ impl PurgatoryBuilder {
                 restore_rejected: Mutex::new(Vec::new()),
                 refusal_log: EventRefusalLog::default(),
                 attempts: Mutex::new(BTreeMap::new()),
+                reconciler,
+                schedule: Mutex::new(ReconcileSchedule::new(self.config.reconcile)),
+                served: Mutex::new(BTreeMap::new()),
+                listed_at: Mutex::new(None),
+                listed: Mutex::new(false),
                 config: self.config,
             }),
         };

@@ -8,6 +8,8 @@
 //! - [`domain_queues`]: serving the throttle manager's steps.
 //! - [`expiry`]: dropping and reporting events that waited too long.
 //! - [`persistence`]: the journal: replayed at build, compacted and synced by the loop.
+//! - [`reconcile`]: the served repositories' reconciliations (listing, schedule,
+//!   outcomes; the work itself is [`crate::serve`]).
 //! - [`status`]: computing and publishing the [`PurgatoryStatus`](crate::PurgatoryStatus).
 
 mod api;
@@ -15,6 +17,7 @@ mod builder;
 mod domain_queues;
 mod expiry;
 mod persistence;
+mod reconcile;
 mod run_loop;
 mod status;
 

@@ -38,6 +38,9 @@ impl Purgatory {
             self.forget_released();
             self.shared.manager.forget_idle_domains();
             self.start_ready();
+            self.list_repositories_if_due();
+            self.reconcile_released();
+            self.start_reconciliations();
             self.start_sweeps();
             self.serve_domain_queues(&mut wakes);
             self.maintain_journal(&mut journal).await;
@@ -87,7 +90,12 @@ impl Purgatory {
         let now = self.shared.clock.now();
         let latest = tokio_deadline(now, now + self.shared.config.loop_interval);
         let queue = self.queue().poll_timeout();
-        match [queue, wakes.poll_timeout()].into_iter().flatten().min() {
+        let reconcile = super::api::lock_plain(&self.shared.schedule).poll_timeout();
+        match [queue, wakes.poll_timeout(), reconcile]
+            .into_iter()
+            .flatten()
+            .min()
+        {
             Some(at) => tokio_deadline(now, at).min(latest),
             None => latest,
         }
@@ -158,6 +166,10 @@ impl Purgatory {
         }
         if let SyncOutcome::NotFetchable(reason) = &report.outcome {
             tracing::info!(%repo, %reason, "purgatory events not fetchable; waiting");
+        }
+        if let SyncOutcome::MovedTo(home) = &report.outcome {
+            self.queue()
+                .enqueue(&home.to_string(), shared.clock.now(), Duration::ZERO);
         }
         // Noted before the sync is marked finished, so no status sees it finished
         // without its verdict.

@@ -8,8 +8,9 @@ use std::time::Duration;
 use grasp_sync_core::purgatory::{all_accounted, held_progress, HeldProgress, RepoActivity};
 use tokio::sync::watch;
 
-use super::api::Purgatory;
+use super::api::{lock_plain, Purgatory};
 use crate::context::lock;
+use crate::serve::ServedRepository;
 use crate::status::{HeldRepository, HeldState, PurgatoryStatus, MAX_LISTED_REPOSITORIES};
 use crate::sync::SyncOutcome;
 
@@ -112,9 +113,11 @@ impl Purgatory {
             (store.len(), store.releasing(), queue.len(), sweeping)
         };
         let metrics = &shared.metrics;
+        let served = self.served_now();
         let all_accounted = events_releasing == 0
             && repositories_sweeping == 0
-            && all_accounted(held.progress.iter().copied());
+            && all_accounted(held.progress.iter().copied())
+            && served.settled;
         PurgatoryStatus {
             events_held,
             events_releasing,
@@ -140,6 +143,13 @@ impl Purgatory {
             not_fetchable: held.not_fetchable,
             still_waiting: held.still_waiting,
             repositories_waiting: held.repositories_waiting,
+            repositories_served: served.total,
+            repositories_serving_newest: served.newest,
+            repositories_behind: served.behind,
+            repositories_reconciling: served.reconciling,
+            served: served.listed,
+            reconciliations: metrics.reconciliations.get(),
+            refs_updated: metrics.refs_updated.get(),
             clone_urls_skipped_own_service: metrics
                 .clone_urls_skipped
                 .with_label_values(&["own_service"])
@@ -259,5 +269,41 @@ fn push_bounded(list: &mut Vec<HeldRepository>, repo: String, events: usize, sta
             events,
             state,
         });
+    }
+}
+
+/// The served repositories as the status shows them.
+struct ServedTally {
+    total: usize,
+    newest: usize,
+    behind: usize,
+    reconciling: usize,
+    listed: Vec<ServedRepository>,
+    /// Listed once, none due or running, no release waiting for its reconciliation.
+    settled: bool,
+}
+
+impl Purgatory {
+    fn served_now(&self) -> ServedTally {
+        let shared = &self.shared;
+        let now = shared.clock.now();
+        let listed_once = *lock_plain(&shared.listed);
+        let (total, reconciling) = {
+            let schedule = lock_plain(&shared.schedule);
+            (schedule.len(), schedule.due_or_running(now))
+        };
+        let served = lock_plain(&shared.served);
+        let behind = served.values().filter(|r| r.serving.is_behind()).count();
+        let mut listed: Vec<ServedRepository> = served.values().cloned().collect();
+        listed.sort_by_key(|r| !r.serving.is_behind());
+        listed.truncate(MAX_LISTED_REPOSITORIES);
+        ServedTally {
+            total,
+            newest: served.len() - behind,
+            behind,
+            reconciling,
+            listed,
+            settled: listed_once && reconciling == 0 && !shared.ctx.has_unreported_releases(),
+        }
     }
 }

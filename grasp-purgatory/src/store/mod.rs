@@ -14,6 +14,7 @@ mod sweeps;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use grasp_sync_core::nip34::{GitOid, RepoRef};
+use grasp_sync_core::purgatory::EventSource;
 use nostr::prelude::{EventId, PublicKey, Timestamp};
 
 pub use limits::{AddError, Cap, HeldLimits};
@@ -195,6 +196,63 @@ impl PurgatoryStore {
             .into_iter()
             .filter(|oid| !present.is_some_and(|present| present.contains(oid)))
             .collect()
+    }
+
+    /// The held events of `repo` that name clone URLs of their own (pull requests'
+    /// `clone` tags), each with its objects not known to be present.
+    pub fn event_sources(&self, repo: &RepoRef) -> Vec<EventSource> {
+        let present = self.present.get(repo);
+        self.events(repo)
+            .iter()
+            .filter_map(|held| match &held.kind {
+                HeldKind::PullRequest { clone_urls, .. } if !clone_urls.is_empty() => {
+                    Some(EventSource {
+                        missing: held
+                            .needed_oids()
+                            .into_iter()
+                            .filter(|oid| !present.is_some_and(|present| present.contains(oid)))
+                            .collect(),
+                        clone_urls: clone_urls.clone(),
+                    })
+                }
+                _ => None,
+            })
+            .filter(|source| !source.missing.is_empty())
+            .collect()
+    }
+
+    /// Moves the held events of `from` (a repository nobody announced) to `to` (the
+    /// repository whose maintainer set lists `from`'s author): their objects are fetched
+    /// into `to` and they are applied there. A state replaces an older one of the same
+    /// author held for `to`, and is dropped if a newer one is. Events being released
+    /// stay. Returns how many moved. Not journaled: a replay holds them under `from`
+    /// again, and the next sync moves them again.
+    pub fn move_repository(&mut self, from: &RepoRef, to: &RepoRef) -> usize {
+        let releasing = &self.releasing;
+        let Some(events) = self.by_repo.get_mut(from) else {
+            return 0;
+        };
+        let (moving, staying): (Vec<HeldEvent>, Vec<HeldEvent>) = std::mem::take(events)
+            .into_iter()
+            .partition(|held| !releasing.contains(&held.event.id));
+        *events = staying;
+        self.forget_if_empty(from);
+        let moved = moving.len();
+        for mut held in moving {
+            held.repo = to.clone();
+            let target = self.events(to);
+            if matches!(held.kind, HeldKind::State { .. }) && has_newer_state(target, &held) {
+                self.forget_event(&held, Removal::Replaced);
+                continue;
+            }
+            if let Some(index) = older_state_index(target, &held) {
+                if let Some(old) = self.by_repo.get_mut(to).map(|events| events.remove(index)) {
+                    self.forget_event(&old, Removal::Replaced);
+                }
+            }
+            self.by_repo.entry(to.clone()).or_default().push(held);
+        }
+        moved
     }
 
     /// Records that these objects exist in the local repository of `repo`.

@@ -377,6 +377,13 @@ impl SyncContext for FreesASlot<'_> {
     fn own_service(&self) -> &grasp_sync_core::purgatory::OwnService {
         self.inner.own_service()
     }
+
+    async fn move_to_home_repository(
+        &self,
+        repo: &RepoRef,
+    ) -> Result<Option<RepoRef>, SyncContextError> {
+        self.inner.move_to_home_repository(repo).await
+    }
 }
 
 #[tokio::test]

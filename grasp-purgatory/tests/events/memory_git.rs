@@ -7,8 +7,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use grasp_purgatory::git::LocalRefs;
 use grasp_purgatory::{FetchReport, GitBackend, GitError, RepoLocator};
 use grasp_sync_core::nip34::{GitOid, RepoRef};
+use grasp_sync_core::purgatory::RefChange;
 use grasp_sync_core::url_policy::extract_domain;
 use tokio::time::Instant;
 
@@ -185,6 +187,41 @@ impl GitBackend for MemoryGit {
             match oid {
                 Some(oid) => state.refs.insert(name.clone(), oid.clone()),
                 None => state.refs.remove(name),
+            };
+        }
+        Ok(())
+    }
+
+    async fn local_refs(&self, _repo: &Path) -> Result<LocalRefs, GitError> {
+        let state = self.state.lock().unwrap();
+        Ok(LocalRefs {
+            refs: state.refs.clone().into_iter().collect(),
+            head: None,
+        })
+    }
+
+    async fn apply_ref_changes(
+        &self,
+        _repo: &Path,
+        changes: &[RefChange],
+        _head: Option<&str>,
+    ) -> Result<(), GitError> {
+        let mut state = self.state.lock().unwrap();
+        // One transaction: nothing applies when a ref is not at its old value.
+        if let Some(moved) = changes
+            .iter()
+            .find(|change| state.refs.get(&change.name) != change.old.as_ref())
+        {
+            return Err(GitError::Failed {
+                operation: "update-ref",
+                status: "exit status: 128".to_owned(),
+                stderr: format!("cannot lock ref '{}'", moved.name),
+            });
+        }
+        for change in changes {
+            match &change.new {
+                Some(oid) => state.refs.insert(change.name.clone(), oid.clone()),
+                None => state.refs.remove(&change.name),
             };
         }
         Ok(())

@@ -143,6 +143,15 @@ pub trait SyncContext: Send + Sync {
 
     /// Our own service's hosts: clone URLs there are never fetched from.
     fn own_service(&self) -> &OwnService;
+
+    /// `repo` has no announcement: when its author is in the maintainer set of another
+    /// repository of the same identifier ([`home_repository`](super::home_repository)),
+    /// that repository takes `repo`'s held events (a co-maintainer's state is applied
+    /// to the repository listing them) and is returned; `None` otherwise.
+    async fn move_to_home_repository(
+        &self,
+        repo: &RepoRef,
+    ) -> Result<Option<RepoRef>, SyncContextError>;
 }
 
 /// One call of [`SyncContext::fetch_oids`] on a [`MemorySyncContext`].
@@ -179,6 +188,8 @@ struct MemoryState {
     missing_local: BTreeSet<RepoRef>,
     remotes: HashMap<String, Remote>,
     fetches: Vec<FetchCall>,
+    /// The repository each unannounced one belongs to.
+    homes: HashMap<RepoRef, RepoRef>,
 }
 
 impl MemoryState {
@@ -337,6 +348,12 @@ impl MemorySyncContext {
         self.lock().remotes.insert(url.to_owned(), remote);
     }
 
+    /// Makes `home` the repository `repo`'s held events belong to
+    /// ([`SyncContext::move_to_home_repository`]).
+    pub fn set_home(&self, repo: &RepoRef, home: &RepoRef) {
+        self.lock().homes.insert(repo.clone(), home.clone());
+    }
+
     /// Every fetch so far, in call order.
     pub fn fetch_log(&self) -> Vec<FetchCall> {
         self.lock().fetches.clone()
@@ -419,6 +436,19 @@ impl SyncContext for MemorySyncContext {
 
     fn own_service(&self) -> &OwnService {
         &self.own_service
+    }
+
+    async fn move_to_home_repository(
+        &self,
+        repo: &RepoRef,
+    ) -> Result<Option<RepoRef>, SyncContextError> {
+        let mut state = self.lock();
+        let Some(home) = state.homes.get(repo).cloned() else {
+            return Ok(None);
+        };
+        let moved = state.pending.remove(repo).unwrap_or_default();
+        state.pending.entry(home.clone()).or_default().extend(moved);
+        Ok(Some(home))
     }
 }
 

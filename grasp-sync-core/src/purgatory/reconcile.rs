@@ -143,6 +143,11 @@ impl ReconcileSchedule {
         self.due.contains_key(key) || self.running.contains(key)
     }
 
+    /// How many repositories are due at `now` or running.
+    pub fn due_or_running(&self, now: Instant) -> usize {
+        self.running.len() + self.due.values().filter(|at| **at <= now).count()
+    }
+
     /// When the next repository is due.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.due.values().min().copied()

@@ -1,0 +1,150 @@
+//! The loop's reconciliations: which repositories are served (every announcement of the
+//! source, listed at start and every few minutes, and those the gate sees arrive), when
+//! each is reconciled (the core's [`ReconcileSchedule`]), and what a reconciliation's
+//! outcome changes (events held for their objects, the status, the metrics).
+//!
+//! [`ReconcileSchedule`]: grasp_sync_core::purgatory::ReconcileSchedule
+
+use std::time::Duration;
+
+use grasp_sync_core::nip34::{parse_announcement, RepoRef};
+
+use super::api::{lock_plain, Purgatory};
+use crate::serve::{ServedRepository, Serving};
+
+/// How often every announcement of the source is listed again (at most the
+/// reconciliation interval): repositories announced by another path than the gate.
+const LIST_INTERVAL: Duration = Duration::from_secs(300);
+
+impl Purgatory {
+    /// Lists the served repositories when due (at start, then every
+    /// [`LIST_INTERVAL`]), on a task of its own.
+    pub(super) fn list_repositories_if_due(&self) {
+        let now = self.shared.clock.now();
+        let every = LIST_INTERVAL.min(self.shared.config.reconcile.interval);
+        {
+            let mut listed_at = lock_plain(&self.shared.listed_at);
+            if listed_at.is_some_and(|at| now.saturating_duration_since(at) < every) {
+                return;
+            }
+            *listed_at = Some(now);
+        }
+        let purgatory = self.clone();
+        self.shared.tasks.spawn(async move {
+            match purgatory.shared.reconciler.source.all_announcements().await {
+                Ok(events) => {
+                    for event in &events {
+                        if let Ok(announcement) = parse_announcement(event) {
+                            purgatory.track_repository(&announcement.repo);
+                        }
+                    }
+                    *lock_plain(&purgatory.shared.listed) = true;
+                    purgatory.shared.wake.notify_one();
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "listing the served repositories failed");
+                    *lock_plain(&purgatory.shared.listed_at) = None;
+                }
+            }
+        });
+    }
+
+    /// Repositories that released events are reconciled at once, with every served
+    /// repository of the same identifier (a co-maintainer's state counts for several).
+    pub(super) fn reconcile_released(&self) {
+        let released = self.shared.ctx.take_released();
+        if released.is_empty() {
+            return;
+        }
+        let now = self.shared.clock.now();
+        let served: Vec<RepoRef> = lock_plain(&self.shared.served).keys().cloned().collect();
+        let mut schedule = lock_plain(&self.shared.schedule);
+        for repo in &released {
+            schedule.due_now(&repo.to_string(), now);
+            for other in served
+                .iter()
+                .filter(|other| other.identifier() == repo.identifier())
+            {
+                schedule.due_now(&other.to_string(), now);
+            }
+        }
+    }
+
+    /// Starts a reconciliation task for every repository due.
+    pub(super) fn start_reconciliations(&self) {
+        let now = self.shared.clock.now();
+        let due = lock_plain(&self.shared.schedule).take_due(now);
+        for key in due {
+            let Ok(repo) = RepoRef::parse(&key) else {
+                lock_plain(&self.shared.schedule).forget(&key);
+                continue;
+            };
+            let purgatory = self.clone();
+            self.shared
+                .tasks
+                .spawn(async move { purgatory.reconcile_one(repo).await });
+        }
+    }
+
+    /// One reconciliation of `repo`; its outcome recorded, the events it needs held,
+    /// its next one scheduled.
+    async fn reconcile_one(&self, repo: RepoRef) {
+        let shared = &self.shared;
+        let outcome = shared.reconciler.reconcile(&repo).await;
+        shared.metrics.reconciliations.inc();
+        let serving = match outcome {
+            Ok(reconciled) => {
+                shared
+                    .metrics
+                    .refs_updated
+                    .inc_by(reconciled.refs_updated as u64);
+                if reconciled.created_repository {
+                    shared.metrics.repositories_created.inc();
+                }
+                for event in reconciled.to_fetch {
+                    if let Err(error) = self.hold_for(event, &repo) {
+                        tracing::warn!(%repo, %error, "holding an event for its missing objects failed");
+                    }
+                }
+                reconciled.serving
+            }
+            Err(reason) => {
+                tracing::warn!(%repo, %reason, "reconciling the served refs failed");
+                Some(Serving::Behind {
+                    state: None,
+                    missing_objects: 0,
+                    reason,
+                })
+            }
+        };
+        let now = shared.clock.now();
+        let key = repo.to_string();
+        {
+            let mut served = lock_plain(&shared.served);
+            match serving {
+                Some(serving) => {
+                    let behind = serving.is_behind();
+                    served.insert(
+                        repo.clone(),
+                        ServedRepository {
+                            repo: repo.clone(),
+                            serving,
+                            reconciled_at: shared.clock.unix_time(),
+                        },
+                    );
+                    lock_plain(&shared.schedule).finished(&key, now, behind);
+                }
+                None => {
+                    tracing::debug!(%repo, "no longer announced: not served");
+                    served.remove(&repo);
+                    let mut schedule = lock_plain(&shared.schedule);
+                    schedule.finished(&key, now, false);
+                    schedule.forget(&key);
+                }
+            }
+            let behind = served.values().filter(|r| r.serving.is_behind()).count();
+            shared.metrics.repositories_behind.set(behind as i64);
+        }
+        shared.wake.notify_one();
+    }
+}
