@@ -248,10 +248,15 @@ fn purgatory(page: &mut String, purgatory: &Value) {
         ("fetches_in_flight", "fetches in flight"),
         ("oids_fetched", "objects fetched"),
         ("repositories_created", "repositories created"),
+        ("repositories_served", "repositories served"),
+        ("repositories_serving_newest", "serving their newest state"),
+        ("repositories_behind", "behind"),
+        ("refs_updated", "refs written"),
     ] {
         card(page, &number(&purgatory[key]), "", label);
     }
     page.push_str("</div>");
+    served(page, purgatory);
     let domains = purgatory["fetches_by_domain"]
         .as_object()
         .filter(|domains| !domains.is_empty());
@@ -299,6 +304,36 @@ fn purgatory(page: &mut String, purgatory: &Value) {
 }
 
 /// The sync method as the spec names it.
+/// The served repositories: serving their newest state or behind (and why), and
+/// when each was last reconciled.
+fn served(page: &mut String, purgatory: &Value) {
+    let Some(repositories) = purgatory["served"]
+        .as_array()
+        .filter(|list| !list.is_empty())
+    else {
+        return;
+    };
+    page.push_str(
+        "<h2>Served repositories</h2><table><thead><tr><th>repository</th><th>serving</th>\
+         <th>state</th><th>why behind</th><th>reconciled at (unix)</th></tr></thead><tbody>",
+    );
+    for repository in repositories {
+        let serving = text(&repository["serving"]);
+        let class = if serving == "behind" { "warn" } else { "ok" };
+        let _ = write!(
+            page,
+            "<tr><td class=\"url\">{}</td><td class=\"{class}\">{}</td><td class=\"url\">{}</td>\
+             <td>{}</td><td class=\"n\">{}</td></tr>",
+            escape(&text(&repository["repo"])),
+            escape(&serving),
+            escape(&text(&repository["state"])),
+            escape(&text(&repository["reason"])),
+            escape(&text(&repository["reconciled_at"]))
+        );
+    }
+    page.push_str("</tbody></table>");
+}
+
 fn method(debug_name: &str) -> &str {
     match debug_name {
         "Negentropy" => "NIP-77",
@@ -375,6 +410,7 @@ mod tests {
                 "fetches_by_domain": { hostile: 2 },
                 "still_waiting": [{ "repo": hostile, "events": 1, "state": hostile }],
                 "not_fetchable": [{ "repo": hostile, "events": 1, "state": hostile }],
+                "served": [{ "repo": hostile, "serving": hostile, "state": hostile, "reason": hostile }],
             },
         });
         let page = render(&status);
