@@ -190,6 +190,10 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
             size(grasp_sync_core::purgatory::MAX_REPOSITORY_MAINTAINERS),
         ),
         (
+            "grasp_sync_core::nip34::MAX_PULL_REQUEST_CLONE_URLS",
+            size(grasp_sync_core::nip34::MAX_PULL_REQUEST_CLONE_URLS),
+        ),
+        (
             "grasp_purgatory::MAX_LISTED_REPOSITORIES",
             size(grasp_purgatory::MAX_LISTED_REPOSITORIES),
         ),
@@ -263,6 +267,9 @@ const NOT_CAPS: &[(&str, &[&str])] = &[
             "own_service",
             "repositories_managed_externally",
             "persist_path",
+            // How often served repositories are reconciled: a schedule, not a bound
+            // on what strangers can make us hold.
+            "reconcile",
         ],
     ),
     (
