@@ -61,18 +61,10 @@ pub trait Announcements: Send + Sync {
         identifier: &str,
         authors: &[PublicKey],
     ) -> Result<Vec<Event>, AnnouncementError> {
-        if authors.is_empty() {
+        let Some(filter) = addressable_by(KIND_REPO_ANNOUNCEMENT, identifier, authors) else {
             return Ok(Vec::new());
-        }
-        let filter = Filter::new()
-            .kind(Kind::Custom(KIND_REPO_ANNOUNCEMENT))
-            .identifier(identifier)
-            .authors(authors.iter().copied());
-        let events = self.query(&filter).await?;
-        Ok(events
-            .into_iter()
-            .filter(|event| authors.contains(&event.pubkey))
-            .collect())
+        };
+        Ok(only_by(self.query(&filter).await?, authors))
     }
 
     /// Every announcement held: the repositories served.
@@ -88,14 +80,10 @@ pub trait Announcements: Send + Sync {
         identifier: &str,
         authors: &[PublicKey],
     ) -> Result<Vec<Event>, AnnouncementError> {
-        if authors.is_empty() {
+        let Some(filter) = addressable_by(KIND_REPO_STATE, identifier, authors) else {
             return Ok(Vec::new());
-        }
-        let filter = Filter::new()
-            .kind(Kind::Custom(KIND_REPO_STATE))
-            .identifier(identifier)
-            .authors(authors.iter().copied());
-        self.query(&filter).await
+        };
+        Ok(only_by(self.query(&filter).await?, authors))
     }
 
     /// The pull requests and pull request updates (1618, 1619) that name `repo` in an
@@ -109,6 +97,26 @@ pub trait Announcements: Send + Sync {
             .custom_tag(SingleLetterTag::LOWERCASE_A, repo.to_string());
         self.query(&filter).await
     }
+}
+
+/// The filter for the addressable events of `kind` and `identifier` by `authors`;
+/// `None` when there is no author to ask for.
+fn addressable_by(kind: u16, identifier: &str, authors: &[PublicKey]) -> Option<Filter> {
+    (!authors.is_empty()).then(|| {
+        Filter::new()
+            .kind(Kind::Custom(kind))
+            .identifier(identifier)
+            .authors(authors.iter().copied())
+    })
+}
+
+/// The events of `events` by one of `authors` (a store that ignores the filter's
+/// authors gives no stranger a say).
+fn only_by(events: Vec<Event>, authors: &[PublicKey]) -> Vec<Event> {
+    events
+        .into_iter()
+        .filter(|event| authors.contains(&event.pubkey))
+        .collect()
 }
 
 /// Events kept in memory: announcements (the newest per author and identifier),

@@ -7,17 +7,20 @@
 //! [`pull_request_ref_changes`]); this module only reads and executes.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use grasp_sync_core::nip34::{pull_request_tip, GitOid, RepoRef};
+use grasp_sync_core::nip34::{parse_announcement, pull_request_tip, GitOid, RepoRef};
 use grasp_sync_core::purgatory::{
     maintainer_set, newest_authorized_state, pull_request_ref_changes, served_ref_plan, RefChange,
+    ServedState,
 };
 use nostr::prelude::{Event, EventId, Timestamp};
 
 use crate::git::GitBackend;
-use crate::repos::{create_bare_repository, repository_data, Announcements, RepoLocator};
+use crate::repos::{
+    create_bare_repository, repository_data, AnnouncementError, Announcements, RepoLocator,
+};
 
 /// How a served repository stands after its last reconciliation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,129 +65,202 @@ pub(crate) struct Reconciled {
     pub(crate) created_repository: bool,
 }
 
-/// Reads what a repository should serve and makes it so.
-pub(crate) struct Reconciler {
-    pub(crate) source: Arc<dyn Announcements>,
-    pub(crate) locator: Arc<dyn RepoLocator>,
-    pub(crate) git: Arc<dyn GitBackend>,
-    /// Whether missing local repositories are created here.
-    pub(crate) creates_repositories: bool,
-    /// Whether the branch refs are ours to write (not when the GRASP server manages
-    /// the git root: it applies states itself; we still write objects and PR tips).
-    pub(crate) writes_branches: bool,
+/// What a repository should serve, as read from the store.
+struct Wanted {
+    /// The newest authorized state, if there is one.
+    newest: Option<ServedState>,
+    /// The state event itself (to hold it when its objects are missing).
+    newest_event: Option<Event>,
+    /// Each pull request and update with its tip.
+    tips: Vec<(Event, GitOid)>,
 }
 
-impl std::fmt::Debug for Reconciler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reconciler")
-            .field("creates_repositories", &self.creates_repositories)
-            .field("writes_branches", &self.writes_branches)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Reconciler {
-    /// One reconciliation of `repo`.
-    pub(crate) async fn reconcile(&self, repo: &RepoRef) -> Result<Reconciled, String> {
-        let error = |error: &dyn std::fmt::Display| error.to_string();
-        let Some(data) = repository_data(self.source.as_ref(), repo)
-            .await
-            .map_err(|e| error(&e))?
-        else {
-            return Ok(Reconciled {
-                serving: None,
-                refs_updated: 0,
-                to_fetch: Vec::new(),
-                created_repository: false,
-            });
-        };
-        let maintainers = maintainer_set(repo, &data.announcements);
-        let states = self
-            .source
-            .states_by(repo.identifier(), &maintainers)
-            .await
-            .map_err(|e| error(&e))?;
-        let newest = newest_authorized_state(&states, repo.identifier(), &maintainers);
-        let pull_requests = self
-            .source
-            .pull_requests(repo)
-            .await
-            .map_err(|e| error(&e))?;
-        let tips: Vec<(&Event, GitOid)> = pull_requests
-            .iter()
-            .filter_map(|event| Some((event, pull_request_tip(event).value?)))
-            .collect();
-        let Some((target, created_repository)) = self.target(repo).await? else {
-            return Ok(Reconciled {
-                serving: Some(Serving::Behind {
-                    state: newest.as_ref().map(|state| state.id),
-                    missing_objects: 0,
-                    reason: "the local repository does not exist".to_owned(),
-                }),
-                refs_updated: 0,
-                to_fetch: Vec::new(),
-                created_repository: false,
-            });
-        };
-        let mut needed: BTreeSet<GitOid> = tips.iter().map(|(_, tip)| tip.clone()).collect();
-        if let Some(state) = &newest {
+impl Wanted {
+    /// Every object the repository must have.
+    fn needed(&self) -> BTreeSet<GitOid> {
+        let mut needed: BTreeSet<GitOid> = self.tips.iter().map(|(_, tip)| tip.clone()).collect();
+        if let Some(state) = &self.newest {
             needed.extend(state.needed_oids());
         }
-        let wanted: Vec<GitOid> = needed.iter().cloned().collect();
-        let present = self
-            .git
-            .existing(&target, &wanted)
-            .await
-            .map_err(|e| error(&e))?;
-        let mut to_fetch = Vec::new();
-        let state_ready = newest
+        needed
+    }
+
+    /// Whether every object of the newest state is `present` (true without a state).
+    fn state_ready(&self, present: &BTreeSet<GitOid>) -> bool {
+        self.newest
             .as_ref()
-            .is_none_or(|state| state.needed_oids().is_subset(&present));
-        if let (Some(state), false) = (&newest, state_ready) {
-            to_fetch.extend(states.iter().find(|event| event.id == state.id).cloned());
-        }
-        to_fetch.extend(
-            tips.iter()
-                .filter(|(_, tip)| !present.contains(tip))
-                .map(|(event, _)| (*event).clone()),
-        );
-        let local = self.git.local_refs(&target).await.map_err(|e| error(&e))?;
-        let mut changes: Vec<RefChange> = Vec::new();
-        let mut head = None;
-        if let (Some(state), true, true) = (&newest, state_ready, self.writes_branches) {
-            let plan = served_ref_plan(&local.refs, local.head.as_deref(), state);
-            changes.extend(plan.changes);
-            head = plan.head;
-        }
-        let ready_tips: Vec<(EventId, GitOid)> = tips
+            .is_none_or(|state| state.needed_oids().is_subset(present))
+    }
+
+    /// The events whose objects are not all `present`: purgatory is to fetch them.
+    fn to_fetch(&self, present: &BTreeSet<GitOid>) -> Vec<Event> {
+        let state = self
+            .newest_event
             .iter()
-            .filter(|(_, tip)| present.contains(tip))
-            .map(|(event, tip)| (event.id, tip.clone()))
-            .collect();
-        changes.extend(pull_request_ref_changes(&local.refs, &ready_tips));
-        if !changes.is_empty() || head.is_some() {
-            self.git
-                .apply_ref_changes(&target, &changes, head.as_deref())
-                .await
-                .map_err(|e| error(&e))?;
-            tracing::info!(%repo, refs = changes.len(), head = ?head, "served refs updated");
-        }
-        let missing_objects = needed.len().saturating_sub(present.len());
-        let serving = match &newest {
+            .filter(|_| !self.state_ready(present))
+            .cloned();
+        let pull_requests = self
+            .tips
+            .iter()
+            .filter(|(_, tip)| !present.contains(tip))
+            .map(|(event, _)| event.clone());
+        state.chain(pull_requests).collect()
+    }
+
+    /// How the repository stands once the refs whose objects are `present` are written.
+    fn serving(&self, missing_objects: usize) -> Serving {
+        match &self.newest {
             _ if missing_objects > 0 => Serving::Behind {
-                state: newest.as_ref().map(|state| state.id),
+                state: self.newest.as_ref().map(|state| state.id),
                 missing_objects,
                 reason: format!("{missing_objects} objects missing, fetching"),
             },
             Some(state) => Serving::Newest { state: state.id },
             None => Serving::NoState,
+        }
+    }
+}
+
+/// Reads what a repository should serve and makes it so.
+pub(crate) struct Reconciler {
+    source: Arc<dyn Announcements>,
+    locator: Arc<dyn RepoLocator>,
+    git: Arc<dyn GitBackend>,
+    /// Whether the GRASP server manages the git root: it creates the repositories and
+    /// applies states itself; we still write objects and pull request tips.
+    managed_externally: bool,
+}
+
+impl std::fmt::Debug for Reconciler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reconciler")
+            .field("managed_externally", &self.managed_externally)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Reconciler {
+    /// A reconciler reading from `source` and writing the repositories `locator` finds,
+    /// through `git`.
+    pub(crate) fn new(
+        source: Arc<dyn Announcements>,
+        locator: Arc<dyn RepoLocator>,
+        git: Arc<dyn GitBackend>,
+        managed_externally: bool,
+    ) -> Self {
+        Reconciler {
+            source,
+            locator,
+            git,
+            managed_externally,
+        }
+    }
+
+    /// The repositories served: every announcement of the source.
+    pub(crate) async fn served_repositories(&self) -> Result<Vec<RepoRef>, AnnouncementError> {
+        let events = self.source.all_announcements().await?;
+        Ok(events
+            .iter()
+            .filter_map(|event| parse_announcement(event).ok())
+            .map(|announcement| announcement.repo)
+            .collect())
+    }
+
+    /// One reconciliation of `repo`.
+    pub(crate) async fn reconcile(&self, repo: &RepoRef) -> Result<Reconciled, String> {
+        let Some(wanted) = self.wanted(repo).await.map_err(|e| e.to_string())? else {
+            return Ok(Reconciled::unannounced());
         };
+        let Some((target, created_repository)) = self.target(repo).await? else {
+            return Ok(Reconciled::without_repository(&wanted));
+        };
+        let needed: Vec<GitOid> = wanted.needed().into_iter().collect();
+        let present = self
+            .git
+            .existing(&target, &needed)
+            .await
+            .map_err(|e| e.to_string())?;
+        let refs_updated = self.write_refs(repo, &target, &wanted, &present).await?;
+        let missing_objects = needed.len().saturating_sub(present.len());
         Ok(Reconciled {
-            serving: Some(serving),
-            refs_updated: changes.len(),
-            to_fetch,
+            serving: Some(wanted.serving(missing_objects)),
+            refs_updated,
+            to_fetch: wanted.to_fetch(&present),
             created_repository,
         })
+    }
+
+    /// What `repo` should serve: its maintainer set's newest state and its pull
+    /// requests' tips. `None` when nobody announces it.
+    async fn wanted(&self, repo: &RepoRef) -> Result<Option<Wanted>, AnnouncementError> {
+        let Some(data) = repository_data(self.source.as_ref(), repo).await? else {
+            return Ok(None);
+        };
+        let maintainers = maintainer_set(repo, &data.announcements);
+        let states = self
+            .source
+            .states_by(repo.identifier(), &maintainers)
+            .await?;
+        let newest = newest_authorized_state(&states, repo.identifier(), &maintainers);
+        let newest_event = newest
+            .as_ref()
+            .and_then(|state| states.iter().find(|event| event.id == state.id).cloned());
+        let tips = self
+            .source
+            .pull_requests(repo)
+            .await?
+            .into_iter()
+            .filter_map(|event| {
+                let tip = pull_request_tip(&event).value?;
+                Some((event, tip))
+            })
+            .collect();
+        Ok(Some(Wanted {
+            newest,
+            newest_event,
+            tips,
+        }))
+    }
+
+    /// Writes the refs whose objects are `present` (the state's branches, tags and
+    /// `HEAD` unless the git root is managed externally; the pull request tips) in one
+    /// transaction; returns how many changed.
+    async fn write_refs(
+        &self,
+        repo: &RepoRef,
+        target: &Path,
+        wanted: &Wanted,
+        present: &BTreeSet<GitOid>,
+    ) -> Result<usize, String> {
+        let local = self
+            .git
+            .local_refs(target)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut changes: Vec<RefChange> = Vec::new();
+        let mut head = None;
+        let writes_branches = !self.managed_externally && wanted.state_ready(present);
+        if let (Some(state), true) = (&wanted.newest, writes_branches) {
+            let plan = served_ref_plan(&local.refs, local.head.as_deref(), state);
+            changes.extend(plan.changes);
+            head = plan.head;
+        }
+        let ready_tips: Vec<(EventId, GitOid)> = wanted
+            .tips
+            .iter()
+            .filter(|(_, tip)| present.contains(tip))
+            .map(|(event, tip)| (event.id, tip.clone()))
+            .collect();
+        changes.extend(pull_request_ref_changes(&local.refs, &ready_tips));
+        if changes.is_empty() && head.is_none() {
+            return Ok(0);
+        }
+        self.git
+            .apply_ref_changes(target, &changes, head.as_deref())
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(%repo, refs = changes.len(), head = ?head, "served refs updated");
+        Ok(changes.len())
     }
 
     /// The local repository of `repo`, created when missing and ours to create (as a
@@ -194,7 +270,7 @@ impl Reconciler {
         if let Some(path) = self.locator.locate(repo) {
             return Ok(Some((path, false)));
         }
-        if !self.creates_repositories {
+        if self.managed_externally {
             return Ok(None);
         }
         let Some(path) = self.locator.place(repo) else {
@@ -207,6 +283,32 @@ impl Reconciler {
             tracing::info!(%repo, path = %path.display(), "created the local repository");
         }
         Ok(Some((path, created)))
+    }
+}
+
+impl Reconciled {
+    /// Nobody announces the repository any more.
+    fn unannounced() -> Self {
+        Reconciled {
+            serving: None,
+            refs_updated: 0,
+            to_fetch: Vec::new(),
+            created_repository: false,
+        }
+    }
+
+    /// The local repository does not exist and is not ours to create.
+    fn without_repository(wanted: &Wanted) -> Self {
+        Reconciled {
+            serving: Some(Serving::Behind {
+                state: wanted.newest.as_ref().map(|state| state.id),
+                missing_objects: 0,
+                reason: "the local repository does not exist".to_owned(),
+            }),
+            refs_updated: 0,
+            to_fetch: Vec::new(),
+            created_repository: false,
+        }
     }
 }
 

@@ -116,6 +116,44 @@ async fn until(
     found.unwrap_or_else(|| panic!("not within {within:?}: {:#?}", *status.borrow()))
 }
 
+/// One repository announced by `owner` on `relay`, its upstream (two commits on
+/// `main`) served over smart HTTP from a temporary directory.
+struct OneRepository {
+    dir: TempDir,
+    upstream: SourceRepo,
+    one: String,
+    two: String,
+    server: GitHttpServer,
+    owner: Keys,
+    relay: Arc<MemoryAnnouncements>,
+}
+
+async fn one_repository(name: &str) -> OneRepository {
+    let dir = TempDir::new(name);
+    let upstream = SourceRepo::create(dir.join("upstream/r.git"));
+    let one = upstream.commit("one");
+    let two = upstream.commit("two");
+    let server = GitHttpServer::start(dir.join("upstream"), LOOPBACK).await;
+    let owner = Keys::generate();
+    let relay = Arc::new(MemoryAnnouncements::new());
+    relay
+        .add(
+            Announcement::new("r")
+                .clone_urls([server.url("r.git")])
+                .sign(&owner),
+        )
+        .unwrap();
+    OneRepository {
+        dir,
+        upstream,
+        one,
+        two,
+        server,
+        owner,
+        relay,
+    }
+}
+
 fn local(root: &std::path::Path, owner: &Keys, identifier: &str) -> PathBuf {
     NpubLayout::new(root)
         .path_of(&owner.public_key(), identifier)
@@ -238,20 +276,15 @@ async fn the_newest_state_of_the_maintainer_set_is_served_and_a_pr_tip_comes_fro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_after_its_objects_is_applied_without_a_fetch_and_an_older_one_changes_nothing() {
-    let dir = TempDir::new("serving-pushed");
-    let upstream = SourceRepo::create(dir.join("upstream/r.git"));
-    let one = upstream.commit("one");
-    let two = upstream.commit("two");
-    let server = GitHttpServer::start(dir.join("upstream"), LOOPBACK).await;
-    let owner = Keys::generate();
-    let relay = Arc::new(MemoryAnnouncements::new());
-    relay
-        .add(
-            Announcement::new("r")
-                .clone_urls([server.url("r.git")])
-                .sign(&owner),
-        )
-        .unwrap();
+    let OneRepository {
+        dir,
+        upstream,
+        one,
+        two,
+        server,
+        owner,
+        relay,
+    } = one_repository("serving-pushed").await;
     let root = dir.join("root");
     let purgatory = purgatory(&relay, &root, 3600);
     let run = events::spawn_run(&purgatory);
@@ -303,20 +336,16 @@ async fn a_state_after_its_objects_is_applied_without_a_fetch_and_an_older_one_c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_branch_moved_by_hand_is_put_back_within_one_interval_with_no_new_event() {
-    let dir = TempDir::new("serving-interval");
-    let upstream = SourceRepo::create(dir.join("upstream/r.git"));
-    let one = upstream.commit("one");
-    let two = upstream.commit("two");
-    let server = GitHttpServer::start(dir.join("upstream"), LOOPBACK).await;
-    let owner = Keys::generate();
-    let relay = Arc::new(MemoryAnnouncements::new());
-    relay
-        .add(
-            Announcement::new("r")
-                .clone_urls([server.url("r.git")])
-                .sign(&owner),
-        )
-        .unwrap();
+    let OneRepository {
+        dir,
+        one,
+        two,
+        owner,
+        relay,
+        // Kept: the upstream server runs until the test ends.
+        server: _server,
+        upstream: _upstream,
+    } = one_repository("serving-interval").await;
     relay.add_event(state(&owner, "r", &[("refs/heads/main", &two)], 1));
     let root = dir.join("root");
     let purgatory = purgatory(&relay, &root, 2);

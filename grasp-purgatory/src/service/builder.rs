@@ -283,13 +283,12 @@ impl PurgatoryBuilder {
         }
         let store: SharedStore =
             Arc::new(Mutex::new(PurgatoryStore::with_limits(self.config.limits)));
-        let reconciler = Reconciler {
-            source: Arc::clone(&announcements),
-            locator: Arc::clone(&locator),
-            git: Arc::clone(&git),
-            creates_repositories: !self.config.repositories_managed_externally,
-            writes_branches: !self.config.repositories_managed_externally,
-        };
+        let reconciler = Reconciler::new(
+            Arc::clone(&announcements),
+            Arc::clone(&locator),
+            Arc::clone(&git),
+            self.config.repositories_managed_externally,
+        );
         let context = GitSyncContext::new(ContextParts {
             store: Arc::clone(&store),
             announcements,

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use grasp_sync_core::nip34::{parse_announcement, RepoRef};
+use grasp_sync_core::nip34::RepoRef;
 
 use super::api::{lock_plain, Purgatory};
 use crate::serve::{ServedRepository, Serving};
@@ -31,12 +31,10 @@ impl Purgatory {
         }
         let purgatory = self.clone();
         self.shared.tasks.spawn(async move {
-            match purgatory.shared.reconciler.source.all_announcements().await {
-                Ok(events) => {
-                    for event in &events {
-                        if let Ok(announcement) = parse_announcement(event) {
-                            purgatory.track_repository(&announcement.repo);
-                        }
+            match purgatory.shared.reconciler.served_repositories().await {
+                Ok(repos) => {
+                    for repo in &repos {
+                        purgatory.track_repository(repo);
                     }
                     *lock_plain(&purgatory.shared.listed) = true;
                     purgatory.shared.wake.notify_one();

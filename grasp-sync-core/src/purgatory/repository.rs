@@ -347,7 +347,7 @@ mod tests {
             .map(|_| Keys::generate().public_key())
             .collect();
         let announcement = announce(&owner, "r", "https://owner.example/r.git", &many);
-        let set = maintainer_set(&announcement.repo, &[announcement.clone()]);
+        let set = maintainer_set(&announcement.repo, std::slice::from_ref(&announcement));
         assert_eq!(set.len(), MAX_REPOSITORY_MAINTAINERS);
         assert_eq!(set[0], owner);
         assert_eq!(set[1..], many[..MAX_REPOSITORY_MAINTAINERS - 1]);
