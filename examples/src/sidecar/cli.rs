@@ -82,7 +82,7 @@ pub(crate) struct Args {
     pub(crate) git_root_managed_externally: bool,
     /// Reconcile every repository under `--git-root` at least this often
     /// (jittered by ±10 %): its branches, tags and HEAD against the newest
-    /// state of its maintainers, refs/nostr/<id> against its pull requests,
+    /// state of its maintainers, `refs/nostr/<id>` against its pull requests,
     /// missing objects fetched (GRASP-02 asks for at least hourly). Needs
     /// --git-root.
     #[arg(
