@@ -29,9 +29,6 @@
 //! sync running and the page up until Ctrl-C, so the page can be looked at.
 #![forbid(unsafe_code)]
 
-/// Reading the command line as the sidecar does.
-#[path = "../sidecar/args.rs"]
-mod args;
 mod dataset;
 // Plain comments, not `///`: an outer doc on a module makes rustdoc resolve
 // the intra-doc links of the module's own `//!` docs in this scope, where
@@ -40,22 +37,13 @@ mod dataset;
 // `git http-backend`, source repositories, a temporary directory).
 #[path = "../../../grasp-purgatory/tests/support/mod.rs"]
 mod git_support;
-// The sidecar's `/`, `/metrics` and `/status`.
-#[path = "../sidecar/http.rs"]
-mod http;
 mod oracle;
-// The sidecar's status page.
-#[path = "../sidecar/page.rs"]
-mod page;
 mod progress;
 // The relays of grasp-sync-tokio's tests (a nostr-relay-builder relay
 // behind a proxy that can refuse NIP-77 and clamp limits) and a client.
 #[path = "../../../grasp-sync-tokio/tests/support/mod.rs"]
 mod relay_support;
 mod report;
-// The sidecar's status as JSON.
-#[path = "../sidecar/status_json.rs"]
-mod status_json;
 mod world;
 
 use std::collections::BTreeMap;
@@ -66,7 +54,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+// Reading the command line as the sidecar does, and the sidecar's `/`, `/metrics`
+// and `/status`.
 use grasp_purgatory::{Purgatory, PurgatoryGate, PurgatoryStatus, StoreSink};
+use grasp_sync::{args, http};
 use grasp_sync_tokio::core::url_policy::CloneUrlPolicy;
 use grasp_sync_tokio::{SyncManager, SyncStatus};
 use nostr::prelude::{Event, RelayUrl};
@@ -117,8 +108,14 @@ fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log));
+    // Colour only on a terminal, as the sidecar: a log file gets plain text.
+    let ansi = grasp_sync::colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

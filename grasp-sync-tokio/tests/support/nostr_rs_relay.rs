@@ -3,11 +3,11 @@
 //! It is the widely deployed REQ-only relay whose behaviour our tests name: no NIP-77
 //! (`NEG-OPEN` → `NOTICE "could not parse command"`), no EOSE for a `limit: 0` REQ, 32
 //! subscriptions per connection, a query aborted without EOSE when the client reads too
-//! slowly for 2 s (`../shared/ECOSYSTEM.md`). `.ci/install-nostr-rs-relay` builds it (cached
-//! outside the checkout) and CI passes its path in `NOSTR_RS_RELAY`; without that variable
-//! the install script's cache path is tried. A missing binary fails the test with the
-//! command that installs it: a test that names nostr-rs-relay's behaviour never passes
-//! without it.
+//! slowly for 2 s (`../shared/ECOSYSTEM.md`). `$NOSTR_RS_RELAY` names it; without that
+//! variable the first test that needs it runs `.ci/install-nostr-rs-relay`, which builds it
+//! once into a cache outside the checkout (needing only cargo) and prints its path, so
+//! the README's test command does its own set-up. A binary that cannot be had fails the
+//! test: a test that names nostr-rs-relay's behaviour never passes without it.
 //!
 //! The relay runs with its defaults except the listening address, the database directory
 //! and the `reject_future_seconds` of its sample configuration. Test data is loaded over
@@ -38,29 +38,42 @@ pub struct NostrRsRelay {
     dir: PathBuf,
 }
 
-/// The nostr-rs-relay binary: `$NOSTR_RS_RELAY`, else the install script's cache path.
-/// Panics with the install command when there is none.
+/// The nostr-rs-relay binary: `$NOSTR_RS_RELAY`, else the one
+/// `.ci/install-nostr-rs-relay` installs (built on first use, cached; one process
+/// installs while the others wait on its lock). Panics with the script's output when
+/// it cannot be had.
 pub fn nostr_rs_relay_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("NOSTR_RS_RELAY") {
         return PathBuf::from(path);
     }
-    let cache = std::env::var_os("GRASP_CI_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/grasp-sync-ci"))
-        });
-    let candidate = cache.map(|cache| {
-        cache
-            .join(format!("nostr-rs-relay-{NOSTR_RS_RELAY_VERSION}"))
-            .join("bin/nostr-rs-relay")
-    });
-    match candidate {
-        Some(path) if path.is_file() => path,
-        _ => panic!(
-            "nostr-rs-relay {NOSTR_RS_RELAY_VERSION} is not installed: run \
-             .ci/install-nostr-rs-relay (or set NOSTR_RS_RELAY to its binary)"
-        ),
-    }
+    static INSTALLED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    INSTALLED.get_or_init(install).clone()
+}
+
+/// Runs the install script of the workspace (every crate including this support sits one
+/// level below the workspace root) and returns the path it prints.
+fn install() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/install-nostr-rs-relay");
+    eprintln!(
+        "nostr-rs-relay {NOSTR_RS_RELAY_VERSION}: installing or reusing the cached build \
+         ({}; the first build takes minutes)",
+        script.display()
+    );
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|error| panic!("running {}: {error}", script.display()));
+    let printed = String::from_utf8_lossy(&output.stdout);
+    let path = PathBuf::from(printed.lines().last().unwrap_or_default().trim());
+    assert!(
+        output.status.success() && path.is_file(),
+        "{} failed ({}): {printed}",
+        script.display(),
+        output.status
+    );
+    path
 }
 
 impl NostrRsRelay {

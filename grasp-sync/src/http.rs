@@ -20,11 +20,11 @@ use crate::status_json::{purgatory_json, status_json};
 
 /// The statuses `/status` reports.
 #[derive(Clone)]
-pub(crate) struct Statuses {
+pub struct Statuses {
     /// Proactive sync's.
-    pub(crate) sync: watch::Receiver<SyncStatus>,
+    pub sync: watch::Receiver<SyncStatus>,
     /// Purgatory's, with `--git-root`.
-    pub(crate) purgatory: Option<watch::Receiver<PurgatoryStatus>>,
+    pub purgatory: Option<watch::Receiver<PurgatoryStatus>>,
 }
 
 impl Statuses {
@@ -39,7 +39,7 @@ impl Statuses {
 }
 
 /// Serves until `shutdown` flips; returns the bound address at once.
-pub(crate) async fn serve(
+pub async fn serve(
     addr: SocketAddr,
     registry: prometheus::Registry,
     status: Statuses,

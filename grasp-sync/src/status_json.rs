@@ -6,7 +6,7 @@ use grasp_sync_tokio::{RelayStatus, SyncStatus};
 use serde_json::{json, Value};
 
 /// `status` as a JSON object.
-pub(crate) fn status_json(status: &SyncStatus) -> Value {
+pub fn status_json(status: &SyncStatus) -> Value {
     json!({
         "historic_sync_complete": status.historic_sync_complete,
         "own_history_complete": status.own_history_complete,
@@ -49,7 +49,7 @@ fn relay_json(relay: &RelayStatus) -> Value {
 
 /// Purgatory's `status` as a JSON object: what is held, whether every held event is
 /// accounted for, and which repositories are not fetchable or still waiting, and why.
-pub(crate) fn purgatory_json(status: &PurgatoryStatus) -> Value {
+pub fn purgatory_json(status: &PurgatoryStatus) -> Value {
     json!({
         "all_accounted": status.all_accounted,
         "events_held": status.events_held,

@@ -20,7 +20,7 @@ const REFRESH_SECS: u32 = 3;
 /// page's own (by their SHA-256, [`STYLE`] and [`SCRIPT`]; a unit test keeps the hashes
 /// true), `fetch` to this server only, no framing. Text that slipped through escaping
 /// could still not run a script.
-pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; \
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; \
 style-src 'sha256-31qra4gIRALyeXjJvk2N6mBrJvGzNhJyPf8VRO+1Jm4='; \
 script-src 'sha256-TR1eNB9DUj+ok2IWC15v2yXCX4ItJJULe9cBI8U0WzM='; \
 connect-src 'self'; img-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
@@ -67,7 +67,7 @@ const SCRIPT: &str = r#"
 "#;
 
 /// `text` safe as HTML text and as a quoted attribute value.
-pub(crate) fn escape(text: &str) -> String {
+pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -83,7 +83,7 @@ pub(crate) fn escape(text: &str) -> String {
 }
 
 /// The whole page for `status` (the `/status` document).
-pub(crate) fn render(status: &Value) -> String {
+pub fn render(status: &Value) -> String {
     let mut page = String::with_capacity(8 * 1024);
     let _ = write!(
         page,

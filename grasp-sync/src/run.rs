@@ -1,13 +1,6 @@
-//! `grasp-sync`: GRASP-02 proactive sync as a sidecar next to a relay you
-//! already run. See `grasp-sync --help`.
-
-mod args;
-mod cli;
-mod http;
-mod once;
-mod page;
-mod purgatory;
-mod status_json;
+//! The sidecar's run: the command line read, logs set up, the own relay probed,
+//! `SyncManager` + `RelayStore` (+ `Purgatory` behind a `PurgatoryGate`) wired, the
+//! HTTP server started, and the wait (`--once` or a signal).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -20,12 +13,15 @@ use grasp_sync_tokio::{RelayStore, SyncManager};
 use tokio::sync::watch;
 use tracing::info;
 
-use cli::{Args, Settings};
+use crate::cli::{self, Args, Settings};
+use crate::{args, http, once, purgatory};
 
 /// How long the own relay may take to accept the first connection.
 const OWN_RELAY_PROBE: Duration = Duration::from_secs(5);
 
-fn main() -> ExitCode {
+/// Runs the `grasp-sync` command: reads the command line, runs until done (`--once`)
+/// or a signal, and returns the exit code (see `grasp-sync --help`).
+pub fn main() -> ExitCode {
     let args = match args::parse_or_exit::<Args>("grasp-sync") {
         Ok(args) => args,
         Err(code) => return code,
@@ -80,7 +76,7 @@ fn init_logs(json: bool) {
 /// Whether logs are coloured: only on a terminal, and not when `NO_COLOR` is set
 /// to anything but the empty string (<https://no-color.org>). A log file or a
 /// journal gets plain text.
-fn colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+pub fn colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
     terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
 }
 

@@ -325,32 +325,54 @@ const SYNC_TUNING: &[&str] = &[
     "NGIT_SYNC_BATCH_TIMEOUT_SECS",
 ];
 
+/// The variables the environment file names (commented or not).
+fn variables_named(env_file: &str) -> Vec<&str> {
+    env_file
+        .lines()
+        .map(|line| line.trim_start_matches('#'))
+        .filter_map(|line| line.split_once('=').map(|(name, _)| name))
+        .filter(|name| !name.is_empty() && !name.contains(' '))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_systemd_example_configures_only_variables_the_sidecar_reads() {
+async fn the_environment_file_names_every_variable_the_sidecar_reads_and_no_other() {
     let help = Command::new(BIN).arg("--help").output().await.unwrap();
     let help = String::from_utf8_lossy(&help.stdout).into_owned();
-    let env_file = include_str!("../systemd/grasp-sync.env");
-    let unit = include_str!("../systemd/grasp-sync.service");
-    let mut named = 0;
-    for line in env_file.lines() {
-        let line = line.trim_start_matches('#');
-        let Some((name, _)) = line.split_once('=') else {
-            continue;
-        };
-        if name.contains(' ') || name.is_empty() {
-            continue;
-        }
-        named += 1;
-        let known = help.contains(&format!("[env: {name}="))
-            || grasp_purgatory::config::ENV_VARIABLES
+    let env_file = include_str!("../deploy/grasp-sync.env");
+    let unit = include_str!("../deploy/grasp-sync.service");
+    let named = variables_named(env_file);
+    let flags: Vec<&str> = help
+        .split("[env: ")
+        .skip(1)
+        .filter_map(|rest| rest.split(['=', ']']).next())
+        .collect();
+    assert!(flags.len() >= 10, "{help}");
+    let read: Vec<&str> = flags
+        .iter()
+        .copied()
+        .chain(
+            grasp_purgatory::config::ENV_VARIABLES
                 .iter()
-                .any(|(variable, _)| *variable == name)
-            || SYNC_TUNING.contains(&name)
-            || name == "RUST_LOG";
-        assert!(known, "{name} in grasp-sync.env is read by nothing");
+                .map(|(name, _)| *name),
+        )
+        .chain(SYNC_TUNING.iter().copied())
+        .chain(["RUST_LOG"])
+        .collect();
+    for name in &named {
+        assert!(
+            read.contains(name),
+            "{name} in grasp-sync.env is read by nothing"
+        );
     }
-    assert!(named >= 5, "{env_file}");
-    assert!(unit.contains("EnvironmentFile=/etc/grasp-sync/grasp-sync.env"));
+    for name in &read {
+        assert!(
+            named.contains(name),
+            "{name} is read but not in grasp-sync.env"
+        );
+    }
+    assert!(unit.contains("EnvironmentFile=/etc/default/grasp-sync"));
+    assert!(unit.contains("ExecStart=/usr/bin/grasp-sync"));
     // The git root the environment file suggests is the one the unit may write.
     assert!(env_file.contains("NGIT_PURGATORY_GIT_ROOT=/srv/grasp-sync/git"));
     assert!(unit.contains("ReadWritePaths=-/srv/grasp-sync/git"));

@@ -1,4 +1,4 @@
-//! The Grafana dashboard (`examples/grafana/grasp-sync.json`) asks only for metrics the
+//! The Grafana dashboard (`grasp-sync/deploy/grafana-dashboard.json`) asks only for metrics the
 //! code registers: every metric name in every panel's query (and in the template
 //! variables' queries) is registered in a registry built the way the sidecar builds
 //! its own (proactive sync's and purgatory's metrics in one registry).
@@ -19,7 +19,7 @@ use nostr::prelude::RelayUrl;
 use prometheus::{IntGauge, Registry};
 use serde_json::Value;
 
-const DASHBOARD: &str = include_str!("../grafana/grasp-sync.json");
+const DASHBOARD: &str = include_str!("../deploy/grafana-dashboard.json");
 
 /// Words of PromQL that are not metric names when they stand outside `{…}`: the
 /// aggregation operators (`sum by (x) (…)` puts a word between the operator and its

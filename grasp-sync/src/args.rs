@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 /// The parsed command line of the binary `name`, or the exit code to end
 /// with after printing help, the version or the mistake.
-pub(crate) fn parse_or_exit<A: clap::Parser>(name: &str) -> Result<A, ExitCode> {
+pub fn parse_or_exit<A: clap::Parser>(name: &str) -> Result<A, ExitCode> {
     match A::try_parse() {
         Ok(args) => Ok(args),
         Err(error) if !error.use_stderr() => {
