@@ -24,11 +24,14 @@ async fn the_demo_passes_its_exact_set_check() {
         .stderr(log)
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
-        .output();
+        // `spawn`, not tokio's `output`, which would pipe stderr whatever was set.
+        .spawn()
+        .expect("the demo starts")
+        .wait_with_output();
     let output = tokio::time::timeout(Duration::from_secs(240), run)
         .await
         .expect("the demo finishes within 4 minutes")
-        .expect("the demo starts");
+        .expect("the demo's output is read");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = std::fs::read_to_string(&log_path).expect("the log is text");
     let _ = std::fs::remove_file(&log_path);

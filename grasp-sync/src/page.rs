@@ -17,7 +17,7 @@ use serde_json::Value;
 const REFRESH_SECS: u32 = 3;
 
 /// The page's policy: nothing loaded from anywhere, no inline style or script but the
-/// page's own (by their SHA-256, [`STYLE`] and [`SCRIPT`]; a unit test keeps the hashes
+/// page's own (by their SHA-256, `STYLE` and `SCRIPT`; a unit test keeps the hashes
 /// true), `fetch` to this server only, no framing. Text that slipped through escaping
 /// could still not run a script.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; \
