@@ -3,16 +3,15 @@
 //! maintainer set, states and pull requests from the store, compares them with the
 //! local repository, asks purgatory to fetch what is missing (by holding the events that
 //! need it), and writes the refs whose objects are present in one transaction. The
-//! decisions are the core's ([`newest_authorized_state`], [`served_ref_plan`],
-//! [`pull_request_ref_changes`]); this module only reads and executes.
+//! decisions are the core's ([`newest_authorized_state`], [`reconciliation`]); this
+//! module only reads and executes.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use grasp_sync_core::nip34::{parse_announcement, pull_request_tip, GitOid, RepoRef};
 use grasp_sync_core::purgatory::{
-    maintainer_set, newest_authorized_state, pull_request_ref_changes, served_ref_plan, RefChange,
+    maintainer_set, needed_objects, newest_authorized_state, reconciliation, Reconciliation,
     ServedState,
 };
 use nostr::prelude::{Event, EventId, Timestamp};
@@ -69,53 +68,42 @@ pub(crate) struct Reconciled {
 struct Wanted {
     /// The newest authorized state, if there is one.
     newest: Option<ServedState>,
-    /// The state event itself (to hold it when its objects are missing).
+    /// Its event (held for fetching when its objects are missing).
     newest_event: Option<Event>,
-    /// Each pull request and update with its tip.
-    tips: Vec<(Event, GitOid)>,
+    /// Each pull request and update, with its tip.
+    pull_requests: Vec<(Event, GitOid)>,
 }
 
 impl Wanted {
-    /// Every object the repository must have.
-    fn needed(&self) -> BTreeSet<GitOid> {
-        let mut needed: BTreeSet<GitOid> = self.tips.iter().map(|(_, tip)| tip.clone()).collect();
-        if let Some(state) = &self.newest {
-            needed.extend(state.needed_oids());
-        }
-        needed
-    }
-
-    /// Whether every object of the newest state is `present` (true without a state).
-    fn state_ready(&self, present: &BTreeSet<GitOid>) -> bool {
-        self.newest
-            .as_ref()
-            .is_none_or(|state| state.needed_oids().is_subset(present))
-    }
-
-    /// The events whose objects are not all `present`: purgatory is to fetch them.
-    fn to_fetch(&self, present: &BTreeSet<GitOid>) -> Vec<Event> {
-        let state = self
-            .newest_event
+    /// The pull request tips by event id, as the core takes them.
+    fn tips(&self) -> Vec<(EventId, GitOid)> {
+        self.pull_requests
             .iter()
-            .filter(|_| !self.state_ready(present))
-            .cloned();
+            .map(|(event, tip)| (event.id, tip.clone()))
+            .collect()
+    }
+
+    /// The events `plan` asks objects to be fetched for.
+    fn to_fetch(&self, plan: &Reconciliation) -> Vec<Event> {
+        let state = self.newest_event.iter().filter(|_| plan.fetch_state);
         let pull_requests = self
-            .tips
+            .pull_requests
             .iter()
-            .filter(|(_, tip)| !present.contains(tip))
-            .map(|(event, _)| event.clone());
-        state.chain(pull_requests).collect()
+            .map(|(event, _)| event)
+            .filter(|event| plan.fetch_pull_requests.contains(&event.id));
+        state.chain(pull_requests).cloned().collect()
     }
 
-    /// How the repository stands once the refs whose objects are `present` are written.
-    fn serving(&self, missing_objects: usize) -> Serving {
-        match &self.newest {
-            _ if missing_objects > 0 => Serving::Behind {
-                state: self.newest.as_ref().map(|state| state.id),
-                missing_objects,
-                reason: format!("{missing_objects} objects missing, fetching"),
+    /// How the repository stands once `plan` is carried out.
+    fn serving(&self, plan: &Reconciliation) -> Serving {
+        let state = self.newest.as_ref().map(|state| state.id);
+        match state {
+            _ if plan.is_behind() => Serving::Behind {
+                state,
+                missing_objects: plan.missing_objects,
+                reason: format!("{} objects missing, fetching", plan.missing_objects),
             },
-            Some(state) => Serving::Newest { state: state.id },
+            Some(state) => Serving::Newest { state },
             None => Serving::NoState,
         }
     }
@@ -166,7 +154,8 @@ impl Reconciler {
             .collect())
     }
 
-    /// One reconciliation of `repo`.
+    /// One reconciliation of `repo`: what it should serve read, the local repository
+    /// compared with it, the core's [`reconciliation`] carried out.
     pub(crate) async fn reconcile(&self, repo: &RepoRef) -> Result<Reconciled, String> {
         let Some(wanted) = self.wanted(repo).await.map_err(|e| e.to_string())? else {
             return Ok(Reconciled::unannounced());
@@ -174,18 +163,33 @@ impl Reconciler {
         let Some((target, created_repository)) = self.target(repo).await? else {
             return Ok(Reconciled::without_repository(&wanted));
         };
-        let needed: Vec<GitOid> = wanted.needed().into_iter().collect();
+        let tips = wanted.tips();
+        let needed: Vec<GitOid> = needed_objects(wanted.newest.as_ref(), &tips)
+            .into_iter()
+            .collect();
         let present = self
             .git
             .existing(&target, &needed)
             .await
             .map_err(|e| e.to_string())?;
-        let refs_updated = self.write_refs(repo, &target, &wanted, &present).await?;
-        let missing_objects = needed.len().saturating_sub(present.len());
+        let local = self
+            .git
+            .local_refs(&target)
+            .await
+            .map_err(|e| e.to_string())?;
+        let plan = reconciliation(
+            &local.refs,
+            local.head.as_deref(),
+            wanted.newest.as_ref(),
+            &tips,
+            &present,
+            !self.managed_externally,
+        );
+        self.write_refs(repo, &target, &plan).await?;
         Ok(Reconciled {
-            serving: Some(wanted.serving(missing_objects)),
-            refs_updated,
-            to_fetch: wanted.to_fetch(&present),
+            serving: Some(wanted.serving(&plan)),
+            refs_updated: plan.changes.len(),
+            to_fetch: wanted.to_fetch(&plan),
             created_repository,
         })
     }
@@ -205,7 +209,7 @@ impl Reconciler {
         let newest_event = newest
             .as_ref()
             .and_then(|state| states.iter().find(|event| event.id == state.id).cloned());
-        let tips = self
+        let pull_requests = self
             .source
             .pull_requests(repo)
             .await?
@@ -218,49 +222,26 @@ impl Reconciler {
         Ok(Some(Wanted {
             newest,
             newest_event,
-            tips,
+            pull_requests,
         }))
     }
 
-    /// Writes the refs whose objects are `present` (the state's branches, tags and
-    /// `HEAD` unless the git root is managed externally; the pull request tips) in one
-    /// transaction; returns how many changed.
+    /// Writes `plan`'s refs in one transaction (nothing when it has none).
     async fn write_refs(
         &self,
         repo: &RepoRef,
         target: &Path,
-        wanted: &Wanted,
-        present: &BTreeSet<GitOid>,
-    ) -> Result<usize, String> {
-        let local = self
-            .git
-            .local_refs(target)
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut changes: Vec<RefChange> = Vec::new();
-        let mut head = None;
-        let writes_branches = !self.managed_externally && wanted.state_ready(present);
-        if let (Some(state), true) = (&wanted.newest, writes_branches) {
-            let plan = served_ref_plan(&local.refs, local.head.as_deref(), state);
-            changes.extend(plan.changes);
-            head = plan.head;
-        }
-        let ready_tips: Vec<(EventId, GitOid)> = wanted
-            .tips
-            .iter()
-            .filter(|(_, tip)| present.contains(tip))
-            .map(|(event, tip)| (event.id, tip.clone()))
-            .collect();
-        changes.extend(pull_request_ref_changes(&local.refs, &ready_tips));
-        if changes.is_empty() && head.is_none() {
-            return Ok(0);
+        plan: &Reconciliation,
+    ) -> Result<(), String> {
+        if plan.changes.is_empty() && plan.head.is_none() {
+            return Ok(());
         }
         self.git
-            .apply_ref_changes(target, &changes, head.as_deref())
+            .apply_ref_changes(target, &plan.changes, plan.head.as_deref())
             .await
             .map_err(|e| e.to_string())?;
-        tracing::info!(%repo, refs = changes.len(), head = ?head, "served refs updated");
-        Ok(changes.len())
+        tracing::info!(%repo, refs = plan.changes.len(), head = ?plan.head, "served refs updated");
+        Ok(())
     }
 
     /// The local repository of `repo`, created when missing and ours to create (as a

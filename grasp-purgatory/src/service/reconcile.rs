@@ -47,24 +47,19 @@ impl Purgatory {
         });
     }
 
-    /// Repositories that released events are reconciled at once, with every served
-    /// repository of the same identifier (a co-maintainer's state counts for several).
+    /// Repositories that released events are reconciled at once, with those of the
+    /// same identifier ([`ReconcileSchedule::released`]).
+    ///
+    /// [`ReconcileSchedule::released`]: grasp_sync_core::purgatory::ReconcileSchedule::released
     pub(super) fn reconcile_released(&self) {
         let released = self.shared.ctx.take_released();
         if released.is_empty() {
             return;
         }
         let now = self.shared.clock.now();
-        let served: Vec<RepoRef> = lock_plain(&self.shared.served).keys().cloned().collect();
         let mut schedule = lock_plain(&self.shared.schedule);
         for repo in &released {
-            schedule.due_now(&repo.to_string(), now);
-            for other in served
-                .iter()
-                .filter(|other| other.identifier() == repo.identifier())
-            {
-                schedule.due_now(&other.to_string(), now);
-            }
+            schedule.released(repo, now);
         }
     }
 

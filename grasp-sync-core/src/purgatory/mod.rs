@@ -15,7 +15,8 @@
 //!   announcements speak for a repository, whose states count for it, and which
 //!   repository a maintainer without an announcement belongs to.
 //! - [`newest_authorized_state`], [`served_ref_plan`], [`pull_request_ref_changes`]:
-//!   what a served repository's refs must be (module `serving`).
+//!   what a served repository's refs must be, and [`reconciliation`]: what one
+//!   reconciliation writes and fetches (module `serving`).
 //! - [`ReconcileSchedule`]: when each served repository is reconciled next.
 //! - [`SyncQueue`] / [`SyncQueueEntry`]: when each repository is synced next
 //!   (debounce of 3 min for user-submitted events, 500 ms for events that
@@ -91,12 +92,13 @@ pub use own_service::{OwnService, OwnServiceError};
 pub use queue::{SyncQueue, SyncQueueConfig, SyncQueueEntry};
 pub use reconcile::{ReconcileConfig, ReconcileSchedule};
 pub use repository::{
-    home_repository, listed_maintainers, maintainer_set, select_repository, EventSource,
-    RepositoryData, MAX_REPOSITORY_MAINTAINERS,
+    home_repository, maintainer_set, select_repository, EventSource, RepositoryData,
+    MAX_REPOSITORY_MAINTAINERS,
 };
 pub use serving::{
-    is_served_ref, newest_authorized_state, pull_request_ref_changes, served_head, served_ref_plan,
-    RefChange, RefPlan, ServedState, PULL_REQUEST_REF_PREFIX, SERVED_REF_PREFIXES,
+    is_served_ref, needed_objects, newest_authorized_state, pull_request_ref_changes,
+    reconciliation, served_head, served_ref_plan, Reconciliation, RefChange, RefPlan, ServedState,
+    PULL_REQUEST_REF_PREFIX, SERVED_REF_PREFIXES,
 };
 pub use throttle::{DomainThrottle, DomainThrottles, QueueStep, ThrottleConfig};
 pub use url_select::{

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::clock::Instant;
+use crate::nip34::RepoRef;
 
 /// How often repositories are reconciled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +103,25 @@ impl ReconcileSchedule {
                 .entry(key.to_owned())
                 .and_modify(|at| *at = (*at).min(now))
                 .or_insert(now);
+        }
+    }
+
+    /// Events of `repo` were released: `repo` is due at once, and so is every tracked
+    /// repository of the same identifier (a co-maintainer's state may count for each
+    /// repository whose maintainer set lists them; the reconciliation decides).
+    pub fn released(&mut self, repo: &RepoRef, now: Instant) {
+        let same_identifier: Vec<String> = self
+            .due
+            .keys()
+            .chain(&self.running)
+            .filter(|key| {
+                RepoRef::parse(key).is_ok_and(|other| other.identifier() == repo.identifier())
+            })
+            .cloned()
+            .collect();
+        self.due_now(&repo.to_string(), now);
+        for key in same_identifier {
+            self.due_now(&key, now);
         }
     }
 
@@ -242,6 +262,30 @@ mod tests {
             behind_retry: Duration::from_secs(300),
         };
         assert!(short.delay("x", true) <= Duration::from_secs(66));
+    }
+
+    #[test]
+    fn a_release_makes_the_repository_and_those_of_its_identifier_due() {
+        let key = |identifier: &str| {
+            RepoRef::new(nostr::key::Keys::generate().public_key(), identifier).expect("valid")
+        };
+        let (owner, maintainer, other) = (key("r"), key("r"), key("s"));
+        let mut schedule = schedule(3600, 300);
+        let start = Instant::ZERO;
+        for repo in [&owner, &maintainer, &other] {
+            schedule.track(&repo.to_string(), start);
+        }
+        schedule.take_due(start);
+        for repo in [&owner, &maintainer, &other] {
+            schedule.finished(&repo.to_string(), start, false);
+        }
+        let later = start + Duration::from_secs(10);
+        schedule.released(&owner, later);
+        let mut due = schedule.take_due(later);
+        due.sort();
+        let mut expected = vec![owner.to_string(), maintainer.to_string()];
+        expected.sort();
+        assert_eq!(due, expected, "not the repository of another identifier");
     }
 
     #[test]

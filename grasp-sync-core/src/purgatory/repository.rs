@@ -89,17 +89,6 @@ impl RepositoryData {
     }
 }
 
-/// The maintainers the owner's announcement lists, other than the owner, in the
-/// order listed.
-pub fn listed_maintainers(owner: &RepoAnnouncement) -> Vec<PublicKey> {
-    owner
-        .maintainers
-        .iter()
-        .filter(|maintainer| *maintainer != owner.repo.pubkey())
-        .copied()
-        .collect()
-}
-
 /// The maintainer set of `repo`, the keys whose states count for it: the owner, the
 /// keys the owner's announcement lists as maintainers, and, recursively, the keys
 /// listed by the announcements of the same identifier by those maintainers. A listed

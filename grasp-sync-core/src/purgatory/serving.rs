@@ -5,6 +5,8 @@
 //! - [`served_ref_plan`]: the ref changes that make the repository serve it
 //!   (`refs/heads/*`, `refs/tags/*`, `HEAD`).
 //! - [`pull_request_ref_changes`]: the `refs/nostr/<event id>` to write.
+//! - [`needed_objects`] and [`reconciliation`]: one reconciliation of a served
+//!   repository: the refs to write now, the events to fetch objects for.
 //!
 //! Pure: the refs read from git and the events read from the store come in, the
 //! changes to make go out; purgatory executes them in one `git update-ref --stdin`
@@ -186,6 +188,77 @@ pub fn pull_request_ref_changes(
             })
         })
         .collect()
+}
+
+/// Every object a repository must have to serve `newest` and the pull request `tips`
+/// (event id, tip commit).
+pub fn needed_objects(
+    newest: Option<&ServedState>,
+    tips: &[(EventId, GitOid)],
+) -> BTreeSet<GitOid> {
+    let mut needed: BTreeSet<GitOid> = tips.iter().map(|(_, tip)| tip.clone()).collect();
+    if let Some(state) = newest {
+        needed.extend(state.needed_oids());
+    }
+    needed
+}
+
+/// What one reconciliation of a served repository does.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reconciliation {
+    /// The refs to write now, in one transaction (only those whose objects are present).
+    pub changes: Vec<RefChange>,
+    /// `HEAD`'s new target, when it must change.
+    pub head: Option<String>,
+    /// Whether the newest state waits for objects: its event is to be fetched for.
+    pub fetch_state: bool,
+    /// The pull requests and updates whose tips are missing: their events are to be
+    /// fetched for.
+    pub fetch_pull_requests: Vec<EventId>,
+    /// How many of the needed objects are missing.
+    pub missing_objects: usize,
+}
+
+impl Reconciliation {
+    /// Whether the repository serves everything it should once `changes` are written.
+    pub fn is_behind(&self) -> bool {
+        self.missing_objects > 0
+    }
+}
+
+/// One reconciliation of a repository whose refs are `current` (`HEAD` at
+/// `current_head`) and in which `present` of the [`needed_objects`] exist: the state's
+/// branches, tags and `HEAD` ([`served_ref_plan`]) once all its objects are there and
+/// when the branches are ours to write (`writes_branches`: not when the GRASP server
+/// manages the git root), each pull request tip that is there
+/// ([`pull_request_ref_changes`]), and the events whose objects are to be fetched. A
+/// state is never applied half: until its last object arrives, the previous refs stay.
+pub fn reconciliation(
+    current: &BTreeMap<String, GitOid>,
+    current_head: Option<&str>,
+    newest: Option<&ServedState>,
+    tips: &[(EventId, GitOid)],
+    present: &BTreeSet<GitOid>,
+    writes_branches: bool,
+) -> Reconciliation {
+    let state_ready = newest.is_none_or(|state| state.needed_oids().is_subset(present));
+    let mut plan = Reconciliation {
+        fetch_state: !state_ready,
+        missing_objects: needed_objects(newest, tips).difference(present).count(),
+        ..Reconciliation::default()
+    };
+    if let (Some(state), true, true) = (newest, state_ready, writes_branches) {
+        let served = served_ref_plan(current, current_head, state);
+        plan.changes = served.changes;
+        plan.head = served.head;
+    }
+    let (ready, missing): (Vec<_>, Vec<_>) =
+        tips.iter().partition(|(_, tip)| present.contains(tip));
+    let ready: Vec<(EventId, GitOid)> = ready.into_iter().cloned().collect();
+    plan.changes
+        .extend(pull_request_ref_changes(current, &ready));
+    plan.fetch_pull_requests = missing.into_iter().map(|(id, _)| *id).collect();
+    plan
 }
 
 #[cfg(test)]

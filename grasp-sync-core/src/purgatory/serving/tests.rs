@@ -1,4 +1,4 @@
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use grasp_sync_test_support::nip34::{sign, tag};
 use nostr::key::Keys;
@@ -207,4 +207,59 @@ fn pull_request_tips_are_written_where_they_differ() {
             },
         ]
     );
+}
+
+#[test]
+fn a_reconciliation_writes_what_is_present_and_fetches_for_the_rest() {
+    let owner = Keys::generate();
+    let event = state_event(
+        &owner,
+        "r",
+        &[("refs/heads/main", 1), ("refs/tags/v1", 2)],
+        None,
+        10,
+    );
+    let state = newest_authorized_state(&[event], "r", &[owner.public_key()]);
+    let (pr, update) = (
+        EventId::from_byte_array([1; 32]),
+        EventId::from_byte_array([2; 32]),
+    );
+    let tips = [(pr, oid(3)), (update, oid(4))];
+    let empty = BTreeMap::new();
+    let needed = needed_objects(state.as_ref(), &tips);
+    assert_eq!(needed, BTreeSet::from([oid(1), oid(2), oid(3), oid(4)]));
+
+    // Half of the state's objects and one tip: the state waits whole, the tip is served.
+    let partial = BTreeSet::from([oid(1), oid(3)]);
+    let plan = reconciliation(&empty, None, state.as_ref(), &tips, &partial, true);
+    assert!(plan.fetch_state && plan.is_behind());
+    assert_eq!(plan.missing_objects, 2);
+    assert_eq!(plan.fetch_pull_requests, vec![update]);
+    assert_eq!(
+        plan.changes.len(),
+        1,
+        "only the present tip: {:?}",
+        plan.changes
+    );
+    assert_eq!(plan.changes[0].name, format!("refs/nostr/{pr}"));
+    assert_eq!(plan.head, None);
+
+    // Everything present: the whole state and both tips, nothing to fetch.
+    let plan = reconciliation(&empty, None, state.as_ref(), &tips, &needed, true);
+    assert!(!plan.fetch_state && !plan.is_behind() && plan.fetch_pull_requests.is_empty());
+    assert_eq!(plan.changes.len(), 4);
+    assert_eq!(plan.head.as_deref(), Some("refs/heads/main"));
+
+    // The GRASP server owns the branches: only the tips are written.
+    let plan = reconciliation(&empty, None, state.as_ref(), &tips, &needed, false);
+    assert_eq!(plan.changes.len(), 2);
+    assert!(plan
+        .changes
+        .iter()
+        .all(|change| change.name.starts_with(PULL_REQUEST_REF_PREFIX)));
+    assert_eq!(plan.head, None);
+
+    // No state, no pull request: nothing to do, nothing behind.
+    let plan = reconciliation(&empty, None, None, &[], &BTreeSet::new(), true);
+    assert_eq!(plan, Reconciliation::default());
 }
