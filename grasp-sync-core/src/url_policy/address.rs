@@ -16,13 +16,18 @@ use super::{
 ///
 /// IPv4: `0.0.0.0/8` (incl. unspecified), loopback `127/8`, private `10/8`, `172.16/12`,
 /// `192.168/16`, link-local `169.254/16` (incl. the `169.254.169.254` metadata service),
-/// shared/CGNAT `100.64/10` (incl. `100.100.100.200`), multicast `224/4`, reserved `240/4`
-/// (incl. broadcast `255.255.255.255`).
+/// shared/CGNAT `100.64/10` (incl. `100.100.100.200`), IETF protocol assignments
+/// `192.0.0/24`, benchmarking `198.18/15`, multicast `224/4`, reserved `240/4` (incl. broadcast
+/// `255.255.255.255`).
 ///
 /// IPv6: unspecified `::`, loopback `::1`, link-local `fe80::/10`, site-local `fec0::/10`,
 /// unique-local `fc00::/7` (incl. the `fd00:ec2::254` metadata service), multicast
-/// `ff00::/8`, and IPv4-mapped (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`) and NAT64
-/// (`64:ff9b::a.b.c.d`) forms of any forbidden IPv4 address.
+/// `ff00::/8`, discard-only `100::/64`, and IPv4-mapped
+/// (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`) and NAT64 (`64:ff9b::a.b.c.d`) forms
+/// of any forbidden IPv4 address. Transition prefixes whose IPv4 end is decided by
+/// someone else's relay are refused whole: 6to4 `2002::/16`, Teredo `2001::/32` and the
+/// local-use NAT64 prefix `64:ff9b:1::/48` (a stranger can route any of them to an
+/// internal address through a relay router we do not see).
 ///
 /// Adapters should also apply this to the addresses a host name resolves to.
 pub fn is_forbidden_address(ip: IpAddr) -> bool {
@@ -42,8 +47,19 @@ fn is_forbidden_ipv4(ip: Ipv4Addr) -> bool {
         || ip.is_private()
         || ip.is_link_local()
         || shared_cgnat
+        || is_special_purpose_ipv4(ip)
         || ip.is_multicast()
         || reserved_class_e
+}
+
+/// Whether `ip` is in an IPv4 block reserved for protocol assignments (`192.0.0/24`)
+/// or benchmarking (`198.18/15`): never a public service, often routed to test or
+/// internal networks.
+fn is_special_purpose_ipv4(ip: Ipv4Addr) -> bool {
+    let [first, second, third, _] = ip.octets();
+    let protocol_assignments = [first, second, third] == [192, 0, 0];
+    let benchmarking = first == 198 && (second & 0xfe) == 18;
+    protocol_assignments || benchmarking
 }
 
 fn is_forbidden_ipv6(ip: Ipv6Addr) -> bool {
@@ -59,7 +75,25 @@ fn is_forbidden_ipv6(ip: Ipv6Addr) -> bool {
         || link_local
         || site_local
         || unique_local
+        || is_special_purpose_ipv6(ip)
+        || is_transition_prefix(ip)
         || ip.is_multicast()
+}
+
+/// Whether `ip` is in the discard-only prefix `100::/64`.
+fn is_special_purpose_ipv6(ip: Ipv6Addr) -> bool {
+    ip.segments()[..4] == [0x100, 0, 0, 0]
+}
+
+/// Whether `ip` is in a transition prefix that carries traffic to an IPv4 (or other)
+/// network chosen by a relay router outside our view: 6to4 `2002::/16`, Teredo
+/// `2001::/32`, local-use NAT64 `64:ff9b:1::/48`.
+fn is_transition_prefix(ip: Ipv6Addr) -> bool {
+    let segments = ip.segments();
+    let six_to_four = segments[0] == 0x2002;
+    let teredo = segments[..2] == [0x2001, 0];
+    let local_nat64 = segments[..3] == [0x64, 0xff9b, 1];
+    six_to_four || teredo || local_nat64
 }
 
 /// The IPv4 address carried by an IPv4-mapped, IPv4-compatible or NAT64 IPv6 address.

@@ -421,6 +421,16 @@ fn is_forbidden_address_covers_every_listed_range() {
         "::127.0.0.1",
         "::192.168.0.1",
         "64:ff9b::a9fe:a9fe",
+        "192.0.0.1",
+        "192.0.0.255",
+        "198.18.0.1",
+        "198.19.255.255",
+        "100::1",
+        "2002:7f00:1::1",
+        "2002:808:808::1",
+        "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+        "64:ff9b:1::808:808",
+        "64:ff9b:1:ffff::1",
     ];
     for text in forbidden {
         let ip: IpAddr = text.parse().unwrap();
@@ -444,6 +454,12 @@ fn is_forbidden_address_allows_public_addresses() {
         "::ffff:8.8.8.8",
         "64:ff9b::808:808",
         "fe7f::1",
+        "192.0.1.1",
+        "198.17.255.255",
+        "198.20.0.0",
+        "2001:4860:4860::8888",
+        "64:ff9b:2::1",
+        "101::1",
     ];
     for text in public {
         let ip: IpAddr = text.parse().unwrap();
