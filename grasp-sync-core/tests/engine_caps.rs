@@ -286,14 +286,18 @@ fn one_key_s_1000_junk_relays_do_not_keep_an_honest_relay_out() {
 
 #[test]
 fn junk_relays_of_many_keys_yield_their_slots_to_an_honest_relay() {
-    // 25 keys, two announcements of 20 unreachable relays each: every one
-    // of the 1 000 slots, each key within its share.
-    let keys: Vec<Keys> = (0..25).map(|_| Keys::generate()).collect();
+    // Caps scaled down (100 slots, 10 per author) to keep the run short;
+    // the rules are those of the defaults. 10 keys, one announcement of 20
+    // unreachable relays each: every slot taken, each key within its share.
+    let mut config = config();
+    config.caps.max_relays = 100;
+    config.caps.max_relays_per_author = 10;
+    let keys: Vec<Keys> = (0..10).map(|_| Keys::generate()).collect();
     let at = UNIX_ORIGIN - 10_000;
-    let junk = junk_announcements(&keys, 2, at);
+    let junk = junk_announcements(&keys, 1, at);
     let (honest, sim) = honest_repository(at + 2_000);
-    let mut world = World::new(config(), vec![sim], junk);
-    index_repositories(&mut world, 50);
+    let mut world = World::new(config, vec![sim], junk);
+    index_repositories(&mut world, 10);
     let caps = world.engine.config().caps.clone();
     assert_eq!(
         world.engine.relay_reports().len(),

@@ -779,7 +779,8 @@ impl SyncEngine {
             .into_iter()
             .filter(|relay| self.relay_allowed(relay))
             .collect();
-        let relays = self.relays_within_caps(&announcement.repo, allowed, now);
+        let (relays, left_out) = self.relays_within_caps(&announcement.repo, allowed, now);
+        self.note_left_out(&announcement.repo, left_out);
         self.set_repo_relays(&announcement.repo, relays);
     }
 
@@ -1007,31 +1008,32 @@ impl SyncEngine {
     /// distinct ones, of which a relay not tracked yet only if it may take a
     /// slot ([`RelaySlots::admission`]: a slot free under
     /// [`max_relays`](super::Caps::max_relays), room in the share of
-    /// `repo`'s author, not benched); it takes it. Relays left out are
-    /// remembered for [`SyncEngine::readmit_relays_over_cap`].
+    /// `repo`'s author, not benched); it takes it. Relays left out for a
+    /// slot are remembered for [`SyncEngine::readmit_relays_over_cap`];
+    /// what was left out and why is returned, for the caller to count and
+    /// log ([`SyncEngine::note_left_out`]) when it is news.
     fn relays_within_caps(
         &mut self,
         repo: &RepoRef,
         listed: Vec<RelayUrl>,
         now: Instant,
-    ) -> Vec<RelayUrl> {
+    ) -> (Vec<RelayUrl>, LeftOut) {
         let mut seen = HashSet::new();
         let distinct: Vec<RelayUrl> = listed
             .into_iter()
             .filter(|relay| seen.insert(relay.clone()))
             .collect();
         let per_announcement = self.config.caps.max_relays_per_announcement;
-        if distinct.len() > per_announcement {
-            let over = distinct.len() - per_announcement;
-            self.stats.relays_over_cap += over as u64;
-            warn!(%repo, listed = distinct.len(), cap = per_announcement, "announcement lists more relays than the cap; syncing from the first ones");
-        }
+        let mut left = LeftOut {
+            listed: distinct.len(),
+            over_announcement: distinct.len().saturating_sub(per_announcement),
+            ..LeftOut::default()
+        };
         let candidates: Vec<RelayUrl> = distinct.into_iter().take(per_announcement).collect();
         let rules = self.slot_rules();
         let author = *repo.pubkey();
         let mut admitted = Vec::with_capacity(candidates.len());
-        let mut left_out = Vec::new();
-        let (mut total_full, mut author_full) = (0, 0);
+        let mut waiting = Vec::new();
         let mut tracked = self.relays.tracked_count();
         for relay in candidates {
             if self.relays.state(&relay).is_some() {
@@ -1043,33 +1045,51 @@ impl SyncEngine {
                     tracked += 1;
                     self.slots.grant(relay.clone(), author, now);
                     admitted.push(relay);
+                    continue;
                 }
-                refused => {
-                    match refused {
-                        Admission::TotalFull => total_full += 1,
-                        Admission::AuthorFull => author_full += 1,
-                        Admission::Granted | Admission::Benched => {}
-                    }
-                    left_out.push(relay);
-                }
+                Admission::TotalFull => left.total_full += 1,
+                Admission::AuthorFull => left.author_full += 1,
+                Admission::Benched => left.benched += 1,
             }
+            waiting.push(relay);
         }
-        if left_out.is_empty() {
+        if waiting.is_empty() {
             self.over_cap.shift_remove(repo);
         } else {
-            self.stats.relays_over_cap += left_out.len() as u64;
-            if total_full > 0 {
-                warn!(%repo, left_out = left_out.len(), cap = rules.max_relays, "relays tracked at the cap; these wait for a slot");
-            } else if author_full > 0 {
-                info!(%repo, author = %author, left_out = left_out.len(), cap = rules.per_author, "the author's relays hold its share of the slots; these wait for one of them");
-            } else {
-                debug!(%repo, left_out = left_out.len(), "relays that yielded their slot lately wait for their turn");
-            }
-            let mut waiting = admitted.clone();
-            waiting.extend(left_out);
-            self.over_cap.insert(repo.clone(), waiting);
+            let mut listed = admitted.clone();
+            listed.extend(waiting);
+            self.over_cap.insert(repo.clone(), listed);
         }
-        admitted
+        (admitted, left)
+    }
+
+    /// Counts what an announcement of `repo` had left out
+    /// ([`EngineStats::relays_over_cap`]) and logs it: a full total at
+    /// `warn` (the operator may raise the cap), an author over its share at
+    /// `info` the first time and every thousandth relay after, else at
+    /// `debug` (one key flooding us is routine).
+    fn note_left_out(&mut self, repo: &RepoRef, left: LeftOut) {
+        let before = self.stats.relays_over_cap;
+        self.stats.relays_over_cap += left.count() as u64;
+        let caps = &self.config.caps;
+        if left.over_announcement > 0 {
+            warn!(%repo, listed = left.listed, cap = caps.max_relays_per_announcement, "announcement lists more relays than the cap; syncing from the first ones");
+        }
+        if left.total_full > 0 {
+            warn!(%repo, left_out = left.total_full, cap = caps.max_relays, "relays tracked at the cap; these wait for a slot");
+        }
+        if left.author_full > 0 {
+            let author = repo.pubkey();
+            let crossed = before == 0 || before / 1_000 != self.stats.relays_over_cap / 1_000;
+            if crossed {
+                info!(%repo, %author, left_out = left.author_full, cap = caps.max_relays_per_author, refused = self.stats.relays_over_cap, "the author's relays hold its share of the slots; these wait for one of them");
+            } else {
+                debug!(%repo, %author, left_out = left.author_full, cap = caps.max_relays_per_author, "the author's relays hold its share of the slots");
+            }
+        }
+        if left.benched > 0 {
+            debug!(%repo, left_out = left.benched, "relays that yielded their slot lately wait for their turn");
+        }
     }
 
     /// Lists `relays` as `repo`'s and registers those not tracked yet.
@@ -1102,10 +1122,8 @@ impl SyncEngine {
             return false;
         };
         let tracked = self.relays.tracked_count();
-        // Counted once, when first left out.
-        let before = self.stats.relays_over_cap;
-        let admitted = self.relays_within_caps(repo, relays, now);
-        self.stats.relays_over_cap = before;
+        // Counted and logged once, when first left out.
+        let (admitted, _) = self.relays_within_caps(repo, relays, now);
         self.set_repo_relays(repo, admitted);
         let gained = self.relays.tracked_count() > tracked;
         if gained {
@@ -1891,6 +1909,29 @@ struct Reach {
     relays: usize,
     connections: usize,
     store_keeps_up: bool,
+}
+
+/// What [`SyncEngine::relays_within_caps`] left out of one announcement,
+/// by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct LeftOut {
+    /// Distinct relays the announcement listed (after the policy).
+    listed: usize,
+    /// Beyond [`Caps::max_relays_per_announcement`](super::Caps::max_relays_per_announcement): not synced.
+    over_announcement: usize,
+    /// Waiting: every slot taken.
+    total_full: usize,
+    /// Waiting: the author holds its share.
+    author_full: usize,
+    /// Waiting: yielded a slot lately.
+    benched: usize,
+}
+
+impl LeftOut {
+    /// How many relays were left out, whatever the reason.
+    fn count(&self) -> usize {
+        self.over_announcement + self.total_full + self.author_full + self.benched
+    }
 }
 
 /// Relay URLs refused by the policy that are warned about once each.
