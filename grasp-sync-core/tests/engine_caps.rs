@@ -155,6 +155,237 @@ fn relays_over_the_total_cap_wait_for_room_then_sync() {
     assert_eq!(forgets, 3, "each dropped relay is forgotten once");
 }
 
+/// Announcements of ours by `keys.len()` keys, `per_key` each, every one
+/// listing 20 relays no one runs (they never connect).
+fn junk_announcements(keys: &[Keys], per_key: usize, at: u64) -> Vec<Event> {
+    let own = own_url();
+    let mut announcements = Vec::new();
+    for (k, key) in keys.iter().enumerate() {
+        for n in 0..per_key {
+            let junk: Vec<RelayUrl> = (0..20)
+                .map(|r| relay_url(&format!("junk-{k}-{n}-{r}")))
+                .collect();
+            let listed: Vec<&RelayUrl> = std::iter::once(&own).chain(junk.iter()).collect();
+            // Each in its own second: the own relay's history is read in
+            // pages by `until`.
+            let at = at + announcements.len() as u64;
+            announcements.push(events::announcement(key, &format!("junk-{n}"), &listed, at));
+        }
+    }
+    announcements
+}
+
+/// An honest repository on one working relay, `honest.sim`: its
+/// announcement of ours and an issue the relay holds.
+struct Honest {
+    relay: RelayUrl,
+    announcement: Event,
+    issue: Event,
+}
+
+/// The honest repository and its relay.
+fn honest_repository(at: u64) -> (Honest, sim::relay::SimRelay) {
+    let (owner, user) = (Keys::generate(), Keys::generate());
+    let relay = relay_url("honest");
+    let announcement = events::announcement(&owner, "honest", &[&own_url(), &relay], at);
+    let issue = events::root(&user, 1621, &repo_ref(&owner, "honest"), "issue", at + 1);
+    let sim = sim_relay("honest", vec![announcement.clone(), issue.clone()]);
+    let honest = Honest {
+        relay,
+        announcement,
+        issue,
+    };
+    (honest, sim)
+}
+
+/// Runs `world` until the engine indexed `repos` repositories (the own
+/// relay's history read in pages); panics after 10 minutes.
+fn index_repositories(world: &mut World, repos: usize) {
+    let deadline = world.now + Duration::from_secs(600);
+    world.run_until(STEPS, |world| {
+        world.now > deadline || world.engine.repo_index().repos().len() >= repos
+    });
+    assert_eq!(
+        world.engine.repo_index().repos().len(),
+        repos,
+        "{}",
+        world.dump()
+    );
+}
+
+fn is_connected(world: &World, relay: &RelayUrl) -> bool {
+    world
+        .engine
+        .relay_state(relay)
+        .is_some_and(|state| state.is_connected())
+}
+
+/// Runs `world` until `relay` is connected and `event` stored, for at most
+/// `within` of virtual time; returns how long it took.
+fn time_to_sync(
+    world: &mut World,
+    relay: &RelayUrl,
+    event: &EventId,
+    within: Duration,
+) -> Option<Duration> {
+    let start = world.now;
+    let deadline = start + within;
+    let synced = world.run_until(STEPS, |world| {
+        world.now > deadline || (is_connected(world, relay) && world.stored().contains(event))
+    });
+    (synced && world.now <= deadline).then(|| world.now.saturating_duration_since(start))
+}
+
+/// How many relays the engine forgot, and whether `relay` among them.
+fn forgotten(world: &World, relay: &RelayUrl) -> (usize, bool) {
+    let forgets: Vec<&RelayUrl> = world
+        .command_log
+        .iter()
+        .filter_map(|(_, command)| match command {
+            Command::Forget { relay } => Some(relay),
+            _ => None,
+        })
+        .collect();
+    (forgets.len(), forgets.contains(&relay))
+}
+
+#[test]
+fn one_key_s_1000_junk_relays_do_not_keep_an_honest_relay_out() {
+    let flooder = Keys::generate();
+    let at = UNIX_ORIGIN - 10_000;
+    // 50 announcements of ours, 20 unreachable relays each: the 1 000-relay
+    // cap, if one key could fill it.
+    let junk = junk_announcements(std::slice::from_ref(&flooder), 50, at);
+    let (honest, sim) = honest_repository(at + 2_000);
+    let mut world = World::new(config(), vec![sim], junk);
+    index_repositories(&mut world, 50);
+    let caps = world.engine.config().caps.clone();
+    assert_eq!(
+        world.engine.relay_reports().len(),
+        caps.max_relays_per_author,
+        "one key's announcements take its share of the slots, no more: {}",
+        world.dump()
+    );
+    assert_eq!(
+        world.engine.stats().relays_over_cap,
+        1000 - caps.max_relays_per_author as u64
+    );
+    // The honest announcement comes after the flood.
+    let now = world.clock();
+    world
+        .engine
+        .handle_own_events(now, [honest.announcement.clone()]);
+    let took = time_to_sync(
+        &mut world,
+        &honest.relay,
+        &honest.issue.id,
+        Duration::from_secs(120),
+    );
+    assert!(took.is_some(), "{}", world.dump());
+}
+
+#[test]
+fn junk_relays_of_many_keys_yield_their_slots_to_an_honest_relay() {
+    // Caps scaled down (100 slots, 10 per author) to keep the run short;
+    // the rules are those of the defaults. 10 keys, one announcement of 20
+    // unreachable relays each: every slot taken, each key within its share.
+    let mut config = config();
+    config.caps.max_relays = 100;
+    config.caps.max_relays_per_author = 10;
+    let keys: Vec<Keys> = (0..10).map(|_| Keys::generate()).collect();
+    let at = UNIX_ORIGIN - 10_000;
+    let junk = junk_announcements(&keys, 1, at);
+    let (honest, sim) = honest_repository(at + 2_000);
+    let mut world = World::new(config, vec![sim], junk);
+    index_repositories(&mut world, 10);
+    let caps = world.engine.config().caps.clone();
+    assert_eq!(
+        world.engine.relay_reports().len(),
+        caps.max_relays,
+        "{}",
+        world.dump()
+    );
+    let now = world.clock();
+    world
+        .engine
+        .handle_own_events(now, [honest.announcement.clone()]);
+    world.run_for(Duration::from_secs(60), STEPS);
+    assert!(
+        !is_connected(&world, &honest.relay),
+        "every slot is on trial still"
+    );
+    // A junk relay yields its slot once its trial period is over (checked
+    // every disconnect check).
+    let bound =
+        caps.relay_trial_period + 2 * world.engine.config().timeouts.disconnect_check_interval;
+    let took = time_to_sync(&mut world, &honest.relay, &honest.issue.id, bound);
+    assert!(took.is_some(), "{}", world.dump());
+    let stats = world.engine.stats();
+    assert!(stats.relays_evicted >= 1, "{stats:?}");
+    let (forgets, honest_forgotten) = forgotten(&world, &honest.relay);
+    assert_eq!(
+        forgets as u64, stats.relays_evicted,
+        "each relay that yielded is forgotten"
+    );
+    assert!(!honest_forgotten);
+    assert_eq!(world.engine.relay_reports().len(), caps.max_relays);
+}
+
+#[test]
+fn an_honest_relay_keeps_its_slot_however_many_junk_relays_wait() {
+    // Caps scaled down (100 slots, 10 per author) to keep the run short;
+    // the rules are those of the defaults.
+    let mut config = config();
+    config.caps.max_relays = 100;
+    config.caps.max_relays_per_author = 10;
+    let at = UNIX_ORIGIN - 10_000;
+    let (honest, sim) = honest_repository(at);
+    let mut world = World::new(config, vec![sim], vec![honest.announcement.clone()]);
+    let took = time_to_sync(
+        &mut world,
+        &honest.relay,
+        &honest.issue.id,
+        Duration::from_secs(60),
+    );
+    assert!(took.is_some(), "{}", world.dump());
+    // Then 300 junk relays of 15 keys: 150 within the keys' shares, more
+    // than the 99 slots left, so junk relays wait and take turns with
+    // those whose trial period is over.
+    let keys: Vec<Keys> = (0..15).map(|_| Keys::generate()).collect();
+    let now = world.clock();
+    world
+        .engine
+        .handle_own_events(now, junk_announcements(&keys, 1, at + 100));
+    let steps = world.steps;
+    world.run_for(Duration::from_secs(40 * 60), STEPS);
+    assert!(world.steps - steps < STEPS, "the run reached its end");
+    assert_eq!(world.engine.relay_reports().len(), 100);
+    let stats = world.engine.stats().clone();
+    assert!(
+        stats.relays_evicted >= 51,
+        "junk relays took turns: {stats:?}"
+    );
+    let (_, honest_forgotten) = forgotten(&world, &honest.relay);
+    assert!(!honest_forgotten, "the honest relay never yields its slot");
+    assert!(is_connected(&world, &honest.relay), "{}", world.dump());
+    // And it still syncs: a reply published now arrives live.
+    let user = Keys::generate();
+    let reply = events::reply(
+        &user,
+        &honest.issue.id,
+        "still synced",
+        world.unix().as_secs(),
+    );
+    world.publish(&honest.relay, reply.clone());
+    let took = time_to_sync(
+        &mut world,
+        &honest.relay,
+        &reply.id,
+        Duration::from_secs(60),
+    );
+    assert!(took.is_some(), "{}", world.dump());
+}
+
 #[test]
 fn root_events_of_too_many_unannounced_repositories_are_counted_not_indexed() {
     let user = Keys::generate();

@@ -91,7 +91,7 @@ impl Metrics {
             refused: IntCounterVec::new(
                 Opts::new(
                     "ngit_sync_refused_total",
-                    "Work refused by a policy or a cap, by reason: relay_policy, resolved_address, relays_over_cap, negentropy_session_cut, root_events_over_cap, not_ours (Layer 1 events not stored: not ours)",
+                    "Work refused by a policy or a cap, by reason: relay_policy, resolved_address, relays_over_cap, relays_evicted (a relay that served nothing of ours in its trial period yielded its slot), negentropy_session_cut, root_events_over_cap, not_ours (Layer 1 events not stored: not ours)",
                 ),
                 &["reason"],
             )?,
@@ -145,6 +145,7 @@ impl Metrics {
             ),
             (&self.refused, "relay_policy", stats.relays_refused),
             (&self.refused, "relays_over_cap", stats.relays_over_cap),
+            (&self.refused, "relays_evicted", stats.relays_evicted),
             (
                 &self.refused,
                 "negentropy_session_cut",

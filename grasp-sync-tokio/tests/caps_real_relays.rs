@@ -1,6 +1,7 @@
 //! The caps on what strangers make us do, against real relays on
 //! 127.0.0.1: an announcement listing 1 000 relays leads to at most the
-//! configured number of connections, and the refused rest is counted.
+//! configured number of connections, and the refused rest is counted; junk
+//! relays that serve nothing yield their slots to an honest one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -84,6 +85,75 @@ async fn an_announcement_listing_1000_relays_connects_at_most_the_cap() {
         1000 - cap
     );
     assert!(own.event_ids().await.contains(&issue.id));
+}
+
+/// Junk relays (nothing listens on their port) of one announcement take
+/// every slot; an honest repository on a real relay is announced too. The
+/// junk relays, serving nothing, yield their slots once their trial period
+/// is over: the honest relay is synced, and the evictions are counted in
+/// the metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_relays_yield_their_slots_to_an_honest_relay() {
+    let own = TestRelay::start(TestRelayConfig::default()).await;
+    let honest = TestRelay::start(TestRelayConfig::default()).await;
+    // Port 1 on loopback: every connection is refused at once.
+    let junk: Vec<RelayUrl> = (0..6)
+        .map(|n| RelayUrl::parse(&format!("ws://127.0.0.1:1/junk{n}")).unwrap())
+        .collect();
+    let (flooder, owner) = (Keys::generate(), Keys::generate());
+    let base = Timestamp::now().as_secs() - 1_000;
+    let own_url = own.url();
+    let honest_url = honest.url();
+    let mut listed: Vec<&RelayUrl> = vec![&own_url];
+    listed.extend(junk.iter());
+    let flood = announcement(&flooder, "flood", &listed, base);
+    let ours = announcement(&owner, "honest", &[&own_url, &honest_url], base + 1);
+    let issue = root(
+        &owner,
+        1621,
+        &coordinate(&owner.public_key(), "honest"),
+        "issue",
+        base + 2,
+    );
+    own.add_events(&[flood, ours.clone()]).await;
+    honest.add_events(&[ours, issue.clone()]).await;
+
+    // Five slots for seven relays: whichever announcement is read first,
+    // some relay waits while junk relays hold slots.
+    let mut config = loopback_engine_config();
+    config.caps.max_relays = 5;
+    config.caps.relay_trial_period = Duration::from_secs(2);
+    config.timeouts.disconnect_check_interval = Duration::from_millis(500);
+    let manager = SyncManager::builder()
+        .own_relay(own.url())
+        .engine_config(config)
+        .store(Arc::new(RelayStore::new(
+            own.url(),
+            Duration::from_secs(10),
+        )))
+        .build()
+        .unwrap();
+    let registry = manager.registry().clone();
+    let shutdown = manager.shutdown_handle();
+    let run = tokio::spawn(manager.run());
+    let evicted = || counter_value(&registry, "ngit_sync_refused_total", "relays_evicted");
+    tokio::time::timeout(WAIT, async {
+        loop {
+            if own.event_ids().await.contains(&issue.id) && evicted() >= 1.0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the honest relay is synced and junk relays yield their slots");
+    shutdown.shutdown();
+    let summary = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(summary.engine.relays_evicted >= 1, "{summary:?}");
+    assert!(honest.connections_seen() >= 1);
 }
 
 /// A relay that answers every NEG-MSG with another round that claims new

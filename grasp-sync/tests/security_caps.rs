@@ -44,6 +44,14 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
             size(e.caps.max_relays_per_announcement),
         ),
         (
+            "Caps::max_relays_per_author",
+            size(e.caps.max_relays_per_author),
+        ),
+        (
+            "Caps::relay_trial_period",
+            duration(e.caps.relay_trial_period),
+        ),
+        (
             "Caps::max_unannounced_repos",
             size(e.caps.max_unannounced_repos),
         ),

@@ -249,9 +249,27 @@ pub struct Caps {
     pub max_relays_per_announcement: usize,
     /// Relays tracked in total, bootstrap relays included. A relay an
     /// announcement lists beyond it is counted and not synced until a
-    /// tracked relay is dropped (checked every
+    /// tracked relay is dropped or yields its slot
+    /// ([`Caps::relay_trial_period`]; checked every
     /// [`Timeouts::disconnect_check_interval`]).
     pub max_relays: usize,
+    /// Relays the announcements of one author (a repository's owner key)
+    /// may bring in, of [`Caps::max_relays`]: a relay is charged to the
+    /// author whose announcement first listed it, and one key publishing
+    /// many announcements full of relays cannot take every slot. A relay
+    /// over it waits (counted in
+    /// [`EngineStats::relays_over_cap`](super::EngineStats::relays_over_cap))
+    /// until the author's relays free a slot. Default: 50.
+    pub max_relays_per_author: usize,
+    /// How long a relay taken from an announcement may hold its slot
+    /// without serving anything of ours (delivering an event of ours, or
+    /// having its historic sync confirmed) while another relay waits for a
+    /// slot: after it, the relay yields its slot (counted in
+    /// [`EngineStats::relays_evicted`](super::EngineStats::relays_evicted))
+    /// and waits as long again before it may take one back. A relay that
+    /// serves never yields. Checked every
+    /// [`Timeouts::disconnect_check_interval`]. Default: 10 min.
+    pub relay_trial_period: Duration,
     /// Repositories tracked that no announcement of ours names (root events
     /// may arrive before their announcement). Root events of further such
     /// repositories are counted in
@@ -283,6 +301,8 @@ impl Default for Caps {
             max_negentropy_need: 100_000,
             max_relays_per_announcement: 20,
             max_relays: 1_000,
+            max_relays_per_author: 50,
+            relay_trial_period: Duration::from_secs(10 * 60),
             max_unannounced_repos: 10_000,
             received_ids_per_relay: 20_000,
             sent_replies_per_relay: 20_000,
@@ -348,6 +368,7 @@ impl EngineConfig {
             ("page_limit", self.limits.page_limit),
             ("historic_slots", self.limits.historic_slots),
             ("max_relays", self.caps.max_relays),
+            ("max_relays_per_author", self.caps.max_relays_per_author),
             (
                 "max_relays_per_announcement",
                 self.caps.max_relays_per_announcement,
@@ -473,6 +494,10 @@ mod tests {
         assert_eq!(
             broken(|c| c.limits.page_limit = 0),
             Err(ConfigError::Zero("page_limit"))
+        );
+        assert_eq!(
+            broken(|c| c.caps.max_relays_per_author = 0),
+            Err(ConfigError::Zero("max_relays_per_author"))
         );
         assert_eq!(
             broken(|c| c.limits.negentropy_frame_size_limit = 100),

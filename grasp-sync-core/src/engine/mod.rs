@@ -87,6 +87,7 @@ mod ours;
 mod outbox;
 mod own_relay;
 mod relay_session;
+mod relay_slots;
 mod relays;
 mod report;
 mod runtime;

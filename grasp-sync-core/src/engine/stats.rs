@@ -100,9 +100,16 @@ pub struct EngineStats {
     /// Relay URLs from announcements refused by the relay policy.
     pub relays_refused: u64,
     /// Relay URLs from announcements not synced because of
-    /// [`Caps::max_relays_per_announcement`](super::Caps::max_relays_per_announcement)
-    /// or [`Caps::max_relays`](super::Caps::max_relays).
+    /// [`Caps::max_relays_per_announcement`](super::Caps::max_relays_per_announcement),
+    /// [`Caps::max_relays`](super::Caps::max_relays) or
+    /// [`Caps::max_relays_per_author`](super::Caps::max_relays_per_author)
+    /// (those under the last two wait for a slot).
     pub relays_over_cap: u64,
+    /// Relays that yielded their slot to one waiting: they served nothing
+    /// of ours within
+    /// [`Caps::relay_trial_period`](super::Caps::relay_trial_period). They
+    /// wait for a slot again like any relay over the cap.
+    pub relays_evicted: u64,
     /// Negentropy sessions cut off by
     /// [`Caps::max_negentropy_rounds`](super::Caps::max_negentropy_rounds)
     /// or [`Caps::max_negentropy_need`](super::Caps::max_negentropy_need).

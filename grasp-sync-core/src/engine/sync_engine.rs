@@ -5,8 +5,9 @@
 //! that relay. The driving contract is in the [module documentation](super).
 
 use std::borrow::Borrow;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
+use indexmap::IndexMap;
 use nostr::prelude::{Event, EventId, Kind, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
 use tracing::{debug, info, warn};
 
@@ -16,6 +17,7 @@ use super::ours::{identifier, Layer1Verdict, Ours, MAX_CANDIDATES};
 use super::outbox::Outbox;
 use super::own_relay::{OwnLink, OwnRelay, OWN_CONNECT_TIMEOUT, OWN_HISTORY, OWN_LIVE};
 use super::relay_session::{forged_event, Arrived, Ctx, NegFailure, RelaySession};
+use super::relay_slots::{Admission, RelaySlots, Service, SlotRules};
 use super::relays::Relays;
 use super::runtime::RelayConn;
 use super::stats::LiveMode;
@@ -82,10 +84,17 @@ pub struct SyncEngine {
     deadlines: DeadlineTable,
     /// Relay URLs the policy refused (warned about once each).
     refused_relays: std::collections::HashSet<RelayUrl>,
-    /// Repositories some of whose relays wait for room under
-    /// [`Caps::max_relays`]: every relay they list within the
+    /// Repositories some of whose relays wait for a slot (under
+    /// [`Caps::max_relays`], their author's share or benched after yielding
+    /// one), longest waiting first: every relay they list within the
     /// per-announcement cap.
-    over_cap: HashMap<crate::nip34::RepoRef, Vec<RelayUrl>>,
+    over_cap: IndexMap<RepoRef, Vec<RelayUrl>>,
+    /// The slots of relays taken from announcements: whose, since when,
+    /// whether they served ([`RelaySlots`]).
+    slots: RelaySlots,
+    /// Relays that yielded their slot, logged at `info` once each (then at
+    /// `debug`).
+    yielded_relays: HashSet<RelayUrl>,
     /// [`EngineStats::history_reads_confirmed`] when the self-subscriber's
     /// batch was last planned for a completed history read.
     history_planned: u64,
@@ -123,7 +132,9 @@ impl SyncEngine {
             stores: StoreTracker::default(),
             deadlines: DeadlineTable::default(),
             refused_relays: Default::default(),
-            over_cap: HashMap::new(),
+            over_cap: IndexMap::new(),
+            slots: RelaySlots::default(),
+            yielded_relays: HashSet::new(),
             history_planned: 0,
             out: Outbox::new(now.instant),
             timers,
@@ -339,7 +350,7 @@ impl SyncEngine {
             self.timers.set(EngineTimer::Daily, now.instant + next);
         }
         if self.timers.fire(EngineTimer::DisconnectCheck, now.instant) {
-            self.check_disconnects();
+            self.check_disconnects(now.instant);
             let next = now.instant + self.config.timeouts.disconnect_check_interval;
             self.timers.set(EngineTimer::DisconnectCheck, next);
         }
@@ -490,6 +501,7 @@ impl SyncEngine {
             return;
         };
         if self.admit_ours(now, relay, &event) {
+            self.slots.note_delivered(relay);
             self.store(now, relay, event, batch);
         }
     }
@@ -670,8 +682,10 @@ impl SyncEngine {
         }
     }
 
-    /// Drops relays that are neither bootstrap nor listed by any repository.
-    fn check_disconnects(&mut self) {
+    /// Drops relays that are neither bootstrap nor listed by any repository,
+    /// then gives the slots freed, and those of relays that served nothing
+    /// in their trial period, to relays waiting for one.
+    fn check_disconnects(&mut self, now: Instant) {
         let unwanted: Vec<RelayUrl> = self
             .relays
             .tracked()
@@ -684,9 +698,12 @@ impl SyncEngine {
                 relay: relay.clone(),
             });
             self.relays.remove(&relay);
+            self.slots.release(&relay);
             self.stats.relays_dropped += 1;
         }
-        self.readmit_relays_over_cap();
+        self.slots.forget_old_benches(self.slot_rules(), now);
+        self.readmit_relays_over_cap(now);
+        self.yield_slots_to_waiting(now);
     }
 
     // --- Planning ------------------------------------------------------------
@@ -699,7 +716,7 @@ impl SyncEngine {
         debug!(events = events.len(), "processing self-subscriber batch");
         for event in &events {
             if event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT) {
-                self.apply_announcement(event);
+                self.apply_announcement(event, now.instant);
                 if !self.config.identity.service_relays.is_empty() {
                     self.accept_ours(now, event);
                 }
@@ -719,7 +736,7 @@ impl SyncEngine {
 
     /// A repository announcement from the own relay: its relays (after the
     /// policy, without our own service relays) become the repository's.
-    fn apply_announcement(&mut self, event: &Event) {
+    fn apply_announcement(&mut self, event: &Event, now: Instant) {
         let announcement = match parse_announcement(event) {
             Ok(announcement) => announcement,
             Err(error) => {
@@ -762,7 +779,8 @@ impl SyncEngine {
             .into_iter()
             .filter(|relay| self.relay_allowed(relay))
             .collect();
-        let relays = self.relays_within_caps(&announcement.repo, allowed);
+        let (relays, left_out) = self.relays_within_caps(&announcement.repo, allowed, now);
+        self.note_left_out(&announcement.repo, left_out);
         self.set_repo_relays(&announcement.repo, relays);
     }
 
@@ -975,53 +993,109 @@ impl SyncEngine {
 
     // --- Caps ---------------------------------------------------------------
 
+    /// The slot rules of the configuration.
+    fn slot_rules(&self) -> SlotRules {
+        let caps = &self.config.caps;
+        SlotRules {
+            max_relays: caps.max_relays,
+            per_author: caps.max_relays_per_author,
+            trial: caps.relay_trial_period,
+        }
+    }
+
     /// The relays of `repo`'s announcement that fit the caps: the first
     /// [`max_relays_per_announcement`](super::Caps::max_relays_per_announcement)
-    /// distinct ones, of which a relay not tracked yet only while fewer than
-    /// [`max_relays`](super::Caps::max_relays) are. Relays left out
-    /// by the total cap are remembered for [`SyncEngine::readmit_relays_over_cap`].
-    fn relays_within_caps(&mut self, repo: &RepoRef, listed: Vec<RelayUrl>) -> Vec<RelayUrl> {
+    /// distinct ones, of which a relay not tracked yet only if it may take a
+    /// slot ([`RelaySlots::admission`]: a slot free under
+    /// [`max_relays`](super::Caps::max_relays), room in the share of
+    /// `repo`'s author, not benched); it takes it. Relays left out for a
+    /// slot are remembered for [`SyncEngine::readmit_relays_over_cap`];
+    /// what was left out and why is returned, for the caller to count and
+    /// log ([`SyncEngine::note_left_out`]) when it is news.
+    fn relays_within_caps(
+        &mut self,
+        repo: &RepoRef,
+        listed: Vec<RelayUrl>,
+        now: Instant,
+    ) -> (Vec<RelayUrl>, LeftOut) {
         let mut seen = HashSet::new();
         let distinct: Vec<RelayUrl> = listed
             .into_iter()
             .filter(|relay| seen.insert(relay.clone()))
             .collect();
         let per_announcement = self.config.caps.max_relays_per_announcement;
-        if distinct.len() > per_announcement {
-            let over = distinct.len() - per_announcement;
-            self.stats.relays_over_cap += over as u64;
-            warn!(%repo, listed = distinct.len(), cap = per_announcement, "announcement lists more relays than the cap; syncing from the first ones");
-        }
+        let mut left = LeftOut {
+            listed: distinct.len(),
+            over_announcement: distinct.len().saturating_sub(per_announcement),
+            ..LeftOut::default()
+        };
         let candidates: Vec<RelayUrl> = distinct.into_iter().take(per_announcement).collect();
+        let rules = self.slot_rules();
+        let author = *repo.pubkey();
         let mut admitted = Vec::with_capacity(candidates.len());
-        let mut left_out = Vec::new();
+        let mut waiting = Vec::new();
         let mut tracked = self.relays.tracked_count();
         for relay in candidates {
             if self.relays.state(&relay).is_some() {
                 admitted.push(relay);
-            } else if tracked < self.config.caps.max_relays {
-                tracked += 1;
-                admitted.push(relay);
-            } else {
-                left_out.push(relay);
+                continue;
             }
+            match self.slots.admission(&relay, &author, tracked, rules, now) {
+                Admission::Granted => {
+                    tracked += 1;
+                    self.slots.grant(relay.clone(), author, now);
+                    admitted.push(relay);
+                    continue;
+                }
+                Admission::TotalFull => left.total_full += 1,
+                Admission::AuthorFull => left.author_full += 1,
+                Admission::Benched => left.benched += 1,
+            }
+            waiting.push(relay);
         }
-        if left_out.is_empty() {
-            self.over_cap.remove(repo);
+        if waiting.is_empty() {
+            self.over_cap.shift_remove(repo);
         } else {
-            self.stats.relays_over_cap += left_out.len() as u64;
-            warn!(%repo, left_out = left_out.len(), cap = self.config.caps.max_relays, "relays tracked at the cap; these wait for room");
-            let mut waiting = admitted.clone();
-            waiting.extend(left_out);
-            self.over_cap.insert(repo.clone(), waiting);
+            let mut listed = admitted.clone();
+            listed.extend(waiting);
+            self.over_cap.insert(repo.clone(), listed);
         }
-        admitted
+        (admitted, left)
     }
 
-    /// Registers the relays of `repo` that are new to us.
+    /// Counts what an announcement of `repo` had left out
+    /// ([`EngineStats::relays_over_cap`]) and logs it: a full total at
+    /// `warn` (the operator may raise the cap), an author over its share at
+    /// `info` the first time and every thousandth relay after, else at
+    /// `debug` (one key flooding us is routine).
+    fn note_left_out(&mut self, repo: &RepoRef, left: LeftOut) {
+        let before = self.stats.relays_over_cap;
+        self.stats.relays_over_cap += left.count() as u64;
+        let caps = &self.config.caps;
+        if left.over_announcement > 0 {
+            warn!(%repo, listed = left.listed, cap = caps.max_relays_per_announcement, "announcement lists more relays than the cap; syncing from the first ones");
+        }
+        if left.total_full > 0 {
+            warn!(%repo, left_out = left.total_full, cap = caps.max_relays, "relays tracked at the cap; these wait for a slot");
+        }
+        if left.author_full > 0 {
+            let author = repo.pubkey();
+            let crossed = before == 0 || before / 1_000 != self.stats.relays_over_cap / 1_000;
+            if crossed {
+                info!(%repo, %author, left_out = left.author_full, cap = caps.max_relays_per_author, refused = self.stats.relays_over_cap, "the author's relays hold its share of the slots; these wait for one of them");
+            } else {
+                debug!(%repo, %author, left_out = left.author_full, cap = caps.max_relays_per_author, "the author's relays hold its share of the slots");
+            }
+        }
+        if left.benched > 0 {
+            debug!(%repo, left_out = left.benched, "relays that yielded their slot lately wait for their turn");
+        }
+    }
+
+    /// Lists `relays` as `repo`'s and registers those not tracked yet.
     fn set_repo_relays(&mut self, repo: &RepoRef, relays: Vec<RelayUrl>) {
-        let change = self.repos.set_repo_relays(repo, relays);
-        for relay in change.added {
+        self.repos.set_repo_relays(repo, relays.iter().cloned());
+        for relay in relays {
             if self.relays.state(&relay).is_none() {
                 tracing::info!(%relay, "discovered relay");
                 self.register_relay(relay, false);
@@ -1029,25 +1103,121 @@ impl SyncEngine {
         }
     }
 
-    /// Gives relays left out by the total cap another chance, now that
-    /// dropped relays may have made room.
-    fn readmit_relays_over_cap(&mut self) {
-        let waiting: Vec<(RepoRef, Vec<RelayUrl>)> = self
-            .over_cap
-            .iter()
-            .map(|(repo, relays)| (repo.clone(), relays.clone()))
-            .collect();
-        for (repo, relays) in waiting {
+    /// Gives relays waiting for a slot another chance, longest waiting
+    /// first, now that dropped relays may have made room.
+    fn readmit_relays_over_cap(&mut self, now: Instant) {
+        let waiting: Vec<RepoRef> = self.over_cap.keys().cloned().collect();
+        for repo in waiting {
             if self.relays.tracked_count() >= self.config.caps.max_relays {
                 return;
             }
-            // Counted once, when first left out.
-            let before = self.stats.relays_over_cap;
-            let admitted = self.relays_within_caps(&repo, relays);
-            self.stats.relays_over_cap = before;
-            debug!(%repo, relays = admitted.len(), "relays over the cap admitted again");
-            self.set_repo_relays(&repo, admitted);
+            self.readmit(&repo, now);
         }
+    }
+
+    /// Admits what it can of `repo`'s waiting relays
+    /// ([`SyncEngine::relays_within_caps`]); `true` if one took a slot.
+    fn readmit(&mut self, repo: &RepoRef, now: Instant) -> bool {
+        let Some(relays) = self.over_cap.get(repo).cloned() else {
+            return false;
+        };
+        let tracked = self.relays.tracked_count();
+        // Counted and logged once, when first left out.
+        let (admitted, _) = self.relays_within_caps(repo, relays, now);
+        self.set_repo_relays(repo, admitted);
+        let gained = self.relays.tracked_count() > tracked;
+        if gained {
+            debug!(%repo, "relays waiting for a slot admitted");
+        }
+        gained
+    }
+
+    /// Relays that served nothing of ours in their trial period yield their
+    /// slots ([`RelaySlots::yielding`]), one at a time, to the relays
+    /// waiting longest that only the total cap keeps out. A relay that
+    /// serves never yields, however many wait.
+    fn yield_slots_to_waiting(&mut self, now: Instant) {
+        let rules = self.slot_rules();
+        let waiting: Vec<RepoRef> = self.over_cap.keys().cloned().collect();
+        for repo in waiting {
+            while self.waits_for_a_free_slot(&repo, now) {
+                let yielding = self
+                    .slots
+                    .yielding(now, rules, |relay| self.relay_service(relay))
+                    .cloned();
+                let Some(relay) = yielding else {
+                    return;
+                };
+                self.evict(&relay, now);
+                if !self.readmit(&repo, now) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// `true` if a relay of `repo` waits that a free slot would admit (its
+    /// author has room, it is not benched): only the total cap keeps it
+    /// out.
+    fn waits_for_a_free_slot(&self, repo: &RepoRef, now: Instant) -> bool {
+        let Some(relays) = self.over_cap.get(repo) else {
+            return false;
+        };
+        let tracked = self.relays.tracked_count();
+        let rules = self.slot_rules();
+        relays.iter().any(|relay| {
+            self.relays.state(relay).is_none()
+                && self
+                    .slots
+                    .admission(relay, repo.pubkey(), tracked, rules, now)
+                    == Admission::TotalFull
+        })
+    }
+
+    /// What the engine knows of `relay`'s service: confirmed, or dead.
+    fn relay_service(&self, relay: &RelayUrl) -> Service {
+        Service {
+            confirmed: self
+                .relays
+                .state(relay)
+                .is_some_and(|state| self.relay_confirmed(relay, state)),
+            dead: self.health_state(relay, self.last_now()) == HealthState::Dead,
+        }
+    }
+
+    /// `relay` yields its slot: it is benched, forgotten (the driver closes
+    /// its connection), and the repositories listing it wait for it again
+    /// (at the back), so it comes back when a slot frees after its bench.
+    fn evict(&mut self, relay: &RelayUrl, now: Instant) {
+        let author = self.slots.bench(relay, now);
+        self.stats.relays_evicted += 1;
+        let first = self.yielded_relays.len() < REFUSED_RELAYS_REMEMBERED
+            && self.yielded_relays.insert(relay.clone());
+        if first {
+            info!(%relay, author = ?author, "relay served nothing of ours in its trial period; it yields its slot to one waiting");
+        } else {
+            debug!(%relay, author = ?author, "relay yields its slot again");
+        }
+        let repos: Vec<RepoRef> = self
+            .repos
+            .target(relay)
+            .map(|target| target.repos.iter().map(|(_, repo)| repo.clone()).collect())
+            .unwrap_or_default();
+        for repo in repos {
+            let listed: Vec<RelayUrl> = self
+                .repos
+                .repo(&repo)
+                .map(|needs| needs.relays.iter().cloned().collect())
+                .unwrap_or_default();
+            let waiting = self.over_cap.shift_remove(&repo).unwrap_or(listed.clone());
+            let kept = listed.into_iter().filter(|listed| listed != relay);
+            self.repos.set_repo_relays(&repo, kept);
+            self.over_cap.insert(repo, waiting);
+        }
+        self.emit(Command::Forget {
+            relay: relay.clone(),
+        });
+        self.relays.remove(relay);
     }
 
     /// `true` if a root event of `repo` may be indexed: the repository is
@@ -1739,6 +1909,29 @@ struct Reach {
     relays: usize,
     connections: usize,
     store_keeps_up: bool,
+}
+
+/// What [`SyncEngine::relays_within_caps`] left out of one announcement,
+/// by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct LeftOut {
+    /// Distinct relays the announcement listed (after the policy).
+    listed: usize,
+    /// Beyond [`Caps::max_relays_per_announcement`](super::Caps::max_relays_per_announcement): not synced.
+    over_announcement: usize,
+    /// Waiting: every slot taken.
+    total_full: usize,
+    /// Waiting: the author holds its share.
+    author_full: usize,
+    /// Waiting: yielded a slot lately.
+    benched: usize,
+}
+
+impl LeftOut {
+    /// How many relays were left out, whatever the reason.
+    fn count(&self) -> usize {
+        self.over_announcement + self.total_full + self.author_full + self.benched
+    }
 }
 
 /// Relay URLs refused by the policy that are warned about once each.
