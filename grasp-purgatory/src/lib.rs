@@ -105,8 +105,8 @@ mod throttle_manager;
 pub use config::{EnvError, PurgatoryConfig};
 pub use context::{ContextParts, GitSyncContext, SharedStore};
 pub use git::{
-    FetchReport, GitBackend, GitError, GitFetcher, GitFetcherConfig, PinnedUrl, Resolver,
-    StaticResolver, SystemResolver,
+    check_git_version, FetchReport, GitBackend, GitError, GitFetcher, GitFetcherConfig,
+    GitVersionError, PinnedUrl, Resolver, StaticResolver, SystemResolver,
 };
 pub use held::{
     hold_event, hold_pull_request, hold_state, is_held_kind, HeldEvent, HeldKind, HoldError, Origin,

@@ -95,7 +95,8 @@ impl Metrics {
                 Opts::new(
                     "purgatory_clone_urls_skipped_total",
                     "Clone URLs skipped when choosing where to fetch from, per sync attempt, \
-                     by reason (own_service: on our own service, the destination)",
+                     by reason (own_service: on our own service, the destination; over_cap: \
+                     past the clone URLs one attempt tries)",
                 ),
                 &["reason"],
             )?,

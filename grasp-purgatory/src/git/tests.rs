@@ -106,3 +106,29 @@ async fn refused_urls_spawn_nothing() {
     }
     assert_eq!(fetcher.processes_spawned(), 0);
 }
+
+#[test]
+fn proxy_variables_reach_git_only_when_kept() {
+    use std::ffi::OsString;
+
+    use super::process::{passed_environment, PROXY_ENV};
+
+    let lookup = |name: &str| Some(OsString::from(format!("value of {name}")));
+    let cleared = passed_environment(lookup, false);
+    let names: Vec<&str> = cleared.iter().map(|(name, _)| *name).collect();
+    assert_eq!(names, vec!["PATH"]);
+    let kept = passed_environment(lookup, true);
+    let names: BTreeSet<&str> = kept.iter().map(|(name, _)| *name).collect();
+    for proxy in [
+        "http_proxy",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+    ] {
+        assert!(names.contains(proxy), "{proxy} kept when asked");
+    }
+    assert_eq!(names.len(), PROXY_ENV.len() + 1);
+    // Unset variables are not invented.
+    assert!(passed_environment(|_| None, true).is_empty());
+}
