@@ -165,6 +165,11 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
             size(p.git.max_concurrent_fetches),
         ),
         (
+            "GitFetcherConfig::max_memory_bytes",
+            p.git.max_memory_bytes.map_or("none".to_owned(), count),
+        ),
+        ("PurgatoryConfig::max_clone_urls", size(p.max_clone_urls)),
+        (
             "ThrottleConfig::max_concurrent",
             count(p.throttle.max_concurrent),
         ),
@@ -280,6 +285,10 @@ const NOT_CAPS: &[(&str, &[&str])] = &[
             // The clone URL policy, described in its own section.
             "policy",
             "resolver",
+            // Switches of the host pin, described under "URLs from strangers": whether
+            // an old git or proxy variables may bypass it.
+            "allow_old_git",
+            "keep_proxy_env",
         ],
     ),
     ("HeldLimits", &[]),
