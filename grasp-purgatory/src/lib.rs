@@ -115,6 +115,7 @@ pub use hook::PurgatoryGate;
 pub use repos::{
     create_bare_repository, home_of, repository_data, AnnouncementError, Announcements,
     CreateRepoError, DatabaseAnnouncements, MemoryAnnouncements, NpubLayout, RepoLocator,
+    MAX_FILE_NAME_BYTES,
 };
 pub use serve::{ServedRepository, Serving};
 pub use service::{Purgatory, PurgatoryBuildError, PurgatoryBuilder};

@@ -199,6 +199,10 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
             size(grasp_sync_core::nip34::MAX_PULL_REQUEST_CLONE_URLS),
         ),
         (
+            "grasp_purgatory::MAX_FILE_NAME_BYTES",
+            size(grasp_purgatory::MAX_FILE_NAME_BYTES),
+        ),
+        (
             "grasp_purgatory::MAX_LISTED_REPOSITORIES",
             size(grasp_purgatory::MAX_LISTED_REPOSITORIES),
         ),
