@@ -121,7 +121,7 @@ pub struct FetchReport {
 ///
 /// Cloning the fetcher shares its count of spawned processes.
 ///
-/// Fetches into one repository run one at a time (see [`RepoLocks`]): a failed or
+/// Fetches into one repository run one at a time (a lock per repository): a failed or
 /// cut-off fetch removes the temporary files it left in `objects/pack/`, which must not
 /// be another fetch's work in progress.
 #[derive(Clone, Debug)]
