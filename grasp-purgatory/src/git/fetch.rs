@@ -414,13 +414,13 @@ fn remove_new_temporary_files(repo: &Path, before: &BTreeSet<std::ffi::OsString>
 /// One lock per repository, so fetches into it run one at a time. Entries nobody holds
 /// are dropped when the next lock is taken, so the map follows the fetches in flight.
 #[derive(Debug, Default)]
-struct RepoLocks {
+pub(super) struct RepoLocks {
     locks: std::sync::Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl RepoLocks {
     /// Waits for `repo`'s lock.
-    async fn lock(&self, repo: &Path) -> tokio::sync::OwnedMutexGuard<()> {
+    pub(super) async fn lock(&self, repo: &Path) -> tokio::sync::OwnedMutexGuard<()> {
         let lock = {
             let mut locks = self
                 .locks
@@ -430,6 +430,15 @@ impl RepoLocks {
             Arc::clone(locks.entry(repo.to_owned()).or_default())
         };
         lock.lock_owned().await
+    }
+
+    /// How many repositories have a lock entry (held, waited for, or not yet pruned).
+    #[cfg(test)]
+    pub(super) fn entries(&self) -> usize {
+        self.locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 }
 

@@ -132,3 +132,38 @@ fn proxy_variables_reach_git_only_when_kept() {
     // Unset variables are not invented.
     assert!(passed_environment(|_| None, true).is_empty());
 }
+
+#[tokio::test]
+async fn fetches_into_one_repository_wait_for_each_other_and_others_do_not() {
+    use std::time::Duration;
+
+    use super::fetch::RepoLocks;
+
+    let locks = RepoLocks::default();
+    let first = locks.lock(Path::new("/repos/a.git")).await;
+    // Another repository is not held up.
+    let other = tokio::time::timeout(
+        Duration::from_secs(5),
+        locks.lock(Path::new("/repos/b.git")),
+    )
+    .await
+    .expect("another repository's lock is free");
+    // The same repository waits until the first fetch is done.
+    let same = tokio::time::timeout(
+        Duration::from_millis(100),
+        locks.lock(Path::new("/repos/a.git")),
+    )
+    .await;
+    assert!(same.is_err(), "a second fetch into a.git must wait");
+    drop(first);
+    let second = tokio::time::timeout(
+        Duration::from_secs(5),
+        locks.lock(Path::new("/repos/a.git")),
+    )
+    .await
+    .expect("free once the first is done");
+    drop((second, other));
+    // Entries nobody holds are pruned when the next lock is taken.
+    let _third = locks.lock(Path::new("/repos/c.git")).await;
+    assert_eq!(locks.entries(), 1);
+}
