@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use grasp_sync_core::purgatory::{OwnService, ReconcileConfig, SyncQueueConfig, ThrottleConfig};
+use grasp_sync_core::purgatory::{
+    OwnService, ReconcileConfig, SyncQueueConfig, ThrottleConfig, DEFAULT_MAX_CLONE_URLS,
+};
 
 use crate::git::GitFetcherConfig;
 use crate::store::HeldLimits;
@@ -60,6 +62,22 @@ pub const ENV_VARIABLES: &[(&str, &str)] = &[
         "NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY",
         "1: the GRASP server creates repositories, purgatory waits for them (0)",
     ),
+    (
+        "NGIT_PURGATORY_MAX_CLONE_URLS",
+        "distinct clone URLs one attempt of a repository tries; the rest are counted and left out (32)",
+    ),
+    (
+        "NGIT_PURGATORY_GIT_MAX_MEMORY_BYTES",
+        "data memory of each git process (prlimit --data), 0 for no limit (2147483648)",
+    ),
+    (
+        "NGIT_PURGATORY_ALLOW_OLD_GIT",
+        "1: start with a git older than 2.37 (which cannot pin clone URL hosts), warning; 0 refuses to start (0)",
+    ),
+    (
+        "NGIT_PURGATORY_GIT_PROXY",
+        "1: git keeps the proxy variables (http_proxy, https_proxy, ALL_PROXY, no_proxy...) of the environment; 0 clears them (0)",
+    ),
 ];
 
 /// Everything a purgatory can be configured with.
@@ -90,6 +108,10 @@ pub struct PurgatoryConfig {
     pub persist_path: Option<PathBuf>,
     /// How often each served repository is reconciled (GRASP-02: at least hourly).
     pub reconcile: ReconcileConfig,
+    /// The most distinct clone URLs (announcements' and pull requests' together) one
+    /// attempt of a repository tries ([`DEFAULT_MAX_CLONE_URLS`], 32): the rest are
+    /// counted (`purgatory_clone_urls_skipped_total{reason="over_cap"}`) and left out.
+    pub max_clone_urls: usize,
 }
 
 impl Default for PurgatoryConfig {
@@ -105,6 +127,7 @@ impl Default for PurgatoryConfig {
             repositories_managed_externally: false,
             persist_path: None,
             reconcile: ReconcileConfig::default(),
+            max_clone_urls: DEFAULT_MAX_CLONE_URLS,
         }
     }
 }
@@ -173,6 +196,18 @@ impl PurgatoryConfig {
         if let Some(n) = number("NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY")? {
             self.repositories_managed_externally = n != 0;
         }
+        if let Some(n) = number("NGIT_PURGATORY_MAX_CLONE_URLS")? {
+            self.max_clone_urls = clamp_usize(n.max(1));
+        }
+        if let Some(bytes) = number("NGIT_PURGATORY_GIT_MAX_MEMORY_BYTES")? {
+            self.git.max_memory_bytes = (bytes > 0).then_some(bytes);
+        }
+        if let Some(n) = number("NGIT_PURGATORY_ALLOW_OLD_GIT")? {
+            self.git.allow_old_git = n != 0;
+        }
+        if let Some(n) = number("NGIT_PURGATORY_GIT_PROXY")? {
+            self.git.keep_proxy_env = n != 0;
+        }
         Ok(self)
     }
 }
@@ -216,6 +251,10 @@ mod tests {
         assert!(!config.repositories_managed_externally);
         assert!(config.own_service.is_empty());
         assert_eq!(config.reconcile.interval, Duration::from_secs(3600));
+        assert_eq!(config.max_clone_urls, 32);
+        assert_eq!(config.git.max_memory_bytes, Some(2 * 1024 * 1024 * 1024));
+        assert!(!config.git.allow_old_git);
+        assert!(!config.git.keep_proxy_env);
     }
 
     #[test]
@@ -235,6 +274,10 @@ mod tests {
                 ("NGIT_PURGATORY_MAX_HELD_PER_AUTHOR", "7"),
                 ("NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY", "1"),
                 ("NGIT_PURGATORY_RECONCILE_INTERVAL_SECS", "90"),
+                ("NGIT_PURGATORY_MAX_CLONE_URLS", "4"),
+                ("NGIT_PURGATORY_GIT_MAX_MEMORY_BYTES", "0"),
+                ("NGIT_PURGATORY_ALLOW_OLD_GIT", "1"),
+                ("NGIT_PURGATORY_GIT_PROXY", "1"),
             ]))
             .unwrap();
         assert_eq!(config.loop_interval, Duration::from_millis(250));
@@ -255,7 +298,11 @@ mod tests {
         );
         assert!(config.repositories_managed_externally);
         assert_eq!(config.reconcile.interval, Duration::from_secs(90));
-        assert_eq!(ENV_VARIABLES.len(), 13);
+        assert_eq!(config.max_clone_urls, 4);
+        assert_eq!(config.git.max_memory_bytes, None);
+        assert!(config.git.allow_old_git);
+        assert!(config.git.keep_proxy_env);
+        assert_eq!(ENV_VARIABLES.len(), 17);
     }
 
     #[test]

@@ -105,8 +105,8 @@ mod throttle_manager;
 pub use config::{EnvError, PurgatoryConfig};
 pub use context::{ContextParts, GitSyncContext, SharedStore};
 pub use git::{
-    FetchReport, GitBackend, GitError, GitFetcher, GitFetcherConfig, PinnedUrl, Resolver,
-    StaticResolver, SystemResolver,
+    check_git_version, FetchReport, GitBackend, GitError, GitFetcher, GitFetcherConfig,
+    GitVersionError, PinnedUrl, Resolver, StaticResolver, SystemResolver,
 };
 pub use held::{
     hold_event, hold_pull_request, hold_state, is_held_kind, HeldEvent, HeldKind, HoldError, Origin,
@@ -115,6 +115,7 @@ pub use hook::PurgatoryGate;
 pub use repos::{
     create_bare_repository, home_of, repository_data, AnnouncementError, Announcements,
     CreateRepoError, DatabaseAnnouncements, MemoryAnnouncements, NpubLayout, RepoLocator,
+    MAX_FILE_NAME_BYTES,
 };
 pub use serve::{ServedRepository, Serving};
 pub use service::{Purgatory, PurgatoryBuildError, PurgatoryBuilder};

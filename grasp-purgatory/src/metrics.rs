@@ -3,7 +3,8 @@
 //!
 //! They always exist (the status reads its totals from them) and are registered only
 //! when the embedder gives a registry. Every label set is bounded: `reason` and `result`
-//! take a few fixed values, and the `domain` series of a domain are removed when the
+//! take a few fixed values, and the `domain` series (labelled by throttle key, see
+//! `grasp_sync_core::purgatory::throttle_key`) of a domain are removed when the
 //! domain goes idle (nothing in flight, in its window or queued).
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
@@ -51,7 +52,8 @@ impl Metrics {
             domain_in_flight: IntGaugeVec::new(
                 Opts::new(
                     "purgatory_domain_in_flight",
-                    "Git fetches in flight per clone-URL domain",
+                    "Git fetches in flight per clone-URL domain (its throttle key: the registrable \
+                     domain, an IPv4 address or an IPv6 /64)",
                 ),
                 &["domain"],
             )?,
@@ -95,7 +97,8 @@ impl Metrics {
                 Opts::new(
                     "purgatory_clone_urls_skipped_total",
                     "Clone URLs skipped when choosing where to fetch from, per sync attempt, \
-                     by reason (own_service: on our own service, the destination)",
+                     by reason (own_service: on our own service, the destination; over_cap: \
+                     past the clone URLs one attempt tries)",
                 ),
                 &["reason"],
             )?,

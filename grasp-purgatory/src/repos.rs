@@ -281,7 +281,10 @@ pub trait RepoLocator: Send + Sync {
 /// A repository's objects go to its owner's directory only, never to another author's
 /// repository of the same identifier. Identifiers that are not a plain path component
 /// (empty, `.`/`..`, containing `/`, `\`, NUL or control characters) are never turned
-/// into paths.
+/// into paths, nor are those whose directory name (`<identifier>.git`) would pass the
+/// file system's limit on a name ([`MAX_FILE_NAME_BYTES`]): no git server of this
+/// layout can hold them, and purgatory reports them as having no place
+/// (`NotFetchable::NoPlaceForRepository`) instead of failing to create them.
 #[derive(Clone, Debug)]
 pub struct NpubLayout {
     root: PathBuf,
@@ -294,13 +297,14 @@ impl NpubLayout {
     }
 
     /// The directory of `identifier` announced by `author`, if the identifier is safe to
-    /// use as a file name.
+    /// use as a file name and `<identifier>.git` fits in one ([`MAX_FILE_NAME_BYTES`]).
     pub fn path_of(&self, author: &PublicKey, identifier: &str) -> Option<PathBuf> {
-        if !is_safe_component(identifier) {
+        let name = format!("{identifier}.git");
+        if !is_safe_component(identifier) || name.len() > MAX_FILE_NAME_BYTES {
             return None;
         }
         let npub = author.to_bech32().ok()?;
-        Some(self.root.join(npub).join(format!("{identifier}.git")))
+        Some(self.root.join(npub).join(name))
     }
 
     /// The root directory.
@@ -319,6 +323,9 @@ impl RepoLocator for NpubLayout {
         self.path_of(repo.pubkey(), repo.identifier())
     }
 }
+
+/// The longest file name, in bytes, Linux file systems take (`NAME_MAX`).
+pub const MAX_FILE_NAME_BYTES: usize = 255;
 
 /// Whether `name` can be used as one path component without escaping its directory.
 fn is_safe_component(name: &str) -> bool {

@@ -3,6 +3,10 @@
 //! "identifier" is a repository coordinate `30617:<owner>:<identifier>` ([`RepoRef`]):
 //! only the owner's announcement and those of the maintainers it lists give clone URLs.
 //!
+//! Domains here are throttle keys ([`throttle_key`]): the subdomains of one registrable
+//! domain share one throttle. One attempt tries at most
+//! [`ThrottleManager::max_clone_urls`] distinct URLs, chosen once per attempt.
+//!
 //! The main sync ([`sync_identifier`]) tries every clone URL whose domain has capacity,
 //! then leaves the repository in the queue of each throttled domain that still has
 //! untried URLs and returns (the queue backs off and retries later). When capacity
@@ -22,7 +26,7 @@ use std::path::Path;
 
 use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::purgatory::{
-    candidate_urls, missing_repository_action, next_url, select_candidates,
+    candidate_urls, missing_repository_action, next_url, select_candidates, throttle_key,
     throttled_domains_with_untried_urls, CandidateUrls, MissingRepository, NotFetchable,
     SyncContext, SyncContextError,
 };
@@ -58,7 +62,12 @@ async fn candidates_if_needed(
         return None;
     }
     match ctx.fetch_repository_data(repo).await {
-        Ok(data) => Some(candidate_urls(&data, manager.policy(), ctx.own_service())),
+        Ok(data) => Some(candidate_urls(
+            &data,
+            manager.policy(),
+            ctx.own_service(),
+            manager.max_clone_urls(),
+        )),
         Err(error) => {
             tracing::debug!(%repo, %error, "no repository data");
             None
@@ -81,8 +90,8 @@ pub async fn sync_identifier_next_url(
     next_url(&candidates, domain, tried, |d| manager.is_throttled(d))
 }
 
-/// One request for `oids` from `url` in a slot of its domain; `None` when the domain
-/// has no capacity (nothing was asked).
+/// One request for `oids` from `url` in a slot of its domain (its [`throttle_key`]);
+/// `None` when the domain has no capacity (nothing was asked).
 async fn fetch_in_slot(
     ctx: &dyn SyncContext,
     target: &Path,
@@ -90,11 +99,12 @@ async fn fetch_in_slot(
     oids: &[GitOid],
     manager: &ThrottleManager,
 ) -> Option<Result<Vec<GitOid>, SyncContextError>> {
-    if !manager.try_start_request(url.domain()) {
+    let domain = throttle_key(url.domain());
+    if !manager.try_start_request(&domain) {
         return None;
     }
     let result = ctx.fetch_oids(target, url, oids).await;
-    manager.complete_request(url.domain());
+    manager.complete_request(&domain);
     Some(result)
 }
 
@@ -245,6 +255,9 @@ pub struct SyncReport {
     pub outcome: SyncOutcome,
     /// Clone URLs skipped because they are on our own service.
     pub own_service_urls_skipped: usize,
+    /// Distinct usable clone URLs left out because the repository lists more than
+    /// [`ThrottleManager::max_clone_urls`].
+    pub urls_over_cap: usize,
 }
 
 impl SyncReport {
@@ -294,6 +307,7 @@ pub async fn sync_identifier(
     let mut report = SyncReport {
         outcome: SyncOutcome::Complete,
         own_service_urls_skipped: 0,
+        urls_over_cap: 0,
     };
     if ctx.has_pending_events(repo) {
         release(ctx, repo).await;
@@ -321,8 +335,14 @@ pub async fn sync_identifier(
             return report;
         }
     };
-    let selection = select_candidates(&data, manager.policy(), ctx.own_service());
+    let selection = select_candidates(
+        &data,
+        manager.policy(),
+        ctx.own_service(),
+        manager.max_clone_urls(),
+    );
     report.own_service_urls_skipped = selection.own_service;
+    report.urls_over_cap = selection.over_cap;
     if let Some(reason) = selection.not_fetchable() {
         tracing::debug!(%repo, %reason, "not fetchable");
         report.outcome = SyncOutcome::NotFetchable(reason);
@@ -332,15 +352,17 @@ pub async fn sync_identifier(
         report.outcome = outcome;
         return report;
     }
-    report.outcome = fetch_from_every_domain(ctx, repo, manager).await;
+    report.outcome = fetch_from_every_domain(ctx, repo, &selection.urls, manager).await;
     report
 }
 
-/// The fetching part of [`sync_identifier`]: every untried URL of every domain with
-/// capacity, then the throttled domains' queues.
+/// The fetching part of [`sync_identifier`]: every untried URL of `candidates` (chosen
+/// once for the attempt) of every domain with capacity, then the throttled domains'
+/// queues.
 async fn fetch_from_every_domain(
     ctx: &dyn SyncContext,
     repo: &RepoRef,
+    candidates: &CandidateUrls,
     manager: &ThrottleManager,
 ) -> SyncOutcome {
     let mut tried: HashSet<String> = HashSet::new();
@@ -352,7 +374,7 @@ async fn fetch_from_every_domain(
             return SyncOutcome::Complete;
         }
         let skip: HashSet<String> = tried.union(&deferred).cloned().collect();
-        let Some(url) = sync_identifier_next_url(ctx, repo, None, &skip, manager).await else {
+        let Some(url) = next_url(candidates, None, &skip, |d| manager.is_throttled(d)) else {
             break;
         };
         match sync_identifier_from_url(ctx, repo, &url, manager).await {
@@ -366,7 +388,7 @@ async fn fetch_from_every_domain(
         }
         tried.insert(url.as_str().to_owned());
     }
-    enqueue_with_throttled_domains(ctx, repo, &tried, manager).await;
+    enqueue_with_throttled_domains(repo, candidates, &tried, manager);
     SyncOutcome::Retry { last_error }
 }
 
@@ -376,16 +398,13 @@ async fn fetch_from_every_domain(
 /// domain gets the repository, even one whose slot has freed since: asking again
 /// whether it is throttled now would leave the repository with no domain queue and back
 /// it off for nothing (a wave of releases 20 s late).
-async fn enqueue_with_throttled_domains(
-    ctx: &dyn SyncContext,
+fn enqueue_with_throttled_domains(
     repo: &RepoRef,
+    candidates: &CandidateUrls,
     tried: &HashSet<String>,
     manager: &ThrottleManager,
 ) {
-    let Some(candidates) = candidates_if_needed(ctx, repo, manager).await else {
-        return;
-    };
-    let waiting = throttled_domains_with_untried_urls(&candidates, tried, |_| true);
+    let waiting = throttled_domains_with_untried_urls(candidates, tried, |_| true);
     let key = repo.to_string();
     for info in waiting {
         manager.enqueue_identifier(&info.domain, &key, info.tried_urls_for_domain);

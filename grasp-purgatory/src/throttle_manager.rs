@@ -42,6 +42,7 @@ pub struct ThrottleManager {
     triggered: Mutex<VecDeque<String>>,
     clock: Arc<dyn Clock>,
     policy: CloneUrlPolicy,
+    max_clone_urls: usize,
     metrics: Metrics,
     /// Wakes the driver when a domain was triggered.
     steps: Notify,
@@ -56,11 +57,13 @@ impl std::fmt::Debug for ThrottleManager {
 }
 
 impl ThrottleManager {
-    /// A manager applying `config` to every domain.
+    /// A manager applying `config` to every domain; candidate URLs pass `policy`, at
+    /// most `max_clone_urls` of them per attempt.
     pub(crate) fn new(
         config: ThrottleConfig,
         clock: Arc<dyn Clock>,
         policy: CloneUrlPolicy,
+        max_clone_urls: usize,
         metrics: Metrics,
     ) -> Self {
         ThrottleManager {
@@ -68,6 +71,7 @@ impl ThrottleManager {
             triggered: Mutex::new(VecDeque::new()),
             clock,
             policy,
+            max_clone_urls,
             metrics,
             steps: Notify::new(),
         }
@@ -76,6 +80,12 @@ impl ThrottleManager {
     /// The clone-URL policy candidate URLs pass.
     pub fn policy(&self) -> &CloneUrlPolicy {
         &self.policy
+    }
+
+    /// The most distinct clone URLs one attempt of a repository tries
+    /// ([`PurgatoryConfig::max_clone_urls`](crate::PurgatoryConfig::max_clone_urls)).
+    pub fn max_clone_urls(&self) -> usize {
+        self.max_clone_urls
     }
 
     /// Whether `domain` is at one of its limits now.

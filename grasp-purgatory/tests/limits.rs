@@ -14,6 +14,7 @@ use grasp_purgatory::{
     AddError, Cap, ChannelSink, HeldLimits, MemoryAnnouncements, Origin, Purgatory, PurgatoryGate,
     PurgatoryOutput,
 };
+use grasp_sync_core::purgatory::throttle_key;
 use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore};
 use grasp_sync_test_support::ids::oid;
 use grasp_sync_test_support::nip34::{pull_request, Announcement};
@@ -173,7 +174,8 @@ async fn the_domain_series_of_an_idle_domain_are_removed() {
     assert!(matches!(released, Ok(Some(PurgatoryOutput::Released(_)))));
     assert_eq!(
         domains(&registry, "purgatory_domain_requests_total"),
-        vec![HOST.to_owned()]
+        vec![throttle_key(HOST)],
+        "labelled by the throttle key (the registrable domain)"
     );
     // The request leaves the one-minute window: the domain is idle, its series go.
     tokio::time::sleep(Duration::from_secs(62)).await;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use events::memory_git::{MemoryGit, OneRepo};
 use grasp_purgatory::{ChannelSink, MemoryAnnouncements, Origin, Purgatory, PurgatoryStatus};
+use grasp_sync_core::purgatory::throttle_key;
 use grasp_sync_test_support::ids::oid;
 use grasp_sync_test_support::nip34::{pull_request, Announcement};
 use grasp_sync_tokio::TokioClock;
@@ -102,7 +103,8 @@ async fn the_status_follows_events_from_held_to_released_and_expired() {
     .await;
     assert_eq!(
         fetching.fetches_by_domain,
-        BTreeMap::from([(HOST.to_owned(), 1)])
+        BTreeMap::from([(throttle_key(HOST), 1)]),
+        "by throttle key (the registrable domain)"
     );
     assert_eq!(fetching.events_held, 2);
     assert_eq!(fetching.identifiers_ready, 0);

@@ -173,6 +173,11 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
             size(p.git.max_concurrent_fetches),
         ),
         (
+            "GitFetcherConfig::max_memory_bytes",
+            p.git.max_memory_bytes.map_or("none".to_owned(), count),
+        ),
+        ("PurgatoryConfig::max_clone_urls", size(p.max_clone_urls)),
+        (
             "ThrottleConfig::max_concurrent",
             count(p.throttle.max_concurrent),
         ),
@@ -200,6 +205,10 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
         (
             "grasp_sync_core::nip34::MAX_PULL_REQUEST_CLONE_URLS",
             size(grasp_sync_core::nip34::MAX_PULL_REQUEST_CLONE_URLS),
+        ),
+        (
+            "grasp_purgatory::MAX_FILE_NAME_BYTES",
+            size(grasp_purgatory::MAX_FILE_NAME_BYTES),
         ),
         (
             "grasp_purgatory::MAX_LISTED_REPOSITORIES",
@@ -288,6 +297,10 @@ const NOT_CAPS: &[(&str, &[&str])] = &[
             // The clone URL policy, described in its own section.
             "policy",
             "resolver",
+            // Switches of the host pin, described under "URLs from strangers": whether
+            // an old git or proxy variables may bypass it.
+            "allow_old_git",
+            "keep_proxy_env",
         ],
     ),
     ("HeldLimits", &[]),

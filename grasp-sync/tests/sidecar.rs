@@ -173,3 +173,50 @@ async fn metrics_and_status_are_served_and_sigterm_stops_it() {
         started.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_too_old_to_pin_clone_url_hosts_is_a_clear_error_at_start() {
+    let own = TestRelay::start(TestRelayConfig::default()).await;
+    let dir = std::env::temp_dir().join(format!("sidecar-old-git-{}", std::process::id()));
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(dir.join("repos")).unwrap();
+    // Ubuntu 22.04's git, first on PATH.
+    let git = bin.join("git");
+    std::fs::write(&git, "#!/bin/sh\necho 'git version 2.34.1'\n").unwrap();
+    std::fs::set_permissions(
+        &git,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let child = Command::new(BIN)
+        .args([
+            "--own-relay",
+            own.url().as_str(),
+            "--git-root",
+            &dir.join("repos").display().to_string(),
+            "--allow-local-addresses",
+            "--once",
+        ])
+        .env("PATH", path)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start grasp-sync");
+    let (status, stdout, stderr) = finish(child).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("git version 2.34.1")
+            && stderr.contains("2.37")
+            && stderr.contains("NGIT_PURGATORY_ALLOW_OLD_GIT=1"),
+        "{stderr}"
+    );
+}

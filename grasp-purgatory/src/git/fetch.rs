@@ -2,7 +2,7 @@
 //! request per call, the pack checked (`fsck`) and limited in size, the whole command
 //! limited in time.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use tokio::sync::Semaphore;
 use super::connectivity;
 use super::error::GitError;
 use super::policy::{check_url, PinnedUrl};
-use super::process::GitRunner;
+use super::process::{GitRunner, ProcessLimits};
 use super::refs::{purgatory_refs, purgatory_refspec, update_refs, LocalRefs};
 use super::resolve::{Resolver, SystemResolver};
 
@@ -26,6 +26,13 @@ pub const MAX_OIDS_PER_FETCH: usize = 256;
 
 /// The default [`GitFetcherConfig::max_pack_bytes`]: 512 MiB.
 pub const DEFAULT_MAX_PACK_BYTES: u64 = 512 * 1024 * 1024;
+
+/// The default [`GitFetcherConfig::max_memory_bytes`]: 2 GiB.
+pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+
+/// The files a fetch writes into `objects/pack/` before they are complete
+/// (`tmp_pack_*`, `tmp_idx_*`, `tmp_rev_*`…): what a cut-off fetch leaves behind.
+const TEMPORARY_PREFIX: &str = "tmp_";
 
 /// How git says the server does not have an object that was asked for.
 const MISSING_ON_SERVER: &[&str] = &[
@@ -59,8 +66,25 @@ pub struct GitFetcherConfig {
     /// a cut-off pack is removed ([`GitError::PackTooLarge`]).
     pub max_pack_bytes: Option<u64>,
     /// The `prlimit` program (`prlimit`, found on `PATH`), used when
-    /// [`GitFetcherConfig::max_pack_bytes`] is set.
+    /// [`GitFetcherConfig::max_pack_bytes`] or [`GitFetcherConfig::max_memory_bytes`] is
+    /// set.
     pub prlimit_program: PathBuf,
+    /// The data memory (heap and private writable mappings, `prlimit --data`) of each
+    /// `git fetch` and the helpers it starts, in bytes ([`DEFAULT_MAX_MEMORY_BYTES`]);
+    /// `None`: no limit. A ref flood or a delta bomb makes an allocation fail and git
+    /// die, instead of the machine run out of memory. Packs git maps to read them
+    /// (read-only file mappings) do not count.
+    pub max_memory_bytes: Option<u64>,
+    /// Whether a git older than 2.37, which ignores `http.curloptResolve` and so
+    /// resolves clone URL hosts itself (DNS rebinding then reaches whatever the name
+    /// points at a moment later), may be used, with a warning at start. `false` (the
+    /// default): purgatory refuses to start with it.
+    pub allow_old_git: bool,
+    /// Whether git keeps our proxy variables (`http_proxy`, `https_proxy`, `ALL_PROXY`,
+    /// `no_proxy`, …). A proxy connects to the host *name*, bypassing the address
+    /// purgatory checked and pinned, so they are cleared by default (`false`); keep them
+    /// only when the proxy guards what it connects to.
+    pub keep_proxy_env: bool,
 }
 
 impl Default for GitFetcherConfig {
@@ -73,6 +97,9 @@ impl Default for GitFetcherConfig {
             max_concurrent_fetches: 16,
             max_pack_bytes: Some(DEFAULT_MAX_PACK_BYTES),
             prlimit_program: PathBuf::from("prlimit"),
+            max_memory_bytes: Some(DEFAULT_MAX_MEMORY_BYTES),
+            allow_old_git: false,
+            keep_proxy_env: false,
         }
     }
 }
@@ -93,12 +120,17 @@ pub struct FetchReport {
 /// Runs git to fetch exact objects from clone URLs into local bare repositories.
 ///
 /// Cloning the fetcher shares its count of spawned processes.
+///
+/// Fetches into one repository run one at a time (a lock per repository): a failed or
+/// cut-off fetch removes the temporary files it left in `objects/pack/`, which must not
+/// be another fetch's work in progress.
 #[derive(Clone, Debug)]
 pub struct GitFetcher {
     config: Arc<GitFetcherConfig>,
     runner: GitRunner,
     fetches: Arc<AtomicU64>,
     permits: Arc<Semaphore>,
+    repo_locks: Arc<RepoLocks>,
 }
 
 impl GitFetcher {
@@ -106,9 +138,14 @@ impl GitFetcher {
     pub fn new(config: GitFetcherConfig) -> Self {
         GitFetcher {
             permits: Arc::new(Semaphore::new(config.max_concurrent_fetches.max(1))),
-            runner: GitRunner::new(config.git_program.clone(), config.fetch_timeout),
+            runner: GitRunner::new(
+                config.git_program.clone(),
+                config.fetch_timeout,
+                config.keep_proxy_env,
+            ),
             config: Arc::new(config),
             fetches: Arc::new(AtomicU64::new(0)),
+            repo_locks: Arc::new(RepoLocks::default()),
         }
     }
 
@@ -228,8 +265,36 @@ impl GitFetcher {
         super::init::init_bare(&self.runner, repo).await
     }
 
-    /// One `git fetch` of `oids` from the pinned `url`.
+    /// One `git fetch` of `oids` from the pinned `url`, the only one into `repo` while
+    /// it runs; when it fails (cut off by the timeout or the pack limit, refused by
+    /// `fsck`, anything), the temporary files it left in `objects/pack/` are removed.
     async fn fetch_once(
+        &self,
+        repo: &Path,
+        url: &PinnedUrl,
+        oids: &[GitOid],
+    ) -> Result<(), GitError> {
+        let _only_fetch = self.repo_locks.lock(repo).await;
+        let before = temporary_files(repo);
+        let result = self.run_fetch(repo, url, oids).await;
+        let Err(error) = result else {
+            return Ok(());
+        };
+        let left = remove_new_temporary_files(repo, &before);
+        if left.removed > 0 {
+            tracing::debug!(url = %url.url(), removed = left.removed, %error, "removed what a failed fetch left behind");
+        }
+        match self.config.max_pack_bytes {
+            Some(limit) if left.largest >= limit => {
+                tracing::warn!(url = %url.url(), limit, %error, "the server sent a pack over the limit");
+                Err(GitError::PackTooLarge { limit })
+            }
+            _ => Err(error),
+        }
+    }
+
+    /// Runs the `git fetch` of [`GitFetcher::fetch_once`].
+    async fn run_fetch(
         &self,
         repo: &Path,
         url: &PinnedUrl,
@@ -245,26 +310,20 @@ impl GitFetcher {
         command.arg("--").arg(url.git_url());
         command.args(oids.iter().map(purgatory_refspec));
         self.fetches.fetch_add(1, Ordering::Relaxed);
-        let result = self.runner.run(command, "fetch", None).await.map(drop);
-        match (result, self.config.max_pack_bytes) {
-            (Err(error), Some(limit)) if remove_cut_packs(repo, limit) => {
-                tracing::warn!(url = %url.url(), limit, %error, "the server sent a pack over the limit");
-                Err(GitError::PackTooLarge { limit })
-            }
-            (result, _) => result,
-        }
+        self.runner.run(command, "fetch", None).await.map(drop)
     }
 
-    /// `git [-c ...]` for a fetch, under `prlimit` when the pack size is limited (the
-    /// caller adds `fetch` and its arguments).
+    /// `git [-c ...]` for a fetch, under `prlimit` when the pack size or memory is
+    /// limited (the caller adds `fetch` and its arguments).
     fn fetch_command(&self, repo: &Path) -> Command {
         let config = &self.config;
-        let mut command = match config.max_pack_bytes {
-            Some(limit) => self
-                .runner
-                .limited_command(repo, &config.prlimit_program, limit),
-            None => self.runner.command(repo),
+        let limits = ProcessLimits {
+            max_file_bytes: config.max_pack_bytes,
+            max_data_bytes: config.max_memory_bytes,
         };
+        let mut command = self
+            .runner
+            .limited_command(repo, &config.prlimit_program, limits);
         for (key, value) in self.protocol_settings() {
             command.arg("-c").arg(format!("{key}={value}"));
         }
@@ -309,25 +368,78 @@ const FETCH_ARGS: [&str; 6] = [
     "--no-auto-gc",
 ];
 
-/// Removes the temporary packs (`objects/pack/tmp_pack_*`) a fetch cut off at `limit`
-/// bytes left behind (the kernel stopped the writer, which could not clean up); returns
-/// whether there was one.
-fn remove_cut_packs(repo: &Path, limit: u64) -> bool {
+/// The temporary files ([`TEMPORARY_PREFIX`]) in `repo`'s `objects/pack/`.
+fn temporary_files(repo: &Path) -> BTreeSet<std::ffi::OsString> {
     let Ok(entries) = std::fs::read_dir(repo.join("objects").join("pack")) else {
-        return false;
+        return BTreeSet::new();
     };
-    let mut found = false;
-    for entry in entries.flatten() {
-        let cut = entry.file_name().to_string_lossy().starts_with("tmp_pack_")
-            && entry.metadata().is_ok_and(|meta| meta.len() >= limit);
-        if cut {
-            found = true;
-            if let Err(error) = std::fs::remove_file(entry.path()) {
-                tracing::warn!(%error, path = %entry.path().display(), "removing a cut-off pack failed");
+    entries
+        .flatten()
+        .map(|entry| entry.file_name())
+        .filter(|name| name.to_string_lossy().starts_with(TEMPORARY_PREFIX))
+        .collect()
+}
+
+/// What [`remove_new_temporary_files`] removed.
+#[derive(Clone, Copy, Debug, Default)]
+struct LeftBehind {
+    /// Files removed.
+    removed: usize,
+    /// The size of the largest, in bytes (a pack cut off at the size limit is as large
+    /// as the limit).
+    largest: u64,
+}
+
+/// Removes the temporary files in `repo`'s `objects/pack/` that are not in `before`:
+/// those a failed fetch left behind (a killed or refused `index-pack` cannot clean up).
+fn remove_new_temporary_files(repo: &Path, before: &BTreeSet<std::ffi::OsString>) -> LeftBehind {
+    let pack_dir = repo.join("objects").join("pack");
+    let mut left = LeftBehind::default();
+    for name in temporary_files(repo).difference(before) {
+        let path = pack_dir.join(name);
+        let size = std::fs::metadata(&path).map_or(0, |meta| meta.len());
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                left.removed += 1;
+                left.largest = left.largest.max(size);
+            }
+            Err(error) => {
+                tracing::warn!(%error, path = %path.display(), "removing what a failed fetch left failed");
             }
         }
     }
-    found
+    left
+}
+
+/// One lock per repository, so fetches into it run one at a time. Entries nobody holds
+/// are dropped when the next lock is taken, so the map follows the fetches in flight.
+#[derive(Debug, Default)]
+pub(super) struct RepoLocks {
+    locks: std::sync::Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl RepoLocks {
+    /// Waits for `repo`'s lock.
+    pub(super) async fn lock(&self, repo: &Path) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut locks = self
+                .locks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+            Arc::clone(locks.entry(repo.to_owned()).or_default())
+        };
+        lock.lock_owned().await
+    }
+
+    /// How many repositories have a lock entry (held, waited for, or not yet pruned).
+    #[cfg(test)]
+    pub(super) fn entries(&self) -> usize {
+        self.locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
 }
 
 /// Whether git's error says the server lacks some of the ids (rather than failing as a

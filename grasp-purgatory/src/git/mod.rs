@@ -9,7 +9,9 @@
 //!
 //! - connects to the checked address only (`http.curloptResolve` for http(s), the
 //!   address in the URL for `git://`): git never resolves the name again, so DNS
-//!   rebinding reaches nothing;
+//!   rebinding reaches nothing. git older than 2.37 ignores that setting, so
+//!   [`check_git_version`] refuses it at start unless the operator allows it; proxy
+//!   variables (which would connect to the name) are cleared unless kept;
 //! - takes the URL and refspecs after `--`, so nothing can be read as an option;
 //! - allows only the protocols the policy allows (`protocol.allow=never` plus explicit
 //!   `protocol.<name>.allow=always`), never follows redirects, uses protocol v2 (which
@@ -17,10 +19,14 @@
 //! - checks every object it receives (`fetch.fsckObjects`, `transfer.fsckObjects`) and
 //!   keeps them in one pack whose size is limited by the kernel (`prlimit --fsize`,
 //!   [`GitFetcherConfig::max_pack_bytes`], 512 MiB);
-//! - never prompts (`GIT_TERMINAL_PROMPT=0`, empty environment apart from `PATH` and
-//!   proxy settings);
+//! - gets a data memory limit (`prlimit --data`, [`GitFetcherConfig::max_memory_bytes`],
+//!   2 GiB);
+//! - never prompts (`GIT_TERMINAL_PROMPT=0`, empty environment apart from `PATH`, and
+//!   proxy settings only when [`GitFetcherConfig::keep_proxy_env`]);
 //! - runs in its own process group and is killed, group and all, when the per-fetch
-//!   timeout passes (60 s); HTTP transfers also give up when they stall for that long.
+//!   timeout passes (60 s); HTTP transfers also give up when they stall for that long;
+//! - fetches into one repository one at a time, and a fetch that fails for any reason
+//!   (timeout, pack limit, `fsck`) leaves no temporary file in `objects/pack/`.
 //!
 //! One [`GitFetcher::fetch`] is one request to the server. Fetched objects are written
 //! under `refs/purgatory/<oid>` so that a `git gc` cannot prune them before the events
@@ -50,13 +56,16 @@ mod refs;
 mod resolve;
 #[cfg(test)]
 mod tests;
+mod version;
 
 pub use backend::GitBackend;
 pub use error::GitError;
 pub use fetch::{
-    FetchReport, GitFetcher, GitFetcherConfig, DEFAULT_MAX_PACK_BYTES, MAX_OIDS_PER_FETCH,
+    FetchReport, GitFetcher, GitFetcherConfig, DEFAULT_MAX_MEMORY_BYTES, DEFAULT_MAX_PACK_BYTES,
+    MAX_OIDS_PER_FETCH,
 };
 pub use init::{hidden_refs_value, HIDE_REFS_KEYS};
 pub use policy::PinnedUrl;
 pub use refs::{LocalRefs, NOSTR_REF_PREFIX, PURGATORY_REF_PREFIX};
 pub use resolve::{Resolver, StaticResolver, SystemResolver, RESOLVE_TIMEOUT};
+pub use version::{check_git_version, GitVersionError};

@@ -1,6 +1,7 @@
 //! Spawning git: a cleared environment, no configuration beyond the repository's own,
 //! capped output, a timeout, and a kill of the whole process group when it passes.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,16 +13,57 @@ use tokio::process::Command;
 
 use super::error::GitError;
 
-/// Environment variables passed through to git (proxies); everything else is cleared.
-const PASSED_ENV: &[&str] = &[
-    "PATH",
+/// The environment variables git always gets from ours; everything else is cleared.
+const KEPT_ENV: &[&str] = &["PATH"];
+
+/// Proxy variables (curl's and git's): a proxy connects on git's behalf, to the host
+/// *name*, so the address purgatory checked and pinned would not be the one reached.
+/// Cleared unless the operator keeps them
+/// ([`GitFetcherConfig::keep_proxy_env`](super::GitFetcherConfig::keep_proxy_env)).
+pub(super) const PROXY_ENV: &[&str] = &[
     "http_proxy",
     "https_proxy",
     "HTTP_PROXY",
     "HTTPS_PROXY",
+    "all_proxy",
+    "ALL_PROXY",
     "no_proxy",
     "NO_PROXY",
+    "GIT_PROXY_COMMAND",
+    "GIT_SSL_NO_VERIFY",
 ];
+
+/// The environment git is given, read through `lookup`: [`KEPT_ENV`], and the proxy
+/// variables of [`PROXY_ENV`] only when `keep_proxy` is set.
+pub(super) fn passed_environment(
+    lookup: impl Fn(&str) -> Option<OsString>,
+    keep_proxy: bool,
+) -> Vec<(&'static str, OsString)> {
+    let proxy: &[&'static str] = if keep_proxy { PROXY_ENV } else { &[] };
+    KEPT_ENV
+        .iter()
+        .chain(proxy)
+        .filter_map(|name| lookup(name).map(|value| (*name, value)))
+        .collect()
+}
+
+/// Kernel limits a git process runs under (`prlimit`); `None`: not limited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct ProcessLimits {
+    /// The largest file it may write (`--fsize`), in bytes.
+    pub(super) max_file_bytes: Option<u64>,
+    /// Its data segment, heap and private writable mappings (`--data`), in bytes.
+    pub(super) max_data_bytes: Option<u64>,
+}
+
+impl ProcessLimits {
+    /// The `prlimit` options for these limits (none when nothing is limited).
+    fn prlimit_args(&self) -> Vec<String> {
+        let file = self.max_file_bytes.map(|bytes| format!("--fsize={bytes}"));
+        let data = self.max_data_bytes.map(|bytes| format!("--data={bytes}"));
+        file.into_iter().chain(data).collect()
+    }
+}
 
 /// Most of git's standard output kept (queries only print a line per id).
 const MAX_STDOUT: usize = 16 * 1024 * 1024;
@@ -36,15 +78,22 @@ const MAX_STDERR: usize = 64 * 1024;
 pub(super) struct GitRunner {
     program: PathBuf,
     timeout: Duration,
+    /// The environment git gets (see [`passed_environment`]), read once.
+    env: Arc<Vec<(&'static str, OsString)>>,
     spawned: Arc<AtomicU64>,
 }
 
 impl GitRunner {
-    /// Runs `program`, killing each command after `timeout`.
-    pub(super) fn new(program: PathBuf, timeout: Duration) -> Self {
+    /// Runs `program`, killing each command after `timeout`; git keeps our proxy
+    /// variables only if `keep_proxy`.
+    pub(super) fn new(program: PathBuf, timeout: Duration, keep_proxy: bool) -> Self {
         GitRunner {
             program,
             timeout,
+            env: Arc::new(passed_environment(
+                |name| std::env::var_os(name),
+                keep_proxy,
+            )),
             spawned: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -62,30 +111,30 @@ impl GitRunner {
         command
     }
 
-    /// [`GitRunner::command`] run under `prlimit --fsize=<max_file_bytes>`: no file git
-    /// (or a helper it starts, such as `index-pack`) writes can grow past that size; the
-    /// kernel stops the writer at the limit.
+    /// [`GitRunner::command`] run under `prlimit` with `limits` (plain when nothing is
+    /// limited): with `--fsize`, no file git (or a helper it starts, such as
+    /// `index-pack`) writes can grow past that size, the kernel stops the writer at the
+    /// limit; with `--data`, an allocation past that size fails and git dies.
     pub(super) fn limited_command(
         &self,
         repo: &Path,
         prlimit: &Path,
-        max_file_bytes: u64,
+        limits: ProcessLimits,
     ) -> Command {
+        let args = limits.prlimit_args();
+        if args.is_empty() {
+            return self.command(repo);
+        }
         let mut command = Command::new(prlimit);
-        command
-            .arg(format!("--fsize={max_file_bytes}"))
-            .arg("--")
-            .arg(&self.program);
+        command.args(args).arg("--").arg(&self.program);
         self.configure(&mut command, repo);
         command
     }
 
     fn configure(&self, command: &mut Command, repo: &Path) {
         command.env_clear();
-        for name in PASSED_ENV {
-            if let Some(value) = std::env::var_os(name) {
-                command.env(name, value);
-            }
+        for (name, value) in self.env.iter() {
+            command.env(name, value);
         }
         command
             .env("GIT_TERMINAL_PROMPT", "0")
@@ -149,8 +198,12 @@ impl GitRunner {
                 check_status(operation, output)
             }
             Ok(Err(source)) => Err(GitError::Io { operation, source }),
-            // Dropping `group` kills git and its helpers (remote-http).
-            Err(_) => Err(GitError::Timeout { operation, after }),
+            Err(_) => {
+                // Kills git and its helpers (remote-http, index-pack) and waits until
+                // they are gone, so nothing writes after the caller cleans up.
+                group.kill_and_wait(&mut child).await;
+                Err(GitError::Timeout { operation, after })
+            }
         }
     }
 }
@@ -177,25 +230,57 @@ async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize) -> Vec<u8
 /// out, or whose task was aborted, never leaves helpers behind.
 struct GroupKill(Option<u32>);
 
+/// How long [`GroupKill::kill_and_wait`] waits for a killed group to be gone.
+const GROUP_EXIT_WAIT: Duration = Duration::from_secs(5);
+
 impl GroupKill {
     fn disarm(&mut self) {
         self.0 = None;
+    }
+
+    /// Kills the group now, reaps `leader` (git itself, whose group it is) and waits
+    /// (at most [`GROUP_EXIT_WAIT`]) until no process of the group is left; disarms.
+    async fn kill_and_wait(&mut self, leader: &mut tokio::process::Child) {
+        let Some(group) = self.0.take() else {
+            return;
+        };
+        signal_group(group, "-KILL");
+        let gone = async {
+            if let Err(error) = leader.wait().await {
+                tracing::debug!(%error, group, "reaping a killed git failed");
+            }
+            while signal_group(group, "-0") {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        if tokio::time::timeout(GROUP_EXIT_WAIT, gone).await.is_err() {
+            tracing::warn!(group, "a killed git process group is still there");
+        }
+    }
+}
+
+/// Sends `signal` (`-KILL`, or `-0` to ask whether it exists) to the process group
+/// `group` with `kill(1)`; returns whether it was delivered.
+fn signal_group(group: u32, signal: &str) -> bool {
+    let result = std::process::Command::new("kill")
+        .args([signal, "--", &format!("-{group}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    match result {
+        Ok(status) => status.success(),
+        Err(error) => {
+            tracing::warn!(%error, group, "signalling a git process group failed");
+            false
+        }
     }
 }
 
 impl Drop for GroupKill {
     fn drop(&mut self) {
-        let Some(group) = self.0 else {
-            return;
-        };
-        let result = std::process::Command::new("kill")
-            .args(["-KILL", "--", &format!("-{group}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        if let Err(error) = result {
-            tracing::warn!(%error, group, "killing a git process group failed");
+        if let Some(group) = self.0 {
+            signal_group(group, "-KILL");
         }
     }
 }

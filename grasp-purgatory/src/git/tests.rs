@@ -106,3 +106,64 @@ async fn refused_urls_spawn_nothing() {
     }
     assert_eq!(fetcher.processes_spawned(), 0);
 }
+
+#[test]
+fn proxy_variables_reach_git_only_when_kept() {
+    use std::ffi::OsString;
+
+    use super::process::{passed_environment, PROXY_ENV};
+
+    let lookup = |name: &str| Some(OsString::from(format!("value of {name}")));
+    let cleared = passed_environment(lookup, false);
+    let names: Vec<&str> = cleared.iter().map(|(name, _)| *name).collect();
+    assert_eq!(names, vec!["PATH"]);
+    let kept = passed_environment(lookup, true);
+    let names: BTreeSet<&str> = kept.iter().map(|(name, _)| *name).collect();
+    for proxy in [
+        "http_proxy",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+    ] {
+        assert!(names.contains(proxy), "{proxy} kept when asked");
+    }
+    assert_eq!(names.len(), PROXY_ENV.len() + 1);
+    // Unset variables are not invented.
+    assert!(passed_environment(|_| None, true).is_empty());
+}
+
+#[tokio::test]
+async fn fetches_into_one_repository_wait_for_each_other_and_others_do_not() {
+    use std::time::Duration;
+
+    use super::fetch::RepoLocks;
+
+    let locks = RepoLocks::default();
+    let first = locks.lock(Path::new("/repos/a.git")).await;
+    // Another repository is not held up.
+    let other = tokio::time::timeout(
+        Duration::from_secs(5),
+        locks.lock(Path::new("/repos/b.git")),
+    )
+    .await
+    .expect("another repository's lock is free");
+    // The same repository waits until the first fetch is done.
+    let same = tokio::time::timeout(
+        Duration::from_millis(100),
+        locks.lock(Path::new("/repos/a.git")),
+    )
+    .await;
+    assert!(same.is_err(), "a second fetch into a.git must wait");
+    drop(first);
+    let second = tokio::time::timeout(
+        Duration::from_secs(5),
+        locks.lock(Path::new("/repos/a.git")),
+    )
+    .await
+    .expect("free once the first is done");
+    drop((second, other));
+    // Entries nobody holds are pruned when the next lock is taken.
+    let _third = locks.lock(Path::new("/repos/c.git")).await;
+    assert_eq!(locks.entries(), 1);
+}

@@ -57,19 +57,14 @@ pub async fn create_bare_repository(
             source,
         }
     };
-    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+    let (Some(parent), Some(_)) = (path.parent(), path.file_name()) else {
         let source = std::io::Error::from(std::io::ErrorKind::InvalidInput);
         return Err(io("placing", path)(source));
     };
     tokio::fs::create_dir_all(parent)
         .await
         .map_err(io("creating", parent))?;
-    let scratch = parent.join(format!(
-        ".{}.creating-{}-{}",
-        name.to_string_lossy(),
-        std::process::id(),
-        SCRATCH.fetch_add(1, Ordering::Relaxed)
-    ));
+    let scratch = parent.join(scratch_name(SCRATCH.fetch_add(1, Ordering::Relaxed)));
     tokio::fs::create_dir(&scratch)
         .await
         .map_err(io("creating", &scratch))?;
@@ -91,6 +86,13 @@ pub async fn create_bare_repository(
             Err(io("moving into place", path)(source))
         }
     }
+}
+
+/// The name of the `n`th scratch directory of this process: `.creating-<pid>-<n>`, a
+/// few dozen bytes whatever the repository's name (a name built from the identifier
+/// would pass the file system's 255 bytes long before the identifier's own limit).
+fn scratch_name(n: u64) -> String {
+    format!(".creating-{}-{n}", std::process::id())
 }
 
 /// Removes a scratch directory, logging a failure (it holds an empty repository only).

@@ -15,7 +15,7 @@ use tokio::sync::{watch, Notify};
 use super::api::{Purgatory, Shared};
 use crate::config::{EnvError, PurgatoryConfig};
 use crate::context::{ContextParts, GitSyncContext, SharedStore};
-use crate::git::{GitBackend, GitFetcher, Resolver};
+use crate::git::{check_git_version, GitBackend, GitFetcher, GitVersionError, Resolver};
 use crate::metrics::Metrics;
 use crate::refusals::EventRefusalLog;
 use crate::repos::{Announcements, NpubLayout, RepoLocator};
@@ -36,6 +36,10 @@ pub enum PurgatoryBuildError {
     /// An environment variable was malformed.
     #[error(transparent)]
     Env(#[from] EnvError),
+    /// The installed git cannot be used: too old to pin clone URL hosts (and that is
+    /// not allowed), or not runnable.
+    #[error(transparent)]
+    Git(#[from] GitVersionError),
     /// The metrics could not be registered.
     #[error("registering purgatory metrics failed: {0}")]
     Metrics(#[from] prometheus::Error),
@@ -168,6 +172,19 @@ impl PurgatoryBuilder {
         self
     }
 
+    /// The git program (`git` on `PATH` by default); checked at build.
+    pub fn git_program(mut self, program: impl Into<PathBuf>) -> Self {
+        self.config.git.git_program = program.into();
+        self
+    }
+
+    /// Whether a git older than 2.37 (which cannot pin clone URL hosts) may be used,
+    /// with a warning; see [`GitFetcherConfig::allow_old_git`](crate::GitFetcherConfig::allow_old_git).
+    pub fn allow_old_git(mut self, allow: bool) -> Self {
+        self.config.git.allow_old_git = allow;
+        self
+    }
+
     /// Resolves clone URL hosts with `resolver` (the system's by default); git connects
     /// to the address it gave, once checked.
     pub fn resolver(mut self, resolver: Arc<dyn Resolver>) -> Self {
@@ -264,7 +281,14 @@ impl PurgatoryBuilder {
     /// Builds the purgatory, replaying its journal if one is set and rewriting it with
     /// the live events only (synchronous file I/O: call it before serving, or from a
     /// blocking context if the journal may be large).
+    ///
+    /// First checks the configured git ([`check_git_version`]): a git older than 2.37
+    /// cannot pin clone URL hosts to their checked address, and is refused
+    /// ([`PurgatoryBuildError::Git`]) unless
+    /// [`GitFetcherConfig::allow_old_git`](crate::GitFetcherConfig::allow_old_git)
+    /// (`NGIT_PURGATORY_ALLOW_OLD_GIT=1`) lets it run with a warning.
     pub fn build(self) -> Result<Purgatory, PurgatoryBuildError> {
+        check_git_version(&self.config.git.git_program, self.config.git.allow_old_git)?;
         let announcements = self
             .announcements
             .ok_or(PurgatoryBuildError::Missing("announcements"))?;
@@ -305,6 +329,7 @@ impl PurgatoryBuilder {
             self.config.throttle,
             Arc::clone(&clock),
             self.config.git.policy.clone(),
+            self.config.max_clone_urls,
             metrics.clone(),
         ));
         let (shutdown, _) = watch::channel(false);

@@ -164,6 +164,14 @@ impl Purgatory {
                 .with_label_values(&["own_service"])
                 .inc_by(report.own_service_urls_skipped as u64);
         }
+        if report.urls_over_cap > 0 {
+            tracing::info!(%repo, left_out = report.urls_over_cap, max = shared.manager.max_clone_urls(), "the repository lists more clone urls than one attempt tries; the rest are left out");
+            shared
+                .metrics
+                .clone_urls_skipped
+                .with_label_values(&["over_cap"])
+                .inc_by(report.urls_over_cap as u64);
+        }
         if let SyncOutcome::NotFetchable(reason) = &report.outcome {
             tracing::info!(%repo, %reason, "purgatory events not fetchable; waiting");
         }

@@ -60,6 +60,7 @@ fn manager_with(config: ThrottleConfig) -> ThrottleManager {
         config,
         Arc::new(SystemClock::new()),
         CloneUrlPolicy::new(),
+        grasp_sync_core::purgatory::DEFAULT_MAX_CLONE_URLS,
         crate::metrics::Metrics::new().unwrap(),
     )
 }
@@ -394,17 +395,23 @@ async fn a_domain_that_frees_a_slot_after_the_url_was_chosen_still_gets_the_repo
     for _ in 0..5 {
         assert!(manager.try_start_request("example.com"));
     }
-    // Reads: the attempt's, the next URL's (none: throttled), the enqueue's (a slot
-    // frees just before it).
+    // The repository data is read once per attempt (the candidates are chosen once);
+    // no slot frees during it, one frees right after.
     let ctx = FreesASlot {
         inner: inner.as_ref(),
         manager: &manager,
         domain: "example.com",
-        free_on: 3,
+        free_on: 0,
         reads: std::sync::atomic::AtomicUsize::new(0),
     };
     let report = sync_identifier(&ctx, &repo(), &manager).await;
     assert_eq!(report.outcome, SyncOutcome::Retry { last_error: None });
+    assert_eq!(
+        ctx.reads.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "candidates are chosen once per attempt"
+    );
+    manager.complete_request("example.com");
     assert!(!manager.is_throttled("example.com"), "the slot freed");
     assert_eq!(
         manager.queued("example.com"),

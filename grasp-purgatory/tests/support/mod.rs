@@ -10,6 +10,7 @@
 //! * [`GitDaemon`]: `git daemon` serving a base directory over `git://`.
 //! * [`GitHttpServer`]: smart HTTP (`git http-backend` as CGI) with request statistics.
 //! * [`HangingServer`]: accepts TCP connections and never answers.
+//! * [`StallingProxy`]: passes a server's first bytes on, then stalls.
 //! * [`closed_port_url`]: a URL where nothing listens.
 //!
 //! Items are `pub` so that any test file including `mod support;` can use them; not
@@ -23,6 +24,7 @@ mod http;
 mod net;
 mod process;
 mod repo;
+mod stalling;
 mod tempdir;
 
 #[allow(unused_imports)]
@@ -40,5 +42,7 @@ pub use http::{GitHttpServer, GitHttpServerBuilder, HttpStats, RequestRecord};
 pub use net::{closed_port_url, free_port, wait_for_tcp, wait_for_tcp_refused};
 #[allow(unused_imports)]
 pub use repo::SourceRepo;
+#[allow(unused_imports)]
+pub use stalling::StallingProxy;
 #[allow(unused_imports)]
 pub use tempdir::TempDir;

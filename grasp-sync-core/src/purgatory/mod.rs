@@ -30,11 +30,15 @@
 //! - [`RepositoryData::oids_to_ask`]: which objects a clone URL is asked for (a
 //!   pull request's own `clone` URL only for that pull request's tip).
 //! - [`select_candidates`] / [`candidate_urls`], [`next_url`],
-//!   [`throttled_domains_with_untried_urls`]: which clone URL to try next, never one on
-//!   our own service ([`OwnService`]).
+//!   [`throttled_domains_with_untried_urls`]: which clone URL to try next (at most
+//!   [`DEFAULT_MAX_CLONE_URLS`] per attempt by default), never one on our own service
+//!   ([`OwnService`]); [`throttle_key`]: which throttle a host shares (subdomains of one
+//!   registrable domain share one).
 //! - [`held_progress`], [`all_accounted`] ([`NotFetchable`]): whether every held event
 //!   is accounted for (released, expired, or not fetchable with a reason);
 //!   [`missing_repository_action`]: create a missing local repository or wait for it.
+//! - [`git_version_verdict`]: whether the installed git pins hosts to their checked
+//!   address (2.37 and later), and what to do when it does not.
 //! - [`SyncContext`]: the effects (store, purgatory, git) the async driver
 //!   calls, with [`MemorySyncContext`] for tests.
 //!
@@ -46,10 +50,10 @@
 //!     loop:
 //!         if !ctx.has_pending_events(id) or ctx.collect_needed_oids(id) is empty:
 //!             ctx.process_satisfiable_events(id); queue.complete(id, now, done = true); stop
-//!         candidates = candidate_urls(ctx.fetch_repository_data(id), policy, ctx.own_service())
+//!         candidates = candidate_urls(ctx.fetch_repository_data(id), policy, ctx.own_service(), max_urls)
 //!         url = next_url(candidates, None, tried, |d| throttles.is_throttled(d, now))
 //!         if url is None: break
-//!         if throttles.entry(url.domain()).try_start_request(now):
+//!         if throttles.entry(throttle_key(url.domain())).try_start_request(now):
 //!             ctx.fetch_oids(target, url, needed); throttles.entry(..).complete_request(now)
 //!             ctx.process_satisfiable_events(id)
 //!         tried.insert(url)
@@ -73,6 +77,7 @@
 
 mod accounting;
 mod context;
+mod git_version;
 mod own_service;
 mod queue;
 mod reconcile;
@@ -81,6 +86,7 @@ mod serving;
 #[cfg(test)]
 mod test_support;
 mod throttle;
+mod throttle_key;
 mod url_select;
 
 pub use accounting::{
@@ -88,6 +94,9 @@ pub use accounting::{
     NotFetchable, RepoActivity,
 };
 pub use context::{FetchCall, MemorySyncContext, SyncContext, SyncContextError};
+pub use git_version::{
+    git_version_verdict, parse_git_version, GitVersion, GitVersionVerdict, MIN_GIT_FOR_DNS_PIN,
+};
 pub use own_service::{OwnService, OwnServiceError};
 pub use queue::{SyncQueue, SyncQueueConfig, SyncQueueEntry};
 pub use reconcile::{ReconcileConfig, ReconcileSchedule};
@@ -101,9 +110,10 @@ pub use serving::{
     PULL_REQUEST_REF_PREFIX, SERVED_REF_PREFIXES,
 };
 pub use throttle::{DomainThrottle, DomainThrottles, QueueStep, ThrottleConfig};
+pub use throttle_key::{throttle_key, SHARED_SECOND_LEVEL};
 pub use url_select::{
     candidate_urls, next_url, select_candidates, throttled_domains_with_untried_urls,
-    CandidateSelection, CandidateUrls, ThrottledDomainInfo,
+    CandidateSelection, CandidateUrls, ThrottledDomainInfo, DEFAULT_MAX_CLONE_URLS,
 };
 
 #[cfg(test)]
@@ -137,7 +147,7 @@ mod tests {
         let Ok(data) = block_on(ctx.fetch_repository_data(id)) else {
             return false;
         };
-        let candidates = candidate_urls(&data, &policy, ctx.own_service());
+        let candidates = candidate_urls(&data, &policy, ctx.own_service(), DEFAULT_MAX_CLONE_URLS);
         let Some(target) = ctx.find_target_repo(id) else {
             return false;
         };
@@ -151,10 +161,12 @@ mod tests {
             let Some(url) = next_url(&candidates, None, &tried, is_throttled) else {
                 break;
             };
-            let throttle = throttles.entry(url.domain());
+            let throttle = throttles.entry(&throttle_key(url.domain()));
             if throttle.try_start_request(now) {
                 let _ = block_on(ctx.fetch_oids(&target, &url, &needed));
-                throttles.entry(url.domain()).complete_request(now);
+                throttles
+                    .entry(&throttle_key(url.domain()))
+                    .complete_request(now);
                 let _ = block_on(ctx.process_satisfiable_events(id));
             }
             tried.insert(url.as_str().to_owned());
@@ -239,7 +251,12 @@ mod tests {
         assert!(busy.has_capacity(now));
         assert_eq!(busy.next_ready_identifier().as_deref(), Some(key.as_str()));
         let data = block_on(ctx.fetch_repository_data(&repo())).unwrap_or_default();
-        let candidates = candidate_urls(&data, &CloneUrlPolicy::new(), ctx.own_service());
+        let candidates = candidate_urls(
+            &data,
+            &CloneUrlPolicy::new(),
+            ctx.own_service(),
+            DEFAULT_MAX_CLONE_URLS,
+        );
         let tried = busy.get_tried_urls(&key);
         let url = next_url(&candidates, Some("busy.example"), &tried, |_| true);
         assert_eq!(url.as_ref().map(|u| u.as_str()), Some(urls[1]));

@@ -2,8 +2,10 @@
 //! `sync_identifier_next_url` and `get_throttled_domains_with_untried_urls`.
 //!
 //! [`select_candidates`] (and [`candidate_urls`], its URLs only) turns a
-//! repository's announcements into the clone URLs we may fetch, grouped by domain,
-//! never one on our own service ([`OwnService`]); [`next_url`] and
+//! repository's announcements into the clone URLs we may fetch, at most a cap of them
+//! per attempt ([`DEFAULT_MAX_CLONE_URLS`]), grouped by the throttle they share
+//! ([`throttle_key`]: subdomains of one registrable domain share one), never one on
+//! our own service ([`OwnService`]); [`next_url`] and
 //! [`throttled_domains_with_untried_urls`] choose among them. Everything keeps
 //! the order in which URLs first appear in the announcements, so the same
 //! inputs always give the same answer.
@@ -20,10 +22,17 @@ use indexmap::IndexMap;
 use super::accounting::NotFetchable;
 use super::own_service::OwnService;
 use super::repository::RepositoryData;
+use super::throttle_key::throttle_key;
 use crate::url_policy::{CloneUrl, CloneUrlPolicy};
 
-/// Clone URLs that passed the policy, grouped by domain, in first-appearance
-/// order (both the domains and the URLs within a domain).
+/// The default cap on the distinct clone URLs one attempt of a repository may try
+/// (its announcements' and its pull requests' together): 32. The rest are counted
+/// ([`CandidateSelection::over_cap`]) and left out.
+pub const DEFAULT_MAX_CLONE_URLS: usize = 32;
+
+/// Clone URLs that passed the policy, grouped by throttle key ([`throttle_key`]:
+/// the "domain" of the per-domain throttle), in first-appearance order (both the keys
+/// and the URLs within a key).
 pub type CandidateUrls = IndexMap<String, Vec<CloneUrl>>;
 
 /// A throttled domain that still has URLs not tried for an identifier: the
@@ -47,6 +56,8 @@ pub struct CandidateSelection {
     pub refused_by_policy: usize,
     /// Listed URLs on our own service, skipped.
     pub own_service: usize,
+    /// Distinct usable URLs left out because the cap was reached.
+    pub over_cap: usize,
 }
 
 impl CandidateSelection {
@@ -65,17 +76,20 @@ impl CandidateSelection {
     }
 }
 
-/// The clone URLs of all announcements in `data` that we may fetch from, with what
-/// was dropped and why.
+/// The clone URLs of all announcements in `data` that we may fetch from (at most
+/// `max_urls` distinct ones, the first listed), grouped by throttle key, with what was
+/// dropped and why.
 ///
-/// Duplicates are dropped, as are URLs the `policy` rejects and URLs on our own service
-/// (`own`: the destination of the fetch, never a source; see [`OwnService`]), each
-/// logged at debug level and counted.
+/// Duplicates are dropped, as are URLs the `policy` rejects, URLs on our own service
+/// (`own`: the destination of the fetch, never a source; see [`OwnService`]) and usable
+/// URLs past the first `max_urls`, each logged at debug level and counted.
 pub fn select_candidates(
     data: &RepositoryData,
     policy: &CloneUrlPolicy,
     own: &OwnService,
+    max_urls: usize,
 ) -> CandidateSelection {
+    let mut kept = 0usize;
     let mut selection = CandidateSelection::default();
     for raw in data.clone_urls() {
         selection.listed += 1;
@@ -92,22 +106,34 @@ pub fn select_candidates(
             selection.own_service += 1;
             continue;
         }
-        let urls = selection.urls.entry(url.domain().to_owned()).or_default();
-        if !urls.contains(&url) {
-            urls.push(url);
+        let key = throttle_key(url.domain());
+        if selection
+            .urls
+            .get(&key)
+            .is_some_and(|urls| urls.contains(&url))
+        {
+            continue;
         }
+        if kept >= max_urls {
+            tracing::debug!(url = raw, max_urls, "clone url left out: over the cap");
+            selection.over_cap += 1;
+            continue;
+        }
+        kept += 1;
+        selection.urls.entry(key).or_default().push(url);
     }
     selection
 }
 
-/// The clone URLs of all announcements in `data` that we may fetch from: the URLs of
-/// [`select_candidates`].
+/// The clone URLs of all announcements in `data` that we may fetch from (at most
+/// `max_urls`): the URLs of [`select_candidates`].
 pub fn candidate_urls(
     data: &RepositoryData,
     policy: &CloneUrlPolicy,
     own: &OwnService,
+    max_urls: usize,
 ) -> CandidateUrls {
-    select_candidates(data, policy, own).urls
+    select_candidates(data, policy, own, max_urls).urls
 }
 
 /// The first URL of `urls` not in `tried`.

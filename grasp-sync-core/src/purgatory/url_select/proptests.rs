@@ -15,7 +15,7 @@ proptest! {
         throttled in proptest::collection::hash_set(0u8..4, 0..4),
     ) {
         let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
-        let candidates = candidate_urls(&repository(&[&refs]), &CloneUrlPolicy::new(), &OwnService::new());
+        let candidates = candidate_urls(&repository(&[&refs]), &CloneUrlPolicy::new(), &OwnService::new(), DEFAULT_MAX_CLONE_URLS);
         let throttled: HashSet<String> = throttled.iter().map(|h| format!("h{h}.example")).collect();
         let is_throttled = |d: &str| throttled.contains(d);
         let any_left = candidates.iter().any(|(d, us)| {
@@ -25,7 +25,7 @@ proptest! {
             Some(url) => {
                 prop_assert!(urls.contains(&url.as_str().to_owned()));
                 prop_assert!(!tried.contains(url.as_str()));
-                prop_assert!(!is_throttled(url.domain()));
+                prop_assert!(!is_throttled(&throttle_key(url.domain())));
             }
             None => prop_assert!(!any_left),
         }

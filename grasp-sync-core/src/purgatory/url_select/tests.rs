@@ -8,7 +8,12 @@ fn policy() -> CloneUrlPolicy {
 }
 
 fn candidates(urls: &[&str]) -> CandidateUrls {
-    candidate_urls(&repository(&[urls]), &policy(), &OwnService::new())
+    candidate_urls(
+        &repository(&[urls]),
+        &policy(),
+        &OwnService::new(),
+        DEFAULT_MAX_CLONE_URLS,
+    )
 }
 
 fn tried(list: &[&str]) -> HashSet<String> {
@@ -33,7 +38,12 @@ fn flat(candidates: &CandidateUrls) -> Vec<&str> {
 
 #[test]
 fn no_candidates_no_url() {
-    let none = candidate_urls(&RepositoryData::default(), &policy(), &OwnService::new());
+    let none = candidate_urls(
+        &RepositoryData::default(),
+        &policy(),
+        &OwnService::new(),
+        DEFAULT_MAX_CLONE_URLS,
+    );
     assert!(none.is_empty());
     assert_eq!(next_url(&none, None, &tried(&[]), not_throttled), None);
     assert_eq!(
@@ -130,13 +140,15 @@ fn own_domain_exact_match_excludes_only_that_host() {
         &data,
         &policy(),
         &OwnService::new().with_host("git.example.com"),
+        DEFAULT_MAX_CLONE_URLS,
     );
     assert_eq!(
         flat(&c),
+        // Grouped by throttle key: the mirror shares example.com's.
         vec![
             "https://example.com/repo.git",
-            "https://example.com.evil.org/repo.git",
             "https://mirror.git.example.com/repo.git",
+            "https://example.com.evil.org/repo.git",
         ]
     );
     assert!(!c.contains_key("git.example.com"));
@@ -152,14 +164,19 @@ fn policy_drops_file_and_private_urls() {
         "http://plain.example.org/repo.git",
         "https://public.example.org/repo.git",
     ]]);
-    let c = candidate_urls(&data, &policy(), &OwnService::new());
+    let c = candidate_urls(&data, &policy(), &OwnService::new(), DEFAULT_MAX_CLONE_URLS);
     assert_eq!(flat(&c), vec!["https://public.example.org/repo.git"]);
 
     let loopback = repository(&[&["http://127.0.0.1:8080/repo.git"]]);
     let lenient = CloneUrlPolicy::new()
         .allow_http(true)
         .allow_local_addresses(true);
-    let c = candidate_urls(&loopback, &lenient, &OwnService::new());
+    let c = candidate_urls(
+        &loopback,
+        &lenient,
+        &OwnService::new(),
+        DEFAULT_MAX_CLONE_URLS,
+    );
     assert_eq!(flat(&c), vec!["http://127.0.0.1:8080/repo.git"]);
 }
 
@@ -173,7 +190,7 @@ fn dedups_and_groups_in_first_appearance_order() {
             "https://b.com/1.git",
         ],
     ]);
-    let c = candidate_urls(&data, &policy(), &OwnService::new());
+    let c = candidate_urls(&data, &policy(), &OwnService::new(), DEFAULT_MAX_CLONE_URLS);
     assert_eq!(c.keys().collect::<Vec<_>>(), vec!["b.com", "a.com"]);
     assert_eq!(
         flat(&c),
@@ -199,7 +216,7 @@ fn own_service_urls_are_skipped_by_host_and_port_and_counted() {
     let own = OwnService::new()
         .with_url("ws://127.0.0.1:7000")
         .expect("has a host");
-    let selection = select_candidates(&data, &lenient, &own);
+    let selection = select_candidates(&data, &lenient, &own, DEFAULT_MAX_CLONE_URLS);
     assert_eq!(
         flat(&selection.urls),
         vec!["http://127.0.0.1:8000/repo.git"]
@@ -221,7 +238,8 @@ fn no_url_left_says_why() {
         .with_url("wss://relay.example.com")
         .expect("has a host");
     let why = |urls: &[&str], policy: &CloneUrlPolicy| {
-        select_candidates(&repository(&[urls]), policy, &own).not_fetchable()
+        select_candidates(&repository(&[urls]), policy, &own, DEFAULT_MAX_CLONE_URLS)
+            .not_fetchable()
     };
     assert_eq!(why(&[], &lenient), Some(NotFetchable::NoCloneUrls));
     assert_eq!(
@@ -243,4 +261,40 @@ fn no_url_left_says_why() {
         Some(NotFetchable::NoUsableCloneUrl)
     );
     assert_eq!(why(&["https://mirror.example.org/r.git"], &policy()), None);
+}
+
+#[test]
+fn subdomains_of_one_registrable_domain_are_grouped_under_one_throttle_key() {
+    let urls: Vec<String> = (0..5)
+        .map(|i| format!("https://s{i}.evil.example/r.git"))
+        .chain(["https://honest.example/r.git".to_owned()])
+        .collect();
+    let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let c = candidates(&refs);
+    assert_eq!(
+        c.keys().collect::<Vec<_>>(),
+        vec!["evil.example", "honest.example"]
+    );
+    assert_eq!(c["evil.example"].len(), 5);
+    // A throttled key holds back every subdomain at once.
+    let url = next_url(&c, None, &tried(&[]), |d| d == "evil.example");
+    assert_eq!(as_str(url).as_deref(), Some("https://honest.example/r.git"));
+}
+
+#[test]
+fn urls_past_the_cap_are_left_out_and_counted() {
+    let urls: Vec<String> = (0..500)
+        .map(|i| format!("https://s{i}.evil.example/r.git"))
+        .collect();
+    let mut refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    // Duplicates count once and never against the cap.
+    refs.insert(1, refs[0]);
+    let selection = select_candidates(&repository(&[&refs]), &policy(), &OwnService::new(), 32);
+    assert_eq!(selection.listed, 501);
+    assert_eq!(selection.over_cap, 468);
+    let kept = flat(&selection.urls);
+    assert_eq!(kept.len(), 32);
+    assert_eq!(kept[0], "https://s0.evil.example/r.git");
+    assert_eq!(kept[31], "https://s31.evil.example/r.git");
+    assert_eq!(selection.not_fetchable(), None);
 }
