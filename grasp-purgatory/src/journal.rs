@@ -37,8 +37,8 @@
 //! (after replaying it) and whenever it holds more than [`COMPACT_FACTOR`] times the live
 //! events plus [`COMPACT_SLACK`] records, or more than [`COMPACT_FACTOR`] times the live
 //! events' bytes plus [`COMPACT_SLACK_BYTES`]: with the held events bounded in bytes
-//! ([`HeldLimits`](crate::HeldLimits)), so is the journal. The live set is written to a temporary file
-//! and `fsync`ed while records keep being appended to the old file (and remembered);
+//! ([`HeldLimits`](crate::HeldLimits)), so is the journal. The live set is written to a
+//! temporary file and `fsync`ed while records keep being appended to the old file (and remembered);
 //! then the remembered records are appended to the new file, which is `fsync`ed and
 //! renamed over the old one. A crash at any point leaves a complete journal.
 //!
@@ -144,10 +144,8 @@ fn parse(bytes: &[u8]) -> Replay {
     while let Some(line) = lines.next() {
         line_number = line_number.saturating_add(1);
         let torn = lines.peek().is_none();
-        let result = match read_line(line, torn) {
-            Ok(None) => continue,
-            Ok(Some(record)) => record,
-            Err(reason) => Err(reason),
+        let Some(result) = read_line(line, torn) else {
+            continue;
         };
         match result {
             Ok(Record::Added(saved)) => {
@@ -177,24 +175,32 @@ enum Record {
     Removed(EventId),
 }
 
-/// The record one line of a journal holds: `Ok(None)` for a blank or comment line, an
-/// error for a line that is not UTF-8 or is `torn` (the file's end without a newline
-/// after it: a write cut short), else what the record says.
-fn read_line(line: &[u8], torn: bool) -> Result<Option<Result<Record, String>>, String> {
-    let line = std::str::from_utf8(line)
-        .map_err(|error| format!("not UTF-8 (from byte {})", error.valid_up_to()))?;
-    let line = line.strip_suffix('\r').unwrap_or(line);
+/// The record one line of a journal holds: `None` for a blank or comment line, an error
+/// for a line that is not UTF-8, is `torn` (the file's end without a newline after it:
+/// a write cut short) or does not parse.
+fn read_line(line: &[u8], torn: bool) -> Option<Result<Record, String>> {
+    let line = match std::str::from_utf8(line) {
+        Ok(line) => line.strip_suffix('\r').unwrap_or(line),
+        Err(error) => {
+            return Some(Err(format!(
+                "not UTF-8 (from byte {})",
+                error.valid_up_to()
+            )))
+        }
+    };
     if line.trim().is_empty() || line.starts_with('#') {
-        return Ok(None);
+        return None;
     }
     if torn {
-        return Err("torn record: the journal ends without a newline after it".to_owned());
+        return Some(Err(
+            "torn record: the journal ends without a newline after it".to_owned(),
+        ));
     }
-    Ok(Some(match line.split_once(' ') {
+    Some(match line.split_once(' ') {
         Some(("+", added)) => parse_added(added).map(Record::Added),
         Some(("-", removed)) => parse_removed(removed).map(Record::Removed),
         _ => parse_added(line).map(Record::Added),
-    }))
+    })
 }
 
 fn parse_added(line: &str) -> Result<SavedEvent, String> {
