@@ -55,6 +55,18 @@ pub const ENV_VARIABLES: &[(&str, &str)] = &[
         "events held per author (1000)",
     ),
     (
+        "NGIT_PURGATORY_MAX_HELD_BYTES",
+        "bytes of the events held in total (67108864)",
+    ),
+    (
+        "NGIT_PURGATORY_MAX_HELD_BYTES_PER_REPOSITORY",
+        "bytes of the events held per repository (16777216)",
+    ),
+    (
+        "NGIT_PURGATORY_MAX_HELD_BYTES_PER_AUTHOR",
+        "bytes of the events held per author (16777216)",
+    ),
+    (
         "NGIT_PURGATORY_RECONCILE_INTERVAL_SECS",
         "every served repository is reconciled at least this often, jittered by 10% (3600)",
     ),
@@ -96,7 +108,8 @@ pub struct PurgatoryConfig {
     pub expiry: Duration,
     /// How git runs: timeout, pack size limit, clone-URL policy, resolver.
     pub git: GitFetcherConfig,
-    /// The most events held per repository, per author and in total.
+    /// The most events (and bytes of them) held per repository, per author and in
+    /// total.
     pub limits: HeldLimits,
     /// Our own service's hosts: clone URLs there are never fetched from.
     pub own_service: OwnService,
@@ -190,6 +203,15 @@ impl PurgatoryConfig {
         if let Some(n) = number("NGIT_PURGATORY_MAX_HELD_PER_AUTHOR")? {
             self.limits.per_author = clamp_usize(n);
         }
+        if let Some(n) = number("NGIT_PURGATORY_MAX_HELD_BYTES")? {
+            self.limits.total_bytes = clamp_usize(n);
+        }
+        if let Some(n) = number("NGIT_PURGATORY_MAX_HELD_BYTES_PER_REPOSITORY")? {
+            self.limits.per_repository_bytes = clamp_usize(n);
+        }
+        if let Some(n) = number("NGIT_PURGATORY_MAX_HELD_BYTES_PER_AUTHOR")? {
+            self.limits.per_author_bytes = clamp_usize(n);
+        }
         if let Some(secs) = number("NGIT_PURGATORY_RECONCILE_INTERVAL_SECS")? {
             self.reconcile.interval = Duration::from_secs(secs.max(1));
         }
@@ -272,6 +294,9 @@ mod tests {
                 ("NGIT_PURGATORY_MAX_HELD", "50"),
                 ("NGIT_PURGATORY_MAX_HELD_PER_REPOSITORY", "5"),
                 ("NGIT_PURGATORY_MAX_HELD_PER_AUTHOR", "7"),
+                ("NGIT_PURGATORY_MAX_HELD_BYTES", "5000"),
+                ("NGIT_PURGATORY_MAX_HELD_BYTES_PER_REPOSITORY", "3000"),
+                ("NGIT_PURGATORY_MAX_HELD_BYTES_PER_AUTHOR", "2000"),
                 ("NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY", "1"),
                 ("NGIT_PURGATORY_RECONCILE_INTERVAL_SECS", "90"),
                 ("NGIT_PURGATORY_MAX_CLONE_URLS", "4"),
@@ -293,7 +318,10 @@ mod tests {
             HeldLimits {
                 per_repository: 5,
                 per_author: 7,
-                total: 50
+                total: 50,
+                per_repository_bytes: 3000,
+                per_author_bytes: 2000,
+                total_bytes: 5000,
             }
         );
         assert!(config.repositories_managed_externally);
@@ -302,7 +330,7 @@ mod tests {
         assert_eq!(config.git.max_memory_bytes, None);
         assert!(config.git.allow_old_git);
         assert!(config.git.keep_proxy_env);
-        assert_eq!(ENV_VARIABLES.len(), 17);
+        assert_eq!(ENV_VARIABLES.len(), 20);
     }
 
     #[test]

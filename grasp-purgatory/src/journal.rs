@@ -22,12 +22,23 @@
 //! [`SYNC_INTERVAL`] (on a blocking thread) when something was written, and at shutdown,
 //! so a power failure or kernel crash loses at most the last second of records.
 //!
+//! # Damage
+//!
+//! A write that fails (a full disk) may leave part of a record behind: the journal cuts
+//! the file back to its last complete record, or, if even that fails, starts the next
+//! record on a line of its own, so the next record is never glued to a torn one and
+//! lost. On replay, a line that is not UTF-8, does not parse, or is the torn end of the
+//! file (no newline after it) is skipped and reported ([`RejectedLine`]); every other
+//! record is kept, so one damaged record never stops the purgatory from starting.
+//!
 //! # Compaction
 //!
 //! The journal is rewritten to hold only the live events when the purgatory is built
 //! (after replaying it) and whenever it holds more than [`COMPACT_FACTOR`] times the live
-//! events plus [`COMPACT_SLACK`] records. The live set is written to a temporary file
-//! and `fsync`ed while records keep being appended to the old file (and remembered);
+//! events plus [`COMPACT_SLACK`] records, or more than [`COMPACT_FACTOR`] times the live
+//! events' bytes plus [`COMPACT_SLACK_BYTES`]: with the held events bounded in bytes
+//! ([`HeldLimits`](crate::HeldLimits)), so is the journal. The live set is written to a
+//! temporary file and `fsync`ed while records keep being appended to the old file (and remembered);
 //! then the remembered records are appended to the new file, which is `fsync`ed and
 //! renamed over the old one. A crash at any point leaves a complete journal.
 //!
@@ -52,6 +63,9 @@ pub const COMPACT_FACTOR: usize = 4;
 
 /// ...plus this many records (so a small purgatory is not rewritten over and over).
 pub const COMPACT_SLACK: usize = 1024;
+
+/// ...or more than [`COMPACT_FACTOR`] times the live records' bytes plus this many bytes.
+pub const COMPACT_SLACK_BYTES: u64 = 1024 * 1024;
 
 /// The longest time a written record waits for its `fsync`.
 pub const SYNC_INTERVAL: Duration = Duration::from_secs(1);
@@ -109,28 +123,29 @@ pub struct Replay {
 }
 
 /// Reads the journal at `path` (a missing file is an empty journal), blocking the thread.
+/// Only reading the file can fail: damaged records are skipped and listed in
+/// [`Replay::rejected`].
 pub fn replay(path: &Path) -> std::io::Result<Replay> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(parse(&text)),
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(parse(&bytes)),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Replay::default()),
         Err(error) => Err(error),
     }
 }
 
-/// Applies the records of a journal's text in order.
-fn parse(text: &str) -> Replay {
+/// Applies the records of a journal's bytes in order, skipping (and listing) the lines
+/// that cannot be read.
+fn parse(bytes: &[u8]) -> Replay {
     let mut live: Vec<Option<SavedEvent>> = Vec::new();
     let mut index: HashMap<EventId, usize> = HashMap::new();
     let mut replay = Replay::default();
-    for (number, line) in text.lines().enumerate() {
-        let line_number = number.saturating_add(1);
-        if line.trim().is_empty() || line.starts_with('#') {
+    let mut lines = bytes.split(|byte| *byte == b'\n').peekable();
+    let mut line_number = 0usize;
+    while let Some(line) = lines.next() {
+        line_number = line_number.saturating_add(1);
+        let torn = lines.peek().is_none();
+        let Some(result) = read_line(line, torn) else {
             continue;
-        }
-        let result = match line.split_once(' ') {
-            Some(("+", added)) => parse_added(added).map(Record::Added),
-            Some(("-", removed)) => parse_removed(removed).map(Record::Removed),
-            _ => parse_added(line).map(Record::Added),
         };
         match result {
             Ok(Record::Added(saved)) => {
@@ -160,6 +175,34 @@ enum Record {
     Removed(EventId),
 }
 
+/// The record one line of a journal holds: `None` for a blank or comment line, an error
+/// for a line that is not UTF-8, is `torn` (the file's end without a newline after it:
+/// a write cut short) or does not parse.
+fn read_line(line: &[u8], torn: bool) -> Option<Result<Record, String>> {
+    let line = match std::str::from_utf8(line) {
+        Ok(line) => line.strip_suffix('\r').unwrap_or(line),
+        Err(error) => {
+            return Some(Err(format!(
+                "not UTF-8 (from byte {})",
+                error.valid_up_to()
+            )))
+        }
+    };
+    if line.trim().is_empty() || line.starts_with('#') {
+        return None;
+    }
+    if torn {
+        return Some(Err(
+            "torn record: the journal ends without a newline after it".to_owned(),
+        ));
+    }
+    Some(match line.split_once(' ') {
+        Some(("+", added)) => parse_added(added).map(Record::Added),
+        Some(("-", removed)) => parse_removed(removed).map(Record::Removed),
+        _ => parse_added(line).map(Record::Added),
+    })
+}
+
 fn parse_added(line: &str) -> Result<SavedEvent, String> {
     let mut parts = line.splitn(3, ' ');
     let since = parts.next().unwrap_or_default();
@@ -186,7 +229,9 @@ fn parse_removed(line: &str) -> Result<EventId, String> {
     EventId::from_hex(id).map_err(|_| format!("bad event id {id:?}"))
 }
 
-fn added_line(held: &HeldEvent) -> String {
+/// The `+` record of `held`, newline included: its length is what the event counts
+/// against the byte limits of [`HeldLimits`](crate::HeldLimits).
+pub(crate) fn added_line(held: &HeldEvent) -> String {
     format!(
         "+ {} {} {}\n",
         held.held_since.as_secs(),
@@ -202,10 +247,18 @@ pub(crate) struct Journal {
     file: File,
     /// Records in the file (the live ones and those that left).
     records: usize,
+    /// Bytes of the file up to the end of its last complete record.
+    bytes: u64,
+    /// A write failed and the file could not be cut back to `bytes`: the next record
+    /// starts with a newline so that it is not glued to the torn one.
+    torn: bool,
     /// Whether something was written since the last `fsync`.
     dirty: bool,
     /// While a compaction writes the live set: the records appended meanwhile.
     compacting: Option<Vec<String>>,
+    /// In tests: the bytes the disk still has room for (`None`: no limit).
+    #[cfg(test)]
+    room: Option<usize>,
 }
 
 /// The live set being written by a compaction, outside any lock.
@@ -258,16 +311,26 @@ impl Journal {
             path: path.to_owned(),
             file: written.file.try_clone()?,
             records: 0,
+            bytes: 0,
+            torn: false,
             dirty: false,
             compacting: Some(Vec::new()),
+            #[cfg(test)]
+            room: None,
         };
         journal.finish_compaction(written)?;
         Ok(journal)
     }
 
     /// Appends the `+` record of `held`.
+    #[cfg(test)]
     pub(crate) fn added(&mut self, held: &HeldEvent) -> std::io::Result<()> {
         self.append(added_line(held))
+    }
+
+    /// Appends a `+` record made by [`added_line`].
+    pub(crate) fn added_record(&mut self, line: String) -> std::io::Result<()> {
+        self.append(line)
     }
 
     /// Appends the `-` record of the event `id`.
@@ -276,9 +339,18 @@ impl Journal {
     }
 
     /// Writes one record with one `write` call (the page cache keeps it if the process
-    /// dies next).
+    /// dies next). A failed write may have left part of the record in the file (a full
+    /// disk): the file is cut back to its last complete record, and if that fails too,
+    /// the next record starts on a new line.
     fn append(&mut self, line: String) -> std::io::Result<()> {
-        self.file.write_all(line.as_bytes())?;
+        let separator = if self.torn { "\n" } else { "" };
+        let record = format!("{separator}{line}");
+        if let Err(error) = self.write(record.as_bytes()) {
+            self.torn = self.file.set_len(self.bytes).is_err();
+            return Err(error);
+        }
+        self.torn = false;
+        self.bytes = self.bytes.saturating_add(record.len() as u64);
         self.records = self.records.saturating_add(1);
         self.dirty = true;
         if let Some(pending) = &mut self.compacting {
@@ -287,14 +359,37 @@ impl Journal {
         Ok(())
     }
 
-    /// Whether the journal holds so many more records than the `live` events that it
-    /// should be compacted (and no compaction is running).
-    pub(crate) fn needs_compaction(&self, live: usize) -> bool {
-        self.compacting.is_none()
-            && self.records
-                > live
-                    .saturating_mul(COMPACT_FACTOR)
-                    .saturating_add(COMPACT_SLACK)
+    /// Writes `bytes` to the file; in tests, fails once a set number of bytes was
+    /// written, leaving the part that fitted (as a full disk does).
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        #[cfg(test)]
+        if let Some(room) = self.room {
+            if bytes.len() > room {
+                self.room = Some(0);
+                self.file.write_all(&bytes[..room])?;
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    "no space left on device (simulated)",
+                ));
+            }
+            self.room = Some(room - bytes.len());
+        }
+        self.file.write_all(bytes)
+    }
+
+    /// Whether the journal holds so many more records than the `live` events, or so many
+    /// more bytes than their `live_bytes`, that it should be compacted (and no compaction
+    /// is running).
+    pub(crate) fn needs_compaction(&self, live: usize, live_bytes: usize) -> bool {
+        let too_many = self.records
+            > live
+                .saturating_mul(COMPACT_FACTOR)
+                .saturating_add(COMPACT_SLACK);
+        let too_big = self.bytes
+            > (live_bytes as u64)
+                .saturating_mul(COMPACT_FACTOR as u64)
+                .saturating_add(COMPACT_SLACK_BYTES);
+        self.compacting.is_none() && (too_many || too_big)
     }
 
     /// Starts a compaction to `live`: from now on appended records are also remembered
@@ -326,6 +421,8 @@ impl Journal {
         std::fs::rename(&temporary, &self.path)?;
         sync_directory(&self.path);
         self.file = OpenOptions::new().append(true).open(&self.path)?;
+        self.bytes = self.file.metadata()?.len();
+        self.torn = false;
         self.records = records.saturating_add(pending.len());
         self.dirty = false;
         Ok(())
@@ -349,6 +446,11 @@ impl Journal {
     /// Records in the journal file.
     pub(crate) fn records(&self) -> usize {
         self.records
+    }
+
+    /// Bytes in the journal file.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
     }
 }
 

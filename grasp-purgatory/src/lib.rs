@@ -12,10 +12,11 @@
 //! owner's announcement and of the maintainers it lists; another author announcing the
 //! same identifier takes no part.
 //!
-//! Bounded and crash-safe: events held are limited per repository, per author and in
-//! total ([`HeldLimits`]; beyond them an event is refused with [`AddError::Full`],
-//! logged and counted); every event entering and leaving is appended to a journal that
-//! is replayed on start ([`journal`]); `refs/purgatory/*` no held event needs are
+//! Bounded and crash-safe: events held are limited in number and in bytes per
+//! repository, per author and in total ([`HeldLimits`]; beyond them an event is refused
+//! with [`AddError::Full`], logged and counted); every event entering and leaving is
+//! appended to a journal that is replayed on start, skipping and reporting a damaged
+//! record, and compacted before it outgrows the held bytes ([`journal`]); `refs/purgatory/*` no held event needs are
 //! deleted; one request to a host takes one slot of its domain's throttle; fetched packs
 //! are checked (`fsck`) and limited in size and time; clone URL hosts are resolved once
 //! through a replaceable [`Resolver`], checked, and git connects to the checked address.

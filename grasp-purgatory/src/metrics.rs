@@ -9,6 +9,8 @@
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
+use crate::store::Cap;
+
 /// Every purgatory metric, registered once in the caller's registry (if any).
 #[derive(Clone, Debug)]
 pub(crate) struct Metrics {
@@ -77,7 +79,8 @@ impl Metrics {
                 Opts::new(
                     "purgatory_events_refused_total",
                     "Events refused by purgatory, by reason (repository_full, author_full, \
-                     total_full, journal)",
+                     total_full, repository_bytes_full, author_bytes_full, total_bytes_full, \
+                     journal)",
                 ),
                 &["reason"],
             )?,
@@ -155,8 +158,10 @@ impl Metrics {
 
     /// How many events were refused, over every reason.
     pub(crate) fn events_refused_total(&self) -> u64 {
-        ["repository_full", "author_full", "total_full", "journal"]
+        Cap::ALL
             .iter()
+            .map(|cap| cap.label())
+            .chain(["journal"])
             .map(|reason| self.events_refused.with_label_values(&[reason]).get())
             .sum()
     }

@@ -82,6 +82,15 @@ pub struct PurgatoryStatus {
     pub events_held: usize,
     /// Held events handed to the sink whose release is not confirmed yet.
     pub events_releasing: usize,
+    /// Bytes of the held events (their journal records), bounded by
+    /// [`HeldLimits::total_bytes`](crate::HeldLimits::total_bytes).
+    pub bytes_held: usize,
+    /// Bytes in the journal file (0 without one).
+    pub journal_bytes: u64,
+    /// Journal lines skipped when the purgatory was built (not UTF-8, unreadable, a
+    /// torn last record) and read events that could not be held again; listed by
+    /// [`Purgatory::restore_rejected`](crate::Purgatory::restore_rejected).
+    pub journal_records_rejected: usize,
     /// Events released since the purgatory was built.
     pub events_released: u64,
     /// Events dropped because their git data never arrived, since the purgatory was

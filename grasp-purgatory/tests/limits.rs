@@ -17,7 +17,7 @@ use grasp_purgatory::{
 use grasp_sync_core::purgatory::throttle_key;
 use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore};
 use grasp_sync_test_support::ids::oid;
-use grasp_sync_test_support::nip34::{pull_request, Announcement};
+use grasp_sync_test_support::nip34::{pull_request, sign, tag, Announcement};
 use grasp_sync_tokio::TokioClock;
 use nostr::prelude::*;
 use prometheus::Registry;
@@ -66,6 +66,7 @@ async fn an_event_beyond_a_limit_is_refused_explicitly_counted_and_accepted_once
             per_repository: 2,
             per_author: 10,
             total: 3,
+            ..HeldLimits::default()
         })
         .build()
         .unwrap();
@@ -183,4 +184,49 @@ async fn the_domain_series_of_an_idle_domain_are_removed() {
     assert!(domains(&registry, "purgatory_domain_in_flight").is_empty());
     purgatory.shutdown();
     run.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn large_events_filling_the_byte_budget_are_refused_and_counted() {
+    let (sink, _output) = ChannelSink::new();
+    let registry = Registry::new();
+    let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
+        .announcements(Arc::new(MemoryAnnouncements::new()))
+        .repo_locator(Arc::new(OneRepo("/memory".into())))
+        .git_backend(Arc::new(MemoryGit::default()))
+        .sink(Arc::new(sink))
+        .registry(registry.clone())
+        .limits(HeldLimits {
+            total_bytes: 1_000_000,
+            ..HeldLimits::default()
+        })
+        .build()
+        .unwrap();
+    let owner = Keys::generate();
+    let large = |n: u8| {
+        let a = format!("30617:{}:r{n}", owner.public_key().to_hex());
+        let tags = vec![tag(&["a", &a]), tag(&["c", &oid(n)])];
+        sign(&Keys::generate(), 1618, &"x".repeat(300_000), tags, 1)
+    };
+    // Three events of 300 kB fit in 1 MB, far below the count limits; the fourth not.
+    for n in 0..3 {
+        purgatory.add_pr(large(n), Origin::Synced).unwrap();
+    }
+    let status = purgatory.status_now();
+    assert!(status.bytes_held > 900_000, "{}", status.bytes_held);
+    let refusal = purgatory.add_pr(large(3), Origin::Synced);
+    assert!(
+        matches!(
+            refusal,
+            Err(AddError::Full {
+                cap: Cap::TotalBytes,
+                limit: 1_000_000
+            })
+        ),
+        "{refusal:?}"
+    );
+    assert_eq!(purgatory.held(), 3);
+    assert_eq!(refused(&registry, "total_bytes_full"), 1.0);
+    assert_eq!(purgatory.status_now().events_refused, 1);
 }

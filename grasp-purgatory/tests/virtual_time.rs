@@ -366,7 +366,28 @@ async fn the_purgatory_is_saved_on_shutdown_and_restored_on_start() {
     let rejected = third.purgatory.restore_rejected();
     assert_eq!(rejected.len(), 1);
     assert_eq!(rejected[0].line, 2);
+    let third_owner = third.owner.public_key();
     third.stop().await;
+
+    // A record that is not UTF-8 and a torn last record (a write cut short): the
+    // purgatory still starts, keeps every other record and reports the two.
+    let pr_event = pull_request(&Keys::generate(), &third_owner, "r", &oid(3));
+    let mut damaged = b"# grasp-purgatory journal v2\n+ 1 synced {\"content\":\"\xff\"}\n".to_vec();
+    damaged.extend_from_slice(format!("+ 5 synced {}\n", state_event.as_json()).as_bytes());
+    damaged.extend_from_slice(format!("+ 6 synced {}\n", pr_event.as_json()).as_bytes());
+    damaged.extend_from_slice(b"+ 7 synced {\"id\":\"ab");
+    std::fs::write(&file, damaged).unwrap();
+    let fourth = world(MemoryGit::default(), persist).await;
+    assert_eq!(fourth.purgatory.held(), 2);
+    let lines: Vec<usize> = fourth
+        .purgatory
+        .restore_rejected()
+        .iter()
+        .map(|r| r.line)
+        .collect();
+    assert_eq!(lines, vec![2, 5]);
+    assert_eq!(fourth.purgatory.status_now().journal_records_rejected, 2);
+    fourth.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 

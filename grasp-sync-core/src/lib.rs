@@ -117,6 +117,7 @@ pub mod pagination;
 pub mod planner;
 pub mod purgatory;
 mod recent;
+pub mod relay_text;
 pub mod resolve;
 pub mod store;
 pub mod transport;

@@ -71,3 +71,49 @@ fn an_unreachable_relay_is_reported_and_does_not_hold_historic_sync() {
         "the issue and the reply were stored from a or b"
     );
 }
+
+#[test]
+fn a_relays_closed_reason_is_kept_clipped_and_without_control_characters() {
+    let maintainer = Keys::generate();
+    let a = relay_url("a");
+    let at = UNIX_ORIGIN - 10_000;
+    let announcement = events::announcement(&maintainer, "alpha", &[&own_url(), &a], at);
+    let repo = repo_ref(&maintainer, "alpha");
+    let issue = events::root(&Keys::generate(), 1621, &repo, "issue", at + 1);
+    let hostile = grasp_sync_test_support::relay::hostile_refusal_text();
+    let closing = SimRelayConfig {
+        nip77: Nip77Refusal::NegErr,
+        close_every_req: Some(hostile.clone()),
+        ..SimRelayConfig::default()
+    };
+    let mut world = World::new(
+        config(),
+        vec![sim_relay_with(
+            "a",
+            vec![announcement.clone(), issue],
+            closing,
+        )],
+        vec![announcement],
+    );
+    let batch_failed = |w: &World| {
+        w.engine.relay_reports().iter().any(|report| {
+            report
+                .last_error
+                .as_deref()
+                .is_some_and(|error| error.starts_with("batch failed: "))
+        })
+    };
+    assert!(world.run_until(STEPS, batch_failed), "{}", world.dump());
+    let reports = world.engine.relay_reports();
+    let error = reports
+        .iter()
+        .find(|report| report.relay == a)
+        .and_then(|report| report.last_error.clone())
+        .unwrap();
+    assert_eq!(hostile.len(), 10_000);
+    let bound = grasp_sync_core::relay_text::MAX_RELAY_TEXT_LEN + '…'.len_utf8();
+    assert!(error.len() <= bound, "{} bytes", error.len());
+    assert!(error.ends_with('…'));
+    assert!(!error.chars().any(char::is_control), "{error:?}");
+    assert!(error.contains("forged log line"));
+}

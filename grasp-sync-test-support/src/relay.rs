@@ -17,6 +17,24 @@ pub const NEG_BLOCKED: &str = "blocked: negentropy disabled";
 /// `CLOSED` text of [`Nip77Refusal::Closed`].
 pub const NEG_NOT_SUPPORTED: &str = "error: negentropy not supported";
 
+/// Bytes of [`hostile_refusal_text`].
+pub const HOSTILE_TEXT_LEN: usize = 10_000;
+
+/// `NEG-ERR` text of [`Nip77Refusal::Hostile`]: a `closed:` reason of
+/// [`HOSTILE_TEXT_LEN`] bytes full of control characters (terminal escapes, bell,
+/// newlines that forge log lines, a right-to-left override).
+pub fn hostile_refusal_text() -> String {
+    let mut text = String::from("closed: ");
+    let junk = "\u{1b}[31mred\u{7}\r\nINFO forged log line \u{202e}txet\0 ";
+    while text.len() + junk.len() <= HOSTILE_TEXT_LEN {
+        text.push_str(junk);
+    }
+    while text.len() < HOSTILE_TEXT_LEN {
+        text.push('x');
+    }
+    text
+}
+
 /// Whether and how a relay refuses NIP-77 (negentropy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Nip77Refusal {
@@ -34,6 +52,8 @@ pub enum Nip77Refusal {
     Closed,
     /// Ignores `NEG-*` entirely: no reply, no session.
     Silence,
+    /// Answers `NEG-OPEN`/`NEG-MSG` with `["NEG-ERR", id, <hostile_refusal_text()>]`.
+    Hostile,
 }
 
 /// The three NIP-77 client messages.
@@ -75,6 +95,7 @@ impl Nip77Refusal {
             (_, NegVerb::Close) | (Nip77Refusal::Silence, _) => Vec::new(),
             (Nip77Refusal::NegErr, _) => vec![neg_err(NEG_DISABLED)],
             (Nip77Refusal::Blocked, _) => vec![neg_err(NEG_BLOCKED)],
+            (Nip77Refusal::Hostile, _) => vec![neg_err(&hostile_refusal_text())],
             (Nip77Refusal::Closed, _) => {
                 vec![RelayMessage::closed(id.clone(), NEG_NOT_SUPPORTED)]
             }
@@ -105,6 +126,11 @@ mod tests {
                 vec![],
             ),
             (Nip77Refusal::Silence, vec![], vec![]),
+            (
+                Nip77Refusal::Hostile,
+                vec![err(&hostile_refusal_text())],
+                vec![],
+            ),
         ];
         for (refusal, open, close) in cases {
             assert_eq!(refusal.answer(NegVerb::Open, &id), Some(open.clone()));

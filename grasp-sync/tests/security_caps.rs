@@ -159,6 +159,15 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
         ("HeldLimits::total", size(p.limits.total)),
         ("HeldLimits::per_repository", size(p.limits.per_repository)),
         ("HeldLimits::per_author", size(p.limits.per_author)),
+        ("HeldLimits::total_bytes", size(p.limits.total_bytes)),
+        (
+            "HeldLimits::per_repository_bytes",
+            size(p.limits.per_repository_bytes),
+        ),
+        (
+            "HeldLimits::per_author_bytes",
+            size(p.limits.per_author_bytes),
+        ),
         ("PurgatoryConfig::expiry", duration(p.expiry)),
         (
             "GitFetcherConfig::fetch_timeout",

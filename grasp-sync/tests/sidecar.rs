@@ -2,7 +2,8 @@
 //! `--once` ends with the own relay holding exactly the expected set, an
 //! unreachable bootstrap relay is reported and not waited for (exit 5), an
 //! unreachable own relay is one line and a non-zero exit; `/metrics` and
-//! `/status` are served over HTTP; SIGTERM stops it gracefully.
+//! `/status` are served over HTTP; SIGTERM stops it gracefully; a relay's error text
+//! reaches `/status` and the page clipped and without control characters.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "common/http.rs"]
@@ -19,7 +20,7 @@ use std::time::Duration;
 use grasp_sync_core::RepoRef;
 use http::{free_port, get};
 use nostr::prelude::*;
-use support::{announcement, sign, TestRelay, TestRelayConfig};
+use support::{announcement, sign, Nip77Refusal, TestRelay, TestRelayConfig};
 use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_grasp-sync");
@@ -219,4 +220,60 @@ async fn a_git_too_old_to_pin_clone_url_hosts_is_a_clear_error_at_start() {
             && stderr.contains("NGIT_PURGATORY_ALLOW_OLD_GIT=1"),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relays_long_error_text_with_control_characters_shows_clipped_in_status() {
+    let own = TestRelay::start(TestRelayConfig::default()).await;
+    let hostile = TestRelay::start(TestRelayConfig {
+        nip77: Nip77Refusal::Hostile,
+        ..TestRelayConfig::default()
+    })
+    .await;
+    let maintainer = Keys::generate();
+    let base = Timestamp::now().as_secs() - 5_000;
+    let alpha = announcement(&maintainer, "alpha", &[&own.url(), &hostile.url()], base);
+    own.add_event(&alpha).await;
+    hostile.add_event(&alpha).await;
+    let port = free_port();
+    let _child = sidecar(&[
+        "--own-relay".into(),
+        own.url().to_string(),
+        "--allow-local-addresses".into(),
+        "--metrics-addr".into(),
+        format!("127.0.0.1:{port}"),
+    ]);
+    let relay_url = hostile.url().to_string();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let last_error = loop {
+        let error = get(port, "/status").await.and_then(|body| {
+            let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+            status["relays"]
+                .as_array()?
+                .iter()
+                .find(|relay| relay["relay"].as_str() == Some(relay_url.as_str()))?["last_error"]
+                .as_str()
+                .filter(|error| error.starts_with("NIP-77 refused"))
+                .map(str::to_owned)
+        });
+        if let Some(error) = error {
+            break error;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the refusal never showed in /status"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let bound = grasp_sync_core::relay_text::MAX_RELAY_TEXT_LEN + '…'.len_utf8();
+    assert!(last_error.len() <= bound, "{} bytes", last_error.len());
+    assert!(last_error.ends_with('…'), "cut and marked: {last_error:?}");
+    assert!(
+        !last_error.chars().any(char::is_control) && !last_error.contains('\u{202e}'),
+        "{last_error:?}"
+    );
+    assert!(last_error.contains("forged log line"), "{last_error:?}");
+    let page = get(port, "/").await.expect("the status page");
+    assert!(!page.contains('\u{1b}') && !page.contains('\u{7}'));
+    assert!(page.contains("forged log line"));
 }

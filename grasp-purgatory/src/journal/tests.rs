@@ -5,7 +5,7 @@ use nostr::prelude::Keys;
 use super::*;
 use crate::held::hold_event;
 use grasp_sync_test_support::ids::oid;
-use grasp_sync_test_support::nip34::pull_request;
+use grasp_sync_test_support::nip34::{pull_request, sign, tag};
 
 /// A directory for one test, removed when dropped.
 struct Dir(PathBuf);
@@ -103,12 +103,12 @@ fn compaction_keeps_the_live_events_and_those_appended_meanwhile() {
     }
     assert_eq!(journal.records(), 10);
     assert!(
-        !journal.needs_compaction(2),
+        !journal.needs_compaction(2, 0),
         "small journals are not rewritten"
     );
 
     let snapshot = journal.begin_compaction(&events[4..]);
-    assert!(!journal.needs_compaction(0), "one compaction at a time");
+    assert!(!journal.needs_compaction(0, 0), "one compaction at a time");
     // Written while the snapshot is being written: kept by both files.
     let late = event(7, 7);
     journal.added(&late).unwrap();
@@ -142,4 +142,94 @@ fn only_written_journals_are_synced() {
         file.sync_data().unwrap();
     }
     assert!(journal.take_unsynced().is_none());
+}
+
+#[test]
+fn a_record_that_is_not_utf8_and_a_torn_last_record_are_skipped_and_the_rest_kept() {
+    let dir = Dir::new("damaged");
+    let (one, two, three) = (event(1, 10), event(2, 20), event(3, 30));
+    let mut journal = Journal::create(&dir.file(), [&one]).unwrap();
+    journal.added(&two).unwrap();
+    drop(journal);
+    let mut bytes = std::fs::read(dir.file()).unwrap();
+    // Line 4: a record with a byte that is not UTF-8 in its middle.
+    bytes.extend_from_slice(b"+ 5 synced {\"content\":\"\xff\xfe\"}\n");
+    bytes.extend_from_slice(added_line(&three).as_bytes());
+    // Line 6: half a record, the file's end (a write cut short by a full disk).
+    let torn = added_line(&event(4, 40));
+    bytes.extend_from_slice(&torn.as_bytes()[..torn.len() / 2]);
+    std::fs::write(dir.file(), bytes).unwrap();
+
+    let replayed = replay(&dir.file()).unwrap();
+    assert_eq!(
+        ids(&replayed.live),
+        vec![one.event.id, two.event.id, three.event.id]
+    );
+    let lines: Vec<usize> = replayed.rejected.iter().map(|r| r.line).collect();
+    assert_eq!(lines, vec![4, 6], "{:?}", replayed.rejected);
+    assert!(replayed.rejected[0].reason.contains("UTF-8"));
+    assert!(replayed.rejected[1].reason.contains("torn"));
+}
+
+#[test]
+fn a_write_cut_short_by_a_full_disk_does_not_lose_the_next_record() {
+    let dir = Dir::new("full-disk");
+    let (one, two, three) = (event(1, 10), event(2, 20), event(3, 30));
+    let mut journal = Journal::create(&dir.file(), [&one]).unwrap();
+    let before = journal.bytes();
+    // Room for half of the next record: it is written in part, then the write fails.
+    journal.room = Some(added_line(&two).len() / 2);
+    assert!(journal.added(&two).is_err());
+    assert_eq!(journal.records(), 1);
+    assert_eq!(journal.bytes(), before);
+    // Space frees: the next record is whole and readable.
+    journal.room = None;
+    journal.added(&three).unwrap();
+    drop(journal);
+
+    let replayed = replay(&dir.file()).unwrap();
+    assert!(replayed.rejected.is_empty(), "{:?}", replayed.rejected);
+    assert_eq!(ids(&replayed.live), vec![one.event.id, three.event.id]);
+}
+
+#[test]
+fn after_a_failed_write_that_could_not_be_cut_back_the_next_record_starts_a_new_line() {
+    let dir = Dir::new("torn-write");
+    let (one, two, three) = (event(1, 10), event(2, 20), event(3, 30));
+    let mut journal = Journal::create(&dir.file(), [&one]).unwrap();
+    journal.room = Some(added_line(&two).len() / 2);
+    assert!(journal.added(&two).is_err());
+    // As if cutting the file back had failed: the torn half stays.
+    journal.room = None;
+    journal.torn = true;
+    let mut file = OpenOptions::new().append(true).open(dir.file()).unwrap();
+    let half = added_line(&two);
+    file.write_all(&half.as_bytes()[..half.len() / 2]).unwrap();
+    journal.added(&three).unwrap();
+    drop(journal);
+
+    let replayed = replay(&dir.file()).unwrap();
+    assert_eq!(ids(&replayed.live), vec![one.event.id, three.event.id]);
+    assert_eq!(replayed.rejected.len(), 1, "the torn half only");
+}
+
+#[test]
+fn a_journal_much_bigger_than_the_live_events_needs_compaction() {
+    let dir = Dir::new("bytes");
+    let mut journal = Journal::create(&dir.file(), []).unwrap();
+    let owner = Keys::generate();
+    let a = format!("30617:{}:r", owner.public_key().to_hex());
+    let tags = vec![tag(&["a", &a]), tag(&["c", &oid(1)])];
+    let large = sign(&owner, 1618, &"x".repeat(100_000), tags, 1);
+    let held = hold_event(large, Origin::Synced, Timestamp::from_secs(1)).unwrap();
+    let record = added_line(&held).len();
+    let mut written = 0u64;
+    while written <= COMPACT_SLACK_BYTES + 4 * record as u64 {
+        journal.added(&held).unwrap();
+        written += record as u64;
+    }
+    // Few records, but many more bytes than the one live event's.
+    assert!(journal.records() < COMPACT_SLACK);
+    assert!(journal.needs_compaction(1, record));
+    assert!(!journal.needs_compaction(1, journal.bytes() as usize));
 }

@@ -13,6 +13,32 @@ use crate::context::lock;
 use crate::held::hold_event;
 use crate::journal::{self, Journal, RejectedLine, SYNC_INTERVAL};
 
+/// The most line numbers of skipped journal lines one warning lists.
+const MAX_LISTED_LINES: usize = 20;
+
+/// Logs the journal lines replay skipped: one warning with their count and (the first
+/// [`MAX_LISTED_LINES`]) line numbers, each line's reason at debug.
+fn report_damage(path: &Path, rejected: &[RejectedLine]) {
+    if rejected.is_empty() {
+        return;
+    }
+    for line in rejected {
+        tracing::debug!(line = line.line, reason = %line.reason, "purgatory journal line skipped");
+    }
+    let lines: Vec<usize> = rejected
+        .iter()
+        .take(MAX_LISTED_LINES)
+        .map(|line| line.line)
+        .collect();
+    tracing::warn!(
+        journal = %path.display(),
+        count = rejected.len(),
+        ?lines,
+        first_reason = %rejected[0].reason,
+        "purgatory journal damaged: lines skipped, every other record restored"
+    );
+}
+
 /// When the run loop last `fsync`ed the journal.
 #[derive(Debug)]
 pub(super) struct JournalSync {
@@ -50,9 +76,7 @@ impl Purgatory {
     /// [`Purgatory::restore_rejected`]. Blocking file I/O (the builder is synchronous).
     pub(super) fn restore(&self, path: &Path) -> Result<(), std::io::Error> {
         let replayed = journal::replay(path)?;
-        for rejected in &replayed.rejected {
-            tracing::warn!(line = rejected.line, reason = %rejected.reason, "purgatory journal line not restored");
-        }
+        report_damage(path, &replayed.rejected);
         let mut refused = replayed.rejected;
         let mut touched: Vec<RepoRef> = Vec::new();
         for saved in replayed.left {

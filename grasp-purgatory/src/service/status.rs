@@ -90,6 +90,7 @@ impl Purgatory {
         let fetches_in_flight: u32 = fetches_by_domain.values().sum();
         let attempts = self.last_attempts();
         let mut held = HeldTally::default();
+        let (bytes_held, journal_bytes);
         let (events_held, events_releasing, identifiers_queued, repositories_sweeping) = {
             let store = lock(&shared.store);
             let queue = self.queue();
@@ -110,8 +111,15 @@ impl Purgatory {
                 held.add(key, store.events(repo).len(), &activity, attempts.get(repo));
             }
             let sweeping = store.sweeps_outstanding();
+            bytes_held = store.bytes();
+            journal_bytes = store.journal_bytes();
             (store.len(), store.releasing(), queue.len(), sweeping)
         };
+        let journal_records_rejected = shared
+            .restore_rejected
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len();
         let metrics = &shared.metrics;
         let served = self.served_now();
         let all_accounted = events_releasing == 0
@@ -121,6 +129,9 @@ impl Purgatory {
         PurgatoryStatus {
             events_held,
             events_releasing,
+            bytes_held,
+            journal_bytes,
+            journal_records_rejected,
             events_released: metrics.events_released.get(),
             events_expired: metrics.events_expired.get(),
             events_refused: metrics.events_refused_total(),

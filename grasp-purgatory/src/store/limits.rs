@@ -1,9 +1,16 @@
-//! How many events purgatory holds at most, and the error of an event refused because
+//! How many events (and bytes of them) purgatory holds at most, and the error of an event refused because
 //! a limit is reached (or because it could not be journaled).
 
-/// The most events purgatory holds, per repository, per author and in total. An event
-/// beyond a limit is refused with [`AddError::Full`] (and counted), never accepted and
-/// dropped later. A newer state replacing a held one is never refused (the count stays).
+/// The most events purgatory holds, and the most bytes of them, per repository, per
+/// author and in total. An event beyond a limit is refused with [`AddError::Full`] (and
+/// counted), never accepted and dropped later. A newer state replacing a held one is
+/// never refused for the counts (they stay), only when it would take the bytes past a
+/// byte limit.
+///
+/// An event's bytes are those of its journal record (its JSON and about a hundred
+/// bytes more), whether a journal is kept or not; the journal itself is compacted
+/// before it holds more than four times the held bytes plus a megabyte (see
+/// [`crate::journal`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HeldLimits {
     /// Events of one repository (1 000): a burst of pull requests for one repository
@@ -11,8 +18,15 @@ pub struct HeldLimits {
     pub per_repository: usize,
     /// Events by one author (1 000), across repositories.
     pub per_author: usize,
-    /// Events in total (10 000; with events of a few kilobytes, tens of megabytes).
+    /// Events in total (10 000).
     pub total: usize,
+    /// Bytes of the events of one repository (16 MiB).
+    pub per_repository_bytes: usize,
+    /// Bytes of the events by one author (16 MiB), across repositories.
+    pub per_author_bytes: usize,
+    /// Bytes of the events held in total (64 MiB): a few large events cannot take more
+    /// memory (and journal) than this, however few they are.
+    pub total_bytes: usize,
 }
 
 impl Default for HeldLimits {
@@ -21,6 +35,9 @@ impl Default for HeldLimits {
             per_repository: 1_000,
             per_author: 1_000,
             total: 10_000,
+            per_repository_bytes: 16 * 1024 * 1024,
+            per_author_bytes: 16 * 1024 * 1024,
+            total_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -35,6 +52,12 @@ pub enum Cap {
     Author,
     /// [`HeldLimits::total`].
     Total,
+    /// [`HeldLimits::per_repository_bytes`].
+    RepositoryBytes,
+    /// [`HeldLimits::per_author_bytes`].
+    AuthorBytes,
+    /// [`HeldLimits::total_bytes`].
+    TotalBytes,
 }
 
 impl Cap {
@@ -44,6 +67,27 @@ impl Cap {
             Cap::Repository => "repository_full",
             Cap::Author => "author_full",
             Cap::Total => "total_full",
+            Cap::RepositoryBytes => "repository_bytes_full",
+            Cap::AuthorBytes => "author_bytes_full",
+            Cap::TotalBytes => "total_bytes_full",
+        }
+    }
+
+    /// Every cap, in the order they are checked.
+    pub const ALL: [Cap; 6] = [
+        Cap::Repository,
+        Cap::Author,
+        Cap::Total,
+        Cap::RepositoryBytes,
+        Cap::AuthorBytes,
+        Cap::TotalBytes,
+    ];
+
+    /// What the cap counts: `events` or `bytes`.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Cap::Repository | Cap::Author | Cap::Total => "events",
+            Cap::RepositoryBytes | Cap::AuthorBytes | Cap::TotalBytes => "bytes",
         }
     }
 }
@@ -51,9 +95,9 @@ impl Cap {
 impl std::fmt::Display for Cap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Cap::Repository => "its repository",
-            Cap::Author => "its author",
-            Cap::Total => "all repositories",
+            Cap::Repository | Cap::RepositoryBytes => "its repository",
+            Cap::Author | Cap::AuthorBytes => "its author",
+            Cap::Total | Cap::TotalBytes => "all repositories",
         })
     }
 }
@@ -69,7 +113,7 @@ pub enum AddError {
     #[error(transparent)]
     Malformed(#[from] crate::held::HoldError),
     /// Purgatory already holds as many events as it may for `cap`.
-    #[error("purgatory is full for {cap}: it holds {limit} events")]
+    #[error("purgatory is full for {cap}: it holds {limit} {}", cap.unit())]
     Full {
         /// The limit reached.
         cap: Cap,

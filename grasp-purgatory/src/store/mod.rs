@@ -20,7 +20,7 @@ use nostr::prelude::{EventId, PublicKey, Timestamp};
 pub use limits::{AddError, Cap, HeldLimits};
 
 use crate::held::{HeldEvent, HeldKind};
-use crate::journal::{Journal, Removal, Snapshot, WrittenSnapshot};
+use crate::journal::{added_line, Journal, Removal, Snapshot, WrittenSnapshot};
 use sweeps::RefSweeps;
 
 /// What [`PurgatoryStore::insert`] did.
@@ -41,12 +41,36 @@ pub enum Inserted {
     Superseded,
 }
 
+/// How much one repository or author (or everything) holds: events and their bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Usage {
+    events: usize,
+    bytes: usize,
+}
+
+impl Usage {
+    fn add(&mut self, bytes: usize) {
+        self.events = self.events.saturating_add(1);
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+
+    fn remove(&mut self, bytes: usize) {
+        self.events = self.events.saturating_sub(1);
+        self.bytes = self.bytes.saturating_sub(bytes);
+    }
+}
+
 /// Events waiting for git data, by repository.
 #[derive(Debug, Default)]
 pub struct PurgatoryStore {
     by_repo: BTreeMap<RepoRef, Vec<HeldEvent>>,
-    ids: HashSet<EventId>,
-    by_author: HashMap<PublicKey, usize>,
+    /// Every held event's id, with its bytes (those of its journal record).
+    ids: HashMap<EventId, usize>,
+    by_author: HashMap<PublicKey, Usage>,
+    /// Bytes held per repository (its event count is `by_repo`'s).
+    repo_bytes: HashMap<RepoRef, usize>,
+    /// Everything held.
+    total: Usage,
     /// Events being handed to the sink: still held (and journaled) until the sink
     /// confirms, but not offered again meanwhile.
     releasing: HashSet<EventId>,
@@ -85,7 +109,7 @@ impl PurgatoryStore {
     /// Holds `held`, replacing an older state of the same author and repository. Refuses
     /// it when a limit is reached or the journal cannot take it; then nothing changed.
     pub fn insert(&mut self, held: HeldEvent) -> Result<Inserted, AddError> {
-        if self.ids.contains(&held.event.id) {
+        if self.ids.contains_key(&held.event.id) {
             return Ok(Inserted::Duplicate);
         }
         let events = self.events(&held.repo);
@@ -96,11 +120,14 @@ impl PurgatoryStore {
             HeldKind::State { .. } => older_state_index(events, &held),
             HeldKind::PullRequest { .. } => None,
         };
-        if older.is_none() {
-            self.check_limits(&held)?;
-        }
+        let record = added_line(&held);
+        let bytes = record.len();
+        let replacing = older
+            .and_then(|index| self.events(&held.repo).get(index))
+            .map(|old| self.bytes_of(&old.event.id));
+        self.check_limits(&held, bytes, replacing)?;
         if let Some(journal) = &mut self.journal {
-            journal.added(&held).map_err(AddError::Journal)?;
+            journal.added_record(record).map_err(AddError::Journal)?;
         }
         let replaced = older.and_then(|index| {
             let events = self.by_repo.get_mut(&held.repo)?;
@@ -113,8 +140,14 @@ impl PurgatoryStore {
             }
             None => Inserted::New,
         };
-        self.ids.insert(held.event.id);
-        *self.by_author.entry(held.event.pubkey).or_default() += 1;
+        self.ids.insert(held.event.id, bytes);
+        self.by_author
+            .entry(held.event.pubkey)
+            .or_default()
+            .add(bytes);
+        let repo_bytes = self.repo_bytes.entry(held.repo.clone()).or_default();
+        *repo_bytes = repo_bytes.saturating_add(bytes);
+        self.total.add(bytes);
         self.by_repo
             .entry(held.repo.clone())
             .or_default()
@@ -122,27 +155,65 @@ impl PurgatoryStore {
         Ok(outcome)
     }
 
-    fn check_limits(&self, held: &HeldEvent) -> Result<(), AddError> {
+    /// Which limit holding `held` (of `bytes`) would break, if any. An event that
+    /// replaces one of `replacing` bytes keeps the counts, so only the bytes are checked,
+    /// net of the replaced event's.
+    fn check_limits(
+        &self,
+        held: &HeldEvent,
+        bytes: usize,
+        replacing: Option<usize>,
+    ) -> Result<(), AddError> {
         let limits = self.limits;
-        let author = self.by_author.get(&held.event.pubkey).copied().unwrap_or(0);
-        let full = if self.events(&held.repo).len() >= limits.per_repository {
-            Some((Cap::Repository, limits.per_repository))
-        } else if author >= limits.per_author {
-            Some((Cap::Author, limits.per_author))
-        } else if self.ids.len() >= limits.total {
-            Some((Cap::Total, limits.total))
-        } else {
-            None
+        let author = self
+            .by_author
+            .get(&held.event.pubkey)
+            .copied()
+            .unwrap_or_default();
+        let repository = Usage {
+            events: self.events(&held.repo).len(),
+            bytes: self.repo_bytes.get(&held.repo).copied().unwrap_or(0),
         };
-        match full {
-            Some((cap, limit)) => Err(AddError::Full { cap, limit }),
+        let grows_to = |held_bytes: usize| {
+            held_bytes
+                .saturating_sub(replacing.unwrap_or(0))
+                .saturating_add(bytes)
+        };
+        let counts = [
+            (Cap::Repository, repository.events, limits.per_repository),
+            (Cap::Author, author.events, limits.per_author),
+            (Cap::Total, self.total.events, limits.total),
+        ];
+        let sizes = [
+            (
+                Cap::RepositoryBytes,
+                repository.bytes,
+                limits.per_repository_bytes,
+            ),
+            (Cap::AuthorBytes, author.bytes, limits.per_author_bytes),
+            (Cap::TotalBytes, self.total.bytes, limits.total_bytes),
+        ];
+        let count_full = counts
+            .into_iter()
+            .filter(|_| replacing.is_none())
+            .find(|(_, held_events, limit)| held_events >= limit);
+        let bytes_full = sizes
+            .into_iter()
+            .find(|(_, held_bytes, limit)| grows_to(*held_bytes) > *limit);
+        match count_full.or(bytes_full) {
+            Some((cap, _, limit)) => Err(AddError::Full { cap, limit }),
             None => Ok(()),
         }
     }
 
+    /// The bytes the held event `id` counts (0 if it is not held).
+    fn bytes_of(&self, id: &EventId) -> usize {
+        self.ids.get(id).copied().unwrap_or(0)
+    }
+
     /// Whether the event with this id is held.
     pub fn contains(&self, id: &EventId) -> bool {
-        self.ids.contains(id)
+        self.ids.contains_key(id)
     }
 
     /// Whether any event of `repo` is held.
@@ -168,6 +239,12 @@ impl PurgatoryStore {
     /// How many events are held.
     pub fn len(&self) -> usize {
         self.ids.len()
+    }
+
+    /// The bytes of the held events (those of their journal records), which
+    /// [`HeldLimits::total_bytes`] bounds.
+    pub fn bytes(&self) -> usize {
+        self.total.bytes
     }
 
     /// How many held events are being handed to the sink (between
@@ -239,6 +316,10 @@ impl PurgatoryStore {
         self.forget_if_empty(from);
         let moved = moving.len();
         for mut held in moving {
+            let bytes = self.bytes_of(&held.event.id);
+            self.take_repo_bytes(from, bytes);
+            let to_bytes = self.repo_bytes.entry(to.clone()).or_default();
+            *to_bytes = to_bytes.saturating_add(bytes);
             held.repo = to.clone();
             let target = self.events(to);
             if matches!(held.kind, HeldKind::State { .. }) && has_newer_state(target, &held) {
@@ -333,7 +414,7 @@ impl PurgatoryStore {
     pub(crate) fn journal_needs_compaction(&self) -> bool {
         self.journal
             .as_ref()
-            .is_some_and(|journal| journal.needs_compaction(self.len()))
+            .is_some_and(|journal| journal.needs_compaction(self.len(), self.bytes()))
     }
 
     /// Starts compacting the journal to the events held now (see
@@ -374,6 +455,11 @@ impl PurgatoryStore {
         self.journal.as_ref().map_or(0, Journal::records)
     }
 
+    /// Bytes in the journal file (0 without a journal).
+    pub fn journal_bytes(&self) -> u64 {
+        self.journal.as_ref().map_or(0, Journal::bytes)
+    }
+
     fn take_where(
         &mut self,
         repo: &RepoRef,
@@ -397,12 +483,14 @@ impl PurgatoryStore {
     /// sweep, and journals its removal (a failed write is logged: replaying would hold
     /// it again, and release or expire it again).
     fn forget_event(&mut self, held: &HeldEvent, why: Removal) {
-        self.ids.remove(&held.event.id);
+        let bytes = self.ids.remove(&held.event.id).unwrap_or(0);
+        self.total.remove(bytes);
+        self.take_repo_bytes(&held.repo, bytes);
         // Its refs may be needed by nothing any more.
         self.sweeps.request(held.repo.clone());
-        if let Some(count) = self.by_author.get_mut(&held.event.pubkey) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
+        if let Some(usage) = self.by_author.get_mut(&held.event.pubkey) {
+            usage.remove(bytes);
+            if usage.events == 0 {
                 self.by_author.remove(&held.event.pubkey);
             }
         }
@@ -444,10 +532,18 @@ impl PurgatoryStore {
         self.sweeps.outstanding()
     }
 
+    /// Takes `bytes` off what `repo` holds.
+    fn take_repo_bytes(&mut self, repo: &RepoRef, bytes: usize) {
+        if let Some(held) = self.repo_bytes.get_mut(repo) {
+            *held = held.saturating_sub(bytes);
+        }
+    }
+
     fn forget_if_empty(&mut self, repo: &RepoRef) {
         if !self.has_pending(repo) {
             self.by_repo.remove(repo);
             self.present.remove(repo);
+            self.repo_bytes.remove(repo);
         }
     }
 }

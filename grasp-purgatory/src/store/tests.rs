@@ -4,7 +4,7 @@ use super::*;
 use crate::held::{hold_event, Origin};
 use crate::journal::{replay, Journal};
 use grasp_sync_test_support::ids;
-use grasp_sync_test_support::nip34::{pull_request, state};
+use grasp_sync_test_support::nip34::{pull_request, sign, state, tag};
 
 fn held(event: Event, since: u64) -> HeldEvent {
     hold_event(event, Origin::Synced, Timestamp::from_secs(since)).unwrap()
@@ -210,6 +210,7 @@ fn each_limit_refuses_the_event_beyond_it_and_holds_nothing() {
         per_repository: 2,
         per_author: 3,
         total: 4,
+        ..HeldLimits::default()
     };
     let mut store = PurgatoryStore::with_limits(limits);
     let owner = Keys::generate();
@@ -267,6 +268,7 @@ fn the_per_author_limit_counts_every_repository_and_frees_on_removal() {
         per_repository: 10,
         per_author: 2,
         total: 10,
+        ..HeldLimits::default()
     };
     let mut store = PurgatoryStore::with_limits(limits);
     let (owner, author) = (Keys::generate(), Keys::generate());
@@ -345,4 +347,139 @@ fn every_change_is_journaled_and_replays_to_the_same_events() {
         assert!(left.contains(&gone.event.id));
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A pull request for `owner`'s `identifier` by `author` with `size` bytes of content.
+fn large_pr(author: &Keys, owner: &Keys, identifier: &str, tip: u8, size: usize) -> HeldEvent {
+    let a = format!("30617:{}:{identifier}", owner.public_key().to_hex());
+    let tags = vec![tag(&["a", &a]), tag(&["c", &ids::oid(tip)])];
+    held(sign(author, 1618, &"x".repeat(size), tags, 1), 0)
+}
+
+#[test]
+fn large_events_fill_the_byte_budget_and_the_next_is_refused_until_room_frees() {
+    const EVENT: usize = 100_000;
+    let limits = HeldLimits {
+        total_bytes: 450_000,
+        ..HeldLimits::default()
+    };
+    let mut store = PurgatoryStore::with_limits(limits);
+    let owner = Keys::generate();
+    // Four events of 100 kB each, by four authors into four repositories: 400 kB and a
+    // few hundred bytes of JSON.
+    for n in 0..4u8 {
+        let event = large_pr(&Keys::generate(), &owner, &format!("r{n}"), n, EVENT);
+        store.insert(event).unwrap();
+    }
+    assert_eq!(store.len(), 4);
+    assert!(store.bytes() > 4 * EVENT && store.bytes() < 4 * EVENT + 4 * 1000);
+    let fifth = large_pr(&Keys::generate(), &owner, "r4", 4, EVENT);
+    let refusal = store.insert(fifth.clone());
+    assert!(
+        matches!(
+            refusal,
+            Err(AddError::Full {
+                cap: Cap::TotalBytes,
+                limit: 450_000
+            })
+        ),
+        "{refusal:?}"
+    );
+    assert_eq!(
+        refusal.as_ref().map_err(AddError::refusal_label).err(),
+        Some(Some("total_bytes_full"))
+    );
+    assert!(!store.contains(&fifth.event.id));
+    // A small event still fits.
+    store.insert(pr(&owner, "small", 9)).unwrap();
+    // Room frees when one expires.
+    let r0 = repo(&owner, "r0");
+    store.mark_present(&r0, [oid(0)]);
+    let released = store.begin_release(&r0);
+    store.finish_release(&r0, &[released[0].event.id]);
+    assert_eq!(store.insert(fifth).unwrap(), Inserted::New);
+}
+
+#[test]
+fn the_byte_budgets_per_repository_and_author_refuse_and_a_growing_state_too() {
+    let limits = HeldLimits {
+        per_repository_bytes: 250_000,
+        per_author_bytes: 150_000,
+        ..HeldLimits::default()
+    };
+    let mut store = PurgatoryStore::with_limits(limits);
+    let owner = Keys::generate();
+    store
+        .insert(large_pr(&Keys::generate(), &owner, "r", 1, 100_000))
+        .unwrap();
+    store
+        .insert(large_pr(&Keys::generate(), &owner, "r", 2, 100_000))
+        .unwrap();
+    assert!(matches!(
+        store.insert(large_pr(&Keys::generate(), &owner, "r", 3, 100_000)),
+        Err(AddError::Full {
+            cap: Cap::RepositoryBytes,
+            ..
+        })
+    ));
+    let author = Keys::generate();
+    store
+        .insert(large_pr(&author, &owner, "a", 4, 100_000))
+        .unwrap();
+    assert!(matches!(
+        store.insert(large_pr(&author, &owner, "b", 5, 100_000)),
+        Err(AddError::Full {
+            cap: Cap::AuthorBytes,
+            ..
+        })
+    ));
+
+    // A newer state replacing a held one is checked for the bytes it adds only.
+    let mut states = PurgatoryStore::with_limits(HeldLimits {
+        per_author_bytes: 10_000,
+        ..HeldLimits::default()
+    });
+    let state_of = |at: u64, content: usize| {
+        let refs = vec![tag(&["d", "r"]), tag(&["refs/heads/main", &ids::oid(1)])];
+        held(sign(&owner, 30618, &"x".repeat(content), refs, at), 0)
+    };
+    states.insert(state_of(1, 6_000)).unwrap();
+    assert!(matches!(
+        states.insert(state_of(2, 7_000)).unwrap(),
+        Inserted::Replaced { .. }
+    ));
+    assert!(matches!(
+        states.insert(state_of(3, 20_000)),
+        Err(AddError::Full {
+            cap: Cap::AuthorBytes,
+            limit: 10_000
+        })
+    ));
+    assert_eq!(states.len(), 1);
+}
+
+#[test]
+fn moving_a_repository_moves_its_bytes() {
+    let limits = HeldLimits {
+        per_repository_bytes: 150_000,
+        ..HeldLimits::default()
+    };
+    let mut store = PurgatoryStore::with_limits(limits);
+    let owner = Keys::generate();
+    store
+        .insert(large_pr(&Keys::generate(), &owner, "from", 1, 100_000))
+        .unwrap();
+    let (from, to) = (repo(&owner, "from"), repo(&owner, "to"));
+    assert_eq!(store.move_repository(&from, &to), 1);
+    // "from" is empty again, "to" holds the 100 kB.
+    store
+        .insert(large_pr(&Keys::generate(), &owner, "from", 2, 100_000))
+        .unwrap();
+    assert!(matches!(
+        store.insert(large_pr(&Keys::generate(), &owner, "to", 3, 100_000)),
+        Err(AddError::Full {
+            cap: Cap::RepositoryBytes,
+            ..
+        })
+    ));
 }

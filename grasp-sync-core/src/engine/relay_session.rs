@@ -26,6 +26,7 @@ use crate::model::{
 };
 use crate::pagination::{PageOutcome, PaginationState};
 use crate::planner::RepoSyncIndex;
+use crate::relay_text::RelayText;
 use crate::verified::{Forged, VerifiedEvent};
 
 /// Everything about one relay: what we learned about it (kept across
@@ -84,8 +85,8 @@ pub(crate) struct RelaySession {
     pub(crate) sent_replies: Option<super::sent_replies::SentReplies>,
     /// Events from the relay the store reported newly stored.
     pub(crate) events_stored: u64,
-    /// The last thing that went wrong with the relay.
-    pub(crate) last_error: Option<String>,
+    /// The last thing that went wrong with the relay (clipped: it may quote the relay).
+    pub(crate) last_error: Option<RelayText>,
     /// Connection health: attempts, failures and their backoff, rate
     /// limiting.
     pub(crate) health: RelayHealth,
@@ -1672,7 +1673,7 @@ impl RelaySession {
             NegFailure::Round(error) if error.is_cap() => {
                 cx.stats.negentropy_sessions_cut += 1;
                 warn!(%relay, %error, "negentropy session cut off; using REQ for this filter");
-                self.last_error = Some(error.to_string());
+                self.last_error = Some(error.to_string().into());
                 // A relay that keeps a session going is not reconciling.
                 if matches!(error, SessionError::TooManyRounds { .. }) {
                     self.negentropy_refused = true;
@@ -1701,7 +1702,7 @@ impl RelaySession {
             self.negentropy_refused = true;
             cx.stats.negentropy_refusals += 1;
             warn!(relay = %cx.relay, reason, "relay refused NIP-77; falling back to REQ+EOSE");
-            self.last_error = Some(format!("NIP-77 refused: {reason}"));
+            self.last_error = Some(format!("NIP-77 refused: {reason}").into());
         }
     }
 
@@ -2431,7 +2432,7 @@ impl RelaySession {
         };
         warn!(relay = %cx.relay, %batch, reason, "batch failed; its items will be planned again");
         cx.stats.batches_failed += 1;
-        self.last_error = Some(format!("batch failed: {reason}"));
+        self.last_error = Some(format!("batch failed: {reason}").into());
         self.pending.remove_batch(batch);
         let mut closing = Vec::new();
         if let Some(conn) = self.conn.as_mut() {

@@ -6,6 +6,7 @@ use nostr::prelude::RelayUrl;
 use super::relay_session::RelaySession;
 use super::runtime::RelayConn;
 use crate::model::{RelayPending, RelayProgress, RelayState};
+use crate::relay_text::RelayText;
 
 /// Every relay's session, by URL, in the order they were first met (so
 /// every walk over them is deterministic).
@@ -140,7 +141,7 @@ impl Relays {
     /// (reported by `SyncEngine::relay_reports`).
     pub(crate) fn note_error(&mut self, relay: &RelayUrl, error: impl Into<String>) {
         if let Some(session) = self.sessions.get_mut(relay) {
-            session.last_error = Some(error.into());
+            session.last_error = Some(RelayText::new(&error.into()));
         }
     }
 

@@ -33,7 +33,9 @@ pub struct RelayReport {
     /// It failed to connect too often (or is dead): historic sync does not
     /// wait for it.
     pub unreachable: bool,
-    /// The last thing that went wrong with it.
+    /// The last thing that went wrong with it, at most
+    /// [`MAX_RELAY_TEXT_LEN`](crate::relay_text::MAX_RELAY_TEXT_LEN) bytes (and a `…`)
+    /// without control characters: it may quote the relay.
     pub last_error: Option<String>,
     /// When the next connection attempt is due, while it is not connected.
     pub retry_at: Option<Instant>,

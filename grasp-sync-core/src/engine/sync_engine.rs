@@ -1316,7 +1316,7 @@ impl SyncEngine {
             relay: relay.clone(),
         });
         if let Some((session, mut cx)) = self.session(relay) {
-            session.last_error = Some(format!("send failed: {error}"));
+            session.last_error = Some(format!("send failed: {error}").into());
             session.connection_closed(&mut cx, now);
         }
         self.maintain(now);
@@ -1821,7 +1821,9 @@ impl SyncEngine {
             events_stored: known.map_or(0, |known| known.events_stored),
             historic_confirmed: self.relay_confirmed(relay, state),
             unreachable: self.relay_unreachable(relay),
-            last_error: known.and_then(|known| known.last_error.clone()),
+            last_error: known
+                .and_then(|known| known.last_error.as_ref())
+                .map(|text| text.as_str().to_owned()),
             retry_at,
             live_mode: self
                 .relay_activity(relay)
