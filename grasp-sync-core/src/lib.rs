@@ -118,6 +118,7 @@ pub mod planner;
 pub mod purgatory;
 mod recent;
 pub mod resolve;
+pub mod screen;
 pub mod store;
 pub mod transport;
 pub mod url_policy;
