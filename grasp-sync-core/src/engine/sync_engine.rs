@@ -326,6 +326,25 @@ impl SyncEngine {
         self.maintain_after(now, Some(relay), before);
     }
 
+    /// An event from `relay` the driver refused before it could be parsed
+    /// (an `EVENT` frame over the event size limit): counted and logged like
+    /// the engine's own refusals, and toward the relay's
+    /// [`Caps::max_bad_events`](super::Caps::max_bad_events).
+    pub fn handle_refused_event(&mut self, now: Now, relay: &RelayUrl, refused: Refused) {
+        self.observe(now);
+        if self.own.is_for(relay) {
+            return count_refused(&mut self.stats, relay, &refused);
+        }
+        if !self.heard(now, relay, None) {
+            return;
+        }
+        let before = self.reach();
+        if let Some((session, mut cx)) = self.session(relay) {
+            session.refuse(&mut cx, now, refused);
+        }
+        self.maintain_after(now, Some(relay), before);
+    }
+
     /// A message from `relay` over the driver's size limit ended its
     /// connection (a WebSocket message larger than the driver reads): it is
     /// counted in [`EngineStats::dropped_oversized`](super::EngineStats::dropped_oversized)
