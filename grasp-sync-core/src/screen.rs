@@ -147,7 +147,7 @@ impl Requested {
     }
 
     /// We sent `CLOSE` for `id` (or the relay closed it): its events are
-    /// still accepted until [`RECENTLY_CLOSED`] later closes.
+    /// still accepted until 256 later closes.
     pub fn closed(&mut self, id: &SubscriptionId) {
         if !self.filters.contains_key(id) || self.closed.contains(id) {
             return;

@@ -140,9 +140,9 @@ fn oversized_and_large_foreign_announcements_stay_within_the_byte_bounds() {
         let event = foreign_announcement(&stranger, n, 100 * 1024);
         h.send(&sub, event);
     }
-    // 2 000 of 60 KiB: within it, not ours, held as candidates.
+    // 2 000 of 16 KiB: within it, not ours, held as candidates (31 MiB in all).
     for n in 2_000..4_000 {
-        let event = foreign_announcement(&stranger, n, 60 * 1024);
+        let event = foreign_announcement(&stranger, n, 16 * 1024);
         h.send(&sub, event);
     }
     let stats = h.engine.stats().clone();

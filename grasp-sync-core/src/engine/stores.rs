@@ -448,8 +448,9 @@ mod tests {
     }
 }
 
-/// Tags of a refused event kept in its record, at most: those the sync
-/// filters read (see [`refused_record`]).
+/// Tags of a refused event kept in its record, at most: the first of those
+/// the sync filters read (`d`, [`crate::filters::REPO_TAGS`],
+/// [`crate::filters::ROOT_EVENT_TAGS`]); no content is kept.
 pub const MAX_REFUSED_TAGS: usize = 4;
 
 /// Longest tag value kept in a refused event's record (an `a` tag of the
