@@ -24,7 +24,7 @@ use std::sync::Arc;
 use nostr::prelude::{Event, EventId, Filter, SubscriptionId};
 
 use crate::filters::matches;
-use crate::verified::Forged;
+use crate::verified::{Forged, IdChecked};
 
 /// Why an event from a relay was refused before it could be stored.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -193,20 +193,20 @@ impl Requested {
 
 /// The checks of `event` on subscription `subscription` that come before
 /// its signature, cheapest first: its size and tags, its id (the hash of
-/// its content), then its subscription and filter.
+/// its content), then its subscription and filter. The event that passes
+/// comes back id-checked: only its signature remains.
 pub fn screen(
-    event: &Event,
+    event: Event,
     subscription: &SubscriptionId,
     requested: &Requested,
     limits: &SizeLimits,
-) -> Result<(), Refused> {
-    if let Some(refused) = limits.event_too_large(event) {
+) -> Result<IdChecked, Refused> {
+    if let Some(refused) = limits.event_too_large(&event) {
         return Err(refused);
     }
-    if !event.verify_id() {
-        return Err(Forged { id: event.id }.into());
-    }
-    requested.screen(subscription, event)
+    let checked = IdChecked::check(Arc::new(event))?;
+    requested.screen(subscription, checked.event())?;
+    Ok(checked)
 }
 
 #[cfg(test)]
@@ -274,24 +274,27 @@ mod tests {
         let mut requested = Requested::new();
         requested.opened(sub("s"), vec![Filter::new().kind(Kind::TextNote)]);
         let event = note("hi");
-        assert_eq!(screen(&event, &sub("s"), &requested, &LIMITS), Ok(()));
+        assert_eq!(
+            screen(event.clone(), &sub("s"), &requested, &LIMITS).map(|e| e.event().id),
+            Ok(event.id)
+        );
         // A changed content with the id kept: forged, whatever the
         // subscription (the id is checked first).
         let mut forged = event.clone();
         forged.content = "changed".into();
         assert_eq!(
-            screen(&forged, &sub("other"), &requested, &LIMITS),
+            screen(forged, &sub("other"), &requested, &LIMITS),
             Err(Refused::Forged(Forged { id: event.id }))
         );
         assert_eq!(
-            screen(&event, &sub("other"), &requested, &LIMITS),
+            screen(event.clone(), &sub("other"), &requested, &LIMITS),
             Err(Refused::UnknownSubscription { id: event.id })
         );
         let reaction = EventBuilder::new(Kind::Reaction, "+")
             .finalize(&Keys::generate())
             .expect("signs");
         assert_eq!(
-            screen(&reaction, &sub("s"), &requested, &LIMITS),
+            screen(reaction.clone(), &sub("s"), &requested, &LIMITS),
             Err(Refused::OffFilter { id: reaction.id })
         );
     }

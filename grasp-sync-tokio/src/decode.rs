@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::{FutureExt, StreamExt};
 use grasp_sync_core::screen::{Refused, Requested, SizeLimits};
-use grasp_sync_core::verified::{AuthorKeys, Forged, SeenSignatures, VerifiedEvent};
-use nostr::prelude::{Event, RelayMessage};
+use grasp_sync_core::verified::{AuthorKeys, Forged, IdChecked, SeenSignatures, VerifiedEvent};
+use nostr::prelude::RelayMessage;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
@@ -134,20 +134,17 @@ pub(crate) fn decode(text: &str, screen: Option<&Screen>) -> Report {
             },
             Some(screen),
         ) => {
-            let event = event.into_owned();
             let screened = {
                 let requested = lock(&screen.requested);
                 grasp_sync_core::screen::screen(
-                    &event,
+                    event.into_owned(),
                     &subscription_id,
                     &requested,
                     &screen.limits,
                 )
             };
-            let checked = match screened {
-                Ok(()) => check(event, &screen.seen).map_err(Refused::from),
-                Err(refused) => Err(refused),
-            };
+            let checked =
+                screened.and_then(|event| check(event, &screen.seen).map_err(Refused::from));
             Report::Event {
                 subscription_id: subscription_id.into_owned(),
                 checked,
@@ -158,15 +155,16 @@ pub(crate) fn decode(text: &str, screen: Option<&Screen>) -> Report {
     }
 }
 
-/// Verifies `event`, recalling it from `seen` when it was verified lately,
-/// with its author's key as parsed before if it was.
-fn check(event: Event, seen: &Remembered) -> Result<VerifiedEvent, Forged> {
-    let recalled = lock(&seen.signatures).recall(Arc::new(event));
+/// Verifies the signature of `event` (its id checked by the screen),
+/// recalling it from `seen` when it was verified lately, with its author's
+/// key as parsed before if it was.
+fn check(event: IdChecked, seen: &Remembered) -> Result<VerifiedEvent, Forged> {
+    let recalled = lock(&seen.signatures).recall_checked(event);
     match recalled {
         Ok(verified) => Ok(verified),
         Err(event) => {
-            let known = lock(&seen.keys).get(&event.pubkey);
-            let (verified, key) = VerifiedEvent::verify_with_key(event, known)?;
+            let known = lock(&seen.keys).get(&event.event().pubkey);
+            let (verified, key) = VerifiedEvent::verify_signature(event, known)?;
             if known.is_none() {
                 lock(&seen.keys).remember(key);
             }
@@ -263,7 +261,7 @@ impl Forwarder {
 mod tests {
     use super::*;
     use nostr::prelude::{
-        ClientMessage, EventBuilder, Filter, FinalizeEvent, Keys, Kind, SubscriptionId,
+        ClientMessage, Event, EventBuilder, Filter, FinalizeEvent, Keys, Kind, SubscriptionId,
     };
 
     fn event_frame(event: &Event) -> String {
