@@ -12,9 +12,11 @@
 //! 4. only then its Schnorr signature (≈ 40 µs,
 //!    [`VerifiedEvent`](crate::verified::VerifiedEvent)).
 //!
-//! [`screen`] runs steps 2 and 3; a driver that verifies off the engine's
-//! thread calls it before the signature check, and the engine checks the
-//! subscription and filter again itself (its own view is authoritative).
+//! [`screen`] runs the parsed event's part of step 1, and steps 2 and 3,
+//! and hands on an [`IdChecked`] event whose id is not hashed again; a
+//! driver that verifies off the engine's thread calls it before the
+//! signature check, and the engine checks the size, subscription and filter
+//! again itself (its own view is authoritative).
 //! Every refusal is a [`Refused`], counted by the engine and toward the
 //! relay's [`Caps::max_bad_events`](crate::engine::Caps::max_bad_events).
 
