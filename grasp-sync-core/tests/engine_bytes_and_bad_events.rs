@@ -250,3 +250,44 @@ fn a_relay_sending_refused_events_past_the_threshold_is_cut_off_once_and_backed_
         "the backoff grows: {waits:?}"
     );
 }
+
+#[test]
+fn a_message_over_the_size_limit_backs_the_relay_off_even_after_a_stable_connection() {
+    let mut h = Harness::new(|_| {});
+    let relay = h.relay.clone();
+    // Connected long past the stability period: a plain drop now would be
+    // no failure, and the relay would be connected again at once.
+    // The relay answers every subscription and pings.
+    let subs: Vec<SubscriptionId> = h.subs.iter().map(|(id, _)| id.clone()).collect();
+    for id in subs {
+        h.engine
+            .handle_relay_message(h.now, &relay, RelayMessage::eose(id));
+    }
+    for _ in 0..600 {
+        h.engine.handle_relay_alive(h.now, &relay);
+        h.advance(1_000);
+    }
+    assert_eq!(h.connects, 1, "one stable connection");
+    let mut waits = Vec::new();
+    for round in 0..3 {
+        h.engine.handle_message_too_large(h.now, &relay, 200 * 1024);
+        h.drain();
+        assert_eq!(h.engine.stats().dropped_oversized, round + 1);
+        let health = h.engine.relay_health(&relay).expect("tracked");
+        assert_eq!(health.consecutive_failures(), round as u32 + 1);
+        let before = h.now.instant;
+        let connects = h.connects;
+        while h.connects == connects {
+            h.advance(1_000);
+            assert!(
+                h.now.instant.saturating_duration_since(before) < Duration::from_secs(3_600),
+                "reconnected"
+            );
+        }
+        waits.push(h.now.instant.saturating_duration_since(before));
+    }
+    assert!(
+        waits[0] >= Duration::from_secs(2) && waits[0] < waits[1] && waits[1] < waits[2],
+        "not asked again at once, and ever more rarely: {waits:?}"
+    );
+}
