@@ -119,6 +119,7 @@ pub mod purgatory;
 mod recent;
 pub mod relay_text;
 pub mod resolve;
+pub mod screen;
 pub mod store;
 pub mod transport;
 pub mod url_policy;

@@ -41,6 +41,30 @@ pub struct Forged {
     pub id: EventId,
 }
 
+/// An event whose id was checked (it is the hash of the content): only its
+/// signature remains to be checked ([`VerifiedEvent::verify_signature`],
+/// [`SeenSignatures::recall_checked`]). Built by [`IdChecked::check`];
+/// [`crate::screen::screen`] returns one, so the id of an event that
+/// passes the screen is not hashed again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdChecked(Arc<Event>);
+
+impl IdChecked {
+    /// Checks that the event's id is the hash of its content.
+    pub fn check(event: Arc<Event>) -> Result<IdChecked, Forged> {
+        if event.verify_id() {
+            Ok(IdChecked(event))
+        } else {
+            Err(Forged { id: event.id })
+        }
+    }
+
+    /// The event.
+    pub fn event(&self) -> &Event {
+        &self.0
+    }
+}
+
 impl VerifiedEvent {
     /// Checks the event's id and Schnorr signature.
     pub fn verify(event: Event) -> Result<Self, Forged> {
@@ -69,11 +93,23 @@ impl VerifiedEvent {
         let forged = Forged { id: event.id };
         let key = match key {
             Some(key) if key.public_key == event.pubkey => key,
+            _ => AuthorKey::parse(&event.pubkey).ok_or(forged)?,
+        };
+        Self::verify_signature(IdChecked::check(event)?, Some(key))
+    }
+
+    /// The signature check of an event whose id was checked already, with
+    /// the author's key as [`VerifiedEvent::verify_with_key`] takes it.
+    pub fn verify_signature(
+        event: IdChecked,
+        key: Option<AuthorKey>,
+    ) -> Result<(Self, AuthorKey), Forged> {
+        let IdChecked(event) = event;
+        let forged = Forged { id: event.id };
+        let key = match key {
+            Some(key) if key.public_key == event.pubkey => key,
             _ => AuthorKey::parse(&event.pubkey).ok_or(forged.clone())?,
         };
-        if !event.verify_id() {
-            return Err(forged);
-        }
         let signature = schnorr::Signature::from_byte_array(*event.sig.as_bytes());
         match VERIFIER.verify_schnorr(&signature, event.id.as_bytes(), &key.point) {
             Ok(()) => Ok((VerifiedEvent(event), key)),
@@ -239,6 +275,20 @@ impl SeenSignatures {
         }
     }
 
+    /// [`SeenSignatures::recall`] for an event whose id was checked already:
+    /// a lookup, no hash.
+    pub fn recall_checked(&self, event: IdChecked) -> Result<VerifiedEvent, IdChecked> {
+        let known = self
+            .signatures
+            .get(&event.0.id)
+            .is_some_and(|signature| *signature == event.0.sig);
+        if known {
+            Ok(VerifiedEvent(event.0))
+        } else {
+            Err(event)
+        }
+    }
+
     /// Remembers a verified event, forgetting the oldest past the capacity.
     pub fn remember(&mut self, event: &VerifiedEvent) {
         self.signatures.insert(event.id, event.sig);
@@ -254,6 +304,27 @@ mod tests {
         EventBuilder::new(Kind::TextNote, content)
             .finalize(keys)
             .expect("signs")
+    }
+
+    #[test]
+    fn an_id_checked_event_still_needs_its_signature() {
+        let keys = Keys::generate();
+        let event = note(&keys, "hi");
+        let mut bad_signature = event.clone();
+        bad_signature.sig = note(&keys, "other").sig;
+        // The id is the hash of the content: it passes the id check...
+        let checked = IdChecked::check(Arc::new(bad_signature)).expect("the id matches");
+        // ...but not the signature, and is not recalled for a known id.
+        let mut seen = SeenSignatures::new(4);
+        let verified = VerifiedEvent::verify(event.clone()).expect("verifies");
+        seen.remember(&verified);
+        let checked = seen.recall_checked(checked).expect_err("another signature");
+        assert!(VerifiedEvent::verify_signature(checked, None).is_err());
+        let genuine = IdChecked::check(Arc::new(event)).expect("the id matches");
+        assert!(seen.recall_checked(genuine).is_ok());
+        let mut changed = note(&keys, "x");
+        changed.content = "y".into();
+        assert!(IdChecked::check(Arc::new(changed)).is_err());
     }
 
     #[test]

@@ -12,14 +12,16 @@ use nostr::prelude::{ClientMessage, RelayUrl};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::Connector;
 use tracing::debug;
 
 use crate::decode::{
-    gather_texts, next_frame, spawn_decode, Forwarder, Pending, Queued, SharedSeen,
+    gather_texts, next_frame, spawn_decode, Forwarder, Pending, Queued, Screen, SharedSeen,
 };
 use crate::inbound::{Inbound, Report};
+use grasp_sync_core::screen::{Requested, SizeLimits};
+use tokio_tungstenite::tungstenite::error::CapacityError;
 
 /// Frames of one connection decoding or waiting to be handed to the
 /// manager (each also holds its share of the relay's byte budget).
@@ -29,9 +31,15 @@ const DECODE_QUEUE: usize = 1024;
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ConnectionConfig {
-    /// Largest WebSocket message accepted from a relay.
+    /// Largest WebSocket message accepted from a relay (strfry's 128 KiB:
+    /// room for an event at the event size limit, 64 KiB, escaped). A
+    /// larger message ends the connection (WebSocket cannot skip it); the
+    /// engine counts it and connects again only after a growing backoff
+    /// (`SyncEngine::handle_message_too_large`) (`NGIT_SYNC_MAX_MESSAGE_BYTES`).
     pub max_message_size: usize,
-    /// Largest WebSocket frame accepted from a relay.
+    /// Largest WebSocket frame accepted from a relay, checked from the
+    /// frame's header before it is read (`NGIT_SYNC_MAX_MESSAGE_BYTES`
+    /// too).
     pub max_frame_size: usize,
     /// Interval between pings; a connection whose pong does not come back
     /// within one interval is closed. Each pong tells the engine the relay
@@ -56,8 +64,8 @@ pub struct ConnectionConfig {
 impl Default for ConnectionConfig {
     fn default() -> Self {
         ConnectionConfig {
-            max_message_size: 16 * 1024 * 1024,
-            max_frame_size: 16 * 1024 * 1024,
+            max_message_size: 128 * 1024,
+            max_frame_size: 128 * 1024,
             ping_interval: Duration::from_secs(30),
             outgoing_queue: 4096,
             inbound_bytes_per_relay: 8 * 1024 * 1024,
@@ -92,6 +100,9 @@ pub(crate) struct Dialer {
     /// Signatures verified lately, shared by the relay connections; `None`
     /// for a connection whose events are not verified (the own relay's).
     pub(crate) seen: SharedSeen,
+    /// The size limits of one event (the engine's), checked before a
+    /// frame is parsed.
+    pub(crate) limits: SizeLimits,
 }
 
 /// The TLS configuration for `wss://`: rustls with ring and the webpki roots
@@ -119,6 +130,9 @@ pub(crate) struct WsTransport {
     tasks: Option<JoinSet<()>>,
     /// The relay's inbound byte budget, shared by its connections.
     budget: Arc<Semaphore>,
+    /// The subscriptions the current connection asked for (a new table
+    /// per connection), read by its decoding tasks.
+    requested: Arc<std::sync::Mutex<Requested>>,
 }
 
 impl std::fmt::Debug for WsTransport {
@@ -146,6 +160,7 @@ impl WsTransport {
             budget: Arc::new(Semaphore::new(budget)),
             sent,
             tasks: Some(JoinSet::new()),
+            requested: Arc::default(),
         }
     }
 
@@ -169,6 +184,7 @@ impl WsTransport {
         let Some(outgoing) = &self.outgoing else {
             return Err(TransportError::NotConnected(self.relay.clone()));
         };
+        self.note_requested(&message);
         let text = message.as_json();
         let size = text.len() as u64;
         outgoing.try_send(Outgoing::Text(text)).map_err(|error| {
@@ -182,6 +198,29 @@ impl WsTransport {
             .fetch_add(size, std::sync::atomic::Ordering::Relaxed);
         self.sent.relay.inc_by(size);
         Ok(())
+    }
+
+    /// Notes a `REQ` or `CLOSE` about to be sent in the connection's table
+    /// of subscriptions, before the relay can answer it.
+    fn note_requested(&self, message: &ClientMessage<'_>) {
+        let mut requested = self
+            .requested
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match message {
+            ClientMessage::Req {
+                subscription_id,
+                filters,
+            } => requested.opened(
+                subscription_id.clone().into_owned(),
+                filters
+                    .iter()
+                    .map(|filter| filter.clone().into_owned())
+                    .collect(),
+            ),
+            ClientMessage::Close(id) => requested.closed(id),
+            _ => {}
+        }
     }
 
     /// Starts connecting (a new driver task; the previous connection is
@@ -198,6 +237,7 @@ impl WsTransport {
         }
         let (sender, receiver) = mpsc::channel(self.connector.config.outgoing_queue);
         self.outgoing = Some(sender);
+        self.requested = Arc::default();
         let (queue, queued) = mpsc::channel(DECODE_QUEUE);
         let forwarder = Forwarder {
             relay: self.relay.clone(),
@@ -212,6 +252,11 @@ impl WsTransport {
             outgoing: receiver,
             budget: self.budget.clone(),
             queue,
+            screen: self.connector.seen.clone().map(|seen| Screen {
+                seen,
+                requested: self.requested.clone(),
+                limits: self.connector.limits,
+            }),
         };
         if let Some(tasks) = &mut self.tasks {
             tasks.spawn(forwarder.run(queued));
@@ -243,6 +288,9 @@ struct Driver {
     budget: Arc<Semaphore>,
     /// Reports in arrival order, to the connection's forwarder.
     queue: mpsc::Sender<Queued>,
+    /// What screens and verifies the connection's events; `None` when they
+    /// are trusted (the own relay's).
+    screen: Option<Screen>,
 }
 
 impl Driver {
@@ -262,7 +310,7 @@ impl Driver {
             permit = self.budget.clone().acquire_many_owned(permits) => permit.ok(),
             _ = shutdown.changed() => return,
         };
-        let pending = spawn_decode(texts, self.connector.seen.clone());
+        let pending = spawn_decode(texts, self.screen.clone());
         self.enqueue(pending, permit).await;
     }
 
@@ -396,6 +444,12 @@ impl Driver {
                     }
                     Some(Ok(Message::Close(frame))) => return Some(format!("closed by relay: {frame:?}")),
                     Some(Ok(_)) => {}
+                    Some(Err(WsError::Capacity(CapacityError::MessageTooLong { size, .. }))) => {
+                        // WebSocket cannot skip it: the connection is lost;
+                        // the engine counts it and backs off.
+                        self.report(Report::MessageTooLarge(size)).await;
+                        return None;
+                    }
                     Some(Err(error)) => return Some(error.to_string()),
                     None => return Some("connection ended".into()),
                 },

@@ -1,7 +1,8 @@
 //! What connection tasks report to the manager: a [`Report`] tagged with
 //! its relay and connection generation ([`Inbound`]).
 
-use grasp_sync_core::verified::{Forged, VerifiedEvent};
+use grasp_sync_core::screen::Refused;
+use grasp_sync_core::verified::VerifiedEvent;
 use nostr::prelude::{RelayMessage, RelayUrl, SubscriptionId};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -17,13 +18,19 @@ pub(crate) enum Report {
     AddressRefused(String),
     /// A message from the relay and its size on the wire.
     Message(Box<RelayMessage<'static>>, usize),
-    /// An `EVENT` from the relay, its id and signature checked, and its
-    /// size on the wire.
+    /// An `EVENT` from the relay, screened and its id and signature
+    /// checked (or refused, and why), and its size on the wire.
     Event {
         subscription_id: SubscriptionId,
-        checked: Result<VerifiedEvent, Forged>,
+        checked: Result<VerifiedEvent, Refused>,
         size: usize,
     },
+    /// An `EVENT` frame refused before it was parsed (longer than the
+    /// event size limit).
+    Refused(Refused),
+    /// A message over the WebSocket size limit, of this many bytes: the
+    /// connection cannot read past it and has ended.
+    MessageTooLarge(usize),
     /// A WebSocket pong to our ping: the relay is alive (fed to the engine
     /// as `handle_relay_alive`).
     Alive,

@@ -143,6 +143,17 @@ impl Metrics {
                 "unknown_subscription",
                 stats.dropped_unknown_subscription,
             ),
+            (&self.dropped, "oversized", stats.dropped_oversized),
+            (
+                &self.dropped,
+                "candidate_over_cap",
+                stats.candidates_dropped,
+            ),
+            (
+                &self.refused,
+                "bad_events_cut_off",
+                stats.relays_cut_for_bad_events,
+            ),
             (&self.refused, "relay_policy", stats.relays_refused),
             (&self.refused, "relays_over_cap", stats.relays_over_cap),
             (&self.refused, "relays_evicted", stats.relays_evicted),

@@ -95,6 +95,9 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
         ("Limits::chunk_size", size(e.limits.chunk_size)),
         ("Limits::page_limit", size(e.limits.page_limit)),
         ("Limits::fetch_chunk", size(e.limits.fetch_chunk)),
+        ("Limits::max_event_size", size(e.limits.max_event_size)),
+        ("Limits::max_event_tags", size(e.limits.max_event_tags)),
+        ("Caps::max_bad_events", count(e.caps.max_bad_events)),
         ("Timeouts::fetch_attempts", count(e.timeouts.fetch_attempts)),
         (
             "Timeouts::batch_timeout",
@@ -124,6 +127,14 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
         (
             "grasp_sync_core::engine::MAX_CANDIDATES",
             size(grasp_sync_core::engine::MAX_CANDIDATES),
+        ),
+        (
+            "grasp_sync_core::engine::MAX_CANDIDATE_BYTES",
+            size(grasp_sync_core::engine::MAX_CANDIDATE_BYTES),
+        ),
+        (
+            "grasp_sync_core::engine::MAX_REFUSED_TAGS",
+            size(grasp_sync_core::engine::MAX_REFUSED_TAGS),
         ),
         (
             "grasp_sync_core::engine::MIN_FRAME_BUDGET",

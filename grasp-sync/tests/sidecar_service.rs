@@ -323,6 +323,10 @@ const SYNC_TUNING: &[&str] = &[
     "NGIT_SYNC_BASE_BACKOFF_SECS",
     "NGIT_SYNC_MAX_BACKOFF_SECS",
     "NGIT_SYNC_BATCH_TIMEOUT_SECS",
+    "NGIT_SYNC_MAX_EVENT_BYTES",
+    "NGIT_SYNC_MAX_EVENT_TAGS",
+    "NGIT_SYNC_MAX_MESSAGE_BYTES",
+    "NGIT_SYNC_MAX_BAD_EVENTS",
 ];
 
 /// The variables the environment file names (commented or not).

@@ -125,6 +125,27 @@ pub struct Limits {
     /// Live Layer 2+3 filters added since the last consolidation before the
     /// relay's live subscriptions are rebuilt from confirmed state (spec: 70).
     pub consolidation_threshold: usize,
+    /// Largest event accepted from a relay, in bytes of its JSON (strfry's
+    /// `max_event_bytes`: 64 KiB): a larger one is refused, counted in
+    /// [`EngineStats::dropped_oversized`](super::EngineStats::dropped_oversized)
+    /// and counts toward [`Caps::max_bad_events`]. A driver refuses an
+    /// `EVENT` frame longer than this (plus its envelope) before parsing it
+    /// (`NGIT_SYNC_MAX_EVENT_BYTES`).
+    pub max_event_size: usize,
+    /// Most tags accepted on an event from a relay (strfry's
+    /// `max_num_tags`: 2 000); more is refused like an event over
+    /// [`Limits::max_event_size`] (`NGIT_SYNC_MAX_EVENT_TAGS`).
+    pub max_event_tags: usize,
+}
+
+impl Limits {
+    /// The size limits of one event from a relay.
+    pub fn size_limits(&self) -> crate::screen::SizeLimits {
+        crate::screen::SizeLimits {
+            max_event_size: self.max_event_size,
+            max_event_tags: self.max_event_tags,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -139,6 +160,8 @@ impl Default for Limits {
             default_frame_budget: DEFAULT_FRAME_BUDGET,
             negentropy_frame_size_limit: 30_000,
             consolidation_threshold: 70,
+            max_event_size: 64 * 1024,
+            max_event_tags: 2_000,
         }
     }
 }
@@ -290,6 +313,14 @@ pub struct Caps {
     /// fetched again, nothing else. 0 remembers none: such replies are then
     /// fetched by REQ. Default: 20 000.
     pub sent_replies_per_relay: usize,
+    /// Events one connection may send that we refuse unread or unstored
+    /// (a bad id or signature, outside the subscription's filters, on a
+    /// subscription not open, over the size limits) before the relay is
+    /// cut off: disconnected, counted once in
+    /// [`EngineStats::relays_cut_for_bad_events`](super::EngineStats::relays_cut_for_bad_events),
+    /// and reconnected only after its backoff, which grows with each cut.
+    /// 0: never cut. Default: 1 000 (`NGIT_SYNC_MAX_BAD_EVENTS`).
+    pub max_bad_events: u64,
 }
 
 impl Default for Caps {
@@ -306,6 +337,7 @@ impl Default for Caps {
             max_unannounced_repos: 10_000,
             received_ids_per_relay: 20_000,
             sent_replies_per_relay: 20_000,
+            max_bad_events: 1_000,
         }
     }
 }

@@ -78,6 +78,7 @@
 // to the session of its relay (`relay_session`), which holds everything
 // about that relay. Each question has one function that holds its decision;
 // ARCHITECTURE.md's "Where each decision is made" table names them.
+mod bad_events;
 mod classify;
 mod command;
 mod config;
@@ -105,9 +106,9 @@ pub use config::{
     MIN_FRAME_BUDGET, MIN_NEGENTROPY_FRAME,
 };
 pub use frames::{event_frame, req_frame_len};
-pub use ours::MAX_CANDIDATES;
+pub use ours::{MAX_CANDIDATES, MAX_CANDIDATE_BYTES};
 pub use report::RelayReport;
 pub use session::SessionError;
-pub use stats::{EngineStats, LiveMode, RelayActivity};
-pub use stores::StoreVerdict;
+pub use stats::{EngineStats, HeldBytes, LiveMode, RelayActivity};
+pub use stores::{StoreVerdict, MAX_REFUSED_TAGS};
 pub use sync_engine::SyncEngine;

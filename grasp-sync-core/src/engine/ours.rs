@@ -11,8 +11,9 @@
 //! An event by a maintainer (an announcement, a state) can arrive before the
 //! owner's announcement that lists them — a relay sends newest first, the
 //! owner's announcement is often older. Such events wait as candidates
-//! (at most [`MAX_CANDIDATES`], oldest dropped first) and are stored when an
-//! announcement of ours naming their author comes.
+//! (at most [`MAX_CANDIDATES`] and [`MAX_CANDIDATE_BYTES`], oldest dropped
+//! first: [`Candidates`]) and are stored when an announcement of ours naming
+//! their author comes.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -22,8 +23,78 @@ use crate::nip34::parse_announcement;
 use crate::verified::VerifiedEvent;
 
 /// Layer 1 events held back until an announcement of ours names their
-/// author (≈ 1 KB each: about 2 MB at most).
+/// author (≈ 1 KB each as announcements are written; bounded in bytes by
+/// [`MAX_CANDIDATE_BYTES`] whatever their size).
 pub const MAX_CANDIDATES: usize = 2_000;
+
+/// Bytes of the Layer 1 events held back (their size as JSON,
+/// [`crate::screen::event_size`]), at most: 8 MiB, room for 2 000 events
+/// of 4 KiB, or 128 at the largest event size.
+pub const MAX_CANDIDATE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Layer 1 events waiting for an announcement of ours naming their author,
+/// oldest first, with the relay that sent them: at most [`MAX_CANDIDATES`]
+/// of them and [`MAX_CANDIDATE_BYTES`] in all, the oldest dropped first.
+#[derive(Debug, Default)]
+pub(super) struct Candidates {
+    held: VecDeque<(RelayUrl, VerifiedEvent)>,
+    bytes: usize,
+}
+
+/// Must the oldest candidate go, with `count` candidates of `bytes` held?
+pub(super) fn candidates_over_budget(count: usize, bytes: usize) -> bool {
+    count > MAX_CANDIDATES || bytes > MAX_CANDIDATE_BYTES
+}
+
+impl Candidates {
+    /// Whether the event `id` is held.
+    pub(super) fn holds(&self, id: &nostr::prelude::EventId) -> bool {
+        self.held.iter().any(|(_, held)| held.id == *id)
+    }
+
+    /// Holds `event` from `relay`; returns how many of the oldest were
+    /// dropped to stay within the budget ([`candidates_over_budget`]).
+    pub(super) fn hold(&mut self, relay: &RelayUrl, event: &VerifiedEvent) -> usize {
+        self.bytes += crate::screen::event_size(event);
+        self.held.push_back((relay.clone(), event.clone()));
+        let mut dropped = 0;
+        while candidates_over_budget(self.held.len(), self.bytes) {
+            let Some((_, oldest)) = self.held.pop_front() else {
+                break;
+            };
+            self.bytes -= crate::screen::event_size(&oldest);
+            dropped += 1;
+        }
+        dropped
+    }
+
+    /// Takes the candidates `ready` picks, in the order held.
+    pub(super) fn take(
+        &mut self,
+        ready: impl Fn(&VerifiedEvent) -> bool,
+    ) -> Vec<(RelayUrl, VerifiedEvent)> {
+        let (taken, waiting): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|(_, candidate)| ready(candidate));
+        self.held = waiting;
+        self.bytes = self
+            .held
+            .iter()
+            .map(|(_, held)| crate::screen::event_size(held))
+            .sum();
+        taken.into()
+    }
+
+    /// Candidates held.
+    pub(super) fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Bytes held ([`crate::screen::event_size`] of each).
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
 
 /// What is ours, and what waits to be.
 #[derive(Debug, Default)]
@@ -32,9 +103,8 @@ pub(super) struct Ours {
     /// publish its state (each such announcement's author and the
     /// maintainers it lists).
     pub(super) authors: HashMap<String, HashSet<PublicKey>>,
-    /// Events waiting for an announcement of ours naming their author,
-    /// oldest first, with the relay that sent them.
-    pub(super) candidates: VecDeque<(RelayUrl, VerifiedEvent)>,
+    /// Events waiting for an announcement of ours naming their author.
+    pub(super) candidates: Candidates,
 }
 
 /// What to do with a Layer 1 event from a remote relay.
@@ -64,5 +134,47 @@ impl Ours {
         authors.insert(event.pubkey);
         authors.extend(announcement.maintainers);
         Some(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Kind};
+
+    fn candidate(content_bytes: usize) -> VerifiedEvent {
+        let event = EventBuilder::new(Kind::Custom(30617), "x".repeat(content_bytes))
+            .finalize(&Keys::generate())
+            .expect("signs");
+        VerifiedEvent::verify(event).expect("verifies")
+    }
+
+    #[test]
+    fn the_oldest_candidate_goes_past_the_count_or_the_bytes() {
+        assert!(!candidates_over_budget(MAX_CANDIDATES, MAX_CANDIDATE_BYTES));
+        assert!(candidates_over_budget(MAX_CANDIDATES + 1, 0));
+        assert!(candidates_over_budget(1, MAX_CANDIDATE_BYTES + 1));
+    }
+
+    #[test]
+    fn large_candidates_are_held_within_the_byte_budget_oldest_dropped() {
+        let relay = RelayUrl::parse("wss://relay.example").expect("url");
+        let mut candidates = Candidates::default();
+        let big = MAX_CANDIDATE_BYTES / 4;
+        let first = candidate(big);
+        assert_eq!(candidates.hold(&relay, &first), 0);
+        let mut dropped = 0;
+        for _ in 0..4 {
+            dropped += candidates.hold(&relay, &candidate(big));
+        }
+        assert_eq!(dropped, 2, "the two oldest went");
+        assert!(!candidates.holds(&first.id));
+        assert!(candidates.bytes() <= MAX_CANDIDATE_BYTES);
+        assert_eq!(candidates.len(), 3);
+        let taken = candidates.take(|_| true);
+        assert_eq!(
+            (taken.len(), candidates.len(), candidates.bytes()),
+            (3, 0, 0)
+        );
     }
 }

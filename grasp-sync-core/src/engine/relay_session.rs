@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use nostr::prelude::{EventId, Filter, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
 use tracing::{debug, info, warn};
 
+use super::bad_events::BadEventVerdict;
 use super::classify::{classify, Classified};
 use super::config::MIN_FRAME_BUDGET;
 use super::config::{EngineConfig, RelayLimits};
@@ -27,7 +28,8 @@ use crate::model::{
 use crate::pagination::{PageOutcome, PaginationState};
 use crate::planner::RepoSyncIndex;
 use crate::relay_text::RelayText;
-use crate::verified::{Forged, VerifiedEvent};
+use crate::screen::Refused;
+use crate::verified::VerifiedEvent;
 
 /// Everything about one relay: what we learned about it (kept across
 /// connections), its open connection if any, and its counters.
@@ -1152,6 +1154,10 @@ impl RelaySession {
         arrived: Arrived,
     ) -> Option<(VerifiedEvent, Option<BatchId>)> {
         let event = arrived.event();
+        if let Some(refused) = cx.config.limits.size_limits().event_too_large(event) {
+            self.refuse(cx, now, refused);
+            return None;
+        }
         let conn = self.conn.as_mut()?;
         let matches = match conn.subs.get(id) {
             Some(Sub::Live { filters, .. }) | Some(Sub::Poll { filters, .. }) => {
@@ -1165,14 +1171,15 @@ impl RelaySession {
             None => match conn.closed_live.get(id) {
                 Some(filters) => filters.iter().any(|filter| matches(filter, event)),
                 None => {
-                    cx.stats.dropped_unknown_subscription += 1;
+                    let refused = Refused::UnknownSubscription { id: event.id };
+                    self.refuse(cx, now, refused);
                     return None;
                 }
             },
         };
         if !matches {
-            cx.stats.dropped_off_filter += 1;
-            debug!(relay = %cx.relay, id = %event.id, "dropped event outside the subscription's filters");
+            let refused = Refused::OffFilter { id: event.id };
+            self.refuse(cx, now, refused);
             return None;
         }
         let checked = match arrived {
@@ -1182,7 +1189,7 @@ impl RelaySession {
         let event = match checked {
             Ok(event) => event,
             Err(forged) => {
-                forged_event(cx.stats, cx.relay, &forged);
+                self.refuse(cx, now, Refused::Forged(forged));
                 return None;
             }
         };
@@ -1216,6 +1223,61 @@ impl RelaySession {
         }
         self.note_received(cx, event.id);
         Some((event, batch))
+    }
+
+    /// An event of this relay we refused (`refused` says why): counted and
+    /// logged at `debug`, and counted for the connection; the one past
+    /// [`Caps::max_bad_events`](super::Caps::max_bad_events) cuts the relay
+    /// off ([`RelaySession::cut_off`]).
+    pub(crate) fn refuse(&mut self, cx: &mut Ctx<'_>, now: Now, refused: Refused) {
+        count_refused(cx.stats, cx.relay, &refused);
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let threshold = cx.config.caps.max_bad_events;
+        if conn.bad_events.record(threshold) == BadEventVerdict::CutOff {
+            self.cut_off(cx, now);
+        }
+    }
+
+    /// Cuts the relay off for sending more refused events than
+    /// [`Caps::max_bad_events`](super::Caps::max_bad_events) on one
+    /// connection: counted and logged once, disconnected, and the health
+    /// told of a failure (the interrupted failure run continues, so the
+    /// backoff before the next connection grows with each cut).
+    fn cut_off(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        cx.stats.relays_cut_for_bad_events += 1;
+        let refused = self.conn.as_ref().map_or(0, |conn| conn.bad_events.count());
+        warn!(
+            relay = %cx.relay,
+            refused,
+            threshold = cx.config.caps.max_bad_events,
+            "relay sent too many forged, unrequested or oversized events; disconnecting and backing off"
+        );
+        self.last_error = Some(format!("cut off after {refused} refused events").into());
+        self.lose_connection(cx, now);
+    }
+
+    /// A message from the relay over the connection's size limit ended
+    /// the connection (the driver cannot read past it): counted, logged,
+    /// and a failure for the health (the backoff grows), so a relay that
+    /// answers the same request with the same oversized message is asked
+    /// again ever more rarely, not at once.
+    pub(crate) fn message_too_large(&mut self, cx: &mut Ctx<'_>, now: Now, bytes: usize) {
+        cx.stats.dropped_oversized += 1;
+        warn!(relay = %cx.relay, bytes, "relay sent a message over the size limit; connection lost, backing off");
+        self.last_error = Some(format!("sent a message of {bytes} bytes, over the limit").into());
+        self.lose_connection(cx, now);
+    }
+
+    /// Closes the connection for the relay's fault: the health counts a
+    /// failure (whether or not the connection was stable), then the usual
+    /// bookkeeping of a closed connection.
+    fn lose_connection(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        let relay = cx.relay.clone();
+        self.emit(cx, Command::Disconnect { relay });
+        self.health.on_connect_failed(now.instant);
+        self.connection_closed(cx, now);
     }
 
     /// Counts an event the relay sent, and whether it sent it lately
@@ -2679,8 +2741,15 @@ fn note_lesson(cx: &mut Ctx<'_>, lesson: Lesson) {
     }
 }
 
-/// Counts an event from `relay` whose id or signature did not verify.
-pub(crate) fn forged_event(stats: &mut EngineStats, relay: &RelayUrl, forged: &Forged) {
-    stats.dropped_forged += 1;
-    warn!(%relay, id = %forged.id, "dropped event with a bad id or signature");
+/// Counts an event from `relay` refused before it could be stored, and
+/// logs it at `debug` (a relay sending many is logged once, when it is cut
+/// off: [`RelaySession::refuse`]).
+pub(crate) fn count_refused(stats: &mut EngineStats, relay: &RelayUrl, refused: &Refused) {
+    match refused {
+        Refused::Forged(_) => stats.dropped_forged += 1,
+        Refused::UnknownSubscription { .. } => stats.dropped_unknown_subscription += 1,
+        Refused::OffFilter { .. } => stats.dropped_off_filter += 1,
+        Refused::Oversized { .. } => stats.dropped_oversized += 1,
+    }
+    debug!(%relay, %refused, "dropped event");
 }

@@ -296,6 +296,10 @@ pub(crate) struct RelayConn {
     /// relay answered: a REQ sent before it and not answered since was
     /// overtaken.
     pub(crate) newest_answered: u64,
+    /// Events of this connection we refused: past
+    /// [`Caps::max_bad_events`](super::Caps::max_bad_events) the relay is
+    /// cut off.
+    pub(crate) bad_events: super::bad_events::BadEvents,
 }
 
 impl RelayConn {

@@ -1,6 +1,22 @@
 //! What the engine reports about itself: counters, and what is open and
 //! waiting on each relay.
 
+/// What strangers' events make the engine hold beyond its queues, in bytes
+/// ([`SyncEngine::held_bytes`](super::SyncEngine::held_bytes)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HeldBytes {
+    /// Bytes of the candidates (at most [`MAX_CANDIDATE_BYTES`](super::MAX_CANDIDATE_BYTES)).
+    pub candidates: usize,
+    /// Candidates held (at most [`MAX_CANDIDATES`](super::MAX_CANDIDATES)).
+    pub candidate_count: usize,
+    /// Bytes of the records of events refused for good.
+    pub refused: usize,
+    /// Records of events refused for good (at most
+    /// [`Caps::refused_memory`](super::Caps::refused_memory)).
+    pub refused_count: usize,
+}
+
 /// Counters of what the engine did and dropped.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -45,6 +61,20 @@ pub struct EngineStats {
     pub dropped_off_filter: u64,
     /// Events on a subscription we do not have open.
     pub dropped_unknown_subscription: u64,
+    /// Events and messages refused for their size: an event over
+    /// [`Limits::max_event_size`](super::Limits::max_event_size) or
+    /// [`Limits::max_event_tags`](super::Limits::max_event_tags) (refused by
+    /// its length before parsing where the driver can), a WebSocket message
+    /// over the connection's limit (the connection is then lost).
+    pub dropped_oversized: u64,
+    /// Times a relay was cut off (disconnected, then backed off) for
+    /// sending more than [`Caps::max_bad_events`](super::Caps::max_bad_events)
+    /// refused events on one connection: once per such connection.
+    pub relays_cut_for_bad_events: u64,
+    /// Candidates (see [`EngineStats::not_ours`]) dropped, oldest first, to
+    /// keep them under [`MAX_CANDIDATES`](super::MAX_CANDIDATES) and
+    /// [`MAX_CANDIDATE_BYTES`](super::MAX_CANDIDATE_BYTES).
+    pub candidates_dropped: u64,
     /// Batches confirmed.
     pub batches_confirmed: u64,
     /// Of those, Layer 1 and Layers 2+3 batches: history reads that ended

@@ -289,18 +289,11 @@ impl StoreTracker {
         }
     }
 
-    /// Keeps what negentropy needs of a refused event (its content can be
-    /// large), forgetting the oldest beyond `memory`.
+    /// Keeps what recognises a refused event ([`refused_record`]: no
+    /// content, only the tags the sync filters read), forgetting the oldest
+    /// beyond `memory`.
     pub(crate) fn remember_refused(&mut self, event: &Event, memory: usize) {
-        let stripped = Event::new(
-            event.id,
-            event.pubkey,
-            event.created_at,
-            event.kind,
-            event.tags.clone(),
-            String::new(),
-            event.sig,
-        );
+        let stripped = refused_record(event);
         if self.refused.insert(event.id, stripped).is_none() {
             self.refused_order.push_back(event.id);
         }
@@ -310,6 +303,17 @@ impl StoreTracker {
             };
             self.refused.remove(&oldest);
         }
+    }
+
+    /// Refused events remembered.
+    pub(crate) fn refused_count(&self) -> usize {
+        self.refused.len()
+    }
+
+    /// Bytes of the refused events remembered (their records' size as
+    /// JSON, [`crate::screen::event_size`]).
+    pub(crate) fn refused_bytes(&self) -> usize {
+        self.refused.values().map(crate::screen::event_size).sum()
     }
 
     /// Forgets the refused events `forget` picks (they became ours), so the
@@ -441,5 +445,82 @@ mod tests {
                 "{unclear:?}"
             );
         }
+    }
+}
+
+/// Tags of a refused event kept in its record, at most: the first of those
+/// the sync filters read (`d`, [`crate::filters::REPO_TAGS`],
+/// [`crate::filters::ROOT_EVENT_TAGS`]); no content is kept.
+pub const MAX_REFUSED_TAGS: usize = 4;
+
+/// Longest tag value kept in a refused event's record (an `a` tag of the
+/// longest identifier fits).
+const MAX_REFUSED_TAG_VALUE: usize = crate::nip34::MAX_IDENTIFIER_LEN + 128;
+
+/// What is remembered of an event refused for good: its id, author, time,
+/// kind and signature, no content, and of its tags only the first
+/// [`MAX_REFUSED_TAGS`] that a sync filter reads (`d`, and the repository
+/// and root event tags, [`crate::filters::REPO_TAGS`],
+/// [`crate::filters::ROOT_EVENT_TAGS`]) with values of bounded length, so
+/// a record is small whatever the event was. A refused event whose record
+/// lost a tag a filter needs is only downloaded once more, and recognised
+/// by its id then.
+pub(crate) fn refused_record(event: &Event) -> Event {
+    use nostr::prelude::{SingleLetterTag, Tags};
+    let read_by_filters = |tag: &nostr::prelude::Tag| {
+        tag.single_letter_tag()
+            .is_some_and(|letter: SingleLetterTag| {
+                letter == SingleLetterTag::LOWERCASE_D
+                    || crate::filters::REPO_TAGS.contains(&letter)
+                    || crate::filters::ROOT_EVENT_TAGS.contains(&letter)
+            })
+            && tag
+                .as_slice()
+                .iter()
+                .all(|value| value.len() <= MAX_REFUSED_TAG_VALUE)
+    };
+    let tags: Vec<nostr::prelude::Tag> = event
+        .tags
+        .iter()
+        .filter(|tag| read_by_filters(tag))
+        .take(MAX_REFUSED_TAGS)
+        .map(|tag| {
+            // The letter and its value: markers and hints are not read.
+            let kept: Vec<String> = tag.as_slice().iter().take(2).cloned().collect();
+            nostr::prelude::Tag::parse(kept).unwrap_or_else(|_| tag.clone())
+        })
+        .collect();
+    Event::new(
+        event.id,
+        event.pubkey,
+        event.created_at,
+        event.kind,
+        Tags::from_list(tags),
+        String::new(),
+        event.sig,
+    )
+}
+
+#[cfg(test)]
+mod refused_tests {
+    use super::*;
+    use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Kind, Tag};
+
+    #[test]
+    fn a_refused_record_keeps_no_content_and_only_the_filters_tags() {
+        let tags = (0..3000)
+            .map(|n| Tag::hashtag(format!("t{n}")))
+            .chain([Tag::identifier("repo")])
+            .chain((0..10).map(|n| Tag::parse(["a", &format!("30617:x:{n}")]).expect("tag")));
+        let event = EventBuilder::new(Kind::Custom(1617), "x".repeat(60_000))
+            .tags(tags)
+            .finalize(&Keys::generate())
+            .expect("signs");
+        let record = refused_record(&event);
+        assert!(record.content.is_empty());
+        assert_eq!(record.tags.len(), MAX_REFUSED_TAGS);
+        assert_eq!(record.tags.identifier().as_deref(), Some("repo"));
+        assert!(crate::screen::event_size(&record) < 1_000);
+        assert_eq!((record.id, record.kind), (event.id, event.kind));
     }
 }

@@ -5,7 +5,7 @@
 //! that relay. The driving contract is in the [module documentation](super).
 
 use std::borrow::Borrow;
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 
 use indexmap::IndexMap;
 use nostr::prelude::{Event, EventId, Kind, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
@@ -13,14 +13,14 @@ use tracing::{debug, info, warn};
 
 use super::config::Jitter;
 use super::deadlines::DeadlineTable;
-use super::ours::{identifier, Layer1Verdict, Ours, MAX_CANDIDATES};
+use super::ours::{identifier, Layer1Verdict, Ours};
 use super::outbox::Outbox;
 use super::own_relay::{OwnLink, OwnRelay, OWN_CONNECT_TIMEOUT, OWN_HISTORY, OWN_LIVE};
-use super::relay_session::{forged_event, Arrived, Ctx, NegFailure, RelaySession};
+use super::relay_session::{count_refused, Arrived, Ctx, NegFailure, RelaySession};
 use super::relay_slots::{Admission, RelaySlots, Service, SlotRules};
 use super::relays::Relays;
 use super::runtime::RelayConn;
-use super::stats::LiveMode;
+use super::stats::{HeldBytes, LiveMode};
 use super::stores::{Handover, StoreTracker};
 use super::timer_table::{EngineTimer, RelayTimer, TimerTable};
 use super::{
@@ -36,9 +36,10 @@ use crate::nip34::{
 };
 use crate::pagination::{PageOutcome, PaginationState};
 use crate::planner::{compute_actions_for_changes, compute_actions_for_relay, RepoSyncIndex};
+use crate::screen::Refused;
 use crate::store::{IngestOutcome, StoreError};
 use crate::transport::TransportError;
-use crate::verified::{Forged, VerifiedEvent};
+use crate::verified::VerifiedEvent;
 
 /// The sync engine. See the [module documentation](super) for the driving
 /// contract.
@@ -295,12 +296,12 @@ impl SyncEngine {
     /// forged) — e.g. in parallel on its own threads: the engine does not
     /// verify it again. Same as passing the `EVENT` to
     /// [`SyncEngine::handle_relay_message`] otherwise.
-    pub fn handle_checked_event(
+    pub fn handle_checked_event<E: Into<Refused>>(
         &mut self,
         now: Now,
         relay: &RelayUrl,
         subscription_id: &SubscriptionId,
-        checked: Result<VerifiedEvent, Forged>,
+        checked: Result<VerifiedEvent, E>,
     ) {
         self.handle_checked_events(now, relay, [(subscription_id, checked)]);
     }
@@ -309,21 +310,72 @@ impl SyncEngine {
     /// [`SyncEngine::handle_checked_event`] takes it: what the relay's
     /// session does next (its next request, its deadline) is worked out
     /// once, after the last of them, instead of after each.
-    pub fn handle_checked_events<S, I>(&mut self, now: Now, relay: &RelayUrl, events: I)
+    ///
+    /// A driver that screens events before their signature
+    /// ([`crate::screen`]) passes what it refused as the error
+    /// ([`Refused`]): it is counted like the engine's own refusals, and
+    /// toward the relay's [`Caps::max_bad_events`](super::Caps::max_bad_events).
+    pub fn handle_checked_events<S, E, I>(&mut self, now: Now, relay: &RelayUrl, events: I)
     where
         S: Borrow<SubscriptionId>,
-        I: IntoIterator<Item = (S, Result<VerifiedEvent, Forged>)>,
+        E: Into<Refused>,
+        I: IntoIterator<Item = (S, Result<VerifiedEvent, E>)>,
     {
         self.observe(now);
         if self.own.is_for(relay) {
             for (subscription_id, checked) in events {
+                let checked = checked.map_err(Into::into);
                 self.on_own_checked_event(now, subscription_id.borrow(), checked);
             }
             return;
         }
         let before = self.reach();
         for (subscription_id, checked) in events {
+            let checked = checked.map_err(Into::into);
             self.on_checked_event(now, relay, subscription_id.borrow(), checked);
+        }
+        self.maintain_after(now, Some(relay), before);
+    }
+
+    /// An event from `relay` the driver refused before it could be parsed
+    /// (an `EVENT` frame over the event size limit): counted and logged like
+    /// the engine's own refusals, and toward the relay's
+    /// [`Caps::max_bad_events`](super::Caps::max_bad_events).
+    pub fn handle_refused_event(&mut self, now: Now, relay: &RelayUrl, refused: Refused) {
+        self.observe(now);
+        if self.own.is_for(relay) {
+            return count_refused(&mut self.stats, relay, &refused);
+        }
+        if !self.heard(now, relay, None) {
+            return;
+        }
+        let before = self.reach();
+        if let Some((session, mut cx)) = self.session(relay) {
+            session.refuse(&mut cx, now, refused);
+        }
+        self.maintain_after(now, Some(relay), before);
+    }
+
+    /// A message from `relay` over the driver's size limit ended its
+    /// connection (a WebSocket message larger than the driver reads): it is
+    /// counted in [`EngineStats::dropped_oversized`](super::EngineStats::dropped_oversized)
+    /// and logged, and the connection counts as failed, so the relay is
+    /// connected again only after its backoff, which grows each time (a
+    /// relay answering our request with the same oversized message is not
+    /// asked again at once, forever). No `handle_disconnected` is needed
+    /// after it.
+    pub fn handle_message_too_large(&mut self, now: Now, relay: &RelayUrl, bytes: usize) {
+        self.observe(now);
+        if self.own.is_for(relay) {
+            warn!(%relay, bytes, "own relay sent a message over the size limit");
+            self.stats.dropped_oversized += 1;
+            return self.own_closed(now, "message over the size limit");
+        }
+        let before = self.reach();
+        let connected = self.relays.is_connected(relay);
+        match self.session(relay) {
+            Some((session, mut cx)) if connected => session.message_too_large(&mut cx, now, bytes),
+            _ => return self.handle_disconnected(now, relay),
         }
         self.maintain_after(now, Some(relay), before);
     }
@@ -463,14 +515,18 @@ impl SyncEngine {
         now: Now,
         relay: &RelayUrl,
         subscription_id: &SubscriptionId,
-        checked: Result<VerifiedEvent, Forged>,
+        checked: Result<VerifiedEvent, Refused>,
     ) {
         if !self.heard(now, relay, Some(subscription_id)) {
             return;
         }
         match checked {
             Ok(event) => self.on_event(now, relay, subscription_id, Arrived::Verified(event)),
-            Err(forged) => forged_event(&mut self.stats, relay, &forged),
+            Err(refused) => {
+                if let Some((session, mut cx)) = self.session(relay) {
+                    session.refuse(&mut cx, now, refused);
+                }
+            }
         }
     }
 
@@ -1390,14 +1446,10 @@ impl SyncEngine {
         let Some(authors) = self.ours.authors.get(&id).cloned() else {
             return;
         };
-        let (ready, waiting): (VecDeque<_>, VecDeque<_>) =
-            std::mem::take(&mut self.ours.candidates)
-                .into_iter()
-                .partition(|(_, candidate)| {
-                    identifier(candidate).as_deref() == Some(id.as_str())
-                        && authors.contains(&candidate.pubkey)
-                });
-        self.ours.candidates = waiting;
+        let ready = self.ours.candidates.take(|candidate| {
+            identifier(candidate).as_deref() == Some(id.as_str())
+                && authors.contains(&candidate.pubkey)
+        });
         // Those no longer held: the next sync brings them.
         self.stores.forget_refused(|refused| {
             identifier(refused).as_deref() == Some(id.as_str()) && authors.contains(&refused.pubkey)
@@ -1413,15 +1465,12 @@ impl SyncEngine {
         }
     }
 
-    /// Holds a Layer 1 event that is not ours (yet), the oldest candidate
-    /// dropped past [`MAX_CANDIDATES`].
+    /// Holds a Layer 1 event that is not ours (yet), the oldest candidates
+    /// dropped past [`MAX_CANDIDATES`](super::MAX_CANDIDATES) or
+    /// [`MAX_CANDIDATE_BYTES`](super::MAX_CANDIDATE_BYTES) (counted
+    /// in [`EngineStats::candidates_dropped`](super::EngineStats::candidates_dropped)).
     fn hold_candidate(&mut self, relay: &RelayUrl, event: &VerifiedEvent) {
-        if self
-            .ours
-            .candidates
-            .iter()
-            .any(|(_, held)| held.id == event.id)
-        {
+        if self.ours.candidates.holds(&event.id) {
             return;
         }
         self.stats.not_ours += 1;
@@ -1430,11 +1479,30 @@ impl SyncEngine {
         // Layer 1 sync (forgotten if it becomes ours).
         self.stores
             .remember_refused(event, self.config.caps.refused_memory);
-        self.ours
-            .candidates
-            .push_back((relay.clone(), event.clone()));
-        while self.ours.candidates.len() > MAX_CANDIDATES {
-            self.ours.candidates.pop_front();
+        let dropped = self.ours.candidates.hold(relay, event);
+        if dropped > 0 {
+            self.stats.candidates_dropped += dropped as u64;
+            debug!(
+                dropped,
+                held = self.ours.candidates.len(),
+                bytes = self.ours.candidates.bytes(),
+                "oldest candidates dropped to stay within their caps"
+            );
+        }
+    }
+
+    /// Bytes held by the candidates (events not ours held in case they
+    /// become ours; at most [`MAX_CANDIDATE_BYTES`](super::MAX_CANDIDATE_BYTES)) and by the memory of
+    /// events refused for good (at most
+    /// [`Caps::refused_memory`](super::Caps::refused_memory) records of
+    /// bounded size): what strangers' events can make the engine hold
+    /// beyond its queues.
+    pub fn held_bytes(&self) -> HeldBytes {
+        HeldBytes {
+            candidates: self.ours.candidates.bytes(),
+            candidate_count: self.ours.candidates.len(),
+            refused: self.stores.refused_bytes(),
+            refused_count: self.stores.refused_count(),
         }
     }
 
@@ -1604,16 +1672,16 @@ impl SyncEngine {
         &mut self,
         now: Now,
         subscription_id: &SubscriptionId,
-        checked: Result<VerifiedEvent, Forged>,
+        checked: Result<VerifiedEvent, Refused>,
     ) {
         if !matches!(self.own.link, OwnLink::Open { .. }) {
             return self.own_ignored("event while not connected");
         }
         match checked {
             Ok(event) => self.on_own_event(now, subscription_id, event.into_event()),
-            Err(forged) => {
+            Err(refused) => {
                 if let Some(relay) = &self.own.url {
-                    forged_event(&mut self.stats, relay, &forged);
+                    count_refused(&mut self.stats, relay, &refused);
                 }
             }
         }
@@ -1944,6 +2012,7 @@ mod tests {
     //! Which Layer 1 events are ours ([`SyncEngine::is_ours`] and
     //! [`SyncEngine::admit_ours`]).
     use super::*;
+    use crate::engine::MAX_CANDIDATES;
     use crate::nip34::test_support::signed_event_by;
     use grasp_sync_test_support::ids::T0;
     use grasp_sync_test_support::nip34::Announcement;
@@ -2093,5 +2162,6 @@ mod tests {
             engine.admit_ours(now(), &remote(), &verified(event));
         }
         assert_eq!(engine.ours.candidates.len(), MAX_CANDIDATES);
+        assert_eq!(engine.stats().candidates_dropped, 10);
     }
 }

@@ -53,6 +53,10 @@ struct EnvSettings {
     base_backoff: Option<Duration>,
     max_backoff: Option<Duration>,
     batch_timeout: Option<Duration>,
+    max_event_bytes: Option<u64>,
+    max_event_tags: Option<u64>,
+    max_bad_events: Option<u64>,
+    max_message_bytes: Option<u64>,
 }
 
 impl EnvSettings {
@@ -62,6 +66,10 @@ impl EnvSettings {
             base_backoff: env_number("NGIT_SYNC_BASE_BACKOFF_SECS")?.map(Duration::from_secs),
             max_backoff: env_number("NGIT_SYNC_MAX_BACKOFF_SECS")?.map(Duration::from_secs),
             batch_timeout: env_number("NGIT_SYNC_BATCH_TIMEOUT_SECS")?.map(Duration::from_secs),
+            max_event_bytes: env_number("NGIT_SYNC_MAX_EVENT_BYTES")?,
+            max_event_tags: env_number("NGIT_SYNC_MAX_EVENT_TAGS")?,
+            max_bad_events: env_number("NGIT_SYNC_MAX_BAD_EVENTS")?,
+            max_message_bytes: env_number("NGIT_SYNC_MAX_MESSAGE_BYTES")?,
         })
     }
 
@@ -77,6 +85,24 @@ impl EnvSettings {
         }
         if let Some(timeout) = self.batch_timeout {
             config.timeouts.batch_timeout = timeout;
+        }
+        if let Some(bytes) = self.max_event_bytes {
+            config.limits.max_event_size = usize::try_from(bytes).unwrap_or(usize::MAX);
+        }
+        if let Some(tags) = self.max_event_tags {
+            config.limits.max_event_tags = usize::try_from(tags).unwrap_or(usize::MAX);
+        }
+        if let Some(bad) = self.max_bad_events {
+            config.caps.max_bad_events = bad;
+        }
+    }
+
+    /// The connection limits the environment sets over `config`.
+    fn apply_connection(&self, config: &mut ConnectionConfig) {
+        if let Some(bytes) = self.max_message_bytes {
+            let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+            config.max_message_size = bytes;
+            config.max_frame_size = bytes;
         }
     }
 }
@@ -263,9 +289,15 @@ impl SyncManagerBuilder {
 
     /// Reads the spec's environment variables: `NGIT_SYNC_BATCH_WINDOW_MS`,
     /// `NGIT_SYNC_BASE_BACKOFF_SECS`, `NGIT_SYNC_MAX_BACKOFF_SECS`, and
-    /// `NGIT_SYNC_BATCH_TIMEOUT_SECS` (`Timeouts::batch_timeout`). They
-    /// apply over [`SyncManagerBuilder::engine_config`] and under the
-    /// individual setters, whatever the order of the calls.
+    /// `NGIT_SYNC_BATCH_TIMEOUT_SECS` (`Timeouts::batch_timeout`), and the
+    /// size and refusal limits: `NGIT_SYNC_MAX_EVENT_BYTES`
+    /// (`Limits::max_event_size`), `NGIT_SYNC_MAX_EVENT_TAGS`
+    /// (`Limits::max_event_tags`), `NGIT_SYNC_MAX_BAD_EVENTS`
+    /// (`Caps::max_bad_events`) and `NGIT_SYNC_MAX_MESSAGE_BYTES`
+    /// ([`ConnectionConfig::max_message_size`] and `max_frame_size`). They
+    /// apply over [`SyncManagerBuilder::engine_config`] (and
+    /// [`SyncManagerBuilder::connection_config`]) and under the individual
+    /// setters, whatever the order of the calls.
     pub fn from_env(mut self) -> Result<Self, BuildError> {
         self.env = EnvSettings::read()?;
         Ok(self)
@@ -325,18 +357,20 @@ impl SyncManagerBuilder {
             policy: engine_config.identity.relay_policy.clone(),
             trusted: Arc::new(trusted),
         };
-        let seen = crate::decode::Remembered::new(self.connection.verified_signatures);
+        let mut connection = self.connection;
+        self.env.apply_connection(&mut connection);
+        let seen = crate::decode::Remembered::new(connection.verified_signatures);
         // Pings often enough that an idle relay answering them is heard
         // within every batch timeout.
-        let ping_interval = self
-            .connection
+        let ping_interval = connection
             .ping_interval
             .min(engine_config.liveness_probe_interval());
         let dialer = Dialer {
             seen: Some(Arc::new(seen)),
+            limits: engine_config.limits.size_limits(),
             config: ConnectionConfig {
                 ping_interval,
-                ..self.connection
+                ..connection
             },
             tls: tls_config()?,
             address,
@@ -386,6 +420,10 @@ mod tests {
             base_backoff: Some(Duration::from_secs(3)),
             max_backoff: None,
             batch_timeout: Some(Duration::from_secs(7)),
+            max_event_bytes: Some(1_000),
+            max_event_tags: Some(10),
+            max_bad_events: Some(5),
+            max_message_bytes: Some(4_000),
         };
         // engine_config after the environment: the environment still applies.
         let mut late_config = builder().batch_window(Duration::from_millis(50));
@@ -403,6 +441,20 @@ mod tests {
             "env applies over the base"
         );
         assert_eq!(config.timeouts.batch_timeout, Duration::from_secs(7));
+        assert_eq!(
+            (
+                config.limits.max_event_size,
+                config.limits.max_event_tags,
+                config.caps.max_bad_events
+            ),
+            (1_000, 10, 5)
+        );
+        let mut connection = ConnectionConfig::default();
+        env.apply_connection(&mut connection);
+        assert_eq!(
+            (connection.max_message_size, connection.max_frame_size),
+            (4_000, 4_000)
+        );
 
         let mut env_only = builder().engine_config(base);
         env_only.env = env;

@@ -56,7 +56,8 @@ impl Runner {
                 info!(%relay, reason, "own relay connection lost");
                 self.engine.handle_disconnected(now, relay);
             }
-            Report::Alive | Report::Limits(_) => {}
+            Report::MessageTooLarge(size) => self.engine.handle_message_too_large(now, relay, size),
+            Report::Alive | Report::Limits(_) | Report::Refused(_) => {}
             Report::Malformed(size) => debug!(%relay, size, "malformed frame from the own relay"),
         }
     }

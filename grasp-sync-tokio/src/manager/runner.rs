@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use grasp_sync_core::clock::{Clock, Now};
 use grasp_sync_core::engine::Command;
+use grasp_sync_core::screen::Refused;
 use grasp_sync_core::store::StoreError;
 use grasp_sync_core::transport::TransportError;
-use grasp_sync_core::verified::{Forged, VerifiedEvent};
+use grasp_sync_core::verified::VerifiedEvent;
 use nostr::prelude::{RelayUrl, SubscriptionId};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -233,8 +234,9 @@ impl Runner {
         self.on_events(&relay, &mut events);
     }
 
-    /// Hands a run of `EVENT`s from `relay` to the engine (a forged one is
-    /// counted by the engine, `dropped_forged`), and empties it.
+    /// Hands a run of `EVENT`s from `relay` to the engine (a refused one is
+    /// counted by the engine: `dropped_forged`, `dropped_off_filter` …),
+    /// and empties it.
     fn on_events(&mut self, relay: &RelayUrl, events: &mut Events) {
         if events.checked.is_empty() {
             return;
@@ -293,6 +295,15 @@ impl Runner {
                 self.count_received(relay, size);
                 self.engine
                     .handle_checked_event(now, relay, &subscription_id, checked);
+            }
+            Report::Refused(refused) => {
+                if let Refused::Oversized { bytes, .. } = refused {
+                    self.count_received(relay, bytes);
+                }
+                self.engine.handle_refused_event(now, relay, refused);
+            }
+            Report::MessageTooLarge(size) => {
+                self.engine.handle_message_too_large(now, relay, size);
             }
             Report::Alive => self.engine.handle_relay_alive(now, relay),
             Report::Malformed(size) => {
@@ -384,7 +395,7 @@ impl Runner {
 /// and their size on the wire.
 #[derive(Default)]
 struct Events {
-    checked: Vec<(SubscriptionId, Result<VerifiedEvent, Forged>)>,
+    checked: Vec<(SubscriptionId, Result<VerifiedEvent, Refused>)>,
     size: usize,
 }
 
@@ -392,7 +403,7 @@ impl Events {
     fn push(
         &mut self,
         subscription_id: SubscriptionId,
-        checked: Result<VerifiedEvent, Forged>,
+        checked: Result<VerifiedEvent, Refused>,
         size: usize,
     ) {
         self.checked.push((subscription_id, checked));

@@ -81,6 +81,9 @@ pub struct FaultPlan {
     /// Inject a forged copy of an EVENT in the same subscription: content changed, with
     /// the id kept (id mismatch) or recomputed (bad signature).
     pub forged: f64,
+    /// Forged copies injected each time `forged` strikes, each with its own content (a
+    /// flood of forged events: 1 in [`FaultPlan::none`]).
+    pub forged_copies: usize,
     /// Inject, into the subscription of an EVENT, a validly signed kind-1 note without
     /// tags (matches no sync filter).
     pub off_filter: f64,
@@ -123,6 +126,7 @@ impl FaultPlan {
             notice: 0.0,
             closed: 0.0,
             forged: 0.0,
+            forged_copies: 1,
             off_filter: 0.0,
             neg_err: 0.0,
             endless_negentropy: false,

@@ -222,10 +222,12 @@ impl ConnFaults {
             return out;
         }
         if is_event && rng.chance(plan.forged) {
-            if let Some(forged) = forge(&text, rng) {
-                stats.count(|c| &mut c.forged);
-                stats.injected(forged.id);
-                out.push(Out::Text(event_frame(sub, &forged), true));
+            for _ in 0..plan.forged_copies {
+                if let Some(forged) = forge(&text, rng) {
+                    stats.count(|c| &mut c.forged);
+                    stats.injected(forged.id);
+                    out.push(Out::Text(event_frame(sub, &forged), true));
+                }
             }
         }
         if is_event && rng.chance(plan.off_filter) {
