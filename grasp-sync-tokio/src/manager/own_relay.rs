@@ -13,16 +13,29 @@ use super::Runner;
 use crate::connection::{Dialer, WsTransport};
 use crate::inbound::Report;
 
+/// Largest WebSocket message or frame taken from the own relay. Its events
+/// passed your relay's own size limit when it accepted them, and one it
+/// holds over the limit for strangers' relays
+/// (`ConnectionConfig::max_message_size`) would end the self-subscription
+/// each time it is sent again, so that no later event of the own relay's
+/// could be read.
+pub(crate) const OWN_RELAY_MAX_MESSAGE: usize = 16 * 1024 * 1024;
+
 impl Connections {
     /// The own relay's connection: its events were accepted by it and are
-    /// not verified again, and its attempts are not relay sync's.
+    /// not verified again, its messages may be as large as
+    /// [`OWN_RELAY_MAX_MESSAGE`], and its attempts are not relay sync's.
     pub(super) fn own_transport(&self, url: RelayUrl) -> WsTransport {
         let sent = crate::connection::SentCounter {
             connects: None,
             ..self.sent_counter(&url)
         };
+        let mut config = self.dialer.config.clone();
+        config.max_message_size = config.max_message_size.max(OWN_RELAY_MAX_MESSAGE);
+        config.max_frame_size = config.max_frame_size.max(OWN_RELAY_MAX_MESSAGE);
         let dialer = Dialer {
             seen: None,
+            config,
             ..self.dialer.clone()
         };
         WsTransport::new(url, dialer, sent)
