@@ -327,6 +327,9 @@ const SYNC_TUNING: &[&str] = &[
     "NGIT_SYNC_MAX_EVENT_TAGS",
     "NGIT_SYNC_MAX_MESSAGE_BYTES",
     "NGIT_SYNC_MAX_BAD_EVENTS",
+    "NGIT_SYNC_MAX_RELAYS",
+    "NGIT_SYNC_MAX_RELAYS_PER_AUTHOR",
+    "NGIT_SYNC_RELAY_TRIAL_SECS",
 ];
 
 /// The variables the environment file names (commented or not).

@@ -274,7 +274,8 @@ pub struct Caps {
     /// announcement lists beyond it is counted and not synced until a
     /// tracked relay is dropped or yields its slot
     /// ([`Caps::relay_trial_period`]; checked every
-    /// [`Timeouts::disconnect_check_interval`]).
+    /// [`Timeouts::disconnect_check_interval`]). Default: 1 000
+    /// (`NGIT_SYNC_MAX_RELAYS`).
     pub max_relays: usize,
     /// Relays the announcements of one author (a repository's owner key)
     /// may bring in, of [`Caps::max_relays`]: a relay is charged to the
@@ -282,7 +283,8 @@ pub struct Caps {
     /// many announcements full of relays cannot take every slot. A relay
     /// over it waits (counted in
     /// [`EngineStats::relays_over_cap`](super::EngineStats::relays_over_cap))
-    /// until the author's relays free a slot. Default: 50.
+    /// until the author's relays free a slot. Default: 50
+    /// (`NGIT_SYNC_MAX_RELAYS_PER_AUTHOR`).
     pub max_relays_per_author: usize,
     /// How long a relay taken from an announcement may hold its slot
     /// without serving anything of ours (delivering an event of ours, or
@@ -291,7 +293,8 @@ pub struct Caps {
     /// [`EngineStats::relays_evicted`](super::EngineStats::relays_evicted))
     /// and waits as long again before it may take one back. A relay that
     /// serves never yields. Checked every
-    /// [`Timeouts::disconnect_check_interval`]. Default: 10 min.
+    /// [`Timeouts::disconnect_check_interval`]. Default: 10 min
+    /// (`NGIT_SYNC_RELAY_TRIAL_SECS`).
     pub relay_trial_period: Duration,
     /// Repositories tracked that no announcement of ours names (root events
     /// may arrive before their announcement). Root events of further such

@@ -57,6 +57,9 @@ struct EnvSettings {
     max_event_tags: Option<u64>,
     max_bad_events: Option<u64>,
     max_message_bytes: Option<u64>,
+    max_relays: Option<u64>,
+    max_relays_per_author: Option<u64>,
+    relay_trial_period: Option<Duration>,
 }
 
 impl EnvSettings {
@@ -70,6 +73,9 @@ impl EnvSettings {
             max_event_tags: env_number("NGIT_SYNC_MAX_EVENT_TAGS")?,
             max_bad_events: env_number("NGIT_SYNC_MAX_BAD_EVENTS")?,
             max_message_bytes: env_number("NGIT_SYNC_MAX_MESSAGE_BYTES")?,
+            max_relays: env_number("NGIT_SYNC_MAX_RELAYS")?,
+            max_relays_per_author: env_number("NGIT_SYNC_MAX_RELAYS_PER_AUTHOR")?,
+            relay_trial_period: env_number("NGIT_SYNC_RELAY_TRIAL_SECS")?.map(Duration::from_secs),
         })
     }
 
@@ -94,6 +100,15 @@ impl EnvSettings {
         }
         if let Some(bad) = self.max_bad_events {
             config.caps.max_bad_events = bad;
+        }
+        if let Some(relays) = self.max_relays {
+            config.caps.max_relays = usize::try_from(relays).unwrap_or(usize::MAX);
+        }
+        if let Some(relays) = self.max_relays_per_author {
+            config.caps.max_relays_per_author = usize::try_from(relays).unwrap_or(usize::MAX);
+        }
+        if let Some(period) = self.relay_trial_period {
+            config.caps.relay_trial_period = period;
         }
     }
 
@@ -294,7 +309,10 @@ impl SyncManagerBuilder {
     /// (`Limits::max_event_size`), `NGIT_SYNC_MAX_EVENT_TAGS`
     /// (`Limits::max_event_tags`), `NGIT_SYNC_MAX_BAD_EVENTS`
     /// (`Caps::max_bad_events`) and `NGIT_SYNC_MAX_MESSAGE_BYTES`
-    /// ([`ConnectionConfig::max_message_size`] and `max_frame_size`). They
+    /// ([`ConnectionConfig::max_message_size`] and `max_frame_size`), and the
+    /// relay slots: `NGIT_SYNC_MAX_RELAYS` (`Caps::max_relays`),
+    /// `NGIT_SYNC_MAX_RELAYS_PER_AUTHOR` (`Caps::max_relays_per_author`) and
+    /// `NGIT_SYNC_RELAY_TRIAL_SECS` (`Caps::relay_trial_period`). They
     /// apply over [`SyncManagerBuilder::engine_config`] (and
     /// [`SyncManagerBuilder::connection_config`]) and under the individual
     /// setters, whatever the order of the calls.
@@ -424,6 +442,9 @@ mod tests {
             max_event_tags: Some(10),
             max_bad_events: Some(5),
             max_message_bytes: Some(4_000),
+            max_relays: Some(300),
+            max_relays_per_author: Some(12),
+            relay_trial_period: Some(Duration::from_secs(90)),
         };
         // engine_config after the environment: the environment still applies.
         let mut late_config = builder().batch_window(Duration::from_millis(50));
@@ -448,6 +469,14 @@ mod tests {
                 config.caps.max_bad_events
             ),
             (1_000, 10, 5)
+        );
+        assert_eq!(
+            (
+                config.caps.max_relays,
+                config.caps.max_relays_per_author,
+                config.caps.relay_trial_period
+            ),
+            (300, 12, Duration::from_secs(90))
         );
         let mut connection = ConnectionConfig::default();
         env.apply_connection(&mut connection);
