@@ -9,7 +9,9 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use grasp_sync_core::transport::TransportError;
 use nostr::prelude::{ClientMessage, RelayUrl};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch};
+
+use crate::budget::{BufferedShare, InboundBudget, SharedBudget};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
@@ -55,6 +57,10 @@ pub struct ConnectionConfig {
     /// catches up (a message larger than this waits until nothing else of
     /// the relay is buffered).
     pub inbound_bytes_per_relay: usize,
+    /// Bytes of all relays' messages received and not yet handled, together:
+    /// past it every connection stops reading until the engine catches up
+    /// (each relay's share is still bounded by `inbound_bytes_per_relay`).
+    pub inbound_bytes_total: usize,
     /// Events whose signature was verified lately, remembered across
     /// relays (id and signature, ≈ 100 B each): the same event from another
     /// relay is not verified again. 0 remembers none.
@@ -69,6 +75,7 @@ impl Default for ConnectionConfig {
             ping_interval: Duration::from_secs(30),
             outgoing_queue: 4096,
             inbound_bytes_per_relay: 8 * 1024 * 1024,
+            inbound_bytes_total: 256 * 1024 * 1024,
             verified_signatures: 65_536,
         }
     }
@@ -103,6 +110,8 @@ pub(crate) struct Dialer {
     /// The size limits of one event (the engine's), checked before a
     /// frame is parsed.
     pub(crate) limits: SizeLimits,
+    /// The inbound byte budget all connections share.
+    pub(crate) shared_budget: SharedBudget,
 }
 
 /// The TLS configuration for `wss://`: rustls with ring and the webpki roots
@@ -128,8 +137,9 @@ pub(crate) struct WsTransport {
     outgoing: Option<mpsc::Sender<Outgoing>>,
     sent: SentCounter,
     tasks: Option<JoinSet<()>>,
-    /// The relay's inbound byte budget, shared by its connections.
-    budget: Arc<Semaphore>,
+    /// The relay's inbound byte budget, shared by its connections (and
+    /// drawing on the one all relays share).
+    budget: InboundBudget,
     /// The subscriptions the current connection asked for (a new table
     /// per connection), read by its decoding tasks.
     requested: Arc<std::sync::Mutex<Requested>>,
@@ -148,16 +158,16 @@ impl std::fmt::Debug for WsTransport {
 impl WsTransport {
     /// A connection to `relay`, not opened yet.
     pub(crate) fn new(relay: RelayUrl, connector: Dialer, sent: SentCounter) -> Self {
-        let budget = connector
-            .config
-            .inbound_bytes_per_relay
-            .clamp(1, Semaphore::MAX_PERMITS);
+        let budget = InboundBudget::new(
+            connector.config.inbound_bytes_per_relay,
+            connector.shared_budget.clone(),
+        );
         WsTransport {
             relay,
             connector,
             generation: 0,
             outgoing: None,
-            budget: Arc::new(Semaphore::new(budget)),
+            budget,
             sent,
             tasks: Some(JoinSet::new()),
             requested: Arc::default(),
@@ -285,7 +295,7 @@ struct Driver {
     generation: u64,
     connector: Dialer,
     outgoing: mpsc::Receiver<Outgoing>,
-    budget: Arc<Semaphore>,
+    budget: InboundBudget,
     /// Reports in arrival order, to the connection's forwarder.
     queue: mpsc::Sender<Queued>,
     /// What screens and verifies the connection's events; `None` when they
@@ -298,23 +308,21 @@ impl Driver {
         self.enqueue(Pending::Ready(report), None).await;
     }
 
-    /// Decodes a frame in a task of its own once the relay's inbound byte
-    /// budget has room for it: a relay cannot buffer more than the budget
-    /// in memory.
+    /// Decodes a frame in a task of its own once the inbound byte budgets
+    /// (the relay's and the shared one) have room for it: relays cannot
+    /// buffer more than the budgets in memory.
     async fn report_frames(&self, texts: Vec<tokio_tungstenite::tungstenite::Utf8Bytes>) {
-        let budget = self.connector.config.inbound_bytes_per_relay.max(1);
         let size: usize = texts.iter().map(|text| text.len()).sum();
-        let permits = u32::try_from(size.clamp(1, budget)).unwrap_or(u32::MAX);
         let mut shutdown = self.connector.shutdown.clone();
         let permit = tokio::select! {
-            permit = self.budget.clone().acquire_many_owned(permits) => permit.ok(),
+            share = self.budget.reserve(size) => share,
             _ = shutdown.changed() => return,
         };
         let pending = spawn_decode(texts, self.screen.clone());
         self.enqueue(pending, permit).await;
     }
 
-    async fn enqueue(&self, pending: Pending, budget: Option<OwnedSemaphorePermit>) {
+    async fn enqueue(&self, pending: Pending, budget: Option<BufferedShare>) {
         let mut shutdown = self.connector.shutdown.clone();
         if *shutdown.borrow() {
             return;

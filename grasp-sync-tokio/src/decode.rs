@@ -26,7 +26,9 @@ use futures_util::{FutureExt, StreamExt};
 use grasp_sync_core::screen::{Refused, Requested, SizeLimits};
 use grasp_sync_core::verified::{AuthorKeys, Forged, IdChecked, SeenSignatures, VerifiedEvent};
 use nostr::prelude::RelayMessage;
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, watch};
+
+use crate::budget::BufferedShare;
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
@@ -75,10 +77,10 @@ pub(crate) enum Pending {
 }
 
 /// One entry of a connection's ordered queue: the report and its share of
-/// the relay's inbound byte budget.
+/// the inbound byte budgets.
 pub(crate) struct Queued {
     pub(crate) pending: Pending,
-    pub(crate) budget: Option<OwnedSemaphorePermit>,
+    pub(crate) budget: Option<BufferedShare>,
 }
 
 /// What screens and verifies one connection's events: the signatures and

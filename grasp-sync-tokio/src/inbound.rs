@@ -1,10 +1,10 @@
 //! What connection tasks report to the manager: a [`Report`] tagged with
 //! its relay and connection generation ([`Inbound`]).
 
+use crate::budget::BufferedShare;
 use grasp_sync_core::screen::Refused;
 use grasp_sync_core::verified::VerifiedEvent;
 use nostr::prelude::{RelayMessage, RelayUrl, SubscriptionId};
-use tokio::sync::OwnedSemaphorePermit;
 
 /// What a connection task reports to the manager.
 #[derive(Debug)]
@@ -51,7 +51,8 @@ pub(crate) struct Inbound {
     pub(crate) relay: RelayUrl,
     pub(crate) generation: u64,
     pub(crate) reports: Vec<Report>,
-    /// The reports' share of the relay's inbound byte budget, given back
-    /// when they are dropped (after they were handled).
-    pub(crate) budget: Option<OwnedSemaphorePermit>,
+    /// The reports' share of the inbound byte budgets (the relay's and the
+    /// shared one), given back when they are dropped (after they were
+    /// handled).
+    pub(crate) budget: Option<BufferedShare>,
 }

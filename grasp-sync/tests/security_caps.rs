@@ -161,6 +161,10 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
             "ConnectionConfig::inbound_bytes_per_relay",
             size(c.inbound_bytes_per_relay),
         ),
+        (
+            "ConnectionConfig::inbound_bytes_total",
+            size(c.inbound_bytes_total),
+        ),
         ("ConnectionConfig::outgoing_queue", size(c.outgoing_queue)),
         (
             "ConnectionConfig::verified_signatures",

@@ -14,6 +14,7 @@ use nostr::prelude::RelayUrl;
 use tokio::sync::{mpsc, watch};
 
 use super::SyncManager;
+use crate::budget::SharedBudget;
 use crate::connection::{tls_config, ConnectionConfig, Dialer};
 use crate::metrics::Metrics;
 use crate::resolve::{AddressCheck, Resolver, SystemResolver};
@@ -390,6 +391,7 @@ impl SyncManagerBuilder {
                 ping_interval,
                 ..connection
             },
+            shared_budget: SharedBudget::new(connection.inbound_bytes_total),
             tls: tls_config()?,
             address,
             inbound: inbound_tx,
