@@ -59,6 +59,10 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
             "Caps::max_unconfirmed_stores",
             size(e.caps.max_unconfirmed_stores),
         ),
+        (
+            "Caps::max_unconfirmed_store_bytes",
+            size(e.caps.max_unconfirmed_store_bytes),
+        ),
         ("Caps::refused_memory", size(e.caps.refused_memory)),
         (
             "Caps::received_ids_per_relay",

@@ -251,6 +251,10 @@ pub struct Caps {
     /// Events handed to the store and not confirmed before no new historic
     /// job starts (backpressure on a slow store; bounds memory).
     pub max_unconfirmed_stores: usize,
+    /// Bytes of those events (their size as JSON) before no new historic
+    /// job starts: large events reach the memory bound long before the
+    /// count does. Default: 64 MiB.
+    pub max_unconfirmed_store_bytes: usize,
     /// Events the store refused for good (`blocked:`, `invalid:`, `pow:`,
     /// `restricted:` …) remembered so re-syncs do not download them again.
     pub refused_memory: usize,
@@ -330,6 +334,7 @@ impl Default for Caps {
     fn default() -> Self {
         Caps {
             max_unconfirmed_stores: 50_000,
+            max_unconfirmed_store_bytes: 64 * 1024 * 1024,
             refused_memory: 10_000,
             max_negentropy_rounds: 1_000,
             max_negentropy_need: 100_000,
@@ -404,6 +409,10 @@ impl EngineConfig {
             ("historic_slots", self.limits.historic_slots),
             ("max_relays", self.caps.max_relays),
             ("max_relays_per_author", self.caps.max_relays_per_author),
+            (
+                "max_unconfirmed_store_bytes",
+                self.caps.max_unconfirmed_store_bytes,
+            ),
             (
                 "max_relays_per_announcement",
                 self.caps.max_relays_per_announcement,

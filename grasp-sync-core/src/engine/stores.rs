@@ -18,6 +18,7 @@ use crate::clock::Instant;
 use crate::model::BatchId;
 use crate::nip34::is_root_kind;
 use crate::recent::RecentIds;
+use crate::screen::event_size;
 use crate::store::{IngestOutcome, StoreError};
 use crate::verified::VerifiedEvent;
 
@@ -89,6 +90,8 @@ pub(crate) struct InFlight {
 #[derive(Debug, Default)]
 pub(crate) struct StoreTracker {
     in_flight: HashMap<EventId, InFlight>,
+    /// The size of the events in `in_flight` ([`event_size`]).
+    in_flight_bytes: usize,
     /// Events refused for now, in the order they were first stored.
     retry: VecDeque<EventId>,
     retry_at: Option<Instant>,
@@ -145,10 +148,13 @@ impl StoreTracker {
 impl StoreTracker {
     /// `false` while more than
     /// [`Caps::max_unconfirmed_stores`](super::Caps::max_unconfirmed_stores)
-    /// events wait for the store: new historic jobs and next pages wait
-    /// (backpressure).
+    /// events, or more than
+    /// [`Caps::max_unconfirmed_store_bytes`](super::Caps::max_unconfirmed_store_bytes)
+    /// bytes of events, wait for the store: new historic jobs and next pages
+    /// wait (backpressure).
     pub(crate) fn keeps_up(&self, config: &EngineConfig) -> bool {
         self.in_flight.len() < config.caps.max_unconfirmed_stores
+            && self.in_flight_bytes < config.caps.max_unconfirmed_store_bytes
     }
 
     /// What becomes of the verified event `id` about to be handed to the
@@ -178,6 +184,7 @@ impl StoreTracker {
             // The store had nothing to answer: its silence counts from now.
             self.alive_at = Some(now);
         }
+        self.in_flight_bytes += event_size(event.event());
         self.in_flight.insert(
             event.id,
             InFlight {
@@ -268,7 +275,7 @@ impl StoreTracker {
             StoreVerdict::Refused(reason) | StoreVerdict::Unclear(reason) => {
                 self.refusals = None;
                 stats.store_refused += 1;
-                let done = self.in_flight.remove(id)?;
+                let done = self.take_in_flight(id)?;
                 warn!(id = %done.event.id, relay = %done.relay, reason, "store refused event; not downloading it again");
                 self.remember_refused(&done.event, config.caps.refused_memory);
                 Some((done, StoreVerdict::Refused(reason)))
@@ -276,7 +283,7 @@ impl StoreTracker {
             StoreVerdict::Stored | StoreVerdict::Duplicate => {
                 self.refusals = None;
                 self.stored_lately.insert(*id, ());
-                let done = self.in_flight.remove(id)?;
+                let done = self.take_in_flight(id)?;
                 let stored = verdict == StoreVerdict::Stored;
                 if stored {
                     if is_root_kind(done.event.kind) {
@@ -287,6 +294,15 @@ impl StoreTracker {
                 Some((done, verdict))
             }
         }
+    }
+
+    /// Takes `id` off the events waiting for the store, with its bytes.
+    fn take_in_flight(&mut self, id: &EventId) -> Option<InFlight> {
+        let done = self.in_flight.remove(id)?;
+        self.in_flight_bytes = self
+            .in_flight_bytes
+            .saturating_sub(event_size(done.event.event()));
+        Some(done)
     }
 
     /// Keeps what recognises a refused event ([`refused_record`]: no
@@ -397,6 +413,37 @@ mod tests {
         StoreVerdict::of(&Ok(IngestOutcome::Rejected {
             reason: reason.into(),
         }))
+    }
+
+    #[test]
+    fn large_events_waiting_for_the_store_hold_back_new_work_by_their_bytes() {
+        use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Kind};
+        let mut config = EngineConfig::default();
+        config.caps.max_unconfirmed_store_bytes = 100_000;
+        let relay = RelayUrl::parse("wss://relay.example.com").expect("url");
+        let keys = Keys::generate();
+        let events: Vec<VerifiedEvent> = (0..3)
+            .map(|n| {
+                let event =
+                    EventBuilder::new(Kind::Custom(1621), format!("{n}{}", "x".repeat(40_000)))
+                        .finalize(&keys)
+                        .expect("signs");
+                VerifiedEvent::verify(event).expect("valid")
+            })
+            .collect();
+        let first = events[0].id;
+        let mut tracker = StoreTracker::default();
+        let now = Instant::ZERO;
+        for event in events {
+            assert!(tracker.keeps_up(&config), "room before 100 000 bytes");
+            tracker.hand_over(event, &relay, None, now);
+        }
+        assert_eq!(tracker.in_flight(), 3, "far below the count cap");
+        assert!(!tracker.keeps_up(&config), "3 × 40 kB wait: past the bytes");
+        let mut stats = EngineStats::default();
+        let settled = tracker.answer(now, &first, StoreVerdict::Stored, &config, &mut stats);
+        assert!(settled.is_some());
+        assert!(tracker.keeps_up(&config), "one stored gives its bytes back");
     }
 
     #[test]
