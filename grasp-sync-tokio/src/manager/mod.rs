@@ -25,24 +25,24 @@
 //! - `warn_once`: `WarnOnce`, relays warned about once;
 //! - `summary`: the shutdown handle and the run's summary.
 //!
-//! The path of an `EVENT` from a relay's socket to the store (six tasks,
-//! five channels):
+//! The path of an `EVENT` from a relay's socket to the store (five tasks,
+//! four channels):
 //!
 //! 1. the connection's driver task reads the frame (with those already
 //!    received, up to 32) and spawns
-//! 2. a decoding task (parse, screen, verify; `crate::decode`), whose
-//!    handle (channel 1) goes on the connection's decode queue (channel 2)
-//!    to
-//! 3. the connection's forwarder task, which awaits the handles in arrival
-//!    order and sends the reports on the manager's inbound channel
-//!    (channel 3, shared by every connection) to
-//! 4. the runner, which hands a run of events with their subscription ids
-//!    to the engine in one call (`SyncEngine::handle_checked_events`) and
-//!    queues each `Command::Store` on the store queue (channel 4) for
-//! 5. the store worker, which hands the events queued together to the
+//! 2. a decoding task (parse, screen, verify; `crate::decode`) whose
+//!    handle (channel 1) the driver keeps in arrival order
+//!    (`crate::delivery`); between frames it sends each decoded run of
+//!    reports, the subscription id with each event, on the manager's
+//!    inbound channel (channel 2, shared by every connection) to
+//! 3. the runner, which hands the run of events with their subscription
+//!    ids to the engine in one call (`SyncEngine::handle_checked_events`:
+//!    the id parsed once, by the decoder) and queues each `Command::Store`
+//!    on the store queue (channel 3) for
+//! 4. the store worker, which hands the events queued together to the
 //!    store in one call; a `RelayStore` sends them on its ingest channel
-//!    (channel 5) to
-//! 6. the ingest connection's task, which writes them to the own relay.
+//!    (channel 4) to
+//! 5. the ingest connection's task, which writes them to the own relay.
 
 mod builder;
 mod connections;
