@@ -1,5 +1,6 @@
 //! One WebSocket connection to one relay: a driver task per connection that
-//! selects over the next frame, outgoing messages, a ping timer and shutdown,
+//! selects over the next frame, handing decoded reports to the manager
+//! ([`Delivery`]), outgoing messages, a ping timer and shutdown,
 //! and a [`WsTransport`] handle the manager executes the engine's commands
 //! on (connect, close, send a message).
 
@@ -11,22 +12,22 @@ use grasp_sync_core::transport::TransportError;
 use nostr::prelude::{ClientMessage, RelayUrl};
 use tokio::sync::{mpsc, watch};
 
-use crate::budget::{BufferedShare, InboundBudget, SharedBudget};
+use crate::budget::{InboundBudget, SharedBudget};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::Connector;
 use tracing::debug;
 
-use crate::decode::{
-    gather_texts, next_frame, spawn_decode, Forwarder, Pending, Queued, Screen, SharedSeen,
-};
+use crate::decode::{gather_texts, next_frame, spawn_decode, Pending, Screen, SharedSeen};
+use crate::delivery::Delivery;
 use crate::inbound::{Inbound, Report};
 use grasp_sync_core::screen::{Requested, SizeLimits};
 use tokio_tungstenite::tungstenite::error::CapacityError;
 
-/// Frames of one connection decoding or waiting to be handed to the
-/// manager (each also holds its share of the relay's byte budget).
+/// Reports of one connection decoding or waiting to be handed to the
+/// manager, at most (each also holds its share of the relay's byte
+/// budget): past it the connection stops reading.
 const DECODE_QUEUE: usize = 1024;
 
 /// Limits and timers of every connection.
@@ -248,20 +249,17 @@ impl WsTransport {
         let (sender, receiver) = mpsc::channel(self.connector.config.outgoing_queue);
         self.outgoing = Some(sender);
         self.requested = Arc::default();
-        let (queue, queued) = mpsc::channel(DECODE_QUEUE);
-        let forwarder = Forwarder {
-            relay: self.relay.clone(),
-            generation: self.generation,
-            inbound: self.connector.inbound.clone(),
-            shutdown: self.connector.shutdown.clone(),
-        };
         let driver = Driver {
             relay: self.relay.clone(),
             generation: self.generation,
             connector: self.connector.clone(),
             outgoing: receiver,
             budget: self.budget.clone(),
-            queue,
+            delivery: Delivery::new(
+                self.relay.clone(),
+                self.generation,
+                self.connector.inbound.clone(),
+            ),
             screen: self.connector.seen.clone().map(|seen| Screen {
                 seen,
                 requested: self.requested.clone(),
@@ -269,7 +267,6 @@ impl WsTransport {
             }),
         };
         if let Some(tasks) = &mut self.tasks {
-            tasks.spawn(forwarder.run(queued));
             tasks.spawn(driver.run(timeout));
         }
     }
@@ -289,48 +286,64 @@ enum Failure {
     Handshake(String),
 }
 
-/// The task of one connection.
+/// The task of one connection: it reads the frames, starts their
+/// decoding, hands the reports on in order, and writes what is sent.
 struct Driver {
     relay: RelayUrl,
     generation: u64,
     connector: Dialer,
     outgoing: mpsc::Receiver<Outgoing>,
     budget: InboundBudget,
-    /// Reports in arrival order, to the connection's forwarder.
-    queue: mpsc::Sender<Queued>,
+    /// Reports in arrival order, on their way to the manager.
+    delivery: Delivery,
     /// What screens and verifies the connection's events; `None` when they
     /// are trusted (the own relay's).
     screen: Option<Screen>,
 }
 
 impl Driver {
-    async fn report(&self, report: Report) {
-        self.enqueue(Pending::Ready(report), None).await;
+    /// Queues `report` after what the connection reported before.
+    fn report(&mut self, report: Report) {
+        self.delivery.push(Pending::Ready(report), None);
     }
 
-    /// Decodes a frame in a task of its own once the inbound byte budgets
-    /// (the relay's and the shared one) have room for it: relays cannot
-    /// buffer more than the budgets in memory.
-    async fn report_frames(&self, texts: Vec<tokio_tungstenite::tungstenite::Utf8Bytes>) {
+    /// Hands everything reported to the manager (unless it shuts down).
+    async fn flush(&mut self) {
+        let mut shutdown = self.connector.shutdown.clone();
+        while !self.delivery.is_empty() {
+            if *shutdown.borrow() {
+                return;
+            }
+            tokio::select! {
+                delivered = self.delivery.deliver_one() => if delivered.is_err() { return },
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+
+    /// Decodes frames in a task of their own once the inbound byte budgets
+    /// (the relay's and the shared one) have room for them (relays cannot
+    /// buffer more than the budgets in memory); meanwhile the reports
+    /// decoded before are handed on, which gives their budget back once the
+    /// manager handled them.
+    async fn report_frames(&mut self, texts: Vec<tokio_tungstenite::tungstenite::Utf8Bytes>) {
         let size: usize = texts.iter().map(|text| text.len()).sum();
         let mut shutdown = self.connector.shutdown.clone();
-        let permit = tokio::select! {
-            share = self.budget.reserve(size) => share,
-            _ = shutdown.changed() => return,
+        let acquire = self.budget.reserve(size);
+        tokio::pin!(acquire);
+        let permit = loop {
+            tokio::select! {
+                share = &mut acquire => break share,
+                delivered = self.delivery.deliver_one(), if !self.delivery.is_empty() => {
+                    if delivered.is_err() {
+                        return;
+                    }
+                }
+                _ = shutdown.changed() => return,
+            }
         };
         let pending = spawn_decode(texts, self.screen.clone());
-        self.enqueue(pending, permit).await;
-    }
-
-    async fn enqueue(&self, pending: Pending, budget: Option<BufferedShare>) {
-        let mut shutdown = self.connector.shutdown.clone();
-        if *shutdown.borrow() {
-            return;
-        }
-        tokio::select! {
-            _ = self.queue.send(Queued { pending, budget }) => {}
-            _ = shutdown.changed() => {}
-        }
+        self.delivery.push(pending, permit);
     }
 
     async fn run(mut self, timeout: Duration) {
@@ -367,28 +380,26 @@ impl Driver {
             _ = shutdown.changed() => return,
         };
         let ws = match ws {
-            Ok(Ok((ws, _))) => ws,
+            Ok(Ok((ws, _))) => Ok(ws),
             Ok(Err(Failure::Dial(crate::resolve::DialError::Refused(error)))) => {
-                return self.report(Report::AddressRefused(error.to_string())).await
+                Err(Report::AddressRefused(error.to_string()))
             }
-            Ok(Err(Failure::Dial(error))) => {
-                return self.report(Report::ConnectFailed(error.to_string())).await
-            }
-            Ok(Err(Failure::Handshake(error))) => {
-                return self.report(Report::ConnectFailed(error)).await
-            }
-            Err(_) => {
-                return self
-                    .report(Report::ConnectFailed("connect timed out".into()))
-                    .await
-            }
+            Ok(Err(Failure::Dial(error))) => Err(Report::ConnectFailed(error.to_string())),
+            Ok(Err(Failure::Handshake(error))) => Err(Report::ConnectFailed(error)),
+            Err(_) => Err(Report::ConnectFailed("connect timed out".into())),
         };
-        self.report(Report::Connected).await;
-        let reason = self.pump(ws, shutdown).await;
-        debug!(relay = %self.relay, reason, "connection closed");
-        if let Some(reason) = reason {
-            self.report(Report::Disconnected(reason)).await;
+        match ws {
+            Ok(ws) => {
+                self.report(Report::Connected);
+                let reason = self.pump(ws, shutdown).await;
+                debug!(relay = %self.relay, reason, "connection closed");
+                if let Some(reason) = reason {
+                    self.report(Report::Disconnected(reason));
+                }
+            }
+            Err(failure) => self.report(failure),
         }
+        self.flush().await;
     }
 
     /// Fetches the relay's NIP-11 limits in a task of its own and reports
@@ -425,7 +436,10 @@ impl Driver {
     }
 
     /// Runs the open connection; returns why it ended, or `None` when we
-    /// closed it (shutdown or a `Disconnect` command).
+    /// closed it (shutdown or a `Disconnect` command) or the manager is
+    /// gone. Decoded reports are handed on between frames; past
+    /// [`DECODE_QUEUE`] waiting, no frame is read until the manager took
+    /// some.
     async fn pump(
         &mut self,
         ws: tokio_tungstenite::WebSocketStream<
@@ -441,21 +455,27 @@ impl Driver {
         let mut awaiting_pong = false;
         loop {
             tokio::select! {
-                frame = next_frame(&mut stream, &mut held) => match frame {
+                delivered = self.delivery.deliver_one(), if !self.delivery.is_empty() => {
+                    if delivered.is_err() {
+                        let _ = sink.close().await;
+                        return None;
+                    }
+                }
+                frame = next_frame(&mut stream, &mut held), if self.delivery.len() < DECODE_QUEUE => match frame {
                     Some(Ok(Message::Text(text))) => {
                         let texts = gather_texts(text, &mut stream, &mut held);
                         self.report_frames(texts).await
                     }
                     Some(Ok(Message::Pong(_))) => {
                         awaiting_pong = false;
-                        self.report(Report::Alive).await;
+                        self.report(Report::Alive);
                     }
                     Some(Ok(Message::Close(frame))) => return Some(format!("closed by relay: {frame:?}")),
                     Some(Ok(_)) => {}
                     Some(Err(WsError::Capacity(CapacityError::MessageTooLong { size, .. }))) => {
                         // WebSocket cannot skip it: the connection is lost;
                         // the engine counts it and backs off.
-                        self.report(Report::MessageTooLarge(size)).await;
+                        self.report(Report::MessageTooLarge(size));
                         return None;
                     }
                     Some(Err(error)) => return Some(error.to_string()),

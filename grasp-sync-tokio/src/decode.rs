@@ -12,9 +12,9 @@
 //! Text frames are parsed (and each `EVENT`'s id and signature checked) in
 //! tasks of their own (the frames already received together, up to 32, in
 //! one task), so one relay's events are verified on every core of
-//! the runtime instead of on the engine's thread. A forwarder task awaits
-//! the results in the order the frames arrived (an `EOSE` never overtakes
-//! the events before it) and hands them to the manager. Events verified
+//! the runtime instead of on the engine's thread. The connection's driver
+//! hands the results on in the order the frames arrived
+//! ([`Delivery`](crate::delivery::Delivery)). Events verified
 //! lately are recalled from a cache shared by every connection
 //! ([`SeenSignatures`]): the same event from a second relay costs a hash,
 //! not a second signature check. Authors' keys parsed lately are reused
@@ -26,13 +26,10 @@ use futures_util::{FutureExt, StreamExt};
 use grasp_sync_core::screen::{Refused, Requested, SizeLimits};
 use grasp_sync_core::verified::{AuthorKeys, Forged, IdChecked, SeenSignatures, VerifiedEvent};
 use nostr::prelude::RelayMessage;
-use tokio::sync::{mpsc, watch};
-
-use crate::budget::BufferedShare;
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
-use crate::inbound::{Inbound, Report};
+use crate::inbound::Report;
 
 /// What verification remembers, shared by a manager's connections; `None`
 /// on a connection whose events are trusted (the own relay's).
@@ -74,13 +71,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) enum Pending {
     Ready(Report),
     Decoding(JoinHandle<Vec<Report>>),
-}
-
-/// One entry of a connection's ordered queue: the report and its share of
-/// the inbound byte budgets.
-pub(crate) struct Queued {
-    pub(crate) pending: Pending,
-    pub(crate) budget: Option<BufferedShare>,
 }
 
 /// What screens and verifies one connection's events: the signatures and
@@ -216,47 +206,6 @@ where
         }
     }
     texts
-}
-
-/// What the forwarder of one connection needs.
-pub(crate) struct Forwarder {
-    pub(crate) relay: nostr::prelude::RelayUrl,
-    pub(crate) generation: u64,
-    pub(crate) inbound: mpsc::Sender<Inbound>,
-    pub(crate) shutdown: watch::Receiver<bool>,
-}
-
-impl Forwarder {
-    /// Hands the queued reports to the manager in order (the frames
-    /// decoded together in one message), until the queue closes (the
-    /// connection ended and everything before was handed on) or the manager
-    /// shuts down.
-    pub(crate) async fn run(mut self, mut queue: mpsc::Receiver<Queued>) {
-        while let Some(Queued { pending, budget }) = queue.recv().await {
-            let reports = match pending {
-                Pending::Ready(report) => vec![report],
-                Pending::Decoding(task) => match task.await {
-                    Ok(reports) => reports,
-                    // The decoding task panicked or was aborted (runtime
-                    // shutting down): the frames count as malformed.
-                    Err(_) => vec![Report::Malformed(0)],
-                },
-            };
-            let inbound = Inbound {
-                relay: self.relay.clone(),
-                generation: self.generation,
-                reports,
-                budget,
-            };
-            if *self.shutdown.borrow() {
-                return;
-            }
-            tokio::select! {
-                sent = self.inbound.send(inbound) => if sent.is_err() { return },
-                _ = self.shutdown.changed() => return,
-            }
-        }
-    }
 }
 
 #[cfg(test)]

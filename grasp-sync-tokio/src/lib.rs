@@ -41,6 +41,7 @@ mod clock;
 mod connection;
 mod database;
 mod decode;
+mod delivery;
 mod inbound;
 mod manager;
 mod metrics;

@@ -1,80 +1,73 @@
 //! The runtime: one task owns the engine, feeds it what the connections
-//! (the own relay's included) report, executes its commands, and wakes at
-//! its deadline. No decision is taken here.
+//! (the own relay's included) and the store task report, executes its
+//! commands, and wakes at its deadlines. The sync's decisions are the
+//! engine's; what this adds is I/O (which connection or queue a command
+//! goes to, how many events are at the store at once, how often the status
+//! is published).
 //!
+//! One type per file, each owned by one task:
+//!
+//! - [`SyncManager`] (here): the public handle; `run` runs the `Runner`
+//!   on the caller's task;
 //! - [`builder`]: settings and their precedence, building the manager;
-//! - `runner`: the loop's state, the connections, status and shutdown;
-//! - `own_relay`: the self-subscriber's connection and its reports;
-//! - `store_worker`: the store task and its answers;
+//! - `runner`: `Runner`, the run loop's task: the engine, feeding it,
+//!   executing its commands, counting, shutdown;
+//! - `connections`: `Connections`, owned by the runner: every relay's
+//!   connection and the own relay's (each connection's driver and decoding
+//!   tasks are `crate::connection`'s);
+//! - `store_queue`: `StoreQueue`, owned by the runner: the store task's job
+//!   queue, the jobs a full queue refused, the task;
+//! - `store_worker`: `StoreWorker`, the store task: its end of the
+//!   channels, how many events are at the store at once, how many go in
+//!   one call;
+//! - `status_feed`: `StatusFeed`, owned by the runner: the status
+//!   snapshots and their interval;
+//! - `warn_once`: `WarnOnce`, relays warned about once;
 //! - `summary`: the shutdown handle and the run's summary.
+//!
+//! The path of an `EVENT` from a relay's socket to the store (five tasks,
+//! four channels):
+//!
+//! 1. the connection's driver task reads the frame (with those already
+//!    received, up to 32) and spawns
+//! 2. a decoding task (parse, screen, verify; `crate::decode`) whose
+//!    handle (channel 1) the driver keeps in arrival order
+//!    (`crate::delivery`); between frames it sends each decoded run of
+//!    reports, the subscription id with each event, on the manager's
+//!    inbound channel (channel 2, shared by every connection) to
+//! 3. the runner, which hands the run of events with their subscription
+//!    ids to the engine in one call (`SyncEngine::handle_checked_events`:
+//!    the id parsed once, by the decoder) and queues each `Command::Store`
+//!    on the store queue (channel 3) for
+//! 4. the store worker, which hands the events queued together to the
+//!    store in one call; a `RelayStore` sends them on its ingest channel
+//!    (channel 4) to
+//! 5. the ingest connection's task, which writes them to the own relay.
 
 mod builder;
-mod own_relay;
+mod connections;
 mod runner;
+mod status_feed;
+mod store_queue;
 mod store_worker;
 mod summary;
+mod warn_once;
 
-use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Duration;
 
 use grasp_sync_core::engine::SyncEngine;
 use grasp_sync_core::store::EventStore;
-use nostr::prelude::{Event, RelayUrl};
+use nostr::prelude::Event;
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinSet;
 
 pub use builder::{BuildError, SyncManagerBuilder};
 pub use summary::{ShutdownHandle, Summary};
 
-use crate::clock::TokioClock;
 use crate::connection::Dialer;
 use crate::inbound::Inbound;
 use crate::metrics::Metrics;
 use crate::status::SyncStatus;
-use runner::Connections;
-use store_worker::store_worker;
-
-/// The run loop's state.
-struct Runner {
-    engine: SyncEngine,
-    clock: TokioClock,
-    connections: Connections,
-    store_task: JoinSet<()>,
-    metrics: Metrics,
-    summary: Summary,
-    status: watch::Sender<SyncStatus>,
-    /// When the status was last refreshed.
-    status_at: tokio::time::Instant,
-    /// A status refresh held back by the interval, due then.
-    status_due: Option<tokio::time::Instant>,
-    /// Relays whose refused address was warned about.
-    address_refusals: WarnOnce,
-}
-
-/// Remembers which relays were warned about (at most
-/// [`WarnOnce::REMEMBERED`]; past that, every refusal is logged at `debug`).
-#[derive(Debug, Default)]
-struct WarnOnce(std::collections::HashSet<RelayUrl>);
-
-impl WarnOnce {
-    const REMEMBERED: usize = 10_000;
-
-    /// `true` the first time `relay` is seen.
-    fn warn_once(&mut self, relay: &RelayUrl) -> bool {
-        self.0.len() < Self::REMEMBERED && self.0.insert(relay.clone())
-    }
-}
-
-/// Store jobs queued for the store task before more are answered "store
-/// queue full" (the engine then retries them with backoff).
-const STORE_QUEUE: usize = 65_536;
-
-/// Relay reports (or store answers) handled in one go when they are
-/// already waiting, at least: a message carrying several (the frames
-/// decoded together, a batch of store answers) is handled whole.
-const INBOUND_BURST: usize = 256;
+use runner::Runner;
 
 /// Runs GRASP-02 proactive sync against real relays.
 ///
@@ -162,108 +155,22 @@ impl SyncManager {
             store,
             metrics,
             dialer,
-            mut inbound,
-            mut own_events,
+            inbound,
+            own_events,
             shutdown_tx,
             status_tx,
             ..
         } = self;
-        let clock = TokioClock::new();
-        let (store_jobs, store_jobs_rx) = mpsc::channel(STORE_QUEUE);
-        let (store_results_tx, mut store_results) = mpsc::channel(4096);
-        let mut store_task = JoinSet::new();
-        store_task.spawn(store_worker(
-            store,
-            store_jobs_rx,
-            store_results_tx,
-            shutdown_tx.subscribe(),
-        ));
-        let mut connections = Connections {
-            dialer,
-            transports: HashMap::new(),
-            own: None,
-            store_jobs,
-            overflow: Vec::new(),
-            sent: Arc::new(AtomicU64::new(0)),
-            bytes_sent: metrics.bytes_sent.clone(),
-            connection_attempts: metrics.connection_attempts.clone(),
-            metrics: metrics.clone(),
-        };
-        connections.own = engine
-            .config()
-            .identity
-            .own_relay
-            .clone()
-            .map(|url| connections.own_transport(url));
-        let mut runner = Runner {
+        let (runner, store_results) = Runner::start(
             engine,
-            clock,
-            connections,
-            store_task,
+            store,
+            dialer,
             metrics,
-            summary: Summary::default(),
-            status: status_tx,
-            status_at: tokio::time::Instant::now(),
-            status_due: None,
-            address_refusals: WarnOnce::default(),
-        };
-        let mut shutdown = shutdown_tx.subscribe();
-        let mut tick = tokio::time::interval(Duration::from_secs(2));
-        let now = runner.clock_now();
-        runner.engine.handle_timeout(now);
-        loop {
-            if *shutdown.borrow_and_update() {
-                break;
-            }
-            runner.drain_commands();
-            runner.refresh_status(false);
-            let deadline = runner.next_deadline();
-            // Biased: messages already received are handled before a
-            // deadline fires, so a reply waiting in the queue is never taken
-            // for silence.
-            tokio::select! {
-                biased;
-                _ = shutdown.changed() => break,
-                Some(result) = store_results.recv() => {
-                    let mut handled = result.len();
-                    runner.on_store_result(result);
-                    while handled < INBOUND_BURST {
-                        let Ok(result) = store_results.try_recv() else { break };
-                        handled += result.len();
-                        runner.drain_commands();
-                        runner.on_store_result(result);
-                    }
-                }
-                Some(message) = inbound.recv() => {
-                    let mut handled = message.reports.len();
-                    runner.on_inbound(message);
-                    // What else already arrived is handled (each after the
-                    // commands of the one before) before the deadlines and
-                    // the status are looked at again: their cost is paid
-                    // once per burst, not per message.
-                    while handled < INBOUND_BURST {
-                        let Ok(message) = inbound.try_recv() else { break };
-                        handled += message.reports.len();
-                        runner.drain_commands();
-                        runner.on_inbound(message);
-                    }
-                }
-                Some(event) = own_events.recv() => {
-                    let now = runner.clock_now();
-                    runner.engine.handle_own_events(now, [event]);
-                }
-                _ = tokio::time::sleep_until(deadline) => {
-                    let now = runner.clock_now();
-                    runner.engine.handle_timeout(now);
-                }
-                _ = tick.tick() => {
-                    runner.update_metrics();
-                    runner.refresh_status(true);
-                }
-            }
-        }
-        let _ = shutdown_tx.send(true);
-        drop(inbound);
-        runner.stop().await
+            status_tx,
+            shutdown_tx.subscribe(),
+        );
+        runner
+            .run(inbound, own_events, store_results, shutdown_tx)
+            .await
     }
 }

@@ -1,169 +1,186 @@
-//! The run loop's state: the engine, the connections, the store task, the
-//! metrics. It feeds the engine what happens and executes its commands
-//! ([`Connections::execute`]); it decides nothing.
+//! The run loop's state ([`Runner`]): the engine and what executes its
+//! commands. It feeds the engine what the connections and the store task
+//! report, executes the engine's commands (on [`Connections`], or as store
+//! work on the [`StoreQueue`]), counts traffic for the metrics and the
+//! summary, and publishes the status; it decides nothing about the sync.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use grasp_sync_core::clock::{Clock, Now};
-use grasp_sync_core::engine::Command;
+use grasp_sync_core::engine::{StoreVerdict, SyncEngine};
 use grasp_sync_core::screen::Refused;
-use grasp_sync_core::store::StoreError;
-use grasp_sync_core::transport::TransportError;
+use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
 use grasp_sync_core::verified::VerifiedEvent;
-use nostr::prelude::{RelayUrl, SubscriptionId};
-use tokio::sync::mpsc;
+use nostr::prelude::{EventId, RelayUrl, SubscriptionId};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
-use super::store_worker::StoreJob;
+use super::connections::Connections;
+use super::status_feed::StatusFeed;
+use super::store_queue::StoreQueue;
+use super::store_worker::{StoreJob, StoreResult};
 use super::summary::Summary;
-use super::Runner;
-use crate::connection::{Dialer, SentCounter, WsTransport};
+use super::warn_once::WarnOnce;
+use crate::clock::TokioClock;
+use crate::connection::Dialer;
 use crate::inbound::{Inbound, Report};
+use crate::metrics::Metrics;
 use crate::status::SyncStatus;
 
-/// The shortest interval between two status snapshots.
-pub(crate) const STATUS_INTERVAL: Duration = Duration::from_millis(100);
+/// Relay reports (or store answers) handled in one go when they are
+/// already waiting, at least: a message carrying several (the frames
+/// decoded together, a batch of store answers) is handled whole.
+const INBOUND_BURST: usize = 256;
 
-/// Where the engine's commands are executed: one connection per relay, the
-/// own relay's connection, and the store task.
-pub(super) struct Connections {
-    pub(super) dialer: Dialer,
-    pub(super) transports: HashMap<RelayUrl, WsTransport>,
-    /// The self-subscriber's connection to the own relay (its events are not
-    /// verified again, its attempts are not relay sync's).
-    pub(super) own: Option<WsTransport>,
-    pub(super) store_jobs: mpsc::Sender<StoreJob>,
-    /// Store work refused because the store task's queue was full, to be
-    /// answered to the engine as a transient store failure.
-    pub(super) overflow: Vec<StoreJob>,
-    pub(super) sent: Arc<AtomicU64>,
-    pub(super) bytes_sent: prometheus::IntCounterVec,
-    pub(super) connection_attempts: prometheus::IntCounterVec,
-    /// To remove a forgotten relay's series.
-    pub(super) metrics: crate::metrics::Metrics,
-}
-
-impl Connections {
-    /// The bytes-sent counters of `relay`.
-    pub(super) fn sent_counter(&self, relay: &RelayUrl) -> SentCounter {
-        sent_counter(
-            &self.sent,
-            &self.bytes_sent,
-            &self.connection_attempts,
-            relay,
-        )
-    }
-}
-
-/// The bytes-sent counters of `relay`: the run's total, the relay's bytes,
-/// its connection attempts.
-fn sent_counter(
-    total: &Arc<AtomicU64>,
-    bytes_sent: &prometheus::IntCounterVec,
-    attempts: &prometheus::IntCounterVec,
-    relay: &RelayUrl,
-) -> SentCounter {
-    SentCounter {
-        total: total.clone(),
-        relay: bytes_sent.with_label_values(&[relay.as_str()]),
-        connects: Some(attempts.with_label_values(&[relay.as_str(), "started"])),
-    }
-}
-
-impl Connections {
-    /// Executes one of the engine's commands: on the relay's connection
-    /// (created on first use; the own relay's for its URL), or as store
-    /// work. An error means the connection could not take the message.
-    pub(super) fn execute(&mut self, command: Command) -> Result<(), TransportError> {
-        match command {
-            Command::Connect { relay, timeout } => self.transport(&relay).connect(timeout),
-            Command::Disconnect { relay } => self.transport(&relay).close(),
-            Command::Forget { relay } => self.forget(&relay),
-            Command::QueryLocalItems { relay, id, filter } => {
-                self.queue_store_job(StoreJob::Items {
-                    relay,
-                    id,
-                    filter: Box::new(filter),
-                })
-            }
-            Command::Store { relay, event } => {
-                self.queue_store_job(StoreJob::Ingest { relay, event })
-            }
-            command => {
-                if let Some(message) = command.client_message() {
-                    return self.transport(command.relay()).send(message);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The connection of `relay`, created on first use.
-    fn transport(&mut self, relay: &RelayUrl) -> &mut WsTransport {
-        let Connections {
-            own,
-            transports,
-            dialer,
-            sent,
-            bytes_sent,
-            connection_attempts,
-            ..
-        } = self;
-        match own {
-            Some(own) if own.relay_url() == relay => own,
-            _ => transports.entry(relay.clone()).or_insert_with(|| {
-                let counter = sent_counter(sent, bytes_sent, connection_attempts, relay);
-                WsTransport::new(relay.clone(), dialer.clone(), counter)
-            }),
-        }
-    }
-
-    /// A relay no longer tracked: its connection closes, its driver tasks
-    /// end (dropping their set aborts what is left), and its metric series
-    /// go, so strangers' relays cannot grow either without bound.
-    fn forget(&mut self, relay: &RelayUrl) {
-        if let Some(mut transport) = self.transports.remove(relay) {
-            transport.close();
-        }
-        self.metrics.forget_relay(relay);
-    }
-
-    /// Hands a job to the store task; a full queue (a store far behind)
-    /// sends it back as a transient failure instead of growing memory.
-    fn queue_store_job(&mut self, job: StoreJob) {
-        match self.store_jobs.try_send(job) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(job)) => self.overflow.push(job),
-            Err(mpsc::error::TrySendError::Closed(_)) => warn!("the store task stopped"),
-        }
-    }
+/// The engine, where its commands are executed, and what is counted of
+/// the run.
+pub(super) struct Runner {
+    engine: SyncEngine,
+    clock: TokioClock,
+    connections: Connections,
+    store: StoreQueue,
+    metrics: Metrics,
+    summary: Summary,
+    status: StatusFeed,
+    /// Relays whose refused address was warned about.
+    address_refusals: WarnOnce,
 }
 
 impl Runner {
+    /// A runner for `engine`, its store task started on `store` (its
+    /// answers come on the receiver returned).
+    pub(super) fn start(
+        engine: SyncEngine,
+        store: Arc<dyn EventStore>,
+        dialer: Dialer,
+        metrics: Metrics,
+        status: watch::Sender<SyncStatus>,
+        shutdown: watch::Receiver<bool>,
+    ) -> (Self, mpsc::Receiver<StoreResult>) {
+        let (store, store_results) = StoreQueue::start(store, shutdown);
+        let own_relay = engine.config().identity.own_relay.clone();
+        let runner = Runner {
+            engine,
+            clock: TokioClock::new(),
+            connections: Connections::new(dialer, metrics.clone(), own_relay),
+            store,
+            metrics,
+            summary: Summary::default(),
+            status: StatusFeed::new(status),
+            address_refusals: WarnOnce::default(),
+        };
+        (runner, store_results)
+    }
+
+    /// Runs the loop until shutdown: what arrived is handed to the engine
+    /// (already waiting messages in bursts), the engine's commands are
+    /// executed after each input, its deadlines fire, the status and the
+    /// metrics are refreshed. Then every task is stopped.
+    pub(super) async fn run(
+        mut self,
+        mut inbound: mpsc::Receiver<Inbound>,
+        mut own_events: mpsc::Receiver<nostr::prelude::Event>,
+        mut store_results: mpsc::Receiver<StoreResult>,
+        shutdown_tx: watch::Sender<bool>,
+    ) -> Summary {
+        let mut shutdown = shutdown_tx.subscribe();
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        self.on_timeout();
+        loop {
+            if *shutdown.borrow_and_update() {
+                break;
+            }
+            self.drain_commands();
+            self.refresh_status(false);
+            let deadline = self.next_deadline();
+            // Biased: messages already received are handled before a
+            // deadline fires, so a reply waiting in the queue is never taken
+            // for silence.
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => break,
+                Some(result) = store_results.recv() => {
+                    let mut handled = result.len();
+                    self.on_store_result(result);
+                    while handled < INBOUND_BURST {
+                        let Ok(result) = store_results.try_recv() else { break };
+                        handled += result.len();
+                        self.drain_commands();
+                        self.on_store_result(result);
+                    }
+                }
+                Some(message) = inbound.recv() => {
+                    let mut handled = message.reports.len();
+                    self.on_inbound(message);
+                    // What else already arrived is handled (each after the
+                    // commands of the one before) before the deadlines and
+                    // the status are looked at again: their cost is paid
+                    // once per burst, not per message.
+                    while handled < INBOUND_BURST {
+                        let Ok(message) = inbound.try_recv() else { break };
+                        handled += message.reports.len();
+                        self.drain_commands();
+                        self.on_inbound(message);
+                    }
+                }
+                Some(event) = own_events.recv() => self.on_own_event(event),
+                _ = tokio::time::sleep_until(deadline) => self.on_timeout(),
+                _ = tick.tick() => {
+                    self.update_metrics();
+                    self.refresh_status(true);
+                }
+            }
+        }
+        let _ = shutdown_tx.send(true);
+        drop(inbound);
+        self.stop().await
+    }
+
     /// The engine's view of now.
-    pub(super) fn clock_now(&self) -> Now {
+    fn clock_now(&self) -> Now {
         self.clock.read()
     }
 
-    /// Executes the engine's commands (step 2 of its driving contract);
-    /// store work the full store queue refused is answered as a transient
-    /// failure (the engine retries it with the relay health's backoff).
-    pub(super) fn drain_commands(&mut self) {
+    /// The engine's deadlines that are due now fire.
+    fn on_timeout(&mut self) {
+        let now = self.clock_now();
+        self.engine.handle_timeout(now);
+    }
+
+    /// Events the embedding relay accepted, for the self-subscriber.
+    fn on_own_event(&mut self, event: nostr::prelude::Event) {
+        let now = self.clock_now();
+        self.engine.handle_own_events(now, [event]);
+    }
+
+    /// Executes the engine's commands (step 2 of its driving contract):
+    /// store work on the store queue, the rest on the connections. Store
+    /// work the full queue refused is answered as a transient failure (the
+    /// engine retries it with the relay health's backoff).
+    fn drain_commands(&mut self) {
         loop {
             let now = self.clock_now();
-            let connections = &mut self.connections;
-            self.engine
-                .execute_commands(now, |command| connections.execute(command));
-            let overflow = std::mem::take(&mut self.connections.overflow);
-            if overflow.is_empty() {
+            let Runner {
+                engine,
+                connections,
+                store,
+                ..
+            } = self;
+            engine.execute_commands(now, |command| match StoreJob::of(command) {
+                Ok(job) => {
+                    store.queue(job);
+                    Ok(())
+                }
+                Err(command) => connections.execute(command),
+            });
+            let refused = self.store.take_refused();
+            if refused.is_empty() {
                 return;
             }
             let full = || StoreError::unavailable("store queue full");
-            for job in overflow {
+            for job in refused {
                 match job {
                     StoreJob::Ingest { event, .. } => {
                         self.engine
@@ -180,20 +197,21 @@ impl Runner {
 
     /// The engine's next deadline (the own relay's reconnect included) or
     /// a held-back status refresh, capped so the loop never sleeps forever.
-    pub(super) fn next_deadline(&self) -> tokio::time::Instant {
+    fn next_deadline(&self) -> tokio::time::Instant {
         let far = tokio::time::Instant::now() + Duration::from_secs(3600);
         self.engine
             .poll_timeout()
             .map(|at| self.clock.to_tokio(at))
             .into_iter()
-            .chain(self.status_due)
+            .chain(self.status.due())
             .min()
             .unwrap_or(far)
     }
 
     /// Reports from a connection task, in order: a run of `EVENT`s goes to
-    /// the engine in one call.
-    pub(super) fn on_inbound(&mut self, inbound: Inbound) {
+    /// the engine in one call. Reports of an earlier connection are stale
+    /// and dropped.
+    fn on_inbound(&mut self, inbound: Inbound) {
         // `_held`, the reports' share of the relay's inbound byte budget, is
         // given back when this function returns.
         let Inbound {
@@ -202,49 +220,52 @@ impl Runner {
             reports,
             budget: _held,
         } = inbound;
-        let own = self.connections.own.as_ref();
-        if own.is_some_and(|own| own.relay_url() == &relay) {
+        if !self.connections.is_current(&relay, generation) {
+            return;
+        }
+        if self.connections.is_own(&relay) {
             for report in reports {
-                self.on_own(&relay, generation, report);
+                self.on_own_report(&relay, report);
             }
             return;
         }
-        let current = self
-            .connections
-            .transports
-            .get(&relay)
-            .map(WsTransport::generation);
-        if current != Some(generation) {
-            return;
-        }
-        let mut events = Events::default();
+        let mut events = Vec::new();
+        let mut events_size = 0;
         for report in reports {
             match report {
                 Report::Event {
                     subscription_id,
                     checked,
                     size,
-                } => events.push(subscription_id, checked, size),
+                } => {
+                    events.push((subscription_id, checked));
+                    events_size += size;
+                }
                 report => {
-                    self.on_events(&relay, &mut events);
+                    self.on_events(&relay, &mut events, std::mem::take(&mut events_size));
                     self.on_report(&relay, report);
                 }
             }
         }
-        self.on_events(&relay, &mut events);
+        self.on_events(&relay, &mut events, events_size);
     }
 
-    /// Hands a run of `EVENT`s from `relay` to the engine (a refused one is
-    /// counted by the engine: `dropped_forged`, `dropped_off_filter` …),
-    /// and empties it.
-    fn on_events(&mut self, relay: &RelayUrl, events: &mut Events) {
-        if events.checked.is_empty() {
+    /// Hands a run of `EVENT`s from `relay`, `size` bytes on the wire, to
+    /// the engine (a refused one is counted by the engine:
+    /// `dropped_forged`, `dropped_off_filter` …), and empties it.
+    fn on_events(
+        &mut self,
+        relay: &RelayUrl,
+        events: &mut Vec<(SubscriptionId, Result<VerifiedEvent, Refused>)>,
+        size: usize,
+    ) {
+        if events.is_empty() {
             return;
         }
-        self.count_received(relay, std::mem::take(&mut events.size));
+        self.count_received(relay, size);
         let now = self.clock_now();
         self.engine
-            .handle_checked_events(now, relay, events.checked.drain(..));
+            .handle_checked_events(now, relay, events.drain(..));
     }
 
     /// A report other than an `EVENT` from `relay`'s current connection.
@@ -313,6 +334,34 @@ impl Runner {
         }
     }
 
+    /// A report from the own relay's current connection, for the engine.
+    /// Its bytes, attempts and NIP-11 limits are not relay sync's.
+    fn on_own_report(&mut self, relay: &RelayUrl, report: Report) {
+        let now = self.clock_now();
+        match report {
+            Report::Connected => self.engine.handle_connected(now, relay),
+            Report::Message(message, _) => self.engine.handle_relay_message(now, relay, *message),
+            Report::Event {
+                subscription_id,
+                checked,
+                ..
+            } => self
+                .engine
+                .handle_checked_event(now, relay, &subscription_id, checked),
+            Report::ConnectFailed(reason) | Report::AddressRefused(reason) => {
+                info!(%relay, reason, "own relay connection failed");
+                self.engine.handle_connect_failed(now, relay);
+            }
+            Report::Disconnected(reason) => {
+                info!(%relay, reason, "own relay connection lost");
+                self.engine.handle_disconnected(now, relay);
+            }
+            Report::MessageTooLarge(size) => self.engine.handle_message_too_large(now, relay, size),
+            Report::Alive | Report::Limits(_) | Report::Refused(_) => {}
+            Report::Malformed(size) => debug!(%relay, size, "malformed frame from the own relay"),
+        }
+    }
+
     /// Counts `size` bytes received from `relay`.
     fn count_received(&mut self, relay: &RelayUrl, size: usize) {
         self.summary.bytes_received += size as u64;
@@ -322,56 +371,94 @@ impl Runner {
             .inc_by(size as u64);
     }
 
-    /// Publishes a new status snapshot if the last one is older than
-    /// [`STATUS_INTERVAL`] (or `force`) and something changed.
-    pub(super) fn refresh_status(&mut self, force: bool) {
-        let now = tokio::time::Instant::now();
-        if !force && now < self.status_at + STATUS_INTERVAL {
-            // Published when the interval is over (see `next_deadline`): the
-            // last change before a quiet spell is not held back.
-            self.status_due = Some(self.status_at + STATUS_INTERVAL);
-            return;
-        }
-        self.status_at = now;
-        self.status_due = None;
-        let clock_now = self.clock_now();
-        let received = &self.metrics.bytes_received;
-        let sent = &self.connections.bytes_sent;
-        let bytes = |relay: &RelayUrl| {
-            let label = [relay.as_str()];
-            (
-                received.with_label_values(&label).get(),
-                sent.with_label_values(&label).get(),
-            )
-        };
-        let has_own = self.connections.own.is_some();
-        let status = SyncStatus::of(&self.engine, has_own, clock_now.instant, bytes);
-        self.status.send_if_modified(|current| {
-            let changed = *current != status;
-            if changed {
-                *current = status;
+    /// Counts the store's answer and hands it to the engine.
+    fn on_store_result(&mut self, result: StoreResult) {
+        let now = self.clock_now();
+        match result {
+            StoreResult::Ingested(answers) => {
+                for answer in &answers {
+                    self.count_store_outcome(&answer.relay, answer.id, &answer.outcome);
+                }
+                let outcomes = answers
+                    .into_iter()
+                    .map(|answer| (answer.id, answer.outcome));
+                self.engine.handle_store_outcomes(now, outcomes);
             }
-            changed
+            StoreResult::Items { relay, id, items } => match items {
+                Ok(items) => self.engine.handle_local_items(now, &relay, &id, items),
+                Err(error) => {
+                    self.engine
+                        .handle_local_items_failed(now, &relay, &id, &error.to_string())
+                }
+            },
+        }
+    }
+
+    /// The summary's and the metrics' view of a store answer (the engine
+    /// decides what it means).
+    fn count_store_outcome(
+        &mut self,
+        relay: &RelayUrl,
+        id: EventId,
+        outcome: &Result<IngestOutcome, StoreError>,
+    ) {
+        match StoreVerdict::of(outcome) {
+            StoreVerdict::Stored => {
+                self.summary.events_stored += 1;
+                self.metrics.events_synced.inc();
+            }
+            StoreVerdict::Duplicate => self.summary.events_duplicate += 1,
+            StoreVerdict::Refused(reason) => {
+                self.summary.events_rejected += 1;
+                self.metrics
+                    .dropped
+                    .with_label_values(&["rejected_by_store"])
+                    .inc();
+                debug!(%relay, %id, reason, "store refused event");
+            }
+            StoreVerdict::Retry(reason) | StoreVerdict::Unclear(reason) => {
+                self.summary.store_retries += 1;
+                debug!(%relay, %id, reason, "store refused event for now; the engine decides");
+            }
+            _ => {}
+        }
+    }
+
+    /// Publishes a new status snapshot if the last one is older than the
+    /// status interval (or `force`) and something changed.
+    fn refresh_status(&mut self, force: bool) {
+        let Runner {
+            engine,
+            clock,
+            connections,
+            metrics,
+            status,
+            ..
+        } = self;
+        status.refresh(force, || {
+            let bytes = |relay: &RelayUrl| {
+                let label = [relay.as_str()];
+                (
+                    metrics.bytes_received.with_label_values(&label).get(),
+                    metrics.bytes_sent.with_label_values(&label).get(),
+                )
+            };
+            SyncStatus::of(engine, connections.has_own(), clock.read().instant, bytes)
         });
     }
 
-    pub(super) fn update_metrics(&mut self) {
+    /// Refreshes the gauges and the summary's bytes sent.
+    fn update_metrics(&mut self) {
         let now = self.clock_now();
         self.metrics.update(&self.engine, now.instant);
-        self.summary.bytes_sent = self.connections.sent.load(Ordering::Relaxed);
+        self.summary.bytes_sent = self.connections.bytes_sent();
     }
 
     /// Closes every connection and waits up to one second for the tasks.
-    pub(super) async fn stop(mut self) -> Summary {
+    async fn stop(mut self) -> Summary {
         self.update_metrics();
-        let mut tasks: Vec<JoinSet<()>> = self
-            .connections
-            .transports
-            .values_mut()
-            .chain(self.connections.own.as_mut())
-            .filter_map(WsTransport::take_tasks)
-            .collect();
-        tasks.push(std::mem::take(&mut self.store_task));
+        let mut tasks: Vec<JoinSet<()>> = self.connections.take_tasks();
+        tasks.push(self.store.take_task());
         let deadline = tokio::time::Instant::now() + Duration::from_millis(900);
         for set in &mut tasks {
             while tokio::time::timeout_at(deadline, set.join_next())
@@ -386,27 +473,7 @@ impl Runner {
             set.abort_all();
         }
         self.summary.engine = self.engine.stats().clone();
-        self.summary.bytes_sent = self.connections.sent.load(Ordering::Relaxed);
+        self.summary.bytes_sent = self.connections.bytes_sent();
         self.summary
-    }
-}
-
-/// A run of `EVENT`s from one relay waiting to go to the engine together,
-/// and their size on the wire.
-#[derive(Default)]
-struct Events {
-    checked: Vec<(SubscriptionId, Result<VerifiedEvent, Refused>)>,
-    size: usize,
-}
-
-impl Events {
-    fn push(
-        &mut self,
-        subscription_id: SubscriptionId,
-        checked: Result<VerifiedEvent, Refused>,
-        size: usize,
-    ) {
-        self.checked.push((subscription_id, checked));
-        self.size += size;
     }
 }

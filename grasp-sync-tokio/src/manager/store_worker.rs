@@ -1,18 +1,21 @@
-//! The store task: the run loop never awaits the store itself, so a slow
-//! store never delays relay messages or deadlines. Answers go back to the
-//! engine, which decides what a refusal or a failure means.
+//! The store task ([`StoreWorker`]): the run loop never awaits the store
+//! itself, so a slow store never delays relay messages or deadlines. The
+//! worker owns its end of the two channels (jobs in, answers out) and its
+//! pacing (how many events are at the store, how many go in one call).
+//! Answers go back to the engine, which decides what a refusal or a
+//! failure means. [`StoreJob`] and [`StoreResult`] are what travels on the
+//! channels.
 
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use grasp_sync_core::engine::StoreVerdict;
+use grasp_sync_core::engine::Command;
 use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
 use grasp_sync_core::verified::VerifiedEvent;
 use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId, Timestamp};
 use tokio::sync::{mpsc, watch};
-use tracing::{debug, warn};
-
-use super::Runner;
+use tracing::warn;
 
 /// Work for the store task.
 pub(super) enum StoreJob {
@@ -26,6 +29,25 @@ pub(super) enum StoreJob {
         id: SubscriptionId,
         filter: Box<Filter>,
     },
+}
+
+impl StoreJob {
+    /// The store work `command` asks for, or the command back when it is
+    /// for a connection.
+    // The error is the command handed back whole (no failure, nothing to
+    // box): it goes on to its connection.
+    #[allow(clippy::result_large_err)]
+    pub(super) fn of(command: Command) -> Result<StoreJob, Command> {
+        match command {
+            Command::QueryLocalItems { relay, id, filter } => Ok(StoreJob::Items {
+                relay,
+                id,
+                filter: Box::new(filter),
+            }),
+            Command::Store { relay, event } => Ok(StoreJob::Ingest { relay, event }),
+            command => Err(command),
+        }
+    }
 }
 
 /// What the store task reports back to the run loop.
@@ -51,9 +73,9 @@ impl StoreResult {
 
 /// The store's answer for one event.
 pub(super) struct Ingested {
-    relay: RelayUrl,
-    id: EventId,
-    outcome: Result<IngestOutcome, StoreError>,
+    pub(super) relay: RelayUrl,
+    pub(super) id: EventId,
+    pub(super) outcome: Result<IngestOutcome, StoreError>,
 }
 
 /// Store jobs running at once: a store that pipelines ([`RelayStore`]
@@ -61,48 +83,83 @@ pub(super) struct Ingested {
 /// that many requests without waiting for each answer.
 ///
 /// [`RelayStore`]: crate::RelayStore
-pub(super) const STORE_WINDOW: usize = 256;
+const STORE_WINDOW: usize = 256;
 
 /// Events handed to the store in one [`EventStore::ingest_many`] call, at
 /// most: those already queued together (never waited for).
 const STORE_BATCH: usize = 64;
 
-/// Runs store jobs, up to [`STORE_WINDOW`] events at once, answering each
-/// batch as it completes (in any order: the engine matches answers by
-/// event id), until the job channel closes or shutdown. The ingest jobs
-/// already queued go to the store together, up to [`STORE_BATCH`].
-pub(super) async fn store_worker(
+/// The store task: takes jobs from its queue, runs up to [`STORE_WINDOW`]
+/// events at once (the ingest jobs already queued go to the store together,
+/// up to [`STORE_BATCH`]), and answers each batch as it completes (in any
+/// order: the engine matches answers by event id).
+pub(super) struct StoreWorker {
     store: Arc<dyn EventStore>,
-    mut jobs: mpsc::Receiver<StoreJob>,
+    jobs: mpsc::Receiver<StoreJob>,
     results: mpsc::Sender<StoreResult>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut running = FuturesUnordered::new();
-    // Events (or listings) handed to the store and not answered yet.
-    let mut in_flight = 0;
-    let mut taken = Vec::with_capacity(STORE_BATCH);
-    let mut open = true;
-    while open || !running.is_empty() {
-        let room = STORE_BATCH.min(STORE_WINDOW.saturating_sub(in_flight));
-        tokio::select! {
-            received = jobs.recv_many(&mut taken, room), if open && room > 0 => {
-                if received == 0 {
-                    open = false;
-                }
-                in_flight += received;
-                for work in Work::split(&mut taken) {
-                    running.push(work.run(store.clone()));
-                }
-            }
-            Some((result, done)) = running.next(), if !running.is_empty() => {
-                in_flight -= done;
-                tokio::select! {
-                    _ = results.send(result) => {}
-                    _ = shutdown.changed() => return,
-                }
-            }
-            _ = shutdown.changed() => return,
+    shutdown: watch::Receiver<bool>,
+    /// The work at the store: each answer and how many jobs it answers.
+    running: FuturesUnordered<BoxFuture<'static, (StoreResult, usize)>>,
+    /// Events (or listings) handed to the store and not answered yet.
+    in_flight: usize,
+    /// Jobs taken from the queue together, before they become work.
+    taken: Vec<StoreJob>,
+    /// Whether the job queue is still open.
+    open: bool,
+}
+
+impl StoreWorker {
+    /// A worker for `store` taking `jobs`, answering on `results`, until the
+    /// job queue closes or `shutdown`.
+    pub(super) fn new(
+        store: Arc<dyn EventStore>,
+        jobs: mpsc::Receiver<StoreJob>,
+        results: mpsc::Sender<StoreResult>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
+        StoreWorker {
+            store,
+            jobs,
+            results,
+            shutdown,
+            running: FuturesUnordered::new(),
+            in_flight: 0,
+            taken: Vec::with_capacity(STORE_BATCH),
+            open: true,
         }
+    }
+
+    /// Runs store jobs until the job queue closed and every job was
+    /// answered, or shutdown.
+    pub(super) async fn run(mut self) {
+        while self.open || !self.running.is_empty() {
+            let room = self.room();
+            tokio::select! {
+                received = self.jobs.recv_many(&mut self.taken, room), if self.open && room > 0 => {
+                    if received == 0 {
+                        self.open = false;
+                    }
+                    self.in_flight += received;
+                    for work in Work::split(&mut self.taken) {
+                        self.running.push(Box::pin(work.run(self.store.clone())));
+                    }
+                }
+                Some((result, done)) = self.running.next(), if !self.running.is_empty() => {
+                    self.in_flight -= done;
+                    tokio::select! {
+                        _ = self.results.send(result) => {}
+                        _ = self.shutdown.changed() => return,
+                    }
+                }
+                _ = self.shutdown.changed() => return,
+            }
+        }
+    }
+
+    /// How many jobs may be taken from the queue now: a batch, within the
+    /// window.
+    fn room(&self) -> usize {
+        STORE_BATCH.min(STORE_WINDOW.saturating_sub(self.in_flight))
     }
 }
 
@@ -175,61 +232,6 @@ impl Work {
                 let items = store.negentropy_items(&filter).await;
                 (StoreResult::Items { relay, id, items }, 1)
             }
-        }
-    }
-}
-
-impl Runner {
-    /// Counts the store's answer and hands it to the engine.
-    pub(super) fn on_store_result(&mut self, result: StoreResult) {
-        let now = self.clock_now();
-        match result {
-            StoreResult::Ingested(answers) => {
-                for answer in &answers {
-                    self.count_store_outcome(&answer.relay, answer.id, &answer.outcome);
-                }
-                let outcomes = answers
-                    .into_iter()
-                    .map(|answer| (answer.id, answer.outcome));
-                self.engine.handle_store_outcomes(now, outcomes);
-            }
-            StoreResult::Items { relay, id, items } => match items {
-                Ok(items) => self.engine.handle_local_items(now, &relay, &id, items),
-                Err(error) => {
-                    self.engine
-                        .handle_local_items_failed(now, &relay, &id, &error.to_string())
-                }
-            },
-        }
-    }
-
-    /// The summary's and the metrics' view of a store answer (the engine
-    /// decides what it means).
-    fn count_store_outcome(
-        &mut self,
-        relay: &RelayUrl,
-        id: EventId,
-        outcome: &Result<IngestOutcome, StoreError>,
-    ) {
-        match StoreVerdict::of(outcome) {
-            StoreVerdict::Stored => {
-                self.summary.events_stored += 1;
-                self.metrics.events_synced.inc();
-            }
-            StoreVerdict::Duplicate => self.summary.events_duplicate += 1,
-            StoreVerdict::Refused(reason) => {
-                self.summary.events_rejected += 1;
-                self.metrics
-                    .dropped
-                    .with_label_values(&["rejected_by_store"])
-                    .inc();
-                debug!(%relay, %id, reason, "store refused event");
-            }
-            StoreVerdict::Retry(reason) | StoreVerdict::Unclear(reason) => {
-                self.summary.store_retries += 1;
-                debug!(%relay, %id, reason, "store refused event for now; the engine decides");
-            }
-            _ => {}
         }
     }
 }
@@ -307,7 +309,7 @@ mod tests {
         drop(jobs_tx);
         let (results_tx, mut results_rx) = mpsc::channel(16);
         let (_shutdown_tx, shutdown_rx) = watch::channel(false);
-        let worker = tokio::spawn(store_worker(store, jobs_rx, results_tx, shutdown_rx));
+        let worker = tokio::spawn(StoreWorker::new(store, jobs_rx, results_tx, shutdown_rx).run());
         let mut answers = Vec::new();
         while let Some(result) = results_rx.recv().await {
             if let StoreResult::Ingested(batch) = result {
