@@ -344,8 +344,7 @@ impl Runner {
                 sent.with_label_values(&label).get(),
             )
         };
-        let has_own = self.connections.own.is_some();
-        let status = SyncStatus::of(&self.engine, has_own, clock_now.instant, bytes);
+        let status = SyncStatus::of(&self.engine, clock_now.instant, bytes);
         self.status.send_if_modified(|current| {
             let changed = *current != status;
             if changed {
