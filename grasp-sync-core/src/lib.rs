@@ -39,7 +39,7 @@
 //!   their parsers and kinds.
 //! - **Purgatory's decisions** ([`purgatory`]), for `grasp-purgatory` and
 //!   other drivers of git-data sync: the sync queue, the per-domain
-//!   throttle, clone-URL selection, accounting.
+//!   throttle, clone-URL selection, accounting, a held event's fate.
 //! - **"Is the job done?"** ([`job`]): [`job::job_done`] over what sync and
 //!   purgatory report, for every program that waits for the whole job.
 //!
