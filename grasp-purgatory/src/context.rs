@@ -5,8 +5,10 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use async_trait::async_trait;
+use grasp_sync_core::clock::Clock;
 use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::purgatory::{OwnService, RepositoryData, SyncContext, SyncContextError};
 use grasp_sync_core::url_policy::CloneUrl;
@@ -40,6 +42,8 @@ pub struct GitSyncContext {
     sink: Arc<dyn ReleaseSink>,
     own_service: OwnService,
     creates_repositories: bool,
+    clock: Arc<dyn Clock>,
+    expiry: Duration,
     metrics: Option<Metrics>,
     refusals: Option<UrlRefusals>,
     /// Repositories that released events since the service last asked
@@ -73,6 +77,11 @@ pub struct ContextParts {
     /// Whether a missing local repository is created (`git init --bare` at the
     /// locator's [`RepoLocator::place`]) rather than waited for.
     pub creates_repositories: bool,
+    /// Where the time of a release check comes from.
+    pub clock: Arc<dyn Clock>,
+    /// How long an event waits for its data before it expires: one that waited
+    /// longer is not released (the expiry sweep drops it).
+    pub expiry: Duration,
 }
 
 impl GitSyncContext {
@@ -86,6 +95,8 @@ impl GitSyncContext {
             sink: parts.sink,
             own_service: parts.own_service,
             creates_repositories: parts.creates_repositories,
+            clock: parts.clock,
+            expiry: parts.expiry,
             metrics: None,
             refusals: None,
             released_in: Mutex::new(BTreeSet::new()),
@@ -276,7 +287,8 @@ impl SyncContext for GitSyncContext {
         self.refresh_present(repo, &target)
             .await
             .map_err(|error| Self::processing_error(repo, error))?;
-        let satisfied = lock(&self.store).begin_release(repo);
+        let now = self.clock.unix_time();
+        let satisfied = lock(&self.store).begin_release(repo, now, self.expiry);
         let mut released = Vec::new();
         let mut failed = Vec::new();
         let mut last_error = None;

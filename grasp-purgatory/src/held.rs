@@ -12,11 +12,13 @@
 //! valid tip is refused with a [`HoldError`].
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use grasp_sync_core::nip34::{
     parse_repo_state, pull_request_clone_urls, pull_request_tip, root_event_repo_refs, GitOid,
     Nip34Error, RepoRef, KIND_PULL_REQUEST, KIND_PULL_REQUEST_UPDATE, KIND_REPO_STATE,
 };
+use grasp_sync_core::purgatory::{held_event_fate, HeldFate};
 use nostr::prelude::{Event, Timestamp};
 
 /// Who handed an event to purgatory; decides how long sync waits before fetching.
@@ -99,6 +101,12 @@ impl HeldEvent {
             HeldKind::State { refs } => refs.iter().map(|(_, oid)| oid.clone()).collect(),
             HeldKind::PullRequest { tip, .. } => BTreeSet::from([tip.clone()]),
         }
+    }
+
+    /// Whether it is released, expired or still held at `now`, when its local
+    /// repository is known to have `present` ([`held_event_fate`]).
+    pub fn fate(&self, present: &BTreeSet<GitOid>, now: Timestamp, expiry: Duration) -> HeldFate {
+        held_event_fate(&self.needed_oids(), present, self.held_since, now, expiry)
     }
 }
 

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use crate::serve::ServedRepository;
 use std::fmt;
 
+use grasp_sync_core::job::PurgatoryProgress;
 use grasp_sync_core::purgatory::NotFetchable;
 
 /// The most repositories [`PurgatoryStatus::not_fetchable`] and
@@ -175,4 +176,14 @@ pub struct PurgatoryStatus {
     pub reconciliations: u64,
     /// Served refs written (created, moved or deleted) since the purgatory was built.
     pub refs_updated: u64,
+}
+
+impl PurgatoryStatus {
+    /// Its accounting, as [`job_done`](grasp_sync_core::job::job_done) reads it.
+    pub fn progress(&self) -> PurgatoryProgress {
+        PurgatoryProgress {
+            all_accounted: self.all_accounted,
+            events_held: self.events_held,
+        }
+    }
 }

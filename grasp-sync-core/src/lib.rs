@@ -39,7 +39,9 @@
 //!   their parsers and kinds.
 //! - **Purgatory's decisions** ([`purgatory`]), for `grasp-purgatory` and
 //!   other drivers of git-data sync: the sync queue, the per-domain
-//!   throttle, clone-URL selection, accounting.
+//!   throttle, clone-URL selection, accounting, a held event's fate.
+//! - **"Is the job done?"** ([`job`]): [`job::job_done`] over what sync and
+//!   purgatory report, for every program that waits for the whole job.
 //!
 //! The rest is crate-private. [`filters`], [`pagination`] and the spec's
 //! indexes in [`model`] and [`planner`] are public because the spec names
@@ -111,6 +113,7 @@ pub mod engine;
 pub mod filters;
 pub mod health;
 pub use health::backoff;
+pub mod job;
 pub mod model;
 pub mod nip34;
 pub mod pagination;

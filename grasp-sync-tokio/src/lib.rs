@@ -5,8 +5,15 @@
 //! keep-alive, frame and message size limits), a self-subscription to the own
 //! relay (or an in-process channel for relays that embed us), a store that
 //! publishes to the own relay and reports its `OK`, Prometheus metrics and a
-//! graceful shutdown. It adds no decision of its own: every decision is the
-//! engine's.
+//! graceful shutdown. What is synced, stored or complete is the engine's
+//! decision ([`SyncStatus::historic_sync_complete`] is
+//! `SyncEngine::historic_sync_complete` as it is). The adapter decides two
+//! things of its own, both I/O because they follow how fast a socket or a
+//! database answers in wall time and change only throughput or when a dead
+//! connection is noticed: how fast work reaches the store (at most 256 events
+//! in flight, up to 64 in one `ingest_many`; [`RelayStore`] paces its
+//! publishing connections by the relay's answers), and closing a connection
+//! whose pong does not come back within the ping interval.
 //!
 //! Stores: [`RelayStore`] publishes to the own relay over WebSocket and
 //! reports its `OK`; [`DatabaseStore`] writes into any `nostr-database`

@@ -98,11 +98,9 @@ impl SyncStatus {
     /// received and sent.
     pub(crate) fn of(
         engine: &SyncEngine,
-        has_own_relay: bool,
         now: Instant,
         bytes: impl Fn(&RelayUrl) -> (u64, u64),
     ) -> SyncStatus {
-        let own_history_complete = !has_own_relay || engine.own_history_complete();
         let relays: Vec<RelayStatus> = engine
             .relay_reports()
             .into_iter()
@@ -114,8 +112,8 @@ impl SyncStatus {
         let count =
             |keep: fn(&RelayStatus) -> bool| relays.iter().filter(|relay| keep(relay)).count();
         SyncStatus {
-            own_history_complete,
-            historic_sync_complete: own_history_complete && engine.historic_sync_complete(),
+            own_history_complete: engine.own_history_complete(),
+            historic_sync_complete: engine.historic_sync_complete(),
             repositories: engine.repo_index().repos().len(),
             root_events: engine
                 .repo_index()

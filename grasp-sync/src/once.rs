@@ -1,6 +1,7 @@
 //! `--once`: wait until the whole job is done, then say how it ended.
 //!
-//! Done means both at once (read one after the other): proactive sync's
+//! Done is [`job_done`] (the core's one answer, also the demo's) over both at once
+//! (read one after the other): proactive sync's
 //! [`SyncStatus::historic_sync_complete`] and, with purgatory, every held event
 //! accounted for ([`PurgatoryStatus::all_accounted`]: released, expired, or reported
 //! not fetchable with a reason) and every repository under the git root reconciled
@@ -24,6 +25,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use grasp_purgatory::{HeldRepository, Purgatory, PurgatoryStatus, Serving};
+use grasp_sync_tokio::core::job::{job_done, JobExpectation, JobProgress};
 use grasp_sync_tokio::{RelayStatus, SyncStatus};
 use tokio::sync::watch;
 
@@ -162,10 +164,10 @@ fn unreachable(sync: &SyncStatus) -> impl Iterator<Item = &RelayStatus> {
     sync.relays.iter().filter(|relay| relay.report.unreachable)
 }
 
-/// Until historic sync is complete and purgatory has every held event accounted for,
-/// both read one after the other. Each time historic sync becomes complete, the
-/// repositories reported not fetchable are tried once more: their announcements may
-/// have arrived with the sync since their last attempt.
+/// Until the job is done ([`job_done`]: historic sync complete and purgatory has every
+/// held event accounted for), both read one after the other. Each time historic sync
+/// becomes complete, the repositories reported not fetchable are tried once more: their
+/// announcements may have arrived with the sync since their last attempt.
 async fn wait_done(
     status: &mut watch::Receiver<SyncStatus>,
     purgatory: Option<&Purgatory>,
@@ -178,33 +180,48 @@ async fn wait_done(
             .await
             .map(|status| status.clone())?;
         let (Some(purgatory), Some(receiver)) = (purgatory, purgatory_status.as_mut()) else {
-            return Ok(Done {
-                sync,
+            let progress = JobProgress {
+                historic_sync_complete: sync.historic_sync_complete,
+                repositories: sync.repositories,
                 purgatory: None,
-            });
+            };
+            if job_done(&progress, &JobExpectation::default()) {
+                return Ok(Done {
+                    sync,
+                    purgatory: None,
+                });
+            }
+            continue;
         };
         if !retried {
             purgatory.retry_not_fetchable();
             retried = true;
         }
         let accounted =
-            tokio::time::timeout(RECHECK, receiver.wait_for(|status| status.all_accounted)).await;
-        let accounted = match accounted {
-            Ok(Ok(status)) => Some(status.clone()),
+            tokio::time::timeout(RECHECK, receiver.wait_for(|status| status.all_accounted))
+                .await
+                .map(|waited| waited.map(|status| status.clone()));
+        // Accounted for, or (not within the recheck) as it stands now.
+        let purgatory_now = match accounted {
+            Ok(Ok(status)) => status,
             Ok(Err(error)) => return Err(error),
-            Err(_) => None,
+            Err(_) => receiver.borrow().clone(),
         };
         // Both at once: the sync may have brought new work meanwhile.
         let still_complete = status.borrow().historic_sync_complete;
-        match accounted {
-            Some(purgatory) if still_complete => {
-                return Ok(Done {
-                    sync,
-                    purgatory: Some(purgatory),
-                })
-            }
-            _ if !still_complete => retried = false,
-            _ => {}
+        let progress = JobProgress {
+            historic_sync_complete: still_complete,
+            repositories: sync.repositories,
+            purgatory: Some(purgatory_now.progress()),
+        };
+        if job_done(&progress, &JobExpectation::default()) {
+            return Ok(Done {
+                sync,
+                purgatory: Some(purgatory_now),
+            });
+        }
+        if !still_complete {
+            retried = false;
         }
     }
 }

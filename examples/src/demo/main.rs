@@ -17,9 +17,10 @@
 //! our filters match on the remotes and that the empty bare repositories
 //! now hold every referenced commit. Exit 0 only if the check passes.
 //!
-//! It waits on explicit states only: historic sync complete on every relay
-//! (`SyncStatus::historic_sync_complete`, with every repository tracked) and
-//! purgatory with nothing ready and nothing held, within a deadline.
+//! It waits on explicit states only: the job done as the sidecar's `--once`
+//! decides it (`grasp_sync_core::job::job_done`: historic sync complete,
+//! purgatory's accounting), with every repository tracked and every event
+//! released, within a deadline.
 //! `RUST_LOG` selects the library's logs (default: warnings, errors only
 //! on a terminal where progress is drawn in place; none of the relay
 //! builder's).
@@ -58,6 +59,7 @@ use clap::Parser;
 // and `/status`.
 use grasp_purgatory::{Purgatory, PurgatoryGate, PurgatoryStatus, StoreSink};
 use grasp_sync::{args, http};
+use grasp_sync_core::job::{job_done, JobExpectation, JobProgress};
 use grasp_sync_tokio::core::url_policy::CloneUrlPolicy;
 use grasp_sync_tokio::{SyncManager, SyncStatus};
 use nostr::prelude::{Event, RelayUrl};
@@ -316,8 +318,8 @@ async fn publish_announcements(own: &RelayUrl, announcements: &[Event]) -> Resul
     Ok(())
 }
 
-/// Waits until historic sync is complete with every repository tracked and
-/// purgatory has nothing ready and nothing held (every event released), or
+/// Waits until the job is done ([`job_done`], as the sidecar's `--once`
+/// decides it) with every repository tracked and every event released, or
 /// the deadline. Explicit states only; nothing is inferred from quiet time.
 async fn wait_until_done(
     mut status: watch::Receiver<SyncStatus>,
@@ -330,10 +332,18 @@ async fn wait_until_done(
         {
             let sync = status.borrow_and_update();
             let purgatory = purgatory.borrow_and_update();
-            let sync_done = sync.historic_sync_complete && sync.repositories >= repositories;
-            // Every held event accounted for, and none of them left: the demo
-            // expects every event released.
-            if sync_done && purgatory.all_accounted && purgatory.events_held == 0 {
+            let progress = JobProgress {
+                historic_sync_complete: sync.historic_sync_complete,
+                repositories: sync.repositories,
+                purgatory: Some(purgatory.progress()),
+            };
+            // The sidecar's `--once` rule, and what the demo expects beyond
+            // it: every repository tracked, every event released.
+            let expected = JobExpectation {
+                repositories,
+                every_event_released: true,
+            };
+            if job_done(&progress, &expected) {
                 return Ok(());
             }
         }

@@ -313,6 +313,7 @@ impl PurgatoryBuilder {
             Arc::clone(&git),
             self.config.repositories_managed_externally,
         );
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
         let context = GitSyncContext::new(ContextParts {
             store: Arc::clone(&store),
             announcements,
@@ -321,9 +322,10 @@ impl PurgatoryBuilder {
             sink: Arc::clone(&sink),
             own_service: self.config.own_service.clone(),
             creates_repositories: !self.config.repositories_managed_externally,
+            clock: Arc::clone(&clock),
+            expiry: self.config.expiry,
         });
         let ctx = Arc::new(context.with_metrics(metrics.clone()));
-        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
         let wake = Arc::new(Notify::new());
         let manager = Arc::new(ThrottleManager::new(
             self.config.throttle,

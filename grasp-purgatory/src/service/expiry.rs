@@ -8,8 +8,8 @@ impl Purgatory {
     /// Drops events that waited longer than the expiry time and reports each.
     pub(super) async fn expire(&self) {
         let shared = &self.shared;
-        let cutoff = shared.clock.unix_time() - shared.config.expiry;
-        let expired = lock(&shared.store).take_expired(cutoff);
+        let now = shared.clock.unix_time();
+        let expired = lock(&shared.store).take_expired(now, shared.config.expiry);
         for held in &expired {
             shared.sink.expired(held).await;
         }

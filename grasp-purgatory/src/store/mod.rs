@@ -12,9 +12,10 @@ mod limits;
 mod sweeps;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::Duration;
 
 use grasp_sync_core::nip34::{GitOid, RepoRef};
-use grasp_sync_core::purgatory::EventSource;
+use grasp_sync_core::purgatory::{EventSource, HeldFate};
 use nostr::prelude::{EventId, PublicKey, Timestamp};
 
 pub use limits::{AddError, Cap, HeldLimits};
@@ -351,17 +352,23 @@ impl PurgatoryStore {
             .is_some_and(|present| present.contains(oid))
     }
 
-    /// The held events of `repo` whose objects are all present and that are not being
+    /// The held events of `repo` to release at `now` ([`held_event_fate`](grasp_sync_core::purgatory::held_event_fate): their
+    /// objects are all present and they have not expired) and that are not being
     /// released already, now marked as being released. They stay held until
     /// [`PurgatoryStore::finish_release`] (so a crash or shutdown in between loses
     /// nothing) or [`PurgatoryStore::abort_release`].
-    pub fn begin_release(&mut self, repo: &RepoRef) -> Vec<HeldEvent> {
+    pub fn begin_release(
+        &mut self,
+        repo: &RepoRef,
+        now: Timestamp,
+        expiry: Duration,
+    ) -> Vec<HeldEvent> {
         let present = self.present.get(repo).cloned().unwrap_or_default();
         let satisfied: Vec<HeldEvent> = self
             .events(repo)
             .iter()
             .filter(|held| !self.releasing.contains(&held.event.id))
-            .filter(|held| held.needed_oids().is_subset(&present))
+            .filter(|held| held.fate(&present, now, expiry) == HeldFate::Release)
             .cloned()
             .collect();
         self.releasing
@@ -387,16 +394,20 @@ impl PurgatoryStore {
         }
     }
 
-    /// Removes and returns every held event that entered purgatory at or before `cutoff`.
-    pub fn take_expired(&mut self, cutoff: Timestamp) -> Vec<HeldEvent> {
+    /// Removes and returns every held event that expired at `now` ([`held_event_fate`](grasp_sync_core::purgatory::held_event_fate):
+    /// held `expiry` or longer), unless it is being released.
+    pub fn take_expired(&mut self, now: Timestamp, expiry: Duration) -> Vec<HeldEvent> {
         let repos: Vec<RepoRef> = self.by_repo.keys().cloned().collect();
         let mut expired = Vec::new();
+        let none = BTreeSet::new();
         for repo in repos {
             let releasing = &self.releasing;
+            let present = self.present.get(&repo).unwrap_or(&none);
             let due: Vec<EventId> = self
                 .events(&repo)
                 .iter()
-                .filter(|held| held.held_since <= cutoff && !releasing.contains(&held.event.id))
+                .filter(|held| !releasing.contains(&held.event.id))
+                .filter(|held| held.fate(present, now, expiry) == HeldFate::Expire)
                 .map(|held| held.event.id)
                 .collect();
             if due.is_empty() {

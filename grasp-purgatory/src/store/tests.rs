@@ -6,6 +6,17 @@ use crate::journal::{replay, Journal};
 use grasp_sync_test_support::ids;
 use grasp_sync_test_support::nip34::{pull_request, sign, state, tag};
 
+/// How long the tests' events wait before they expire.
+const EXPIRY: Duration = Duration::from_secs(1800);
+
+/// A moment after the tests' events were held (at 0 to 200) and before any expired.
+const NOW: Timestamp = Timestamp::from_secs(1000);
+
+/// The moment an event held at `held_since` expires.
+fn expiry_of(held_since: u64) -> Timestamp {
+    Timestamp::from_secs(held_since + EXPIRY.as_secs())
+}
+
 fn held(event: Event, since: u64) -> HeldEvent {
     hold_event(event, Origin::Synced, Timestamp::from_secs(since)).unwrap()
 }
@@ -78,13 +89,13 @@ fn events_are_released_once_all_their_objects_are_present() {
     store.insert(pr(&keys, "r", 2)).unwrap();
     store.mark_present(&r, [oid(2)]);
     assert_eq!(store.missing_oids(&r), BTreeSet::from([oid(1)]));
-    let released = store.begin_release(&r);
+    let released = store.begin_release(&r, NOW, EXPIRY);
     assert_eq!(released.len(), 1);
     assert!(matches!(released[0].kind, HeldKind::PullRequest { .. }));
     store.finish_release(&r, &[released[0].event.id]);
     assert!(store.has_pending(&r));
     store.mark_present(&r, [oid(1)]);
-    let released = store.begin_release(&r);
+    let released = store.begin_release(&r, NOW, EXPIRY);
     assert_eq!(released.len(), 1);
     store.finish_release(&r, &[released[0].event.id]);
     assert!(!store.has_pending(&r));
@@ -102,8 +113,8 @@ fn presence_in_one_repository_says_nothing_of_another() {
     store.mark_present(&repo(&one, "r"), [oid(1)]);
     assert!(store.is_known_present(&repo(&one, "r"), &oid(1)));
     assert!(!store.is_known_present(&repo(&two, "r"), &oid(1)));
-    assert_eq!(store.begin_release(&repo(&two, "r")).len(), 0);
-    assert_eq!(store.begin_release(&repo(&one, "r")).len(), 1);
+    assert_eq!(store.begin_release(&repo(&two, "r"), NOW, EXPIRY).len(), 0);
+    assert_eq!(store.begin_release(&repo(&one, "r"), NOW, EXPIRY).len(), 1);
 }
 
 #[test]
@@ -117,13 +128,16 @@ fn events_being_released_stay_held_until_the_sink_confirms() {
     store.insert(first).unwrap();
     store.insert(second).unwrap();
     store.mark_present(&r, [oid(1)]);
-    let releasing = store.begin_release(&r);
+    let releasing = store.begin_release(&r, NOW, EXPIRY);
     assert_eq!(releasing.len(), 2);
     assert_eq!(store.releasing(), 2);
-    assert!(store.begin_release(&r).is_empty(), "not offered twice");
+    assert!(
+        store.begin_release(&r, NOW, EXPIRY).is_empty(),
+        "not offered twice"
+    );
     assert_eq!(store.len(), 2, "still held while the sink works");
     assert!(store
-        .take_expired(Timestamp::from_secs(u64::MAX))
+        .take_expired(Timestamp::from_secs(u64::MAX), EXPIRY)
         .is_empty());
     store.finish_release(&r, &[first_id]);
     store.abort_release(&[second_id]);
@@ -131,7 +145,7 @@ fn events_being_released_stay_held_until_the_sink_confirms() {
     assert!(!store.contains(&first_id));
     assert!(store.contains(&second_id));
     assert_eq!(
-        store.begin_release(&r).len(),
+        store.begin_release(&r, NOW, EXPIRY).len(),
         1,
         "a refused event is offered again"
     );
@@ -153,7 +167,7 @@ fn an_event_leaving_owes_its_repository_a_sweep_in_the_same_step() {
     store.insert(first.clone()).unwrap();
     assert_eq!(store.sweeps_outstanding(), 0, "holding owes nothing");
     store.mark_present(&r, [oid(1)]);
-    assert_eq!(store.begin_release(&r).len(), 1);
+    assert_eq!(store.begin_release(&r, NOW, EXPIRY).len(), 1);
     store.finish_release(&r, &[first.event.id]);
     assert!(store.is_empty());
     assert_eq!(store.sweeps_outstanding(), 1);
@@ -168,7 +182,7 @@ fn an_event_leaving_owes_its_repository_a_sweep_in_the_same_step() {
     assert_eq!(store.sweeps_outstanding(), 1);
     pay(&mut store);
     // Expired.
-    assert_eq!(store.take_expired(Timestamp::from_secs(5)).len(), 1);
+    assert_eq!(store.take_expired(expiry_of(5), EXPIRY).len(), 1);
     assert_eq!(store.sweeps_outstanding(), 1);
     pay(&mut store);
     // A release the sink refused owes nothing: the event is still held.
@@ -176,7 +190,11 @@ fn an_event_leaving_owes_its_repository_a_sweep_in_the_same_step() {
         .insert(held(state(&keys, "r", &[&ids::oid(4)], 40), 0))
         .unwrap();
     store.mark_present(&r, [oid(4)]);
-    let refused: Vec<_> = store.begin_release(&r).iter().map(|h| h.event.id).collect();
+    let refused: Vec<_> = store
+        .begin_release(&r, NOW, EXPIRY)
+        .iter()
+        .map(|h| h.event.id)
+        .collect();
     store.abort_release(&refused);
     assert_eq!(store.sweeps_outstanding(), 0);
 }
@@ -197,11 +215,28 @@ fn expiry_takes_only_events_held_long_enough() {
             200,
         ))
         .unwrap();
-    let expired = store.take_expired(Timestamp::from_secs(150));
+    let expired = store.take_expired(expiry_of(150), EXPIRY);
     assert_eq!(expired.len(), 1);
     assert_eq!(expired[0].identifier(), "a");
     assert!(!store.has_pending(&repo(&keys, "a")));
     assert!(store.has_pending(&repo(&keys, "b")));
+}
+
+#[test]
+fn an_expired_event_is_not_released_even_with_its_objects_present() {
+    let keys = Keys::generate();
+    let r = repo(&keys, "r");
+    let mut store = PurgatoryStore::new();
+    let event = pr(&keys, "r", 1);
+    let id = event.event.id;
+    store.insert(event).unwrap();
+    store.mark_present(&r, [oid(1)]);
+    assert!(store.begin_release(&r, expiry_of(0), EXPIRY).is_empty());
+    let expired = store.take_expired(expiry_of(0), EXPIRY);
+    assert_eq!(
+        expired.iter().map(|held| held.event.id).collect::<Vec<_>>(),
+        [id]
+    );
 }
 
 #[test]
@@ -289,7 +324,7 @@ fn the_per_author_limit_counts_every_repository_and_frees_on_removal() {
     ));
     let a = repo(&owner, "a");
     store.mark_present(&a, [oid(1)]);
-    let released = store.begin_release(&a);
+    let released = store.begin_release(&a, NOW, EXPIRY);
     store.finish_release(&a, &[released[0].event.id]);
     assert_eq!(store.insert(by_author("c", 3)).unwrap(), Inserted::New);
 }
@@ -320,10 +355,10 @@ fn every_change_is_journaled_and_replays_to_the_same_events() {
     }
     store.insert(expiring.clone()).unwrap();
     store.mark_present(&r, [oid(1)]);
-    let releasing = store.begin_release(&r);
+    let releasing = store.begin_release(&r, NOW, EXPIRY);
     assert_eq!(releasing.len(), 1);
     store.finish_release(&r, &[released.event.id]);
-    let expired = store.take_expired(Timestamp::from_secs(0));
+    let expired = store.take_expired(expiry_of(0), EXPIRY);
     assert_eq!(expired.len(), 3, "every event entered at time 0");
     store
         .insert(held(
@@ -395,7 +430,7 @@ fn large_events_fill_the_byte_budget_and_the_next_is_refused_until_room_frees() 
     // Room frees when one expires.
     let r0 = repo(&owner, "r0");
     store.mark_present(&r0, [oid(0)]);
-    let released = store.begin_release(&r0);
+    let released = store.begin_release(&r0, NOW, EXPIRY);
     store.finish_release(&r0, &[released[0].event.id]);
     assert_eq!(store.insert(fifth).unwrap(), Inserted::New);
 }

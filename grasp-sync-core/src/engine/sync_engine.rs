@@ -215,26 +215,23 @@ impl SyncEngine {
         self.out.pop()
     }
 
-    /// `true` when every registered relay is connected, nothing is pending
-    /// or queued, and every target item is confirmed: historic sync is
-    /// confirmed everywhere.
+    /// `true` when every registered relay is connected and confirmed,
+    /// nothing is pending, queued or waiting for the store: historic sync is
+    /// confirmed everywhere, no relay left out as unreachable. The same
+    /// tests as [`SyncEngine::historic_sync_complete`] (without the own
+    /// relay's history), made strict.
     pub fn is_idle(&self) -> bool {
-        self.own.queued.is_empty()
-            && self.stores.in_flight() == 0
+        self.nothing_waits_for_the_store()
             && self.relays.batch_count() == 0
             && self
                 .relays
                 .connections()
                 .map(|(_, conn)| conn)
                 .all(RelayConn::is_quiet)
-            && self.relays.tracked().all(|(relay, state)| {
-                self.relays.is_connected(relay)
-                    && state.announcements_synced
-                    && self.repos.target(relay).is_none_or(|target| {
-                        target.repos.is_subset(&state.repos)
-                            && target.root_events.is_subset(&state.root_events)
-                    })
-            })
+            && self
+                .relays
+                .tracked()
+                .all(|(relay, state)| self.relay_confirmed(relay, state))
     }
 
     /// A relay's NIP-11 limits.
@@ -1540,9 +1537,10 @@ impl SyncEngine {
 
     /// `true` once the own relay's history was read completely on its
     /// current connection (every page of the self-subscription's history
-    /// query, up to an EOSE that brought nothing more).
+    /// query, up to an EOSE that brought nothing more), and always without
+    /// an own relay (an embedding relay hands its events in process).
     pub fn own_history_complete(&self) -> bool {
-        self.own.history_complete()
+        self.own.url.is_none() || self.own.history_complete()
     }
 
     /// Queues accepted events for the self-subscriber batch.
@@ -1900,17 +1898,27 @@ impl SyncEngine {
     }
 
     /// `true` when historic sync is confirmed on every reachable relay: the
-    /// self-subscriber's batch processed, every event handed to the store
-    /// stored, and every relay either confirmed or unreachable
+    /// own relay's history read ([`SyncEngine::own_history_complete`], true
+    /// without an own relay), the self-subscriber's batch processed, every
+    /// event handed to the store stored, and every relay either confirmed or
+    /// unreachable
     /// ([`Timeouts::unreachable_after`](super::Timeouts::unreachable_after)
     /// failed connects in a row, or dead). Unlike
     /// [`SyncEngine::is_idle`], one unreachable relay does not hold it up.
+    /// The one answer to "is historic sync complete?": the tokio adapter's
+    /// status reports it as it is.
     pub fn historic_sync_complete(&self) -> bool {
-        self.own.queued.is_empty()
-            && self.stores.in_flight() == 0
+        self.own_history_complete()
+            && self.nothing_waits_for_the_store()
             && self.relays.tracked().all(|(relay, state)| {
                 self.relay_unreachable(relay) || self.relay_confirmed(relay, state)
             })
+    }
+
+    /// The self-subscriber's batch is processed and every event handed to
+    /// the store was stored (or refused for good).
+    fn nothing_waits_for_the_store(&self) -> bool {
+        self.own.queued.is_empty() && self.stores.in_flight() == 0
     }
 
     /// Connected, nothing pending or queued, Layer 1 and every target item
@@ -2038,6 +2046,39 @@ mod tests {
 
     fn verified(event: Event) -> VerifiedEvent {
         VerifiedEvent::verify(event).expect("signed")
+    }
+
+    /// "Is historic sync complete?" asks the own relay's history: not before
+    /// its EOSE, yes after it, and always yes without an own relay.
+    #[test]
+    fn historic_sync_is_complete_once_the_own_relays_history_was_read() {
+        let mut config = EngineConfig::default();
+        config.identity.own_relay = Some(own());
+        let mut engine = SyncEngine::new(config, now()).expect("a valid configuration");
+        assert!(!engine.historic_sync_complete(), "nothing read yet");
+        engine.handle_timeout(now());
+        engine.handle_connected(now(), &own());
+        let mut history = None;
+        while let Some(command) = engine.poll_command() {
+            if let Command::Subscribe { id, filters, .. } = command {
+                if filters[0].limit != Some(0) {
+                    history = Some(id);
+                }
+            }
+        }
+        let history = history.expect("the history query");
+        assert!(
+            !engine.historic_sync_complete(),
+            "connected, its history not read"
+        );
+        engine.handle_relay_message(now(), &own(), RelayMessage::eose(history));
+        assert!(engine.own_history_complete());
+        assert!(engine.historic_sync_complete(), "the history was read");
+
+        let without =
+            SyncEngine::new(EngineConfig::default(), now()).expect("a valid configuration");
+        assert!(without.own_history_complete());
+        assert!(without.historic_sync_complete(), "no own relay to read");
     }
 
     fn announcement(keys: &Keys, id: &str, relays: &[&RelayUrl], maintainers: &[&Keys]) -> Event {

@@ -37,6 +37,8 @@
 //! - [`held_progress`], [`all_accounted`] ([`NotFetchable`]): whether every held event
 //!   is accounted for (released, expired, or not fetchable with a reason);
 //!   [`missing_repository_action`]: create a missing local repository or wait for it.
+//! - [`held_event_fate`] ([`HeldFate`]): whether a held event is released (its objects
+//!   are present), expired (held the expiry time) or still held.
 //! - [`git_version_verdict`]: whether the installed git pins hosts to their checked
 //!   address (2.37 and later), and what to do when it does not.
 //! - [`SyncContext`]: the effects (store, purgatory, git) the async driver
@@ -77,6 +79,7 @@
 
 mod accounting;
 mod context;
+mod fate;
 mod git_version;
 mod own_service;
 mod queue;
@@ -94,6 +97,7 @@ pub use accounting::{
     NotFetchable, RepoActivity,
 };
 pub use context::{FetchCall, MemorySyncContext, SyncContext, SyncContextError};
+pub use fate::{held_event_fate, HeldFate};
 pub use git_version::{
     git_version_verdict, parse_git_version, GitVersion, GitVersionVerdict, MIN_GIT_FOR_DNS_PIN,
 };

@@ -90,11 +90,6 @@ impl Connections {
         transport.map(WsTransport::generation) == Some(generation)
     }
 
-    /// Whether there is an own relay.
-    pub(super) fn has_own(&self) -> bool {
-        self.own.is_some()
-    }
-
     /// Bytes sent on every connection so far.
     pub(super) fn bytes_sent(&self) -> u64 {
         self.sent.load(Ordering::Relaxed)

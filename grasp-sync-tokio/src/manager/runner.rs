@@ -430,7 +430,6 @@ impl Runner {
         let Runner {
             engine,
             clock,
-            connections,
             metrics,
             status,
             ..
@@ -443,7 +442,7 @@ impl Runner {
                     metrics.bytes_sent.with_label_values(&label).get(),
                 )
             };
-            SyncStatus::of(engine, connections.has_own(), clock.read().instant, bytes)
+            SyncStatus::of(engine, clock.read().instant, bytes)
         });
     }
 
