@@ -38,66 +38,174 @@ pub(crate) struct RelaySession {
     /// What the relay confirmed and its connection lifecycle (the spec's
     /// `RelayState`): `Some` while the engine tracks the relay (registered,
     /// not dropped). A session without it only remembers what was learned.
-    pub(crate) state: Option<RelayState>,
+    state: Option<RelayState>,
     /// The relay's batches in flight: the items each syncs (their progress
     /// is in [`RelaySession::batches`]).
-    pub(crate) pending: RelayPending,
+    pending: RelayPending,
     /// The open connection: `Some` from `handle_connected` until the
     /// connection closes. The one answer to "is this relay connected".
-    pub(crate) conn: Option<RelayConn>,
+    conn: Option<RelayConn>,
     /// NIP-11 limits.
-    pub(crate) limits: RelayLimits,
+    limits: RelayLimits,
     /// The subscription count at which the relay refused one more.
-    pub(crate) learned_sub_limit: Option<usize>,
+    learned_sub_limit: Option<usize>,
     /// Subscriptions the relay lets us open per rate window, learned from a
     /// rate-limit refusal.
-    pub(crate) learned_rate: Option<usize>,
+    learned_rate: Option<usize>,
     /// When the learned rate last changed (a refusal halved it, or it was
     /// raised again).
-    pub(crate) learned_rate_at: Option<Instant>,
+    learned_rate_at: Option<Instant>,
     /// The relay refused NIP-77 in some form.
-    pub(crate) negentropy_refused: bool,
+    negentropy_refused: bool,
     /// The relay's batches in flight: their purpose and remaining work.
-    pub(crate) batches: HashMap<BatchId, BatchInfo>,
+    batches: HashMap<BatchId, BatchInfo>,
     /// What the session waits for: connect timeout, replan, Layer 1
     /// retry, live rebuild, the next poll of uncovered filters.
-    pub(crate) timers: TimerTable<RelayTimer>,
+    timers: TimerTable<RelayTimer>,
     /// A frame budget smaller than the relay announced, learned when it
     /// dropped the connection right after a large frame.
-    pub(crate) learned_frame_budget: Option<usize>,
+    learned_frame_budget: Option<usize>,
     /// The earliest moment live coverage was missing and not caught up when
     /// the last connection dropped (a gap, a poll span): the next quick
     /// reconnect catches up from there.
-    pub(crate) uncaught_since: Option<nostr::prelude::Timestamp>,
+    uncaught_since: Option<nostr::prelude::Timestamp>,
     /// The most events one single-filter page of the relay brought: its
     /// per-filter page size is at least this.
-    pub(crate) page_floor: usize,
+    page_floor: usize,
     /// Verified events from the relay handed to the store.
-    pub(crate) events_received: u64,
+    events_received: u64,
     /// Events the relay sent that it had sent lately already (on another
     /// subscription, or a page again): `events_received` over
     /// `events_received - events_received_again` is how often it sent each.
-    pub(crate) events_received_again: u64,
+    events_received_again: u64,
     /// Ids the relay sent lately (at most
     /// [`Caps::received_ids_per_relay`]), created with the first.
-    pub(crate) received_lately: Option<crate::recent::RecentIds>,
+    received_lately: Option<crate::recent::RecentIds>,
     /// Events the relay sent that name an event (`e`, `E`, `q`) and were
     /// handed to the store (at most
     /// [`Caps::sent_replies_per_relay`]), created with the first.
-    pub(crate) sent_replies: Option<super::sent_replies::SentReplies>,
+    sent_replies: Option<super::sent_replies::SentReplies>,
     /// Events from the relay the store reported newly stored.
-    pub(crate) events_stored: u64,
+    events_stored: u64,
     /// The last thing that went wrong with the relay (clipped: it may quote the relay).
-    pub(crate) last_error: Option<RelayText>,
+    last_error: Option<RelayText>,
     /// Connection health: attempts, failures and their backoff, rate
     /// limiting.
-    pub(crate) health: RelayHealth,
+    health: RelayHealth,
     /// Failed historic work in a row (batches closed or timed out, live
     /// subscriptions refused) and its backoff; `None` after a confirmation.
-    pub(crate) work_retry: Option<Retry>,
+    work_retry: Option<Retry>,
 }
 
 impl RelaySession {
+    // --- What the engine asks and tells a session ----------------------------
+
+    /// What the relay confirmed and its connection lifecycle, while the
+    /// engine tracks the relay.
+    pub(crate) fn state(&self) -> Option<&RelayState> {
+        self.state.as_ref()
+    }
+
+    /// `true` while the engine tracks the relay (registered, not dropped).
+    pub(crate) fn is_tracked(&self) -> bool {
+        self.state.is_some()
+    }
+
+    /// Starts tracking the relay, or marks a tracked one bootstrap if
+    /// `is_bootstrap` (registering never unmarks it). `true` when the relay
+    /// was not tracked before.
+    pub(crate) fn track(&mut self, is_bootstrap: bool) -> bool {
+        match &mut self.state {
+            Some(state) => {
+                state.is_bootstrap |= is_bootstrap;
+                false
+            }
+            None => {
+                self.state = Some(RelayState::new(is_bootstrap));
+                true
+            }
+        }
+    }
+
+    /// The relay's batches in flight, oldest first.
+    pub(crate) fn pending(&self) -> &RelayPending {
+        &self.pending
+    }
+
+    /// The open connection, if any.
+    pub(crate) fn conn(&self) -> Option<&RelayConn> {
+        self.conn.as_ref()
+    }
+
+    /// [`RelaySession::conn`], to change.
+    pub(crate) fn conn_mut(&mut self) -> Option<&mut RelayConn> {
+        self.conn.as_mut()
+    }
+
+    /// `true` while the relay's connection is open.
+    pub(crate) fn is_connected(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    /// Connection health: attempts, failures and their backoff.
+    pub(crate) fn health(&self) -> &RelayHealth {
+        &self.health
+    }
+
+    /// Remembers `error` as the last thing that went wrong with the relay
+    /// (clipped: it may quote the relay).
+    pub(crate) fn note_error(&mut self, error: &str) {
+        self.last_error = Some(RelayText::new(error));
+    }
+
+    /// The last thing that went wrong with the relay.
+    pub(crate) fn last_error(&self) -> Option<&RelayText> {
+        self.last_error.as_ref()
+    }
+
+    /// Takes the relay's NIP-11 limits.
+    pub(crate) fn set_limits(&mut self, limits: RelayLimits) {
+        self.limits = limits;
+    }
+
+    /// `true` once the relay refused NIP-77 in some form.
+    pub(crate) fn negentropy_refused(&self) -> bool {
+        self.negentropy_refused
+    }
+
+    /// Counts one event from the relay the store reported newly stored.
+    pub(crate) fn event_stored(&mut self) {
+        self.events_stored += 1;
+    }
+
+    /// Verified events from the relay handed to the store.
+    pub(crate) fn events_received(&self) -> u64 {
+        self.events_received
+    }
+
+    /// Events the relay sent that it had sent lately already.
+    pub(crate) fn events_received_again(&self) -> u64 {
+        self.events_received_again
+    }
+
+    /// Events from the relay the store reported newly stored.
+    pub(crate) fn events_stored(&self) -> u64 {
+        self.events_stored
+    }
+
+    /// `true` when the connection attempt in flight is past its timeout.
+    pub(crate) fn connect_timed_out(&self, now: Instant) -> bool {
+        self.timers.is_due(RelayTimer::ConnectTimeout, now)
+    }
+
+    /// `true` when the connection is open and the `since` poll of live
+    /// filters that do not fit is due.
+    pub(crate) fn poll_due(&self, now: Instant) -> bool {
+        self.conn.is_some() && self.timers.is_due(RelayTimer::Poll, now)
+    }
+
+    // --- Sending ---------------------------------------------------------------
+
     /// Emits `command` for this relay, noting first what the connection
     /// tracks of it: when a subscription opened and that it waits for an
     /// answer, and the size of each frame sent (a relay that drops the
