@@ -9,7 +9,6 @@ use tracing::{debug, info, warn};
 
 use super::bad_events::BadEventVerdict;
 use super::classify::{classify, Classified};
-use super::config::MIN_FRAME_BUDGET;
 use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
 use super::outbox::Outbox;
@@ -31,6 +30,10 @@ use crate::relay_text::RelayText;
 use crate::screen::Refused;
 use crate::verified::VerifiedEvent;
 
+mod learned;
+
+pub(crate) use learned::Learned;
+
 /// Everything about one relay: what we learned about it (kept across
 /// connections), its open connection if any, and its counters.
 #[derive(Debug, Default)]
@@ -40,38 +43,22 @@ pub(crate) struct RelaySession {
     /// not dropped). A session without it only remembers what was learned.
     state: Option<RelayState>,
     /// The relay's batches in flight: the items each syncs (their progress
-    /// is in [`RelaySession::batches`]).
+    /// is in `batches`).
     pending: RelayPending,
     /// The open connection: `Some` from `handle_connected` until the
     /// connection closes. The one answer to "is this relay connected".
     conn: Option<RelayConn>,
-    /// NIP-11 limits.
-    limits: RelayLimits,
-    /// The subscription count at which the relay refused one more.
-    learned_sub_limit: Option<usize>,
-    /// Subscriptions the relay lets us open per rate window, learned from a
-    /// rate-limit refusal.
-    learned_rate: Option<usize>,
-    /// When the learned rate last changed (a refusal halved it, or it was
-    /// raised again).
-    learned_rate_at: Option<Instant>,
-    /// The relay refused NIP-77 in some form.
-    negentropy_refused: bool,
+    /// What was learned of the relay: its limits, told and learned.
+    learned: Learned,
     /// The relay's batches in flight: their purpose and remaining work.
     batches: HashMap<BatchId, BatchInfo>,
     /// What the session waits for: connect timeout, replan, Layer 1
     /// retry, live rebuild, the next poll of uncovered filters.
     timers: TimerTable<RelayTimer>,
-    /// A frame budget smaller than the relay announced, learned when it
-    /// dropped the connection right after a large frame.
-    learned_frame_budget: Option<usize>,
     /// The earliest moment live coverage was missing and not caught up when
     /// the last connection dropped (a gap, a poll span): the next quick
     /// reconnect catches up from there.
     uncaught_since: Option<nostr::prelude::Timestamp>,
-    /// The most events one single-filter page of the relay brought: its
-    /// per-filter page size is at least this.
-    page_floor: usize,
     /// Verified events from the relay handed to the store.
     events_received: u64,
     /// Events the relay sent that it had sent lately already (on another
@@ -165,12 +152,12 @@ impl RelaySession {
 
     /// Takes the relay's NIP-11 limits.
     pub(crate) fn set_limits(&mut self, limits: RelayLimits) {
-        self.limits = limits;
+        self.learned.set_limits(limits);
     }
 
-    /// `true` once the relay refused NIP-77 in some form.
-    pub(crate) fn negentropy_refused(&self) -> bool {
-        self.negentropy_refused
+    /// What was learned of the relay, and the limits work on it is held to.
+    pub(crate) fn learned(&self) -> &Learned {
+        &self.learned
     }
 
     /// Counts one event from the relay the store reported newly stored.
@@ -234,7 +221,7 @@ impl RelaySession {
     /// `true` if one more subscription may be opened on the relay now: a
     /// free slot, no rate-limit cooldown, and the learned rate not used up.
     pub(crate) fn may_open(&mut self, now: Instant, config: &EngineConfig) -> bool {
-        let limit = self.subscription_limit(config);
+        let limit = self.learned.subscription_limit(config);
         let free_slot = self
             .conn
             .as_ref()
@@ -252,8 +239,8 @@ impl RelaySession {
         store_keeps_up: bool,
         config: &EngineConfig,
     ) -> bool {
-        let limit = self.subscription_limit(config);
-        let live_slots = self.live_slots(config);
+        let limit = self.learned.subscription_limit(config);
+        let live_slots = self.learned.live_slots(config);
         let Some(conn) = &self.conn else {
             return false;
         };
@@ -266,7 +253,7 @@ impl RelaySession {
     /// `true` if one more live subscription may be opened: a free live slot
     /// (the historic ones stay free) and the rate allows.
     pub(crate) fn may_open_live(&mut self, now: Instant, config: &EngineConfig) -> bool {
-        let live_slots = self.live_slots(config);
+        let live_slots = self.learned.live_slots(config);
         let free = self
             .conn
             .as_ref()
@@ -282,8 +269,8 @@ impl RelaySession {
             return false;
         }
         let window = config.rate_window();
-        self.recover_learned_rate(now, window);
-        let rate = self.learned_rate;
+        self.learned.recover_rate(now, window);
+        let rate = self.learned.rate();
         let Some(conn) = self.conn.as_mut() else {
             return false;
         };
@@ -329,20 +316,20 @@ impl RelaySession {
     pub(crate) fn pack(&self, filters: Vec<Filter>, config: &EngineConfig) -> Vec<Vec<Filter>> {
         pack_filters(
             filters,
-            self.filters_per_req(config),
-            self.frame_budget(config),
+            self.learned.filters_per_req(config),
+            self.learned.frame_budget(config),
         )
     }
 
     /// REQ jobs for Layer 2+3 `filters`. Filters of one chunk
     /// (`#e`/`#E`/`#q`), a repository's `#a` and its roots' `#e`, can match
     /// the same event (a NIP-22 comment, a status): where the relay's page
-    /// size is known ([`RelaySession::group_page_limit`]) they are packed, in
+    /// size is known ([`Learned::group_page_limit`]) they are packed, in
     /// order, into as few REQs as its limits allow, so a relay that dedupes
     /// within a subscription (strfry, nostr-relay-builder) sends such an
     /// event once. Otherwise one paginated REQ per filter.
     pub(crate) fn req_jobs(&self, filters: Vec<Filter>, config: &EngineConfig) -> Vec<Job> {
-        let Some(page) = self.group_page_limit(config) else {
+        let Some(page) = self.learned.group_page_limit(config) else {
             return filters.into_iter().map(Job::Req).collect();
         };
         let filters = filters
@@ -370,7 +357,7 @@ impl RelaySession {
         since: nostr::prelude::Timestamp,
         config: &EngineConfig,
     ) -> Vec<Job> {
-        let limit = self.page_limit(config);
+        let limit = self.learned.page_limit(config);
         let filters = filters
             .iter()
             .cloned()
@@ -401,9 +388,7 @@ impl RelaySession {
     ) -> Lesson {
         if classified.too_many_subscriptions {
             let open = self.conn.as_ref().map_or(1, |conn| conn.subs.len());
-            let limit = open.saturating_sub(1).max(2);
-            self.learned_sub_limit =
-                Some(self.learned_sub_limit.map_or(limit, |old| old.min(limit)));
+            let limit = self.learned.refused_subscription(open);
             self.health.on_rate_limited(now, &config.health);
             return Lesson {
                 subscription_limit: Some(limit),
@@ -429,9 +414,7 @@ impl RelaySession {
                 .conn
                 .as_mut()
                 .map_or(1, |conn| conn.opens_within(now, window));
-            let rate = (self.learned_rate.unwrap_or(opened).min(opened) / 2).max(1);
-            self.learned_rate = Some(rate);
-            self.learned_rate_at = Some(now);
+            self.learned.halve_rate(opened, now);
         }
         Lesson {
             subscription_limit: None,
@@ -452,14 +435,9 @@ impl RelaySession {
         else {
             return;
         };
-        if len <= MIN_FRAME_BUDGET {
+        let Some(budget) = self.learned.dropped_after_frame(len) else {
             return;
-        }
-        let budget = (len / 2).max(MIN_FRAME_BUDGET);
-        if self.learned_frame_budget.is_some_and(|old| budget >= old) {
-            return;
-        }
-        self.learned_frame_budget = Some(budget);
+        };
         cx.stats.frame_budget_lowered += 1;
         warn!(relay = %cx.relay, frame = len, budget, "relay dropped the connection after a large frame; sending smaller frames");
     }
@@ -543,92 +521,6 @@ impl RelaySession {
         self.health.state(now, health)
     }
 
-    /// The smallest subscription limit we know of.
-    pub(crate) fn subscription_limit(&self, config: &EngineConfig) -> usize {
-        [
-            Some(config.limits.max_subscriptions),
-            self.limits.max_subscriptions,
-            self.learned_sub_limit,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(config.limits.max_subscriptions)
-        .max(1)
-    }
-
-    /// Filters per REQ we may send.
-    pub(crate) fn filters_per_req(&self, config: &EngineConfig) -> usize {
-        // (NIP-11 `max_filters` and the configured cap.)
-        self.limits
-            .max_filters
-            .map_or(config.limits.max_filters_per_req, |max| {
-                max.min(config.limits.max_filters_per_req)
-            })
-            .max(1)
-    }
-
-    /// Subscription slots live subscriptions may take: the limit minus the
-    /// slots kept for historic work (at least one each). A relay allowing a
-    /// single subscription gets none live: everything is polled and the one
-    /// slot serves history.
-    pub(crate) fn live_slots(&self, config: &EngineConfig) -> usize {
-        let limit = self.subscription_limit(config);
-        if limit < 2 {
-            return 0;
-        }
-        let historic = config.limits.historic_slots.clamp(1, limit / 2);
-        limit.saturating_sub(historic)
-    }
-
-    /// The largest frame the relay may be sent: its NIP-11
-    /// `max_message_length`, a smaller budget learned from a drop, or the
-    /// configured default.
-    pub(crate) fn frame_budget(&self, config: &EngineConfig) -> usize {
-        // A told budget is honoured even below the learning floor; a
-        // kilobyte is the least any REQ needs.
-        [self.limits.max_message_length, self.learned_frame_budget]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(config.limits.default_frame_budget)
-            .max(1024)
-    }
-
-    /// The `limit` of a historic page: ours, or the relay's NIP-11
-    /// `max_limit` if smaller.
-    pub(crate) fn page_limit(&self, config: &EngineConfig) -> usize {
-        self.limits
-            .max_limit
-            .map_or(config.limits.page_limit, |max| {
-                max.min(config.limits.page_limit)
-            })
-            .max(1)
-    }
-
-    /// The page size the relay certainly honours per filter, if we know it:
-    /// its NIP-11 `max_limit` (under our page limit), or our page limit once
-    /// a single-filter page of it came back full. Only then may filters that
-    /// can match the same event share one REQ ([`RelaySession::req_jobs`]): a
-    /// relay that dedupes within a subscription sends such an event once,
-    /// but for one filter's page it may then be one another filter brought,
-    /// and where that filter's page ended can only be told from its
-    /// `page`-th newest event. A relay that clamps silently below our limit
-    /// gets separate REQs, paged one by one.
-    pub(crate) fn group_page_limit(&self, config: &EngineConfig) -> Option<usize> {
-        let page = self.page_limit(config);
-        let told = self.limits.max_limit.is_some();
-        (told || self.page_floor >= page).then_some(page)
-    }
-
-    /// Learns from a single-filter page of `len` events that the relay
-    /// honours our page limit (`page`) per filter, once a page came full.
-    pub(crate) fn note_page_len(&mut self, len: usize, page: usize) {
-        if len >= page {
-            self.page_floor = self.page_floor.max(len);
-        }
-    }
-
     /// How to sync a historic filter on this relay — the whole decision:
     /// NIP-77 reconciliation, unless the relay refused NIP-77 in some form
     /// ([`RelaySession::negentropy_failed`]),
@@ -638,9 +530,12 @@ impl RelaySession {
     /// Missing ids a reconciliation found are fetched by REQ
     /// ([`RelaySession::fetch_jobs`]).
     pub(crate) fn sync_method(&self, filter: &Filter, config: &EngineConfig) -> SyncMethod {
-        let negentropy = !self.negentropy_refused
+        let negentropy = !self.learned.negentropy_refused()
             && filter.since.is_none()
-            && self.negentropy_frame_limit(filter, config).is_some();
+            && self
+                .learned
+                .negentropy_frame_limit(filter, config)
+                .is_some();
         if negentropy {
             SyncMethod::Negentropy
         } else {
@@ -648,24 +543,10 @@ impl RelaySession {
         }
     }
 
-    /// The frame size limit of a negentropy session of `filter` on this
-    /// relay, or `None` if no NEG frame fits its frame budget.
-    pub(crate) fn negentropy_frame_limit(
-        &self,
-        filter: &Filter,
-        config: &EngineConfig,
-    ) -> Option<u64> {
-        super::frames::negentropy_frame_limit(
-            self.frame_budget(config),
-            filter,
-            config.limits.negentropy_frame_size_limit,
-        )
-    }
-
     /// The live plan for `items` — which live REQs cover Layer 1 and the
     /// items' Layers 2+3, and which filters are polled instead: the filters
     /// packed into as few REQs as the relay's filter and frame limits allow,
-    /// the first [`RelaySession::live_slots`] of them live, the rest polled
+    /// the first [`Learned::live_slots`] of them live, the rest polled
     /// with a `since` catch-up (historic work always keeps its slots).
     pub(crate) fn live_plan(&self, items: &PendingItems, config: &EngineConfig) -> LivePlan {
         let mut filters = vec![announcement_filter(FilterMode::Live)];
@@ -676,7 +557,10 @@ impl RelaySession {
         ));
         let packed = self.pack(filters, config);
         let mut reqs = packed.into_iter();
-        let covered = reqs.by_ref().take(self.live_slots(config)).collect();
+        let covered = reqs
+            .by_ref()
+            .take(self.learned.live_slots(config))
+            .collect();
         let polled = reqs.flatten().collect();
         LivePlan { covered, polled }
     }
@@ -698,26 +582,9 @@ impl RelaySession {
         let over_threshold =
             conn.incremental_filters + new_filters > config.limits.consolidation_threshold;
         let live_wanted = conn.live_count() + conn.waiting_live.len() + new_reqs;
-        let over_budget = live_wanted > self.live_slots(config)
-            || conn.subs.len() + new_reqs > self.subscription_limit(config);
+        let over_budget = live_wanted > self.learned.live_slots(config)
+            || conn.subs.len() + new_reqs > self.learned.subscription_limit(config);
         over_threshold || over_budget
-    }
-
-    /// Raises a learned rate again: doubled after [`RECOVERY_WINDOWS`] rate
-    /// windows (`window` each) without a refusal, forgotten once above
-    /// [`RATE_FORGOTTEN_ABOVE`]. A single `rate-limited:` (a burst, a
-    /// restart of the relay) must not slow the relay down for good; a relay
-    /// that keeps refusing halves it again.
-    pub(crate) fn recover_learned_rate(&mut self, now: Instant, window: std::time::Duration) {
-        let (Some(rate), Some(at)) = (self.learned_rate, self.learned_rate_at) else {
-            return;
-        };
-        if now.saturating_duration_since(at) < window.saturating_mul(RECOVERY_WINDOWS) {
-            return;
-        }
-        let raised = rate.saturating_mul(2);
-        self.learned_rate = (raised <= RATE_FORGOTTEN_ABOVE).then_some(raised);
-        self.learned_rate_at = Some(now);
     }
 
     /// When a batch of the relay with a running job counts as stalled: once
@@ -893,8 +760,8 @@ impl RelaySession {
         now: Now,
         config: &EngineConfig,
     ) -> (Vec<SubscriptionId>, Vec<Vec<Filter>>, Option<usize>) {
-        let limit = self.subscription_limit(config);
-        let live_slots = self.live_slots(config);
+        let limit = self.learned.subscription_limit(config);
+        let live_slots = self.learned.live_slots(config);
         let Some(conn) = self.conn.as_mut() else {
             return (Vec::new(), Vec::new(), None);
         };
@@ -1053,7 +920,7 @@ impl RelaySession {
         if let Some(conn) = &self.conn {
             let timeout = config.timeouts.batch_timeout;
             consider(conn.next_deadline(config));
-            if !conn.is_quiet() && self.learned_rate.is_some() {
+            if !conn.is_quiet() && self.learned.rate().is_some() {
                 consider(conn.rate_window_frees_at(now, rate_window));
             }
             for sub in conn.subs.values() {
@@ -1084,12 +951,6 @@ fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
         (a, b) => a.or(b),
     }
 }
-
-/// A learned rate raised above this many REQs per window is forgotten.
-pub(super) const RATE_FORGOTTEN_ABOVE: usize = 256;
-/// Rate windows without a refusal before a learned rate is doubled (slower
-/// than the halving, so a relay at its limit is probed rarely).
-pub(super) const RECOVERY_WINDOWS: u32 = 4;
 
 /// Closed live subscriptions whose late events are still accepted.
 const CLOSED_LIVE_KEPT: usize = 64;
@@ -1409,9 +1270,9 @@ impl RelaySession {
     /// fetch asked again for what it did not bring, a poll continued where a
     /// page may have been cut.
     fn on_eose(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
-        let group_limit = self.group_page_limit(cx.config);
-        let page_limit_ours = self.page_limit(cx.config);
-        let limits = self.limits;
+        let group_limit = self.learned.group_page_limit(cx.config);
+        let page_limit_ours = self.learned.page_limit(cx.config);
+        let limits = *self.learned.told_limits();
         let Some(sub) = self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id)) else {
             return;
         };
@@ -1432,7 +1293,7 @@ impl RelaySession {
                     warn!(relay = %cx.relay, "a full page of events shares one second; events beyond the page may be missing");
                 }
                 self.progress(batch, now.instant);
-                self.note_page_len(page_len, page_limit_ours);
+                self.learned.note_page_len(page_len, page_limit_ours);
                 match outcome {
                     PageOutcome::NextPage(filter)
                         if cx.store_keeps_up() && self.rate_allows(now.instant, cx.config) =>
@@ -1724,7 +1585,7 @@ impl RelaySession {
         }
         // `None` cannot happen (checked when the job started), but the
         // budget may have shrunk since.
-        let Some(frame_size_limit) = self.negentropy_frame_limit(&filter, cx.config) else {
+        let Some(frame_size_limit) = self.learned.negentropy_frame_limit(&filter, cx.config) else {
             return self.negentropy_failed(cx, now, id, NegFailure::FrameTooSmall);
         };
         let caps = SessionCaps {
@@ -1798,7 +1659,7 @@ impl RelaySession {
     /// ([`Job::NegentropySent`]) rather than fetched by one REQ: the relay
     /// does NIP-77 and the engine remembers what relays send.
     fn reconciles_fresh_roots(&self, config: &EngineConfig) -> bool {
-        !self.negentropy_refused && config.caps.sent_replies_per_relay > 0
+        !self.learned.negentropy_refused() && config.caps.sent_replies_per_relay > 0
     }
 
     /// A negentropy session of a filter ended without reconciling it: the
@@ -1846,7 +1707,7 @@ impl RelaySession {
                 self.last_error = Some(error.to_string().into());
                 // A relay that keeps a session going is not reconciling.
                 if matches!(error, SessionError::TooManyRounds { .. }) {
-                    self.negentropy_refused = true;
+                    self.learned.refuse_negentropy();
                 }
             }
             NegFailure::Round(error) => {
@@ -1868,8 +1729,7 @@ impl RelaySession {
 
     /// Remembers that the relay refused NIP-77, warning once.
     fn learn_negentropy_refused(&mut self, cx: &mut Ctx<'_>, reason: &str) {
-        if !self.negentropy_refused {
-            self.negentropy_refused = true;
+        if self.learned.refuse_negentropy() {
             cx.stats.negentropy_refusals += 1;
             warn!(relay = %cx.relay, reason, "relay refused NIP-77; falling back to REQ+EOSE");
             self.last_error = Some(format!("NIP-77 refused: {reason}").into());
@@ -1893,7 +1753,7 @@ impl RelaySession {
         base.limit = None;
         base.until = None;
         base.since = None;
-        let fit = super::frames::ids_per_fetch(self.frame_budget(config), &base);
+        let fit = super::frames::ids_per_fetch(self.learned.frame_budget(config), &base);
         need.chunks(config.limits.fetch_chunk.min(fit).max(1))
             .map(|chunk| Job::Fetch {
                 filter: base.clone().ids(chunk.iter().copied()),
@@ -2327,7 +2187,7 @@ impl RelaySession {
     /// not rate-limited and has free subscription slots.
     pub(crate) fn pump(&mut self, cx: &mut Ctx<'_>, now: Now) {
         self.send_waiting_live(cx, now);
-        let live_slots = self.live_slots(cx.config);
+        let live_slots = self.learned.live_slots(cx.config);
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
@@ -2376,7 +2236,7 @@ impl RelaySession {
     /// synced ([`RelaySession::sync_method`]).
     fn start_job(&mut self, cx: &mut Ctx<'_>, now: Now, queued: QueuedJob) {
         let QueuedJob { batch, job } = queued;
-        let budget = self.frame_budget(cx.config);
+        let budget = self.learned.frame_budget(cx.config);
         let job = match job {
             Job::Negentropy(filter) | Job::NegentropySent(filter)
                 if self.sync_method(&filter, cx.config) == SyncMethod::ReqEose =>
@@ -2403,7 +2263,7 @@ impl RelaySession {
                     self.add_jobs(batch, parts.into_iter().map(Job::Req).collect());
                 }
                 if filter.limit.is_none() {
-                    filter.limit = Some(self.page_limit(cx.config));
+                    filter.limit = Some(self.learned.page_limit(cx.config));
                 }
                 let id = cx.out.sub_id("req");
                 let sub = Sub::Req {

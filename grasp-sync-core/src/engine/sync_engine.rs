@@ -1865,7 +1865,7 @@ impl SyncEngine {
 
     fn relay_report(&self, relay: &RelayUrl, state: &RelayState) -> RelayReport {
         let known = self.relays.get(relay);
-        let refused = known.is_some_and(RelaySession::negentropy_refused);
+        let refused = known.is_some_and(|known| known.learned().negentropy_refused());
         let health = &self.config.health;
         let retry_at = known
             .filter(|_| !self.relays.is_connected(relay))
@@ -1947,9 +1947,13 @@ impl SyncEngine {
             live_subscriptions: conn.live_count(),
             queued_jobs: conn.queue.len(),
             deferred_live_items: conn.deferred_live.len(),
-            subscription_limit: self.relays.view(relay).subscription_limit(&self.config),
-            live_slots: self.relays.view(relay).live_slots(&self.config),
-            frame_budget: self.relays.view(relay).frame_budget(&self.config),
+            subscription_limit: self
+                .relays
+                .view(relay)
+                .learned()
+                .subscription_limit(&self.config),
+            live_slots: self.relays.view(relay).learned().live_slots(&self.config),
+            frame_budget: self.relays.view(relay).learned().frame_budget(&self.config),
             live_mode,
         })
     }
