@@ -2,7 +2,7 @@
 //! connection, its health and retries, its timers and counters — and the
 //! collection of them the engine routes inputs to by URL.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use nostr::prelude::{EventId, Filter, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
 use tracing::{debug, info, warn};
@@ -21,16 +21,17 @@ use super::Command;
 use crate::clock::{Instant, Now};
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, matches, FilterMode};
 use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
-use crate::model::{
-    BatchId, ConnectionStatus, PendingBatch, PendingItems, RelayPending, RelayState, SyncMethod,
-};
+use crate::model::{BatchId, ConnectionStatus, PendingItems, RelayPending, RelayState, SyncMethod};
 use crate::pagination::{PageOutcome, PaginationState};
 use crate::planner::RepoSyncIndex;
 use crate::relay_text::RelayText;
 use crate::screen::Refused;
 use crate::verified::VerifiedEvent;
 
+mod batches;
 mod learned;
+
+pub(crate) use batches::Batches;
 
 pub(crate) use learned::Learned;
 
@@ -42,16 +43,14 @@ pub(crate) struct RelaySession {
     /// `RelayState`): `Some` while the engine tracks the relay (registered,
     /// not dropped). A session without it only remembers what was learned.
     state: Option<RelayState>,
-    /// The relay's batches in flight: the items each syncs (their progress
-    /// is in `batches`).
-    pending: RelayPending,
     /// The open connection: `Some` from `handle_connected` until the
     /// connection closes. The one answer to "is this relay connected".
     conn: Option<RelayConn>,
     /// What was learned of the relay: its limits, told and learned.
     learned: Learned,
-    /// The relay's batches in flight: their purpose and remaining work.
-    batches: HashMap<BatchId, BatchInfo>,
+    /// The relay's batches in flight: what each syncs, how, and its
+    /// progress.
+    batches: Batches,
     /// What the session waits for: connect timeout, replan, Layer 1
     /// retry, live rebuild, the next poll of uncovered filters.
     timers: TimerTable<RelayTimer>,
@@ -116,7 +115,7 @@ impl RelaySession {
 
     /// The relay's batches in flight, oldest first.
     pub(crate) fn pending(&self) -> &RelayPending {
-        &self.pending
+        self.batches.pending()
     }
 
     /// The open connection, if any.
@@ -278,16 +277,9 @@ impl RelaySession {
         rate.is_none_or(|rate| within < rate)
     }
 
-    /// Records progress of `batch` at `now`.
-    pub(crate) fn progress(&mut self, batch: BatchId, now: Instant) {
-        if let Some(info) = self.batches.get_mut(&batch) {
-            info.last_progress = now;
-        }
-    }
-
     /// Adds jobs to the running `batch`, ahead of other queued work.
     pub(crate) fn add_jobs(&mut self, batch: BatchId, jobs: Vec<Job>) {
-        if let Some(info) = self.batches.get_mut(&batch) {
+        if let Some(info) = self.batches.get_mut(batch) {
             info.jobs += jobs.len();
         }
         if let Some(conn) = self.conn.as_mut() {
@@ -308,7 +300,7 @@ impl RelaySession {
             return;
         };
         conn.queue.push_front(QueuedJob { batch, job });
-        self.progress(batch, now);
+        self.batches.progress(batch, now);
     }
 
     /// `filters` packed, in order, into as few REQs as the relay's filter
@@ -464,7 +456,6 @@ impl RelaySession {
 
     /// Forgets every batch in flight.
     pub(crate) fn clear_pending(&mut self) {
-        self.pending.clear();
         self.batches.clear();
     }
 
@@ -478,7 +469,8 @@ impl RelaySession {
         let polled = conn.poll_from.filter(|_| !conn.uncovered.is_empty());
         let batches = self
             .batches
-            .values()
+            .iter()
+            .map(|(_, info)| info)
             .filter(|info| matches!(info.purpose, Purpose::Gap | Purpose::Poll))
             .filter_map(|info| info.covers_from);
         let earliest = [conn.live_gap_since, polled]
@@ -698,7 +690,7 @@ impl RelaySession {
         }
         conn.unanswered.retain(|waiting| waiting != id);
         conn.frame_answered(id);
-        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(batch)) {
             info.req_resumes = 0;
         }
     }
@@ -935,7 +927,7 @@ impl RelaySession {
                     } => Some((*opened_at).max(conn.last_heard) + timeout),
                     sub => sub
                         .batch()
-                        .and_then(|batch| self.batches.get(&batch))
+                        .and_then(|batch| self.batches.get(batch))
                         .map(|info| self.batch_stalls_at(info, config)),
                 });
             }
@@ -1188,7 +1180,7 @@ impl RelaySession {
             _ => None,
         };
         if let Some(batch) = batch {
-            self.progress(batch, now.instant);
+            self.batches.progress(batch, now.instant);
         }
         self.note_received(cx, event.id);
         Some((event, batch))
@@ -1292,7 +1284,7 @@ impl RelaySession {
                     cx.stats.crowded_seconds += crowded as u64;
                     warn!(relay = %cx.relay, "a full page of events shares one second; events beyond the page may be missing");
                 }
-                self.progress(batch, now.instant);
+                self.batches.progress(batch, now.instant);
                 self.learned.note_page_len(page_len, page_limit_ours);
                 match outcome {
                     PageOutcome::NextPage(filter)
@@ -1780,7 +1772,7 @@ impl RelaySession {
         let batch = *batch;
         match session.step(message) {
             Ok(Step::Continue(next)) => {
-                self.progress(batch, now.instant);
+                self.batches.progress(batch, now.instant);
                 let relay = cx.relay.clone();
                 self.emit(
                     cx,
@@ -1807,7 +1799,7 @@ impl RelaySession {
                 // Another filter of the batch may have found the same ids
                 // missing (a reply tagging its root with both `e` and `E`):
                 // each id is fetched once per batch.
-                let need: Vec<_> = match self.batches.get_mut(&batch) {
+                let need: Vec<_> = match self.batches.get_mut(batch) {
                     Some(info) => need
                         .into_iter()
                         .filter(|id| info.fetching.insert(*id))
@@ -1946,7 +1938,7 @@ impl RelaySession {
             }
             return;
         }
-        let mut items = self.pending.items();
+        let mut items = self.batches.items();
         if let Some(state) = &self.state {
             items.extend(&state.items(cx.repos.ids()));
         }
@@ -1994,7 +1986,7 @@ impl RelaySession {
             SyncMethod::ReqEose,
             jobs,
         );
-        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(batch)) {
             info.covers_from = Some(gap_since);
         }
     }
@@ -2046,7 +2038,7 @@ impl RelaySession {
             SyncMethod::ReqEose,
             jobs,
         );
-        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(batch)) {
             info.covers_from = Some(from);
         }
     }
@@ -2153,21 +2145,8 @@ impl RelaySession {
             return None;
         }
         let batch = cx.out.batch_id();
-        self.pending
-            .insert(PendingBatch::new(batch, items, method, now.instant));
-        self.batches.insert(
-            batch,
-            BatchInfo {
-                purpose,
-                jobs: jobs.len(),
-                stores: 0,
-                last_progress: now.instant,
-                started_unix: now.unix,
-                fetching: Default::default(),
-                covers_from: None,
-                req_resumes: 0,
-            },
-        );
+        self.batches
+            .start(batch, purpose, items, method, jobs.len(), now);
         if let Some(conn) = self.conn.as_mut() {
             let queued = jobs.into_iter().map(|job| QueuedJob { batch, job });
             if matches!(purpose, Purpose::Gap | Purpose::Poll) {
@@ -2334,7 +2313,7 @@ impl RelaySession {
             conn.subs.insert(id.clone(), sub);
             conn.last_opened = Some(id.clone());
         }
-        self.progress(batch, now.instant);
+        self.batches.progress(batch, now.instant);
         if let Some(items) = sent_items {
             // No store query: the local side is known already.
             self.open_negentropy(cx, now, &id, &items);
@@ -2367,8 +2346,8 @@ impl RelaySession {
         else {
             return;
         };
-        self.progress(batch, now.instant);
-        let Some(info) = self.batches.get_mut(&batch) else {
+        self.batches.progress(batch, now.instant);
+        let Some(info) = self.batches.get_mut(batch) else {
             return;
         };
         info.jobs = info.jobs.saturating_sub(1);
@@ -2403,7 +2382,7 @@ impl RelaySession {
     /// Counts events of `batch` handed to the store (`+1`) or answered
     /// (`-1`); a batch whose jobs are done confirms with its last store.
     pub(crate) fn count_store(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId, delta: i32) {
-        let Some(info) = self.batches.get_mut(&batch) else {
+        let Some(info) = self.batches.get_mut(batch) else {
             return;
         };
         info.stores = if delta >= 0 {
@@ -2420,10 +2399,7 @@ impl RelaySession {
     /// held): what it synced is recorded by its purpose — its items
     /// confirmed, Layer 1 synced, the next poll scheduled from its start.
     fn complete_batch(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId) {
-        let Some(info) = self.batches.remove(&batch) else {
-            return;
-        };
-        let Some(pending) = self.pending.remove_batch(batch) else {
+        let Some((info, Some(pending))) = self.batches.end(batch) else {
             return;
         };
         debug!(relay = %cx.relay, %batch, purpose = ?info.purpose, "batch confirmed");
@@ -2457,13 +2433,12 @@ impl RelaySession {
     /// moment, a poll repeated (`poll_from` stays: the next poll covers this
     /// one's span).
     pub(crate) fn fail_batch(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId, reason: &str) {
-        let Some(info) = self.batches.remove(&batch) else {
+        let Some((info, _)) = self.batches.end(batch) else {
             return;
         };
         warn!(relay = %cx.relay, %batch, reason, "batch failed; its items will be planned again");
         cx.stats.batches_failed += 1;
         self.last_error = Some(format!("batch failed: {reason}").into());
-        self.pending.remove_batch(batch);
         let mut closing = Vec::new();
         if let Some(conn) = self.conn.as_mut() {
             conn.queue.retain(|queued| queued.batch != batch);
@@ -2583,7 +2558,7 @@ impl RelaySession {
             _ => return,
         };
         let attempts = cx.config.timeouts.req_resume_attempts;
-        let Some(info) = self.batches.get_mut(&batch) else {
+        let Some(info) = self.batches.get_mut(batch) else {
             // No batch to resume for (cannot happen: a batch ends with its
             // subscriptions): close it rather than wake for it forever.
             if let Some(sub) = self
