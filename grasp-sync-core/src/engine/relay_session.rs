@@ -30,10 +30,12 @@ use crate::verified::VerifiedEvent;
 
 mod batches;
 mod learned;
+mod live_coverage;
 
 pub(crate) use batches::Batches;
 
 pub(crate) use learned::Learned;
+pub(crate) use live_coverage::LiveCoverage;
 
 /// Everything about one relay: what we learned about it (kept across
 /// connections), its open connection if any, and its counters.
@@ -243,8 +245,8 @@ impl RelaySession {
         let Some(conn) = &self.conn else {
             return false;
         };
-        let live = conn.live_count();
-        let live_reserved = live_slots.min(live + conn.waiting_live.len());
+        let live = conn.live.count();
+        let live_reserved = live_slots.min(live + conn.live.waiting_live.len());
         let historic = conn.subs.len().saturating_sub(live);
         historic + live_reserved < limit && store_keeps_up && self.may_open(now, config)
     }
@@ -256,7 +258,7 @@ impl RelaySession {
         let free = self
             .conn
             .as_ref()
-            .is_some_and(|conn| conn.live_count() < live_slots);
+            .is_some_and(|conn| conn.live.count() < live_slots);
         free && self.may_open(now, config)
     }
 
@@ -466,14 +468,17 @@ impl RelaySession {
         let Some(conn) = &self.conn else {
             return;
         };
-        let polled = conn.poll_from.filter(|_| !conn.uncovered.is_empty());
+        let polled = conn
+            .live
+            .poll_from
+            .filter(|_| !conn.live.uncovered.is_empty());
         let batches = self
             .batches
             .iter()
             .map(|(_, info)| info)
             .filter(|info| matches!(info.purpose, Purpose::Gap | Purpose::Poll))
             .filter_map(|info| info.covers_from);
-        let earliest = [conn.live_gap_since, polled]
+        let earliest = [conn.live.live_gap_since, polled]
             .into_iter()
             .flatten()
             .chain(batches)
@@ -572,8 +577,8 @@ impl RelaySession {
             return false;
         };
         let over_threshold =
-            conn.incremental_filters + new_filters > config.limits.consolidation_threshold;
-        let live_wanted = conn.live_count() + conn.waiting_live.len() + new_reqs;
+            conn.live.incremental_filters + new_filters > config.limits.consolidation_threshold;
+        let live_wanted = conn.live.count() + conn.live.waiting_live.len() + new_reqs;
         let over_budget = live_wanted > self.learned.live_slots(config)
             || conn.subs.len() + new_reqs > self.learned.subscription_limit(config);
         over_threshold || over_budget
@@ -701,8 +706,8 @@ impl RelaySession {
     pub(crate) fn live_closed(&mut self, id: &SubscriptionId, now: Now, config: &EngineConfig) {
         if let Some(conn) = self.conn.as_mut() {
             conn.subs.shift_remove(id);
-            conn.forget_live(id);
-            conn.live_gap_since.get_or_insert(now.unix);
+            conn.live.forget(id);
+            conn.live.live_gap_since.get_or_insert(now.unix);
         }
         let delay = self.work_failed(&config.health);
         self.timers
@@ -721,11 +726,11 @@ impl RelaySession {
             return;
         };
         match list {
-            LiveList::Layer1 => conn.layer1_live = Some(id.clone()),
-            LiveList::Base => conn.live_base.push(id.clone()),
+            LiveList::Layer1 => conn.live.layer1_live = Some(id.clone()),
+            LiveList::Base => conn.live.live_base.push(id.clone()),
             LiveList::Incremental => {
-                conn.incremental_filters += filters.len();
-                conn.live_incremental.push(id.clone());
+                conn.live.incremental_filters += filters.len();
+                conn.live.live_incremental.push(id.clone());
             }
         }
         conn.subs.insert(
@@ -758,62 +763,65 @@ impl RelaySession {
             return (Vec::new(), Vec::new(), None);
         };
         // Their filters are part of the rebuilt set.
-        conn.waiting_live.clear();
+        conn.live.waiting_live.clear();
         let closing: Vec<_> = conn
+            .live
             .layer1_live
             .take()
             .into_iter()
-            .chain(conn.live_base.drain(..))
-            .chain(conn.live_incremental.drain(..))
+            .chain(conn.live.live_base.drain(..))
+            .chain(conn.live.live_incremental.drain(..))
             .collect();
-        conn.incremental_filters = 0;
+        conn.live.incremental_filters = 0;
         for id in &closing {
             if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
-                conn.closed_live.insert(id.clone(), filters);
+                conn.live.closed_live.insert(id.clone(), filters);
             }
         }
-        while conn.closed_live.len() > CLOSED_LIVE_KEPT {
-            conn.closed_live.shift_remove_index(0);
+        while conn.live.closed_live.len() > CLOSED_LIVE_KEPT {
+            conn.live.closed_live.shift_remove_index(0);
         }
         let LivePlan {
             covered,
             polled: uncovered,
         } = plan;
         if conn
+            .live
             .uncovered
             .iter()
             .any(|filter| !uncovered.contains(filter))
         {
             // Filters polled until now go live: what the last poll did not
             // reach is caught up with them.
-            if let Some(from) = conn.poll_from {
-                conn.live_gap_since = Some(conn.live_gap_since.map_or(from, |gap| gap.min(from)));
+            if let Some(from) = conn.live.poll_from {
+                conn.live.live_gap_since =
+                    Some(conn.live.live_gap_since.map_or(from, |gap| gap.min(from)));
             }
         }
         let mut started_polling = None;
         if uncovered.is_empty() {
-            conn.poll_from = None;
+            conn.live.poll_from = None;
             self.timers.clear(RelayTimer::Poll);
         } else {
-            if conn.uncovered.is_empty() {
+            if conn.live.uncovered.is_empty() {
                 started_polling = Some(uncovered.len());
             }
-            conn.poll_from.get_or_insert(now.unix);
+            conn.live.poll_from.get_or_insert(now.unix);
             self.timers.set_unless_set(
                 RelayTimer::Poll,
                 now.instant + config.timeouts.uncovered_poll_interval,
             );
         }
-        conn.uncovered = uncovered;
+        conn.live.uncovered = uncovered;
         // Slots free now (historic work keeps its own); the rest of the
         // covered REQs wait for a slot.
         let available = limit.saturating_sub(conn.subs.len()).min(live_slots);
         let mut covered = covered.into_iter();
         let opened: Vec<Vec<Filter>> = covered.by_ref().take(available).collect();
-        let waiting = conn.waiting_live.len();
-        conn.waiting_live.extend(covered);
-        if conn.waiting_live.len() > waiting {
-            conn.live_gap_since.get_or_insert(now.unix);
+        let waiting = conn.live.waiting_live.len();
+        conn.live.waiting_live.extend(covered);
+        if conn.live.waiting_live.len() > waiting {
+            conn.live.live_gap_since.get_or_insert(now.unix);
         }
         (closing, opened, started_polling)
     }
@@ -1129,7 +1137,7 @@ impl RelaySession {
             Some(Sub::Negentropy { .. }) => false,
             // Sent before the relay saw our CLOSE of a consolidated live
             // subscription: still something we asked for.
-            None => match conn.closed_live.get(id) {
+            None => match conn.live.closed_live.get(id) {
                 Some(filters) => filters.iter().any(|filter| matches(filter, event)),
                 None => {
                     let refused = Refused::UnknownSubscription { id: event.id };
@@ -1525,9 +1533,9 @@ impl RelaySession {
             return;
         };
         if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
-            conn.forget_live(id);
-            conn.waiting_live.push(filters);
-            conn.live_gap_since.get_or_insert(now.unix);
+            conn.live.forget(id);
+            conn.live.waiting_live.push(filters);
+            conn.live.live_gap_since.get_or_insert(now.unix);
         }
     }
 
@@ -1893,13 +1901,13 @@ impl RelaySession {
             return;
         };
         // (A filter already polled is not added twice.)
-        if !conn.uncovered.is_empty() {
-            conn.uncovered.extend(filters);
+        if !conn.live.uncovered.is_empty() {
+            conn.live.uncovered.extend(filters);
             return;
         }
         if !self.rate_allows(now.instant, cx.config) {
             if let Some(conn) = self.conn.as_mut() {
-                conn.defer_live(items, now.unix);
+                conn.live.defer(items, now.unix);
             }
             return;
         }
@@ -1934,7 +1942,7 @@ impl RelaySession {
     pub(crate) fn rebuild_live(&mut self, cx: &mut Ctx<'_>, now: Now, extra: &PendingItems) {
         if !self.rate_allows(now.instant, cx.config) {
             if let Some(conn) = self.conn.as_mut() {
-                conn.defer_live(extra, now.unix);
+                conn.live.defer(extra, now.unix);
             }
             return;
         }
@@ -1946,7 +1954,7 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        items.extend(&std::mem::take(&mut conn.deferred_live));
+        items.extend(&std::mem::take(&mut conn.live.deferred_live));
         let plan = self.live_plan(&items, cx.config);
         let (closing, opened, started_polling) = self.apply_live_plan(plan, now, cx.config);
         if let Some(uncovered) = started_polling {
@@ -1968,7 +1976,7 @@ impl RelaySession {
     /// paginated `since` catch-up, so nothing published in the gap is missed.
     fn catch_up_gap(&mut self, cx: &mut Ctx<'_>, now: Now, filters: &[Filter]) {
         let window = cx.config.timeouts.quick_reconnect_window.as_secs();
-        let Some(gap_since) = self.conn.as_ref().and_then(|conn| conn.live_gap_since) else {
+        let Some(gap_since) = self.conn.as_ref().and_then(|conn| conn.live.live_gap_since) else {
             return;
         };
         let since = Timestamp::from_secs(
@@ -2021,12 +2029,12 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        if conn.uncovered.is_empty() {
+        if conn.live.uncovered.is_empty() {
             return;
         }
-        let from = conn.poll_from.unwrap_or(now.unix);
+        let from = conn.live.poll_from.unwrap_or(now.unix);
         let since = Timestamp::from_secs(from.as_secs().saturating_sub(window));
-        let filters: Vec<Filter> = conn.uncovered.iter().cloned().collect();
+        let filters: Vec<Filter> = conn.live.uncovered.iter().cloned().collect();
         debug!(relay = %cx.relay, filters = filters.len(), "polling live filters that do not fit");
         cx.stats.uncovered_polls += 1;
         let jobs = self.poll_jobs(&filters, since, cx.config);
@@ -2106,7 +2114,7 @@ impl RelaySession {
         let needs_live = self
             .conn
             .as_ref()
-            .is_some_and(|conn| conn.live_count() == 0);
+            .is_some_and(|conn| conn.live.count() == 0);
         // Otherwise `pump` rebuilds live coverage, Layer 1 included, once the
         // relay allows.
         if needs_live && self.may_open_live(now.instant, cx.config) {
@@ -2170,10 +2178,10 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        let waiting_live = std::mem::take(&mut conn.deferred_live);
-        let no_live = conn.live_count() == 0 && conn.waiting_live.is_empty();
-        let over = conn.live_count() + conn.waiting_live.len() > live_slots;
-        let polling = !conn.uncovered.is_empty();
+        let waiting_live = std::mem::take(&mut conn.live.deferred_live);
+        let no_live = conn.live.count() == 0 && conn.live.waiting_live.is_empty();
+        let over = conn.live.count() + conn.live.waiting_live.len() > live_slots;
+        let polling = !conn.live.uncovered.is_empty();
         // Layer 1 live went with a consolidation that found no slot, or the
         // live slots shrank (limits told or learned after connecting): cover
         // everything again within them.
@@ -2187,8 +2195,11 @@ impl RelaySession {
         }
         let rebuild_waiting = self.timers.is_set(RelayTimer::RebuildLive);
         if let Some(conn) = self.conn.as_mut() {
-            if conn.deferred_live.is_empty() && conn.waiting_live.is_empty() && !rebuild_waiting {
-                conn.live_gap_since = None;
+            if conn.live.deferred_live.is_empty()
+                && conn.live.waiting_live.is_empty()
+                && !rebuild_waiting
+            {
+                conn.live.live_gap_since = None;
             }
         }
         while self.may_open_historic(now.instant, cx.store_keeps_up(), cx.config) {
@@ -2203,7 +2214,11 @@ impl RelaySession {
     /// far as the relay allows.
     fn send_waiting_live(&mut self, cx: &mut Ctx<'_>, now: Now) {
         while self.may_open_live(now.instant, cx.config) {
-            let Some(filters) = self.conn.as_mut().and_then(|conn| conn.waiting_live.pop()) else {
+            let Some(filters) = self
+                .conn
+                .as_mut()
+                .and_then(|conn| conn.live.waiting_live.pop())
+            else {
                 return;
             };
             self.open_live(cx, now, filters, LiveList::Base);
@@ -2417,7 +2432,7 @@ impl RelaySession {
             Purpose::CatchUp | Purpose::Gap => {}
             Purpose::Poll => {
                 if let Some(conn) = self.conn.as_mut() {
-                    conn.poll_from = Some(info.started_unix);
+                    conn.live.poll_from = Some(info.started_unix);
                     let next = now.instant + cx.config.timeouts.uncovered_poll_interval;
                     self.timers.set(RelayTimer::Poll, next);
                 }
@@ -2466,8 +2481,8 @@ impl RelaySession {
             }
             Purpose::Gap => {
                 if let (Some(conn), Some(from)) = (self.conn.as_mut(), info.covers_from) {
-                    conn.live_gap_since =
-                        Some(conn.live_gap_since.map_or(from, |gap| gap.min(from)));
+                    conn.live.live_gap_since =
+                        Some(conn.live.live_gap_since.map_or(from, |gap| gap.min(from)));
                 }
                 self.timers.set(RelayTimer::RebuildLive, retry_at);
             }

@@ -8,9 +8,10 @@ use indexmap::IndexMap;
 use nostr::prelude::{EventId, Filter, SubscriptionId};
 
 use super::config::EngineConfig;
+use super::relay_session::LiveCoverage;
 use super::session::NegSession;
 use crate::clock::{Instant, Now};
-use crate::model::{BatchId, PendingItems};
+use crate::model::BatchId;
 use crate::pagination::PaginationState;
 
 /// A drop this soon after a large frame is blamed on the frame's size.
@@ -251,35 +252,12 @@ pub(crate) struct RelayConn {
     pub(crate) last_historic_data: Instant,
     /// Every slot in use, in opening order.
     pub(crate) subs: IndexMap<SubscriptionId, Sub>,
-    /// The Layer 1 live subscription.
-    pub(crate) layer1_live: Option<SubscriptionId>,
-    /// Live Layer 2+3 subscriptions of the last consolidation.
-    pub(crate) live_base: Vec<SubscriptionId>,
-    /// Live Layer 2+3 subscriptions added since.
-    pub(crate) live_incremental: Vec<SubscriptionId>,
-    /// Filters in `live_incremental`.
-    pub(crate) incremental_filters: usize,
-    /// Items whose live subscription waits (rate limit, no free slot).
-    pub(crate) deferred_live: PendingItems,
-    /// Filters of live subscriptions closed by a consolidation, for events
-    /// the relay sent on them before it saw the CLOSE (newest last, bounded).
-    pub(crate) closed_live: IndexMap<SubscriptionId, Vec<Filter>>,
-    /// Live REQs waiting to be sent: refused by the relay, or not sent yet
-    /// for want of a live slot; sent when the relay allows.
-    pub(crate) waiting_live: Vec<Vec<Filter>>,
-    /// Since when some live coverage has been waiting (wall clock): the REQs
-    /// that finally open also fetch what was published meanwhile.
-    pub(crate) live_gap_since: Option<nostr::prelude::Timestamp>,
+    /// Live coverage: the live subscriptions, what waits, what is polled.
+    pub(crate) live: LiveCoverage,
     /// When each recent subscription was opened, for the learned rate.
     pub(crate) opened_at: VecDeque<Instant>,
     /// Historic work waiting for a slot.
     pub(crate) queue: VecDeque<QueuedJob>,
-    /// Live filters that did not fit the relay's limits: polled with a
-    /// `since` catch-up every poll interval instead.
-    pub(crate) uncovered: indexmap::IndexSet<Filter>,
-    /// The next poll of `uncovered` starts from here (wall clock): when the
-    /// filters became uncovered, then the start of the last complete poll.
-    pub(crate) poll_from: Option<nostr::prelude::Timestamp>,
     /// The largest frame sent recently that the relay has not answered yet,
     /// when, and on which subscription: a drop right after it is blamed on
     /// its size.
@@ -312,32 +290,15 @@ impl RelayConn {
         }
     }
 
-    /// Subscriptions live right now (Layer 1 included).
-    pub(crate) fn live_count(&self) -> usize {
-        usize::from(self.layer1_live.is_some()) + self.live_base.len() + self.live_incremental.len()
-    }
-
     /// `true` when no historic work is queued or running and no live
     /// subscription waits.
     pub(crate) fn is_quiet(&self) -> bool {
         self.queue.is_empty()
-            && self.deferred_live.is_empty()
-            && self.waiting_live.is_empty()
+            && !self.live.waits()
             && self
                 .subs
                 .values()
                 .all(|sub| matches!(sub, Sub::Live { .. }))
-    }
-
-    /// Live coverage of `items` waits (a rate-limit cooldown): kept for the
-    /// next rebuild, and the gap it leaves is caught up from `now`.
-    pub(crate) fn defer_live(
-        &mut self,
-        items: &crate::model::PendingItems,
-        now: nostr::prelude::Timestamp,
-    ) {
-        self.deferred_live.extend(items);
-        self.live_gap_since.get_or_insert(now);
     }
 
     /// The oldest open subscription the relay has not answered at all: the
@@ -349,17 +310,6 @@ impl RelayConn {
             }
         }
         None
-    }
-
-    /// Forgets a live subscription id in whichever live list holds it.
-    pub(crate) fn forget_live(&mut self, id: &SubscriptionId) {
-        if self.layer1_live.as_ref() == Some(id) {
-            self.layer1_live = None;
-        }
-        self.live_base.retain(|live| live != id);
-        if let Some(position) = self.live_incremental.iter().position(|live| live == id) {
-            self.live_incremental.remove(position);
-        }
     }
 
     /// Records a frame sent at `now` on subscription `id`: the largest

@@ -1938,15 +1938,15 @@ impl SyncEngine {
     /// What is open and waiting on `relay`, if connected.
     pub fn relay_activity(&self, relay: &RelayUrl) -> Option<RelayActivity> {
         let conn = self.relays.conn(relay)?;
-        let live_mode = match conn.uncovered.len() {
+        let live_mode = match conn.live.uncovered_count() {
             0 => LiveMode::Full,
             uncovered_filters => LiveMode::Polling { uncovered_filters },
         };
         Some(RelayActivity {
             open_subscriptions: conn.subs.len(),
-            live_subscriptions: conn.live_count(),
+            live_subscriptions: conn.live.count(),
             queued_jobs: conn.queue.len(),
-            deferred_live_items: conn.deferred_live.len(),
+            deferred_live_items: conn.live.deferred_count(),
             subscription_limit: self
                 .relays
                 .view(relay)
