@@ -1129,12 +1129,7 @@ impl RelaySession {
         }
         let conn = self.conn.as_mut()?;
         let matches = match conn.subs.get(id) {
-            Some(Sub::Live { filters, .. }) | Some(Sub::Poll { filters, .. }) => {
-                filters.iter().any(|filter| matches(filter, event))
-            }
-            Some(Sub::Req { paging, .. }) => paging.matches(event),
-            Some(Sub::Fetch { filter, .. }) => matches(filter, event),
-            Some(Sub::Negentropy { .. }) => false,
+            Some(sub) => sub.asked_for(event),
             // Sent before the relay saw our CLOSE of a consolidated live
             // subscription: still something we asked for.
             None => match conn.live.closed_live.get(id) {

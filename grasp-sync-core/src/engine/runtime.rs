@@ -5,12 +5,13 @@
 use std::collections::{HashSet, VecDeque};
 
 use indexmap::IndexMap;
-use nostr::prelude::{EventId, Filter, SubscriptionId};
+use nostr::prelude::{Event, EventId, Filter, SubscriptionId};
 
 use super::config::EngineConfig;
 use super::relay_session::LiveCoverage;
 use super::session::NegSession;
 use crate::clock::{Instant, Now};
+use crate::filters::matches;
 use crate::model::BatchId;
 use crate::pagination::PaginationState;
 
@@ -180,6 +181,21 @@ impl Sub {
         match self {
             Sub::Req { watch, .. } | Sub::Poll { watch, .. } => Some(watch),
             _ => None,
+        }
+    }
+
+    /// `true` if `event` is something this subscription asked for: it
+    /// matches one of its filters (a historic REQ's, where its pages are).
+    /// A negentropy session asks for no event: ids it finds missing are
+    /// fetched by their own subscriptions.
+    pub(crate) fn asked_for(&self, event: &Event) -> bool {
+        match self {
+            Sub::Live { filters, .. } | Sub::Poll { filters, .. } => {
+                filters.iter().any(|filter| matches(filter, event))
+            }
+            Sub::Req { paging, .. } => paging.matches(event),
+            Sub::Fetch { filter, .. } => matches(filter, event),
+            Sub::Negentropy { .. } => false,
         }
     }
 
