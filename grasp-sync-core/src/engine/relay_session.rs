@@ -2494,11 +2494,8 @@ impl RelaySession {
 
     /// Tells the relay the slot `id` is no longer wanted.
     fn send_close(&mut self, cx: &mut Ctx<'_>, id: SubscriptionId, sub: &Sub) {
-        let relay = cx.relay.clone();
-        match sub {
-            Sub::Negentropy { session: None, .. } => {}
-            Sub::Negentropy { .. } => self.emit(cx, Command::NegClose { relay, id }),
-            _ => self.emit(cx, Command::Unsubscribe { relay, id }),
+        if let Some(command) = sub.close_command(cx.relay.clone(), id) {
+            self.emit(cx, command);
         }
     }
 
@@ -2555,17 +2552,8 @@ impl RelaySession {
         let Some(batch) = sub.batch() else {
             return;
         };
-        let mut jobs: Vec<Job> = match sub {
-            Sub::Req { paging, .. } => vec![Job::Page(Box::new(paging.resume_interrupted()))],
-            Sub::Poll { pages, .. } => pages
-                .iter()
-                .map(|page| {
-                    let mut page = page.clone();
-                    page.restart_page();
-                    Job::Page(Box::new(page))
-                })
-                .collect(),
-            _ => return,
+        let Some(mut jobs) = sub.resume_jobs() else {
+            return;
         };
         let attempts = cx.config.timeouts.req_resume_attempts;
         let Some(info) = self.batches.get_mut(batch) else {

@@ -5,11 +5,12 @@
 use std::collections::{HashSet, VecDeque};
 
 use indexmap::IndexMap;
-use nostr::prelude::{Event, EventId, Filter, SubscriptionId};
+use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId};
 
 use super::config::EngineConfig;
 use super::relay_session::LiveCoverage;
 use super::session::NegSession;
+use super::Command;
 use crate::clock::{Instant, Now};
 use crate::filters::matches;
 use crate::model::BatchId;
@@ -196,6 +197,39 @@ impl Sub {
             Sub::Req { paging, .. } => paging.matches(event),
             Sub::Fetch { filter, .. } => matches(filter, event),
             Sub::Negentropy { .. } => false,
+        }
+    }
+
+    /// The command that tells the relay this slot, `id`, is no longer
+    /// wanted: NEG-CLOSE for a negentropy session that was opened, nothing
+    /// for one still waiting for our items (no NEG-OPEN was sent), CLOSE
+    /// for every other kind.
+    pub(crate) fn close_command(&self, relay: RelayUrl, id: SubscriptionId) -> Option<Command> {
+        match self {
+            Sub::Negentropy { session: None, .. } => None,
+            Sub::Negentropy { .. } => Some(Command::NegClose { relay, id }),
+            _ => Some(Command::Unsubscribe { relay, id }),
+        }
+    }
+
+    /// The jobs that ask again for what a stalled historic REQ was fetching:
+    /// a page resumed where it was interrupted, or a poll's pages each
+    /// restarted; `None` for the kinds that are not resumed (live,
+    /// negentropy, fetch).
+    pub(crate) fn resume_jobs(&self) -> Option<Vec<Job>> {
+        match self {
+            Sub::Req { paging, .. } => Some(vec![Job::Page(Box::new(paging.resume_interrupted()))]),
+            Sub::Poll { pages, .. } => Some(
+                pages
+                    .iter()
+                    .map(|page| {
+                        let mut page = page.clone();
+                        page.restart_page();
+                        Job::Page(Box::new(page))
+                    })
+                    .collect(),
+            ),
+            _ => None,
         }
     }
 
