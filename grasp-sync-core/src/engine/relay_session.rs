@@ -219,6 +219,8 @@ impl RelaySession {
         out.push(command);
     }
 
+    // --- Room to open work: slots and rate -----------------------------------
+
     /// `true` if one more subscription may be opened on the relay now: a
     /// free slot, no rate-limit cooldown, and the learned rate not used up.
     pub(crate) fn may_open(&mut self, now: Instant, config: &EngineConfig) -> bool {
@@ -278,6 +280,8 @@ impl RelaySession {
         let within = conn.opens_within(now, window);
         rate.is_none_or(|rate| within < rate)
     }
+
+    // --- Jobs and the filters they ask for -----------------------------------
 
     /// Adds jobs to the running `batch`, ahead of other queued work.
     pub(crate) fn add_jobs(&mut self, batch: BatchId, jobs: Vec<Job>) {
@@ -367,6 +371,8 @@ impl RelaySession {
             .collect()
     }
 
+    // --- Lessons from refusals and drops -------------------------------------
+
     /// What a refusal teaches — the whole decision: a refused subscription
     /// ("too many subscriptions") lowers the relay's known limit to one
     /// below what was open (never below two: one live, one historic slot)
@@ -436,6 +442,8 @@ impl RelaySession {
         warn!(relay = %cx.relay, frame = len, budget, "relay dropped the connection after a large frame; sending smaller frames");
     }
 
+    // --- Losing the connection -----------------------------------------------
+
     /// The bookkeeping of a closed connection: what was not caught up is
     /// remembered, the connection and its batches are forgotten (their items
     /// are planned again), the confirmed state kept for a quick reconnect,
@@ -499,6 +507,8 @@ impl RelaySession {
         }
     }
 
+    // --- Health and work retries ---------------------------------------------
+
     /// Historic work on the relay failed: the delay before it is planned
     /// again, doubling for each failure in a row
     /// ([`HealthConfig::work_backoff`]).
@@ -517,6 +527,8 @@ impl RelaySession {
     pub(crate) fn health_state(&self, now: Instant, health: &HealthConfig) -> HealthState {
         self.health.state(now, health)
     }
+
+    // --- Sync method and live plan -------------------------------------------
 
     /// How to sync a historic filter on this relay — the whole decision:
     /// NIP-77 reconciliation, unless the relay refused NIP-77 in some form
@@ -584,6 +596,8 @@ impl RelaySession {
         over_threshold || over_budget
     }
 
+    // --- When a batch stalls -------------------------------------------------
+
     /// When a batch of the relay with a running job counts as stalled: once
     /// it has had no progress of its own (a job started, an event, an EOSE,
     /// a NEG-MSG) for the batch timeout **and** the relay has sent nothing
@@ -611,6 +625,8 @@ impl RelaySession {
             .as_ref()
             .is_some_and(|conn| conn.subs.values().any(|sub| sub.batch() == Some(batch)))
     }
+
+    // --- Connecting, and hearing from the relay ------------------------------
 
     /// A connection attempt starts at `now`, given up after `timeout`.
     pub(crate) fn connect_attempt(&mut self, now: Instant, timeout: std::time::Duration) {
@@ -699,6 +715,8 @@ impl RelaySession {
             info.req_resumes = 0;
         }
     }
+
+    // --- Filing and applying live coverage -----------------------------------
 
     /// The relay closed the live subscription `id` without refusing its
     /// slot: live coverage is gone until the rebuild, due after the work
@@ -826,6 +844,8 @@ impl RelaySession {
         (closing, opened, started_polling)
     }
 
+    // --- Stalls and silence --------------------------------------------------
+
     /// The historic REQs the relay dropped by now
     /// ([`RelayConn::req_stalls_at`]).
     pub(crate) fn stalled_reqs(&self, now: Instant, config: &EngineConfig) -> Vec<SubscriptionId> {
@@ -900,6 +920,8 @@ impl RelaySession {
             .map(|(id, _)| id.clone())
             .collect()
     }
+
+    // --- The session's next deadline -----------------------------------------
 
     /// When the session next has work for `SyncEngine::handle_timeout`:
     /// the earliest of its timers, its negentropy and batch timeouts, its
