@@ -2,14 +2,13 @@
 //! connection, its health and retries, its timers and counters — and the
 //! collection of them the engine routes inputs to by URL.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use nostr::prelude::{EventId, Filter, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
 use tracing::{debug, info, warn};
 
 use super::bad_events::BadEventVerdict;
 use super::classify::{classify, Classified};
-use super::config::MIN_FRAME_BUDGET;
 use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
 use super::outbox::Outbox;
@@ -22,14 +21,21 @@ use super::Command;
 use crate::clock::{Instant, Now};
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, matches, FilterMode};
 use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
-use crate::model::{
-    BatchId, ConnectionStatus, PendingBatch, PendingItems, RelayPending, RelayState, SyncMethod,
-};
+use crate::model::{BatchId, ConnectionStatus, PendingItems, RelayPending, RelayState, SyncMethod};
 use crate::pagination::{PageOutcome, PaginationState};
 use crate::planner::RepoSyncIndex;
 use crate::relay_text::RelayText;
 use crate::screen::Refused;
 use crate::verified::VerifiedEvent;
+
+mod batches;
+mod learned;
+mod live_coverage;
+
+pub(crate) use batches::Batches;
+
+pub(crate) use learned::Learned;
+pub(crate) use live_coverage::LiveCoverage;
 
 /// Everything about one relay: what we learned about it (kept across
 /// connections), its open connection if any, and its counters.
@@ -38,66 +44,156 @@ pub(crate) struct RelaySession {
     /// What the relay confirmed and its connection lifecycle (the spec's
     /// `RelayState`): `Some` while the engine tracks the relay (registered,
     /// not dropped). A session without it only remembers what was learned.
-    pub(crate) state: Option<RelayState>,
-    /// The relay's batches in flight: the items each syncs (their progress
-    /// is in [`RelaySession::batches`]).
-    pub(crate) pending: RelayPending,
+    state: Option<RelayState>,
     /// The open connection: `Some` from `handle_connected` until the
     /// connection closes. The one answer to "is this relay connected".
-    pub(crate) conn: Option<RelayConn>,
-    /// NIP-11 limits.
-    pub(crate) limits: RelayLimits,
-    /// The subscription count at which the relay refused one more.
-    pub(crate) learned_sub_limit: Option<usize>,
-    /// Subscriptions the relay lets us open per rate window, learned from a
-    /// rate-limit refusal.
-    pub(crate) learned_rate: Option<usize>,
-    /// When the learned rate last changed (a refusal halved it, or it was
-    /// raised again).
-    pub(crate) learned_rate_at: Option<Instant>,
-    /// The relay refused NIP-77 in some form.
-    pub(crate) negentropy_refused: bool,
-    /// The relay's batches in flight: their purpose and remaining work.
-    pub(crate) batches: HashMap<BatchId, BatchInfo>,
+    conn: Option<RelayConn>,
+    /// What was learned of the relay: its limits, told and learned.
+    learned: Learned,
+    /// The relay's batches in flight: what each syncs, how, and its
+    /// progress.
+    batches: Batches,
     /// What the session waits for: connect timeout, replan, Layer 1
     /// retry, live rebuild, the next poll of uncovered filters.
-    pub(crate) timers: TimerTable<RelayTimer>,
-    /// A frame budget smaller than the relay announced, learned when it
-    /// dropped the connection right after a large frame.
-    pub(crate) learned_frame_budget: Option<usize>,
+    timers: TimerTable<RelayTimer>,
     /// The earliest moment live coverage was missing and not caught up when
     /// the last connection dropped (a gap, a poll span): the next quick
     /// reconnect catches up from there.
-    pub(crate) uncaught_since: Option<nostr::prelude::Timestamp>,
-    /// The most events one single-filter page of the relay brought: its
-    /// per-filter page size is at least this.
-    pub(crate) page_floor: usize,
+    uncaught_since: Option<nostr::prelude::Timestamp>,
     /// Verified events from the relay handed to the store.
-    pub(crate) events_received: u64,
+    events_received: u64,
     /// Events the relay sent that it had sent lately already (on another
     /// subscription, or a page again): `events_received` over
     /// `events_received - events_received_again` is how often it sent each.
-    pub(crate) events_received_again: u64,
+    events_received_again: u64,
     /// Ids the relay sent lately (at most
     /// [`Caps::received_ids_per_relay`]), created with the first.
-    pub(crate) received_lately: Option<crate::recent::RecentIds>,
+    received_lately: Option<crate::recent::RecentIds>,
     /// Events the relay sent that name an event (`e`, `E`, `q`) and were
     /// handed to the store (at most
     /// [`Caps::sent_replies_per_relay`]), created with the first.
-    pub(crate) sent_replies: Option<super::sent_replies::SentReplies>,
+    sent_replies: Option<super::sent_replies::SentReplies>,
     /// Events from the relay the store reported newly stored.
-    pub(crate) events_stored: u64,
+    events_stored: u64,
     /// The last thing that went wrong with the relay (clipped: it may quote the relay).
-    pub(crate) last_error: Option<RelayText>,
+    last_error: Option<RelayText>,
     /// Connection health: attempts, failures and their backoff, rate
     /// limiting.
-    pub(crate) health: RelayHealth,
+    health: RelayHealth,
     /// Failed historic work in a row (batches closed or timed out, live
     /// subscriptions refused) and its backoff; `None` after a confirmation.
-    pub(crate) work_retry: Option<Retry>,
+    work_retry: Option<Retry>,
 }
 
 impl RelaySession {
+    // --- What the engine asks and tells a session ----------------------------
+
+    /// What the relay confirmed and its connection lifecycle, while the
+    /// engine tracks the relay.
+    pub(crate) fn state(&self) -> Option<&RelayState> {
+        self.state.as_ref()
+    }
+
+    /// `true` while the engine tracks the relay (registered, not dropped).
+    pub(crate) fn is_tracked(&self) -> bool {
+        self.state.is_some()
+    }
+
+    /// Starts tracking the relay, or marks a tracked one bootstrap if
+    /// `is_bootstrap` (registering never unmarks it). `true` when the relay
+    /// was not tracked before.
+    pub(crate) fn track(&mut self, is_bootstrap: bool) -> bool {
+        match &mut self.state {
+            Some(state) => {
+                state.is_bootstrap |= is_bootstrap;
+                false
+            }
+            None => {
+                self.state = Some(RelayState::new(is_bootstrap));
+                true
+            }
+        }
+    }
+
+    /// The relay's batches in flight, oldest first.
+    pub(crate) fn pending(&self) -> &RelayPending {
+        self.batches.pending()
+    }
+
+    /// The open connection, if any.
+    pub(crate) fn conn(&self) -> Option<&RelayConn> {
+        self.conn.as_ref()
+    }
+
+    /// [`RelaySession::conn`], to change.
+    pub(crate) fn conn_mut(&mut self) -> Option<&mut RelayConn> {
+        self.conn.as_mut()
+    }
+
+    /// `true` while the relay's connection is open.
+    pub(crate) fn is_connected(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    /// Connection health: attempts, failures and their backoff.
+    pub(crate) fn health(&self) -> &RelayHealth {
+        &self.health
+    }
+
+    /// Remembers `error` as the last thing that went wrong with the relay
+    /// (clipped: it may quote the relay).
+    pub(crate) fn note_error(&mut self, error: &str) {
+        self.last_error = Some(RelayText::new(error));
+    }
+
+    /// The last thing that went wrong with the relay.
+    pub(crate) fn last_error(&self) -> Option<&RelayText> {
+        self.last_error.as_ref()
+    }
+
+    /// Takes the relay's NIP-11 limits.
+    pub(crate) fn set_limits(&mut self, limits: RelayLimits) {
+        self.learned.set_limits(limits);
+    }
+
+    /// What was learned of the relay, and the limits work on it is held to.
+    pub(crate) fn learned(&self) -> &Learned {
+        &self.learned
+    }
+
+    /// Counts one event from the relay the store reported newly stored.
+    pub(crate) fn event_stored(&mut self) {
+        self.events_stored += 1;
+    }
+
+    /// Verified events from the relay handed to the store.
+    pub(crate) fn events_received(&self) -> u64 {
+        self.events_received
+    }
+
+    /// Events the relay sent that it had sent lately already.
+    pub(crate) fn events_received_again(&self) -> u64 {
+        self.events_received_again
+    }
+
+    /// Events from the relay the store reported newly stored.
+    pub(crate) fn events_stored(&self) -> u64 {
+        self.events_stored
+    }
+
+    /// `true` when the connection attempt in flight is past its timeout.
+    pub(crate) fn connect_timed_out(&self, now: Instant) -> bool {
+        self.timers.is_due(RelayTimer::ConnectTimeout, now)
+    }
+
+    /// `true` when the connection is open and the `since` poll of live
+    /// filters that do not fit is due.
+    pub(crate) fn poll_due(&self, now: Instant) -> bool {
+        self.conn.is_some() && self.timers.is_due(RelayTimer::Poll, now)
+    }
+
+    // --- Sending ---------------------------------------------------------------
+
     /// Emits `command` for this relay, noting first what the connection
     /// tracks of it: when a subscription opened and that it waits for an
     /// answer, and the size of each frame sent (a relay that drops the
@@ -123,10 +219,12 @@ impl RelaySession {
         out.push(command);
     }
 
+    // --- Room to open work: slots and rate -----------------------------------
+
     /// `true` if one more subscription may be opened on the relay now: a
     /// free slot, no rate-limit cooldown, and the learned rate not used up.
     pub(crate) fn may_open(&mut self, now: Instant, config: &EngineConfig) -> bool {
-        let limit = self.subscription_limit(config);
+        let limit = self.learned.subscription_limit(config);
         let free_slot = self
             .conn
             .as_ref()
@@ -144,13 +242,13 @@ impl RelaySession {
         store_keeps_up: bool,
         config: &EngineConfig,
     ) -> bool {
-        let limit = self.subscription_limit(config);
-        let live_slots = self.live_slots(config);
+        let limit = self.learned.subscription_limit(config);
+        let live_slots = self.learned.live_slots(config);
         let Some(conn) = &self.conn else {
             return false;
         };
-        let live = conn.live_count();
-        let live_reserved = live_slots.min(live + conn.waiting_live.len());
+        let live = conn.live.count();
+        let live_reserved = live_slots.min(live + conn.live.waiting_live.len());
         let historic = conn.subs.len().saturating_sub(live);
         historic + live_reserved < limit && store_keeps_up && self.may_open(now, config)
     }
@@ -158,11 +256,11 @@ impl RelaySession {
     /// `true` if one more live subscription may be opened: a free live slot
     /// (the historic ones stay free) and the rate allows.
     pub(crate) fn may_open_live(&mut self, now: Instant, config: &EngineConfig) -> bool {
-        let live_slots = self.live_slots(config);
+        let live_slots = self.learned.live_slots(config);
         let free = self
             .conn
             .as_ref()
-            .is_some_and(|conn| conn.live_count() < live_slots);
+            .is_some_and(|conn| conn.live.count() < live_slots);
         free && self.may_open(now, config)
     }
 
@@ -174,8 +272,8 @@ impl RelaySession {
             return false;
         }
         let window = config.rate_window();
-        self.recover_learned_rate(now, window);
-        let rate = self.learned_rate;
+        self.learned.recover_rate(now, window);
+        let rate = self.learned.rate();
         let Some(conn) = self.conn.as_mut() else {
             return false;
         };
@@ -183,16 +281,11 @@ impl RelaySession {
         rate.is_none_or(|rate| within < rate)
     }
 
-    /// Records progress of `batch` at `now`.
-    pub(crate) fn progress(&mut self, batch: BatchId, now: Instant) {
-        if let Some(info) = self.batches.get_mut(&batch) {
-            info.last_progress = now;
-        }
-    }
+    // --- Jobs and the filters they ask for -----------------------------------
 
     /// Adds jobs to the running `batch`, ahead of other queued work.
     pub(crate) fn add_jobs(&mut self, batch: BatchId, jobs: Vec<Job>) {
-        if let Some(info) = self.batches.get_mut(&batch) {
+        if let Some(info) = self.batches.get_mut(batch) {
             info.jobs += jobs.len();
         }
         if let Some(conn) = self.conn.as_mut() {
@@ -213,7 +306,7 @@ impl RelaySession {
             return;
         };
         conn.queue.push_front(QueuedJob { batch, job });
-        self.progress(batch, now);
+        self.batches.progress(batch, now);
     }
 
     /// `filters` packed, in order, into as few REQs as the relay's filter
@@ -221,20 +314,20 @@ impl RelaySession {
     pub(crate) fn pack(&self, filters: Vec<Filter>, config: &EngineConfig) -> Vec<Vec<Filter>> {
         pack_filters(
             filters,
-            self.filters_per_req(config),
-            self.frame_budget(config),
+            self.learned.filters_per_req(config),
+            self.learned.frame_budget(config),
         )
     }
 
     /// REQ jobs for Layer 2+3 `filters`. Filters of one chunk
     /// (`#e`/`#E`/`#q`), a repository's `#a` and its roots' `#e`, can match
     /// the same event (a NIP-22 comment, a status): where the relay's page
-    /// size is known ([`RelaySession::group_page_limit`]) they are packed, in
+    /// size is known ([`Learned::group_page_limit`]) they are packed, in
     /// order, into as few REQs as its limits allow, so a relay that dedupes
     /// within a subscription (strfry, nostr-relay-builder) sends such an
     /// event once. Otherwise one paginated REQ per filter.
     pub(crate) fn req_jobs(&self, filters: Vec<Filter>, config: &EngineConfig) -> Vec<Job> {
-        let Some(page) = self.group_page_limit(config) else {
+        let Some(page) = self.learned.group_page_limit(config) else {
             return filters.into_iter().map(Job::Req).collect();
         };
         let filters = filters
@@ -262,7 +355,7 @@ impl RelaySession {
         since: nostr::prelude::Timestamp,
         config: &EngineConfig,
     ) -> Vec<Job> {
-        let limit = self.page_limit(config);
+        let limit = self.learned.page_limit(config);
         let filters = filters
             .iter()
             .cloned()
@@ -277,6 +370,8 @@ impl RelaySession {
             .map(Job::Poll)
             .collect()
     }
+
+    // --- Lessons from refusals and drops -------------------------------------
 
     /// What a refusal teaches — the whole decision: a refused subscription
     /// ("too many subscriptions") lowers the relay's known limit to one
@@ -293,9 +388,7 @@ impl RelaySession {
     ) -> Lesson {
         if classified.too_many_subscriptions {
             let open = self.conn.as_ref().map_or(1, |conn| conn.subs.len());
-            let limit = open.saturating_sub(1).max(2);
-            self.learned_sub_limit =
-                Some(self.learned_sub_limit.map_or(limit, |old| old.min(limit)));
+            let limit = self.learned.refused_subscription(open);
             self.health.on_rate_limited(now, &config.health);
             return Lesson {
                 subscription_limit: Some(limit),
@@ -321,9 +414,7 @@ impl RelaySession {
                 .conn
                 .as_mut()
                 .map_or(1, |conn| conn.opens_within(now, window));
-            let rate = (self.learned_rate.unwrap_or(opened).min(opened) / 2).max(1);
-            self.learned_rate = Some(rate);
-            self.learned_rate_at = Some(now);
+            self.learned.halve_rate(opened, now);
         }
         Lesson {
             subscription_limit: None,
@@ -344,17 +435,14 @@ impl RelaySession {
         else {
             return;
         };
-        if len <= MIN_FRAME_BUDGET {
+        let Some(budget) = self.learned.dropped_after_frame(len) else {
             return;
-        }
-        let budget = (len / 2).max(MIN_FRAME_BUDGET);
-        if self.learned_frame_budget.is_some_and(|old| budget >= old) {
-            return;
-        }
-        self.learned_frame_budget = Some(budget);
+        };
         cx.stats.frame_budget_lowered += 1;
         warn!(relay = %cx.relay, frame = len, budget, "relay dropped the connection after a large frame; sending smaller frames");
     }
+
+    // --- Losing the connection -----------------------------------------------
 
     /// The bookkeeping of a closed connection: what was not caught up is
     /// remembered, the connection and its batches are forgotten (their items
@@ -378,7 +466,6 @@ impl RelaySession {
 
     /// Forgets every batch in flight.
     pub(crate) fn clear_pending(&mut self) {
-        self.pending.clear();
         self.batches.clear();
     }
 
@@ -389,13 +476,17 @@ impl RelaySession {
         let Some(conn) = &self.conn else {
             return;
         };
-        let polled = conn.poll_from.filter(|_| !conn.uncovered.is_empty());
+        let polled = conn
+            .live
+            .poll_from
+            .filter(|_| !conn.live.uncovered.is_empty());
         let batches = self
             .batches
-            .values()
+            .iter()
+            .map(|(_, info)| info)
             .filter(|info| matches!(info.purpose, Purpose::Gap | Purpose::Poll))
             .filter_map(|info| info.covers_from);
-        let earliest = [conn.live_gap_since, polled]
+        let earliest = [conn.live.live_gap_since, polled]
             .into_iter()
             .flatten()
             .chain(batches)
@@ -416,6 +507,8 @@ impl RelaySession {
         }
     }
 
+    // --- Health and work retries ---------------------------------------------
+
     /// Historic work on the relay failed: the delay before it is planned
     /// again, doubling for each failure in a row
     /// ([`HealthConfig::work_backoff`]).
@@ -435,91 +528,7 @@ impl RelaySession {
         self.health.state(now, health)
     }
 
-    /// The smallest subscription limit we know of.
-    pub(crate) fn subscription_limit(&self, config: &EngineConfig) -> usize {
-        [
-            Some(config.limits.max_subscriptions),
-            self.limits.max_subscriptions,
-            self.learned_sub_limit,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(config.limits.max_subscriptions)
-        .max(1)
-    }
-
-    /// Filters per REQ we may send.
-    pub(crate) fn filters_per_req(&self, config: &EngineConfig) -> usize {
-        // (NIP-11 `max_filters` and the configured cap.)
-        self.limits
-            .max_filters
-            .map_or(config.limits.max_filters_per_req, |max| {
-                max.min(config.limits.max_filters_per_req)
-            })
-            .max(1)
-    }
-
-    /// Subscription slots live subscriptions may take: the limit minus the
-    /// slots kept for historic work (at least one each). A relay allowing a
-    /// single subscription gets none live: everything is polled and the one
-    /// slot serves history.
-    pub(crate) fn live_slots(&self, config: &EngineConfig) -> usize {
-        let limit = self.subscription_limit(config);
-        if limit < 2 {
-            return 0;
-        }
-        let historic = config.limits.historic_slots.clamp(1, limit / 2);
-        limit.saturating_sub(historic)
-    }
-
-    /// The largest frame the relay may be sent: its NIP-11
-    /// `max_message_length`, a smaller budget learned from a drop, or the
-    /// configured default.
-    pub(crate) fn frame_budget(&self, config: &EngineConfig) -> usize {
-        // A told budget is honoured even below the learning floor; a
-        // kilobyte is the least any REQ needs.
-        [self.limits.max_message_length, self.learned_frame_budget]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(config.limits.default_frame_budget)
-            .max(1024)
-    }
-
-    /// The `limit` of a historic page: ours, or the relay's NIP-11
-    /// `max_limit` if smaller.
-    pub(crate) fn page_limit(&self, config: &EngineConfig) -> usize {
-        self.limits
-            .max_limit
-            .map_or(config.limits.page_limit, |max| {
-                max.min(config.limits.page_limit)
-            })
-            .max(1)
-    }
-
-    /// The page size the relay certainly honours per filter, if we know it:
-    /// its NIP-11 `max_limit` (under our page limit), or our page limit once
-    /// a single-filter page of it came back full. Only then may filters that
-    /// can match the same event share one REQ ([`RelaySession::req_jobs`]): a
-    /// relay that dedupes within a subscription sends such an event once,
-    /// but for one filter's page it may then be one another filter brought,
-    /// and where that filter's page ended can only be told from its
-    /// `page`-th newest event. A relay that clamps silently below our limit
-    /// gets separate REQs, paged one by one.
-    pub(crate) fn group_page_limit(&self, config: &EngineConfig) -> Option<usize> {
-        let page = self.page_limit(config);
-        let told = self.limits.max_limit.is_some();
-        (told || self.page_floor >= page).then_some(page)
-    }
-
-    /// Learns from a single-filter page of `len` events that the relay
-    /// honours our page limit (`page`) per filter, once a page came full.
-    pub(crate) fn note_page_len(&mut self, len: usize, page: usize) {
-        if len >= page {
-            self.page_floor = self.page_floor.max(len);
-        }
-    }
+    // --- Sync method and live plan -------------------------------------------
 
     /// How to sync a historic filter on this relay — the whole decision:
     /// NIP-77 reconciliation, unless the relay refused NIP-77 in some form
@@ -530,9 +539,12 @@ impl RelaySession {
     /// Missing ids a reconciliation found are fetched by REQ
     /// ([`RelaySession::fetch_jobs`]).
     pub(crate) fn sync_method(&self, filter: &Filter, config: &EngineConfig) -> SyncMethod {
-        let negentropy = !self.negentropy_refused
+        let negentropy = !self.learned.negentropy_refused()
             && filter.since.is_none()
-            && self.negentropy_frame_limit(filter, config).is_some();
+            && self
+                .learned
+                .negentropy_frame_limit(filter, config)
+                .is_some();
         if negentropy {
             SyncMethod::Negentropy
         } else {
@@ -540,24 +552,10 @@ impl RelaySession {
         }
     }
 
-    /// The frame size limit of a negentropy session of `filter` on this
-    /// relay, or `None` if no NEG frame fits its frame budget.
-    pub(crate) fn negentropy_frame_limit(
-        &self,
-        filter: &Filter,
-        config: &EngineConfig,
-    ) -> Option<u64> {
-        super::frames::negentropy_frame_limit(
-            self.frame_budget(config),
-            filter,
-            config.limits.negentropy_frame_size_limit,
-        )
-    }
-
     /// The live plan for `items` — which live REQs cover Layer 1 and the
     /// items' Layers 2+3, and which filters are polled instead: the filters
     /// packed into as few REQs as the relay's filter and frame limits allow,
-    /// the first [`RelaySession::live_slots`] of them live, the rest polled
+    /// the first [`Learned::live_slots`] of them live, the rest polled
     /// with a `since` catch-up (historic work always keeps its slots).
     pub(crate) fn live_plan(&self, items: &PendingItems, config: &EngineConfig) -> LivePlan {
         let mut filters = vec![announcement_filter(FilterMode::Live)];
@@ -568,7 +566,10 @@ impl RelaySession {
         ));
         let packed = self.pack(filters, config);
         let mut reqs = packed.into_iter();
-        let covered = reqs.by_ref().take(self.live_slots(config)).collect();
+        let covered = reqs
+            .by_ref()
+            .take(self.learned.live_slots(config))
+            .collect();
         let polled = reqs.flatten().collect();
         LivePlan { covered, polled }
     }
@@ -588,29 +589,14 @@ impl RelaySession {
             return false;
         };
         let over_threshold =
-            conn.incremental_filters + new_filters > config.limits.consolidation_threshold;
-        let live_wanted = conn.live_count() + conn.waiting_live.len() + new_reqs;
-        let over_budget = live_wanted > self.live_slots(config)
-            || conn.subs.len() + new_reqs > self.subscription_limit(config);
+            conn.live.incremental_filters + new_filters > config.limits.consolidation_threshold;
+        let live_wanted = conn.live.count() + conn.live.waiting_live.len() + new_reqs;
+        let over_budget = live_wanted > self.learned.live_slots(config)
+            || conn.subs.len() + new_reqs > self.learned.subscription_limit(config);
         over_threshold || over_budget
     }
 
-    /// Raises a learned rate again: doubled after [`RECOVERY_WINDOWS`] rate
-    /// windows (`window` each) without a refusal, forgotten once above
-    /// [`RATE_FORGOTTEN_ABOVE`]. A single `rate-limited:` (a burst, a
-    /// restart of the relay) must not slow the relay down for good; a relay
-    /// that keeps refusing halves it again.
-    pub(crate) fn recover_learned_rate(&mut self, now: Instant, window: std::time::Duration) {
-        let (Some(rate), Some(at)) = (self.learned_rate, self.learned_rate_at) else {
-            return;
-        };
-        if now.saturating_duration_since(at) < window.saturating_mul(RECOVERY_WINDOWS) {
-            return;
-        }
-        let raised = rate.saturating_mul(2);
-        self.learned_rate = (raised <= RATE_FORGOTTEN_ABOVE).then_some(raised);
-        self.learned_rate_at = Some(now);
-    }
+    // --- When a batch stalls -------------------------------------------------
 
     /// When a batch of the relay with a running job counts as stalled: once
     /// it has had no progress of its own (a job started, an event, an EOSE,
@@ -639,6 +625,8 @@ impl RelaySession {
             .as_ref()
             .is_some_and(|conn| conn.subs.values().any(|sub| sub.batch() == Some(batch)))
     }
+
+    // --- Connecting, and hearing from the relay ------------------------------
 
     /// A connection attempt starts at `now`, given up after `timeout`.
     pub(crate) fn connect_attempt(&mut self, now: Instant, timeout: std::time::Duration) {
@@ -723,10 +711,12 @@ impl RelaySession {
         }
         conn.unanswered.retain(|waiting| waiting != id);
         conn.frame_answered(id);
-        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(batch)) {
             info.req_resumes = 0;
         }
     }
+
+    // --- Filing and applying live coverage -----------------------------------
 
     /// The relay closed the live subscription `id` without refusing its
     /// slot: live coverage is gone until the rebuild, due after the work
@@ -734,8 +724,8 @@ impl RelaySession {
     pub(crate) fn live_closed(&mut self, id: &SubscriptionId, now: Now, config: &EngineConfig) {
         if let Some(conn) = self.conn.as_mut() {
             conn.subs.shift_remove(id);
-            conn.forget_live(id);
-            conn.live_gap_since.get_or_insert(now.unix);
+            conn.live.forget(id);
+            conn.live.live_gap_since.get_or_insert(now.unix);
         }
         let delay = self.work_failed(&config.health);
         self.timers
@@ -754,11 +744,11 @@ impl RelaySession {
             return;
         };
         match list {
-            LiveList::Layer1 => conn.layer1_live = Some(id.clone()),
-            LiveList::Base => conn.live_base.push(id.clone()),
+            LiveList::Layer1 => conn.live.layer1_live = Some(id.clone()),
+            LiveList::Base => conn.live.live_base.push(id.clone()),
             LiveList::Incremental => {
-                conn.incremental_filters += filters.len();
-                conn.live_incremental.push(id.clone());
+                conn.live.incremental_filters += filters.len();
+                conn.live.live_incremental.push(id.clone());
             }
         }
         conn.subs.insert(
@@ -785,71 +775,76 @@ impl RelaySession {
         now: Now,
         config: &EngineConfig,
     ) -> (Vec<SubscriptionId>, Vec<Vec<Filter>>, Option<usize>) {
-        let limit = self.subscription_limit(config);
-        let live_slots = self.live_slots(config);
+        let limit = self.learned.subscription_limit(config);
+        let live_slots = self.learned.live_slots(config);
         let Some(conn) = self.conn.as_mut() else {
             return (Vec::new(), Vec::new(), None);
         };
         // Their filters are part of the rebuilt set.
-        conn.waiting_live.clear();
+        conn.live.waiting_live.clear();
         let closing: Vec<_> = conn
+            .live
             .layer1_live
             .take()
             .into_iter()
-            .chain(conn.live_base.drain(..))
-            .chain(conn.live_incremental.drain(..))
+            .chain(conn.live.live_base.drain(..))
+            .chain(conn.live.live_incremental.drain(..))
             .collect();
-        conn.incremental_filters = 0;
+        conn.live.incremental_filters = 0;
         for id in &closing {
             if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
-                conn.closed_live.insert(id.clone(), filters);
+                conn.live.closed_live.insert(id.clone(), filters);
             }
         }
-        while conn.closed_live.len() > CLOSED_LIVE_KEPT {
-            conn.closed_live.shift_remove_index(0);
+        while conn.live.closed_live.len() > CLOSED_LIVE_KEPT {
+            conn.live.closed_live.shift_remove_index(0);
         }
         let LivePlan {
             covered,
             polled: uncovered,
         } = plan;
         if conn
+            .live
             .uncovered
             .iter()
             .any(|filter| !uncovered.contains(filter))
         {
             // Filters polled until now go live: what the last poll did not
             // reach is caught up with them.
-            if let Some(from) = conn.poll_from {
-                conn.live_gap_since = Some(conn.live_gap_since.map_or(from, |gap| gap.min(from)));
+            if let Some(from) = conn.live.poll_from {
+                conn.live.live_gap_since =
+                    Some(conn.live.live_gap_since.map_or(from, |gap| gap.min(from)));
             }
         }
         let mut started_polling = None;
         if uncovered.is_empty() {
-            conn.poll_from = None;
+            conn.live.poll_from = None;
             self.timers.clear(RelayTimer::Poll);
         } else {
-            if conn.uncovered.is_empty() {
+            if conn.live.uncovered.is_empty() {
                 started_polling = Some(uncovered.len());
             }
-            conn.poll_from.get_or_insert(now.unix);
+            conn.live.poll_from.get_or_insert(now.unix);
             self.timers.set_unless_set(
                 RelayTimer::Poll,
                 now.instant + config.timeouts.uncovered_poll_interval,
             );
         }
-        conn.uncovered = uncovered;
+        conn.live.uncovered = uncovered;
         // Slots free now (historic work keeps its own); the rest of the
         // covered REQs wait for a slot.
         let available = limit.saturating_sub(conn.subs.len()).min(live_slots);
         let mut covered = covered.into_iter();
         let opened: Vec<Vec<Filter>> = covered.by_ref().take(available).collect();
-        let waiting = conn.waiting_live.len();
-        conn.waiting_live.extend(covered);
-        if conn.waiting_live.len() > waiting {
-            conn.live_gap_since.get_or_insert(now.unix);
+        let waiting = conn.live.waiting_live.len();
+        conn.live.waiting_live.extend(covered);
+        if conn.live.waiting_live.len() > waiting {
+            conn.live.live_gap_since.get_or_insert(now.unix);
         }
         (closing, opened, started_polling)
     }
+
+    // --- Stalls and silence --------------------------------------------------
 
     /// The historic REQs the relay dropped by now
     /// ([`RelayConn::req_stalls_at`]).
@@ -926,6 +921,8 @@ impl RelaySession {
             .collect()
     }
 
+    // --- The session's next deadline -----------------------------------------
+
     /// When the session next has work for `SyncEngine::handle_timeout`:
     /// the earliest of its timers, its negentropy and batch timeouts, its
     /// stalled REQs, its unanswered live subscriptions, its rate window and
@@ -945,7 +942,7 @@ impl RelaySession {
         if let Some(conn) = &self.conn {
             let timeout = config.timeouts.batch_timeout;
             consider(conn.next_deadline(config));
-            if !conn.is_quiet() && self.learned_rate.is_some() {
+            if !conn.is_quiet() && self.learned.rate().is_some() {
                 consider(conn.rate_window_frees_at(now, rate_window));
             }
             for sub in conn.subs.values() {
@@ -960,7 +957,7 @@ impl RelaySession {
                     } => Some((*opened_at).max(conn.last_heard) + timeout),
                     sub => sub
                         .batch()
-                        .and_then(|batch| self.batches.get(&batch))
+                        .and_then(|batch| self.batches.get(batch))
                         .map(|info| self.batch_stalls_at(info, config)),
                 });
             }
@@ -976,12 +973,6 @@ fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
         (a, b) => a.or(b),
     }
 }
-
-/// A learned rate raised above this many REQs per window is forgotten.
-pub(super) const RATE_FORGOTTEN_ABOVE: usize = 256;
-/// Rate windows without a refusal before a learned rate is doubled (slower
-/// than the halving, so a relay at its limit is probed rarely).
-pub(super) const RECOVERY_WINDOWS: u32 = 4;
 
 /// Closed live subscriptions whose late events are still accepted.
 const CLOSED_LIVE_KEPT: usize = 64;
@@ -1160,15 +1151,10 @@ impl RelaySession {
         }
         let conn = self.conn.as_mut()?;
         let matches = match conn.subs.get(id) {
-            Some(Sub::Live { filters, .. }) | Some(Sub::Poll { filters, .. }) => {
-                filters.iter().any(|filter| matches(filter, event))
-            }
-            Some(Sub::Req { paging, .. }) => paging.matches(event),
-            Some(Sub::Fetch { filter, .. }) => matches(filter, event),
-            Some(Sub::Negentropy { .. }) => false,
+            Some(sub) => sub.asked_for(event),
             // Sent before the relay saw our CLOSE of a consolidated live
             // subscription: still something we asked for.
-            None => match conn.closed_live.get(id) {
+            None => match conn.live.closed_live.get(id) {
                 Some(filters) => filters.iter().any(|filter| matches(filter, event)),
                 None => {
                     let refused = Refused::UnknownSubscription { id: event.id };
@@ -1219,7 +1205,7 @@ impl RelaySession {
             _ => None,
         };
         if let Some(batch) = batch {
-            self.progress(batch, now.instant);
+            self.batches.progress(batch, now.instant);
         }
         self.note_received(cx, event.id);
         Some((event, batch))
@@ -1301,9 +1287,9 @@ impl RelaySession {
     /// fetch asked again for what it did not bring, a poll continued where a
     /// page may have been cut.
     fn on_eose(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
-        let group_limit = self.group_page_limit(cx.config);
-        let page_limit_ours = self.page_limit(cx.config);
-        let limits = self.limits;
+        let group_limit = self.learned.group_page_limit(cx.config);
+        let page_limit_ours = self.learned.page_limit(cx.config);
+        let limits = *self.learned.told_limits();
         let Some(sub) = self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id)) else {
             return;
         };
@@ -1323,8 +1309,8 @@ impl RelaySession {
                     cx.stats.crowded_seconds += crowded as u64;
                     warn!(relay = %cx.relay, "a full page of events shares one second; events beyond the page may be missing");
                 }
-                self.progress(batch, now.instant);
-                self.note_page_len(page_len, page_limit_ours);
+                self.batches.progress(batch, now.instant);
+                self.learned.note_page_len(page_len, page_limit_ours);
                 match outcome {
                     PageOutcome::NextPage(filter)
                         if cx.store_keeps_up() && self.rate_allows(now.instant, cx.config) =>
@@ -1564,9 +1550,9 @@ impl RelaySession {
             return;
         };
         if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
-            conn.forget_live(id);
-            conn.waiting_live.push(filters);
-            conn.live_gap_since.get_or_insert(now.unix);
+            conn.live.forget(id);
+            conn.live.waiting_live.push(filters);
+            conn.live.live_gap_since.get_or_insert(now.unix);
         }
     }
 
@@ -1616,7 +1602,7 @@ impl RelaySession {
         }
         // `None` cannot happen (checked when the job started), but the
         // budget may have shrunk since.
-        let Some(frame_size_limit) = self.negentropy_frame_limit(&filter, cx.config) else {
+        let Some(frame_size_limit) = self.learned.negentropy_frame_limit(&filter, cx.config) else {
             return self.negentropy_failed(cx, now, id, NegFailure::FrameTooSmall);
         };
         let caps = SessionCaps {
@@ -1690,7 +1676,7 @@ impl RelaySession {
     /// ([`Job::NegentropySent`]) rather than fetched by one REQ: the relay
     /// does NIP-77 and the engine remembers what relays send.
     fn reconciles_fresh_roots(&self, config: &EngineConfig) -> bool {
-        !self.negentropy_refused && config.caps.sent_replies_per_relay > 0
+        !self.learned.negentropy_refused() && config.caps.sent_replies_per_relay > 0
     }
 
     /// A negentropy session of a filter ended without reconciling it: the
@@ -1738,7 +1724,7 @@ impl RelaySession {
                 self.last_error = Some(error.to_string().into());
                 // A relay that keeps a session going is not reconciling.
                 if matches!(error, SessionError::TooManyRounds { .. }) {
-                    self.negentropy_refused = true;
+                    self.learned.refuse_negentropy();
                 }
             }
             NegFailure::Round(error) => {
@@ -1760,8 +1746,7 @@ impl RelaySession {
 
     /// Remembers that the relay refused NIP-77, warning once.
     fn learn_negentropy_refused(&mut self, cx: &mut Ctx<'_>, reason: &str) {
-        if !self.negentropy_refused {
-            self.negentropy_refused = true;
+        if self.learned.refuse_negentropy() {
             cx.stats.negentropy_refusals += 1;
             warn!(relay = %cx.relay, reason, "relay refused NIP-77; falling back to REQ+EOSE");
             self.last_error = Some(format!("NIP-77 refused: {reason}").into());
@@ -1785,7 +1770,7 @@ impl RelaySession {
         base.limit = None;
         base.until = None;
         base.since = None;
-        let fit = super::frames::ids_per_fetch(self.frame_budget(config), &base);
+        let fit = super::frames::ids_per_fetch(self.learned.frame_budget(config), &base);
         need.chunks(config.limits.fetch_chunk.min(fit).max(1))
             .map(|chunk| Job::Fetch {
                 filter: base.clone().ids(chunk.iter().copied()),
@@ -1812,7 +1797,7 @@ impl RelaySession {
         let batch = *batch;
         match session.step(message) {
             Ok(Step::Continue(next)) => {
-                self.progress(batch, now.instant);
+                self.batches.progress(batch, now.instant);
                 let relay = cx.relay.clone();
                 self.emit(
                     cx,
@@ -1839,7 +1824,7 @@ impl RelaySession {
                 // Another filter of the batch may have found the same ids
                 // missing (a reply tagging its root with both `e` and `E`):
                 // each id is fetched once per batch.
-                let need: Vec<_> = match self.batches.get_mut(&batch) {
+                let need: Vec<_> = match self.batches.get_mut(batch) {
                     Some(info) => need
                         .into_iter()
                         .filter(|id| info.fetching.insert(*id))
@@ -1933,13 +1918,13 @@ impl RelaySession {
             return;
         };
         // (A filter already polled is not added twice.)
-        if !conn.uncovered.is_empty() {
-            conn.uncovered.extend(filters);
+        if !conn.live.uncovered.is_empty() {
+            conn.live.uncovered.extend(filters);
             return;
         }
         if !self.rate_allows(now.instant, cx.config) {
             if let Some(conn) = self.conn.as_mut() {
-                conn.defer_live(items, now.unix);
+                conn.live.defer(items, now.unix);
             }
             return;
         }
@@ -1974,11 +1959,11 @@ impl RelaySession {
     pub(crate) fn rebuild_live(&mut self, cx: &mut Ctx<'_>, now: Now, extra: &PendingItems) {
         if !self.rate_allows(now.instant, cx.config) {
             if let Some(conn) = self.conn.as_mut() {
-                conn.defer_live(extra, now.unix);
+                conn.live.defer(extra, now.unix);
             }
             return;
         }
-        let mut items = self.pending.items();
+        let mut items = self.batches.items();
         if let Some(state) = &self.state {
             items.extend(&state.items(cx.repos.ids()));
         }
@@ -1986,7 +1971,7 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        items.extend(&std::mem::take(&mut conn.deferred_live));
+        items.extend(&std::mem::take(&mut conn.live.deferred_live));
         let plan = self.live_plan(&items, cx.config);
         let (closing, opened, started_polling) = self.apply_live_plan(plan, now, cx.config);
         if let Some(uncovered) = started_polling {
@@ -2008,7 +1993,7 @@ impl RelaySession {
     /// paginated `since` catch-up, so nothing published in the gap is missed.
     fn catch_up_gap(&mut self, cx: &mut Ctx<'_>, now: Now, filters: &[Filter]) {
         let window = cx.config.timeouts.quick_reconnect_window.as_secs();
-        let Some(gap_since) = self.conn.as_ref().and_then(|conn| conn.live_gap_since) else {
+        let Some(gap_since) = self.conn.as_ref().and_then(|conn| conn.live.live_gap_since) else {
             return;
         };
         let since = Timestamp::from_secs(
@@ -2026,7 +2011,7 @@ impl RelaySession {
             SyncMethod::ReqEose,
             jobs,
         );
-        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(batch)) {
             info.covers_from = Some(gap_since);
         }
     }
@@ -2061,12 +2046,12 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        if conn.uncovered.is_empty() {
+        if conn.live.uncovered.is_empty() {
             return;
         }
-        let from = conn.poll_from.unwrap_or(now.unix);
+        let from = conn.live.poll_from.unwrap_or(now.unix);
         let since = Timestamp::from_secs(from.as_secs().saturating_sub(window));
-        let filters: Vec<Filter> = conn.uncovered.iter().cloned().collect();
+        let filters: Vec<Filter> = conn.live.uncovered.iter().cloned().collect();
         debug!(relay = %cx.relay, filters = filters.len(), "polling live filters that do not fit");
         cx.stats.uncovered_polls += 1;
         let jobs = self.poll_jobs(&filters, since, cx.config);
@@ -2078,7 +2063,7 @@ impl RelaySession {
             SyncMethod::ReqEose,
             jobs,
         );
-        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(&batch)) {
+        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(batch)) {
             info.covers_from = Some(from);
         }
     }
@@ -2146,7 +2131,7 @@ impl RelaySession {
         let needs_live = self
             .conn
             .as_ref()
-            .is_some_and(|conn| conn.live_count() == 0);
+            .is_some_and(|conn| conn.live.count() == 0);
         // Otherwise `pump` rebuilds live coverage, Layer 1 included, once the
         // relay allows.
         if needs_live && self.may_open_live(now.instant, cx.config) {
@@ -2185,21 +2170,8 @@ impl RelaySession {
             return None;
         }
         let batch = cx.out.batch_id();
-        self.pending
-            .insert(PendingBatch::new(batch, items, method, now.instant));
-        self.batches.insert(
-            batch,
-            BatchInfo {
-                purpose,
-                jobs: jobs.len(),
-                stores: 0,
-                last_progress: now.instant,
-                started_unix: now.unix,
-                fetching: Default::default(),
-                covers_from: None,
-                req_resumes: 0,
-            },
-        );
+        self.batches
+            .start(batch, purpose, items, method, jobs.len(), now);
         if let Some(conn) = self.conn.as_mut() {
             let queued = jobs.into_iter().map(|job| QueuedJob { batch, job });
             if matches!(purpose, Purpose::Gap | Purpose::Poll) {
@@ -2219,14 +2191,14 @@ impl RelaySession {
     /// not rate-limited and has free subscription slots.
     pub(crate) fn pump(&mut self, cx: &mut Ctx<'_>, now: Now) {
         self.send_waiting_live(cx, now);
-        let live_slots = self.live_slots(cx.config);
+        let live_slots = self.learned.live_slots(cx.config);
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        let waiting_live = std::mem::take(&mut conn.deferred_live);
-        let no_live = conn.live_count() == 0 && conn.waiting_live.is_empty();
-        let over = conn.live_count() + conn.waiting_live.len() > live_slots;
-        let polling = !conn.uncovered.is_empty();
+        let waiting_live = std::mem::take(&mut conn.live.deferred_live);
+        let no_live = conn.live.count() == 0 && conn.live.waiting_live.is_empty();
+        let over = conn.live.count() + conn.live.waiting_live.len() > live_slots;
+        let polling = !conn.live.uncovered.is_empty();
         // Layer 1 live went with a consolidation that found no slot, or the
         // live slots shrank (limits told or learned after connecting): cover
         // everything again within them.
@@ -2240,8 +2212,11 @@ impl RelaySession {
         }
         let rebuild_waiting = self.timers.is_set(RelayTimer::RebuildLive);
         if let Some(conn) = self.conn.as_mut() {
-            if conn.deferred_live.is_empty() && conn.waiting_live.is_empty() && !rebuild_waiting {
-                conn.live_gap_since = None;
+            if conn.live.deferred_live.is_empty()
+                && conn.live.waiting_live.is_empty()
+                && !rebuild_waiting
+            {
+                conn.live.live_gap_since = None;
             }
         }
         while self.may_open_historic(now.instant, cx.store_keeps_up(), cx.config) {
@@ -2256,7 +2231,11 @@ impl RelaySession {
     /// far as the relay allows.
     fn send_waiting_live(&mut self, cx: &mut Ctx<'_>, now: Now) {
         while self.may_open_live(now.instant, cx.config) {
-            let Some(filters) = self.conn.as_mut().and_then(|conn| conn.waiting_live.pop()) else {
+            let Some(filters) = self
+                .conn
+                .as_mut()
+                .and_then(|conn| conn.live.waiting_live.pop())
+            else {
                 return;
             };
             self.open_live(cx, now, filters, LiveList::Base);
@@ -2268,7 +2247,7 @@ impl RelaySession {
     /// synced ([`RelaySession::sync_method`]).
     fn start_job(&mut self, cx: &mut Ctx<'_>, now: Now, queued: QueuedJob) {
         let QueuedJob { batch, job } = queued;
-        let budget = self.frame_budget(cx.config);
+        let budget = self.learned.frame_budget(cx.config);
         let job = match job {
             Job::Negentropy(filter) | Job::NegentropySent(filter)
                 if self.sync_method(&filter, cx.config) == SyncMethod::ReqEose =>
@@ -2295,7 +2274,7 @@ impl RelaySession {
                     self.add_jobs(batch, parts.into_iter().map(Job::Req).collect());
                 }
                 if filter.limit.is_none() {
-                    filter.limit = Some(self.page_limit(cx.config));
+                    filter.limit = Some(self.learned.page_limit(cx.config));
                 }
                 let id = cx.out.sub_id("req");
                 let sub = Sub::Req {
@@ -2366,7 +2345,7 @@ impl RelaySession {
             conn.subs.insert(id.clone(), sub);
             conn.last_opened = Some(id.clone());
         }
-        self.progress(batch, now.instant);
+        self.batches.progress(batch, now.instant);
         if let Some(items) = sent_items {
             // No store query: the local side is known already.
             self.open_negentropy(cx, now, &id, &items);
@@ -2399,8 +2378,8 @@ impl RelaySession {
         else {
             return;
         };
-        self.progress(batch, now.instant);
-        let Some(info) = self.batches.get_mut(&batch) else {
+        self.batches.progress(batch, now.instant);
+        let Some(info) = self.batches.get_mut(batch) else {
             return;
         };
         info.jobs = info.jobs.saturating_sub(1);
@@ -2435,7 +2414,7 @@ impl RelaySession {
     /// Counts events of `batch` handed to the store (`+1`) or answered
     /// (`-1`); a batch whose jobs are done confirms with its last store.
     pub(crate) fn count_store(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId, delta: i32) {
-        let Some(info) = self.batches.get_mut(&batch) else {
+        let Some(info) = self.batches.get_mut(batch) else {
             return;
         };
         info.stores = if delta >= 0 {
@@ -2452,10 +2431,7 @@ impl RelaySession {
     /// held): what it synced is recorded by its purpose — its items
     /// confirmed, Layer 1 synced, the next poll scheduled from its start.
     fn complete_batch(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId) {
-        let Some(info) = self.batches.remove(&batch) else {
-            return;
-        };
-        let Some(pending) = self.pending.remove_batch(batch) else {
+        let Some((info, Some(pending))) = self.batches.end(batch) else {
             return;
         };
         debug!(relay = %cx.relay, %batch, purpose = ?info.purpose, "batch confirmed");
@@ -2473,7 +2449,7 @@ impl RelaySession {
             Purpose::CatchUp | Purpose::Gap => {}
             Purpose::Poll => {
                 if let Some(conn) = self.conn.as_mut() {
-                    conn.poll_from = Some(info.started_unix);
+                    conn.live.poll_from = Some(info.started_unix);
                     let next = now.instant + cx.config.timeouts.uncovered_poll_interval;
                     self.timers.set(RelayTimer::Poll, next);
                 }
@@ -2489,13 +2465,12 @@ impl RelaySession {
     /// moment, a poll repeated (`poll_from` stays: the next poll covers this
     /// one's span).
     pub(crate) fn fail_batch(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId, reason: &str) {
-        let Some(info) = self.batches.remove(&batch) else {
+        let Some((info, _)) = self.batches.end(batch) else {
             return;
         };
         warn!(relay = %cx.relay, %batch, reason, "batch failed; its items will be planned again");
         cx.stats.batches_failed += 1;
         self.last_error = Some(format!("batch failed: {reason}").into());
-        self.pending.remove_batch(batch);
         let mut closing = Vec::new();
         if let Some(conn) = self.conn.as_mut() {
             conn.queue.retain(|queued| queued.batch != batch);
@@ -2523,8 +2498,8 @@ impl RelaySession {
             }
             Purpose::Gap => {
                 if let (Some(conn), Some(from)) = (self.conn.as_mut(), info.covers_from) {
-                    conn.live_gap_since =
-                        Some(conn.live_gap_since.map_or(from, |gap| gap.min(from)));
+                    conn.live.live_gap_since =
+                        Some(conn.live.live_gap_since.map_or(from, |gap| gap.min(from)));
                 }
                 self.timers.set(RelayTimer::RebuildLive, retry_at);
             }
@@ -2541,11 +2516,8 @@ impl RelaySession {
 
     /// Tells the relay the slot `id` is no longer wanted.
     fn send_close(&mut self, cx: &mut Ctx<'_>, id: SubscriptionId, sub: &Sub) {
-        let relay = cx.relay.clone();
-        match sub {
-            Sub::Negentropy { session: None, .. } => {}
-            Sub::Negentropy { .. } => self.emit(cx, Command::NegClose { relay, id }),
-            _ => self.emit(cx, Command::Unsubscribe { relay, id }),
+        if let Some(command) = sub.close_command(cx.relay.clone(), id) {
+            self.emit(cx, command);
         }
     }
 
@@ -2602,20 +2574,11 @@ impl RelaySession {
         let Some(batch) = sub.batch() else {
             return;
         };
-        let mut jobs: Vec<Job> = match sub {
-            Sub::Req { paging, .. } => vec![Job::Page(Box::new(paging.resume_interrupted()))],
-            Sub::Poll { pages, .. } => pages
-                .iter()
-                .map(|page| {
-                    let mut page = page.clone();
-                    page.restart_page();
-                    Job::Page(Box::new(page))
-                })
-                .collect(),
-            _ => return,
+        let Some(mut jobs) = sub.resume_jobs() else {
+            return;
         };
         let attempts = cx.config.timeouts.req_resume_attempts;
-        let Some(info) = self.batches.get_mut(&batch) else {
+        let Some(info) = self.batches.get_mut(batch) else {
             // No batch to resume for (cannot happen: a batch ends with its
             // subscriptions): close it rather than wake for it forever.
             if let Some(sub) = self

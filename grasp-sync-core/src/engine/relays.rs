@@ -6,7 +6,6 @@ use nostr::prelude::RelayUrl;
 use super::relay_session::RelaySession;
 use super::runtime::RelayConn;
 use crate::model::{RelayPending, RelayProgress, RelayState};
-use crate::relay_text::RelayText;
 
 /// Every relay's session, by URL, in the order they were first met (so
 /// every walk over them is deterministic).
@@ -25,26 +24,21 @@ impl Relays {
     /// registering a tracked relay as bootstrap marks it bootstrap, it never
     /// unmarks.
     pub(crate) fn register(&mut self, relay: RelayUrl, is_bootstrap: bool) {
-        let session = self.sessions.entry(relay).or_default();
-        match &mut session.state {
-            Some(state) => state.is_bootstrap |= is_bootstrap,
-            None => {
-                session.state = Some(RelayState::new(is_bootstrap));
-                self.tracked += 1;
-            }
+        if self.sessions.entry(relay).or_default().track(is_bootstrap) {
+            self.tracked += 1;
         }
     }
 
     /// `relay`'s confirmed state and lifecycle, if it is tracked.
     pub(crate) fn state(&self, relay: &RelayUrl) -> Option<&RelayState> {
-        self.sessions.get(relay)?.state.as_ref()
+        self.sessions.get(relay)?.state()
     }
 
     /// Every tracked relay with its state, in the order first met.
     pub(crate) fn tracked(&self) -> impl Iterator<Item = (&RelayUrl, &RelayState)> {
         self.sessions
             .iter()
-            .filter_map(|(relay, session)| Some((relay, session.state.as_ref()?)))
+            .filter_map(|(relay, session)| Some((relay, session.state()?)))
     }
 
     /// How many relays are tracked.
@@ -56,7 +50,7 @@ impl Relays {
     pub(crate) fn batch_count(&self) -> usize {
         self.sessions
             .values()
-            .map(|session| session.pending.len())
+            .map(|session| session.pending().len())
             .sum()
     }
 
@@ -94,7 +88,7 @@ impl Relays {
     /// Forgets `relay` and everything about it.
     pub(crate) fn remove(&mut self, relay: &RelayUrl) -> Option<RelaySession> {
         let session = self.sessions.shift_remove(relay)?;
-        if session.state.is_some() {
+        if session.is_tracked() {
             self.tracked -= 1;
         }
         Some(session)
@@ -112,12 +106,12 @@ impl Relays {
 
     /// `relay`'s open connection.
     pub(crate) fn conn(&self, relay: &RelayUrl) -> Option<&RelayConn> {
-        self.sessions.get(relay)?.conn.as_ref()
+        self.sessions.get(relay)?.conn()
     }
 
     /// [`Relays::conn`], to change.
     pub(crate) fn conn_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelayConn> {
-        self.sessions.get_mut(relay)?.conn.as_mut()
+        self.sessions.get_mut(relay)?.conn_mut()
     }
 
     /// `true` while `relay`'s connection is open.
@@ -129,7 +123,7 @@ impl Relays {
     pub(crate) fn connections(&self) -> impl Iterator<Item = (&RelayUrl, &RelayConn)> {
         self.sessions
             .iter()
-            .filter_map(|(relay, session)| Some((relay, session.conn.as_ref()?)))
+            .filter_map(|(relay, session)| Some((relay, session.conn()?)))
     }
 
     /// Every relay with an open connection.
@@ -141,7 +135,7 @@ impl Relays {
     /// (reported by `SyncEngine::relay_reports`).
     pub(crate) fn note_error(&mut self, relay: &RelayUrl, error: impl Into<String>) {
         if let Some(session) = self.sessions.get_mut(relay) {
-            session.last_error = Some(RelayText::new(&error.into()));
+            session.note_error(&error.into());
         }
     }
 
@@ -149,7 +143,7 @@ impl Relays {
     pub(crate) fn connected_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelaySession> {
         self.sessions
             .get_mut(relay)
-            .filter(|session| session.conn.is_some())
+            .filter(|session| session.is_connected())
     }
 }
 
@@ -159,6 +153,6 @@ impl RelayProgress for Relays {
     }
 
     fn pending(&self, relay: &RelayUrl) -> Option<&RelayPending> {
-        self.sessions.get(relay).map(|session| &session.pending)
+        self.sessions.get(relay).map(RelaySession::pending)
     }
 }

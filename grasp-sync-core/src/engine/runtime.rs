@@ -5,12 +5,15 @@
 use std::collections::{HashSet, VecDeque};
 
 use indexmap::IndexMap;
-use nostr::prelude::{EventId, Filter, SubscriptionId};
+use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId};
 
 use super::config::EngineConfig;
+use super::relay_session::LiveCoverage;
 use super::session::NegSession;
+use super::Command;
 use crate::clock::{Instant, Now};
-use crate::model::{BatchId, PendingItems};
+use crate::filters::matches;
+use crate::model::BatchId;
 use crate::pagination::PaginationState;
 
 /// A drop this soon after a large frame is blamed on the frame's size.
@@ -182,6 +185,54 @@ impl Sub {
         }
     }
 
+    /// `true` if `event` is something this subscription asked for: it
+    /// matches one of its filters (a historic REQ's, where its pages are).
+    /// A negentropy session asks for no event: ids it finds missing are
+    /// fetched by their own subscriptions.
+    pub(crate) fn asked_for(&self, event: &Event) -> bool {
+        match self {
+            Sub::Live { filters, .. } | Sub::Poll { filters, .. } => {
+                filters.iter().any(|filter| matches(filter, event))
+            }
+            Sub::Req { paging, .. } => paging.matches(event),
+            Sub::Fetch { filter, .. } => matches(filter, event),
+            Sub::Negentropy { .. } => false,
+        }
+    }
+
+    /// The command that tells the relay this slot, `id`, is no longer
+    /// wanted: NEG-CLOSE for a negentropy session that was opened, nothing
+    /// for one still waiting for our items (no NEG-OPEN was sent), CLOSE
+    /// for every other kind.
+    pub(crate) fn close_command(&self, relay: RelayUrl, id: SubscriptionId) -> Option<Command> {
+        match self {
+            Sub::Negentropy { session: None, .. } => None,
+            Sub::Negentropy { .. } => Some(Command::NegClose { relay, id }),
+            _ => Some(Command::Unsubscribe { relay, id }),
+        }
+    }
+
+    /// The jobs that ask again for what a stalled historic REQ was fetching:
+    /// a page resumed where it was interrupted, or a poll's pages each
+    /// restarted; `None` for the kinds that are not resumed (live,
+    /// negentropy, fetch).
+    pub(crate) fn resume_jobs(&self) -> Option<Vec<Job>> {
+        match self {
+            Sub::Req { paging, .. } => Some(vec![Job::Page(Box::new(paging.resume_interrupted()))]),
+            Sub::Poll { pages, .. } => Some(
+                pages
+                    .iter()
+                    .map(|page| {
+                        let mut page = page.clone();
+                        page.restart_page();
+                        Job::Page(Box::new(page))
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+
     /// The job that starts a negentropy session of `filter` again, with its
     /// local items from the same source.
     pub(crate) fn negentropy_job(filter: Filter, sent: bool) -> Job {
@@ -251,35 +302,12 @@ pub(crate) struct RelayConn {
     pub(crate) last_historic_data: Instant,
     /// Every slot in use, in opening order.
     pub(crate) subs: IndexMap<SubscriptionId, Sub>,
-    /// The Layer 1 live subscription.
-    pub(crate) layer1_live: Option<SubscriptionId>,
-    /// Live Layer 2+3 subscriptions of the last consolidation.
-    pub(crate) live_base: Vec<SubscriptionId>,
-    /// Live Layer 2+3 subscriptions added since.
-    pub(crate) live_incremental: Vec<SubscriptionId>,
-    /// Filters in `live_incremental`.
-    pub(crate) incremental_filters: usize,
-    /// Items whose live subscription waits (rate limit, no free slot).
-    pub(crate) deferred_live: PendingItems,
-    /// Filters of live subscriptions closed by a consolidation, for events
-    /// the relay sent on them before it saw the CLOSE (newest last, bounded).
-    pub(crate) closed_live: IndexMap<SubscriptionId, Vec<Filter>>,
-    /// Live REQs waiting to be sent: refused by the relay, or not sent yet
-    /// for want of a live slot; sent when the relay allows.
-    pub(crate) waiting_live: Vec<Vec<Filter>>,
-    /// Since when some live coverage has been waiting (wall clock): the REQs
-    /// that finally open also fetch what was published meanwhile.
-    pub(crate) live_gap_since: Option<nostr::prelude::Timestamp>,
+    /// Live coverage: the live subscriptions, what waits, what is polled.
+    pub(crate) live: LiveCoverage,
     /// When each recent subscription was opened, for the learned rate.
     pub(crate) opened_at: VecDeque<Instant>,
     /// Historic work waiting for a slot.
     pub(crate) queue: VecDeque<QueuedJob>,
-    /// Live filters that did not fit the relay's limits: polled with a
-    /// `since` catch-up every poll interval instead.
-    pub(crate) uncovered: indexmap::IndexSet<Filter>,
-    /// The next poll of `uncovered` starts from here (wall clock): when the
-    /// filters became uncovered, then the start of the last complete poll.
-    pub(crate) poll_from: Option<nostr::prelude::Timestamp>,
     /// The largest frame sent recently that the relay has not answered yet,
     /// when, and on which subscription: a drop right after it is blamed on
     /// its size.
@@ -312,32 +340,15 @@ impl RelayConn {
         }
     }
 
-    /// Subscriptions live right now (Layer 1 included).
-    pub(crate) fn live_count(&self) -> usize {
-        usize::from(self.layer1_live.is_some()) + self.live_base.len() + self.live_incremental.len()
-    }
-
     /// `true` when no historic work is queued or running and no live
     /// subscription waits.
     pub(crate) fn is_quiet(&self) -> bool {
         self.queue.is_empty()
-            && self.deferred_live.is_empty()
-            && self.waiting_live.is_empty()
+            && !self.live.waits()
             && self
                 .subs
                 .values()
                 .all(|sub| matches!(sub, Sub::Live { .. }))
-    }
-
-    /// Live coverage of `items` waits (a rate-limit cooldown): kept for the
-    /// next rebuild, and the gap it leaves is caught up from `now`.
-    pub(crate) fn defer_live(
-        &mut self,
-        items: &crate::model::PendingItems,
-        now: nostr::prelude::Timestamp,
-    ) {
-        self.deferred_live.extend(items);
-        self.live_gap_since.get_or_insert(now);
     }
 
     /// The oldest open subscription the relay has not answered at all: the
@@ -349,17 +360,6 @@ impl RelayConn {
             }
         }
         None
-    }
-
-    /// Forgets a live subscription id in whichever live list holds it.
-    pub(crate) fn forget_live(&mut self, id: &SubscriptionId) {
-        if self.layer1_live.as_ref() == Some(id) {
-            self.layer1_live = None;
-        }
-        self.live_base.retain(|live| live != id);
-        if let Some(position) = self.live_incremental.iter().position(|live| live == id) {
-            self.live_incremental.remove(position);
-        }
     }
 
     /// Records a frame sent at `now` on subscription `id`: the largest

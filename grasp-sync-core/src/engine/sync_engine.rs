@@ -22,7 +22,7 @@ use super::relays::Relays;
 use super::runtime::RelayConn;
 use super::stats::{HeldBytes, LiveMode};
 use super::stores::{Handover, StoreTracker};
-use super::timer_table::{EngineTimer, RelayTimer, TimerTable};
+use super::timer_table::{EngineTimer, TimerTable};
 use super::{
     Command, ConfigError, EngineConfig, EngineStats, RelayActivity, RelayLimits, RelayReport,
     StoreVerdict,
@@ -182,12 +182,12 @@ impl SyncEngine {
     /// `relay`'s batches in flight (its part of the spec's
     /// `PendingSyncIndex`), oldest first.
     pub fn pending_batches(&self, relay: &RelayUrl) -> &[PendingBatch] {
-        self.relays.view(relay).pending.batches()
+        self.relays.view(relay).pending().batches()
     }
 
     /// The connection health of `relay`, if the engine knows it.
     pub fn relay_health(&self, relay: &RelayUrl) -> Option<&RelayHealth> {
-        self.relays.get(relay).map(|session| &session.health)
+        self.relays.get(relay).map(RelaySession::health)
     }
 
     /// The health state of `relay` at `now`; an unknown relay is
@@ -205,7 +205,7 @@ impl SyncEngine {
         for (relay, _) in self.relays.tracked() {
             let session = self.relays.view(relay);
             let state = session.health_state(now, &self.config.health);
-            counts.add(state, session.health.is_connected());
+            counts.add(state, session.health().is_connected());
         }
         counts
     }
@@ -240,7 +240,7 @@ impl SyncEngine {
         if self.own.is_for(relay) {
             return;
         }
-        self.relays.entry(relay.clone()).limits = limits;
+        self.relays.entry(relay.clone()).set_limits(limits);
         self.maintain(now);
     }
 
@@ -583,7 +583,7 @@ impl SyncEngine {
             .filter(|relay| {
                 self.relays
                     .view(relay)
-                    .health
+                    .health()
                     .should_attempt_connection(now.instant, &self.config.health)
             })
             .collect();
@@ -602,7 +602,7 @@ impl SyncEngine {
         let expired: Vec<RelayUrl> = self
             .relays
             .iter()
-            .filter(|(_, known)| known.timers.is_due(RelayTimer::ConnectTimeout, now.instant))
+            .filter(|(_, known)| known.connect_timed_out(now.instant))
             .map(|(relay, _)| relay.clone())
             .collect();
         for relay in expired {
@@ -630,8 +630,8 @@ impl SyncEngine {
         let session = self.relays.view(relay);
         debug!(
             %relay,
-            failures = session.health.consecutive_failures(),
-            next_attempt_at = ?session.health.next_attempt_at(&self.config.health),
+            failures = session.health().consecutive_failures(),
+            next_attempt_at = ?session.health().next_attempt_at(&self.config.health),
             "relay connection failed"
         );
         self.relays
@@ -657,7 +657,7 @@ impl SyncEngine {
         }
         let Some((session, mut cx)) = self
             .session(relay)
-            .filter(|(session, _)| session.state.is_some())
+            .filter(|(session, _)| session.is_tracked())
         else {
             self.ignored(relay, "connected to a relay not tracked");
             self.emit(Command::Disconnect {
@@ -692,7 +692,7 @@ impl SyncEngine {
         }
         info!(%relay, "disconnected");
         if let Some((session, mut cx)) = self.session(relay) {
-            session.last_error = Some("connection lost".into());
+            session.note_error("connection lost");
             session.learn_frame_budget(&mut cx, now.instant);
             session.connection_closed(&mut cx, now);
         }
@@ -964,7 +964,7 @@ impl SyncEngine {
         }
         if verdict == StoreVerdict::Stored {
             if let Some(session) = self.relays.get_mut(&done.relay) {
-                session.events_stored += 1;
+                session.event_stored();
             }
         }
         if matches!(verdict, StoreVerdict::Stored | StoreVerdict::Duplicate) {
@@ -1007,9 +1007,7 @@ impl SyncEngine {
         let due: Vec<RelayUrl> = self
             .relays
             .iter()
-            .filter(|(_, session)| {
-                session.conn.is_some() && session.timers.is_due(RelayTimer::Poll, now.instant)
-            })
+            .filter(|(_, session)| session.poll_due(now.instant))
             .map(|(relay, _)| relay.clone())
             .collect();
         for relay in due {
@@ -1369,7 +1367,7 @@ impl SyncEngine {
             relay: relay.clone(),
         });
         if let Some((session, mut cx)) = self.session(relay) {
-            session.last_error = Some(format!("send failed: {error}").into());
+            session.note_error(&format!("send failed: {error}"));
             session.connection_closed(&mut cx, now);
         }
         self.maintain(now);
@@ -1832,7 +1830,7 @@ impl SyncEngine {
     fn refresh_deadline(&mut self, relay: &RelayUrl) {
         let at = self.relays.get(relay).and_then(|session| {
             let health = session
-                .health
+                .health()
                 .poll_timeout(self.last_now(), &self.config.health);
             session.next_deadline(
                 &self.config,
@@ -1865,11 +1863,11 @@ impl SyncEngine {
 
     fn relay_report(&self, relay: &RelayUrl, state: &RelayState) -> RelayReport {
         let known = self.relays.get(relay);
-        let refused = known.is_some_and(|known| known.negentropy_refused);
+        let refused = known.is_some_and(|known| known.learned().negentropy_refused());
         let health = &self.config.health;
         let retry_at = known
             .filter(|_| !self.relays.is_connected(relay))
-            .and_then(|known| known.health.next_attempt_at(health));
+            .and_then(|known| known.health().next_attempt_at(health));
         RelayReport {
             relay: relay.clone(),
             connection: state.connection_status,
@@ -1882,13 +1880,13 @@ impl SyncEngine {
             } else {
                 SyncMethod::Negentropy
             },
-            events_received: known.map_or(0, |known| known.events_received),
-            events_received_again: known.map_or(0, |known| known.events_received_again),
-            events_stored: known.map_or(0, |known| known.events_stored),
+            events_received: known.map_or(0, RelaySession::events_received),
+            events_received_again: known.map_or(0, RelaySession::events_received_again),
+            events_stored: known.map_or(0, RelaySession::events_stored),
             historic_confirmed: self.relay_confirmed(relay, state),
             unreachable: self.relay_unreachable(relay),
             last_error: known
-                .and_then(|known| known.last_error.as_ref())
+                .and_then(RelaySession::last_error)
                 .map(|text| text.as_str().to_owned()),
             retry_at,
             live_mode: self
@@ -1926,7 +1924,7 @@ impl SyncEngine {
     fn relay_confirmed(&self, relay: &RelayUrl, state: &RelayState) -> bool {
         self.relays.is_connected(relay)
             && state.announcements_synced
-            && self.relays.view(relay).pending.is_empty()
+            && self.relays.view(relay).pending().is_empty()
             && self.relays.conn(relay).is_some_and(|conn| conn.is_quiet())
             && self.repos.target(relay).is_none_or(|target| {
                 target.repos.is_subset(&state.repos)
@@ -1940,26 +1938,30 @@ impl SyncEngine {
         let Some(session) = self.relays.get(relay) else {
             return false;
         };
-        session.conn.is_none()
-            && (session.health.consecutive_failures() >= self.config.timeouts.unreachable_after
+        !session.is_connected()
+            && (session.health().consecutive_failures() >= self.config.timeouts.unreachable_after
                 || session.health_state(self.last_now(), &self.config.health) == HealthState::Dead)
     }
 
     /// What is open and waiting on `relay`, if connected.
     pub fn relay_activity(&self, relay: &RelayUrl) -> Option<RelayActivity> {
         let conn = self.relays.conn(relay)?;
-        let live_mode = match conn.uncovered.len() {
+        let live_mode = match conn.live.uncovered_count() {
             0 => LiveMode::Full,
             uncovered_filters => LiveMode::Polling { uncovered_filters },
         };
         Some(RelayActivity {
             open_subscriptions: conn.subs.len(),
-            live_subscriptions: conn.live_count(),
+            live_subscriptions: conn.live.count(),
             queued_jobs: conn.queue.len(),
-            deferred_live_items: conn.deferred_live.len(),
-            subscription_limit: self.relays.view(relay).subscription_limit(&self.config),
-            live_slots: self.relays.view(relay).live_slots(&self.config),
-            frame_budget: self.relays.view(relay).frame_budget(&self.config),
+            deferred_live_items: conn.live.deferred_count(),
+            subscription_limit: self
+                .relays
+                .view(relay)
+                .learned()
+                .subscription_limit(&self.config),
+            live_slots: self.relays.view(relay).learned().live_slots(&self.config),
+            frame_budget: self.relays.view(relay).learned().frame_budget(&self.config),
             live_mode,
         })
     }
