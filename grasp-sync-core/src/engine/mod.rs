@@ -84,6 +84,7 @@ mod command;
 mod config;
 mod deadlines;
 mod frames;
+mod live_coverage;
 mod ours;
 mod outbox;
 mod own_relay;

@@ -30,12 +30,10 @@ use crate::verified::VerifiedEvent;
 
 mod batches;
 mod learned;
-mod live_coverage;
 
 pub(crate) use batches::Batches;
 
 pub(crate) use learned::Learned;
-pub(crate) use live_coverage::LiveCoverage;
 
 /// Everything about one relay: what we learned about it (kept across
 /// connections), its open connection if any, and its counters.

@@ -8,7 +8,7 @@ use indexmap::IndexMap;
 use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId};
 
 use super::config::EngineConfig;
-use super::relay_session::LiveCoverage;
+use super::live_coverage::LiveCoverage;
 use super::session::NegSession;
 use super::Command;
 use crate::clock::{Instant, Now};

@@ -5,7 +5,8 @@
 //! the filters that do not fit the relay's limits and are polled instead.
 //! The session plans, applies and rebuilds it
 //! (`RelaySession::live_plan`, `RelaySession::apply_live_plan`), since that
-//! sends REQs and CLOSEs: its fields are seen by the session's module only.
+//! sends REQs and CLOSEs: its fields are seen inside the engine module only
+//! (a sibling of the session and of the connection, `RelayConn`, that holds it).
 
 use indexmap::{IndexMap, IndexSet};
 use nostr::prelude::{Filter, SubscriptionId, Timestamp};
