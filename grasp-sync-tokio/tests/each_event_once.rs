@@ -9,14 +9,13 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use grasp_sync_core::RepoRef;
-use grasp_sync_tokio::{RelayStore, SyncManager};
 use nostr::prelude::*;
 use support::{
-    announcement, loopback_engine_config, sign, tag, Nip77Refusal, TestRelay, TestRelayConfig,
+    announcement, loopback_engine_config, manager_into, sign, tag, Nip77Refusal, TestRelay,
+    TestRelayConfig,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -123,16 +122,7 @@ async fn sync(nip77: Nip77Refusal) -> Sent {
 
     let mut config = loopback_engine_config();
     config.identity.service_relays = vec![own.url()];
-    let manager = SyncManager::builder()
-        .own_relay(own.url())
-        .store(Arc::new(RelayStore::new(
-            own.url(),
-            Duration::from_secs(10),
-        )))
-        .engine_config(config)
-        .registry(prometheus::Registry::new())
-        .build()
-        .unwrap();
+    let manager = manager_into(&own.url(), config, prometheus::Registry::new());
     let shutdown = manager.shutdown_handle();
     let mut status = manager.status();
     let run = tokio::spawn(manager.run());

@@ -15,11 +15,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use grasp_sync_tokio::{RelayStore, SyncManager};
 use nostr::prelude::*;
 use support::{
-    counter_value, loopback_engine_config, sign, tag, FaultPlan, Nip77Refusal, TestRelay,
-    TestRelayConfig,
+    counter_value, loopback_engine_config, manager_into, sign, tag, FaultPlan, Nip77Refusal,
+    TestRelay, TestRelayConfig,
 };
 
 /// Announcements on the flooding relay.
@@ -130,16 +129,7 @@ async fn a_relay_flooding_forged_events_is_cut_off_once_per_connection_and_backe
     let mut config = loopback_engine_config();
     config.identity.bootstrap_relays = vec![remote.url()];
     let registry = prometheus::Registry::new();
-    let manager = SyncManager::builder()
-        .own_relay(own.url())
-        .store(Arc::new(RelayStore::new(
-            own.url(),
-            Duration::from_secs(10),
-        )))
-        .engine_config(config)
-        .registry(registry.clone())
-        .build()
-        .unwrap();
+    let manager = manager_into(&own.url(), config, registry.clone());
     let shutdown = manager.shutdown_handle();
     let mut status = manager.status();
     let cpu_before = cpu_seconds();

@@ -7,16 +7,14 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use grasp_sync_test_support::ids::coordinate;
 use grasp_sync_test_support::nip34::root;
-use grasp_sync_tokio::{RelayStore, SyncManager};
 use nostr::prelude::*;
 use support::{
-    announcement, connect_client, counter_value, loopback_engine_config, sign, tag, NostrRsRelay,
-    RecvError, TestRelay, TestRelayConfig,
+    announcement, connect_client, counter_value, loopback_engine_config, manager_into, sign, tag,
+    NostrRsRelay, RecvError, TestRelay, TestRelayConfig,
 };
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -66,16 +64,7 @@ async fn a_relay_without_eose_for_limit_zero_is_not_reconnected_and_stays_live()
     config.timeouts.batch_timeout = batch_timeout;
     config.identity.service_relays = vec![own.url()];
     let registry = prometheus::Registry::new();
-    let manager = SyncManager::builder()
-        .own_relay(own.url())
-        .store(Arc::new(RelayStore::new(
-            own.url(),
-            Duration::from_secs(10),
-        )))
-        .engine_config(config)
-        .registry(registry.clone())
-        .build()
-        .unwrap();
+    let manager = manager_into(&own.url(), config, registry.clone());
     let shutdown = manager.shutdown_handle();
     let run = tokio::spawn(manager.run());
 

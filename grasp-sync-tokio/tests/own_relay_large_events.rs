@@ -8,14 +8,12 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use grasp_sync_core::RepoRef;
 use grasp_sync_test_support::nip34::Announcement;
-use grasp_sync_tokio::{RelayStore, SyncManager};
 use nostr::prelude::*;
-use support::{loopback_engine_config, sign, tag, TestRelay, TestRelayConfig};
+use support::{loopback_engine_config, manager_into, sign, tag, TestRelay, TestRelayConfig};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -40,16 +38,7 @@ async fn an_announcement_larger_than_a_strangers_message_limit_on_the_own_relay_
 
     let mut config = loopback_engine_config();
     config.identity.service_relays = vec![own.url()];
-    let manager = SyncManager::builder()
-        .own_relay(own.url())
-        .store(Arc::new(RelayStore::new(
-            own.url(),
-            Duration::from_secs(10),
-        )))
-        .engine_config(config)
-        .registry(prometheus::Registry::new())
-        .build()
-        .unwrap();
+    let manager = manager_into(&own.url(), config, prometheus::Registry::new());
     let shutdown = manager.shutdown_handle();
     let run = tokio::spawn(manager.run());
     let expected: BTreeSet<EventId> = [issue.id].into();

@@ -39,7 +39,7 @@ mod rng;
 
 pub use client::{connect_client, try_connect_client, Client, RecvError, RECV_TIMEOUT};
 pub use faults::{FaultCounts, FaultPlan, NIP01_PREFIXES};
-pub use nip34::{announcement, loopback_engine_config, sign, sign_notes, tag};
+pub use nip34::{announcement, loopback_engine_config, manager_into, sign, sign_notes, tag};
 pub use nostr_rs_relay::{nostr_rs_relay_binary, NostrRsRelay, NOSTR_RS_RELAY_VERSION};
 pub use relay::{Nip77Refusal, TestRelay, TestRelayConfig};
 pub use rng::SeededRng;
