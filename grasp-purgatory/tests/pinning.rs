@@ -20,7 +20,7 @@ use grasp_sync_core::url_policy::CloneUrlPolicy;
 use grasp_sync_test_support::nip34::{pull_request, Announcement};
 use nostr::prelude::*;
 use prometheus::Registry;
-use support::{has_object, init_bare_repo, GitDaemon, GitHttpServer, SourceRepo, TempDir};
+use support::{counter, has_object, init_bare_repo, GitDaemon, GitHttpServer, SourceRepo, TempDir};
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const NAME: &str = "git.purgatory.test";
@@ -28,23 +28,6 @@ const NAME: &str = "git.purgatory.test";
 /// `NAME` resolves to 127.0.0.1, for this test only.
 fn resolver() -> Arc<StaticResolver> {
     Arc::new(StaticResolver::new().with(NAME, [LOOPBACK]))
-}
-
-/// The value of the counter `name` with label `reason`, 0 when absent.
-fn counter(registry: &Registry, name: &str, reason: &str) -> f64 {
-    registry
-        .gather()
-        .iter()
-        .filter(|family| family.name() == name)
-        .flat_map(|family| family.get_metric())
-        .filter(|metric| {
-            metric
-                .get_label()
-                .iter()
-                .any(|label| label.name() == "reason" && label.value() == reason)
-        })
-        .map(|metric| metric.get_counter().get_value())
-        .sum()
 }
 
 /// A purgatory for `owner`'s "r" (local repository created) with this policy, fetching
@@ -137,6 +120,7 @@ async fn a_name_resolving_to_loopback_is_refused_when_local_addresses_are_not_al
         counter(
             &registry,
             "purgatory_clone_url_refusals_total",
+            "reason",
             "forbidden_address"
         ),
         1.0

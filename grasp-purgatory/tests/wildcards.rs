@@ -20,7 +20,7 @@ use grasp_sync_core::url_policy::CloneUrlPolicy;
 use grasp_sync_test_support::nip34::{pull_request, Announcement};
 use nostr::prelude::*;
 use prometheus::Registry;
-use support::{GitHttpServer, HangingServer, SourceRepo, TempDir};
+use support::{counter, GitHttpServer, HangingServer, SourceRepo, TempDir};
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const SUBDOMAINS: usize = 500;
@@ -30,23 +30,6 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(120);
 /// The honest repository's events are released within this (the fetch timeout the
 /// hanging fetches hold their slots for is four times as long).
 const HONEST_WITHIN: Duration = Duration::from_secs(30);
-
-/// The counter `name` summed over the series whose label `label` is `value`.
-fn counter(registry: &Registry, name: &str, label: &str, value: &str) -> f64 {
-    registry
-        .gather()
-        .iter()
-        .filter(|family| family.name() == name)
-        .flat_map(|family| family.get_metric())
-        .filter(|metric| {
-            metric
-                .get_label()
-                .iter()
-                .any(|pair| pair.name() == label && pair.value() == value)
-        })
-        .map(|metric| metric.get_counter().get_value())
-        .sum()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_wildcard_subdomains_at_a_hanging_server_leave_room_for_an_honest_fetch() {

@@ -46,3 +46,21 @@ pub use repo::SourceRepo;
 pub use stalling::StallingProxy;
 #[allow(unused_imports)]
 pub use tempdir::TempDir;
+
+/// The counter `name` in `registry`, summed over the series whose label
+/// `label` is `value` (0 when there is none).
+pub fn counter(registry: &prometheus::Registry, name: &str, label: &str, value: &str) -> f64 {
+    registry
+        .gather()
+        .iter()
+        .filter(|family| family.name() == name)
+        .flat_map(|family| family.get_metric())
+        .filter(|metric| {
+            metric
+                .get_label()
+                .iter()
+                .any(|pair| pair.name() == label && pair.value() == value)
+        })
+        .map(|metric| metric.get_counter().get_value())
+        .sum()
+}
