@@ -28,9 +28,7 @@ use std::time::Instant as WallClock;
 
 use grasp_sync_benches::resident_bytes;
 use grasp_sync_core::clock::Instant;
-use grasp_sync_core::model::{
-    BatchId, ConnectionStatus, PendingBatch, PendingSyncIndex, RelaySyncIndex, SyncMethod,
-};
+use grasp_sync_core::model::{BatchId, PendingBatch, PendingSyncIndex, RelaySyncIndex, SyncMethod};
 use grasp_sync_core::planner::{compute_actions_for_relay, RepoSyncIndex};
 
 use grasp_sync_benches::{event_id, inputs, Inputs, RELAYS_PER_REPO};
@@ -88,7 +86,8 @@ fn main() {
     let clock = WallClock::now();
     let mut confirmed = RelaySyncIndex::new();
     for relay in &relays {
-        confirmed.register(relay.clone(), false).connection_status = ConnectionStatus::Connected;
+        confirmed.register(relay.clone(), false);
+        confirmed.set_connected(relay, true);
     }
     let none_pending = PendingSyncIndex::new();
     for relay in &relays {
@@ -111,7 +110,8 @@ fn main() {
     let clock = WallClock::now();
     let mut fresh = RelaySyncIndex::new();
     for relay in &relays {
-        fresh.register(relay.clone(), false).connection_status = ConnectionStatus::Connected;
+        fresh.register(relay.clone(), false);
+        fresh.set_connected(relay, true);
     }
     let mut pending = PendingSyncIndex::new();
     for (n, relay) in relays.iter().enumerate() {

@@ -15,7 +15,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use grasp_sync_core::model::{ConnectionStatus, PendingItems, PendingSyncIndex, RelaySyncIndex};
+use grasp_sync_core::model::{PendingItems, PendingSyncIndex, RelaySyncIndex};
 use grasp_sync_core::planner::{
     compute_actions, compute_actions_for_changes, derive_relay_targets, RepoSyncIndex,
 };
@@ -51,13 +51,13 @@ fn world() -> World {
     let _ = index.take_changes();
     let mut confirmed = RelaySyncIndex::new();
     for (relay, needs) in index.targets() {
-        let state = confirmed.register(relay, false);
-        state.connection_status = ConnectionStatus::Connected;
+        let state = confirmed.register(relay.clone(), false);
         let items = PendingItems {
             repos: needs.repos,
             root_events: needs.root_events,
         };
         state.confirm(&items, index.ids());
+        confirmed.set_connected(&relay, true);
     }
     World {
         index,

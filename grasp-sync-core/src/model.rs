@@ -4,14 +4,16 @@
 //! Three indexes hold the whole state of proactive sync:
 //! - [`RepoSyncIndex`](crate::planner::RepoSyncIndex) — what we **want**, per
 //!   repository (relays it lists, root events that point at it);
-//! - per relay, what it has **confirmed** plus its connection lifecycle
-//!   ([`RelayState`]; the spec's `RelaySyncIndex`);
+//! - per relay, what it has **confirmed** ([`RelayState`]; the spec's
+//!   `RelaySyncIndex`);
 //! - per relay, the batches of historic sync **in flight** ([`RelayPending`];
 //!   the spec's `PendingSyncIndex`).
 //!
 //! The engine keeps a relay's [`RelayState`] and [`RelayPending`] in its
-//! session of the relay; [`RelaySyncIndex`] and [`PendingSyncIndex`] are the
-//! same as plain maps, for planning without an engine. `compute_actions` (in
+//! session of the relay, with the relay's connection lifecycle;
+//! [`RelaySyncIndex`] (with which relays are connected) and
+//! [`PendingSyncIndex`] are the same as plain maps, for planning without an
+//! engine. `compute_actions` (in
 //! [`planner`](crate::planner)) subtracts pending and confirmed — asked
 //! through [`RelayProgress`] — from the targets to decide what is new.
 //! Repositories and root events are stored once, in the repository index's
@@ -50,7 +52,8 @@ impl RelaySyncNeeds {
     }
 }
 
-/// Connection status of a relay.
+/// Connection status of a relay, as reported (the engine derives it from
+/// the relay's session).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ConnectionStatus {
     /// Not connected.
@@ -61,8 +64,9 @@ pub enum ConnectionStatus {
     Connected,
 }
 
-/// Everything we know about one relay: confirmed sync state plus connection
-/// lifecycle (the spec's `RelayState`).
+/// What one relay confirmed, and when it was last connected (the spec's
+/// `RelayState`, without its connection status: the engine's relay session
+/// holds the lifecycle, [`RelaySyncIndex`] which relays are connected).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RelayState {
@@ -74,8 +78,6 @@ pub struct RelayState {
     pub root_events: HashSet<RootId>,
     /// A bootstrap relay is never dropped, even with nothing to sync.
     pub is_bootstrap: bool,
-    /// Current connection status.
-    pub connection_status: ConnectionStatus,
     /// Wall-clock time of the last successful connection; the `since` of a
     /// quick reconnect is computed from it.
     pub last_connected: Option<Timestamp>,
@@ -87,22 +89,16 @@ pub struct RelayState {
 }
 
 impl RelayState {
-    /// A newly discovered relay: disconnected, nothing confirmed.
+    /// A newly discovered relay: nothing confirmed.
     pub(crate) fn new(is_bootstrap: bool) -> Self {
         RelayState {
             repos: HashSet::new(),
             root_events: HashSet::new(),
             is_bootstrap,
-            connection_status: ConnectionStatus::Disconnected,
             last_connected: None,
             disconnected_at: None,
             announcements_synced: false,
         }
-    }
-
-    /// `true` when connected.
-    pub fn is_connected(&self) -> bool {
-        self.connection_status == ConnectionStatus::Connected
     }
 
     /// The 15-minute rule: `true` when the relay has been disconnected for
@@ -152,10 +148,12 @@ impl RelayState {
 }
 
 /// The relay-centric confirmed index (the spec's `RelaySyncIndex`), in
-/// registration order so that every walk over it is deterministic.
+/// registration order so that every walk over it is deterministic, with
+/// which relays are connected (planning skips the others).
 #[derive(Clone, Debug, Default)]
 pub struct RelaySyncIndex {
     relays: IndexMap<RelayUrl, RelayState>,
+    connected: HashSet<RelayUrl>,
 }
 
 impl RelaySyncIndex {
@@ -187,12 +185,23 @@ impl RelaySyncIndex {
 
     /// Forgets `relay` entirely (intentional disconnect).
     pub fn remove(&mut self, relay: &RelayUrl) -> Option<RelayState> {
+        self.connected.remove(relay);
         self.relays.shift_remove(relay)
+    }
+
+    /// Marks registered `relay` connected or not (a relay is registered not
+    /// connected); an unregistered relay is ignored.
+    pub fn set_connected(&mut self, relay: &RelayUrl, connected: bool) {
+        if !connected {
+            self.connected.remove(relay);
+        } else if self.relays.contains_key(relay) {
+            self.connected.insert(relay.clone());
+        }
     }
 
     /// `true` if `relay` is registered and connected.
     pub fn is_connected(&self, relay: &RelayUrl) -> bool {
-        self.relays.get(relay).is_some_and(RelayState::is_connected)
+        self.connected.contains(relay)
     }
 
     /// Every registered relay and its state, in registration order.
@@ -487,7 +496,7 @@ pub trait RelayProgress {
 
 impl RelayProgress for (&PendingSyncIndex, &RelaySyncIndex) {
     fn connected_state(&self, relay: &RelayUrl) -> Option<&RelayState> {
-        self.1.get(relay).filter(|state| state.is_connected())
+        self.1.get(relay).filter(|_| self.1.is_connected(relay))
     }
 
     fn pending(&self, relay: &RelayUrl) -> Option<&RelayPending> {

@@ -214,10 +214,7 @@ fn index_repositories(world: &mut World, repos: usize) {
 }
 
 fn is_connected(world: &World, relay: &RelayUrl) -> bool {
-    world
-        .engine
-        .relay_state(relay)
-        .is_some_and(|state| state.is_connected())
+    world.engine.is_connected(relay)
 }
 
 /// Runs `world` until `relay` is connected and `event` stored, for at most

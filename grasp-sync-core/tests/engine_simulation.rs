@@ -8,7 +8,6 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use grasp_sync_core::engine::{Command, RelayLimits};
-use grasp_sync_core::model::ConnectionStatus;
 use nostr::prelude::*;
 
 use sim::events::{self, repo_ref};
@@ -156,7 +155,7 @@ fn fresh_start_syncs_every_matching_event_and_no_noise() {
         assert!(!stored.contains(&noise.id), "noise stored");
     }
     let state = world.engine.relay_state(&relay_url("a")).unwrap();
-    assert_eq!(state.connection_status, ConnectionStatus::Connected);
+    assert!(world.engine.is_connected(&relay_url("a")));
     assert!(state.announcements_synced);
     assert!(neg_opens(&world, "a") > 0, "fresh start uses NIP-77");
     assert_eq!(
@@ -417,10 +416,7 @@ fn a_new_announcement_on_a_remote_relay_discovers_a_new_relay() {
     );
     assert!(world.run_until_idle(STEPS));
     assert!(
-        world
-            .engine
-            .relay_state(&c)
-            .is_some_and(|state| state.is_connected()),
+        world.engine.is_connected(&c),
         "relay c discovered and connected"
     );
     assert!(world.stored().contains(&gamma_issue.id));
@@ -442,10 +438,7 @@ fn check_disconnects_drops_a_relay_no_repository_lists_any_more() {
     world.run_for(Duration::from_secs(120), STEPS);
     assert!(world.engine.relay_state(&b).is_none(), "b dropped");
     assert!(!world.relays[&b].is_connected());
-    assert!(world
-        .engine
-        .relay_state(&a)
-        .is_some_and(|state| state.is_connected()));
+    assert!(world.engine.is_connected(&a));
     assert_eq!(world.engine.stats().relays_dropped, 1);
 }
 
@@ -461,10 +454,7 @@ fn a_bootstrap_relay_is_kept_with_nothing_to_sync() {
         Vec::new(),
     );
     world.run_for(Duration::from_secs(300), STEPS);
-    assert!(world
-        .engine
-        .relay_state(&boot)
-        .is_some_and(|state| state.is_connected()));
+    assert!(world.engine.is_connected(&boot));
     assert!(world.engine.relay_state(&boot).unwrap().is_bootstrap);
     assert!(
         world.stored().contains(&fixture.announcement.id),
@@ -658,11 +648,7 @@ fn a_silent_relay_is_reconnected_and_synced() {
         SimRelayConfig::default(),
     );
     let a = relay_url("a");
-    world.run_until(STEPS, |w| {
-        w.engine
-            .relay_state(&a)
-            .is_some_and(|state| state.is_connected())
-    });
+    world.run_until(STEPS, |w| w.engine.is_connected(&a));
     world.blackholed.insert(a.clone());
     world.run_for(Duration::from_secs(90), STEPS);
     world.blackholed.remove(&a);

@@ -10,8 +10,8 @@ use std::collections::{HashMap, HashSet};
 use common::{event_id, relay, repo};
 use grasp_sync_core::clock::Instant;
 use grasp_sync_core::model::{
-    BatchId, ConnectionStatus, PendingBatch, PendingItems, PendingSyncIndex, RelayState,
-    RelaySyncIndex, RelaySyncNeeds, SyncMethod,
+    BatchId, PendingBatch, PendingItems, PendingSyncIndex, RelayState, RelaySyncIndex,
+    RelaySyncNeeds, SyncMethod,
 };
 use grasp_sync_core::planner::{
     compute_actions, compute_actions_for_changes, derive_relay_targets, RepoSyncIndex,
@@ -82,10 +82,8 @@ fn confirmed_and_pending(
     let mut confirmed = RelaySyncIndex::new();
     let mut pending = PendingSyncIndex::new();
     for (n, is_connected) in connected.iter().enumerate() {
-        let state = confirmed.register(relay(n), false);
-        if *is_connected {
-            state.connection_status = ConnectionStatus::Connected;
-        }
+        confirmed.register(relay(n), false);
+        confirmed.set_connected(&relay(n), *is_connected);
     }
     let mut bit = 0u32;
     let mut next_bit = |mask: u64| {

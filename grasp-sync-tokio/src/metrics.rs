@@ -114,11 +114,11 @@ impl Metrics {
 
     /// The 2-second health and metrics tick.
     pub(crate) fn update(&self, engine: &SyncEngine, now: Instant) {
-        for (relay, state) in engine.relay_states() {
+        for (relay, _) in engine.relay_states() {
             let url = relay.as_str();
             self.relay_connected
                 .with_label_values(&[url])
-                .set(i64::from(state.is_connected()));
+                .set(i64::from(engine.is_connected(relay)));
             self.relay_status
                 .with_label_values(&[url])
                 .set(engine.health_state(relay, now).metric_value());

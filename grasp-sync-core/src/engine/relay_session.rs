@@ -30,29 +30,32 @@ use crate::verified::VerifiedEvent;
 
 mod batches;
 mod learned;
+mod link;
 
 pub(crate) use batches::Batches;
 
 pub(crate) use learned::Learned;
+use link::Link;
 
 /// Everything about one relay: what we learned about it (kept across
 /// connections), its open connection if any, and its counters.
 #[derive(Debug, Default)]
 pub(crate) struct RelaySession {
-    /// What the relay confirmed and its connection lifecycle (the spec's
-    /// `RelayState`): `Some` while the engine tracks the relay (registered,
-    /// not dropped). A session without it only remembers what was learned.
+    /// What the relay confirmed (the spec's `RelayState`): `Some` while the
+    /// engine tracks the relay (registered, not dropped). A session without
+    /// it only remembers what was learned.
     state: Option<RelayState>,
-    /// The open connection: `Some` from `handle_connected` until the
-    /// connection closes. The one answer to "is this relay connected".
-    conn: Option<RelayConn>,
+    /// Where the connection stands: idle, connecting (until its deadline)
+    /// or open (with its connection). The one record of the relay's
+    /// connection lifecycle.
+    link: Link,
     /// What was learned of the relay: its limits, told and learned.
     learned: Learned,
     /// The relay's batches in flight: what each syncs, how, and its
     /// progress.
     batches: Batches,
-    /// What the session waits for: connect timeout, replan, Layer 1
-    /// retry, live rebuild, the next poll of uncovered filters.
+    /// What the session waits for: replan, Layer 1 retry, live rebuild,
+    /// the next poll of uncovered filters.
     timers: TimerTable<RelayTimer>,
     /// The earliest moment live coverage was missing and not caught up when
     /// the last connection dropped (a gap, a poll span): the next quick
@@ -75,8 +78,8 @@ pub(crate) struct RelaySession {
     events_stored: u64,
     /// The last thing that went wrong with the relay (clipped: it may quote the relay).
     last_error: Option<RelayText>,
-    /// Connection health: attempts, failures and their backoff, rate
-    /// limiting.
+    /// Connection health: failures and their backoff, rate limiting, the
+    /// stability of a connection after failures.
     health: RelayHealth,
     /// Failed historic work in a row (batches closed or timed out, live
     /// subscriptions refused) and its backoff; `None` after a confirmation.
@@ -86,8 +89,7 @@ pub(crate) struct RelaySession {
 impl RelaySession {
     // --- What the engine asks and tells a session ----------------------------
 
-    /// What the relay confirmed and its connection lifecycle, while the
-    /// engine tracks the relay.
+    /// What the relay confirmed, while the engine tracks the relay.
     pub(crate) fn state(&self) -> Option<&RelayState> {
         self.state.as_ref()
     }
@@ -120,20 +122,37 @@ impl RelaySession {
 
     /// The open connection, if any.
     pub(crate) fn conn(&self) -> Option<&RelayConn> {
-        self.conn.as_ref()
+        self.link.conn()
     }
 
     /// [`RelaySession::conn`], to change.
     pub(crate) fn conn_mut(&mut self) -> Option<&mut RelayConn> {
-        self.conn.as_mut()
+        self.link.conn_mut()
     }
 
-    /// `true` while the relay's connection is open.
+    /// The relay's connection lifecycle as reported: disconnected,
+    /// connecting or connected (derived from its link).
+    pub(crate) fn connection_status(&self) -> ConnectionStatus {
+        self.link.status()
+    }
+
+    /// `true` while the relay's connection is open: the one answer to "is
+    /// this relay connected".
     pub(crate) fn is_connected(&self) -> bool {
-        self.conn.is_some()
+        self.connection_status() == ConnectionStatus::Connected
     }
 
-    /// Connection health: attempts, failures and their backoff.
+    /// `true` while a connection attempt is in flight.
+    pub(crate) fn is_connecting(&self) -> bool {
+        self.connection_status() == ConnectionStatus::Connecting
+    }
+
+    /// `true` while neither connected nor connecting.
+    fn is_idle(&self) -> bool {
+        self.connection_status() == ConnectionStatus::Disconnected
+    }
+
+    /// Connection health: failures and their backoff.
     pub(crate) fn health(&self) -> &RelayHealth {
         &self.health
     }
@@ -181,13 +200,15 @@ impl RelaySession {
 
     /// `true` when the connection attempt in flight is past its timeout.
     pub(crate) fn connect_timed_out(&self, now: Instant) -> bool {
-        self.timers.is_due(RelayTimer::ConnectTimeout, now)
+        self.link
+            .connect_deadline()
+            .is_some_and(|deadline| deadline <= now)
     }
 
     /// `true` when the connection is open and the `since` poll of live
     /// filters that do not fit is due.
     pub(crate) fn poll_due(&self, now: Instant) -> bool {
-        self.conn.is_some() && self.timers.is_due(RelayTimer::Poll, now)
+        self.is_connected() && self.timers.is_due(RelayTimer::Poll, now)
     }
 
     // --- Sending ---------------------------------------------------------------
@@ -198,7 +219,7 @@ impl RelaySession {
     /// connection right after a large one teaches a smaller frame budget).
     pub(crate) fn send(&mut self, out: &mut Outbox, command: Command) {
         let now = out.now();
-        if let Some(conn) = self.conn.as_mut() {
+        if let Some(conn) = self.link.conn_mut() {
             if let Command::Subscribe { id, .. } | Command::NegOpen { id, .. } = &command {
                 conn.opened_at.push_back(now);
                 if !conn.unanswered.contains(id) {
@@ -223,10 +244,7 @@ impl RelaySession {
     /// free slot, no rate-limit cooldown, and the learned rate not used up.
     pub(crate) fn may_open(&mut self, now: Instant, config: &EngineConfig) -> bool {
         let limit = self.learned.subscription_limit(config);
-        let free_slot = self
-            .conn
-            .as_ref()
-            .is_some_and(|conn| conn.subs.len() < limit);
+        let free_slot = self.link.conn().is_some_and(|conn| conn.subs.len() < limit);
         free_slot && self.rate_allows(now, config)
     }
 
@@ -242,7 +260,7 @@ impl RelaySession {
     ) -> bool {
         let limit = self.learned.subscription_limit(config);
         let live_slots = self.learned.live_slots(config);
-        let Some(conn) = &self.conn else {
+        let Some(conn) = self.link.conn() else {
             return false;
         };
         let live = conn.live.count();
@@ -256,8 +274,8 @@ impl RelaySession {
     pub(crate) fn may_open_live(&mut self, now: Instant, config: &EngineConfig) -> bool {
         let live_slots = self.learned.live_slots(config);
         let free = self
-            .conn
-            .as_ref()
+            .link
+            .conn()
             .is_some_and(|conn| conn.live.count() < live_slots);
         free && self.may_open(now, config)
     }
@@ -272,7 +290,7 @@ impl RelaySession {
         let window = config.rate_window();
         self.learned.recover_rate(now, window);
         let rate = self.learned.rate();
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.conn_mut() else {
             return false;
         };
         let within = conn.opens_within(now, window);
@@ -286,7 +304,7 @@ impl RelaySession {
         if let Some(info) = self.batches.get_mut(batch) {
             info.jobs += jobs.len();
         }
-        if let Some(conn) = self.conn.as_mut() {
+        if let Some(conn) = self.link.conn_mut() {
             for job in jobs.into_iter().rev() {
                 conn.queue.push_front(QueuedJob { batch, job });
             }
@@ -297,7 +315,7 @@ impl RelaySession {
     /// (a refused or rate-limited subscription, a negentropy fallback). The
     /// batch keeps the same amount of work.
     pub(crate) fn replace_job(&mut self, id: &SubscriptionId, job: Job, now: Instant) {
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.conn_mut() else {
             return;
         };
         let Some(batch) = conn.subs.shift_remove(id).and_then(|sub| sub.batch()) else {
@@ -385,7 +403,7 @@ impl RelaySession {
         config: &EngineConfig,
     ) -> Lesson {
         if classified.too_many_subscriptions {
-            let open = self.conn.as_ref().map_or(1, |conn| conn.subs.len());
+            let open = self.link.conn().map_or(1, |conn| conn.subs.len());
             let limit = self.learned.refused_subscription(open);
             self.health.on_rate_limited(now, &config.health);
             return Lesson {
@@ -409,8 +427,8 @@ impl RelaySession {
         if !already {
             let window = config.rate_window();
             let opened = self
-                .conn
-                .as_mut()
+                .link
+                .conn_mut()
                 .map_or(1, |conn| conn.opens_within(now, window));
             self.learned.halve_rate(opened, now);
         }
@@ -427,8 +445,8 @@ impl RelaySession {
     /// logged when it was lowered).
     pub(crate) fn learn_frame_budget(&mut self, cx: &mut Ctx<'_>, now: Instant) {
         let Some(len) = self
-            .conn
-            .as_ref()
+            .link
+            .conn()
             .and_then(|conn| conn.large_frame_before(now))
         else {
             return;
@@ -442,24 +460,38 @@ impl RelaySession {
 
     // --- Losing the connection -----------------------------------------------
 
-    /// The bookkeeping of a closed connection: what was not caught up is
-    /// remembered, the connection and its batches are forgotten (their items
-    /// are planned again), the confirmed state kept for a quick reconnect,
-    /// the health told.
+    /// The bookkeeping of a closed connection ([`RelaySession::close`]),
+    /// and the health told: a drop of an open connection
+    /// (`RelayHealth::on_disconnected`: a failure unless it was stable), or
+    /// the failure of an attempt in flight.
     pub(crate) fn connection_closed(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        match self.close(now) {
+            Link::Open { since, .. } => {
+                self.health
+                    .on_disconnected(since, now.instant, &cx.config.health);
+            }
+            Link::Connecting { .. } => self.health.on_connect_failed(now.instant),
+            Link::Idle => {}
+        }
+        debug!(relay = %cx.relay, failures = self.health.consecutive_failures(), "relay disconnected");
+    }
+
+    /// What was not caught up is remembered, the link goes back to idle
+    /// (the answer is the link as it was), the connection and its batches
+    /// are forgotten (their items are planned again), the confirmed state
+    /// kept for a quick reconnect.
+    fn close(&mut self, now: Now) -> Link {
         self.remember_uncaught();
         self.timers.clear(RelayTimer::Poll);
-        self.conn = None;
+        let was = self.link.close();
         self.clear_pending();
         if let Some(state) = self.state.as_mut() {
-            state.connection_status = ConnectionStatus::Disconnected;
             state.disconnected_at = Some(now.unix);
             // The last moment we were connected: a quick reconnect catches
             // up from here minus the window.
             state.last_connected = Some(now.unix);
         }
-        self.health.on_disconnected(now.instant, &cx.config.health);
-        debug!(relay = %cx.relay, failures = self.health.consecutive_failures(), "relay disconnected");
+        was
     }
 
     /// Forgets every batch in flight.
@@ -471,7 +503,7 @@ impl RelaySession {
     /// missing and not caught up yet: a live gap, the span of uncovered
     /// filters since their last poll, a gap or poll batch still running.
     fn remember_uncaught(&mut self) {
-        let Some(conn) = &self.conn else {
+        let Some(conn) = self.link.conn() else {
             return;
         };
         let polled = conn
@@ -499,7 +531,7 @@ impl RelaySession {
 
     /// The filter of the negentropy session `id`.
     pub(crate) fn negentropy_filter(&self, id: &SubscriptionId) -> Option<&Filter> {
-        match self.conn.as_ref()?.subs.get(id)? {
+        match self.link.conn()?.subs.get(id)? {
             Sub::Negentropy { filter, .. } => Some(filter),
             _ => None,
         }
@@ -523,7 +555,21 @@ impl RelaySession {
 
     /// The relay's health at `now`.
     pub(crate) fn health_state(&self, now: Instant, health: &HealthConfig) -> HealthState {
-        self.health.state(now, health)
+        self.health.state(now, self.link.connected_since(), health)
+    }
+
+    /// When the relay's health answers differently next (a retry allowed,
+    /// a rate limit over, a connection stable, a failing relay dead), after
+    /// `now` (`RelayHealth::poll_timeout`).
+    pub(crate) fn health_changes_at(&self, now: Instant, health: &HealthConfig) -> Option<Instant> {
+        self.health
+            .poll_timeout(now, self.link.connected_since(), health)
+    }
+
+    /// When the next connection attempt is allowed, while the relay is idle
+    /// (not connected, no attempt in flight).
+    pub(crate) fn retry_at(&self, health: &HealthConfig) -> Option<Instant> {
+        self.is_idle().then(|| self.health.next_attempt_at(health))
     }
 
     // --- Sync method and live plan -------------------------------------------
@@ -583,7 +629,7 @@ impl RelaySession {
         new_reqs: usize,
         config: &EngineConfig,
     ) -> bool {
-        let Some(conn) = &self.conn else {
+        let Some(conn) = self.link.conn() else {
             return false;
         };
         let over_threshold =
@@ -610,8 +656,8 @@ impl RelaySession {
         let own = info.last_progress + timeout;
         let hard = info.last_progress + config.timeouts.batch_stall_limit.max(timeout);
         let relay_idle = self
-            .conn
-            .as_ref()
+            .link
+            .conn()
             .map_or(own, |conn| conn.last_historic_data + timeout);
         own.max(relay_idle.min(hard))
     }
@@ -619,34 +665,33 @@ impl RelaySession {
     /// `true` while a job of `batch` holds a subscription slot (queued jobs
     /// wait for a slot and do not time out).
     pub(crate) fn has_running_job(&self, batch: BatchId) -> bool {
-        self.conn
-            .as_ref()
+        self.link
+            .conn()
             .is_some_and(|conn| conn.subs.values().any(|sub| sub.batch() == Some(batch)))
     }
 
     // --- Connecting, and hearing from the relay ------------------------------
 
+    /// `true` when a connection should be tried at `now`: the relay is
+    /// idle (not connected, no attempt in flight) and its health allows
+    /// (`RelayHealth::should_attempt_connection`: backoff over, not
+    /// rate-limited).
+    pub(crate) fn should_connect(&self, now: Instant, health: &HealthConfig) -> bool {
+        self.is_idle() && self.health.should_attempt_connection(now, health)
+    }
+
     /// A connection attempt starts at `now`, given up after `timeout`.
     pub(crate) fn connect_attempt(&mut self, now: Instant, timeout: std::time::Duration) {
-        if let Some(state) = self.state.as_mut() {
-            state.connection_status = ConnectionStatus::Connecting;
-        }
-        self.health.on_connect_attempt(now);
-        self.timers.set(RelayTimer::ConnectTimeout, now + timeout);
+        self.link.start_connecting(now + timeout);
     }
 
     /// The connection attempt failed at `now`: `false` (nothing changed) if
     /// no attempt was under way.
     pub(crate) fn connect_failed(&mut self, now: Instant) -> bool {
-        let Some(state) = self
-            .state
-            .as_mut()
-            .filter(|state| state.connection_status == ConnectionStatus::Connecting)
-        else {
+        if !self.is_connecting() {
             return false;
-        };
-        state.connection_status = ConnectionStatus::Disconnected;
-        self.timers.clear(RelayTimer::ConnectTimeout);
+        }
+        self.link.close();
         self.health.on_connect_failed(now);
         true
     }
@@ -670,17 +715,11 @@ impl RelaySession {
             }
             _ => None,
         };
-        state.connection_status = ConnectionStatus::Connected;
         state.last_connected = Some(now.unix);
         state.disconnected_at = None;
-        self.timers.clear(RelayTimer::ConnectTimeout);
-        self.health.on_connected(now.instant);
+        self.health.on_connected();
         self.timers.clear(RelayTimer::Poll);
-        self.conn = Some(RelayConn {
-            last_heard: now.instant,
-            last_historic_data: now.instant,
-            ..RelayConn::default()
-        });
+        self.link.open(now.instant);
         quick_since
     }
 
@@ -689,7 +728,7 @@ impl RelaySession {
     /// watch heard, its frame no longer suspect), and a batch it belongs to
     /// starts counting its REQ resumes afresh.
     pub(crate) fn heard(&mut self, now: Instant, answered: Option<&SubscriptionId>) {
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.conn_mut() else {
             return;
         };
         conn.last_heard = now;
@@ -720,7 +759,7 @@ impl RelaySession {
     /// slot: live coverage is gone until the rebuild, due after the work
     /// retry's delay; the rebuilt REQs fetch what was published meanwhile.
     pub(crate) fn live_closed(&mut self, id: &SubscriptionId, now: Now, config: &EngineConfig) {
-        if let Some(conn) = self.conn.as_mut() {
+        if let Some(conn) = self.link.conn_mut() {
             conn.subs.shift_remove(id);
             conn.live.forget(id);
             conn.live.live_gap_since.get_or_insert(now.unix);
@@ -738,7 +777,7 @@ impl RelaySession {
         list: LiveList,
         now: Instant,
     ) {
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.conn_mut() else {
             return;
         };
         match list {
@@ -775,7 +814,7 @@ impl RelaySession {
     ) -> (Vec<SubscriptionId>, Vec<Vec<Filter>>, Option<usize>) {
         let limit = self.learned.subscription_limit(config);
         let live_slots = self.learned.live_slots(config);
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.conn_mut() else {
             return (Vec::new(), Vec::new(), None);
         };
         // Their filters are part of the rebuilt set.
@@ -847,7 +886,7 @@ impl RelaySession {
     /// The historic REQs the relay dropped by now
     /// ([`RelayConn::req_stalls_at`]).
     pub(crate) fn stalled_reqs(&self, now: Instant, config: &EngineConfig) -> Vec<SubscriptionId> {
-        let Some(conn) = &self.conn else {
+        let Some(conn) = self.link.conn() else {
             return Vec::new();
         };
         conn.subs
@@ -875,8 +914,8 @@ impl RelaySession {
     /// `true` if the relay sent nothing at all (no frame, no pong) for the
     /// batch timeout.
     pub(crate) fn is_silent(&self, now: Instant, config: &EngineConfig) -> bool {
-        self.conn
-            .as_ref()
+        self.link
+            .conn()
             .is_some_and(|conn| conn.last_heard + config.timeouts.batch_timeout <= now)
     }
 
@@ -887,7 +926,7 @@ impl RelaySession {
     pub(crate) fn live_unanswered(&self, now: Instant, config: &EngineConfig) -> bool {
         let timeout = config.timeouts.batch_timeout;
         self.is_silent(now, config)
-            && self.conn.as_ref().is_some_and(|conn| {
+            && self.link.conn().is_some_and(|conn| {
                 conn.subs.values().any(|sub| {
                     matches!(sub, Sub::Live { answered: false, opened_at, .. }
                         if *opened_at + timeout <= now)
@@ -902,7 +941,7 @@ impl RelaySession {
         now: Instant,
         config: &EngineConfig,
     ) -> Vec<SubscriptionId> {
-        let Some(conn) = &self.conn else {
+        let Some(conn) = self.link.conn() else {
             return Vec::new();
         };
         conn.subs
@@ -937,7 +976,8 @@ impl RelaySession {
         // list of them is built).
         let mut earliest = earlier(self.timers.earliest(), health);
         let mut consider = |deadline: Option<Instant>| earliest = earlier(earliest, deadline);
-        if let Some(conn) = &self.conn {
+        consider(self.link.connect_deadline());
+        if let Some(conn) = self.link.conn() {
             let timeout = config.timeouts.batch_timeout;
             consider(conn.next_deadline(config));
             if !conn.is_quiet() && self.learned.rate().is_some() {
@@ -1147,7 +1187,7 @@ impl RelaySession {
             self.refuse(cx, now, refused);
             return None;
         }
-        let conn = self.conn.as_mut()?;
+        let conn = self.link.conn_mut()?;
         let matches = match conn.subs.get(id) {
             Some(sub) => sub.asked_for(event),
             // Sent before the relay saw our CLOSE of a consolidated live
@@ -1177,7 +1217,7 @@ impl RelaySession {
                 return None;
             }
         };
-        let batch = match self.conn.as_mut()?.subs.get_mut(id) {
+        let batch = match self.link.conn_mut()?.subs.get_mut(id) {
             Some(Sub::Req { batch, paging, .. }) => {
                 paging.on_event(event.id, event.created_at);
                 Some(*batch)
@@ -1215,7 +1255,7 @@ impl RelaySession {
     /// off ([`RelaySession::cut_off`]).
     pub(crate) fn refuse(&mut self, cx: &mut Ctx<'_>, now: Now, refused: Refused) {
         count_refused(cx.stats, cx.relay, &refused);
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.conn_mut() else {
             return;
         };
         let threshold = cx.config.caps.max_bad_events;
@@ -1231,7 +1271,7 @@ impl RelaySession {
     /// backoff before the next connection grows with each cut).
     fn cut_off(&mut self, cx: &mut Ctx<'_>, now: Now) {
         cx.stats.relays_cut_for_bad_events += 1;
-        let refused = self.conn.as_ref().map_or(0, |conn| conn.bad_events.count());
+        let refused = self.link.conn().map_or(0, |conn| conn.bad_events.count());
         warn!(
             relay = %cx.relay,
             refused,
@@ -1260,8 +1300,9 @@ impl RelaySession {
     fn lose_connection(&mut self, cx: &mut Ctx<'_>, now: Now) {
         let relay = cx.relay.clone();
         self.emit(cx, Command::Disconnect { relay });
+        self.close(now);
         self.health.on_connect_failed(now.instant);
-        self.connection_closed(cx, now);
+        debug!(relay = %cx.relay, failures = self.health.consecutive_failures(), "relay disconnected");
     }
 
     /// Counts an event the relay sent, and whether it sent it lately
@@ -1288,7 +1329,7 @@ impl RelaySession {
         let group_limit = self.learned.group_page_limit(cx.config);
         let page_limit_ours = self.learned.page_limit(cx.config);
         let limits = *self.learned.told_limits();
-        let Some(sub) = self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id)) else {
+        let Some(sub) = self.link.conn_mut().and_then(|conn| conn.subs.get_mut(id)) else {
             return;
         };
         match sub {
@@ -1315,7 +1356,7 @@ impl RelaySession {
                     {
                         let next = self.watch_request(now.instant);
                         if let Some(Sub::Req { watch, .. }) =
-                            self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id))
+                            self.link.conn_mut().and_then(|conn| conn.subs.get_mut(id))
                         {
                             *watch = next;
                         }
@@ -1412,15 +1453,15 @@ impl RelaySession {
     fn on_closed(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, message: &str) {
         let classified = classify(message);
         if !self
-            .conn
-            .as_ref()
+            .link
+            .conn()
             .is_some_and(|conn| conn.subs.contains_key(id))
         {
             return;
         }
         info!(relay = %cx.relay, %id, message, "subscription closed by relay");
         let slot_refused = self.heed_refusal(cx, now, &classified);
-        let Some(sub) = self.conn.as_ref().and_then(|conn| conn.subs.get(id)) else {
+        let Some(sub) = self.link.conn().and_then(|conn| conn.subs.get(id)) else {
             return;
         };
         match sub {
@@ -1484,14 +1525,18 @@ impl RelaySession {
             } else {
                 self.heed_rate_limit(cx, now);
             }
-            if let Some(id) = self.conn.as_mut().and_then(|conn| conn.oldest_unanswered()) {
+            if let Some(id) = self
+                .link
+                .conn_mut()
+                .and_then(|conn| conn.oldest_unanswered())
+            {
                 self.retry_refused_slot(cx, now, &id);
             }
             return;
         }
         let waiting: Vec<SubscriptionId> = self
-            .conn
-            .as_ref()
+            .link
+            .conn()
             .map(|conn| {
                 conn.subs
                     .iter()
@@ -1520,7 +1565,7 @@ impl RelaySession {
 
     /// Retries the slot `id` later after the relay refused it.
     fn retry_refused_slot(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
-        let Some(sub) = self.conn.as_ref().and_then(|conn| conn.subs.get(id)) else {
+        let Some(sub) = self.link.conn().and_then(|conn| conn.subs.get(id)) else {
             return;
         };
         let job = sub.job();
@@ -1535,7 +1580,7 @@ impl RelaySession {
 
     /// Moves a paginated subscription back to the queue, keeping its paging.
     fn pause_page(&mut self, now: Now, id: &SubscriptionId) {
-        let paging = match self.conn.as_ref().and_then(|conn| conn.subs.get(id)) {
+        let paging = match self.link.conn().and_then(|conn| conn.subs.get(id)) {
             Some(Sub::Req { paging, .. }) => paging.clone(),
             _ => return,
         };
@@ -1544,7 +1589,7 @@ impl RelaySession {
 
     /// A refused live REQ is sent again, unchanged, when the relay allows.
     fn requeue_live(&mut self, now: Now, id: &SubscriptionId) {
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.conn_mut() else {
             return;
         };
         if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
@@ -1585,7 +1630,7 @@ impl RelaySession {
             session,
             sent,
             ..
-        }) = self.conn.as_ref().and_then(|conn| conn.subs.get(id))
+        }) = self.link.conn().and_then(|conn| conn.subs.get(id))
         else {
             return;
         };
@@ -1615,7 +1660,7 @@ impl RelaySession {
         };
         let Some(Sub::Negentropy {
             session, opened_at, ..
-        }) = self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id))
+        }) = self.link.conn_mut().and_then(|conn| conn.subs.get_mut(id))
         else {
             return;
         };
@@ -1693,7 +1738,7 @@ impl RelaySession {
     ) {
         let Some(Sub::Negentropy {
             filter, session, ..
-        }) = self.conn.as_ref().and_then(|conn| conn.subs.get(id))
+        }) = self.link.conn().and_then(|conn| conn.subs.get(id))
         else {
             return;
         };
@@ -1787,7 +1832,7 @@ impl RelaySession {
             session: Some(session),
             answered,
             ..
-        }) = self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id))
+        }) = self.link.conn_mut().and_then(|conn| conn.subs.get_mut(id))
         else {
             return;
         };
@@ -1845,7 +1890,7 @@ impl RelaySession {
     fn on_neg_err(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, message: &str) {
         let classified = classify(message);
         let Some(Sub::Negentropy { filter, sent, .. }) =
-            self.conn.as_ref().and_then(|conn| conn.subs.get(id))
+            self.link.conn().and_then(|conn| conn.subs.get(id))
         else {
             return;
         };
@@ -1912,7 +1957,7 @@ impl RelaySession {
     fn add_live(&mut self, cx: &mut Ctx<'_>, now: Now, items: &PendingItems) {
         let filters =
             layer2_and_layer3_filters(items, cx.config.limits.chunk_size, FilterMode::Live);
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.conn_mut() else {
             return;
         };
         // (A filter already polled is not added twice.)
@@ -1921,7 +1966,7 @@ impl RelaySession {
             return;
         }
         if !self.rate_allows(now.instant, cx.config) {
-            if let Some(conn) = self.conn.as_mut() {
+            if let Some(conn) = self.link.conn_mut() {
                 conn.live.defer(items, now.unix);
             }
             return;
@@ -1940,7 +1985,7 @@ impl RelaySession {
     /// coverage had been waiting, what was published meanwhile is caught up.
     fn open_live(&mut self, cx: &mut Ctx<'_>, now: Now, filters: Vec<Filter>, list: LiveList) {
         let id = cx.out.sub_id("live");
-        if self.conn.is_none() {
+        if !self.is_connected() {
             return;
         }
         self.file_live(id.clone(), filters.clone(), list, now.instant);
@@ -1956,7 +2001,7 @@ impl RelaySession {
     /// waits.
     pub(crate) fn rebuild_live(&mut self, cx: &mut Ctx<'_>, now: Now, extra: &PendingItems) {
         if !self.rate_allows(now.instant, cx.config) {
-            if let Some(conn) = self.conn.as_mut() {
+            if let Some(conn) = self.link.conn_mut() {
                 conn.live.defer(extra, now.unix);
             }
             return;
@@ -1966,7 +2011,7 @@ impl RelaySession {
             items.extend(&state.items(cx.repos.ids()));
         }
         items.extend(extra);
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.conn_mut() else {
             return;
         };
         items.extend(&std::mem::take(&mut conn.live.deferred_live));
@@ -1991,7 +2036,7 @@ impl RelaySession {
     /// paginated `since` catch-up, so nothing published in the gap is missed.
     fn catch_up_gap(&mut self, cx: &mut Ctx<'_>, now: Now, filters: &[Filter]) {
         let window = cx.config.timeouts.quick_reconnect_window.as_secs();
-        let Some(gap_since) = self.conn.as_ref().and_then(|conn| conn.live.live_gap_since) else {
+        let Some(gap_since) = self.link.conn().and_then(|conn| conn.live.live_gap_since) else {
             return;
         };
         let since = Timestamp::from_secs(
@@ -2036,12 +2081,12 @@ impl RelaySession {
     /// Starts the `since` poll of the live filters that do not fit, when it
     /// is due.
     pub(crate) fn poll_uncovered(&mut self, cx: &mut Ctx<'_>, now: Now) {
-        if self.conn.is_none() || !self.timers.is_due(RelayTimer::Poll, now.instant) {
+        if !self.is_connected() || !self.timers.is_due(RelayTimer::Poll, now.instant) {
             return;
         }
         self.timers.clear(RelayTimer::Poll);
         let window = cx.config.timeouts.quick_reconnect_window.as_secs();
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.conn_mut() else {
             return;
         };
         if conn.live.uncovered.is_empty() {
@@ -2077,7 +2122,7 @@ impl RelaySession {
     /// a REQ brings them in one go. Once: the next relay planned for the
     /// root, and every later pass, reconcile with the store.
     pub(crate) fn add_filters(&mut self, cx: &mut Ctx<'_>, now: Now, items: PendingItems) {
-        if self.conn.is_none() || items.is_empty() {
+        if !self.is_connected() || items.is_empty() {
             return;
         }
         self.add_live(cx, now, &items);
@@ -2126,10 +2171,7 @@ impl RelaySession {
     /// Layer 1: the live announcement subscription and its history
     /// (negentropy when the relay allows and there is no `since`).
     pub(crate) fn start_layer1(&mut self, cx: &mut Ctx<'_>, now: Now, since: Option<Timestamp>) {
-        let needs_live = self
-            .conn
-            .as_ref()
-            .is_some_and(|conn| conn.live.count() == 0);
+        let needs_live = self.link.conn().is_some_and(|conn| conn.live.count() == 0);
         // Otherwise `pump` rebuilds live coverage, Layer 1 included, once the
         // relay allows.
         if needs_live && self.may_open_live(now.instant, cx.config) {
@@ -2170,7 +2212,7 @@ impl RelaySession {
         let batch = cx.out.batch_id();
         self.batches
             .start(batch, purpose, items, method, jobs.len(), now);
-        if let Some(conn) = self.conn.as_mut() {
+        if let Some(conn) = self.link.conn_mut() {
             let queued = jobs.into_iter().map(|job| QueuedJob { batch, job });
             if matches!(purpose, Purpose::Gap | Purpose::Poll) {
                 for job in queued.rev() {
@@ -2190,7 +2232,7 @@ impl RelaySession {
     pub(crate) fn pump(&mut self, cx: &mut Ctx<'_>, now: Now) {
         self.send_waiting_live(cx, now);
         let live_slots = self.learned.live_slots(cx.config);
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.conn_mut() else {
             return;
         };
         let waiting_live = std::mem::take(&mut conn.live.deferred_live);
@@ -2209,7 +2251,7 @@ impl RelaySession {
             self.add_live(cx, now, &waiting_live);
         }
         let rebuild_waiting = self.timers.is_set(RelayTimer::RebuildLive);
-        if let Some(conn) = self.conn.as_mut() {
+        if let Some(conn) = self.link.conn_mut() {
             if conn.live.deferred_live.is_empty()
                 && conn.live.waiting_live.is_empty()
                 && !rebuild_waiting
@@ -2218,7 +2260,7 @@ impl RelaySession {
             }
         }
         while self.may_open_historic(now.instant, cx.store_keeps_up(), cx.config) {
-            let Some(queued) = self.conn.as_mut().and_then(|conn| conn.queue.pop_front()) else {
+            let Some(queued) = self.link.conn_mut().and_then(|conn| conn.queue.pop_front()) else {
                 return;
             };
             self.start_job(cx, now, queued);
@@ -2230,8 +2272,8 @@ impl RelaySession {
     fn send_waiting_live(&mut self, cx: &mut Ctx<'_>, now: Now) {
         while self.may_open_live(now.instant, cx.config) {
             let Some(filters) = self
-                .conn
-                .as_mut()
+                .link
+                .conn_mut()
                 .and_then(|conn| conn.live.waiting_live.pop())
             else {
                 return;
@@ -2339,7 +2381,7 @@ impl RelaySession {
         if let Some(first) = first {
             self.emit(cx, first);
         }
-        if let Some(conn) = self.conn.as_mut() {
+        if let Some(conn) = self.link.conn_mut() {
             conn.subs.insert(id.clone(), sub);
             conn.last_opened = Some(id.clone());
         }
@@ -2352,7 +2394,7 @@ impl RelaySession {
 
     /// Numbers a historic REQ frame sent to the relay at `now`.
     fn watch_request(&mut self, now: Instant) -> ReqWatch {
-        match self.conn.as_mut() {
+        match self.link.conn_mut() {
             Some(conn) => conn.watch_request(now),
             None => ReqWatch {
                 sent: 0,
@@ -2369,8 +2411,8 @@ impl RelaySession {
     /// starts from where the last confirmed poll did).
     fn finish_job(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
         let Some(batch) = self
-            .conn
-            .as_mut()
+            .link
+            .conn_mut()
             .and_then(|conn| conn.subs.shift_remove(id))
             .and_then(|sub| sub.batch())
         else {
@@ -2382,7 +2424,7 @@ impl RelaySession {
         };
         info.jobs = info.jobs.saturating_sub(1);
         let done = info.is_done();
-        if info.jobs == 0 && info.purpose == Purpose::Poll && self.conn.is_some() {
+        if info.jobs == 0 && info.purpose == Purpose::Poll && self.is_connected() {
             let next = now.instant + cx.config.timeouts.uncovered_poll_interval;
             self.timers.set_unless_set(RelayTimer::Poll, next);
         }
@@ -2446,7 +2488,7 @@ impl RelaySession {
             Purpose::Layer1 => state.announcements_synced = true,
             Purpose::CatchUp | Purpose::Gap => {}
             Purpose::Poll => {
-                if let Some(conn) = self.conn.as_mut() {
+                if let Some(conn) = self.link.conn_mut() {
                     conn.live.poll_from = Some(info.started_unix);
                     let next = now.instant + cx.config.timeouts.uncovered_poll_interval;
                     self.timers.set(RelayTimer::Poll, next);
@@ -2470,7 +2512,7 @@ impl RelaySession {
         cx.stats.batches_failed += 1;
         self.last_error = Some(format!("batch failed: {reason}").into());
         let mut closing = Vec::new();
-        if let Some(conn) = self.conn.as_mut() {
+        if let Some(conn) = self.link.conn_mut() {
             conn.queue.retain(|queued| queued.batch != batch);
             let ids: Vec<SubscriptionId> = conn
                 .subs
@@ -2495,14 +2537,14 @@ impl RelaySession {
                 self.timers.set(RelayTimer::Replan, retry_at);
             }
             Purpose::Gap => {
-                if let (Some(conn), Some(from)) = (self.conn.as_mut(), info.covers_from) {
+                if let (Some(conn), Some(from)) = (self.link.conn_mut(), info.covers_from) {
                     conn.live.live_gap_since =
                         Some(conn.live.live_gap_since.map_or(from, |gap| gap.min(from)));
                 }
                 self.timers.set(RelayTimer::RebuildLive, retry_at);
             }
             Purpose::Poll => {
-                if self.conn.is_some() {
+                if self.is_connected() {
                     self.timers.set(RelayTimer::Poll, retry_at);
                 }
             }
@@ -2566,7 +2608,7 @@ impl RelaySession {
     /// [`Timeouts::req_resume_attempts`] times without hearing anything
     /// since fails.
     fn resume_req(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
-        let Some(sub) = self.conn.as_ref().and_then(|conn| conn.subs.get(id)) else {
+        let Some(sub) = self.link.conn().and_then(|conn| conn.subs.get(id)) else {
             return;
         };
         let Some(batch) = sub.batch() else {
@@ -2580,8 +2622,8 @@ impl RelaySession {
             // No batch to resume for (cannot happen: a batch ends with its
             // subscriptions): close it rather than wake for it forever.
             if let Some(sub) = self
-                .conn
-                .as_mut()
+                .link
+                .conn_mut()
                 .and_then(|conn| conn.subs.shift_remove(id))
             {
                 self.send_close(cx, id.clone(), &sub);
@@ -2610,7 +2652,7 @@ impl RelaySession {
         let replan = self.timers.fire(RelayTimer::Replan, now.instant);
         let layer1 = self.timers.fire(RelayTimer::Layer1Retry, now.instant);
         let live = self.timers.fire(RelayTimer::RebuildLive, now.instant);
-        if self.conn.is_none() {
+        if !self.is_connected() {
             return false;
         }
         if layer1 {
@@ -2664,7 +2706,7 @@ impl RelaySession {
 
     /// Closes every subscription open on the relay and forgets queued work.
     fn close_all_subscriptions(&mut self, cx: &mut Ctx<'_>) {
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.conn_mut() else {
             return;
         };
         let open: Vec<(SubscriptionId, Sub)> = conn.subs.drain(..).collect();

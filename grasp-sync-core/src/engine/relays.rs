@@ -29,7 +29,7 @@ impl Relays {
         }
     }
 
-    /// `relay`'s confirmed state and lifecycle, if it is tracked.
+    /// What `relay` confirmed, if it is tracked.
     pub(crate) fn state(&self, relay: &RelayUrl) -> Option<&RelayState> {
         self.sessions.get(relay)?.state()
     }
@@ -114,9 +114,12 @@ impl Relays {
         self.sessions.get_mut(relay)?.conn_mut()
     }
 
-    /// `true` while `relay`'s connection is open.
+    /// `true` while `relay`'s connection is open
+    /// ([`RelaySession::is_connected`]).
     pub(crate) fn is_connected(&self, relay: &RelayUrl) -> bool {
-        self.conn(relay).is_some()
+        self.sessions
+            .get(relay)
+            .is_some_and(RelaySession::is_connected)
     }
 
     /// Every open connection, with its relay.
@@ -149,7 +152,10 @@ impl Relays {
 
 impl RelayProgress for Relays {
     fn connected_state(&self, relay: &RelayUrl) -> Option<&RelayState> {
-        self.state(relay).filter(|state| state.is_connected())
+        self.sessions
+            .get(relay)
+            .filter(|session| session.is_connected())?
+            .state()
     }
 
     fn pending(&self, relay: &RelayUrl) -> Option<&RelayPending> {

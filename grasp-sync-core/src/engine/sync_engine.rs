@@ -29,7 +29,7 @@ use super::{
 };
 use crate::clock::{Instant, Now};
 use crate::health::{HealthCounts, HealthState, RelayHealth, Retry};
-use crate::model::{BatchId, ConnectionStatus, PendingBatch, PendingItems, RelayState, SyncMethod};
+use crate::model::{BatchId, PendingBatch, PendingItems, RelayState, SyncMethod};
 use crate::nip34::{
     is_root_kind, parse_announcement, root_event_repo_refs, RepoRef, KIND_REPO_ANNOUNCEMENT,
     KIND_REPO_STATE,
@@ -168,15 +168,21 @@ impl SyncEngine {
         &self.repos
     }
 
-    /// Every tracked relay with what it confirmed and its connection
-    /// status (the spec's `RelaySyncIndex`), in the order first met.
+    /// Every tracked relay with what it confirmed (the spec's
+    /// `RelaySyncIndex`), in the order first met.
     pub fn relay_states(&self) -> impl Iterator<Item = (&RelayUrl, &RelayState)> {
         self.relays.tracked()
     }
 
-    /// What `relay` confirmed and its connection status, if it is tracked.
+    /// What `relay` confirmed, if it is tracked.
     pub fn relay_state(&self, relay: &RelayUrl) -> Option<&RelayState> {
         self.relays.state(relay)
+    }
+
+    /// `true` while `relay`'s connection is open (the own relay's
+    /// connection is not a relay the engine syncs from: `false`).
+    pub fn is_connected(&self, relay: &RelayUrl) -> bool {
+        self.relays.is_connected(relay)
     }
 
     /// `relay`'s batches in flight (its part of the spec's
@@ -205,7 +211,7 @@ impl SyncEngine {
         for (relay, _) in self.relays.tracked() {
             let session = self.relays.view(relay);
             let state = session.health_state(now, &self.config.health);
-            counts.add(state, session.health().is_connected());
+            counts.add(state, session.is_connected());
         }
         counts
     }
@@ -577,15 +583,11 @@ impl SyncEngine {
     fn connect_ready_relays(&mut self, now: Now) {
         let ready: Vec<RelayUrl> = self
             .relays
-            .tracked()
-            .filter(|(_, state)| state.connection_status == ConnectionStatus::Disconnected)
-            .map(|(relay, _)| relay.clone())
-            .filter(|relay| {
-                self.relays
-                    .view(relay)
-                    .health()
-                    .should_attempt_connection(now.instant, &self.config.health)
+            .iter()
+            .filter(|(_, session)| {
+                session.is_tracked() && session.should_connect(now.instant, &self.config.health)
             })
+            .map(|(relay, _)| relay.clone())
             .collect();
         let timeout = self.config.health.connect_timeout();
         for relay in ready {
@@ -631,7 +633,7 @@ impl SyncEngine {
         debug!(
             %relay,
             failures = session.health().consecutive_failures(),
-            next_attempt_at = ?session.health().next_attempt_at(&self.config.health),
+            next_attempt_at = ?session.retry_at(&self.config.health),
             "relay connection failed"
         );
         self.relays
@@ -648,11 +650,7 @@ impl SyncEngine {
             return self.own_connected();
         }
         let window = self.config.timeouts.quick_reconnect_window;
-        let status = self
-            .relays
-            .state(relay)
-            .map(|state| state.connection_status);
-        if status == Some(ConnectionStatus::Connected) {
+        if self.relays.is_connected(relay) {
             return self.ignored(relay, "connected twice");
         }
         let Some((session, mut cx)) = self
@@ -681,14 +679,15 @@ impl SyncEngine {
         if self.own.is_for(relay) {
             return self.own_closed(now, "connection lost");
         }
-        let status = self
+        if self
             .relays
-            .state(relay)
-            .map(|state| state.connection_status);
-        match status {
-            Some(ConnectionStatus::Connecting) => return self.handle_connect_failed(now, relay),
-            Some(ConnectionStatus::Connected) => {}
-            _ => return self.ignored(relay, "disconnected while not connected"),
+            .get(relay)
+            .is_some_and(RelaySession::is_connecting)
+        {
+            return self.handle_connect_failed(now, relay);
+        }
+        if !self.relays.is_connected(relay) {
+            return self.ignored(relay, "disconnected while not connected");
         }
         info!(%relay, "disconnected");
         if let Some((session, mut cx)) = self.session(relay) {
@@ -1350,17 +1349,16 @@ impl SyncEngine {
             });
             return self.own_closed(now, "send failed");
         }
-        let status = self
+        if self
             .relays
-            .state(relay)
-            .map(|state| state.connection_status);
-        match status {
-            Some(crate::model::ConnectionStatus::Connected) => {}
-            Some(crate::model::ConnectionStatus::Connecting) => {
-                // The connect itself could not be started.
-                return self.handle_connect_failed(now, relay);
-            }
-            _ => return self.ignored(relay, "send failure while not connected"),
+            .get(relay)
+            .is_some_and(RelaySession::is_connecting)
+        {
+            // The connect itself could not be started.
+            return self.handle_connect_failed(now, relay);
+        }
+        if !self.relays.is_connected(relay) {
+            return self.ignored(relay, "send failure while not connected");
         }
         warn!(%relay, %error, "cannot send to relay; reconnecting");
         self.emit(Command::Disconnect {
@@ -1829,9 +1827,7 @@ impl SyncEngine {
     /// Refreshes `relay`'s entry in the deadline table.
     fn refresh_deadline(&mut self, relay: &RelayUrl) {
         let at = self.relays.get(relay).and_then(|session| {
-            let health = session
-                .health()
-                .poll_timeout(self.last_now(), &self.config.health);
+            let health = session.health_changes_at(self.last_now(), &self.config.health);
             session.next_deadline(
                 &self.config,
                 health,
@@ -1865,12 +1861,10 @@ impl SyncEngine {
         let known = self.relays.get(relay);
         let refused = known.is_some_and(|known| known.learned().negentropy_refused());
         let health = &self.config.health;
-        let retry_at = known
-            .filter(|_| !self.relays.is_connected(relay))
-            .and_then(|known| known.health().next_attempt_at(health));
+        let retry_at = known.and_then(|known| known.retry_at(health));
         RelayReport {
             relay: relay.clone(),
-            connection: state.connection_status,
+            connection: self.relays.view(relay).connection_status(),
             health: self
                 .relays
                 .view(relay)

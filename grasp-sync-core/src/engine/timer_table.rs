@@ -9,8 +9,6 @@ use crate::clock::Instant;
 /// What a relay session waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RelayTimer {
-    /// A connection attempt is abandoned.
-    ConnectTimeout,
     /// Failed Layer 2+3 items are planned again.
     Replan,
     /// A failed Layer 1 historic sync is tried again.

@@ -1,10 +1,13 @@
 //! Relay health: the one place that decides when a relay may be (re)connected.
 //!
 //! Each relay has a [`RelayHealth`] state machine, kept in the engine's
-//! session of the relay. It is pure: every input and query takes `now`,
-//! nothing here reads a clock, and the [`HealthState`] is derived from the
-//! recorded facts and `now` on every query instead of being advanced by
-//! timers. [`Retry`] counts failures of work that is not a connection (a
+//! session of the relay. It holds the relay's failure history (the current
+//! failure run, the run a connection interrupted, the rate-limit cooldown)
+//! and the stability rule; whether the relay is connected is the session's
+//! (its link), told to the queries that depend on it. It is pure: every
+//! input and query takes `now`, nothing here reads a clock, and the
+//! [`HealthState`] is derived from the recorded facts and `now` on every
+//! query instead of being advanced by timers. [`Retry`] counts failures of work that is not a connection (a
 //! relay's batches, the store's refusals, the own relay's reconnects).
 //!
 //! # States (spec "Health Tracking")
@@ -32,15 +35,17 @@
 //!
 //! # How the engine drives it
 //!
-//! Each relay's session asks `should_attempt_connection` before it connects,
-//! reports `on_connect_attempt`, then `on_connect_failed`, `on_connected` or
-//! `on_disconnected`, and wakes at `poll_timeout` (the unit test
+//! Each relay's session asks `should_attempt_connection` while its link is
+//! idle before it connects, then reports `on_connect_failed`, `on_connected`
+//! or `on_disconnected` (with when the connection opened), and wakes at
+//! `poll_timeout` (the unit test
 //! `the_engine_s_sequence_backs_off_after_a_failed_connect` walks it).
 //!
 //! `RelayHealth::poll_timeout` only says when the answer to a query
 //! changes; there is nothing to "fire", so waking early or twice is harmless.
-//! The connection timeout itself is the driver's job: it must report an
-//! attempt that never completes as `RelayHealth::on_connect_failed`.
+//! The connection timeout itself is the session's link's (its connecting
+//! deadline): an attempt that never completes is reported as
+//! `RelayHealth::on_connect_failed`.
 
 use std::fmt;
 use std::time::Duration;

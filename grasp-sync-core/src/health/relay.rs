@@ -62,88 +62,60 @@ impl FailureRun {
     }
 }
 
-/// Where the relay's connection stands.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Link {
-    /// No connection and no attempt in flight.
-    #[default]
-    Idle,
-    /// An attempt started at `since` is in flight.
-    Connecting { since: Instant },
-    /// Connected since `since`; `recovering` holds the failure run this
-    /// connection interrupted, until the connection proves stable.
-    Connected {
-        since: Instant,
-        recovering: Option<FailureRun>,
-    },
-}
-
-/// The health state machine of one relay.
+/// The health state machine of one relay: its failure history and the
+/// stability rule. Whether the relay is connected is not kept here but in
+/// the relay's session (its link); the inputs and queries that depend on it
+/// are told by the caller.
 ///
 /// Feed it what happened (`on_*`, each with the `now` at which it happened)
-/// and ask it what to do (`RelayHealth::should_attempt_connection`,
-/// `RelayHealth::poll_timeout`). A new value is a never-connected,
+/// and ask it what to do (`RelayHealth::should_attempt_connection` while
+/// the relay is idle, `RelayHealth::poll_timeout`). A new value is a
 /// never-failed relay that may be connected at once.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RelayHealth {
-    link: Link,
     /// The current failure run; always `None` while connected.
     pub(super) failures: Option<FailureRun>,
+    /// The failure run the current connection interrupted, until the
+    /// connection proves stable or ends; `None` while not connected.
+    recovering: Option<FailureRun>,
     /// End of the latest rate-limit cooldown (may lie in the past).
     rate_limited_until: Option<Instant>,
 }
 
 impl RelayHealth {
-    /// A connection attempt started: no further attempt is allowed until it
-    /// succeeds or fails. Ignored while connected.
-    pub(crate) fn on_connect_attempt(&mut self, now: Instant) {
-        if !self.is_connected() {
-            self.link = Link::Connecting { since: now };
-        }
-    }
-
-    /// The relay connected. The failure count resets; if failures preceded
-    /// it, the relay stays [`HealthState::Degraded`] until the connection has
-    /// lasted the stability period. A repeated signal keeps the original
-    /// connection time.
-    pub(crate) fn on_connected(&mut self, now: Instant) {
-        if self.is_connected() {
-            return;
-        }
-        self.link = Link::Connected {
-            since: now,
-            recovering: self.failures.take(),
-        };
+    /// The relay connected (told once per connection). The failure count
+    /// resets; if failures preceded it, the relay stays
+    /// [`HealthState::Degraded`] until the connection has lasted the
+    /// stability period.
+    pub(crate) fn on_connected(&mut self) {
+        self.recovering = self.failures.take();
     }
 
     /// A connection attempt failed (or the connection failed in any other
-    /// way): one more failure in the current run, which starts now if there
-    /// was none.
+    /// way): one more failure in the current run — or in the run the
+    /// connection had interrupted — which starts now if there was none.
     pub(crate) fn on_connect_failed(&mut self, now: Instant) {
-        let previous = self.failures.take().or(self.recovering_run());
+        let previous = self.failures.take().or(self.recovering.take());
         self.failures = Some(FailureRun::record(previous, now));
-        self.link = Link::Idle;
     }
 
-    /// The connection dropped. After a stable connection (at least
-    /// `stability_period` long) this is not a failure and a reconnect is
-    /// allowed at once; an earlier drop (flapping) counts as a failure that
-    /// continues the interrupted run, so the backoff grows. A drop while an
-    /// attempt is in flight is that attempt failing; a drop while idle is
-    /// ignored.
-    pub(crate) fn on_disconnected(&mut self, now: Instant, config: &HealthConfig) {
-        match self.link {
-            Link::Idle => {}
-            Link::Connecting { .. } => self.on_connect_failed(now),
-            Link::Connected { since, recovering } => {
-                self.link = Link::Idle;
-                self.failures = if is_stable(since, now, config) {
-                    None
-                } else {
-                    Some(FailureRun::record(recovering, now))
-                };
-            }
-        }
+    /// The connection made at `connected_since` dropped at `now`. After a
+    /// stable connection (at least `stability_period` long) this is not a
+    /// failure and a reconnect is allowed at once; an earlier drop
+    /// (flapping) counts as a failure that continues the interrupted run, so
+    /// the backoff grows.
+    pub(crate) fn on_disconnected(
+        &mut self,
+        connected_since: Instant,
+        now: Instant,
+        config: &HealthConfig,
+    ) {
+        let recovering = self.recovering.take();
+        self.failures = if is_stable(connected_since, now, config) {
+            None
+        } else {
+            Some(FailureRun::record(recovering, now))
+        };
     }
 
     /// The relay signalled rate limiting: [`HealthState::RateLimited`] and no
@@ -153,12 +125,18 @@ impl RelayHealth {
         self.rate_limited_until = Some(now.saturating_add(config.rate_limit_cooldown));
     }
 
-    /// The health of the relay at `now`.
-    pub(crate) fn state(&self, now: Instant, config: &HealthConfig) -> HealthState {
+    /// The health of the relay at `now`, connected since `connected_since`
+    /// (`None` while not connected).
+    pub(crate) fn state(
+        &self,
+        now: Instant,
+        connected_since: Option<Instant>,
+        config: &HealthConfig,
+    ) -> HealthState {
         if self.is_rate_limited(now) {
             HealthState::RateLimited
         } else {
-            self.state_ignoring_rate_limit(now, config)
+            self.state_ignoring_rate_limit(now, connected_since, config)
         }
     }
 
@@ -177,54 +155,48 @@ impl RelayHealth {
         self.failures.map(|run| run.last_at)
     }
 
-    /// Whether the relay is connected.
-    pub(crate) fn is_connected(&self) -> bool {
-        matches!(self.link, Link::Connected { .. })
-    }
-
-    /// Whether a connection attempt is in flight.
-    pub fn is_connecting(&self) -> bool {
-        matches!(self.link, Link::Connecting { .. })
-    }
-
     /// Whether a rate-limit cooldown is active at `now`.
     pub(crate) fn is_rate_limited(&self, now: Instant) -> bool {
         self.rate_limited_until.is_some_and(|until| now < until)
     }
 
-    /// The earliest instant at which a (re)connect may be tried: the end of
-    /// the backoff after the last failure and of any rate-limit cooldown
-    /// ([`Instant::ZERO`] if neither applies). `None` while connected or
-    /// connecting.
-    pub(crate) fn next_attempt_at(&self, config: &HealthConfig) -> Option<Instant> {
-        if self.link != Link::Idle {
-            return None;
-        }
+    /// The earliest instant at which a (re)connect of an idle relay may be
+    /// tried: the end of the backoff after the last failure and of any
+    /// rate-limit cooldown ([`Instant::ZERO`] if neither applies).
+    pub(crate) fn next_attempt_at(&self, config: &HealthConfig) -> Instant {
         let backoff_ends = self
             .failures
             .map_or(Instant::ZERO, |run| run.retry_at(config));
         let cooldown_ends = self.rate_limited_until.unwrap_or(Instant::ZERO);
-        Some(backoff_ends.max(cooldown_ends))
+        backoff_ends.max(cooldown_ends)
     }
 
-    /// Whether a connection attempt is allowed at `now`: not connected, not
-    /// connecting, not rate-limited, backoff elapsed.
+    /// Whether a connection attempt of an idle relay (not connected, no
+    /// attempt in flight: the caller asks only then) is allowed at `now`:
+    /// not rate-limited, backoff elapsed.
     pub(crate) fn should_attempt_connection(&self, now: Instant, config: &HealthConfig) -> bool {
-        !self.is_rate_limited(now)
-            && self
-                .next_attempt_at(config)
-                .is_some_and(|allowed_at| allowed_at <= now)
+        !self.is_rate_limited(now) && self.next_attempt_at(config) <= now
     }
 
     /// The next instant after `now` at which the state or the permission to
-    /// connect changes: a retry becomes allowed, a rate limit ends, a
-    /// recovering connection becomes stable, a failing relay becomes dead.
-    /// `None` if nothing changes with time alone.
-    pub(crate) fn poll_timeout(&self, now: Instant, config: &HealthConfig) -> Option<Instant> {
+    /// connect changes, for a relay connected since `connected_since`
+    /// (`None` while not connected): a retry becomes allowed, a rate limit
+    /// ends, a recovering connection becomes stable, a failing relay becomes
+    /// dead. `None` if nothing changes with time alone.
+    pub(crate) fn poll_timeout(
+        &self,
+        now: Instant,
+        connected_since: Option<Instant>,
+        config: &HealthConfig,
+    ) -> Option<Instant> {
+        let retry = match connected_since {
+            Some(_) => None,
+            None => Some(self.next_attempt_at(config)),
+        };
         [
             self.rate_limited_until,
-            self.next_attempt_at(config),
-            self.becomes_stable_at(config),
+            retry,
+            connected_since.and_then(|since| self.becomes_stable_at(since, config)),
             self.becomes_dead_at(config),
         ]
         .into_iter()
@@ -233,12 +205,17 @@ impl RelayHealth {
         .min()
     }
 
-    fn state_ignoring_rate_limit(&self, now: Instant, config: &HealthConfig) -> HealthState {
-        match self.link {
-            Link::Connected { since, recovering } => {
-                connected_state(recovering.is_some() && !is_stable(since, now, config))
+    fn state_ignoring_rate_limit(
+        &self,
+        now: Instant,
+        connected_since: Option<Instant>,
+        config: &HealthConfig,
+    ) -> HealthState {
+        match connected_since {
+            Some(since) => {
+                connected_state(self.recovering.is_some() && !is_stable(since, now, config))
             }
-            Link::Idle | Link::Connecting { .. } => self.unconnected_state(now, config),
+            None => self.unconnected_state(now, config),
         }
     }
 
@@ -250,21 +227,15 @@ impl RelayHealth {
         }
     }
 
-    fn recovering_run(&self) -> Option<FailureRun> {
-        match self.link {
-            Link::Connected { recovering, .. } => recovering,
-            Link::Idle | Link::Connecting { .. } => None,
-        }
-    }
-
-    fn becomes_stable_at(&self, config: &HealthConfig) -> Option<Instant> {
-        match self.link {
-            Link::Connected {
-                since,
-                recovering: Some(_),
-            } => Some(since.saturating_add(config.stability_period)),
-            _ => None,
-        }
+    /// When a connection made at `connected_since` that interrupted a
+    /// failure run becomes stable.
+    fn becomes_stable_at(
+        &self,
+        connected_since: Instant,
+        config: &HealthConfig,
+    ) -> Option<Instant> {
+        self.recovering
+            .map(|_| connected_since.saturating_add(config.stability_period))
     }
 
     fn becomes_dead_at(&self, config: &HealthConfig) -> Option<Instant> {

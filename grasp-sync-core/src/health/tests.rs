@@ -18,8 +18,117 @@ fn config() -> HealthConfig {
     HealthConfig::default()
 }
 
+/// A relay's health driven the way its session drives it: the session's
+/// link (idle, connecting, connected since) beside the health, which is
+/// asked whether to connect only while idle and told when a dropped
+/// connection opened.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Relay {
+    health: RelayHealth,
+    link: Link,
+}
+
+/// The session's link, as far as the health depends on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Link {
+    #[default]
+    Idle,
+    Connecting,
+    Connected {
+        since: Instant,
+    },
+}
+
+impl Relay {
+    /// An attempt starts (ignored while connected).
+    fn on_connect_attempt(&mut self, _now: Instant) {
+        if !self.is_connected() {
+            self.link = Link::Connecting;
+        }
+    }
+
+    /// The connection opened (a repeated signal keeps the first).
+    fn on_connected(&mut self, now: Instant) {
+        if !self.is_connected() {
+            self.link = Link::Connected { since: now };
+            self.health.on_connected();
+        }
+    }
+
+    fn on_connect_failed(&mut self, now: Instant) {
+        self.link = Link::Idle;
+        self.health.on_connect_failed(now);
+    }
+
+    /// A drop: of a connection, told with when it opened; of an attempt,
+    /// its failure; while idle, nothing.
+    fn on_disconnected(&mut self, now: Instant, config: &HealthConfig) {
+        match self.link {
+            Link::Idle => {}
+            Link::Connecting => self.on_connect_failed(now),
+            Link::Connected { since } => {
+                self.link = Link::Idle;
+                self.health.on_disconnected(since, now, config);
+            }
+        }
+    }
+
+    fn on_rate_limited(&mut self, now: Instant, config: &HealthConfig) {
+        self.health.on_rate_limited(now, config);
+    }
+
+    fn connected_since(&self) -> Option<Instant> {
+        match self.link {
+            Link::Connected { since } => Some(since),
+            Link::Idle | Link::Connecting => None,
+        }
+    }
+
+    fn is_connected(&self) -> bool {
+        self.connected_since().is_some()
+    }
+
+    fn is_connecting(&self) -> bool {
+        self.link == Link::Connecting
+    }
+
+    fn state(&self, now: Instant, config: &HealthConfig) -> HealthState {
+        self.health.state(now, self.connected_since(), config)
+    }
+
+    /// When the next attempt is allowed, while idle.
+    fn next_attempt_at(&self, config: &HealthConfig) -> Option<Instant> {
+        (self.link == Link::Idle).then(|| self.health.next_attempt_at(config))
+    }
+
+    fn should_attempt_connection(&self, now: Instant, config: &HealthConfig) -> bool {
+        self.link == Link::Idle && self.health.should_attempt_connection(now, config)
+    }
+
+    fn poll_timeout(&self, now: Instant, config: &HealthConfig) -> Option<Instant> {
+        self.health
+            .poll_timeout(now, self.connected_since(), config)
+    }
+
+    fn is_rate_limited(&self, now: Instant) -> bool {
+        self.health.is_rate_limited(now)
+    }
+
+    fn consecutive_failures(&self) -> u32 {
+        self.health.consecutive_failures()
+    }
+
+    fn first_failure_at(&self) -> Option<Instant> {
+        self.health.first_failure_at()
+    }
+
+    fn last_failure_at(&self) -> Option<Instant> {
+        self.health.last_failure_at()
+    }
+}
+
 /// Fails at `now`, then returns the delay until the next allowed attempt.
-fn fail_and_delay(health: &mut RelayHealth, now: Instant) -> u64 {
+fn fail_and_delay(health: &mut Relay, now: Instant) -> u64 {
     health.on_connect_attempt(now);
     health.on_connect_failed(now);
     let next = health.next_attempt_at(&config()).unwrap();
@@ -27,7 +136,7 @@ fn fail_and_delay(health: &mut RelayHealth, now: Instant) -> u64 {
 }
 
 /// Retries each time it is allowed and fails; returns the failure times.
-fn fail_repeatedly_until(health: &mut RelayHealth, start: Instant, end: Instant) -> Vec<u64> {
+fn fail_repeatedly_until(health: &mut Relay, start: Instant, end: Instant) -> Vec<u64> {
     let mut times = Vec::new();
     let mut now = start;
     while now < end {
@@ -81,7 +190,7 @@ fn metric_values_and_names_match_the_gauge() {
 
 #[test]
 fn a_new_relay_is_disconnected_and_may_connect_at_once() {
-    let health = RelayHealth::default();
+    let health = Relay::default();
     assert_eq!(health.state(at(0), &config()), HealthState::Disconnected);
     assert_eq!(health.next_attempt_at(&config()), Some(Instant::ZERO));
     assert!(health.should_attempt_connection(at(0), &config()));
@@ -91,7 +200,7 @@ fn a_new_relay_is_disconnected_and_may_connect_at_once() {
 
 #[test]
 fn an_attempt_in_flight_blocks_further_attempts() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_attempt(at(10));
     assert!(health.is_connecting());
     assert_eq!(health.next_attempt_at(&config()), None);
@@ -101,7 +210,7 @@ fn an_attempt_in_flight_blocks_further_attempts() {
 
 #[test]
 fn a_first_connection_is_healthy_at_once() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_attempt(at(10));
     health.on_connected(at(11));
     assert!(health.is_connected());
@@ -113,7 +222,7 @@ fn a_first_connection_is_healthy_at_once() {
 
 #[test]
 fn a_failure_degrades_and_starts_a_run() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_attempt(at(100));
     health.on_connect_failed(at(101));
     assert!(!health.is_connecting());
@@ -127,7 +236,7 @@ fn a_failure_degrades_and_starts_a_run() {
 
 #[test]
 fn the_run_keeps_its_first_failure() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_failed(at(100));
     health.on_connect_failed(at(200));
     health.on_connect_failed(at(300));
@@ -138,7 +247,7 @@ fn the_run_keeps_its_first_failure() {
 
 #[test]
 fn backoff_doubles_from_five_seconds_to_one_hour() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     let mut now = at(1000);
     let mut delays = Vec::new();
     for _ in 0..13 {
@@ -154,7 +263,7 @@ fn backoff_doubles_from_five_seconds_to_one_hour() {
 
 #[test]
 fn a_retry_is_allowed_exactly_when_the_backoff_ends() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_failed(at(0));
     health.on_connect_failed(at(50));
     assert_eq!(health.next_attempt_at(&config()), Some(at(60)));
@@ -164,7 +273,7 @@ fn a_retry_is_allowed_exactly_when_the_backoff_ends() {
 
 #[test]
 fn continuous_failures_for_a_day_make_a_relay_dead() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     let times = fail_repeatedly_until(&mut health, at(0), at(DAY));
     assert_eq!(times.first(), Some(&0));
     assert_eq!(health.first_failure_at(), Some(at(0)));
@@ -174,7 +283,7 @@ fn continuous_failures_for_a_day_make_a_relay_dead() {
 
 #[test]
 fn a_dead_relay_is_retried_once_a_day_after_its_last_failure() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     fail_repeatedly_until(&mut health, at(0), at(DAY));
     // Its next hourly retry would fall after the 24 h mark: it waits a day.
     let last = health.last_failure_at().unwrap();
@@ -199,7 +308,7 @@ fn a_dead_relay_is_retried_once_a_day_after_its_last_failure() {
 
 #[test]
 fn a_relay_that_fails_once_and_is_left_alone_is_dead_a_day_later() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_failed(at(0));
     assert_eq!(health.poll_timeout(at(5), &config()), Some(at(DAY)));
     assert_eq!(health.state(at(DAY), &config()), HealthState::Dead);
@@ -211,7 +320,7 @@ fn a_relay_that_fails_once_and_is_left_alone_is_dead_a_day_later() {
 
 #[test]
 fn a_dead_relay_that_connects_recovers_after_the_stability_period() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_failed(at(0));
     health.on_connect_attempt(at(2 * DAY));
     health.on_connected(at(2 * DAY));
@@ -225,7 +334,7 @@ fn a_dead_relay_that_connects_recovers_after_the_stability_period() {
 
 #[test]
 fn a_connection_after_failures_is_degraded_until_stable() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_failed(at(0));
     health.on_connect_failed(at(5));
     health.on_connect_attempt(at(15));
@@ -241,7 +350,7 @@ fn a_connection_after_failures_is_degraded_until_stable() {
 
 #[test]
 fn a_stable_disconnect_allows_an_immediate_retry() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connected(at(0));
     health.on_disconnected(at(300), &config());
     assert!(!health.is_connected());
@@ -252,7 +361,7 @@ fn a_stable_disconnect_allows_an_immediate_retry() {
 
 #[test]
 fn a_stable_disconnect_after_recovery_ends_the_failure_run() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     for t in [0, 5, 15, 35] {
         health.on_connect_failed(at(t));
     }
@@ -265,7 +374,7 @@ fn a_stable_disconnect_after_recovery_ends_the_failure_run() {
 
 #[test]
 fn a_quick_drop_of_a_first_connection_counts_as_a_failure() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connected(at(0));
     health.on_disconnected(at(60), &config());
     assert_eq!(health.consecutive_failures(), 1);
@@ -276,7 +385,7 @@ fn a_quick_drop_of_a_first_connection_counts_as_a_failure() {
 
 #[test]
 fn flapping_disconnects_grow_the_backoff() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_failed(at(0));
     let mut now = health.next_attempt_at(&config()).unwrap();
     let mut delays = Vec::new();
@@ -296,7 +405,7 @@ fn flapping_disconnects_grow_the_backoff() {
 
 #[test]
 fn a_failure_reported_while_connected_continues_the_interrupted_run() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_failed(at(0));
     health.on_connect_failed(at(5));
     health.on_connected(at(15));
@@ -308,7 +417,7 @@ fn a_failure_reported_while_connected_continues_the_interrupted_run() {
 
 #[test]
 fn a_drop_while_connecting_is_a_failed_attempt() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_attempt(at(0));
     health.on_disconnected(at(3), &config());
     assert!(!health.is_connecting());
@@ -317,7 +426,7 @@ fn a_drop_while_connecting_is_a_failed_attempt() {
 
 #[test]
 fn a_drop_while_idle_is_ignored() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_failed(at(0));
     let before = health.clone();
     health.on_disconnected(at(3), &config());
@@ -326,7 +435,7 @@ fn a_drop_while_idle_is_ignored() {
 
 #[test]
 fn a_repeated_connected_signal_keeps_the_connection_time() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_failed(at(0));
     health.on_connected(at(10));
     health.on_connected(at(200));
@@ -337,7 +446,7 @@ fn a_repeated_connected_signal_keeps_the_connection_time() {
 
 #[test]
 fn a_rate_limit_holds_65_seconds_then_the_previous_state_returns() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connected(at(0));
     health.on_rate_limited(at(1000), &config());
     assert!(health.is_connected());
@@ -349,7 +458,7 @@ fn a_rate_limit_holds_65_seconds_then_the_previous_state_returns() {
 
 #[test]
 fn a_rate_limit_over_a_failing_relay_returns_to_degraded() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_failed(at(0));
     health.on_rate_limited(at(1), &config());
     assert_eq!(health.state(at(1), &config()), HealthState::RateLimited);
@@ -358,7 +467,7 @@ fn a_rate_limit_over_a_failing_relay_returns_to_degraded() {
 
 #[test]
 fn no_attempt_is_allowed_while_rate_limited() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_rate_limited(at(100), &config());
     assert!(health.is_rate_limited(at(100)));
     assert_eq!(health.next_attempt_at(&config()), Some(at(165)));
@@ -369,7 +478,7 @@ fn no_attempt_is_allowed_while_rate_limited() {
 
 #[test]
 fn a_second_rate_limit_signal_extends_the_cooldown() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_rate_limited(at(0), &config());
     health.on_rate_limited(at(60), &config());
     assert_eq!(health.state(at(100), &config()), HealthState::RateLimited);
@@ -378,7 +487,7 @@ fn a_second_rate_limit_signal_extends_the_cooldown() {
 
 #[test]
 fn poll_timeout_points_at_the_earliest_change() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_failed(at(0));
     assert_eq!(health.poll_timeout(at(0), &config()), Some(at(5)));
     health.on_rate_limited(at(1), &config());
@@ -390,7 +499,7 @@ fn poll_timeout_points_at_the_earliest_change() {
 
 #[test]
 fn poll_timeout_is_the_dead_mark_when_it_comes_before_the_retry() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     fail_repeatedly_until(&mut health, at(0), at(DAY));
     let last = health.last_failure_at().unwrap();
     assert_eq!(health.poll_timeout(last, &config()), Some(at(DAY)));
@@ -402,7 +511,7 @@ fn poll_timeout_is_the_dead_mark_when_it_comes_before_the_retry() {
 
 #[test]
 fn poll_timeout_never_returns_the_past_and_repeats_harmlessly() {
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_failed(at(100));
     let first = health.poll_timeout(at(100), &config());
     let again = health.poll_timeout(at(100), &config());
@@ -416,7 +525,7 @@ fn poll_timeout_never_returns_the_past_and_repeats_harmlessly() {
 #[test]
 fn time_going_backwards_never_panics() {
     let c = config();
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_attempt(at(1000));
     health.on_connected(at(1000));
     health.on_disconnected(at(10), &c);
@@ -440,7 +549,7 @@ fn time_going_backwards_never_panics() {
 fn the_end_of_time_saturates() {
     let end = Instant::from_duration(Duration::MAX);
     let c = config();
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     health.on_connect_failed(end);
     health.on_rate_limited(end, &c);
     assert_eq!(health.next_attempt_at(&c), Some(end));
@@ -452,8 +561,8 @@ fn the_end_of_time_saturates() {
 
 #[test]
 fn the_failure_count_saturates() {
-    let mut health = RelayHealth::default();
-    health.failures = Some(FailureRun {
+    let mut health = Relay::default();
+    health.health.failures = Some(FailureRun {
         count: u32::MAX,
         first_at: at(0),
         last_at: at(0),
@@ -470,7 +579,7 @@ fn the_failure_count_saturates() {
 #[test]
 fn counts_cover_every_state() {
     let config = config();
-    let mut relays = vec![RelayHealth::default(); 6];
+    let mut relays = vec![Relay::default(); 6];
     relays[0].on_connected(at(0)); // healthy
                                    // relays[1]: disconnected, never tried
     relays[2].on_connect_failed(at(2 * DAY)); // degraded
@@ -549,7 +658,7 @@ mod proptests {
             )
     }
 
-    fn apply(health: &mut RelayHealth, event: Event, now: Instant, config: &HealthConfig) {
+    fn apply(health: &mut Relay, event: Event, now: Instant, config: &HealthConfig) {
         match event {
             Event::Attempt => health.on_connect_attempt(now),
             Event::Connected => health.on_connected(now),
@@ -560,7 +669,7 @@ mod proptests {
         }
     }
 
-    fn check_invariants(health: &RelayHealth, now: Instant, config: &HealthConfig) {
+    fn check_invariants(health: &Relay, now: Instant, config: &HealthConfig) {
         let allowed = health.should_attempt_connection(now, config);
         assert!(!(allowed && health.is_connected()));
         assert!(!(allowed && health.is_connecting()));
@@ -588,7 +697,7 @@ mod proptests {
             config in any_config(),
             gaps in prop::collection::vec(0u64..20_000, 1..64),
         ) {
-            let mut health = RelayHealth::default();
+            let mut health = Relay::default();
             let mut now = Instant::ZERO;
             let mut previous = Duration::ZERO;
             let bound = config.backoff.max.max(config.dead_retry_interval);
@@ -609,7 +718,7 @@ mod proptests {
             config in any_config(),
             events in prop::collection::vec((event(), 0u64..(3 * DAY)), 0..60),
         ) {
-            let mut health = RelayHealth::default();
+            let mut health = Relay::default();
             for (event, secs) in events {
                 let now = at(secs);
                 apply(&mut health, event, now, &config);
@@ -624,7 +733,7 @@ mod proptests {
 #[test]
 fn the_engine_s_sequence_backs_off_after_a_failed_connect() {
     let config = HealthConfig::default();
-    let mut health = RelayHealth::default();
+    let mut health = Relay::default();
     let now = Instant::ZERO;
     assert!(health.should_attempt_connection(now, &config));
     health.on_connect_attempt(now);

@@ -2,9 +2,7 @@
 
 use super::*;
 use crate::clock::Instant;
-use crate::model::{
-    BatchId, ConnectionStatus, PendingBatch, PendingSyncIndex, RelaySyncIndex, SyncMethod,
-};
+use crate::model::{BatchId, PendingBatch, PendingSyncIndex, RelaySyncIndex, SyncMethod};
 use nostr::prelude::{Keys, SecretKey};
 
 fn repo(n: u8) -> RepoRef {
@@ -25,7 +23,8 @@ fn id(n: u8) -> EventId {
 fn connected(relays: &[u8]) -> RelaySyncIndex {
     let mut index = RelaySyncIndex::new();
     for n in relays {
-        index.register(relay(*n), false).connection_status = ConnectionStatus::Connected;
+        index.register(relay(*n), false);
+        index.set_connected(&relay(*n), true);
     }
     index
 }
@@ -122,7 +121,7 @@ fn compute_actions_skips_relays_that_are_not_connected() {
     let mut index = RepoSyncIndex::new();
     index.set_repo_relays(&repo(1), [relay(1), relay(2), relay(3)]);
     let mut confirmed = connected(&[1]);
-    confirmed.register(relay(2), false).connection_status = ConnectionStatus::Connecting;
+    confirmed.register(relay(2), false);
     let actions = compute_actions(
         &index.targets(),
         index.ids(),
@@ -132,7 +131,7 @@ fn compute_actions_skips_relays_that_are_not_connected() {
     assert_eq!(
         relays,
         vec![relay(1)],
-        "connecting and unregistered relays are skipped"
+        "registered relays not connected and unregistered relays are skipped"
     );
 }
 

@@ -820,10 +820,15 @@ impl World {
             self.steps,
             self.engine.stats()
         );
+        let reports = self.engine.relay_reports();
         for (relay, state) in self.engine.relay_states() {
+            let connection = reports
+                .iter()
+                .find(|report| &report.relay == relay)
+                .map(|report| report.connection);
             out += &format!(
                 "  {relay}: {:?} health {:?} confirmed {}+{} l1 {} activity {:?} pending batches {}\n",
-                state.connection_status,
+                connection,
                 self.engine.health_state(relay, self.now),
                 state.repos.len(),
                 state.root_events.len(),
