@@ -2047,6 +2047,31 @@ mod tests {
         assert_eq!(engine.stats.own_echoes, 1);
     }
 
+    /// The own relay's connect attempt is given up after the configured
+    /// connect timeout (the base backoff), like any relay's, and it is
+    /// connected again after its own backoff.
+    #[test]
+    fn the_own_relay_s_connect_timeout_is_the_configured_one() {
+        let base = std::time::Duration::from_secs(9);
+        let mut config = EngineConfig::default();
+        config.identity.own_relay = Some(own());
+        config.health.backoff = crate::health::ExponentialBackoff::new(base, base * 10);
+        let mut engine = SyncEngine::new(config, now()).expect("valid config");
+        engine.handle_timeout(now());
+        assert!(matches!(
+            engine.poll_command(),
+            Some(Command::Connect { relay, timeout }) if relay == own() && timeout == base
+        ));
+        assert_eq!(engine.poll_timeout(), Some(now().instant + base));
+        let late = Now::new(now().instant + base, now().unix);
+        engine.handle_timeout(late);
+        assert!(
+            matches!(engine.poll_command(), Some(Command::Disconnect { relay }) if relay == own())
+        );
+        let backoff = engine.config().health.own_relay_backoff.base;
+        assert_eq!(engine.poll_timeout(), Some(late.instant + backoff));
+    }
+
     #[test]
     fn an_invalid_configuration_is_an_error_when_the_engine_is_built() {
         let mut config = EngineConfig::default();
