@@ -11,6 +11,7 @@ use super::bad_events::BadEventVerdict;
 use super::classify::{classify, Classified};
 use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
+use super::liveness::Liveness;
 use super::outbox::Outbox;
 use super::runtime::{BatchInfo, Job, Purpose, QueuedJob, RelayConn, ReqWatch, Sub};
 use super::session::{NegSession, SessionCaps, SessionError, Step};
@@ -121,11 +122,6 @@ impl RelaySession {
     /// The open connection, if any.
     pub(crate) fn conn(&self) -> Option<&RelayConn> {
         self.conn.as_ref()
-    }
-
-    /// [`RelaySession::conn`], to change.
-    pub(crate) fn conn_mut(&mut self) -> Option<&mut RelayConn> {
-        self.conn.as_mut()
     }
 
     /// `true` while the relay's connection is open.
@@ -677,7 +673,7 @@ impl RelaySession {
         self.health.on_connected(now.instant);
         self.timers.clear(RelayTimer::Poll);
         self.conn = Some(RelayConn {
-            last_heard: now.instant,
+            liveness: Liveness::opened(now.instant),
             last_historic_data: now.instant,
             ..RelayConn::default()
         });
@@ -692,7 +688,7 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        conn.last_heard = now;
+        conn.liveness.heard(now);
         let Some(id) = answered else {
             return;
         };
@@ -872,21 +868,23 @@ impl RelaySession {
             .collect()
     }
 
-    /// `true` if the relay sent nothing at all (no frame, no pong) for the
-    /// batch timeout.
-    pub(crate) fn is_silent(&self, now: Instant, config: &EngineConfig) -> bool {
+    /// `true` while the connection is open and the relay sent something (a
+    /// frame, a pong) within the batch timeout before `now`
+    /// ([`Liveness::is_alive`]); `false` for a relay silent that long — or
+    /// not connected.
+    pub(crate) fn is_alive(&self, now: Instant, config: &EngineConfig) -> bool {
         self.conn
             .as_ref()
-            .is_some_and(|conn| conn.last_heard + config.timeouts.batch_timeout <= now)
+            .is_some_and(|conn| conn.liveness.is_alive(now, config))
     }
 
-    /// `true` if the relay is silent ([`RelaySession::is_silent`]) while a
-    /// live subscription opened a batch timeout ago has not been answered: a
-    /// half-open socket. A driver that pings keeps a relay that answers from
-    /// ever getting here, EOSE or not.
+    /// `true` if the connected relay is not alive
+    /// ([`RelaySession::is_alive`]) while a live subscription opened a batch
+    /// timeout ago has not been answered: a half-open socket. A driver that
+    /// pings keeps a relay that answers from ever getting here, EOSE or not.
     pub(crate) fn live_unanswered(&self, now: Instant, config: &EngineConfig) -> bool {
         let timeout = config.timeouts.batch_timeout;
-        self.is_silent(now, config)
+        !self.is_alive(now, config)
             && self.conn.as_ref().is_some_and(|conn| {
                 conn.subs.values().any(|sub| {
                     matches!(sub, Sub::Live { answered: false, opened_at, .. }
@@ -952,7 +950,7 @@ impl RelaySession {
                         answered: false,
                         opened_at,
                         ..
-                    } => Some((*opened_at).max(conn.last_heard) + timeout),
+                    } => Some((*opened_at + timeout).max(conn.liveness.silent_at(config))),
                     sub => sub
                         .batch()
                         .and_then(|batch| self.batches.get(batch))
@@ -2537,15 +2535,16 @@ impl RelaySession {
     /// resumed ([`RelaySession::stalled_reqs`]; a resumed REQ is progress of
     /// its batch), batches without progress fail
     /// ([`RelaySession::stalled_batches`]) — or the connection is dropped if
-    /// the relay is silent ([`RelaySession::is_silent`],
+    /// the relay is not alive ([`RelaySession::is_alive`],
     /// [`RelaySession::live_unanswered`]) — and unanswered NEG-OPENs are
-    /// refusals ([`RelaySession::negentropy_unanswered`]).
+    /// refusals ([`RelaySession::negentropy_unanswered`]). Nothing without
+    /// an open connection.
     pub(crate) fn expire(&mut self, cx: &mut Ctx<'_>, now: Now) {
         for id in self.stalled_reqs(now.instant, cx.config) {
             self.resume_req(cx, now, &id);
         }
         for batch in self.stalled_batches(now.instant, cx.config) {
-            if self.is_silent(now.instant, cx.config) {
+            if !self.is_alive(now.instant, cx.config) {
                 self.drop_silent_connection(cx, now);
             } else {
                 self.fail_batch(cx, now, batch, "no progress before the batch timeout");

@@ -712,8 +712,8 @@ impl SyncEngine {
             return;
         }
         let before = self.reach();
-        match self.relays.conn_mut(relay) {
-            Some(conn) => conn.last_heard = conn.last_heard.max(now.instant),
+        match self.relays.connected_mut(relay) {
+            Some(session) => session.heard(now.instant, None),
             None => self.ignored(relay, "sign of life from a relay not connected"),
         }
         self.maintain_after(now, Some(relay), before);
