@@ -17,7 +17,7 @@ use super::runtime::{BatchInfo, Job, Purpose, QueuedJob, RelayConn, ReqWatch, Su
 use super::session::{NegSession, SessionCaps, SessionError, Step};
 use super::stats::EngineStats;
 use super::stores::StoreTracker;
-use super::timer_table::{RelayTimer, TimerTable};
+use super::timer_table::{Deadline, Earliest, RelayTimer, TimerTable};
 use super::Command;
 use crate::clock::{Instant, Now};
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, matches, FilterMode};
@@ -919,54 +919,59 @@ impl RelaySession {
 
     // --- The session's next deadline -----------------------------------------
 
-    /// When the session next has work for `SyncEngine::handle_timeout`:
-    /// the earliest of its timers, its negentropy and batch timeouts, its
-    /// stalled REQs, its unanswered live subscriptions, its rate window and
-    /// its health (`health`: when its `RelayHealth`'s answer
-    /// changes next).
+    /// When the session next has work for `SyncEngine::handle_timeout`
+    /// (or for the engine's `connect_ready_relays`, when its health
+    /// changes), and which [`Deadline`] it is: the earliest of its timers,
+    /// its health (when its `RelayHealth`'s answer changes next), its
+    /// negentropy and batch timeouts, its stalled REQs, its unanswered live
+    /// subscriptions and its rate window, as of `now`.
     pub(crate) fn next_deadline(
         &self,
-        config: &EngineConfig,
-        health: Option<Instant>,
         now: Instant,
-        rate_window: std::time::Duration,
-    ) -> Option<Instant> {
+        config: &EngineConfig,
+    ) -> Option<(Deadline, Instant)> {
         // The earliest so far (asked after every input of the relay: no
         // list of them is built).
-        let mut earliest = earlier(self.timers.earliest(), health);
-        let mut consider = |deadline: Option<Instant>| earliest = earlier(earliest, deadline);
+        let mut earliest = Earliest::default();
+        if let Some((timer, at)) = self.timers.earliest_entry() {
+            earliest.consider(timer.into(), Some(at));
+        }
+        earliest.consider(
+            Deadline::Health,
+            self.health.poll_timeout(now, &config.health),
+        );
         if let Some(conn) = &self.conn {
             let timeout = config.timeouts.batch_timeout;
-            consider(conn.next_deadline(config));
+            earliest.consider(Deadline::NegentropyUnanswered, conn.next_deadline(config));
             if !conn.is_quiet() && self.learned.rate().is_some() {
-                consider(conn.rate_window_frees_at(now, rate_window));
+                earliest.consider(
+                    Deadline::RateWindow,
+                    conn.rate_window_frees_at(now, config.rate_window()),
+                );
             }
             for sub in conn.subs.values() {
                 if let Some(watch) = sub.watch() {
-                    consider(conn.req_stalls_at(watch, config));
+                    earliest.consider(Deadline::ReqStall, conn.req_stalls_at(watch, config));
                 }
-                consider(match sub {
+                match sub {
                     Sub::Live {
                         answered: false,
                         opened_at,
                         ..
-                    } => Some((*opened_at + timeout).max(conn.liveness.silent_at(config))),
-                    sub => sub
-                        .batch()
-                        .and_then(|batch| self.batches.get(batch))
-                        .map(|info| self.batch_stalls_at(info, config)),
-                });
+                    } => earliest.consider(
+                        Deadline::LiveUnanswered,
+                        Some((*opened_at + timeout).max(conn.liveness.silent_at(config))),
+                    ),
+                    sub => earliest.consider(
+                        Deadline::BatchStall,
+                        sub.batch()
+                            .and_then(|batch| self.batches.get(batch))
+                            .map(|info| self.batch_stalls_at(info, config)),
+                    ),
+                }
             }
         }
-        earliest
-    }
-}
-
-/// The earlier of two deadlines, either of which may be none.
-fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+        earliest.get()
     }
 }
 
@@ -2713,3 +2718,6 @@ pub(crate) fn count_refused(stats: &mut EngineStats, relay: &RelayUrl, refused: 
     }
     debug!(%relay, %refused, "dropped event");
 }
+
+#[cfg(test)]
+mod tests;

@@ -1826,19 +1826,17 @@ impl SyncEngine {
 
     // --- Deadlines -----------------------------------------------------------
 
-    /// Refreshes `relay`'s entry in the deadline table.
+    /// Refreshes `relay`'s entry in the deadline table
+    /// ([`RelaySession::next_deadline`]).
     fn refresh_deadline(&mut self, relay: &RelayUrl) {
-        let at = self.relays.get(relay).and_then(|session| {
-            let health = session
-                .health()
-                .poll_timeout(self.last_now(), &self.config.health);
-            session.next_deadline(
-                &self.config,
-                health,
-                self.last_now(),
-                self.config.rate_window(),
-            )
-        });
+        let at = self
+            .relays
+            .get(relay)
+            .and_then(|session| session.next_deadline(self.last_now(), &self.config))
+            .map(|(kind, at)| {
+                tracing::trace!(%relay, ?kind, %at, "relay's next deadline");
+                at
+            });
         self.deadlines.set(relay, at);
     }
 
