@@ -182,7 +182,7 @@ impl RelaySession {
 
     /// `true` when the connection is open and the `since` poll of live
     /// filters that do not fit is due.
-    pub(crate) fn poll_due(&self, now: Instant) -> bool {
+    fn poll_due(&self, now: Instant) -> bool {
         self.conn.is_some() && self.timers.is_due(RelayTimer::Poll, now)
     }
 
@@ -919,7 +919,7 @@ impl RelaySession {
 
     // --- The session's next deadline -----------------------------------------
 
-    /// When the session next has work for `SyncEngine::handle_timeout`
+    /// When the session next has work for [`RelaySession::handle_timeout`]
     /// (or for the engine's `connect_ready_relays`, when its health
     /// changes), and which [`Deadline`] it is: the earliest of its timers,
     /// its health (when its `RelayHealth`'s answer changes next), its
@@ -973,6 +973,18 @@ impl RelaySession {
         }
         earliest.get()
     }
+}
+
+/// What the engine must do after a session fired its timers
+/// ([`RelaySession::handle_timeout`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TimeoutOutcome {
+    /// The connection attempt is past its timeout: the engine disconnects
+    /// and counts the attempt failed.
+    pub(crate) connect_timed_out: bool,
+    /// The relay's items are due to be planned again (by the engine, which
+    /// holds the targets).
+    pub(crate) replan: bool,
 }
 
 /// Closed live subscriptions whose late events are still accepted.
@@ -2536,6 +2548,28 @@ impl RelaySession {
 
     // --- Timeouts -----------------------------------------------------------
 
+    /// Fires everything of the session due at `now`
+    /// ([`RelaySession::next_deadline`] names each kind), in this order:
+    /// the due `since` poll of live filters that do not fit
+    /// ([`RelaySession::poll_uncovered`]), what is overdue
+    /// ([`RelaySession::expire`]), the retries whose delay is over
+    /// ([`RelaySession::run_retries`]). What only the engine can do is
+    /// returned: a connection attempt past its timeout
+    /// ([`RelaySession::connect_timed_out`]), items to plan again. Firing
+    /// early or twice is harmless: each step checks the state again.
+    pub(crate) fn handle_timeout(&mut self, cx: &mut Ctx<'_>, now: Now) -> TimeoutOutcome {
+        if self.poll_due(now.instant) {
+            self.poll_uncovered(cx, now);
+        }
+        let connect_timed_out = self.connect_timed_out(now.instant);
+        self.expire(cx, now);
+        let replan = self.run_retries(cx, now);
+        TimeoutOutcome {
+            connect_timed_out,
+            replan,
+        }
+    }
+
     /// What is overdue on the relay at `now`, in order: REQs it dropped are
     /// resumed ([`RelaySession::stalled_reqs`]; a resumed REQ is progress of
     /// its batch), batches without progress fail
@@ -2544,7 +2578,7 @@ impl RelaySession {
     /// [`RelaySession::live_unanswered`]) — and unanswered NEG-OPENs are
     /// refusals ([`RelaySession::negentropy_unanswered`]). Nothing without
     /// an open connection.
-    pub(crate) fn expire(&mut self, cx: &mut Ctx<'_>, now: Now) {
+    fn expire(&mut self, cx: &mut Ctx<'_>, now: Now) {
         for id in self.stalled_reqs(now.instant, cx.config) {
             self.resume_req(cx, now, &id);
         }
@@ -2610,7 +2644,7 @@ impl RelaySession {
     /// Runs the retries whose delay is over, while connected: Layer 1
     /// again, the live subscriptions rebuilt. `true` if the relay's items
     /// are due to be planned again (by the engine, which holds the targets).
-    pub(crate) fn run_retries(&mut self, cx: &mut Ctx<'_>, now: Now) -> bool {
+    fn run_retries(&mut self, cx: &mut Ctx<'_>, now: Now) -> bool {
         let replan = self.timers.fire(RelayTimer::Replan, now.instant);
         let layer1 = self.timers.fire(RelayTimer::Layer1Retry, now.instant);
         let live = self.timers.fire(RelayTimer::RebuildLive, now.instant);

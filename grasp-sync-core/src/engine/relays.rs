@@ -94,11 +94,6 @@ impl Relays {
         Some(session)
     }
 
-    /// Every session, with its relay.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&RelayUrl, &RelaySession)> {
-        self.sessions.iter()
-    }
-
     /// Every relay the engine knows.
     pub(crate) fn urls(&self) -> impl Iterator<Item = &RelayUrl> {
         self.sessions.keys()
