@@ -16,7 +16,7 @@ use super::runtime::{BatchInfo, Job, Purpose, QueuedJob, RelayConn, ReqWatch, Su
 use super::session::{NegSession, SessionCaps, SessionError, Step};
 use super::stats::EngineStats;
 use super::stores::StoreTracker;
-use super::timer_table::{RelayTimer, TimerTable};
+use super::timer_table::{Deadline, Earliest, RelayTimer, TimerTable};
 use super::Command;
 use crate::clock::{Instant, Now};
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, matches, FilterMode};
@@ -125,11 +125,6 @@ impl RelaySession {
         self.link.conn()
     }
 
-    /// [`RelaySession::conn`], to change.
-    pub(crate) fn conn_mut(&mut self) -> Option<&mut RelayConn> {
-        self.link.conn_mut()
-    }
-
     /// The relay's connection lifecycle as reported: disconnected,
     /// connecting or connected (derived from its link).
     pub(crate) fn connection_status(&self) -> ConnectionStatus {
@@ -207,7 +202,7 @@ impl RelaySession {
 
     /// `true` when the connection is open and the `since` poll of live
     /// filters that do not fit is due.
-    pub(crate) fn poll_due(&self, now: Instant) -> bool {
+    fn poll_due(&self, now: Instant) -> bool {
         self.is_connected() && self.timers.is_due(RelayTimer::Poll, now)
     }
 
@@ -731,7 +726,7 @@ impl RelaySession {
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
-        conn.last_heard = now;
+        conn.liveness.heard(now);
         let Some(id) = answered else {
             return;
         };
@@ -911,21 +906,23 @@ impl RelaySession {
             .collect()
     }
 
-    /// `true` if the relay sent nothing at all (no frame, no pong) for the
-    /// batch timeout.
-    pub(crate) fn is_silent(&self, now: Instant, config: &EngineConfig) -> bool {
+    /// `true` while the connection is open and the relay sent something (a
+    /// frame, a pong) within the batch timeout before `now`
+    /// ([`Liveness::is_alive`](super::liveness::Liveness::is_alive)); `false` for a relay silent that long — or
+    /// not connected.
+    pub(crate) fn is_alive(&self, now: Instant, config: &EngineConfig) -> bool {
         self.link
             .conn()
-            .is_some_and(|conn| conn.last_heard + config.timeouts.batch_timeout <= now)
+            .is_some_and(|conn| conn.liveness.is_alive(now, config))
     }
 
-    /// `true` if the relay is silent ([`RelaySession::is_silent`]) while a
-    /// live subscription opened a batch timeout ago has not been answered: a
-    /// half-open socket. A driver that pings keeps a relay that answers from
-    /// ever getting here, EOSE or not.
+    /// `true` if the connected relay is not alive
+    /// ([`RelaySession::is_alive`]) while a live subscription opened a batch
+    /// timeout ago has not been answered: a half-open socket. A driver that
+    /// pings keeps a relay that answers from ever getting here, EOSE or not.
     pub(crate) fn live_unanswered(&self, now: Instant, config: &EngineConfig) -> bool {
         let timeout = config.timeouts.batch_timeout;
-        self.is_silent(now, config)
+        !self.is_alive(now, config)
             && self.link.conn().is_some_and(|conn| {
                 conn.subs.values().any(|sub| {
                     matches!(sub, Sub::Live { answered: false, opened_at, .. }
@@ -960,56 +957,73 @@ impl RelaySession {
 
     // --- The session's next deadline -----------------------------------------
 
-    /// When the session next has work for `SyncEngine::handle_timeout`:
-    /// the earliest of its timers, its negentropy and batch timeouts, its
-    /// stalled REQs, its unanswered live subscriptions, its rate window and
-    /// its health (`health`: when its `RelayHealth`'s answer
-    /// changes next).
+    /// When the session next has work for [`RelaySession::handle_timeout`]
+    /// (or for the engine's `connect_ready_relays`, when its health
+    /// changes), and which [`Deadline`] it is: the earliest of its timers,
+    /// its health (when its `RelayHealth`'s answer changes next), its
+    /// negentropy and batch timeouts, its stalled REQs, its unanswered live
+    /// subscriptions and its rate window, as of `now`.
     pub(crate) fn next_deadline(
         &self,
-        config: &EngineConfig,
-        health: Option<Instant>,
         now: Instant,
-        rate_window: std::time::Duration,
-    ) -> Option<Instant> {
+        config: &EngineConfig,
+    ) -> Option<(Deadline, Instant)> {
         // The earliest so far (asked after every input of the relay: no
         // list of them is built).
-        let mut earliest = earlier(self.timers.earliest(), health);
-        let mut consider = |deadline: Option<Instant>| earliest = earlier(earliest, deadline);
-        consider(self.link.connect_deadline());
+        let mut earliest = Earliest::default();
+        if let Some((timer, at)) = self.timers.earliest_entry() {
+            earliest.consider(timer.into(), Some(at));
+        }
+        earliest.consider(
+            Deadline::Health,
+            self.health_changes_at(now, &config.health),
+        );
+        earliest.consider(Deadline::ConnectTimeout, self.link.connect_deadline());
         if let Some(conn) = self.link.conn() {
             let timeout = config.timeouts.batch_timeout;
-            consider(conn.next_deadline(config));
+            earliest.consider(Deadline::NegentropyUnanswered, conn.next_deadline(config));
             if !conn.is_quiet() && self.learned.rate().is_some() {
-                consider(conn.rate_window_frees_at(now, rate_window));
+                earliest.consider(
+                    Deadline::RateWindow,
+                    conn.rate_window_frees_at(now, config.rate_window()),
+                );
             }
             for sub in conn.subs.values() {
                 if let Some(watch) = sub.watch() {
-                    consider(conn.req_stalls_at(watch, config));
+                    earliest.consider(Deadline::ReqStall, conn.req_stalls_at(watch, config));
                 }
-                consider(match sub {
+                match sub {
                     Sub::Live {
                         answered: false,
                         opened_at,
                         ..
-                    } => Some((*opened_at).max(conn.last_heard) + timeout),
-                    sub => sub
-                        .batch()
-                        .and_then(|batch| self.batches.get(batch))
-                        .map(|info| self.batch_stalls_at(info, config)),
-                });
+                    } => earliest.consider(
+                        Deadline::LiveUnanswered,
+                        Some((*opened_at + timeout).max(conn.liveness.silent_at(config))),
+                    ),
+                    sub => earliest.consider(
+                        Deadline::BatchStall,
+                        sub.batch()
+                            .and_then(|batch| self.batches.get(batch))
+                            .map(|info| self.batch_stalls_at(info, config)),
+                    ),
+                }
             }
         }
-        earliest
+        earliest.get()
     }
 }
 
-/// The earlier of two deadlines, either of which may be none.
-fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+/// What the engine must do after a session fired its timers
+/// ([`RelaySession::handle_timeout`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TimeoutOutcome {
+    /// The connection attempt is past its timeout: the engine disconnects
+    /// and counts the attempt failed.
+    pub(crate) connect_timed_out: bool,
+    /// The relay's items are due to be planned again (by the engine, which
+    /// holds the targets).
+    pub(crate) replan: bool,
 }
 
 /// Closed live subscriptions whose late events are still accepted.
@@ -2575,19 +2589,42 @@ impl RelaySession {
 
     // --- Timeouts -----------------------------------------------------------
 
+    /// Fires everything of the session due at `now`
+    /// ([`RelaySession::next_deadline`] names each kind), in this order:
+    /// the due `since` poll of live filters that do not fit
+    /// ([`RelaySession::poll_uncovered`]), what is overdue
+    /// ([`RelaySession::expire`]), the retries whose delay is over
+    /// ([`RelaySession::run_retries`]). What only the engine can do is
+    /// returned: a connection attempt past its timeout
+    /// ([`RelaySession::connect_timed_out`]), items to plan again. Firing
+    /// early or twice is harmless: each step checks the state again.
+    pub(crate) fn handle_timeout(&mut self, cx: &mut Ctx<'_>, now: Now) -> TimeoutOutcome {
+        if self.poll_due(now.instant) {
+            self.poll_uncovered(cx, now);
+        }
+        let connect_timed_out = self.connect_timed_out(now.instant);
+        self.expire(cx, now);
+        let replan = self.run_retries(cx, now);
+        TimeoutOutcome {
+            connect_timed_out,
+            replan,
+        }
+    }
+
     /// What is overdue on the relay at `now`, in order: REQs it dropped are
     /// resumed ([`RelaySession::stalled_reqs`]; a resumed REQ is progress of
     /// its batch), batches without progress fail
     /// ([`RelaySession::stalled_batches`]) — or the connection is dropped if
-    /// the relay is silent ([`RelaySession::is_silent`],
+    /// the relay is not alive ([`RelaySession::is_alive`],
     /// [`RelaySession::live_unanswered`]) — and unanswered NEG-OPENs are
-    /// refusals ([`RelaySession::negentropy_unanswered`]).
-    pub(crate) fn expire(&mut self, cx: &mut Ctx<'_>, now: Now) {
+    /// refusals ([`RelaySession::negentropy_unanswered`]). Nothing without
+    /// an open connection.
+    fn expire(&mut self, cx: &mut Ctx<'_>, now: Now) {
         for id in self.stalled_reqs(now.instant, cx.config) {
             self.resume_req(cx, now, &id);
         }
         for batch in self.stalled_batches(now.instant, cx.config) {
-            if self.is_silent(now.instant, cx.config) {
+            if !self.is_alive(now.instant, cx.config) {
                 self.drop_silent_connection(cx, now);
             } else {
                 self.fail_batch(cx, now, batch, "no progress before the batch timeout");
@@ -2648,7 +2685,7 @@ impl RelaySession {
     /// Runs the retries whose delay is over, while connected: Layer 1
     /// again, the live subscriptions rebuilt. `true` if the relay's items
     /// are due to be planned again (by the engine, which holds the targets).
-    pub(crate) fn run_retries(&mut self, cx: &mut Ctx<'_>, now: Now) -> bool {
+    fn run_retries(&mut self, cx: &mut Ctx<'_>, now: Now) -> bool {
         let replan = self.timers.fire(RelayTimer::Replan, now.instant);
         let layer1 = self.timers.fire(RelayTimer::Layer1Retry, now.instant);
         let live = self.timers.fire(RelayTimer::RebuildLive, now.instant);
@@ -2756,3 +2793,6 @@ pub(crate) fn count_refused(stats: &mut EngineStats, relay: &RelayUrl, refused: 
     }
     debug!(%relay, %refused, "dropped event");
 }
+
+#[cfg(test)]
+mod tests;

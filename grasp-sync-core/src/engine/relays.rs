@@ -109,11 +109,6 @@ impl Relays {
         self.sessions.get(relay)?.conn()
     }
 
-    /// [`Relays::conn`], to change.
-    pub(crate) fn conn_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelayConn> {
-        self.sessions.get_mut(relay)?.conn_mut()
-    }
-
     /// `true` while `relay`'s connection is open
     /// ([`RelaySession::is_connected`]).
     pub(crate) fn is_connected(&self, relay: &RelayUrl) -> bool {

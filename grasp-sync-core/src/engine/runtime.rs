@@ -9,6 +9,7 @@ use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId};
 
 use super::config::EngineConfig;
 use super::live_coverage::LiveCoverage;
+use super::liveness::Liveness;
 use super::session::NegSession;
 use super::Command;
 use crate::clock::{Instant, Now};
@@ -293,8 +294,8 @@ impl Sub {
 pub(crate) struct RelayConn {
     /// When the relay last sent anything — a message, or a pong
     /// ([`SyncEngine::handle_relay_alive`](super::SyncEngine::handle_relay_alive))
-    /// — or the connection opened.
-    pub(crate) last_heard: Instant,
+    /// — or the connection opened: whether it is alive.
+    pub(crate) liveness: Liveness,
     /// When the relay last sent a message for one of our historic
     /// subscriptions (an EVENT, EOSE, CLOSED, NEG-MSG or NEG-ERR of a
     /// batch's job): a relay still answering some of them is busy, not
@@ -426,8 +427,9 @@ impl RelayConn {
     /// answered a REQ sent after it (it overtook this one) or has sent
     /// nothing for any historic subscription for the batch timeout either
     /// (a relay answering our REQs one after another is still working on
-    /// this one). `None` while the relay as a whole would be silent by then:
-    /// it is reconnected instead (`SyncEngine::expire_batches`).
+    /// this one). `None` while the relay as a whole would be silent by then
+    /// ([`Liveness::is_alive`]): it is reconnected instead
+    /// (`RelaySession::expire`).
     pub(crate) fn req_stalls_at(&self, watch: &ReqWatch, config: &EngineConfig) -> Option<Instant> {
         let timeout = config.timeouts.batch_timeout;
         let overtaken = self.newest_answered > watch.sent;
@@ -437,7 +439,7 @@ impl RelayConn {
             watch.heard_at.max(self.last_historic_data)
         };
         let at = quiet_since + timeout;
-        (at < self.last_heard + timeout).then_some(at)
+        self.liveness.is_alive(at, config).then_some(at)
     }
 
     /// The negentropy timeout of the oldest unanswered session.
