@@ -12,7 +12,7 @@ use super::classify::{classify, Classified};
 use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
 use super::outbox::Outbox;
-use super::runtime::{BatchInfo, Job, Purpose, QueuedJob, RelayConn, ReqWatch, Sub};
+use super::runtime::{Job, Purpose, QueuedJob, RelayConn, ReqWatch, Sub};
 use super::session::{NegSession, SessionCaps, SessionError, Step};
 use super::stats::EngineStats;
 use super::stores::StoreTracker;
@@ -21,7 +21,9 @@ use super::Command;
 use crate::clock::{Instant, Now};
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, matches, FilterMode};
 use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
-use crate::model::{BatchId, ConnectionStatus, PendingItems, RelayPending, RelayState, SyncMethod};
+use crate::model::{
+    BatchId, ConnectionStatus, ItemsInFlight, PendingBatch, PendingItems, RelayState, SyncMethod,
+};
 use crate::pagination::{PageOutcome, PaginationState};
 use crate::planner::RepoSyncIndex;
 use crate::relay_text::RelayText;
@@ -31,7 +33,7 @@ use crate::verified::VerifiedEvent;
 mod batches;
 mod learned;
 
-pub(crate) use batches::Batches;
+pub(crate) use batches::{Batch, Batches};
 
 pub(crate) use learned::Learned;
 
@@ -113,9 +115,20 @@ impl RelaySession {
         }
     }
 
-    /// The relay's batches in flight, oldest first.
-    pub(crate) fn pending(&self) -> &RelayPending {
+    /// What the relay's batches in flight sync and how, oldest first.
+    pub(crate) fn pending_batches(&self) -> impl ExactSizeIterator<Item = &PendingBatch> {
         self.batches.pending()
+    }
+
+    /// How many of the relay's batches in flight sync each item: what
+    /// planning subtracts.
+    pub(crate) fn items_in_flight(&self) -> &ItemsInFlight {
+        self.batches.in_flight()
+    }
+
+    /// How many batches are in flight on the relay.
+    pub(crate) fn batch_count(&self) -> usize {
+        self.batches.len()
     }
 
     /// The open connection, if any.
@@ -283,9 +296,7 @@ impl RelaySession {
 
     /// Adds jobs to the running `batch`, ahead of other queued work.
     pub(crate) fn add_jobs(&mut self, batch: BatchId, jobs: Vec<Job>) {
-        if let Some(info) = self.batches.get_mut(batch) {
-            info.jobs += jobs.len();
-        }
+        self.batches.add_jobs(batch, jobs.len());
         if let Some(conn) = self.conn.as_mut() {
             for job in jobs.into_iter().rev() {
                 conn.queue.push_front(QueuedJob { batch, job });
@@ -478,17 +489,14 @@ impl RelaySession {
             .live
             .poll_from
             .filter(|_| !conn.live.uncovered.is_empty());
-        let batches = self
-            .batches
-            .iter()
-            .map(|(_, info)| info)
-            .filter(|info| matches!(info.purpose, Purpose::Gap | Purpose::Poll))
-            .filter_map(|info| info.covers_from);
-        let earliest = [conn.live.live_gap_since, polled]
-            .into_iter()
-            .flatten()
-            .chain(batches)
-            .min();
+        let earliest = [
+            conn.live.live_gap_since,
+            polled,
+            self.batches.uncaught_since(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         if let Some(earliest) = earliest {
             self.uncaught_since = Some(
                 self.uncaught_since
@@ -605,10 +613,11 @@ impl RelaySession {
     /// batch with no progress of its own for
     /// [`Timeouts::batch_stall_limit`] stalls (a subscription the relay
     /// dropped silently while it streams the others).
-    pub(crate) fn batch_stalls_at(&self, info: &BatchInfo, config: &EngineConfig) -> Instant {
+    pub(crate) fn batch_stalls_at(&self, info: &Batch, config: &EngineConfig) -> Instant {
         let timeout = config.timeouts.batch_timeout;
-        let own = info.last_progress + timeout;
-        let hard = info.last_progress + config.timeouts.batch_stall_limit.max(timeout);
+        let last_progress = info.last_progress();
+        let own = last_progress + timeout;
+        let hard = last_progress + config.timeouts.batch_stall_limit.max(timeout);
         let relay_idle = self
             .conn
             .as_ref()
@@ -709,8 +718,8 @@ impl RelaySession {
         }
         conn.unanswered.retain(|waiting| waiting != id);
         conn.frame_answered(id);
-        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(batch)) {
-            info.req_resumes = 0;
+        if let Some(batch) = batch {
+            self.batches.heard(batch);
         }
     }
 
@@ -867,8 +876,8 @@ impl RelaySession {
         self.batches
             .iter()
             .filter(|(_, info)| self.batch_stalls_at(info, config) <= now)
-            .filter(|(batch, _)| self.has_running_job(**batch))
-            .map(|(batch, _)| *batch)
+            .filter(|(batch, _)| self.has_running_job(*batch))
+            .map(|(batch, _)| batch)
             .collect()
     }
 
@@ -1822,13 +1831,7 @@ impl RelaySession {
                 // Another filter of the batch may have found the same ids
                 // missing (a reply tagging its root with both `e` and `E`):
                 // each id is fetched once per batch.
-                let need: Vec<_> = match self.batches.get_mut(batch) {
-                    Some(info) => need
-                        .into_iter()
-                        .filter(|id| info.fetching.insert(*id))
-                        .collect(),
-                    None => need,
-                };
+                let need = self.batches.not_fetching_yet(batch, need);
                 // Another subscription (a fresh root's REQ, another batch)
                 // brought some already.
                 let need = self.still_to_fetch(cx, now, batch, need);
@@ -2009,8 +2012,8 @@ impl RelaySession {
             SyncMethod::ReqEose,
             jobs,
         );
-        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(batch)) {
-            info.covers_from = Some(gap_since);
+        if let Some(batch) = batch {
+            self.batches.cover_from(batch, gap_since);
         }
     }
 
@@ -2061,8 +2064,8 @@ impl RelaySession {
             SyncMethod::ReqEose,
             jobs,
         );
-        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(batch)) {
-            info.covers_from = Some(from);
+        if let Some(batch) = batch {
+            self.batches.cover_from(batch, from);
         }
     }
 
@@ -2376,13 +2379,11 @@ impl RelaySession {
         else {
             return;
         };
-        self.batches.progress(batch, now.instant);
-        let Some(info) = self.batches.get_mut(batch) else {
+        let Some(info) = self.batches.finish_job(batch, now.instant) else {
             return;
         };
-        info.jobs = info.jobs.saturating_sub(1);
         let done = info.is_done();
-        if info.jobs == 0 && info.purpose == Purpose::Poll && self.conn.is_some() {
+        if info.jobs_finished() && info.purpose() == Purpose::Poll && self.conn.is_some() {
             let next = now.instant + cx.config.timeouts.uncovered_poll_interval;
             self.timers.set_unless_set(RelayTimer::Poll, next);
         }
@@ -2412,42 +2413,37 @@ impl RelaySession {
     /// Counts events of `batch` handed to the store (`+1`) or answered
     /// (`-1`); a batch whose jobs are done confirms with its last store.
     pub(crate) fn count_store(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId, delta: i32) {
-        let Some(info) = self.batches.get_mut(batch) else {
+        let Some(info) = self.batches.count_store(batch, delta) else {
             return;
-        };
-        info.stores = if delta >= 0 {
-            info.stores.saturating_add(delta.unsigned_abs() as usize)
-        } else {
-            info.stores.saturating_sub(delta.unsigned_abs() as usize)
         };
         if info.is_done() {
             self.complete_batch(cx, now, batch);
         }
     }
 
-    /// Confirms `batch` (the one completion rule, [`BatchInfo::is_done`],
+    /// Confirms `batch` (the one completion rule, [`Batch::is_done`],
     /// held): what it synced is recorded by its purpose — its items
     /// confirmed, Layer 1 synced, the next poll scheduled from its start.
     fn complete_batch(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId) {
-        let Some((info, Some(pending))) = self.batches.end(batch) else {
+        let Some(info) = self.batches.end(batch) else {
             return;
         };
-        debug!(relay = %cx.relay, %batch, purpose = ?info.purpose, "batch confirmed");
+        debug!(relay = %cx.relay, %batch, purpose = ?info.purpose(), "batch confirmed");
         cx.stats.batches_confirmed += 1;
-        if matches!(info.purpose, Purpose::Layer1 | Purpose::Items) {
+        if matches!(info.purpose(), Purpose::Layer1 | Purpose::Items) {
             cx.stats.history_reads_confirmed += 1;
         }
         self.work_confirmed();
         let Some(state) = self.state.as_mut() else {
             return;
         };
-        match info.purpose {
-            Purpose::Items => state.confirm(&pending.items, cx.repos.ids()),
+        match info.purpose() {
+            Purpose::Items => state.confirm(info.items(), cx.repos.ids()),
             Purpose::Layer1 => state.announcements_synced = true,
             Purpose::CatchUp | Purpose::Gap => {}
             Purpose::Poll => {
                 if let Some(conn) = self.conn.as_mut() {
-                    conn.live.poll_from = Some(info.started_unix);
+                    conn.live.poll_from = Some(info.started_unix());
                     let next = now.instant + cx.config.timeouts.uncovered_poll_interval;
                     self.timers.set(RelayTimer::Poll, next);
                 }
@@ -2463,7 +2459,7 @@ impl RelaySession {
     /// moment, a poll repeated (`poll_from` stays: the next poll covers this
     /// one's span).
     pub(crate) fn fail_batch(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId, reason: &str) {
-        let Some((info, _)) = self.batches.end(batch) else {
+        let Some(info) = self.batches.end(batch) else {
             return;
         };
         warn!(relay = %cx.relay, %batch, reason, "batch failed; its items will be planned again");
@@ -2484,7 +2480,7 @@ impl RelaySession {
                 .collect();
         }
         let retry_at = now.instant + self.work_failed(&cx.config.health);
-        match info.purpose {
+        match info.purpose() {
             Purpose::Items => self.timers.set(RelayTimer::Replan, retry_at),
             Purpose::Layer1 => self.timers.set(RelayTimer::Layer1Retry, retry_at),
             Purpose::CatchUp => {
@@ -2495,7 +2491,7 @@ impl RelaySession {
                 self.timers.set(RelayTimer::Replan, retry_at);
             }
             Purpose::Gap => {
-                if let (Some(conn), Some(from)) = (self.conn.as_mut(), info.covers_from) {
+                if let (Some(conn), Some(from)) = (self.conn.as_mut(), info.covers_from()) {
                     conn.live.live_gap_since =
                         Some(conn.live.live_gap_since.map_or(from, |gap| gap.min(from)));
                 }
@@ -2576,7 +2572,7 @@ impl RelaySession {
             return;
         };
         let attempts = cx.config.timeouts.req_resume_attempts;
-        let Some(info) = self.batches.get_mut(batch) else {
+        let Some(may_resume) = self.batches.resume(batch, attempts) else {
             // No batch to resume for (cannot happen: a batch ends with its
             // subscriptions): close it rather than wake for it forever.
             if let Some(sub) = self
@@ -2588,11 +2584,10 @@ impl RelaySession {
             }
             return;
         };
-        if info.req_resumes >= attempts {
+        if !may_resume {
             self.fail_batch(cx, now, batch, "a REQ resumed without an answer");
             return;
         }
-        info.req_resumes += 1;
         cx.stats.reqs_resumed += 1;
         debug!(relay = %cx.relay, %id, %batch, "REQ dropped by the relay without EOSE; resuming it where it was");
         self.unsubscribe(cx, id);

@@ -35,36 +35,6 @@ pub(crate) enum Purpose {
     Poll,
 }
 
-/// A batch's relay, purpose and remaining work (queued plus running jobs).
-#[derive(Clone, Debug)]
-pub(crate) struct BatchInfo {
-    pub(crate) purpose: Purpose,
-    pub(crate) jobs: usize,
-    /// Events of the batch handed to the store and not stored yet.
-    pub(crate) stores: usize,
-    /// When the batch last made progress (a job started, an event, an EOSE,
-    /// a NEG-MSG); its timeout counts from here while a job of it runs.
-    pub(crate) last_progress: Instant,
-    /// When the batch started (wall clock).
-    pub(crate) started_unix: nostr::prelude::Timestamp,
-    /// Ids a negentropy round of the batch already asked for.
-    pub(crate) fetching: HashSet<EventId>,
-    /// For a gap catch-up or a poll: the moment (wall clock, before the
-    /// quick-reconnect window is taken off) it catches up from.
-    pub(crate) covers_from: Option<nostr::prelude::Timestamp>,
-    /// Stalled REQs of the batch resumed since it last heard anything
-    /// (`SyncEngine::resume_stalled_reqs`).
-    pub(crate) req_resumes: u32,
-}
-
-impl BatchInfo {
-    /// No job queued or running, no event waiting for the store: the one
-    /// completion rule of a batch.
-    pub(crate) fn is_done(&self) -> bool {
-        self.jobs == 0 && self.stores == 0
-    }
-}
-
 /// One unit of historic work: one filter or one chunk of ids.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Job {
