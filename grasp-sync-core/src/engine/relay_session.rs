@@ -12,7 +12,9 @@ use super::classify::{classify, Classified};
 use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
 use super::outbox::Outbox;
-use super::runtime::{Job, Purpose, QueuedJob, RelayConn, ReqWatch, Sub};
+use super::runtime::{
+    ClosedOutcome, EoseOutcome, Job, Opening, PageEnded, Purpose, QueuedJob, RelayConn, Sub,
+};
 use super::session::{NegSession, SessionCaps, SessionError, Step};
 use super::stats::EngineStats;
 use super::stores::StoreTracker;
@@ -24,7 +26,6 @@ use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
 use crate::model::{
     BatchId, ConnectionStatus, ItemsInFlight, PendingBatch, PendingItems, RelayState, SyncMethod,
 };
-use crate::pagination::{PageOutcome, PaginationState};
 use crate::planner::RepoSyncIndex;
 use crate::relay_text::RelayText;
 use crate::screen::Refused;
@@ -507,10 +508,7 @@ impl RelaySession {
 
     /// The filter of the negentropy session `id`.
     pub(crate) fn negentropy_filter(&self, id: &SubscriptionId) -> Option<&Filter> {
-        match self.conn.as_ref()?.subs.get(id)? {
-            Sub::Negentropy { filter, .. } => Some(filter),
-            _ => None,
-        }
+        self.conn.as_ref()?.subs.get(id)?.negentropy_filter()
     }
 
     // --- Health and work retries ---------------------------------------------
@@ -799,7 +797,7 @@ impl RelaySession {
             .collect();
         conn.live.incremental_filters = 0;
         for id in &closing {
-            if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
+            if let Some(filters) = conn.subs.shift_remove(id).and_then(Sub::into_live_filters) {
                 conn.live.closed_live.insert(id.clone(), filters);
             }
         }
@@ -898,8 +896,8 @@ impl RelaySession {
         self.is_silent(now, config)
             && self.conn.as_ref().is_some_and(|conn| {
                 conn.subs.values().any(|sub| {
-                    matches!(sub, Sub::Live { answered: false, opened_at, .. }
-                        if *opened_at + timeout <= now)
+                    sub.live_unanswered_since()
+                        .is_some_and(|opened_at| opened_at + timeout <= now)
                 })
             })
     }
@@ -917,12 +915,8 @@ impl RelaySession {
         conn.subs
             .iter()
             .filter(|(_, sub)| {
-                matches!(sub, Sub::Negentropy {
-                    session: Some(_),
-                    answered: false,
-                    opened_at,
-                    ..
-                } if *opened_at + config.timeouts.negentropy_timeout <= now)
+                sub.neg_open_unanswered_since()
+                    .is_some_and(|opened_at| opened_at + config.timeouts.negentropy_timeout <= now)
             })
             .map(|(id, _)| id.clone())
             .collect()
@@ -956,13 +950,9 @@ impl RelaySession {
                 if let Some(watch) = sub.watch() {
                     consider(conn.req_stalls_at(watch, config));
                 }
-                consider(match sub {
-                    Sub::Live {
-                        answered: false,
-                        opened_at,
-                        ..
-                    } => Some((*opened_at).max(conn.last_heard) + timeout),
-                    sub => sub
+                consider(match sub.live_unanswered_since() {
+                    Some(opened_at) => Some(opened_at.max(conn.last_heard) + timeout),
+                    None => sub
                         .batch()
                         .and_then(|batch| self.batches.get(batch))
                         .map(|info| self.batch_stalls_at(info, config)),
@@ -1095,11 +1085,6 @@ impl Arrived {
     }
 }
 
-/// Below this many events a page that repeats one second is taken for the
-/// end of the results, not for a relay's page limit (no relay caps pages
-/// that low), unless the relay told us its limit.
-const PLAUSIBLE_PAGE_LEN: usize = 50;
-
 /// The session's handlers: what the relay's messages and timeouts, and the
 /// work the engine plans for it, do to its subscriptions and batches, and
 /// the commands they emit.
@@ -1186,31 +1171,12 @@ impl RelaySession {
                 return None;
             }
         };
-        let batch = match self.conn.as_mut()?.subs.get_mut(id) {
-            Some(Sub::Req { batch, paging, .. }) => {
-                paging.on_event(event.id, event.created_at);
-                Some(*batch)
-            }
-            Some(Sub::Fetch { batch, missing, .. }) => {
-                missing.remove(&event.id);
-                Some(*batch)
-            }
-            Some(Sub::Poll {
-                batch,
-                pages,
-                received,
-                ..
-            }) => {
-                for (page, seen) in pages.iter_mut().zip(received.iter_mut()) {
-                    if page.matches(&event) {
-                        page.on_event(event.id, event.created_at);
-                        seen.push((event.id, event.created_at));
-                    }
-                }
-                Some(*batch)
-            }
-            _ => None,
-        };
+        let batch = self
+            .conn
+            .as_mut()?
+            .subs
+            .get_mut(id)
+            .and_then(|sub| sub.on_event(&event));
         if let Some(batch) = batch {
             self.batches.progress(batch, now.instant);
         }
@@ -1289,83 +1255,27 @@ impl RelaySession {
         }
     }
 
-    /// What an EOSE means for the subscription it ends: the next page (or a
-    /// pause, over the rate or while the store is behind), a finished job, a
-    /// fetch asked again for what it did not bring, a poll continued where a
-    /// page may have been cut.
+    /// What an EOSE means for the subscription it ends ([`Sub::on_eose`]
+    /// decides; [`EoseOutcome`]): the next page (or a pause, over the rate
+    /// or while the store is behind), a finished job, a fetch asked again
+    /// for what it did not bring, a poll continued where a page may have
+    /// been cut.
     fn on_eose(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
         let group_limit = self.learned.group_page_limit(cx.config);
-        let page_limit_ours = self.learned.page_limit(cx.config);
-        let limits = *self.learned.told_limits();
+        let told = *self.learned.told_limits();
+        let fetch_attempts = cx.config.timeouts.fetch_attempts;
         let Some(sub) = self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id)) else {
             return;
         };
-        match sub {
-            Sub::Req { batch, paging, .. } => {
-                let batch = *batch;
-                let page_limit = limits.page_limit_of(&paging.original_filter);
-                let crowded_before = paging.crowded_seconds.len();
-                let page_len = paging.event_count;
-                let outcome = paging.on_eose(page_limit);
-                let plausible = page_limit.unwrap_or(PLAUSIBLE_PAGE_LEN);
-                let crowded = paging.crowded_seconds[crowded_before..]
-                    .iter()
-                    .filter(|second| second.page_len >= plausible)
-                    .count();
-                if crowded > 0 {
-                    cx.stats.crowded_seconds += crowded as u64;
-                    warn!(relay = %cx.relay, "a full page of events shares one second; events beyond the page may be missing");
-                }
-                self.batches.progress(batch, now.instant);
-                self.learned.note_page_len(page_len, page_limit_ours);
-                match outcome {
-                    PageOutcome::NextPage(filter)
-                        if cx.store_keeps_up() && self.rate_allows(now.instant, cx.config) =>
-                    {
-                        let next = self.watch_request(now.instant);
-                        if let Some(Sub::Req { watch, .. }) =
-                            self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id))
-                        {
-                            *watch = next;
-                        }
-                        let relay = cx.relay.clone();
-                        self.emit(
-                            cx,
-                            Command::Subscribe {
-                                relay,
-                                id: id.clone(),
-                                filters: vec![filter],
-                            },
-                        )
-                    }
-                    PageOutcome::NextPage(_) => {
-                        // Over the learned rate, or the store is behind:
-                        // free the slot, resume later.
-                        self.unsubscribe(cx, id);
-                        self.pause_page(now, id);
-                    }
-                    PageOutcome::Complete => self.end_job(cx, now, id, batch, Vec::new()),
-                }
-            }
-            Sub::Fetch {
+        match sub.on_eose(&told, group_limit, fetch_attempts) {
+            EoseOutcome::Page(page) => self.page_ended(cx, now, id, page),
+            EoseOutcome::Fetched {
                 batch,
                 filter,
                 missing,
                 fruitless,
+                retry,
             } => {
-                let batch = *batch;
-                let requested = filter.ids.as_ref().map_or(0, |ids| ids.len());
-                let missing: Vec<_> = missing.iter().copied().collect();
-                // A fetch that brought some ids was cut by a clamp: ask for
-                // the rest. One that brought none is asked again a few times,
-                // then the ids are reported.
-                let fruitless = if missing.len() < requested {
-                    0
-                } else {
-                    fruitless.saturating_add(1)
-                };
-                let retry = !missing.is_empty() && fruitless < cx.config.timeouts.fetch_attempts;
-                let filter = filter.clone();
                 if !missing.is_empty() && !retry {
                     cx.stats.fetch_missing += missing.len() as u64;
                     warn!(relay = %cx.relay, missing = missing.len(), "relay did not return ids its negentropy set holds");
@@ -1380,37 +1290,48 @@ impl RelaySession {
                 };
                 self.end_job(cx, now, id, batch, again);
             }
-            Sub::Poll {
-                batch,
-                pages,
-                received,
-                ..
-            } => {
-                let batch = *batch;
-                // A filter whose page may have been cut (relays clamp
-                // silently) continues paginated from where its page ended:
-                // on a relay whose page size we know, from its page-th
-                // newest event (others' events may match it too).
-                let full: Vec<Job> = pages
-                    .iter_mut()
-                    .zip(received.iter())
-                    .filter_map(|(page, seen)| {
-                        if let Some(group) = group_limit {
-                            return page
-                                .continue_alone(seen, group)
-                                .map(|next| Job::Page(Box::new(next)));
-                        }
-                        let limit = limits.page_limit_of(&page.original_filter);
-                        match page.on_eose(limit) {
-                            PageOutcome::NextPage(_) => Some(Job::Page(Box::new(page.clone()))),
-                            PageOutcome::Complete => None,
-                        }
-                    })
-                    .collect();
-                self.end_job(cx, now, id, batch, full);
+            EoseOutcome::Polled { batch, follow_up } => self.end_job(cx, now, id, batch, follow_up),
+            EoseOutcome::LiveAnswered | EoseOutcome::Ignored => {}
+        }
+    }
+
+    /// A page of the REQ `id` ended: its crowded seconds counted, and the
+    /// next page asked for — paused (the slot freed, resumed later) over
+    /// the learned rate or while the store is behind — or the job is done.
+    fn page_ended(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, page: PageEnded) {
+        let PageEnded {
+            batch,
+            next,
+            page_len,
+            crowded,
+        } = page;
+        if crowded > 0 {
+            cx.stats.crowded_seconds += crowded as u64;
+            warn!(relay = %cx.relay, "a full page of events shares one second; events beyond the page may be missing");
+        }
+        self.batches.progress(batch, now.instant);
+        let page_limit_ours = self.learned.page_limit(cx.config);
+        self.learned.note_page_len(page_len, page_limit_ours);
+        match next {
+            Some(filter) if cx.store_keeps_up() && self.rate_allows(now.instant, cx.config) => {
+                if let Some(conn) = self.conn.as_mut() {
+                    conn.watch_next_page(id, now.instant);
+                }
+                let relay = cx.relay.clone();
+                self.emit(
+                    cx,
+                    Command::Subscribe {
+                        relay,
+                        id: id.clone(),
+                        filters: vec![filter],
+                    },
+                )
             }
-            Sub::Live { answered, .. } => *answered = true,
-            Sub::Negentropy { .. } => {}
+            Some(_) => {
+                self.unsubscribe(cx, id);
+                self.pause_page(now, id);
+            }
+            None => self.end_job(cx, now, id, batch, Vec::new()),
         }
     }
 
@@ -1432,33 +1353,17 @@ impl RelaySession {
         let Some(sub) = self.conn.as_ref().and_then(|conn| conn.subs.get(id)) else {
             return;
         };
-        match sub {
-            Sub::Live { .. } => {
-                if slot_refused {
-                    self.requeue_live(now, id);
-                } else {
-                    self.live_closed(id, now, cx.config);
-                }
+        match sub.on_closed(slot_refused) {
+            ClosedOutcome::RetryLater => self.retry_later(now, id),
+            ClosedOutcome::LiveLost => self.live_closed(id, now, cx.config),
+            ClosedOutcome::NegentropyRefused => {
+                let failure = NegFailure::Refused {
+                    reason: message,
+                    close: false,
+                };
+                self.negentropy_failed(cx, now, id, failure);
             }
-            Sub::Negentropy { filter, sent, .. } => {
-                let job = Sub::negentropy_job(filter.clone(), *sent);
-                if slot_refused {
-                    self.replace_job(id, job, now.instant);
-                } else {
-                    let failure = NegFailure::Refused {
-                        reason: message,
-                        close: false,
-                    };
-                    self.negentropy_failed(cx, now, id, failure);
-                }
-            }
-            Sub::Req { .. } | Sub::Fetch { .. } | Sub::Poll { .. } => {
-                match (slot_refused, sub.job(), sub.batch()) {
-                    (true, Some(job), _) => self.replace_job(id, job, now.instant),
-                    (_, _, Some(batch)) => self.fail_batch(cx, now, batch, message),
-                    _ => {}
-                }
-            }
+            ClosedOutcome::BatchFailed(batch) => self.fail_batch(cx, now, batch, message),
         }
     }
 
@@ -1504,16 +1409,7 @@ impl RelaySession {
             .map(|conn| {
                 conn.subs
                     .iter()
-                    .filter(|(_, sub)| {
-                        matches!(
-                            sub,
-                            Sub::Negentropy {
-                                session: Some(_),
-                                answered: false,
-                                ..
-                            }
-                        )
-                    })
+                    .filter(|(_, sub)| sub.neg_open_unanswered_since().is_some())
                     .map(|(id, _)| id.clone())
                     .collect()
             })
@@ -1529,14 +1425,26 @@ impl RelaySession {
 
     /// Retries the slot `id` later after the relay refused it.
     fn retry_refused_slot(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
-        let Some(sub) = self.conn.as_ref().and_then(|conn| conn.subs.get(id)) else {
+        if !self
+            .conn
+            .as_ref()
+            .is_some_and(|conn| conn.subs.contains_key(id))
+        {
             return;
-        };
-        let job = sub.job();
+        }
         // The guess may be wrong: tell the relay too (a CLOSE of an unknown
         // id is harmless), so it never holds more than we count.
         self.unsubscribe(cx, id);
-        match job {
+        self.retry_later(now, id);
+    }
+
+    /// The refused slot `id` is asked for again when the relay allows: its
+    /// job from where it was, back in the queue, or a live REQ unchanged.
+    fn retry_later(&mut self, now: Now, id: &SubscriptionId) {
+        let Some(sub) = self.conn.as_ref().and_then(|conn| conn.subs.get(id)) else {
+            return;
+        };
+        match sub.job() {
             Some(job) => self.replace_job(id, job, now.instant),
             None => self.requeue_live(now, id),
         }
@@ -1544,11 +1452,15 @@ impl RelaySession {
 
     /// Moves a paginated subscription back to the queue, keeping its paging.
     fn pause_page(&mut self, now: Now, id: &SubscriptionId) {
-        let paging = match self.conn.as_ref().and_then(|conn| conn.subs.get(id)) {
-            Some(Sub::Req { paging, .. }) => paging.clone(),
-            _ => return,
+        let Some(job) = self
+            .conn
+            .as_ref()
+            .and_then(|conn| conn.subs.get(id))
+            .and_then(Sub::job)
+        else {
+            return;
         };
-        self.replace_job(id, Job::Page(Box::new(paging)), now.instant);
+        self.replace_job(id, job, now.instant);
     }
 
     /// A refused live REQ is sent again, unchanged, when the relay allows.
@@ -1556,7 +1468,7 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
+        if let Some(filters) = conn.subs.shift_remove(id).and_then(Sub::into_live_filters) {
             conn.live.forget(id);
             conn.live.waiting_live.push(filters);
             conn.live.live_gap_since.get_or_insert(now.unix);
@@ -1847,12 +1759,15 @@ impl RelaySession {
     /// refusal of NIP-77.
     fn on_neg_err(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, message: &str) {
         let classified = classify(message);
-        let Some(Sub::Negentropy { filter, sent, .. }) =
-            self.conn.as_ref().and_then(|conn| conn.subs.get(id))
+        let Some(job) = self
+            .conn
+            .as_ref()
+            .and_then(|conn| conn.subs.get(id))
+            .filter(|sub| sub.negentropy_filter().is_some())
+            .and_then(Sub::job)
         else {
             return;
         };
-        let job = Sub::negentropy_job(filter.clone(), *sent);
         if self.heed_refusal(cx, now, &classified) {
             self.replace_job(id, job, now.instant);
         } else {
@@ -2243,9 +2158,11 @@ impl RelaySession {
         }
     }
 
-    /// Starts a queued job: its subscription and its first frame. What was
-    /// learned since the job was planned may change how its filter is
-    /// synced ([`RelaySession::sync_method`]).
+    /// Starts a queued job: its subscription and its first frame
+    /// ([`Job::open`] builds them by kind). What was learned since the job
+    /// was planned may change how its filter is synced
+    /// ([`RelaySession::sync_method`]) and how it fits the relay's frames
+    /// ([`Job::fit`]).
     fn start_job(&mut self, cx: &mut Ctx<'_>, now: Now, queued: QueuedJob) {
         let QueuedJob { batch, job } = queued;
         let budget = self.learned.frame_budget(cx.config);
@@ -2257,110 +2174,25 @@ impl RelaySession {
             }
             job => job,
         };
-        let relay = cx.relay.clone();
-        let subscribe = |id: &SubscriptionId, filters: Vec<Filter>| Command::Subscribe {
-            relay: relay.clone(),
-            id: id.clone(),
-            filters,
-        };
-        let mut sent_items = None;
-        let (id, sub, first) = match job {
-            Job::Req(filter) => {
-                // A filter too large for the relay's frames (a long list of
-                // repositories) is split; the parts join the batch.
-                let mut parts =
-                    super::frames::split_to_fit(filter, super::frames::req_room(budget));
-                let mut filter = parts.remove(0);
-                if !parts.is_empty() {
-                    self.add_jobs(batch, parts.into_iter().map(Job::Req).collect());
-                }
-                if filter.limit.is_none() {
-                    filter.limit = Some(self.learned.page_limit(cx.config));
-                }
-                let id = cx.out.sub_id("req");
-                let sub = Sub::Req {
-                    batch,
-                    paging: PaginationState::new(filter.clone()),
-                    watch: self.watch_request(now.instant),
-                };
-                let first = subscribe(&id, vec![filter]);
-                (id, sub, Some(first))
-            }
-            Job::Page(paging) => {
-                let id = cx.out.sub_id("req");
-                let first = subscribe(&id, vec![paging.current_filter()]);
-                let sub = Sub::Req {
-                    batch,
-                    paging: *paging,
-                    watch: self.watch_request(now.instant),
-                };
-                (id, sub, Some(first))
-            }
-            Job::Negentropy(filter) => {
-                let id = cx.out.sub_id("neg");
-                let first = Command::QueryLocalItems {
-                    relay: relay.clone(),
-                    id: id.clone(),
-                    filter: filter.clone(),
-                };
-                (id, Sub::negentropy(batch, filter, false, now), Some(first))
-            }
-            Job::NegentropySent(filter) => {
-                let id = cx.out.sub_id("neg");
-                sent_items = Some(self.sent_items(cx, now, batch, &filter));
-                (id, Sub::negentropy(batch, filter, true, now), None)
-            }
-            Job::Fetch { filter, fruitless } => {
-                let id = cx.out.sub_id("fetch");
-                let missing: HashSet<EventId> =
-                    filter.ids.clone().unwrap_or_default().into_iter().collect();
-                let first = subscribe(&id, vec![filter.clone()]);
-                let sub = Sub::Fetch {
-                    batch,
-                    filter,
-                    missing,
-                    fruitless,
-                };
-                (id, sub, Some(first))
-            }
-            Job::Poll(filters) => {
-                let id = cx.out.sub_id("poll");
-                let first = subscribe(&id, filters.clone());
-                let pages: Vec<PaginationState> =
-                    filters.iter().cloned().map(PaginationState::new).collect();
-                let received = vec![Vec::new(); pages.len()];
-                let sub = Sub::Poll {
-                    batch,
-                    filters,
-                    pages,
-                    received,
-                    watch: self.watch_request(now.instant),
-                };
-                (id, sub, Some(first))
-            }
-        };
-        if let Some(first) = first {
-            self.emit(cx, first);
+        let page_limit = self.learned.page_limit(cx.config);
+        let (job, parts) = job.fit(super::frames::req_room(budget), page_limit);
+        if !parts.is_empty() {
+            self.add_jobs(batch, parts);
         }
-        if let Some(conn) = self.conn.as_mut() {
-            conn.subs.insert(id.clone(), sub);
-            conn.last_opened = Some(id.clone());
-        }
+        let id = cx.out.sub_id(job.sub_prefix());
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let (sub, opening) = job.open(batch, cx.relay, &id, now.instant, conn);
+        conn.opened(id.clone(), sub);
         self.batches.progress(batch, now.instant);
-        if let Some(items) = sent_items {
-            // No store query: the local side is known already.
-            self.open_negentropy(cx, now, &id, &items);
-        }
-    }
-
-    /// Numbers a historic REQ frame sent to the relay at `now`.
-    fn watch_request(&mut self, now: Instant) -> ReqWatch {
-        match self.conn.as_mut() {
-            Some(conn) => conn.watch_request(now),
-            None => ReqWatch {
-                sent: 0,
-                heard_at: now,
-            },
+        match opening {
+            Opening::Send(first) => self.emit(cx, first),
+            Opening::FromSent(filter) => {
+                // No store query: the local side is known already.
+                let items = self.sent_items(cx, now, batch, &filter);
+                self.open_negentropy(cx, now, &id, &items);
+            }
         }
     }
 
@@ -2556,7 +2388,8 @@ impl RelaySession {
     }
 
     /// Resumes the stalled REQ `id` where it was
-    /// ([`PaginationState::resume_interrupted`]; each filter of a packed
+    /// ([`PaginationState::resume_interrupted`](crate::pagination::PaginationState::resume_interrupted);
+    /// each filter of a packed
     /// REQ from its current page), counted in
     /// [`EngineStats::reqs_resumed`]; a batch whose REQs were resumed
     /// [`Timeouts::req_resume_attempts`] times without hearing anything
