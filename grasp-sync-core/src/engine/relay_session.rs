@@ -13,9 +13,10 @@ use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
 use super::outbox::Outbox;
 use super::runtime::{
-    ClosedOutcome, EoseOutcome, Job, Opening, PageEnded, Purpose, QueuedJob, RelayConn, Sub,
+    ClosedOutcome, EoseOutcome, Job, NegMsgOutcome, Opening, PageEnded, Purpose, QueuedJob,
+    RelayConn, Sub,
 };
-use super::session::{NegSession, SessionCaps, SessionError, Step};
+use super::session::{NegSession, SessionCaps, SessionError};
 use super::stats::EngineStats;
 use super::stores::StoreTracker;
 use super::timer_table::{RelayTimer, TimerTable};
@@ -1501,19 +1502,15 @@ impl RelaySession {
         id: &SubscriptionId,
         items: &[(EventId, Timestamp)],
     ) {
-        let Some(Sub::Negentropy {
-            filter,
-            session,
-            sent,
-            ..
-        }) = self.conn.as_ref().and_then(|conn| conn.subs.get(id))
+        let Some((filter, sent)) = self
+            .conn
+            .as_ref()
+            .and_then(|conn| conn.subs.get(id))
+            .and_then(Sub::negentropy_waiting)
         else {
             return;
         };
-        if session.is_some() {
-            return;
-        }
-        let (filter, sent) = (filter.clone(), *sent);
+        let (filter, sent) = (filter.clone(), sent);
         if !self.rate_allows(now.instant, cx.config) {
             // The store answered during a rate-limit cooldown: wait for it.
             self.replace_job(id, Sub::negentropy_job(filter, sent), now.instant);
@@ -1534,14 +1531,10 @@ impl RelaySession {
                 return self.negentropy_failed(cx, now, id, NegFailure::CannotStart(error))
             }
         };
-        let Some(Sub::Negentropy {
-            session, opened_at, ..
-        }) = self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id))
-        else {
+        let Some(sub) = self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id)) else {
             return;
         };
-        *session = Some(started);
-        *opened_at = now.instant;
+        sub.negentropy_started(started, now.instant);
         let relay = cx.relay.clone();
         self.emit(
             cx,
@@ -1612,14 +1605,13 @@ impl RelaySession {
         id: &SubscriptionId,
         failure: NegFailure<'_>,
     ) {
-        let Some(Sub::Negentropy {
-            filter, session, ..
-        }) = self.conn.as_ref().and_then(|conn| conn.subs.get(id))
-        else {
+        let Some(sub) = self.conn.as_ref().and_then(|conn| conn.subs.get(id)) else {
             return;
         };
-        let filter = filter.clone();
-        let opened = session.is_some();
+        let Some(filter) = sub.negentropy_filter().cloned() else {
+            return;
+        };
+        let opened = sub.negentropy_opened();
         let close = match &failure {
             NegFailure::Refused { close, .. } => *close && opened,
             NegFailure::Unanswered | NegFailure::Round(_) => opened,
@@ -1702,20 +1694,19 @@ impl RelaySession {
     /// missing ids fetched (each once per batch, none stored lately or on
     /// its way to the store already).
     fn on_neg_msg(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, message: &str) {
-        let Some(Sub::Negentropy {
-            batch,
-            filter,
-            session: Some(session),
-            answered,
-            ..
-        }) = self.conn.as_mut().and_then(|conn| conn.subs.get_mut(id))
+        let Some(outcome) = self
+            .conn
+            .as_mut()
+            .and_then(|conn| conn.subs.get_mut(id))
+            .and_then(|sub| sub.on_neg_msg(message))
         else {
             return;
         };
-        *answered = true;
-        let batch = *batch;
-        match session.step(message) {
-            Ok(Step::Continue(next)) => {
+        match outcome {
+            NegMsgOutcome::Continue {
+                batch,
+                message: next,
+            } => {
                 self.batches.progress(batch, now.instant);
                 let relay = cx.relay.clone();
                 self.emit(
@@ -1727,9 +1718,11 @@ impl RelaySession {
                     },
                 );
             }
-            Ok(Step::Done) => {
-                let need = std::mem::take(&mut session.need);
-                let filter = filter.clone();
+            NegMsgOutcome::Done {
+                batch,
+                filter,
+                need,
+            } => {
                 debug!(relay = %cx.relay, missing = need.len(), "negentropy round finished");
                 cx.stats.negentropy_rounds += 1;
                 let relay = cx.relay.clone();
@@ -1751,7 +1744,9 @@ impl RelaySession {
                 self.add_jobs(batch, jobs);
                 self.finish_job(cx, now, id);
             }
-            Err(error) => self.negentropy_failed(cx, now, id, NegFailure::Round(error)),
+            NegMsgOutcome::Failed(error) => {
+                self.negentropy_failed(cx, now, id, NegFailure::Round(error))
+            }
         }
     }
 

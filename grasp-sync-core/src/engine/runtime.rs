@@ -9,7 +9,7 @@ use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId};
 
 use super::config::{EngineConfig, RelayLimits};
 use super::live_coverage::LiveCoverage;
-use super::session::NegSession;
+use super::session::{NegSession, SessionError, Step};
 use super::Command;
 use crate::clock::Instant;
 use crate::filters::matches;
@@ -238,6 +238,23 @@ pub(crate) enum ClosedOutcome {
     NegentropyRefused,
     /// A historic job was refused: its batch fails.
     BatchFailed(BatchId),
+}
+
+/// What a NEG-MSG means for the negentropy session it answers
+/// ([`Sub::on_neg_msg`]), for the session to carry out.
+#[derive(Debug)]
+pub(crate) enum NegMsgOutcome {
+    /// The next round of `batch`'s reconciliation: send `message`.
+    Continue { batch: BatchId, message: String },
+    /// Reconciliation of `filter` for `batch` is done: `need`, the ids the
+    /// relay holds and we do not, are to be fetched.
+    Done {
+        batch: BatchId,
+        filter: Filter,
+        need: Vec<EventId>,
+    },
+    /// The round failed: a cap was hit or the message was unreadable.
+    Failed(SessionError),
 }
 
 /// A job waiting for a slot.
@@ -622,6 +639,71 @@ impl Sub {
             Sub::Negentropy { filter, .. } => Some(filter),
             _ => None,
         }
+    }
+
+    /// `true` for a negentropy session whose NEG-OPEN was sent.
+    pub(crate) fn negentropy_opened(&self) -> bool {
+        matches!(
+            self,
+            Sub::Negentropy {
+                session: Some(_),
+                ..
+            }
+        )
+    }
+
+    /// A negentropy session waiting for its local items (no NEG-OPEN sent
+    /// yet): its filter, and whether the items are what the relay sent
+    /// this sync ([`Job::NegentropySent`]).
+    pub(crate) fn negentropy_waiting(&self) -> Option<(&Filter, bool)> {
+        match self {
+            Sub::Negentropy {
+                filter,
+                session: None,
+                sent,
+                ..
+            } => Some((filter, *sent)),
+            _ => None,
+        }
+    }
+
+    /// The negentropy session `started` from our items, its NEG-OPEN sent
+    /// at `now`.
+    pub(crate) fn negentropy_started(&mut self, started: NegSession, now: Instant) {
+        if let Sub::Negentropy {
+            session, opened_at, ..
+        } = self
+        {
+            *session = Some(started);
+            *opened_at = now;
+        }
+    }
+
+    /// What a NEG-MSG means for this subscription (see [`NegMsgOutcome`]):
+    /// the relay answered, and the session takes its next step; `None` if
+    /// this is not an opened negentropy session.
+    pub(crate) fn on_neg_msg(&mut self, message: &str) -> Option<NegMsgOutcome> {
+        let Sub::Negentropy {
+            batch,
+            filter,
+            session: Some(session),
+            answered,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        *answered = true;
+        let batch = *batch;
+        Some(match session.step(message) {
+            Ok(Step::Continue(message)) => NegMsgOutcome::Continue { batch, message },
+            Ok(Step::Done) => NegMsgOutcome::Done {
+                batch,
+                filter: filter.clone(),
+                need: std::mem::take(&mut session.need),
+            },
+            Err(error) => NegMsgOutcome::Failed(error),
+        })
     }
 }
 
