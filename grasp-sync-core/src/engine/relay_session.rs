@@ -313,7 +313,7 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        let Some(batch) = conn.subs.shift_remove(id).and_then(|sub| sub.batch()) else {
+        let Some(batch) = conn.subs.remove(id).and_then(|sub| sub.batch()) else {
             return;
         };
         conn.queue.push_front(QueuedJob { batch, job });
@@ -629,7 +629,7 @@ impl RelaySession {
     pub(crate) fn has_running_job(&self, batch: BatchId) -> bool {
         self.conn
             .as_ref()
-            .is_some_and(|conn| conn.subs.values().any(|sub| sub.batch() == Some(batch)))
+            .is_some_and(|conn| conn.subs.has_running_job(batch))
     }
 
     // --- Connecting, and hearing from the relay ------------------------------
@@ -729,7 +729,7 @@ impl RelaySession {
     /// retry's delay; the rebuilt REQs fetch what was published meanwhile.
     pub(crate) fn live_closed(&mut self, id: &SubscriptionId, now: Now, config: &EngineConfig) {
         if let Some(conn) = self.conn.as_mut() {
-            conn.subs.shift_remove(id);
+            conn.subs.remove(id);
             conn.live.forget(id);
             conn.live.live_gap_since.get_or_insert(now.unix);
         }
@@ -798,7 +798,7 @@ impl RelaySession {
             .collect();
         conn.live.incremental_filters = 0;
         for id in &closing {
-            if let Some(filters) = conn.subs.shift_remove(id).and_then(Sub::into_live_filters) {
+            if let Some(filters) = conn.subs.remove(id).and_then(Sub::into_live_filters) {
                 conn.live.closed_live.insert(id.clone(), filters);
             }
         }
@@ -896,10 +896,9 @@ impl RelaySession {
         let timeout = config.timeouts.batch_timeout;
         self.is_silent(now, config)
             && self.conn.as_ref().is_some_and(|conn| {
-                conn.subs.values().any(|sub| {
-                    sub.live_unanswered_since()
-                        .is_some_and(|opened_at| opened_at + timeout <= now)
-                })
+                conn.subs
+                    .live_unanswered_since()
+                    .is_some_and(|opened_at| opened_at + timeout <= now)
             })
     }
 
@@ -914,11 +913,8 @@ impl RelaySession {
             return Vec::new();
         };
         conn.subs
-            .iter()
-            .filter(|(_, sub)| {
-                sub.neg_open_unanswered_since()
-                    .is_some_and(|opened_at| opened_at + config.timeouts.negentropy_timeout <= now)
-            })
+            .negentropy_unanswered()
+            .filter(|(_, opened_at)| *opened_at + config.timeouts.negentropy_timeout <= now)
             .map(|(id, _)| id.clone())
             .collect()
     }
@@ -1345,7 +1341,7 @@ impl RelaySession {
         if !self
             .conn
             .as_ref()
-            .is_some_and(|conn| conn.subs.contains_key(id))
+            .is_some_and(|conn| conn.subs.contains(id))
         {
             return;
         }
@@ -1409,8 +1405,7 @@ impl RelaySession {
             .as_ref()
             .map(|conn| {
                 conn.subs
-                    .iter()
-                    .filter(|(_, sub)| sub.neg_open_unanswered_since().is_some())
+                    .negentropy_unanswered()
                     .map(|(id, _)| id.clone())
                     .collect()
             })
@@ -1429,7 +1424,7 @@ impl RelaySession {
         if !self
             .conn
             .as_ref()
-            .is_some_and(|conn| conn.subs.contains_key(id))
+            .is_some_and(|conn| conn.subs.contains(id))
         {
             return;
         }
@@ -1469,7 +1464,7 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        if let Some(filters) = conn.subs.shift_remove(id).and_then(Sub::into_live_filters) {
+        if let Some(filters) = conn.subs.remove(id).and_then(Sub::into_live_filters) {
             conn.live.forget(id);
             conn.live.waiting_live.push(filters);
             conn.live.live_gap_since.get_or_insert(now.unix);
@@ -2201,7 +2196,7 @@ impl RelaySession {
         let Some(batch) = self
             .conn
             .as_mut()
-            .and_then(|conn| conn.subs.shift_remove(id))
+            .and_then(|conn| conn.subs.remove(id))
             .and_then(|sub| sub.batch())
         else {
             return;
@@ -2295,16 +2290,7 @@ impl RelaySession {
         let mut closing = Vec::new();
         if let Some(conn) = self.conn.as_mut() {
             conn.queue.retain(|queued| queued.batch != batch);
-            let ids: Vec<SubscriptionId> = conn
-                .subs
-                .iter()
-                .filter(|(_, sub)| sub.batch() == Some(batch))
-                .map(|(id, _)| id.clone())
-                .collect();
-            closing = ids
-                .into_iter()
-                .filter_map(|id| conn.subs.shift_remove(&id).map(|sub| (id, sub)))
-                .collect();
+            closing = conn.subs.remove_batch(batch);
         }
         let retry_at = now.instant + self.work_failed(&cx.config.health);
         match info.purpose() {
@@ -2403,11 +2389,7 @@ impl RelaySession {
         let Some(may_resume) = self.batches.resume(batch, attempts) else {
             // No batch to resume for (cannot happen: a batch ends with its
             // subscriptions): close it rather than wake for it forever.
-            if let Some(sub) = self
-                .conn
-                .as_mut()
-                .and_then(|conn| conn.subs.shift_remove(id))
-            {
+            if let Some(sub) = self.conn.as_mut().and_then(|conn| conn.subs.remove(id)) {
                 self.send_close(cx, id.clone(), &sub);
             }
             return;
@@ -2490,7 +2472,7 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        let open: Vec<(SubscriptionId, Sub)> = conn.subs.drain(..).collect();
+        let open = conn.subs.take_all();
         *conn = RelayConn::default();
         self.timers.clear(RelayTimer::Poll);
         for (id, sub) in open {

@@ -4,7 +4,6 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use indexmap::IndexMap;
 use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId};
 
 use super::config::{EngineConfig, RelayLimits};
@@ -15,6 +14,10 @@ use crate::clock::Instant;
 use crate::filters::matches;
 use crate::model::BatchId;
 use crate::pagination::{PageOutcome, PaginationState};
+
+mod subscriptions;
+
+pub(crate) use subscriptions::Subscriptions;
 
 /// Below this many events a page that repeats one second is taken for the
 /// end of the results, not for a relay's page limit (no relay caps pages
@@ -720,7 +723,7 @@ pub(crate) struct RelayConn {
     /// stalled (see `RelaySession::batch_stalls_at`).
     pub(crate) last_historic_data: Instant,
     /// Every slot in use, in opening order.
-    pub(crate) subs: IndexMap<SubscriptionId, Sub>,
+    pub(crate) subs: Subscriptions,
     /// Live coverage: the live subscriptions, what waits, what is polled.
     pub(crate) live: LiveCoverage,
     /// When each recent subscription was opened, for the learned rate.
@@ -777,14 +780,14 @@ impl RelayConn {
     /// `true` when no historic work is queued or running and no live
     /// subscription waits.
     pub(crate) fn is_quiet(&self) -> bool {
-        self.queue.is_empty() && !self.live.waits() && self.subs.values().all(Sub::is_live)
+        self.queue.is_empty() && !self.live.waits() && self.subs.all_live()
     }
 
     /// The oldest open subscription the relay has not answered at all: the
     /// one a NOTICE refusal is about, since relays answer in order.
     pub(crate) fn oldest_unanswered(&mut self) -> Option<SubscriptionId> {
         while let Some(id) = self.unanswered.pop_front() {
-            if self.subs.contains_key(&id) {
+            if self.subs.contains(&id) {
                 return Some(id);
             }
         }
@@ -872,9 +875,8 @@ impl RelayConn {
     /// The negentropy timeout of the oldest unanswered session.
     pub(crate) fn next_deadline(&self, config: &EngineConfig) -> Option<Instant> {
         self.subs
-            .values()
-            .filter_map(Sub::neg_open_unanswered_since)
-            .map(|opened_at| opened_at + config.timeouts.negentropy_timeout)
+            .negentropy_unanswered()
+            .map(|(_, opened_at)| opened_at + config.timeouts.negentropy_timeout)
             .min()
     }
 }
