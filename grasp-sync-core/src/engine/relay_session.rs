@@ -11,6 +11,7 @@ use super::bad_events::BadEventVerdict;
 use super::classify::{classify, Classified};
 use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
+use super::live_coverage::{LiveList, Polling};
 use super::outbox::Outbox;
 use super::runtime::{
     ClosedOutcome, EoseOutcome, Job, NegMsgOutcome, Opening, PageEnded, Purpose, QueuedJob,
@@ -261,7 +262,7 @@ impl RelaySession {
             return false;
         };
         let live = conn.live.count();
-        let live_reserved = live_slots.min(live + conn.live.waiting_live.len());
+        let live_reserved = live_slots.min(live + conn.live.waiting_count());
         let historic = conn.subs.len().saturating_sub(live);
         historic + live_reserved < limit && store_keeps_up && self.may_open(now, config)
     }
@@ -487,18 +488,10 @@ impl RelaySession {
         let Some(conn) = &self.conn else {
             return;
         };
-        let polled = conn
-            .live
-            .poll_from
-            .filter(|_| !conn.live.uncovered.is_empty());
-        let earliest = [
-            conn.live.live_gap_since,
-            polled,
-            self.batches.uncaught_since(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
+        let earliest = [conn.live.uncaught_since(), self.batches.uncaught_since()]
+            .into_iter()
+            .flatten()
+            .min();
         if let Some(earliest) = earliest {
             self.uncaught_since = Some(
                 self.uncaught_since
@@ -594,8 +587,8 @@ impl RelaySession {
             return false;
         };
         let over_threshold =
-            conn.live.incremental_filters + new_filters > config.limits.consolidation_threshold;
-        let live_wanted = conn.live.count() + conn.live.waiting_live.len() + new_reqs;
+            conn.live.incremental_filters() + new_filters > config.limits.consolidation_threshold;
+        let live_wanted = conn.live.count() + conn.live.waiting_count() + new_reqs;
         let over_budget = live_wanted > self.learned.live_slots(config)
             || conn.subs.len() + new_reqs > self.learned.subscription_limit(config);
         over_threshold || over_budget
@@ -731,7 +724,7 @@ impl RelaySession {
         if let Some(conn) = self.conn.as_mut() {
             conn.subs.remove(id);
             conn.live.forget(id);
-            conn.live.live_gap_since.get_or_insert(now.unix);
+            conn.live.gap_opens(now.unix);
         }
         let delay = self.work_failed(&config.health);
         self.timers
@@ -749,14 +742,7 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        match list {
-            LiveList::Layer1 => conn.live.layer1_live = Some(id.clone()),
-            LiveList::Base => conn.live.live_base.push(id.clone()),
-            LiveList::Incremental => {
-                conn.live.incremental_filters += filters.len();
-                conn.live.live_incremental.push(id.clone());
-            }
-        }
+        conn.live.file(id.clone(), list, filters.len());
         conn.subs.insert(
             id.clone(),
             Sub::Live {
@@ -786,66 +772,33 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return (Vec::new(), Vec::new(), None);
         };
-        // Their filters are part of the rebuilt set.
-        conn.live.waiting_live.clear();
-        let closing: Vec<_> = conn
-            .live
-            .layer1_live
-            .take()
-            .into_iter()
-            .chain(conn.live.live_base.drain(..))
-            .chain(conn.live.live_incremental.drain(..))
-            .collect();
-        conn.live.incremental_filters = 0;
+        let closing = conn.live.close_all();
         for id in &closing {
             if let Some(filters) = conn.subs.remove(id).and_then(Sub::into_live_filters) {
-                conn.live.closed_live.insert(id.clone(), filters);
+                conn.live.closed(id.clone(), filters);
             }
-        }
-        while conn.live.closed_live.len() > CLOSED_LIVE_KEPT {
-            conn.live.closed_live.shift_remove_index(0);
         }
         let LivePlan {
             covered,
             polled: uncovered,
         } = plan;
-        if conn
-            .live
-            .uncovered
-            .iter()
-            .any(|filter| !uncovered.contains(filter))
-        {
-            // Filters polled until now go live: what the last poll did not
-            // reach is caught up with them.
-            if let Some(from) = conn.live.poll_from {
-                conn.live.live_gap_since =
-                    Some(conn.live.live_gap_since.map_or(from, |gap| gap.min(from)));
+        // Slots free now (historic work keeps its own); the rest of the
+        // covered REQs wait for a slot.
+        let available = limit.saturating_sub(conn.subs.len()).min(live_slots);
+        let (opened, polling) = conn.live.apply(covered, uncovered, available, now.unix);
+        let started_polling = match polling {
+            Polling::Off => {
+                self.timers.clear(RelayTimer::Poll);
+                None
             }
-        }
-        let mut started_polling = None;
-        if uncovered.is_empty() {
-            conn.live.poll_from = None;
-            self.timers.clear(RelayTimer::Poll);
-        } else {
-            if conn.live.uncovered.is_empty() {
-                started_polling = Some(uncovered.len());
-            }
-            conn.live.poll_from.get_or_insert(now.unix);
+            Polling::Started(filters) => Some(filters),
+            Polling::Continues => None,
+        };
+        if polling != Polling::Off {
             self.timers.set_unless_set(
                 RelayTimer::Poll,
                 now.instant + config.timeouts.uncovered_poll_interval,
             );
-        }
-        conn.live.uncovered = uncovered;
-        // Slots free now (historic work keeps its own); the rest of the
-        // covered REQs wait for a slot.
-        let available = limit.saturating_sub(conn.subs.len()).min(live_slots);
-        let mut covered = covered.into_iter();
-        let opened: Vec<Vec<Filter>> = covered.by_ref().take(available).collect();
-        let waiting = conn.live.waiting_live.len();
-        conn.live.waiting_live.extend(covered);
-        if conn.live.waiting_live.len() > waiting {
-            conn.live.live_gap_since.get_or_insert(now.unix);
         }
         (closing, opened, started_polling)
     }
@@ -968,9 +921,6 @@ fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     }
 }
 
-/// Closed live subscriptions whose late events are still accepted.
-const CLOSED_LIVE_KEPT: usize = 64;
-
 /// What a refusal taught ([`RelaySession::learn_from_refusal`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Lesson {
@@ -1053,17 +1003,6 @@ pub(crate) enum NegFailure<'a> {
     Round(SessionError),
 }
 
-/// Which list of live subscriptions a new one belongs to.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum LiveList {
-    /// The Layer 1 subscription opened at connect.
-    Layer1,
-    /// Opened by a consolidation (or re-sent after a refusal).
-    Base,
-    /// Added for new items since the last consolidation.
-    Incremental,
-}
-
 /// An EVENT as it reaches the session: verified by the driver, or not yet.
 #[derive(Debug)]
 pub(crate) enum Arrived {
@@ -1143,7 +1082,7 @@ impl RelaySession {
             Some(sub) => sub.asked_for(event),
             // Sent before the relay saw our CLOSE of a consolidated live
             // subscription: still something we asked for.
-            None => match conn.live.closed_live.get(id) {
+            None => match conn.live.closed_filters(id) {
                 Some(filters) => filters.iter().any(|filter| matches(filter, event)),
                 None => {
                     let refused = Refused::UnknownSubscription { id: event.id };
@@ -1465,9 +1404,7 @@ impl RelaySession {
             return;
         };
         if let Some(filters) = conn.subs.remove(id).and_then(Sub::into_live_filters) {
-            conn.live.forget(id);
-            conn.live.waiting_live.push(filters);
-            conn.live.live_gap_since.get_or_insert(now.unix);
+            conn.live.refused(id, filters, now.unix);
         }
     }
 
@@ -1823,9 +1760,8 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        // (A filter already polled is not added twice.)
-        if !conn.live.uncovered.is_empty() {
-            conn.live.uncovered.extend(filters);
+        if conn.live.is_polling() {
+            conn.live.poll_more(filters);
             return;
         }
         if !self.rate_allows(now.instant, cx.config) {
@@ -1877,7 +1813,7 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        items.extend(&std::mem::take(&mut conn.live.deferred_live));
+        items.extend(&conn.live.take_deferred());
         let plan = self.live_plan(&items, cx.config);
         let (closing, opened, started_polling) = self.apply_live_plan(plan, now, cx.config);
         if let Some(uncovered) = started_polling {
@@ -1899,7 +1835,7 @@ impl RelaySession {
     /// paginated `since` catch-up, so nothing published in the gap is missed.
     fn catch_up_gap(&mut self, cx: &mut Ctx<'_>, now: Now, filters: &[Filter]) {
         let window = cx.config.timeouts.quick_reconnect_window.as_secs();
-        let Some(gap_since) = self.conn.as_ref().and_then(|conn| conn.live.live_gap_since) else {
+        let Some(gap_since) = self.conn.as_ref().and_then(|conn| conn.live.gap_since()) else {
             return;
         };
         let since = Timestamp::from_secs(
@@ -1952,12 +1888,10 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        if conn.live.uncovered.is_empty() {
+        let Some((from, filters)) = conn.live.poll(now.unix) else {
             return;
-        }
-        let from = conn.live.poll_from.unwrap_or(now.unix);
+        };
         let since = Timestamp::from_secs(from.as_secs().saturating_sub(window));
-        let filters: Vec<Filter> = conn.live.uncovered.iter().cloned().collect();
         debug!(relay = %cx.relay, filters = filters.len(), "polling live filters that do not fit");
         cx.stats.uncovered_polls += 1;
         let jobs = self.poll_jobs(&filters, since, cx.config);
@@ -2101,10 +2035,10 @@ impl RelaySession {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        let waiting_live = std::mem::take(&mut conn.live.deferred_live);
-        let no_live = conn.live.count() == 0 && conn.live.waiting_live.is_empty();
-        let over = conn.live.count() + conn.live.waiting_live.len() > live_slots;
-        let polling = !conn.live.uncovered.is_empty();
+        let waiting_live = conn.live.take_deferred();
+        let no_live = conn.live.count() == 0 && conn.live.waiting_count() == 0;
+        let over = conn.live.count() + conn.live.waiting_count() > live_slots;
+        let polling = conn.live.is_polling();
         // Layer 1 live went with a consolidation that found no slot, or the
         // live slots shrank (limits told or learned after connecting): cover
         // everything again within them.
@@ -2118,11 +2052,8 @@ impl RelaySession {
         }
         let rebuild_waiting = self.timers.is_set(RelayTimer::RebuildLive);
         if let Some(conn) = self.conn.as_mut() {
-            if conn.live.deferred_live.is_empty()
-                && conn.live.waiting_live.is_empty()
-                && !rebuild_waiting
-            {
-                conn.live.live_gap_since = None;
+            if !conn.live.waits() && !rebuild_waiting {
+                conn.live.gap_covered();
             }
         }
         while self.may_open_historic(now.instant, cx.store_keeps_up(), cx.config) {
@@ -2137,11 +2068,7 @@ impl RelaySession {
     /// far as the relay allows.
     fn send_waiting_live(&mut self, cx: &mut Ctx<'_>, now: Now) {
         while self.may_open_live(now.instant, cx.config) {
-            let Some(filters) = self
-                .conn
-                .as_mut()
-                .and_then(|conn| conn.live.waiting_live.pop())
-            else {
+            let Some(filters) = self.conn.as_mut().and_then(|conn| conn.live.next_waiting()) else {
                 return;
             };
             self.open_live(cx, now, filters, LiveList::Base);
@@ -2265,7 +2192,7 @@ impl RelaySession {
             Purpose::CatchUp | Purpose::Gap => {}
             Purpose::Poll => {
                 if let Some(conn) = self.conn.as_mut() {
-                    conn.live.poll_from = Some(info.started_unix());
+                    conn.live.polled_from(info.started_unix());
                     let next = now.instant + cx.config.timeouts.uncovered_poll_interval;
                     self.timers.set(RelayTimer::Poll, next);
                 }
@@ -2305,8 +2232,7 @@ impl RelaySession {
             }
             Purpose::Gap => {
                 if let (Some(conn), Some(from)) = (self.conn.as_mut(), info.covers_from()) {
-                    conn.live.live_gap_since =
-                        Some(conn.live.live_gap_since.map_or(from, |gap| gap.min(from)));
+                    conn.live.missing_since(from);
                 }
                 self.timers.set(RelayTimer::RebuildLive, retry_at);
             }
