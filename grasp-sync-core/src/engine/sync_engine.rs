@@ -187,8 +187,11 @@ impl SyncEngine {
 
     /// `relay`'s batches in flight (its part of the spec's
     /// `PendingSyncIndex`), oldest first.
-    pub fn pending_batches(&self, relay: &RelayUrl) -> &[PendingBatch] {
-        self.relays.view(relay).pending().batches()
+    pub fn pending_batches<'a>(
+        &'a self,
+        relay: &RelayUrl,
+    ) -> impl ExactSizeIterator<Item = &'a PendingBatch> + 'a {
+        self.relays.view(relay).pending_batches()
     }
 
     /// The connection health of `relay`, if the engine knows it.
@@ -1891,7 +1894,7 @@ impl SyncEngine {
     fn relay_confirmed(&self, relay: &RelayUrl, state: &RelayState) -> bool {
         self.relays.is_connected(relay)
             && state.announcements_synced
-            && self.relays.view(relay).pending().is_empty()
+            && self.relays.view(relay).batch_count() == 0
             && self.relays.conn(relay).is_some_and(|conn| conn.is_quiet())
             && self.repos.target(relay).is_none_or(|target| {
                 target.repos.is_subset(&state.repos)
