@@ -9,10 +9,12 @@
 //! - per relay, the batches of historic sync **in flight** ([`RelayPending`];
 //!   the spec's `PendingSyncIndex`).
 //!
-//! The engine keeps a relay's [`RelayState`] and [`RelayPending`] in its
+//! The engine keeps a relay's [`RelayState`] and its batches in flight (each
+//! a [`PendingBatch`] with its progress, and their [`ItemsInFlight`]) in its
 //! session of the relay, with the relay's connection lifecycle;
 //! [`RelaySyncIndex`] (with which relays are connected) and
-//! [`PendingSyncIndex`] are the same as plain maps, for planning without an
+//! [`PendingSyncIndex`] (of [`RelayPending`]s) are the same as plain maps,
+//! for planning without an
 //! engine. `compute_actions` (in
 //! [`planner`](crate::planner)) subtracts pending and confirmed — asked
 //! through [`RelayProgress`] — from the targets to decide what is new.
@@ -303,48 +305,18 @@ impl PendingBatch {
     }
 }
 
-/// One relay's batches in flight, with membership counts so that "is this
-/// item pending on this relay?" costs O(1) instead of a walk over batches.
-/// The engine keeps one in each relay's session; [`PendingSyncIndex`] keeps
-/// one per relay for planning without an engine.
+/// How many batches in flight on one relay sync each item, so that "is this
+/// item pending on this relay?" costs O(1) instead of a walk over batches:
+/// what planning asks of a relay's batches ([`RelayProgress::pending`]).
+/// Kept by whoever holds the batches ([`RelayPending`], the engine's
+/// session), as batches start and end.
 #[derive(Clone, Debug, Default)]
-pub struct RelayPending {
-    batches: Vec<PendingBatch>,
+pub struct ItemsInFlight {
     repos: HashMap<RepoRef, u32>,
     root_events: HashMap<EventId, u32>,
 }
 
-impl RelayPending {
-    /// Adds a batch.
-    pub(crate) fn insert(&mut self, batch: PendingBatch) {
-        self.count_in(&batch.items);
-        self.batches.push(batch);
-    }
-
-    /// The batches in flight, oldest first.
-    pub(crate) fn batches(&self) -> &[PendingBatch] {
-        &self.batches
-    }
-
-    /// Removes a batch (confirmed or failed) and returns it.
-    pub(crate) fn remove_batch(&mut self, batch_id: BatchId) -> Option<PendingBatch> {
-        let position = self
-            .batches
-            .iter()
-            .position(|batch| batch.batch_id == batch_id)?;
-        let batch = self.batches.remove(position);
-        self.count_out(&batch.items);
-        Some(batch)
-    }
-
-    /// Removes every batch (disconnect, fresh start, consolidation) and
-    /// returns them.
-    pub(crate) fn clear(&mut self) -> Vec<PendingBatch> {
-        self.repos.clear();
-        self.root_events.clear();
-        std::mem::take(&mut self.batches)
-    }
-
+impl ItemsInFlight {
     /// `true` if `repo` is pending.
     pub(crate) fn contains_repo(&self, repo: &RepoRef) -> bool {
         self.repos.contains_key(repo)
@@ -363,17 +335,8 @@ impl RelayPending {
         }
     }
 
-    /// How many batches are in flight.
-    pub(crate) fn len(&self) -> usize {
-        self.batches.len()
-    }
-
-    /// `true` when no batch is in flight.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.batches.is_empty()
-    }
-
-    fn count_in(&mut self, items: &PendingItems) {
+    /// A batch syncing `items` started.
+    pub(crate) fn count_in(&mut self, items: &PendingItems) {
         for repo in &items.repos {
             *self.repos.entry(repo.clone()).or_insert(0) += 1;
         }
@@ -382,13 +345,91 @@ impl RelayPending {
         }
     }
 
-    fn count_out(&mut self, items: &PendingItems) {
+    /// A batch syncing `items` ended.
+    pub(crate) fn count_out(&mut self, items: &PendingItems) {
         for repo in &items.repos {
             decrement(&mut self.repos, repo);
         }
         for id in &items.root_events {
             decrement(&mut self.root_events, id);
         }
+    }
+
+    /// Every batch ended.
+    pub(crate) fn clear(&mut self) {
+        self.repos.clear();
+        self.root_events.clear();
+    }
+}
+
+/// One relay's batches in flight, with the items they sync counted
+/// ([`ItemsInFlight`]). [`PendingSyncIndex`] keeps one per relay for
+/// planning without an engine (the engine's session keeps its batches with
+/// their progress, and the same counts).
+#[derive(Clone, Debug, Default)]
+pub struct RelayPending {
+    batches: Vec<PendingBatch>,
+    items: ItemsInFlight,
+}
+
+impl RelayPending {
+    /// Adds a batch.
+    pub(crate) fn insert(&mut self, batch: PendingBatch) {
+        self.items.count_in(&batch.items);
+        self.batches.push(batch);
+    }
+
+    /// The batches in flight, oldest first.
+    pub(crate) fn batches(&self) -> &[PendingBatch] {
+        &self.batches
+    }
+
+    /// Removes a batch (confirmed or failed) and returns it.
+    pub(crate) fn remove_batch(&mut self, batch_id: BatchId) -> Option<PendingBatch> {
+        let position = self
+            .batches
+            .iter()
+            .position(|batch| batch.batch_id == batch_id)?;
+        let batch = self.batches.remove(position);
+        self.items.count_out(&batch.items);
+        Some(batch)
+    }
+
+    /// Removes every batch (disconnect, fresh start, consolidation) and
+    /// returns them.
+    pub(crate) fn clear(&mut self) -> Vec<PendingBatch> {
+        self.items.clear();
+        std::mem::take(&mut self.batches)
+    }
+
+    /// How many batches sync each item.
+    pub(crate) fn in_flight(&self) -> &ItemsInFlight {
+        &self.items
+    }
+
+    /// `true` if `repo` is pending.
+    pub(crate) fn contains_repo(&self, repo: &RepoRef) -> bool {
+        self.items.contains_repo(repo)
+    }
+
+    /// `true` if `root_event` is pending.
+    pub(crate) fn contains_root_event(&self, root_event: &EventId) -> bool {
+        self.items.contains_root_event(root_event)
+    }
+
+    /// The union of the items pending.
+    pub(crate) fn items(&self) -> PendingItems {
+        self.items.items()
+    }
+
+    /// How many batches are in flight.
+    pub(crate) fn len(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// `true` when no batch is in flight.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.batches.is_empty()
     }
 }
 
@@ -490,8 +531,8 @@ impl PendingSyncIndex {
 pub trait RelayProgress {
     /// `relay`'s confirmed state, if it is tracked and connected.
     fn connected_state(&self, relay: &RelayUrl) -> Option<&RelayState>;
-    /// `relay`'s batches in flight, if any.
-    fn pending(&self, relay: &RelayUrl) -> Option<&RelayPending>;
+    /// The items of `relay`'s batches in flight, if it has any.
+    fn pending(&self, relay: &RelayUrl) -> Option<&ItemsInFlight>;
 }
 
 impl RelayProgress for (&PendingSyncIndex, &RelaySyncIndex) {
@@ -499,8 +540,8 @@ impl RelayProgress for (&PendingSyncIndex, &RelaySyncIndex) {
         self.1.get(relay).filter(|_| self.1.is_connected(relay))
     }
 
-    fn pending(&self, relay: &RelayUrl) -> Option<&RelayPending> {
-        self.0.get(relay)
+    fn pending(&self, relay: &RelayUrl) -> Option<&ItemsInFlight> {
+        self.0.get(relay).map(RelayPending::in_flight)
     }
 }
 

@@ -13,7 +13,13 @@
 //! connection is noticed: how fast work reaches the store (at most 256 events
 //! in flight, up to 64 in one `ingest_many`; [`RelayStore`] paces its
 //! publishing connections by the relay's answers), and closing a connection
-//! whose pong does not come back within the ping interval.
+//! whose pong does not come back within the ping interval. Whether a relay is
+//! alive is otherwise the engine's (each pong is fed to
+//! `SyncEngine::handle_relay_alive`); the missed pong stays here because the
+//! ping is a WebSocket control frame the engine never sees, and the engine
+//! drops a silent connection only while work waits on it (a stalled batch, an
+//! unanswered live subscription): an idle connection whose socket died is
+//! noticed only by its missed pong.
 //!
 //! Stores: [`RelayStore`] publishes to the own relay over WebSocket and
 //! reports its `OK`; [`DatabaseStore`] writes into any `nostr-database`

@@ -85,6 +85,7 @@ mod config;
 mod deadlines;
 mod frames;
 mod live_coverage;
+mod liveness;
 mod ours;
 mod outbox;
 mod own_relay;

@@ -11,18 +11,23 @@ use super::bad_events::BadEventVerdict;
 use super::classify::{classify, Classified};
 use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
+use super::live_coverage::{LiveList, Polling};
 use super::outbox::Outbox;
-use super::runtime::{BatchInfo, Job, Purpose, QueuedJob, RelayConn, ReqWatch, Sub};
-use super::session::{NegSession, SessionCaps, SessionError, Step};
+use super::runtime::{
+    ClosedOutcome, EoseOutcome, Job, NegMsgOutcome, Opening, PageEnded, Purpose, QueuedJob,
+    RelayConn, Sub,
+};
+use super::session::{NegSession, SessionCaps, SessionError};
 use super::stats::EngineStats;
 use super::stores::StoreTracker;
-use super::timer_table::{RelayTimer, TimerTable};
+use super::timer_table::{Deadline, Earliest, RelayTimer, TimerTable};
 use super::Command;
 use crate::clock::{Instant, Now};
 use crate::filters::{announcement_filter, layer2_and_layer3_filters, matches, FilterMode};
 use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
-use crate::model::{BatchId, ConnectionStatus, PendingItems, RelayPending, RelayState, SyncMethod};
-use crate::pagination::{PageOutcome, PaginationState};
+use crate::model::{
+    BatchId, ConnectionStatus, ItemsInFlight, PendingBatch, PendingItems, RelayState, SyncMethod,
+};
 use crate::planner::RepoSyncIndex;
 use crate::relay_text::RelayText;
 use crate::screen::Refused;
@@ -32,7 +37,7 @@ mod batches;
 mod learned;
 mod link;
 
-pub(crate) use batches::Batches;
+pub(crate) use batches::{Batch, Batches};
 
 pub(crate) use learned::Learned;
 use link::Link;
@@ -115,19 +120,25 @@ impl RelaySession {
         }
     }
 
-    /// The relay's batches in flight, oldest first.
-    pub(crate) fn pending(&self) -> &RelayPending {
+    /// What the relay's batches in flight sync and how, oldest first.
+    pub(crate) fn pending_batches(&self) -> impl ExactSizeIterator<Item = &PendingBatch> {
         self.batches.pending()
+    }
+
+    /// How many of the relay's batches in flight sync each item: what
+    /// planning subtracts.
+    pub(crate) fn items_in_flight(&self) -> &ItemsInFlight {
+        self.batches.in_flight()
+    }
+
+    /// How many batches are in flight on the relay.
+    pub(crate) fn batch_count(&self) -> usize {
+        self.batches.len()
     }
 
     /// The open connection, if any.
     pub(crate) fn conn(&self) -> Option<&RelayConn> {
         self.link.conn()
-    }
-
-    /// [`RelaySession::conn`], to change.
-    pub(crate) fn conn_mut(&mut self) -> Option<&mut RelayConn> {
-        self.link.conn_mut()
     }
 
     /// The relay's connection lifecycle as reported: disconnected,
@@ -207,7 +218,7 @@ impl RelaySession {
 
     /// `true` when the connection is open and the `since` poll of live
     /// filters that do not fit is due.
-    pub(crate) fn poll_due(&self, now: Instant) -> bool {
+    fn poll_due(&self, now: Instant) -> bool {
         self.is_connected() && self.timers.is_due(RelayTimer::Poll, now)
     }
 
@@ -264,7 +275,7 @@ impl RelaySession {
             return false;
         };
         let live = conn.live.count();
-        let live_reserved = live_slots.min(live + conn.live.waiting_live.len());
+        let live_reserved = live_slots.min(live + conn.live.waiting_count());
         let historic = conn.subs.len().saturating_sub(live);
         historic + live_reserved < limit && store_keeps_up && self.may_open(now, config)
     }
@@ -301,9 +312,7 @@ impl RelaySession {
 
     /// Adds jobs to the running `batch`, ahead of other queued work.
     pub(crate) fn add_jobs(&mut self, batch: BatchId, jobs: Vec<Job>) {
-        if let Some(info) = self.batches.get_mut(batch) {
-            info.jobs += jobs.len();
-        }
+        self.batches.add_jobs(batch, jobs.len());
         if let Some(conn) = self.link.conn_mut() {
             for job in jobs.into_iter().rev() {
                 conn.queue.push_front(QueuedJob { batch, job });
@@ -318,7 +327,7 @@ impl RelaySession {
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
-        let Some(batch) = conn.subs.shift_remove(id).and_then(|sub| sub.batch()) else {
+        let Some(batch) = conn.subs.remove(id).and_then(|sub| sub.batch()) else {
             return;
         };
         conn.queue.push_front(QueuedJob { batch, job });
@@ -506,20 +515,9 @@ impl RelaySession {
         let Some(conn) = self.link.conn() else {
             return;
         };
-        let polled = conn
-            .live
-            .poll_from
-            .filter(|_| !conn.live.uncovered.is_empty());
-        let batches = self
-            .batches
-            .iter()
-            .map(|(_, info)| info)
-            .filter(|info| matches!(info.purpose, Purpose::Gap | Purpose::Poll))
-            .filter_map(|info| info.covers_from);
-        let earliest = [conn.live.live_gap_since, polled]
+        let earliest = [conn.live.uncaught_since(), self.batches.uncaught_since()]
             .into_iter()
             .flatten()
-            .chain(batches)
             .min();
         if let Some(earliest) = earliest {
             self.uncaught_since = Some(
@@ -531,10 +529,7 @@ impl RelaySession {
 
     /// The filter of the negentropy session `id`.
     pub(crate) fn negentropy_filter(&self, id: &SubscriptionId) -> Option<&Filter> {
-        match self.link.conn()?.subs.get(id)? {
-            Sub::Negentropy { filter, .. } => Some(filter),
-            _ => None,
-        }
+        self.link.conn()?.subs.get(id)?.negentropy_filter()
     }
 
     // --- Health and work retries ---------------------------------------------
@@ -633,8 +628,8 @@ impl RelaySession {
             return false;
         };
         let over_threshold =
-            conn.live.incremental_filters + new_filters > config.limits.consolidation_threshold;
-        let live_wanted = conn.live.count() + conn.live.waiting_live.len() + new_reqs;
+            conn.live.incremental_filters() + new_filters > config.limits.consolidation_threshold;
+        let live_wanted = conn.live.count() + conn.live.waiting_count() + new_reqs;
         let over_budget = live_wanted > self.learned.live_slots(config)
             || conn.subs.len() + new_reqs > self.learned.subscription_limit(config);
         over_threshold || over_budget
@@ -651,10 +646,11 @@ impl RelaySession {
     /// batch with no progress of its own for
     /// [`Timeouts::batch_stall_limit`] stalls (a subscription the relay
     /// dropped silently while it streams the others).
-    pub(crate) fn batch_stalls_at(&self, info: &BatchInfo, config: &EngineConfig) -> Instant {
+    pub(crate) fn batch_stalls_at(&self, info: &Batch, config: &EngineConfig) -> Instant {
         let timeout = config.timeouts.batch_timeout;
-        let own = info.last_progress + timeout;
-        let hard = info.last_progress + config.timeouts.batch_stall_limit.max(timeout);
+        let last_progress = info.last_progress();
+        let own = last_progress + timeout;
+        let hard = last_progress + config.timeouts.batch_stall_limit.max(timeout);
         let relay_idle = self
             .link
             .conn()
@@ -667,7 +663,7 @@ impl RelaySession {
     pub(crate) fn has_running_job(&self, batch: BatchId) -> bool {
         self.link
             .conn()
-            .is_some_and(|conn| conn.subs.values().any(|sub| sub.batch() == Some(batch)))
+            .is_some_and(|conn| conn.subs.has_running_job(batch))
     }
 
     // --- Connecting, and hearing from the relay ------------------------------
@@ -731,7 +727,7 @@ impl RelaySession {
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
-        conn.last_heard = now;
+        conn.liveness.heard(now);
         let Some(id) = answered else {
             return;
         };
@@ -748,8 +744,8 @@ impl RelaySession {
         }
         conn.unanswered.retain(|waiting| waiting != id);
         conn.frame_answered(id);
-        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(batch)) {
-            info.req_resumes = 0;
+        if let Some(batch) = batch {
+            self.batches.heard(batch);
         }
     }
 
@@ -760,9 +756,9 @@ impl RelaySession {
     /// retry's delay; the rebuilt REQs fetch what was published meanwhile.
     pub(crate) fn live_closed(&mut self, id: &SubscriptionId, now: Now, config: &EngineConfig) {
         if let Some(conn) = self.link.conn_mut() {
-            conn.subs.shift_remove(id);
+            conn.subs.remove(id);
             conn.live.forget(id);
-            conn.live.live_gap_since.get_or_insert(now.unix);
+            conn.live.gap_opens(now.unix);
         }
         let delay = self.work_failed(&config.health);
         self.timers
@@ -780,14 +776,7 @@ impl RelaySession {
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
-        match list {
-            LiveList::Layer1 => conn.live.layer1_live = Some(id.clone()),
-            LiveList::Base => conn.live.live_base.push(id.clone()),
-            LiveList::Incremental => {
-                conn.live.incremental_filters += filters.len();
-                conn.live.live_incremental.push(id.clone());
-            }
-        }
+        conn.live.file(id.clone(), list, filters.len());
         conn.subs.insert(
             id.clone(),
             Sub::Live {
@@ -817,66 +806,33 @@ impl RelaySession {
         let Some(conn) = self.link.conn_mut() else {
             return (Vec::new(), Vec::new(), None);
         };
-        // Their filters are part of the rebuilt set.
-        conn.live.waiting_live.clear();
-        let closing: Vec<_> = conn
-            .live
-            .layer1_live
-            .take()
-            .into_iter()
-            .chain(conn.live.live_base.drain(..))
-            .chain(conn.live.live_incremental.drain(..))
-            .collect();
-        conn.live.incremental_filters = 0;
+        let closing = conn.live.close_all();
         for id in &closing {
-            if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
-                conn.live.closed_live.insert(id.clone(), filters);
+            if let Some(filters) = conn.subs.remove(id).and_then(Sub::into_live_filters) {
+                conn.live.closed(id.clone(), filters);
             }
-        }
-        while conn.live.closed_live.len() > CLOSED_LIVE_KEPT {
-            conn.live.closed_live.shift_remove_index(0);
         }
         let LivePlan {
             covered,
             polled: uncovered,
         } = plan;
-        if conn
-            .live
-            .uncovered
-            .iter()
-            .any(|filter| !uncovered.contains(filter))
-        {
-            // Filters polled until now go live: what the last poll did not
-            // reach is caught up with them.
-            if let Some(from) = conn.live.poll_from {
-                conn.live.live_gap_since =
-                    Some(conn.live.live_gap_since.map_or(from, |gap| gap.min(from)));
+        // Slots free now (historic work keeps its own); the rest of the
+        // covered REQs wait for a slot.
+        let available = limit.saturating_sub(conn.subs.len()).min(live_slots);
+        let (opened, polling) = conn.live.apply(covered, uncovered, available, now.unix);
+        let started_polling = match polling {
+            Polling::Off => {
+                self.timers.clear(RelayTimer::Poll);
+                None
             }
-        }
-        let mut started_polling = None;
-        if uncovered.is_empty() {
-            conn.live.poll_from = None;
-            self.timers.clear(RelayTimer::Poll);
-        } else {
-            if conn.live.uncovered.is_empty() {
-                started_polling = Some(uncovered.len());
-            }
-            conn.live.poll_from.get_or_insert(now.unix);
+            Polling::Started(filters) => Some(filters),
+            Polling::Continues => None,
+        };
+        if polling != Polling::Off {
             self.timers.set_unless_set(
                 RelayTimer::Poll,
                 now.instant + config.timeouts.uncovered_poll_interval,
             );
-        }
-        conn.live.uncovered = uncovered;
-        // Slots free now (historic work keeps its own); the rest of the
-        // covered REQs wait for a slot.
-        let available = limit.saturating_sub(conn.subs.len()).min(live_slots);
-        let mut covered = covered.into_iter();
-        let opened: Vec<Vec<Filter>> = covered.by_ref().take(available).collect();
-        let waiting = conn.live.waiting_live.len();
-        conn.live.waiting_live.extend(covered);
-        if conn.live.waiting_live.len() > waiting {
-            conn.live.live_gap_since.get_or_insert(now.unix);
         }
         (closing, opened, started_polling)
     }
@@ -906,31 +862,32 @@ impl RelaySession {
         self.batches
             .iter()
             .filter(|(_, info)| self.batch_stalls_at(info, config) <= now)
-            .filter(|(batch, _)| self.has_running_job(**batch))
-            .map(|(batch, _)| *batch)
+            .filter(|(batch, _)| self.has_running_job(*batch))
+            .map(|(batch, _)| batch)
             .collect()
     }
 
-    /// `true` if the relay sent nothing at all (no frame, no pong) for the
-    /// batch timeout.
-    pub(crate) fn is_silent(&self, now: Instant, config: &EngineConfig) -> bool {
+    /// `true` while the connection is open and the relay sent something (a
+    /// frame, a pong) within the batch timeout before `now`
+    /// ([`Liveness::is_alive`](super::liveness::Liveness::is_alive)); `false` for a relay silent that long — or
+    /// not connected.
+    pub(crate) fn is_alive(&self, now: Instant, config: &EngineConfig) -> bool {
         self.link
             .conn()
-            .is_some_and(|conn| conn.last_heard + config.timeouts.batch_timeout <= now)
+            .is_some_and(|conn| conn.liveness.is_alive(now, config))
     }
 
-    /// `true` if the relay is silent ([`RelaySession::is_silent`]) while a
-    /// live subscription opened a batch timeout ago has not been answered: a
-    /// half-open socket. A driver that pings keeps a relay that answers from
-    /// ever getting here, EOSE or not.
+    /// `true` if the connected relay is not alive
+    /// ([`RelaySession::is_alive`]) while a live subscription opened a batch
+    /// timeout ago has not been answered: a half-open socket. A driver that
+    /// pings keeps a relay that answers from ever getting here, EOSE or not.
     pub(crate) fn live_unanswered(&self, now: Instant, config: &EngineConfig) -> bool {
         let timeout = config.timeouts.batch_timeout;
-        self.is_silent(now, config)
+        !self.is_alive(now, config)
             && self.link.conn().is_some_and(|conn| {
-                conn.subs.values().any(|sub| {
-                    matches!(sub, Sub::Live { answered: false, opened_at, .. }
-                        if *opened_at + timeout <= now)
-                })
+                conn.subs
+                    .live_unanswered_since()
+                    .is_some_and(|opened_at| opened_at + timeout <= now)
             })
     }
 
@@ -945,75 +902,78 @@ impl RelaySession {
             return Vec::new();
         };
         conn.subs
-            .iter()
-            .filter(|(_, sub)| {
-                matches!(sub, Sub::Negentropy {
-                    session: Some(_),
-                    answered: false,
-                    opened_at,
-                    ..
-                } if *opened_at + config.timeouts.negentropy_timeout <= now)
-            })
+            .negentropy_unanswered()
+            .filter(|(_, opened_at)| *opened_at + config.timeouts.negentropy_timeout <= now)
             .map(|(id, _)| id.clone())
             .collect()
     }
 
     // --- The session's next deadline -----------------------------------------
 
-    /// When the session next has work for `SyncEngine::handle_timeout`:
-    /// the earliest of its timers, its negentropy and batch timeouts, its
-    /// stalled REQs, its unanswered live subscriptions, its rate window and
-    /// its health (`health`: when its `RelayHealth`'s answer
-    /// changes next).
+    /// When the session next has work for [`RelaySession::handle_timeout`]
+    /// (or for the engine's `connect_ready_relays`, when its health
+    /// changes), and which [`Deadline`] it is: the earliest of its timers,
+    /// its health (when its `RelayHealth`'s answer changes next), its
+    /// negentropy and batch timeouts, its stalled REQs, its unanswered live
+    /// subscriptions and its rate window, as of `now`.
     pub(crate) fn next_deadline(
         &self,
-        config: &EngineConfig,
-        health: Option<Instant>,
         now: Instant,
-        rate_window: std::time::Duration,
-    ) -> Option<Instant> {
+        config: &EngineConfig,
+    ) -> Option<(Deadline, Instant)> {
         // The earliest so far (asked after every input of the relay: no
         // list of them is built).
-        let mut earliest = earlier(self.timers.earliest(), health);
-        let mut consider = |deadline: Option<Instant>| earliest = earlier(earliest, deadline);
-        consider(self.link.connect_deadline());
+        let mut earliest = Earliest::default();
+        if let Some((timer, at)) = self.timers.earliest_entry() {
+            earliest.consider(timer.into(), Some(at));
+        }
+        earliest.consider(
+            Deadline::Health,
+            self.health_changes_at(now, &config.health),
+        );
+        earliest.consider(Deadline::ConnectTimeout, self.link.connect_deadline());
         if let Some(conn) = self.link.conn() {
             let timeout = config.timeouts.batch_timeout;
-            consider(conn.next_deadline(config));
+            earliest.consider(Deadline::NegentropyUnanswered, conn.next_deadline(config));
             if !conn.is_quiet() && self.learned.rate().is_some() {
-                consider(conn.rate_window_frees_at(now, rate_window));
+                earliest.consider(
+                    Deadline::RateWindow,
+                    conn.rate_window_frees_at(now, config.rate_window()),
+                );
             }
             for sub in conn.subs.values() {
                 if let Some(watch) = sub.watch() {
-                    consider(conn.req_stalls_at(watch, config));
+                    earliest.consider(Deadline::ReqStall, conn.req_stalls_at(watch, config));
                 }
-                consider(match sub {
-                    Sub::Live {
-                        answered: false,
-                        opened_at,
-                        ..
-                    } => Some((*opened_at).max(conn.last_heard) + timeout),
-                    sub => sub
-                        .batch()
-                        .and_then(|batch| self.batches.get(batch))
-                        .map(|info| self.batch_stalls_at(info, config)),
-                });
+                match sub.live_unanswered_since() {
+                    Some(opened_at) => earliest.consider(
+                        Deadline::LiveUnanswered,
+                        Some((opened_at + timeout).max(conn.liveness.silent_at(config))),
+                    ),
+                    None => earliest.consider(
+                        Deadline::BatchStall,
+                        sub.batch()
+                            .and_then(|batch| self.batches.get(batch))
+                            .map(|info| self.batch_stalls_at(info, config)),
+                    ),
+                }
             }
         }
-        earliest
+        earliest.get()
     }
 }
 
-/// The earlier of two deadlines, either of which may be none.
-fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+/// What the engine must do after a session fired its timers
+/// ([`RelaySession::handle_timeout`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TimeoutOutcome {
+    /// The connection attempt is past its timeout: the engine disconnects
+    /// and counts the attempt failed.
+    pub(crate) connect_timed_out: bool,
+    /// The relay's items are due to be planned again (by the engine, which
+    /// holds the targets).
+    pub(crate) replan: bool,
 }
-
-/// Closed live subscriptions whose late events are still accepted.
-const CLOSED_LIVE_KEPT: usize = 64;
 
 /// What a refusal taught ([`RelaySession::learn_from_refusal`]).
 #[derive(Clone, Copy, Debug, Default)]
@@ -1097,17 +1057,6 @@ pub(crate) enum NegFailure<'a> {
     Round(SessionError),
 }
 
-/// Which list of live subscriptions a new one belongs to.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum LiveList {
-    /// The Layer 1 subscription opened at connect.
-    Layer1,
-    /// Opened by a consolidation (or re-sent after a refusal).
-    Base,
-    /// Added for new items since the last consolidation.
-    Incremental,
-}
-
 /// An EVENT as it reaches the session: verified by the driver, or not yet.
 #[derive(Debug)]
 pub(crate) enum Arrived {
@@ -1125,11 +1074,6 @@ impl Arrived {
         }
     }
 }
-
-/// Below this many events a page that repeats one second is taken for the
-/// end of the results, not for a relay's page limit (no relay caps pages
-/// that low), unless the relay told us its limit.
-const PLAUSIBLE_PAGE_LEN: usize = 50;
 
 /// The session's handlers: what the relay's messages and timeouts, and the
 /// work the engine plans for it, do to its subscriptions and batches, and
@@ -1192,7 +1136,7 @@ impl RelaySession {
             Some(sub) => sub.asked_for(event),
             // Sent before the relay saw our CLOSE of a consolidated live
             // subscription: still something we asked for.
-            None => match conn.live.closed_live.get(id) {
+            None => match conn.live.closed_filters(id) {
                 Some(filters) => filters.iter().any(|filter| matches(filter, event)),
                 None => {
                     let refused = Refused::UnknownSubscription { id: event.id };
@@ -1217,31 +1161,12 @@ impl RelaySession {
                 return None;
             }
         };
-        let batch = match self.link.conn_mut()?.subs.get_mut(id) {
-            Some(Sub::Req { batch, paging, .. }) => {
-                paging.on_event(event.id, event.created_at);
-                Some(*batch)
-            }
-            Some(Sub::Fetch { batch, missing, .. }) => {
-                missing.remove(&event.id);
-                Some(*batch)
-            }
-            Some(Sub::Poll {
-                batch,
-                pages,
-                received,
-                ..
-            }) => {
-                for (page, seen) in pages.iter_mut().zip(received.iter_mut()) {
-                    if page.matches(&event) {
-                        page.on_event(event.id, event.created_at);
-                        seen.push((event.id, event.created_at));
-                    }
-                }
-                Some(*batch)
-            }
-            _ => None,
-        };
+        let batch = self
+            .link
+            .conn_mut()?
+            .subs
+            .get_mut(id)
+            .and_then(|sub| sub.on_event(&event));
         if let Some(batch) = batch {
             self.batches.progress(batch, now.instant);
         }
@@ -1321,83 +1246,27 @@ impl RelaySession {
         }
     }
 
-    /// What an EOSE means for the subscription it ends: the next page (or a
-    /// pause, over the rate or while the store is behind), a finished job, a
-    /// fetch asked again for what it did not bring, a poll continued where a
-    /// page may have been cut.
+    /// What an EOSE means for the subscription it ends ([`Sub::on_eose`]
+    /// decides; [`EoseOutcome`]): the next page (or a pause, over the rate
+    /// or while the store is behind), a finished job, a fetch asked again
+    /// for what it did not bring, a poll continued where a page may have
+    /// been cut.
     fn on_eose(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
         let group_limit = self.learned.group_page_limit(cx.config);
-        let page_limit_ours = self.learned.page_limit(cx.config);
-        let limits = *self.learned.told_limits();
+        let told = *self.learned.told_limits();
+        let fetch_attempts = cx.config.timeouts.fetch_attempts;
         let Some(sub) = self.link.conn_mut().and_then(|conn| conn.subs.get_mut(id)) else {
             return;
         };
-        match sub {
-            Sub::Req { batch, paging, .. } => {
-                let batch = *batch;
-                let page_limit = limits.page_limit_of(&paging.original_filter);
-                let crowded_before = paging.crowded_seconds.len();
-                let page_len = paging.event_count;
-                let outcome = paging.on_eose(page_limit);
-                let plausible = page_limit.unwrap_or(PLAUSIBLE_PAGE_LEN);
-                let crowded = paging.crowded_seconds[crowded_before..]
-                    .iter()
-                    .filter(|second| second.page_len >= plausible)
-                    .count();
-                if crowded > 0 {
-                    cx.stats.crowded_seconds += crowded as u64;
-                    warn!(relay = %cx.relay, "a full page of events shares one second; events beyond the page may be missing");
-                }
-                self.batches.progress(batch, now.instant);
-                self.learned.note_page_len(page_len, page_limit_ours);
-                match outcome {
-                    PageOutcome::NextPage(filter)
-                        if cx.store_keeps_up() && self.rate_allows(now.instant, cx.config) =>
-                    {
-                        let next = self.watch_request(now.instant);
-                        if let Some(Sub::Req { watch, .. }) =
-                            self.link.conn_mut().and_then(|conn| conn.subs.get_mut(id))
-                        {
-                            *watch = next;
-                        }
-                        let relay = cx.relay.clone();
-                        self.emit(
-                            cx,
-                            Command::Subscribe {
-                                relay,
-                                id: id.clone(),
-                                filters: vec![filter],
-                            },
-                        )
-                    }
-                    PageOutcome::NextPage(_) => {
-                        // Over the learned rate, or the store is behind:
-                        // free the slot, resume later.
-                        self.unsubscribe(cx, id);
-                        self.pause_page(now, id);
-                    }
-                    PageOutcome::Complete => self.end_job(cx, now, id, batch, Vec::new()),
-                }
-            }
-            Sub::Fetch {
+        match sub.on_eose(&told, group_limit, fetch_attempts) {
+            EoseOutcome::Page(page) => self.page_ended(cx, now, id, page),
+            EoseOutcome::Fetched {
                 batch,
                 filter,
                 missing,
                 fruitless,
+                retry,
             } => {
-                let batch = *batch;
-                let requested = filter.ids.as_ref().map_or(0, |ids| ids.len());
-                let missing: Vec<_> = missing.iter().copied().collect();
-                // A fetch that brought some ids was cut by a clamp: ask for
-                // the rest. One that brought none is asked again a few times,
-                // then the ids are reported.
-                let fruitless = if missing.len() < requested {
-                    0
-                } else {
-                    fruitless.saturating_add(1)
-                };
-                let retry = !missing.is_empty() && fruitless < cx.config.timeouts.fetch_attempts;
-                let filter = filter.clone();
                 if !missing.is_empty() && !retry {
                     cx.stats.fetch_missing += missing.len() as u64;
                     warn!(relay = %cx.relay, missing = missing.len(), "relay did not return ids its negentropy set holds");
@@ -1412,37 +1281,48 @@ impl RelaySession {
                 };
                 self.end_job(cx, now, id, batch, again);
             }
-            Sub::Poll {
-                batch,
-                pages,
-                received,
-                ..
-            } => {
-                let batch = *batch;
-                // A filter whose page may have been cut (relays clamp
-                // silently) continues paginated from where its page ended:
-                // on a relay whose page size we know, from its page-th
-                // newest event (others' events may match it too).
-                let full: Vec<Job> = pages
-                    .iter_mut()
-                    .zip(received.iter())
-                    .filter_map(|(page, seen)| {
-                        if let Some(group) = group_limit {
-                            return page
-                                .continue_alone(seen, group)
-                                .map(|next| Job::Page(Box::new(next)));
-                        }
-                        let limit = limits.page_limit_of(&page.original_filter);
-                        match page.on_eose(limit) {
-                            PageOutcome::NextPage(_) => Some(Job::Page(Box::new(page.clone()))),
-                            PageOutcome::Complete => None,
-                        }
-                    })
-                    .collect();
-                self.end_job(cx, now, id, batch, full);
+            EoseOutcome::Polled { batch, follow_up } => self.end_job(cx, now, id, batch, follow_up),
+            EoseOutcome::LiveAnswered | EoseOutcome::Ignored => {}
+        }
+    }
+
+    /// A page of the REQ `id` ended: its crowded seconds counted, and the
+    /// next page asked for — paused (the slot freed, resumed later) over
+    /// the learned rate or while the store is behind — or the job is done.
+    fn page_ended(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, page: PageEnded) {
+        let PageEnded {
+            batch,
+            next,
+            page_len,
+            crowded,
+        } = page;
+        if crowded > 0 {
+            cx.stats.crowded_seconds += crowded as u64;
+            warn!(relay = %cx.relay, "a full page of events shares one second; events beyond the page may be missing");
+        }
+        self.batches.progress(batch, now.instant);
+        let page_limit_ours = self.learned.page_limit(cx.config);
+        self.learned.note_page_len(page_len, page_limit_ours);
+        match next {
+            Some(filter) if cx.store_keeps_up() && self.rate_allows(now.instant, cx.config) => {
+                if let Some(conn) = self.link.conn_mut() {
+                    conn.watch_next_page(id, now.instant);
+                }
+                let relay = cx.relay.clone();
+                self.emit(
+                    cx,
+                    Command::Subscribe {
+                        relay,
+                        id: id.clone(),
+                        filters: vec![filter],
+                    },
+                )
             }
-            Sub::Live { answered, .. } => *answered = true,
-            Sub::Negentropy { .. } => {}
+            Some(_) => {
+                self.unsubscribe(cx, id);
+                self.pause_page(now, id);
+            }
+            None => self.end_job(cx, now, id, batch, Vec::new()),
         }
     }
 
@@ -1452,11 +1332,7 @@ impl RelaySession {
     /// negentropy session falls back to REQ, a historic job fails its batch.
     fn on_closed(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, message: &str) {
         let classified = classify(message);
-        if !self
-            .link
-            .conn()
-            .is_some_and(|conn| conn.subs.contains_key(id))
-        {
+        if !self.link.conn().is_some_and(|conn| conn.subs.contains(id)) {
             return;
         }
         info!(relay = %cx.relay, %id, message, "subscription closed by relay");
@@ -1464,33 +1340,17 @@ impl RelaySession {
         let Some(sub) = self.link.conn().and_then(|conn| conn.subs.get(id)) else {
             return;
         };
-        match sub {
-            Sub::Live { .. } => {
-                if slot_refused {
-                    self.requeue_live(now, id);
-                } else {
-                    self.live_closed(id, now, cx.config);
-                }
+        match sub.on_closed(slot_refused) {
+            ClosedOutcome::RetryLater => self.retry_later(now, id),
+            ClosedOutcome::LiveLost => self.live_closed(id, now, cx.config),
+            ClosedOutcome::NegentropyRefused => {
+                let failure = NegFailure::Refused {
+                    reason: message,
+                    close: false,
+                };
+                self.negentropy_failed(cx, now, id, failure);
             }
-            Sub::Negentropy { filter, sent, .. } => {
-                let job = Sub::negentropy_job(filter.clone(), *sent);
-                if slot_refused {
-                    self.replace_job(id, job, now.instant);
-                } else {
-                    let failure = NegFailure::Refused {
-                        reason: message,
-                        close: false,
-                    };
-                    self.negentropy_failed(cx, now, id, failure);
-                }
-            }
-            Sub::Req { .. } | Sub::Fetch { .. } | Sub::Poll { .. } => {
-                match (slot_refused, sub.job(), sub.batch()) {
-                    (true, Some(job), _) => self.replace_job(id, job, now.instant),
-                    (_, _, Some(batch)) => self.fail_batch(cx, now, batch, message),
-                    _ => {}
-                }
-            }
+            ClosedOutcome::BatchFailed(batch) => self.fail_batch(cx, now, batch, message),
         }
     }
 
@@ -1539,17 +1399,7 @@ impl RelaySession {
             .conn()
             .map(|conn| {
                 conn.subs
-                    .iter()
-                    .filter(|(_, sub)| {
-                        matches!(
-                            sub,
-                            Sub::Negentropy {
-                                session: Some(_),
-                                answered: false,
-                                ..
-                            }
-                        )
-                    })
+                    .negentropy_unanswered()
                     .map(|(id, _)| id.clone())
                     .collect()
             })
@@ -1565,14 +1415,22 @@ impl RelaySession {
 
     /// Retries the slot `id` later after the relay refused it.
     fn retry_refused_slot(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
-        let Some(sub) = self.link.conn().and_then(|conn| conn.subs.get(id)) else {
+        if !self.link.conn().is_some_and(|conn| conn.subs.contains(id)) {
             return;
-        };
-        let job = sub.job();
+        }
         // The guess may be wrong: tell the relay too (a CLOSE of an unknown
         // id is harmless), so it never holds more than we count.
         self.unsubscribe(cx, id);
-        match job {
+        self.retry_later(now, id);
+    }
+
+    /// The refused slot `id` is asked for again when the relay allows: its
+    /// job from where it was, back in the queue, or a live REQ unchanged.
+    fn retry_later(&mut self, now: Now, id: &SubscriptionId) {
+        let Some(sub) = self.link.conn().and_then(|conn| conn.subs.get(id)) else {
+            return;
+        };
+        match sub.job() {
             Some(job) => self.replace_job(id, job, now.instant),
             None => self.requeue_live(now, id),
         }
@@ -1580,11 +1438,15 @@ impl RelaySession {
 
     /// Moves a paginated subscription back to the queue, keeping its paging.
     fn pause_page(&mut self, now: Now, id: &SubscriptionId) {
-        let paging = match self.link.conn().and_then(|conn| conn.subs.get(id)) {
-            Some(Sub::Req { paging, .. }) => paging.clone(),
-            _ => return,
+        let Some(job) = self
+            .link
+            .conn()
+            .and_then(|conn| conn.subs.get(id))
+            .and_then(Sub::job)
+        else {
+            return;
         };
-        self.replace_job(id, Job::Page(Box::new(paging)), now.instant);
+        self.replace_job(id, job, now.instant);
     }
 
     /// A refused live REQ is sent again, unchanged, when the relay allows.
@@ -1592,10 +1454,8 @@ impl RelaySession {
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
-        if let Some(Sub::Live { filters, .. }) = conn.subs.shift_remove(id) {
-            conn.live.forget(id);
-            conn.live.waiting_live.push(filters);
-            conn.live.live_gap_since.get_or_insert(now.unix);
+        if let Some(filters) = conn.subs.remove(id).and_then(Sub::into_live_filters) {
+            conn.live.refused(id, filters, now.unix);
         }
     }
 
@@ -1625,19 +1485,15 @@ impl RelaySession {
         id: &SubscriptionId,
         items: &[(EventId, Timestamp)],
     ) {
-        let Some(Sub::Negentropy {
-            filter,
-            session,
-            sent,
-            ..
-        }) = self.link.conn().and_then(|conn| conn.subs.get(id))
+        let Some((filter, sent)) = self
+            .link
+            .conn()
+            .and_then(|conn| conn.subs.get(id))
+            .and_then(Sub::negentropy_waiting)
         else {
             return;
         };
-        if session.is_some() {
-            return;
-        }
-        let (filter, sent) = (filter.clone(), *sent);
+        let (filter, sent) = (filter.clone(), sent);
         if !self.rate_allows(now.instant, cx.config) {
             // The store answered during a rate-limit cooldown: wait for it.
             self.replace_job(id, Sub::negentropy_job(filter, sent), now.instant);
@@ -1658,14 +1514,10 @@ impl RelaySession {
                 return self.negentropy_failed(cx, now, id, NegFailure::CannotStart(error))
             }
         };
-        let Some(Sub::Negentropy {
-            session, opened_at, ..
-        }) = self.link.conn_mut().and_then(|conn| conn.subs.get_mut(id))
-        else {
+        let Some(sub) = self.link.conn_mut().and_then(|conn| conn.subs.get_mut(id)) else {
             return;
         };
-        *session = Some(started);
-        *opened_at = now.instant;
+        sub.negentropy_started(started, now.instant);
         let relay = cx.relay.clone();
         self.emit(
             cx,
@@ -1736,14 +1588,13 @@ impl RelaySession {
         id: &SubscriptionId,
         failure: NegFailure<'_>,
     ) {
-        let Some(Sub::Negentropy {
-            filter, session, ..
-        }) = self.link.conn().and_then(|conn| conn.subs.get(id))
-        else {
+        let Some(sub) = self.link.conn().and_then(|conn| conn.subs.get(id)) else {
             return;
         };
-        let filter = filter.clone();
-        let opened = session.is_some();
+        let Some(filter) = sub.negentropy_filter().cloned() else {
+            return;
+        };
+        let opened = sub.negentropy_opened();
         let close = match &failure {
             NegFailure::Refused { close, .. } => *close && opened,
             NegFailure::Unanswered | NegFailure::Round(_) => opened,
@@ -1826,20 +1677,19 @@ impl RelaySession {
     /// missing ids fetched (each once per batch, none stored lately or on
     /// its way to the store already).
     fn on_neg_msg(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, message: &str) {
-        let Some(Sub::Negentropy {
-            batch,
-            filter,
-            session: Some(session),
-            answered,
-            ..
-        }) = self.link.conn_mut().and_then(|conn| conn.subs.get_mut(id))
+        let Some(outcome) = self
+            .link
+            .conn_mut()
+            .and_then(|conn| conn.subs.get_mut(id))
+            .and_then(|sub| sub.on_neg_msg(message))
         else {
             return;
         };
-        *answered = true;
-        let batch = *batch;
-        match session.step(message) {
-            Ok(Step::Continue(next)) => {
+        match outcome {
+            NegMsgOutcome::Continue {
+                batch,
+                message: next,
+            } => {
                 self.batches.progress(batch, now.instant);
                 let relay = cx.relay.clone();
                 self.emit(
@@ -1851,9 +1701,11 @@ impl RelaySession {
                     },
                 );
             }
-            Ok(Step::Done) => {
-                let need = std::mem::take(&mut session.need);
-                let filter = filter.clone();
+            NegMsgOutcome::Done {
+                batch,
+                filter,
+                need,
+            } => {
                 debug!(relay = %cx.relay, missing = need.len(), "negentropy round finished");
                 cx.stats.negentropy_rounds += 1;
                 let relay = cx.relay.clone();
@@ -1867,13 +1719,7 @@ impl RelaySession {
                 // Another filter of the batch may have found the same ids
                 // missing (a reply tagging its root with both `e` and `E`):
                 // each id is fetched once per batch.
-                let need: Vec<_> = match self.batches.get_mut(batch) {
-                    Some(info) => need
-                        .into_iter()
-                        .filter(|id| info.fetching.insert(*id))
-                        .collect(),
-                    None => need,
-                };
+                let need = self.batches.not_fetching_yet(batch, need);
                 // Another subscription (a fresh root's REQ, another batch)
                 // brought some already.
                 let need = self.still_to_fetch(cx, now, batch, need);
@@ -1881,7 +1727,9 @@ impl RelaySession {
                 self.add_jobs(batch, jobs);
                 self.finish_job(cx, now, id);
             }
-            Err(error) => self.negentropy_failed(cx, now, id, NegFailure::Round(error)),
+            NegMsgOutcome::Failed(error) => {
+                self.negentropy_failed(cx, now, id, NegFailure::Round(error))
+            }
         }
     }
 
@@ -1889,12 +1737,15 @@ impl RelaySession {
     /// refusal of NIP-77.
     fn on_neg_err(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, message: &str) {
         let classified = classify(message);
-        let Some(Sub::Negentropy { filter, sent, .. }) =
-            self.link.conn().and_then(|conn| conn.subs.get(id))
+        let Some(job) = self
+            .link
+            .conn()
+            .and_then(|conn| conn.subs.get(id))
+            .filter(|sub| sub.negentropy_filter().is_some())
+            .and_then(Sub::job)
         else {
             return;
         };
-        let job = Sub::negentropy_job(filter.clone(), *sent);
         if self.heed_refusal(cx, now, &classified) {
             self.replace_job(id, job, now.instant);
         } else {
@@ -1960,9 +1811,8 @@ impl RelaySession {
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
-        // (A filter already polled is not added twice.)
-        if !conn.live.uncovered.is_empty() {
-            conn.live.uncovered.extend(filters);
+        if conn.live.is_polling() {
+            conn.live.poll_more(filters);
             return;
         }
         if !self.rate_allows(now.instant, cx.config) {
@@ -2014,7 +1864,7 @@ impl RelaySession {
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
-        items.extend(&std::mem::take(&mut conn.live.deferred_live));
+        items.extend(&conn.live.take_deferred());
         let plan = self.live_plan(&items, cx.config);
         let (closing, opened, started_polling) = self.apply_live_plan(plan, now, cx.config);
         if let Some(uncovered) = started_polling {
@@ -2036,7 +1886,7 @@ impl RelaySession {
     /// paginated `since` catch-up, so nothing published in the gap is missed.
     fn catch_up_gap(&mut self, cx: &mut Ctx<'_>, now: Now, filters: &[Filter]) {
         let window = cx.config.timeouts.quick_reconnect_window.as_secs();
-        let Some(gap_since) = self.link.conn().and_then(|conn| conn.live.live_gap_since) else {
+        let Some(gap_since) = self.link.conn().and_then(|conn| conn.live.gap_since()) else {
             return;
         };
         let since = Timestamp::from_secs(
@@ -2054,8 +1904,8 @@ impl RelaySession {
             SyncMethod::ReqEose,
             jobs,
         );
-        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(batch)) {
-            info.covers_from = Some(gap_since);
+        if let Some(batch) = batch {
+            self.batches.cover_from(batch, gap_since);
         }
     }
 
@@ -2089,12 +1939,10 @@ impl RelaySession {
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
-        if conn.live.uncovered.is_empty() {
+        let Some((from, filters)) = conn.live.poll(now.unix) else {
             return;
-        }
-        let from = conn.live.poll_from.unwrap_or(now.unix);
+        };
         let since = Timestamp::from_secs(from.as_secs().saturating_sub(window));
-        let filters: Vec<Filter> = conn.live.uncovered.iter().cloned().collect();
         debug!(relay = %cx.relay, filters = filters.len(), "polling live filters that do not fit");
         cx.stats.uncovered_polls += 1;
         let jobs = self.poll_jobs(&filters, since, cx.config);
@@ -2106,8 +1954,8 @@ impl RelaySession {
             SyncMethod::ReqEose,
             jobs,
         );
-        if let Some(info) = batch.and_then(|batch| self.batches.get_mut(batch)) {
-            info.covers_from = Some(from);
+        if let Some(batch) = batch {
+            self.batches.cover_from(batch, from);
         }
     }
 
@@ -2235,10 +2083,10 @@ impl RelaySession {
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
-        let waiting_live = std::mem::take(&mut conn.live.deferred_live);
-        let no_live = conn.live.count() == 0 && conn.live.waiting_live.is_empty();
-        let over = conn.live.count() + conn.live.waiting_live.len() > live_slots;
-        let polling = !conn.live.uncovered.is_empty();
+        let waiting_live = conn.live.take_deferred();
+        let no_live = conn.live.count() == 0 && conn.live.waiting_count() == 0;
+        let over = conn.live.count() + conn.live.waiting_count() > live_slots;
+        let polling = conn.live.is_polling();
         // Layer 1 live went with a consolidation that found no slot, or the
         // live slots shrank (limits told or learned after connecting): cover
         // everything again within them.
@@ -2252,11 +2100,8 @@ impl RelaySession {
         }
         let rebuild_waiting = self.timers.is_set(RelayTimer::RebuildLive);
         if let Some(conn) = self.link.conn_mut() {
-            if conn.live.deferred_live.is_empty()
-                && conn.live.waiting_live.is_empty()
-                && !rebuild_waiting
-            {
-                conn.live.live_gap_since = None;
+            if !conn.live.waits() && !rebuild_waiting {
+                conn.live.gap_covered();
             }
         }
         while self.may_open_historic(now.instant, cx.store_keeps_up(), cx.config) {
@@ -2274,7 +2119,7 @@ impl RelaySession {
             let Some(filters) = self
                 .link
                 .conn_mut()
-                .and_then(|conn| conn.live.waiting_live.pop())
+                .and_then(|conn| conn.live.next_waiting())
             else {
                 return;
             };
@@ -2282,9 +2127,11 @@ impl RelaySession {
         }
     }
 
-    /// Starts a queued job: its subscription and its first frame. What was
-    /// learned since the job was planned may change how its filter is
-    /// synced ([`RelaySession::sync_method`]).
+    /// Starts a queued job: its subscription and its first frame
+    /// ([`Job::open`] builds them by kind). What was learned since the job
+    /// was planned may change how its filter is synced
+    /// ([`RelaySession::sync_method`]) and how it fits the relay's frames
+    /// ([`Job::fit`]).
     fn start_job(&mut self, cx: &mut Ctx<'_>, now: Now, queued: QueuedJob) {
         let QueuedJob { batch, job } = queued;
         let budget = self.learned.frame_budget(cx.config);
@@ -2296,110 +2143,25 @@ impl RelaySession {
             }
             job => job,
         };
-        let relay = cx.relay.clone();
-        let subscribe = |id: &SubscriptionId, filters: Vec<Filter>| Command::Subscribe {
-            relay: relay.clone(),
-            id: id.clone(),
-            filters,
-        };
-        let mut sent_items = None;
-        let (id, sub, first) = match job {
-            Job::Req(filter) => {
-                // A filter too large for the relay's frames (a long list of
-                // repositories) is split; the parts join the batch.
-                let mut parts =
-                    super::frames::split_to_fit(filter, super::frames::req_room(budget));
-                let mut filter = parts.remove(0);
-                if !parts.is_empty() {
-                    self.add_jobs(batch, parts.into_iter().map(Job::Req).collect());
-                }
-                if filter.limit.is_none() {
-                    filter.limit = Some(self.learned.page_limit(cx.config));
-                }
-                let id = cx.out.sub_id("req");
-                let sub = Sub::Req {
-                    batch,
-                    paging: PaginationState::new(filter.clone()),
-                    watch: self.watch_request(now.instant),
-                };
-                let first = subscribe(&id, vec![filter]);
-                (id, sub, Some(first))
-            }
-            Job::Page(paging) => {
-                let id = cx.out.sub_id("req");
-                let first = subscribe(&id, vec![paging.current_filter()]);
-                let sub = Sub::Req {
-                    batch,
-                    paging: *paging,
-                    watch: self.watch_request(now.instant),
-                };
-                (id, sub, Some(first))
-            }
-            Job::Negentropy(filter) => {
-                let id = cx.out.sub_id("neg");
-                let first = Command::QueryLocalItems {
-                    relay: relay.clone(),
-                    id: id.clone(),
-                    filter: filter.clone(),
-                };
-                (id, Sub::negentropy(batch, filter, false, now), Some(first))
-            }
-            Job::NegentropySent(filter) => {
-                let id = cx.out.sub_id("neg");
-                sent_items = Some(self.sent_items(cx, now, batch, &filter));
-                (id, Sub::negentropy(batch, filter, true, now), None)
-            }
-            Job::Fetch { filter, fruitless } => {
-                let id = cx.out.sub_id("fetch");
-                let missing: HashSet<EventId> =
-                    filter.ids.clone().unwrap_or_default().into_iter().collect();
-                let first = subscribe(&id, vec![filter.clone()]);
-                let sub = Sub::Fetch {
-                    batch,
-                    filter,
-                    missing,
-                    fruitless,
-                };
-                (id, sub, Some(first))
-            }
-            Job::Poll(filters) => {
-                let id = cx.out.sub_id("poll");
-                let first = subscribe(&id, filters.clone());
-                let pages: Vec<PaginationState> =
-                    filters.iter().cloned().map(PaginationState::new).collect();
-                let received = vec![Vec::new(); pages.len()];
-                let sub = Sub::Poll {
-                    batch,
-                    filters,
-                    pages,
-                    received,
-                    watch: self.watch_request(now.instant),
-                };
-                (id, sub, Some(first))
-            }
-        };
-        if let Some(first) = first {
-            self.emit(cx, first);
+        let page_limit = self.learned.page_limit(cx.config);
+        let (job, parts) = job.fit(super::frames::req_room(budget), page_limit);
+        if !parts.is_empty() {
+            self.add_jobs(batch, parts);
         }
-        if let Some(conn) = self.link.conn_mut() {
-            conn.subs.insert(id.clone(), sub);
-            conn.last_opened = Some(id.clone());
-        }
+        let id = cx.out.sub_id(job.sub_prefix());
+        let Some(conn) = self.link.conn_mut() else {
+            return;
+        };
+        let (sub, opening) = job.open(batch, cx.relay, &id, now.instant, conn);
+        conn.opened(id.clone(), sub);
         self.batches.progress(batch, now.instant);
-        if let Some(items) = sent_items {
-            // No store query: the local side is known already.
-            self.open_negentropy(cx, now, &id, &items);
-        }
-    }
-
-    /// Numbers a historic REQ frame sent to the relay at `now`.
-    fn watch_request(&mut self, now: Instant) -> ReqWatch {
-        match self.link.conn_mut() {
-            Some(conn) => conn.watch_request(now),
-            None => ReqWatch {
-                sent: 0,
-                heard_at: now,
-            },
+        match opening {
+            Opening::Send(first) => self.emit(cx, first),
+            Opening::FromSent(filter) => {
+                // No store query: the local side is known already.
+                let items = self.sent_items(cx, now, batch, &filter);
+                self.open_negentropy(cx, now, &id, &items);
+            }
         }
     }
 
@@ -2413,18 +2175,16 @@ impl RelaySession {
         let Some(batch) = self
             .link
             .conn_mut()
-            .and_then(|conn| conn.subs.shift_remove(id))
+            .and_then(|conn| conn.subs.remove(id))
             .and_then(|sub| sub.batch())
         else {
             return;
         };
-        self.batches.progress(batch, now.instant);
-        let Some(info) = self.batches.get_mut(batch) else {
+        let Some(info) = self.batches.finish_job(batch, now.instant) else {
             return;
         };
-        info.jobs = info.jobs.saturating_sub(1);
         let done = info.is_done();
-        if info.jobs == 0 && info.purpose == Purpose::Poll && self.is_connected() {
+        if info.jobs_finished() && info.purpose() == Purpose::Poll && self.is_connected() {
             let next = now.instant + cx.config.timeouts.uncovered_poll_interval;
             self.timers.set_unless_set(RelayTimer::Poll, next);
         }
@@ -2454,42 +2214,37 @@ impl RelaySession {
     /// Counts events of `batch` handed to the store (`+1`) or answered
     /// (`-1`); a batch whose jobs are done confirms with its last store.
     pub(crate) fn count_store(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId, delta: i32) {
-        let Some(info) = self.batches.get_mut(batch) else {
+        let Some(info) = self.batches.count_store(batch, delta) else {
             return;
-        };
-        info.stores = if delta >= 0 {
-            info.stores.saturating_add(delta.unsigned_abs() as usize)
-        } else {
-            info.stores.saturating_sub(delta.unsigned_abs() as usize)
         };
         if info.is_done() {
             self.complete_batch(cx, now, batch);
         }
     }
 
-    /// Confirms `batch` (the one completion rule, [`BatchInfo::is_done`],
+    /// Confirms `batch` (the one completion rule, [`Batch::is_done`],
     /// held): what it synced is recorded by its purpose — its items
     /// confirmed, Layer 1 synced, the next poll scheduled from its start.
     fn complete_batch(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId) {
-        let Some((info, Some(pending))) = self.batches.end(batch) else {
+        let Some(info) = self.batches.end(batch) else {
             return;
         };
-        debug!(relay = %cx.relay, %batch, purpose = ?info.purpose, "batch confirmed");
+        debug!(relay = %cx.relay, %batch, purpose = ?info.purpose(), "batch confirmed");
         cx.stats.batches_confirmed += 1;
-        if matches!(info.purpose, Purpose::Layer1 | Purpose::Items) {
+        if matches!(info.purpose(), Purpose::Layer1 | Purpose::Items) {
             cx.stats.history_reads_confirmed += 1;
         }
         self.work_confirmed();
         let Some(state) = self.state.as_mut() else {
             return;
         };
-        match info.purpose {
-            Purpose::Items => state.confirm(&pending.items, cx.repos.ids()),
+        match info.purpose() {
+            Purpose::Items => state.confirm(info.items(), cx.repos.ids()),
             Purpose::Layer1 => state.announcements_synced = true,
             Purpose::CatchUp | Purpose::Gap => {}
             Purpose::Poll => {
                 if let Some(conn) = self.link.conn_mut() {
-                    conn.live.poll_from = Some(info.started_unix);
+                    conn.live.polled_from(info.started_unix());
                     let next = now.instant + cx.config.timeouts.uncovered_poll_interval;
                     self.timers.set(RelayTimer::Poll, next);
                 }
@@ -2505,7 +2260,7 @@ impl RelaySession {
     /// moment, a poll repeated (`poll_from` stays: the next poll covers this
     /// one's span).
     pub(crate) fn fail_batch(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId, reason: &str) {
-        let Some((info, _)) = self.batches.end(batch) else {
+        let Some(info) = self.batches.end(batch) else {
             return;
         };
         warn!(relay = %cx.relay, %batch, reason, "batch failed; its items will be planned again");
@@ -2514,19 +2269,10 @@ impl RelaySession {
         let mut closing = Vec::new();
         if let Some(conn) = self.link.conn_mut() {
             conn.queue.retain(|queued| queued.batch != batch);
-            let ids: Vec<SubscriptionId> = conn
-                .subs
-                .iter()
-                .filter(|(_, sub)| sub.batch() == Some(batch))
-                .map(|(id, _)| id.clone())
-                .collect();
-            closing = ids
-                .into_iter()
-                .filter_map(|id| conn.subs.shift_remove(&id).map(|sub| (id, sub)))
-                .collect();
+            closing = conn.subs.remove_batch(batch);
         }
         let retry_at = now.instant + self.work_failed(&cx.config.health);
-        match info.purpose {
+        match info.purpose() {
             Purpose::Items => self.timers.set(RelayTimer::Replan, retry_at),
             Purpose::Layer1 => self.timers.set(RelayTimer::Layer1Retry, retry_at),
             Purpose::CatchUp => {
@@ -2537,9 +2283,8 @@ impl RelaySession {
                 self.timers.set(RelayTimer::Replan, retry_at);
             }
             Purpose::Gap => {
-                if let (Some(conn), Some(from)) = (self.link.conn_mut(), info.covers_from) {
-                    conn.live.live_gap_since =
-                        Some(conn.live.live_gap_since.map_or(from, |gap| gap.min(from)));
+                if let (Some(conn), Some(from)) = (self.link.conn_mut(), info.covers_from()) {
+                    conn.live.missing_since(from);
                 }
                 self.timers.set(RelayTimer::RebuildLive, retry_at);
             }
@@ -2575,19 +2320,42 @@ impl RelaySession {
 
     // --- Timeouts -----------------------------------------------------------
 
+    /// Fires everything of the session due at `now`
+    /// ([`RelaySession::next_deadline`] names each kind), in this order:
+    /// the due `since` poll of live filters that do not fit
+    /// ([`RelaySession::poll_uncovered`]), what is overdue
+    /// ([`RelaySession::expire`]), the retries whose delay is over
+    /// ([`RelaySession::run_retries`]). What only the engine can do is
+    /// returned: a connection attempt past its timeout
+    /// ([`RelaySession::connect_timed_out`]), items to plan again. Firing
+    /// early or twice is harmless: each step checks the state again.
+    pub(crate) fn handle_timeout(&mut self, cx: &mut Ctx<'_>, now: Now) -> TimeoutOutcome {
+        if self.poll_due(now.instant) {
+            self.poll_uncovered(cx, now);
+        }
+        let connect_timed_out = self.connect_timed_out(now.instant);
+        self.expire(cx, now);
+        let replan = self.run_retries(cx, now);
+        TimeoutOutcome {
+            connect_timed_out,
+            replan,
+        }
+    }
+
     /// What is overdue on the relay at `now`, in order: REQs it dropped are
     /// resumed ([`RelaySession::stalled_reqs`]; a resumed REQ is progress of
     /// its batch), batches without progress fail
     /// ([`RelaySession::stalled_batches`]) — or the connection is dropped if
-    /// the relay is silent ([`RelaySession::is_silent`],
+    /// the relay is not alive ([`RelaySession::is_alive`],
     /// [`RelaySession::live_unanswered`]) — and unanswered NEG-OPENs are
-    /// refusals ([`RelaySession::negentropy_unanswered`]).
-    pub(crate) fn expire(&mut self, cx: &mut Ctx<'_>, now: Now) {
+    /// refusals ([`RelaySession::negentropy_unanswered`]). Nothing without
+    /// an open connection.
+    fn expire(&mut self, cx: &mut Ctx<'_>, now: Now) {
         for id in self.stalled_reqs(now.instant, cx.config) {
             self.resume_req(cx, now, &id);
         }
         for batch in self.stalled_batches(now.instant, cx.config) {
-            if self.is_silent(now.instant, cx.config) {
+            if !self.is_alive(now.instant, cx.config) {
                 self.drop_silent_connection(cx, now);
             } else {
                 self.fail_batch(cx, now, batch, "no progress before the batch timeout");
@@ -2602,7 +2370,8 @@ impl RelaySession {
     }
 
     /// Resumes the stalled REQ `id` where it was
-    /// ([`PaginationState::resume_interrupted`]; each filter of a packed
+    /// ([`PaginationState::resume_interrupted`](crate::pagination::PaginationState::resume_interrupted);
+    /// each filter of a packed
     /// REQ from its current page), counted in
     /// [`EngineStats::reqs_resumed`]; a batch whose REQs were resumed
     /// [`Timeouts::req_resume_attempts`] times without hearing anything
@@ -2618,23 +2387,18 @@ impl RelaySession {
             return;
         };
         let attempts = cx.config.timeouts.req_resume_attempts;
-        let Some(info) = self.batches.get_mut(batch) else {
+        let Some(may_resume) = self.batches.resume(batch, attempts) else {
             // No batch to resume for (cannot happen: a batch ends with its
             // subscriptions): close it rather than wake for it forever.
-            if let Some(sub) = self
-                .link
-                .conn_mut()
-                .and_then(|conn| conn.subs.shift_remove(id))
-            {
+            if let Some(sub) = self.link.conn_mut().and_then(|conn| conn.subs.remove(id)) {
                 self.send_close(cx, id.clone(), &sub);
             }
             return;
         };
-        if info.req_resumes >= attempts {
+        if !may_resume {
             self.fail_batch(cx, now, batch, "a REQ resumed without an answer");
             return;
         }
-        info.req_resumes += 1;
         cx.stats.reqs_resumed += 1;
         debug!(relay = %cx.relay, %id, %batch, "REQ dropped by the relay without EOSE; resuming it where it was");
         self.unsubscribe(cx, id);
@@ -2648,7 +2412,7 @@ impl RelaySession {
     /// Runs the retries whose delay is over, while connected: Layer 1
     /// again, the live subscriptions rebuilt. `true` if the relay's items
     /// are due to be planned again (by the engine, which holds the targets).
-    pub(crate) fn run_retries(&mut self, cx: &mut Ctx<'_>, now: Now) -> bool {
+    fn run_retries(&mut self, cx: &mut Ctx<'_>, now: Now) -> bool {
         let replan = self.timers.fire(RelayTimer::Replan, now.instant);
         let layer1 = self.timers.fire(RelayTimer::Layer1Retry, now.instant);
         let live = self.timers.fire(RelayTimer::RebuildLive, now.instant);
@@ -2709,7 +2473,7 @@ impl RelaySession {
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
-        let open: Vec<(SubscriptionId, Sub)> = conn.subs.drain(..).collect();
+        let open = conn.subs.take_all();
         *conn = RelayConn::default();
         self.timers.clear(RelayTimer::Poll);
         for (id, sub) in open {
@@ -2756,3 +2520,6 @@ pub(crate) fn count_refused(stats: &mut EngineStats, relay: &RelayUrl, refused: 
     }
     debug!(%relay, %refused, "dropped event");
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,7 +5,7 @@ use nostr::prelude::RelayUrl;
 
 use super::relay_session::RelaySession;
 use super::runtime::RelayConn;
-use crate::model::{RelayPending, RelayProgress, RelayState};
+use crate::model::{ItemsInFlight, RelayProgress, RelayState};
 
 /// Every relay's session, by URL, in the order they were first met (so
 /// every walk over them is deterministic).
@@ -48,10 +48,7 @@ impl Relays {
 
     /// How many batches are in flight over every relay.
     pub(crate) fn batch_count(&self) -> usize {
-        self.sessions
-            .values()
-            .map(|session| session.pending().len())
-            .sum()
+        self.sessions.values().map(RelaySession::batch_count).sum()
     }
 
     /// The session of `relay`, or an empty one (nothing learned) if the
@@ -109,11 +106,6 @@ impl Relays {
         self.sessions.get(relay)?.conn()
     }
 
-    /// [`Relays::conn`], to change.
-    pub(crate) fn conn_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelayConn> {
-        self.sessions.get_mut(relay)?.conn_mut()
-    }
-
     /// `true` while `relay`'s connection is open
     /// ([`RelaySession::is_connected`]).
     pub(crate) fn is_connected(&self, relay: &RelayUrl) -> bool {
@@ -158,7 +150,7 @@ impl RelayProgress for Relays {
             .state()
     }
 
-    fn pending(&self, relay: &RelayUrl) -> Option<&RelayPending> {
-        self.sessions.get(relay).map(RelaySession::pending)
+    fn pending(&self, relay: &RelayUrl) -> Option<&ItemsInFlight> {
+        self.sessions.get(relay).map(RelaySession::items_in_flight)
     }
 }

@@ -4,17 +4,26 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use indexmap::IndexMap;
 use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId};
 
-use super::config::EngineConfig;
+use super::config::{EngineConfig, RelayLimits};
 use super::live_coverage::LiveCoverage;
-use super::session::NegSession;
+use super::liveness::Liveness;
+use super::session::{NegSession, SessionError, Step};
 use super::Command;
-use crate::clock::{Instant, Now};
+use crate::clock::Instant;
 use crate::filters::matches;
 use crate::model::BatchId;
-use crate::pagination::PaginationState;
+use crate::pagination::{PageOutcome, PaginationState};
+
+mod subscriptions;
+
+pub(crate) use subscriptions::Subscriptions;
+
+/// Below this many events a page that repeats one second is taken for the
+/// end of the results, not for a relay's page limit (no relay caps pages
+/// that low), unless the relay told us its limit.
+const PLAUSIBLE_PAGE_LEN: usize = 50;
 
 /// A drop this soon after a large frame is blamed on the frame's size.
 pub(crate) const FRAME_DROP_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
@@ -33,36 +42,6 @@ pub(crate) enum Purpose {
     Gap,
     /// The periodic `since` poll of items whose live filters did not fit.
     Poll,
-}
-
-/// A batch's relay, purpose and remaining work (queued plus running jobs).
-#[derive(Clone, Debug)]
-pub(crate) struct BatchInfo {
-    pub(crate) purpose: Purpose,
-    pub(crate) jobs: usize,
-    /// Events of the batch handed to the store and not stored yet.
-    pub(crate) stores: usize,
-    /// When the batch last made progress (a job started, an event, an EOSE,
-    /// a NEG-MSG); its timeout counts from here while a job of it runs.
-    pub(crate) last_progress: Instant,
-    /// When the batch started (wall clock).
-    pub(crate) started_unix: nostr::prelude::Timestamp,
-    /// Ids a negentropy round of the batch already asked for.
-    pub(crate) fetching: HashSet<EventId>,
-    /// For a gap catch-up or a poll: the moment (wall clock, before the
-    /// quick-reconnect window is taken off) it catches up from.
-    pub(crate) covers_from: Option<nostr::prelude::Timestamp>,
-    /// Stalled REQs of the batch resumed since it last heard anything
-    /// (`SyncEngine::resume_stalled_reqs`).
-    pub(crate) req_resumes: u32,
-}
-
-impl BatchInfo {
-    /// No job queued or running, no event waiting for the store: the one
-    /// completion rule of a batch.
-    pub(crate) fn is_done(&self) -> bool {
-        self.jobs == 0 && self.stores == 0
-    }
 }
 
 /// One unit of historic work: one filter or one chunk of ids.
@@ -91,6 +70,195 @@ pub(crate) enum Job {
     /// know); a filter that fills a page continues as a paginated
     /// [`Job::Page`].
     Poll(Vec<Filter>),
+}
+
+impl Job {
+    /// The job as it starts on a relay whose REQ frames hold `room` bytes
+    /// of filters and whose pages are `page_limit` events: a REQ's filter
+    /// too large for the frames (a long list of repositories) is split, the
+    /// other parts returned to join the batch, and it asks for a page of
+    /// the limit unless it names one. Other jobs start as they are.
+    pub(crate) fn fit(self, room: usize, page_limit: usize) -> (Job, Vec<Job>) {
+        let Job::Req(filter) = self else {
+            return (self, Vec::new());
+        };
+        let mut parts = super::frames::split_to_fit(filter, room);
+        let mut filter = parts.remove(0);
+        if filter.limit.is_none() {
+            filter.limit = Some(page_limit);
+        }
+        (Job::Req(filter), parts.into_iter().map(Job::Req).collect())
+    }
+
+    /// The prefix of the id of the subscription that runs the job.
+    pub(crate) fn sub_prefix(&self) -> &'static str {
+        match self {
+            Job::Req(_) | Job::Page(_) => "req",
+            Job::Negentropy(_) | Job::NegentropySent(_) => "neg",
+            Job::Fetch { .. } => "fetch",
+            Job::Poll(_) => "poll",
+        }
+    }
+
+    /// The subscription `id` that runs this job of `batch` on `relay`,
+    /// opened at `now`, and how it starts ([`Opening`]); a historic REQ is
+    /// numbered on `conn` ([`RelayConn::watch_request`]).
+    pub(crate) fn open(
+        self,
+        batch: BatchId,
+        relay: &RelayUrl,
+        id: &SubscriptionId,
+        now: Instant,
+        conn: &mut RelayConn,
+    ) -> (Sub, Opening) {
+        let subscribe = |filters: Vec<Filter>| {
+            Opening::Send(Command::Subscribe {
+                relay: relay.clone(),
+                id: id.clone(),
+                filters,
+            })
+        };
+        match self {
+            Job::Req(filter) => {
+                let first = subscribe(vec![filter.clone()]);
+                let sub = Sub::Req {
+                    batch,
+                    paging: PaginationState::new(filter),
+                    watch: conn.watch_request(now),
+                };
+                (sub, first)
+            }
+            Job::Page(paging) => {
+                let first = subscribe(vec![paging.current_filter()]);
+                let sub = Sub::Req {
+                    batch,
+                    paging: *paging,
+                    watch: conn.watch_request(now),
+                };
+                (sub, first)
+            }
+            Job::Negentropy(filter) => {
+                let first = Opening::Send(Command::QueryLocalItems {
+                    relay: relay.clone(),
+                    id: id.clone(),
+                    filter: filter.clone(),
+                });
+                (Sub::negentropy(batch, filter, false, now), first)
+            }
+            Job::NegentropySent(filter) => {
+                let first = Opening::FromSent(filter.clone());
+                (Sub::negentropy(batch, filter, true, now), first)
+            }
+            Job::Fetch { filter, fruitless } => {
+                let missing: HashSet<EventId> =
+                    filter.ids.clone().unwrap_or_default().into_iter().collect();
+                let first = subscribe(vec![filter.clone()]);
+                let sub = Sub::Fetch {
+                    batch,
+                    filter,
+                    missing,
+                    fruitless,
+                };
+                (sub, first)
+            }
+            Job::Poll(filters) => {
+                let first = subscribe(filters.clone());
+                let pages: Vec<PaginationState> =
+                    filters.iter().cloned().map(PaginationState::new).collect();
+                let received = vec![Vec::new(); pages.len()];
+                let sub = Sub::Poll {
+                    batch,
+                    filters,
+                    pages,
+                    received,
+                    watch: conn.watch_request(now),
+                };
+                (sub, first)
+            }
+        }
+    }
+}
+
+/// How a job's subscription starts ([`Job::open`]).
+#[derive(Debug)]
+pub(crate) enum Opening {
+    /// With a command: the REQ, or the store asked for a negentropy
+    /// session's local items.
+    Send(Command),
+    /// With nothing sent: a negentropy session of this filter whose local
+    /// items are what the relay sent this sync, which the session knows
+    /// (`RelaySession::sent_items`).
+    FromSent(Filter),
+}
+
+/// What an EOSE means for the subscription it ends ([`Sub::on_eose`]), for
+/// the session to carry out.
+#[derive(Debug)]
+pub(crate) enum EoseOutcome {
+    /// A page of a paginated REQ ended.
+    Page(PageEnded),
+    /// A fetch of `batch` ended without `missing` (from `filter`): asked
+    /// again (`retry`; `fruitless` attempts brought nothing so far), or, if
+    /// not, reported.
+    Fetched {
+        batch: BatchId,
+        filter: Filter,
+        missing: Vec<EventId>,
+        fruitless: u32,
+        retry: bool,
+    },
+    /// A packed poll of `batch` ended: `follow_up` continues, paginated,
+    /// the filters whose page may have been cut.
+    Polled { batch: BatchId, follow_up: Vec<Job> },
+    /// A live subscription is answered now: the relay holds it.
+    LiveAnswered,
+    /// Nothing to do (NIP-77 does not end with EOSE).
+    Ignored,
+}
+
+/// A page of a paginated REQ of `batch` ended ([`EoseOutcome::Page`]).
+#[derive(Debug)]
+pub(crate) struct PageEnded {
+    /// The batch of the REQ.
+    pub(crate) batch: BatchId,
+    /// The next page's filter; `None` when the job is done.
+    pub(crate) next: Option<Filter>,
+    /// Events the page brought.
+    pub(crate) page_len: usize,
+    /// Seconds of the page newly found full of events (some beyond the
+    /// page may be missing).
+    pub(crate) crowded: usize,
+}
+
+/// What a CLOSED means for the subscription it ends ([`Sub::on_closed`]),
+/// for the session to carry out.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ClosedOutcome {
+    /// The slot was refused: asked again later, from where it was.
+    RetryLater,
+    /// A live subscription is gone: covered again by the next rebuild.
+    LiveLost,
+    /// The relay refused a negentropy session: a refusal of NIP-77.
+    NegentropyRefused,
+    /// A historic job was refused: its batch fails.
+    BatchFailed(BatchId),
+}
+
+/// What a NEG-MSG means for the negentropy session it answers
+/// ([`Sub::on_neg_msg`]), for the session to carry out.
+#[derive(Debug)]
+pub(crate) enum NegMsgOutcome {
+    /// The next round of `batch`'s reconciliation: send `message`.
+    Continue { batch: BatchId, message: String },
+    /// Reconciliation of `filter` for `batch` is done: `need`, the ids the
+    /// relay holds and we do not, are to be fetched.
+    Done {
+        batch: BatchId,
+        filter: Filter,
+        need: Vec<EventId>,
+    },
+    /// The round failed: a cap was hit or the message was unreadable.
+    Failed(SessionError),
 }
 
 /// A job waiting for a slot.
@@ -245,13 +413,13 @@ impl Sub {
 
     /// A negentropy session of `filter` for `batch`, waiting for our items
     /// (`sent`: from what the relay sent, else from the store).
-    pub(crate) fn negentropy(batch: BatchId, filter: Filter, sent: bool, now: Now) -> Sub {
+    pub(crate) fn negentropy(batch: BatchId, filter: Filter, sent: bool, now: Instant) -> Sub {
         Sub::Negentropy {
             batch,
             filter,
             session: None,
             answered: false,
-            opened_at: now.instant,
+            opened_at: now,
             sent,
         }
     }
@@ -286,6 +454,261 @@ impl Sub {
             | Sub::Poll { batch, .. } => Some(*batch),
         }
     }
+
+    /// What an EOSE means for this subscription (see [`EoseOutcome`]): a
+    /// page of a REQ ends (`told`: the page limits the relay told), a fetch
+    /// is asked again for what it did not bring while an attempt in
+    /// `fetch_attempts` brings something, a packed poll continues each
+    /// filter whose page may have been cut (on a relay whose page size,
+    /// `group_page_limit`, is known: from its page-th newest event, since
+    /// others' events may match it too), a live subscription is answered.
+    pub(crate) fn on_eose(
+        &mut self,
+        told: &RelayLimits,
+        group_page_limit: Option<usize>,
+        fetch_attempts: u32,
+    ) -> EoseOutcome {
+        match self {
+            Sub::Req { batch, paging, .. } => {
+                let page_limit = told.page_limit_of(&paging.original_filter);
+                let crowded_before = paging.crowded_seconds.len();
+                let page_len = paging.event_count;
+                let outcome = paging.on_eose(page_limit);
+                let plausible = page_limit.unwrap_or(PLAUSIBLE_PAGE_LEN);
+                let crowded = paging.crowded_seconds[crowded_before..]
+                    .iter()
+                    .filter(|second| second.page_len >= plausible)
+                    .count();
+                let next = match outcome {
+                    PageOutcome::NextPage(filter) => Some(filter),
+                    PageOutcome::Complete => None,
+                };
+                EoseOutcome::Page(PageEnded {
+                    batch: *batch,
+                    next,
+                    page_len,
+                    crowded,
+                })
+            }
+            Sub::Fetch {
+                batch,
+                filter,
+                missing,
+                fruitless,
+            } => {
+                let requested = filter.ids.as_ref().map_or(0, |ids| ids.len());
+                let missing: Vec<_> = missing.iter().copied().collect();
+                // A fetch that brought some ids was cut by a clamp: ask for
+                // the rest. One that brought none is asked again a few times,
+                // then the ids are reported.
+                let fruitless = if missing.len() < requested {
+                    0
+                } else {
+                    fruitless.saturating_add(1)
+                };
+                let retry = !missing.is_empty() && fruitless < fetch_attempts;
+                EoseOutcome::Fetched {
+                    batch: *batch,
+                    filter: filter.clone(),
+                    missing,
+                    fruitless,
+                    retry,
+                }
+            }
+            Sub::Poll {
+                batch,
+                pages,
+                received,
+                ..
+            } => {
+                let follow_up = pages
+                    .iter_mut()
+                    .zip(received.iter())
+                    .filter_map(|(page, seen)| {
+                        if let Some(group) = group_page_limit {
+                            return page
+                                .continue_alone(seen, group)
+                                .map(|next| Job::Page(Box::new(next)));
+                        }
+                        let limit = told.page_limit_of(&page.original_filter);
+                        match page.on_eose(limit) {
+                            PageOutcome::NextPage(_) => Some(Job::Page(Box::new(page.clone()))),
+                            PageOutcome::Complete => None,
+                        }
+                    })
+                    .collect();
+                EoseOutcome::Polled {
+                    batch: *batch,
+                    follow_up,
+                }
+            }
+            Sub::Live { answered, .. } => {
+                *answered = true;
+                EoseOutcome::LiveAnswered
+            }
+            Sub::Negentropy { .. } => EoseOutcome::Ignored,
+        }
+    }
+
+    /// What a CLOSED means for this subscription (see [`ClosedOutcome`]):
+    /// a refused slot (`slot_refused`) is retried later; otherwise a live
+    /// subscription waits for its rebuild, a negentropy session is a
+    /// refusal of NIP-77, a historic job fails its batch.
+    pub(crate) fn on_closed(&self, slot_refused: bool) -> ClosedOutcome {
+        match (self, slot_refused) {
+            (_, true) => ClosedOutcome::RetryLater,
+            (Sub::Live { .. }, false) => ClosedOutcome::LiveLost,
+            (Sub::Negentropy { .. }, false) => ClosedOutcome::NegentropyRefused,
+            (
+                Sub::Req { batch, .. } | Sub::Fetch { batch, .. } | Sub::Poll { batch, .. },
+                false,
+            ) => ClosedOutcome::BatchFailed(*batch),
+        }
+    }
+
+    /// Records `event`, which this subscription asked for, where its pages
+    /// are (a fetch's id as found); the batch it counts for, if it is
+    /// historic.
+    pub(crate) fn on_event(&mut self, event: &Event) -> Option<BatchId> {
+        match self {
+            Sub::Req { batch, paging, .. } => {
+                paging.on_event(event.id, event.created_at);
+                Some(*batch)
+            }
+            Sub::Fetch { batch, missing, .. } => {
+                missing.remove(&event.id);
+                Some(*batch)
+            }
+            Sub::Poll {
+                batch,
+                pages,
+                received,
+                ..
+            } => {
+                for (page, seen) in pages.iter_mut().zip(received.iter_mut()) {
+                    if page.matches(event) {
+                        page.on_event(event.id, event.created_at);
+                        seen.push((event.id, event.created_at));
+                    }
+                }
+                Some(*batch)
+            }
+            Sub::Live { .. } | Sub::Negentropy { .. } => None,
+        }
+    }
+
+    /// `true` for a live subscription.
+    pub(crate) fn is_live(&self) -> bool {
+        matches!(self, Sub::Live { .. })
+    }
+
+    /// A live subscription's filters, as it is closed; `None` for the
+    /// other kinds.
+    pub(crate) fn into_live_filters(self) -> Option<Vec<Filter>> {
+        match self {
+            Sub::Live { filters, .. } => Some(filters),
+            _ => None,
+        }
+    }
+
+    /// When a live subscription the relay has not answered yet was opened.
+    pub(crate) fn live_unanswered_since(&self) -> Option<Instant> {
+        match self {
+            Sub::Live {
+                answered: false,
+                opened_at,
+                ..
+            } => Some(*opened_at),
+            _ => None,
+        }
+    }
+
+    /// When a negentropy session's NEG-OPEN, sent and not answered yet,
+    /// was sent.
+    pub(crate) fn neg_open_unanswered_since(&self) -> Option<Instant> {
+        match self {
+            Sub::Negentropy {
+                session: Some(_),
+                answered: false,
+                opened_at,
+                ..
+            } => Some(*opened_at),
+            _ => None,
+        }
+    }
+
+    /// A negentropy session's filter.
+    pub(crate) fn negentropy_filter(&self) -> Option<&Filter> {
+        match self {
+            Sub::Negentropy { filter, .. } => Some(filter),
+            _ => None,
+        }
+    }
+
+    /// `true` for a negentropy session whose NEG-OPEN was sent.
+    pub(crate) fn negentropy_opened(&self) -> bool {
+        matches!(
+            self,
+            Sub::Negentropy {
+                session: Some(_),
+                ..
+            }
+        )
+    }
+
+    /// A negentropy session waiting for its local items (no NEG-OPEN sent
+    /// yet): its filter, and whether the items are what the relay sent
+    /// this sync ([`Job::NegentropySent`]).
+    pub(crate) fn negentropy_waiting(&self) -> Option<(&Filter, bool)> {
+        match self {
+            Sub::Negentropy {
+                filter,
+                session: None,
+                sent,
+                ..
+            } => Some((filter, *sent)),
+            _ => None,
+        }
+    }
+
+    /// The negentropy session `started` from our items, its NEG-OPEN sent
+    /// at `now`.
+    pub(crate) fn negentropy_started(&mut self, started: NegSession, now: Instant) {
+        if let Sub::Negentropy {
+            session, opened_at, ..
+        } = self
+        {
+            *session = Some(started);
+            *opened_at = now;
+        }
+    }
+
+    /// What a NEG-MSG means for this subscription (see [`NegMsgOutcome`]):
+    /// the relay answered, and the session takes its next step; `None` if
+    /// this is not an opened negentropy session.
+    pub(crate) fn on_neg_msg(&mut self, message: &str) -> Option<NegMsgOutcome> {
+        let Sub::Negentropy {
+            batch,
+            filter,
+            session: Some(session),
+            answered,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        *answered = true;
+        let batch = *batch;
+        Some(match session.step(message) {
+            Ok(Step::Continue(message)) => NegMsgOutcome::Continue { batch, message },
+            Ok(Step::Done) => NegMsgOutcome::Done {
+                batch,
+                filter: filter.clone(),
+                need: std::mem::take(&mut session.need),
+            },
+            Err(error) => NegMsgOutcome::Failed(error),
+        })
+    }
 }
 
 /// The state of one open connection.
@@ -293,15 +716,15 @@ impl Sub {
 pub(crate) struct RelayConn {
     /// When the relay last sent anything — a message, or a pong
     /// ([`SyncEngine::handle_relay_alive`](super::SyncEngine::handle_relay_alive))
-    /// — or the connection opened.
-    pub(crate) last_heard: Instant,
+    /// — or the connection opened: whether it is alive.
+    pub(crate) liveness: Liveness,
     /// When the relay last sent a message for one of our historic
     /// subscriptions (an EVENT, EOSE, CLOSED, NEG-MSG or NEG-ERR of a
     /// batch's job): a relay still answering some of them is busy, not
     /// stalled (see `RelaySession::batch_stalls_at`).
     pub(crate) last_historic_data: Instant,
     /// Every slot in use, in opening order.
-    pub(crate) subs: IndexMap<SubscriptionId, Sub>,
+    pub(crate) subs: Subscriptions,
     /// Live coverage: the live subscriptions, what waits, what is polled.
     pub(crate) live: LiveCoverage,
     /// When each recent subscription was opened, for the learned rate.
@@ -331,6 +754,21 @@ pub(crate) struct RelayConn {
 }
 
 impl RelayConn {
+    /// Files the subscription `id`, just opened.
+    pub(crate) fn opened(&mut self, id: SubscriptionId, sub: Sub) {
+        self.subs.insert(id.clone(), sub);
+        self.last_opened = Some(id);
+    }
+
+    /// The next page of the historic REQ `id` is sent at `now`: numbered
+    /// ([`RelayConn::watch_request`]) and watched afresh.
+    pub(crate) fn watch_next_page(&mut self, id: &SubscriptionId, now: Instant) {
+        let next = self.watch_request(now);
+        if let Some(watch) = self.subs.get_mut(id).and_then(Sub::watch_mut) {
+            *watch = next;
+        }
+    }
+
     /// Numbers a historic REQ frame sent at `now`.
     pub(crate) fn watch_request(&mut self, now: Instant) -> ReqWatch {
         self.requests_sent += 1;
@@ -343,19 +781,14 @@ impl RelayConn {
     /// `true` when no historic work is queued or running and no live
     /// subscription waits.
     pub(crate) fn is_quiet(&self) -> bool {
-        self.queue.is_empty()
-            && !self.live.waits()
-            && self
-                .subs
-                .values()
-                .all(|sub| matches!(sub, Sub::Live { .. }))
+        self.queue.is_empty() && !self.live.waits() && self.subs.all_live()
     }
 
     /// The oldest open subscription the relay has not answered at all: the
     /// one a NOTICE refusal is about, since relays answer in order.
     pub(crate) fn oldest_unanswered(&mut self) -> Option<SubscriptionId> {
         while let Some(id) = self.unanswered.pop_front() {
-            if self.subs.contains_key(&id) {
+            if self.subs.contains(&id) {
                 return Some(id);
             }
         }
@@ -426,8 +859,9 @@ impl RelayConn {
     /// answered a REQ sent after it (it overtook this one) or has sent
     /// nothing for any historic subscription for the batch timeout either
     /// (a relay answering our REQs one after another is still working on
-    /// this one). `None` while the relay as a whole would be silent by then:
-    /// it is reconnected instead (`SyncEngine::expire_batches`).
+    /// this one). `None` while the relay as a whole would be silent by then
+    /// ([`Liveness::is_alive`]): it is reconnected instead
+    /// (`RelaySession::expire`).
     pub(crate) fn req_stalls_at(&self, watch: &ReqWatch, config: &EngineConfig) -> Option<Instant> {
         let timeout = config.timeouts.batch_timeout;
         let overtaken = self.newest_answered > watch.sent;
@@ -437,22 +871,14 @@ impl RelayConn {
             watch.heard_at.max(self.last_historic_data)
         };
         let at = quiet_since + timeout;
-        (at < self.last_heard + timeout).then_some(at)
+        self.liveness.is_alive(at, config).then_some(at)
     }
 
     /// The negentropy timeout of the oldest unanswered session.
     pub(crate) fn next_deadline(&self, config: &EngineConfig) -> Option<Instant> {
         self.subs
-            .values()
-            .filter_map(|sub| match sub {
-                Sub::Negentropy {
-                    session: Some(_),
-                    answered: false,
-                    opened_at,
-                    ..
-                } => Some(*opened_at + config.timeouts.negentropy_timeout),
-                _ => None,
-            })
+            .negentropy_unanswered()
+            .map(|(_, opened_at)| opened_at + config.timeouts.negentropy_timeout)
             .min()
     }
 }

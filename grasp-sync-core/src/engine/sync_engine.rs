@@ -188,8 +188,11 @@ impl SyncEngine {
 
     /// `relay`'s batches in flight (its part of the spec's
     /// `PendingSyncIndex`), oldest first.
-    pub fn pending_batches(&self, relay: &RelayUrl) -> &[PendingBatch] {
-        self.relays.view(relay).pending().batches()
+    pub fn pending_batches<'a>(
+        &'a self,
+        relay: &RelayUrl,
+    ) -> impl ExactSizeIterator<Item = &'a PendingBatch> + 'a {
+        self.relays.view(relay).pending_batches()
     }
 
     /// The connection health of `relay`, if the engine knows it.
@@ -364,19 +367,19 @@ impl SyncEngine {
         self.maintain_after(now, Some(relay), before);
     }
 
-    /// Timers: the self-subscriber batch window and connection, connection retries and
-    /// timeouts, batch and negentropy timeouts, rate-limit recovery, delayed
-    /// re-planning, the daily re-sync and the check for relays to drop.
+    /// Timers: the self-subscriber batch window and connection, the
+    /// store's retries, each relay whose deadline is due (its session fires
+    /// its own timers: connect timeout, polls, batch, REQ, negentropy and
+    /// live timeouts, delayed re-planning and retries; its health's
+    /// reconnect and rate-limit recovery are then `maintain`'s), the daily
+    /// re-sync and the check for relays to drop.
     pub fn handle_timeout(&mut self, now: Now) {
         self.observe(now);
         if self.timers.is_due(EngineTimer::OwnBatch, now.instant) {
             self.process_own_batch(now);
         }
         self.run_store_timers(now);
-        self.run_polls(now);
-        self.expire_connects(now);
-        self.expire_sessions(now);
-        self.run_retries(now);
+        self.run_due_sessions(now);
         if self.timers.fire(EngineTimer::Daily, now.instant) {
             self.daily_sync(now);
             let next = self.jitter.between(
@@ -681,21 +684,13 @@ impl SyncEngine {
         }
     }
 
-    /// Abandons connection attempts past their timeout.
-    fn expire_connects(&mut self, now: Now) {
-        let expired: Vec<RelayUrl> = self
-            .relays
-            .iter()
-            .filter(|(_, known)| known.connect_timed_out(now.instant))
-            .map(|(relay, _)| relay.clone())
-            .collect();
-        for relay in expired {
-            debug!(%relay, "connection attempt timed out");
-            self.emit(Command::Disconnect {
-                relay: relay.clone(),
-            });
-            self.on_connect_failed(now, &relay);
-        }
+    /// Abandons `relay`'s connection attempt, past its timeout.
+    fn abandon_connect_attempt(&mut self, now: Now, relay: &RelayUrl) {
+        debug!(%relay, "connection attempt timed out");
+        self.emit(Command::Disconnect {
+            relay: relay.clone(),
+        });
+        self.on_connect_failed(now, relay);
     }
 
     /// A connection attempt failed.
@@ -799,8 +794,8 @@ impl SyncEngine {
     /// A sign of life from a remote relay ([`SyncEngine::handle_relay_alive`]).
     fn on_alive(&mut self, now: Now, relay: &RelayUrl) {
         let before = self.reach();
-        match self.relays.conn_mut(relay) {
-            Some(conn) => conn.last_heard = conn.last_heard.max(now.instant),
+        match self.relays.connected_mut(relay) {
+            Some(session) => session.heard(now.instant, None),
             None => self.ignored(relay, "sign of life from a relay not connected"),
         }
         self.maintain_after(now, Some(relay), before);
@@ -1081,44 +1076,25 @@ impl SyncEngine {
 
     // --- Timeouts ------------------------------------------------------------
 
-    /// Starts the due `since` polls of live filters that do not fit
-    /// ([`RelaySession::poll_uncovered`]).
-    fn run_polls(&mut self, now: Now) {
-        let due: Vec<RelayUrl> = self
-            .relays
-            .iter()
-            .filter(|(_, session)| session.poll_due(now.instant))
-            .map(|(relay, _)| relay.clone())
-            .collect();
-        for relay in due {
-            if let Some((session, mut cx)) = self.session(&relay) {
-                session.poll_uncovered(&mut cx, now);
+    /// The relays whose deadline is due, earliest first
+    /// ([`DeadlineTable::pop_due`]), each fire their own timers
+    /// ([`RelaySession::handle_timeout`]); the engine then does what a
+    /// session cannot: abandons a connection attempt past its timeout, plans
+    /// the relay's items again. Each relay's deadline is refreshed after (a
+    /// relay not due is not looked at).
+    fn run_due_sessions(&mut self, now: Now) {
+        for relay in self.deadlines.pop_due(now.instant) {
+            let Some((session, mut cx)) = self.session(&relay) else {
+                continue;
+            };
+            let outcome = session.handle_timeout(&mut cx, now);
+            if outcome.connect_timed_out {
+                self.abandon_connect_attempt(now, &relay);
             }
-        }
-    }
-
-    /// What is overdue on every connected relay ([`RelaySession::expire`]).
-    fn expire_sessions(&mut self, now: Now) {
-        let connected: Vec<RelayUrl> = self.relays.connected().cloned().collect();
-        for relay in connected {
-            if let Some((session, mut cx)) = self.session(&relay) {
-                session.expire(&mut cx, now);
-            }
-        }
-    }
-
-    /// Re-plans failed items, retries Layer 1, rebuilds refused live
-    /// subscriptions, when their delays are over
-    /// ([`RelaySession::run_retries`]).
-    fn run_retries(&mut self, now: Now) {
-        let relays: Vec<RelayUrl> = self.relays.urls().cloned().collect();
-        for relay in relays {
-            let replan = self
-                .session(&relay)
-                .is_some_and(|(session, mut cx)| session.run_retries(&mut cx, now));
-            if replan {
+            if outcome.replan {
                 self.plan_relay(now, &relay);
             }
+            self.refresh_deadline(&relay);
         }
     }
 
@@ -1713,17 +1689,17 @@ impl SyncEngine {
 
     // --- Deadlines -----------------------------------------------------------
 
-    /// Refreshes `relay`'s entry in the deadline table.
+    /// Refreshes `relay`'s entry in the deadline table
+    /// ([`RelaySession::next_deadline`]).
     fn refresh_deadline(&mut self, relay: &RelayUrl) {
-        let at = self.relays.get(relay).and_then(|session| {
-            let health = session.health_changes_at(self.last_now(), &self.config.health);
-            session.next_deadline(
-                &self.config,
-                health,
-                self.last_now(),
-                self.config.rate_window(),
-            )
-        });
+        let at = self
+            .relays
+            .get(relay)
+            .and_then(|session| session.next_deadline(self.last_now(), &self.config))
+            .map(|(kind, at)| {
+                tracing::trace!(%relay, ?kind, %at, "relay's next deadline");
+                at
+            });
         self.deadlines.set(relay, at);
     }
 
@@ -1807,7 +1783,7 @@ impl SyncEngine {
     fn relay_confirmed(&self, relay: &RelayUrl, state: &RelayState) -> bool {
         self.relays.is_connected(relay)
             && state.announcements_synced
-            && self.relays.view(relay).pending().is_empty()
+            && self.relays.view(relay).batch_count() == 0
             && self.relays.conn(relay).is_some_and(|conn| conn.is_quiet())
             && self.repos.target(relay).is_none_or(|target| {
                 target.repos.is_subset(&state.repos)

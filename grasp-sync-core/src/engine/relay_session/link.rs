@@ -3,6 +3,7 @@
 //! the relay's session. The reported [`ConnectionStatus`] is derived from
 //! it.
 
+use super::super::liveness::Liveness;
 use super::super::runtime::RelayConn;
 use crate::clock::Instant;
 use crate::model::ConnectionStatus;
@@ -80,7 +81,7 @@ impl Link {
         *self = Link::Open {
             since: now,
             conn: Box::new(RelayConn {
-                last_heard: now,
+                liveness: Liveness::opened(now),
                 last_historic_data: now,
                 ..RelayConn::default()
             }),
