@@ -185,11 +185,6 @@ impl WsTransport {
         self.tasks.take()
     }
 
-    /// The relay this connection talks to.
-    pub(crate) fn relay_url(&self) -> &RelayUrl {
-        &self.relay
-    }
-
     /// Queues `message` for the connection's driver task; never waits.
     pub(crate) fn send(&mut self, message: ClientMessage<'_>) -> Result<(), TransportError> {
         let Some(outgoing) = &self.outgoing else {

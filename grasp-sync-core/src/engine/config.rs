@@ -69,7 +69,10 @@ pub struct Identity {
     /// The own relay, when the engine reads it over a connection (the
     /// self-subscriber): the engine asks for the connection
     /// ([`Command::Connect`](super::Command::Connect), reconnecting after the
-    /// [`HealthConfig::own_relay_backoff`](crate::health::HealthConfig::own_relay_backoff)), subscribes live and pages
+    /// [`HealthConfig::own_relay_backoff`](crate::health::HealthConfig::own_relay_backoff);
+    /// an attempt is given up after the base of
+    /// [`HealthConfig::backoff`](crate::health::HealthConfig::backoff), like
+    /// any relay's), subscribes live and pages
     /// through the history (pages of [`Limits::page_limit`]), and takes
     /// the connection's inputs like any relay's, routed by this URL. It is
     /// never synced from (not as a bootstrap relay, nor when an announcement

@@ -15,8 +15,8 @@ use super::config::Jitter;
 use super::deadlines::DeadlineTable;
 use super::ours::{identifier, Layer1Verdict, Ours};
 use super::outbox::Outbox;
-use super::own_relay::{OwnLink, OwnRelay, OWN_CONNECT_TIMEOUT, OWN_HISTORY, OWN_LIVE};
-use super::relay_session::{count_refused, Arrived, Ctx, NegFailure, RelaySession};
+use super::own_relay::{OwnOutcome, OwnSession};
+use super::relay_session::{Arrived, Ctx, NegFailure, RelaySession};
 use super::relay_slots::{Admission, RelaySlots, Service, SlotRules};
 use super::relays::Relays;
 use super::runtime::RelayConn;
@@ -28,13 +28,12 @@ use super::{
     StoreVerdict,
 };
 use crate::clock::{Instant, Now};
-use crate::health::{HealthCounts, HealthState, RelayHealth, Retry};
+use crate::health::{HealthCounts, HealthState, RelayHealth};
 use crate::model::{BatchId, PendingBatch, PendingItems, RelayState, SyncMethod};
 use crate::nip34::{
     is_root_kind, parse_announcement, root_event_repo_refs, RepoRef, KIND_REPO_ANNOUNCEMENT,
     KIND_REPO_STATE,
 };
-use crate::pagination::{PageOutcome, PaginationState};
 use crate::planner::{compute_actions_for_changes, compute_actions_for_relay, RepoSyncIndex};
 use crate::screen::Refused;
 use crate::store::{IngestOutcome, StoreError};
@@ -77,7 +76,9 @@ pub struct SyncEngine {
     repos: RepoSyncIndex,
     /// Every relay's session: what we learned, its connection, its timers.
     relays: Relays,
-    own: OwnRelay,
+    /// The own relay's session: the self-subscriber's connection, its
+    /// history read and batch ([`OwnSession`]).
+    own: OwnSession,
     /// Which Layer 1 events are ours to store, and those waiting to be.
     ours: Ours,
     stores: StoreTracker,
@@ -124,7 +125,7 @@ impl SyncEngine {
             EngineTimer::DisconnectCheck,
             now.instant + config.timeouts.disconnect_check_interval,
         );
-        let own = OwnRelay::new(config.identity.own_relay.clone(), now.instant);
+        let own = OwnSession::new(config.identity.own_relay.clone(), now.instant);
         let mut engine = SyncEngine {
             repos: RepoSyncIndex::new(),
             relays: Relays::default(),
@@ -245,12 +246,7 @@ impl SyncEngine {
 
     /// A relay's NIP-11 limits.
     pub fn handle_relay_limits(&mut self, now: Now, relay: &RelayUrl, limits: RelayLimits) {
-        self.observe(now);
-        if self.own.is_for(relay) {
-            return;
-        }
-        self.relays.entry(relay.clone()).set_limits(limits);
-        self.maintain(now);
+        self.route(now, relay, Input::Limits(limits));
     }
 
     /// The store's answer to [`Command::QueryLocalItems`]
@@ -289,13 +285,7 @@ impl SyncEngine {
 
     /// A message from a relay.
     pub fn handle_relay_message(&mut self, now: Now, relay: &RelayUrl, message: RelayMessage<'_>) {
-        self.observe(now);
-        if self.own.is_for(relay) {
-            return self.on_own_message(now, message);
-        }
-        let before = self.reach();
-        self.on_relay_message(now, relay, message);
-        self.maintain_after(now, Some(relay), before);
+        self.route(now, relay, Input::Message(message));
     }
 
     /// An `EVENT` from a relay that the driver verified already (or found
@@ -327,20 +317,10 @@ impl SyncEngine {
         E: Into<Refused>,
         I: IntoIterator<Item = (S, Result<VerifiedEvent, E>)>,
     {
-        self.observe(now);
-        if self.own.is_for(relay) {
-            for (subscription_id, checked) in events {
-                let checked = checked.map_err(Into::into);
-                self.on_own_checked_event(now, subscription_id.borrow(), checked);
-            }
-            return;
-        }
-        let before = self.reach();
-        for (subscription_id, checked) in events {
-            let checked = checked.map_err(Into::into);
-            self.on_checked_event(now, relay, subscription_id.borrow(), checked);
-        }
-        self.maintain_after(now, Some(relay), before);
+        let mut events = events
+            .into_iter()
+            .map(|(subscription_id, checked)| (subscription_id, checked.map_err(Into::into)));
+        self.route(now, relay, RelayInput::CheckedEvents(&mut events));
     }
 
     /// An event from `relay` the driver refused before it could be parsed
@@ -348,10 +328,11 @@ impl SyncEngine {
     /// the engine's own refusals, and toward the relay's
     /// [`Caps::max_bad_events`](super::Caps::max_bad_events).
     pub fn handle_refused_event(&mut self, now: Now, relay: &RelayUrl, refused: Refused) {
-        self.observe(now);
-        if self.own.is_for(relay) {
-            return count_refused(&mut self.stats, relay, &refused);
-        }
+        self.route(now, relay, Input::Refused(refused));
+    }
+
+    /// A refused event from a remote relay ([`SyncEngine::handle_refused_event`]).
+    fn on_refused_event(&mut self, now: Now, relay: &RelayUrl, refused: Refused) {
         if !self.heard(now, relay, None) {
             return;
         }
@@ -371,17 +352,17 @@ impl SyncEngine {
     /// asked again at once, forever). No `handle_disconnected` is needed
     /// after it.
     pub fn handle_message_too_large(&mut self, now: Now, relay: &RelayUrl, bytes: usize) {
-        self.observe(now);
-        if self.own.is_for(relay) {
-            warn!(%relay, bytes, "own relay sent a message over the size limit");
-            self.stats.dropped_oversized += 1;
-            return self.own_closed(now, "message over the size limit");
-        }
+        self.route(now, relay, Input::TooLarge(bytes));
+    }
+
+    /// An oversized message from a remote relay
+    /// ([`SyncEngine::handle_message_too_large`]).
+    fn on_message_too_large(&mut self, now: Now, relay: &RelayUrl, bytes: usize) {
         let before = self.reach();
         let connected = self.relays.is_connected(relay);
         match self.session(relay) {
             Some((session, mut cx)) if connected => session.message_too_large(&mut cx, now, bytes),
-            _ => return self.handle_disconnected(now, relay),
+            _ => return self.on_disconnected(now, relay),
         }
         self.maintain_after(now, Some(relay), before);
     }
@@ -413,7 +394,7 @@ impl SyncEngine {
             self.timers.set(EngineTimer::DisconnectCheck, next);
         }
         self.maintain(now);
-        self.run_own_relay(now);
+        self.own_timeout(now);
     }
 
     /// The next instant [`SyncEngine::handle_timeout`] has work to do: the
@@ -422,7 +403,7 @@ impl SyncEngine {
     pub fn poll_timeout(&self) -> Option<Instant> {
         [
             self.timers.earliest(),
-            self.own.deadline(),
+            self.own.next_deadline(),
             self.stores
                 .next_deadline(self.config.timeouts.store_timeout),
             self.deadlines.first(),
@@ -459,6 +440,107 @@ impl SyncEngine {
     }
 
     // --- Routing: each relay's input to its session -------------------------
+
+    /// The one place an input on a relay's connection is routed: to the
+    /// own relay's session ([`OwnSession`]) if `relay` is the own relay
+    /// connection's URL, else to the remote relay's handling.
+    fn route<S: Borrow<SubscriptionId>>(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        input: RelayInput<'_, S>,
+    ) {
+        self.observe(now);
+        if self.own.is_for(relay) {
+            self.on_own_input(now, relay, input);
+        } else {
+            self.on_remote_input(now, relay, input);
+        }
+    }
+
+    /// An input on a remote relay's connection.
+    fn on_remote_input<S: Borrow<SubscriptionId>>(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        input: RelayInput<'_, S>,
+    ) {
+        match input {
+            RelayInput::Connected => self.on_connected(now, relay),
+            RelayInput::ConnectFailed => self.on_connect_failed(now, relay),
+            RelayInput::Disconnected => self.on_disconnected(now, relay),
+            RelayInput::Alive => self.on_alive(now, relay),
+            RelayInput::Limits(limits) => {
+                self.relays.entry(relay.clone()).set_limits(limits);
+                self.maintain(now);
+            }
+            RelayInput::Message(message) => {
+                let before = self.reach();
+                self.on_relay_message(now, relay, message);
+                self.maintain_after(now, Some(relay), before);
+            }
+            RelayInput::CheckedEvents(events) => {
+                let before = self.reach();
+                for (subscription_id, checked) in events {
+                    self.on_checked_event(now, relay, subscription_id.borrow(), checked);
+                }
+                self.maintain_after(now, Some(relay), before);
+            }
+            RelayInput::Refused(refused) => self.on_refused_event(now, relay, refused),
+            RelayInput::TooLarge(bytes) => self.on_message_too_large(now, relay, bytes),
+            RelayInput::SendFailed(error) => self.on_send_failed(now, relay, error),
+        }
+    }
+
+    /// An input on the own relay's connection, for its session; the
+    /// engine acts on what it answers ([`SyncEngine::own_outcome`]). Its
+    /// NIP-11 limits and pongs change nothing.
+    fn on_own_input<S: Borrow<SubscriptionId>>(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        input: RelayInput<'_, S>,
+    ) {
+        let own = &mut self.own;
+        let mut cx = Ctx {
+            relay,
+            config: &self.config,
+            out: &mut self.out,
+            stats: &mut self.stats,
+            stores: &mut self.stores,
+            repos: &self.repos,
+        };
+        let outcome = match input {
+            RelayInput::Message(message) => own.on_message(&mut cx, now, message),
+            RelayInput::CheckedEvents(events) => own.on_checked_events(&mut cx, events),
+            RelayInput::Connected => {
+                own.connected(&mut cx);
+                OwnOutcome::default()
+            }
+            RelayInput::ConnectFailed => {
+                own.connect_failed(&mut cx, now);
+                OwnOutcome::default()
+            }
+            RelayInput::Disconnected => {
+                own.connection_closed(&mut cx, now);
+                OwnOutcome::default()
+            }
+            RelayInput::Refused(refused) => {
+                own.refuse(&mut cx, &refused);
+                OwnOutcome::default()
+            }
+            RelayInput::TooLarge(bytes) => {
+                own.message_too_large(&mut cx, now, bytes);
+                OwnOutcome::default()
+            }
+            RelayInput::SendFailed(error) => {
+                own.send_failed(&mut cx, now, error);
+                OwnOutcome::default()
+            }
+            RelayInput::Alive | RelayInput::Limits(_) => OwnOutcome::default(),
+        };
+        self.own_outcome(now, outcome);
+    }
 
     /// `relay`'s session with what its handlers are given ([`Ctx`]), if the
     /// engine knows the relay.
@@ -608,15 +690,17 @@ impl SyncEngine {
         self.emit(Command::Disconnect {
             relay: relay.clone(),
         });
-        self.handle_connect_failed(now, relay);
+        self.on_connect_failed(now, relay);
     }
 
     /// A connection attempt failed.
     pub fn handle_connect_failed(&mut self, now: Now, relay: &RelayUrl) {
-        self.observe(now);
-        if self.own.is_for(relay) {
-            return self.own_closed(now, "connection failed");
-        }
+        self.route(now, relay, Input::ConnectFailed);
+    }
+
+    /// A remote relay's connection attempt failed
+    /// (`RelaySession::connect_failed`).
+    fn on_connect_failed(&mut self, now: Now, relay: &RelayUrl) {
         let failed = self
             .relays
             .get_mut(relay)
@@ -640,10 +724,11 @@ impl SyncEngine {
     /// outage, quick reconnect after a short one
     /// (`RelaySession::connected` tells which), then new items planned.
     pub fn handle_connected(&mut self, now: Now, relay: &RelayUrl) {
-        self.observe(now);
-        if self.own.is_for(relay) {
-            return self.own_connected();
-        }
+        self.route(now, relay, Input::Connected);
+    }
+
+    /// A remote relay's connection opened ([`SyncEngine::handle_connected`]).
+    fn on_connected(&mut self, now: Now, relay: &RelayUrl) {
         let window = self.config.timeouts.quick_reconnect_window;
         if self.relays.is_connected(relay) {
             return self.ignored(relay, "connected twice");
@@ -670,16 +755,18 @@ impl SyncEngine {
     /// is kept for a quick reconnect
     /// (`RelaySession::connection_closed`).
     pub fn handle_disconnected(&mut self, now: Now, relay: &RelayUrl) {
-        self.observe(now);
-        if self.own.is_for(relay) {
-            return self.own_closed(now, "connection lost");
-        }
+        self.route(now, relay, Input::Disconnected);
+    }
+
+    /// A remote relay's connection dropped
+    /// ([`SyncEngine::handle_disconnected`]).
+    fn on_disconnected(&mut self, now: Now, relay: &RelayUrl) {
         if self
             .relays
             .get(relay)
             .is_some_and(RelaySession::is_connecting)
         {
-            return self.handle_connect_failed(now, relay);
+            return self.on_connect_failed(now, relay);
         }
         if !self.relays.is_connected(relay) {
             return self.ignored(relay, "disconnected while not connected");
@@ -701,10 +788,11 @@ impl SyncEngine {
     /// can ping should do so at least every
     /// [`EngineConfig::liveness_probe_interval`].
     pub fn handle_relay_alive(&mut self, now: Now, relay: &RelayUrl) {
-        self.observe(now);
-        if self.own.is_for(relay) {
-            return;
-        }
+        self.route(now, relay, Input::Alive);
+    }
+
+    /// A sign of life from a remote relay ([`SyncEngine::handle_relay_alive`]).
+    fn on_alive(&mut self, now: Now, relay: &RelayUrl) {
         let before = self.reach();
         match self.relays.connected_mut(relay) {
             Some(session) => session.heard(now.instant, None),
@@ -759,7 +847,7 @@ impl SyncEngine {
     /// accepted events, register newly listed relays, and plan what changed.
     fn process_own_batch(&mut self, now: Now) {
         self.timers.clear(EngineTimer::OwnBatch);
-        let events = std::mem::take(&mut self.own.queued);
+        let events = self.own.take_queued();
         debug!(events = events.len(), "processing self-subscriber batch");
         for event in &events {
             if event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT) {
@@ -806,17 +894,10 @@ impl SyncEngine {
         // higher (the same event coming back included).
         let stands =
             |&(at, id): &(Timestamp, EventId)| at > this.0 || (at == this.0 && id <= this.1);
-        if self
-            .own
-            .announced_at
-            .get(&announcement.repo)
-            .is_some_and(stands)
-        {
+        if self.own.announced(&announcement.repo).is_some_and(stands) {
             return;
         }
-        self.own
-            .announced_at
-            .insert(announcement.repo.clone(), this);
+        self.own.note_announced(announcement.repo.clone(), this);
         let listed: Vec<RelayUrl> = announcement
             .relays
             .into_iter()
@@ -1258,7 +1339,7 @@ impl SyncEngine {
             .repos
             .repos()
             .len()
-            .saturating_sub(self.own.announced_at.len());
+            .saturating_sub(self.own.announced_count());
         if unannounced < self.config.caps.max_unannounced_repos {
             return true;
         }
@@ -1317,21 +1398,19 @@ impl SyncEngine {
     /// its work planned again on reconnect (the own relay's: reconnected
     /// after its backoff).
     pub fn handle_send_failed(&mut self, now: Now, relay: &RelayUrl, error: &TransportError) {
-        self.observe(now);
-        if self.own.is_for(relay) {
-            warn!(%relay, %error, "cannot send to the own relay; reconnecting");
-            self.emit(Command::Disconnect {
-                relay: relay.clone(),
-            });
-            return self.own_closed(now, "send failed");
-        }
+        self.route(now, relay, Input::SendFailed(error));
+    }
+
+    /// A remote relay's connection could not take a message
+    /// ([`SyncEngine::handle_send_failed`]).
+    fn on_send_failed(&mut self, now: Now, relay: &RelayUrl, error: &TransportError) {
         if self
             .relays
             .get(relay)
             .is_some_and(RelaySession::is_connecting)
         {
             // The connect itself could not be started.
-            return self.handle_connect_failed(now, relay);
+            return self.on_connect_failed(now, relay);
         }
         if !self.relays.is_connected(relay) {
             return self.ignored(relay, "send failure while not connected");
@@ -1483,17 +1562,7 @@ impl SyncEngine {
     /// quick-reconnect window. The engine subscribes with it when the own
     /// relay connection opens; reading it changes nothing.
     pub fn own_subscription_filter(&self) -> nostr::prelude::Filter {
-        let since = self.own.caught_up_to.map(|at| {
-            Timestamp::from_secs(
-                at.as_secs()
-                    .saturating_sub(self.config.timeouts.quick_reconnect_window.as_secs()),
-            )
-        });
-        let filter = crate::filters::own_relay_filter();
-        match since {
-            Some(since) => filter.since(since),
-            None => filter,
-        }
+        self.own.subscription_filter(&self.config)
     }
 
     /// Events the own relay accepted, for an embedder that has no own relay
@@ -1512,7 +1581,7 @@ impl SyncEngine {
     /// query, up to an EOSE that brought nothing more), and always without
     /// an own relay (an embedding relay hands its events in process).
     pub fn own_history_complete(&self) -> bool {
-        self.own.url.is_none() || self.own.history_complete()
+        self.own.history_complete()
     }
 
     /// Queues accepted events for the self-subscriber batch.
@@ -1520,224 +1589,44 @@ impl SyncEngine {
     where
         I: IntoIterator<Item = Event>,
     {
-        let before = self.own.queued.len();
-        self.own.queued.extend(events);
-        if self.own.queued.len() > before {
+        let queued = self.own.queue(events);
+        self.own_outcome(
+            now,
+            OwnOutcome {
+                queued,
+                history_read: false,
+            },
+        );
+    }
+
+    /// What the own relay's session answered: the batch window starts when
+    /// events were queued; a history read is planned now, not after the
+    /// window (`OwnSession::history_read`).
+    fn own_outcome(&mut self, now: Now, outcome: OwnOutcome) {
+        if outcome.queued {
             let closes = now.instant + self.config.timeouts.batch_window;
             self.timers.set_unless_set(EngineTimer::OwnBatch, closes);
         }
-    }
-
-    /// The own relay's timers: connect when the backoff is over, give up a
-    /// connect attempt past its timeout.
-    fn run_own_relay(&mut self, now: Now) {
-        let Some(relay) = self.own.url.clone() else {
-            return;
-        };
-        match self.own.link {
-            OwnLink::Closed { reconnect_at } if reconnect_at <= now.instant => {
-                debug!(%relay, "connecting to the own relay");
-                self.own.link = OwnLink::Connecting {
-                    deadline: now.instant + OWN_CONNECT_TIMEOUT,
-                };
-                self.emit(Command::Connect {
-                    relay,
-                    timeout: OWN_CONNECT_TIMEOUT,
-                });
-            }
-            OwnLink::Connecting { deadline } if deadline <= now.instant => {
-                self.emit(Command::Disconnect { relay });
-                self.own_lost(now, "connect timed out");
-            }
-            _ => {}
-        }
-    }
-
-    /// The own relay connection opened: the live subscription and the
-    /// first history page.
-    fn own_connected(&mut self) {
-        if !matches!(self.own.link, OwnLink::Connecting { .. }) {
-            return self.own_ignored("connected without an attempt");
-        }
-        let Some(relay) = self.own.url.clone() else {
-            return;
-        };
-        self.own.retry = None;
-        // A relay caps each REQ, and root events would crowd old
-        // announcements out of a single one: the history is paged.
-        let filter = self.own_subscription_filter();
-        let live = filter.clone().limit(0);
-        let history = filter.limit(self.config.limits.page_limit);
-        self.emit(Command::Subscribe {
-            relay: relay.clone(),
-            id: SubscriptionId::new(OWN_LIVE),
-            filters: vec![live],
-        });
-        self.emit(Command::Subscribe {
-            relay,
-            id: SubscriptionId::new(OWN_HISTORY),
-            filters: vec![history.clone()],
-        });
-        self.own.link = OwnLink::Open {
-            history: Some(Box::new(PaginationState::new(history))),
-        };
-    }
-
-    /// The own relay connection could not be opened, dropped, or could not
-    /// take a message.
-    fn own_closed(&mut self, now: Now, why: &str) {
-        match self.own.link {
-            OwnLink::Connecting { .. } | OwnLink::Open { .. } => self.own_lost(now, why),
-            OwnLink::Unused | OwnLink::Closed { .. } => self.own_ignored("closed while closed"),
-        }
-    }
-
-    /// The connection is gone. If its history had been read completely,
-    /// everything up to now was seen; otherwise the catch-up point stays
-    /// where the last complete read left it. The next attempt is due after
-    /// `HealthConfig::own_relay_backoff`.
-    fn own_lost(&mut self, now: Now, why: &str) {
-        warn!(reason = why, "own relay connection lost; retrying");
-        if self.own.history_complete() {
-            self.own.caught_up_to = Some(now.unix);
-        }
-        let backoff = self.config.health.own_relay_backoff;
-        let delay = Retry::fail_in(&mut self.own.retry, backoff);
-        self.own.link = OwnLink::Closed {
-            reconnect_at: now.instant + delay,
-        };
-    }
-
-    /// A message from the own relay: the events of the self-subscription,
-    /// the end of a history page, or a CLOSED (start over).
-    fn on_own_message(&mut self, now: Now, message: RelayMessage<'_>) {
-        if !matches!(self.own.link, OwnLink::Open { .. }) {
-            return self.own_ignored("message while not connected");
-        }
-        match message {
-            RelayMessage::Event {
-                subscription_id,
-                event,
-            } => self.on_own_event(now, &subscription_id, event.into_owned()),
-            RelayMessage::EndOfStoredEvents(id) if id.as_str() == OWN_HISTORY => {
-                self.next_own_page(now)
-            }
-            RelayMessage::Closed {
-                subscription_id,
-                message,
-            } => {
-                warn!(id = %subscription_id, %message, "own relay closed the self-subscription; reconnecting");
-                if let Some(relay) = self.own.url.clone() {
-                    self.emit(Command::Disconnect { relay });
-                }
-                self.own_lost(now, "self-subscription closed");
-            }
-            _ => {}
-        }
-    }
-
-    /// An `EVENT` from the own relay that the driver verified already (or
-    /// found forged).
-    fn on_own_checked_event(
-        &mut self,
-        now: Now,
-        subscription_id: &SubscriptionId,
-        checked: Result<VerifiedEvent, Refused>,
-    ) {
-        if !matches!(self.own.link, OwnLink::Open { .. }) {
-            return self.own_ignored("event while not connected");
-        }
-        match checked {
-            Ok(event) => self.on_own_event(now, subscription_id, event.into_event()),
-            Err(refused) => {
-                if let Some(relay) = &self.own.url {
-                    count_refused(&mut self.stats, relay, &refused);
-                }
-            }
-        }
-    }
-
-    /// An event of the self-subscription: counted on its history page,
-    /// queued for the batch (not again when a page repeats it: `until` is
-    /// inclusive). The own relay accepted it: it is not checked again.
-    fn on_own_event(&mut self, now: Now, subscription_id: &SubscriptionId, event: Event) {
-        match subscription_id.as_str() {
-            OWN_HISTORY => {
-                if let OwnLink::Open {
-                    history: Some(paging),
-                } = &mut self.own.link
-                {
-                    if !paging.on_event(event.id, event.created_at) {
-                        return;
-                    }
-                }
-            }
-            OWN_LIVE => {
-                if self.own_echo(&event.id) {
-                    self.stats.own_echoes += 1;
-                    return;
-                }
-            }
-            _ => return self.own_ignored("event of an unknown subscription"),
-        }
-        self.queue_own_events(now, [event]);
-    }
-
-    /// Is this live event of the own relay one this engine stored itself
-    /// lately? The store's answer queued it for planning then
-    /// (`plan_stored`); an event still waiting for that answer is not an
-    /// echo yet, and is queued (planning it twice is harmless, missing it
-    /// is not).
-    fn own_echo(&self, id: &EventId) -> bool {
-        self.stores.stored_lately.contains(id)
-    }
-
-    /// The end of a history page: the next page, or the history is complete.
-    fn next_own_page(&mut self, now: Now) {
-        let Some(relay) = self.own.url.clone() else {
-            return;
-        };
-        let OwnLink::Open {
-            history: Some(paging),
-        } = &mut self.own.link
-        else {
-            return;
-        };
-        let id = SubscriptionId::new(OWN_HISTORY);
-        match paging.on_eose(None) {
-            PageOutcome::NextPage(filter) => self.emit(Command::Subscribe {
-                relay,
-                id,
-                filters: vec![filter],
-            }),
-            PageOutcome::Complete => {
-                self.own.link = OwnLink::Open { history: None };
-                self.emit(Command::Unsubscribe { relay, id });
-                self.own_history_read(now);
-            }
-        }
-    }
-
-    /// The own relay's history was read completely on the current
-    /// connection: the catch-up point moves to now, and the live
-    /// subscription keeps it moving until the connection drops.
-    ///
-    /// The history read is one batch: what it brought is planned now, not
-    /// after the batch window (which is for live events), so a start does
-    /// not wait the window before the first event is synced.
-    fn own_history_read(&mut self, now: Now) {
-        info!("own relay history read");
-        self.own.caught_up_to = Some(now.unix);
-        if self.timers.is_set(EngineTimer::OwnBatch) {
+        if outcome.history_read && self.timers.is_set(EngineTimer::OwnBatch) {
             self.process_own_batch(now);
             self.maintain(now);
         }
     }
 
-    /// Counts and logs an own relay input that does not fit the state.
-    fn own_ignored(&mut self, what: &str) {
-        self.stats.inputs_ignored += 1;
-        debug!(what, "own relay input ignored in the current state");
+    /// The own relay session's timers ([`OwnSession::handle_timeout`]).
+    fn own_timeout(&mut self, now: Now) {
+        let Some(relay) = self.own.url().cloned() else {
+            return;
+        };
+        let mut cx = Ctx {
+            relay: &relay,
+            config: &self.config,
+            out: &mut self.out,
+            stats: &mut self.stats,
+            stores: &mut self.stores,
+            repos: &self.repos,
+        };
+        self.own.handle_timeout(&mut cx, now);
     }
 
     // --- After every input ---------------------------------------------------
@@ -1786,7 +1675,7 @@ impl SyncEngine {
     /// are planned at once: the self-subscriber's batch window gathers a
     /// drip of live events, it is no reason to wait for completed work (the
     /// own relay's history read is planned when read, too:
-    /// `own_history_read`).
+    /// `OwnSession::history_read`).
     fn plan_completed_history(&mut self, now: Now) {
         let confirmed = self.stats.history_reads_confirmed;
         if confirmed == self.history_planned {
@@ -1886,7 +1775,7 @@ impl SyncEngine {
     /// The self-subscriber's batch is processed and every event handed to
     /// the store was stored (or refused for good).
     fn nothing_waits_for_the_store(&self) -> bool {
-        self.own.queued.is_empty() && self.stores.in_flight() == 0
+        self.own.nothing_queued() && self.stores.in_flight() == 0
     }
 
     /// Connected, nothing pending or queued, Layer 1 and every target item
@@ -1984,6 +1873,36 @@ impl LeftOut {
     }
 }
 
+/// An input on a relay's connection, as the driver reports it through the
+/// public `handle_*` methods, routed once to the own relay's session or the
+/// remote relay's ([`SyncEngine::route`]). `S` is how a checked event's
+/// subscription id is held ([`SyncEngine::handle_checked_events`]).
+enum RelayInput<'a, S> {
+    /// The connection opened.
+    Connected,
+    /// The connection attempt failed.
+    ConnectFailed,
+    /// The connection dropped.
+    Disconnected,
+    /// A sign of life that is not a message (a pong).
+    Alive,
+    /// The relay's NIP-11 limits.
+    Limits(RelayLimits),
+    /// A relay message.
+    Message(RelayMessage<'a>),
+    /// `EVENT`s the driver checked, in the order they arrived.
+    CheckedEvents(&'a mut dyn Iterator<Item = (S, Result<VerifiedEvent, Refused>)>),
+    /// An event the driver refused before it could be parsed.
+    Refused(Refused),
+    /// A message over the driver's size limit ended the connection.
+    TooLarge(usize),
+    /// The connection could not take a command's message.
+    SendFailed(&'a TransportError),
+}
+
+/// A [`RelayInput`] that carries no checked events.
+type Input<'a> = RelayInput<'a, SubscriptionId>;
+
 /// Relay URLs refused by the policy that are warned about once each.
 const REFUSED_RELAYS_REMEMBERED: usize = 10_000;
 
@@ -2075,23 +1994,58 @@ mod tests {
 
     #[test]
     fn the_own_relay_s_echo_of_what_we_stored_is_not_queued_again() {
-        let mut engine = engine(vec![own()]);
-        engine.own.link = OwnLink::Open { history: None };
+        let mut config = EngineConfig::default();
+        config.identity.service_relays = vec![own()];
+        config.identity.own_relay = Some(own());
+        let mut engine = SyncEngine::new(config, now()).expect("valid config");
+        engine.handle_timeout(now());
+        engine.handle_connected(now(), &own());
         let keys = Keys::generate();
         let ours = announcement(&keys, "stored-by-us", &[&own()], &[]);
         let theirs = announcement(&keys, "published-to-the-relay", &[&own()], &[]);
         engine.stores.stored_lately.insert(ours.id, ());
-        let live = SubscriptionId::new(OWN_LIVE);
-        engine.on_own_event(now(), &live, ours);
-        assert!(engine.own.queued.is_empty(), "an echo is not queued");
+        let live = SubscriptionId::new("grasp-sync-own-live");
+        let event = |event: &Event| RelayMessage::event(live.clone(), event.clone());
+        engine.handle_relay_message(now(), &own(), event(&ours));
+        assert!(engine.own.nothing_queued(), "an echo is not queued");
         assert_eq!(engine.stats.own_echoes, 1);
-        engine.on_own_event(now(), &live, theirs.clone());
+        engine.handle_relay_message(now(), &own(), event(&theirs));
         assert_eq!(
-            engine.own.queued.iter().map(|e| e.id).collect::<Vec<_>>(),
+            engine
+                .own
+                .take_queued()
+                .iter()
+                .map(|e| e.id)
+                .collect::<Vec<_>>(),
             vec![theirs.id],
             "an event someone else published is queued"
         );
         assert_eq!(engine.stats.own_echoes, 1);
+    }
+
+    /// The own relay's connect attempt is given up after the configured
+    /// connect timeout (the base backoff), like any relay's, and it is
+    /// connected again after its own backoff.
+    #[test]
+    fn the_own_relay_s_connect_timeout_is_the_configured_one() {
+        let base = std::time::Duration::from_secs(9);
+        let mut config = EngineConfig::default();
+        config.identity.own_relay = Some(own());
+        config.health.backoff = crate::health::ExponentialBackoff::new(base, base * 10);
+        let mut engine = SyncEngine::new(config, now()).expect("valid config");
+        engine.handle_timeout(now());
+        assert!(matches!(
+            engine.poll_command(),
+            Some(Command::Connect { relay, timeout }) if relay == own() && timeout == base
+        ));
+        assert_eq!(engine.poll_timeout(), Some(now().instant + base));
+        let late = Now::new(now().instant + base, now().unix);
+        engine.handle_timeout(late);
+        assert!(
+            matches!(engine.poll_command(), Some(Command::Disconnect { relay }) if relay == own())
+        );
+        let backoff = engine.config().health.own_relay_backoff.base;
+        assert_eq!(engine.poll_timeout(), Some(late.instant + backoff));
     }
 
     #[test]

@@ -153,7 +153,8 @@ pub struct HealthConfig {
     /// (1 s, doubling to 60 s).
     pub store_backoff: ExponentialBackoff,
     /// Delay before the self-subscriber reconnects to the own relay (2 s,
-    /// doubling to 32 s).
+    /// doubling to 32 s). Its connect attempt is given up like any relay's,
+    /// after the base of [`HealthConfig::backoff`] (5 s by default).
     pub own_relay_backoff: ExponentialBackoff,
 }
 

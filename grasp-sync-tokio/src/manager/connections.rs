@@ -1,9 +1,10 @@
-//! The connections the engine's commands are executed on: one per relay
-//! it syncs with (created on first use, dropped when the relay is
-//! forgotten) and the self-subscriber's to the own relay, whose events
-//! were accepted by it and are not verified again, whose messages may be as
-//! large as [`OWN_RELAY_MAX_MESSAGE`], and whose attempts are not relay
-//! sync's. The engine decides everything about each (when to connect,
+//! The connections the engine's commands are executed on, in one map: one
+//! per relay it syncs with (created on first use, dropped when the relay is
+//! forgotten) and the self-subscriber's to the own relay (made at start with
+//! its own configuration: its events were accepted by it and are not
+//! verified again, its messages may be as large as
+//! [`OWN_RELAY_MAX_MESSAGE`], and its attempts are not relay sync's). The
+//! engine decides everything about each (when to connect,
 //! what to send, when to close); a connection reports what happened with
 //! its generation, and [`Connections::is_current`] tells a stale report
 //! from a current one.
@@ -31,9 +32,10 @@ pub(crate) const OWN_RELAY_MAX_MESSAGE: usize = 16 * 1024 * 1024;
 /// Every connection of the run, and what counts their traffic.
 pub(super) struct Connections {
     dialer: Dialer,
+    /// Every relay's connection, the own relay's included.
     transports: HashMap<RelayUrl, WsTransport>,
-    /// The self-subscriber's connection to the own relay.
-    own: Option<WsTransport>,
+    /// The own relay's URL: its reports are the self-subscriber's.
+    own: Option<RelayUrl>,
     /// Bytes sent on every connection.
     sent: Arc<AtomicU64>,
     /// Per relay: bytes sent, connection attempts; to remove a forgotten
@@ -51,13 +53,17 @@ impl Connections {
             sent: Arc::new(AtomicU64::new(0)),
             metrics,
         };
-        connections.own = own_relay.map(|url| connections.own_transport(url));
+        if let Some(url) = own_relay {
+            let transport = connections.own_transport(url.clone());
+            connections.transports.insert(url.clone(), transport);
+            connections.own = Some(url);
+        }
         connections
     }
 
     /// Executes one of the engine's commands for a connection (store work
     /// is not: see `StoreJob::of`): on the relay's connection, created on
-    /// first use (the own relay's for its URL). An error means the
+    /// first use (the own relay's was made at start). An error means the
     /// connection could not take the message.
     pub(super) fn execute(&mut self, command: Command) -> Result<(), TransportError> {
         match command {
@@ -75,19 +81,13 @@ impl Connections {
 
     /// Whether `relay` is the own relay.
     pub(super) fn is_own(&self, relay: &RelayUrl) -> bool {
-        self.own
-            .as_ref()
-            .is_some_and(|own| own.relay_url() == relay)
+        self.own.as_ref() == Some(relay)
     }
 
     /// Whether a report of connection `generation` to `relay` comes from
     /// its current connection (else it is stale).
     pub(super) fn is_current(&self, relay: &RelayUrl, generation: u64) -> bool {
-        let transport = match &self.own {
-            Some(own) if own.relay_url() == relay => Some(own),
-            _ => self.transports.get(relay),
-        };
-        transport.map(WsTransport::generation) == Some(generation)
+        self.transports.get(relay).map(WsTransport::generation) == Some(generation)
     }
 
     /// Bytes sent on every connection so far.
@@ -99,7 +99,6 @@ impl Connections {
     pub(super) fn take_tasks(&mut self) -> Vec<JoinSet<()>> {
         self.transports
             .values_mut()
-            .chain(self.own.as_mut())
             .filter_map(WsTransport::take_tasks)
             .collect()
     }
@@ -107,19 +106,16 @@ impl Connections {
     /// The connection of `relay`, created on first use.
     fn transport(&mut self, relay: &RelayUrl) -> &mut WsTransport {
         let Connections {
-            own,
             transports,
             dialer,
             sent,
             metrics,
+            ..
         } = self;
-        match own {
-            Some(own) if own.relay_url() == relay => own,
-            _ => transports.entry(relay.clone()).or_insert_with(|| {
-                let counter = sent_counter(sent, metrics, relay);
-                WsTransport::new(relay.clone(), dialer.clone(), counter)
-            }),
-        }
+        transports.entry(relay.clone()).or_insert_with(|| {
+            let counter = sent_counter(sent, metrics, relay);
+            WsTransport::new(relay.clone(), dialer.clone(), counter)
+        })
     }
 
     /// The own relay's connection: its events were accepted by it and are
