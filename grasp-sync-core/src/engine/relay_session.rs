@@ -576,9 +576,11 @@ impl RelaySession {
     /// would compare the whole history), or a NEG frame for it does not fit
     /// the relay's frame budget; then REQ+EOSE with `until` pagination.
     /// Missing ids a reconciliation found are fetched by REQ
-    /// ([`RelaySession::fetch_jobs`]).
+    /// ([`RelaySession::fetch_jobs`]). The batches whose filters all carry
+    /// a `since` — a quick reconnect's catch-up, a live gap's, a poll — are
+    /// REQ batches without asking: this answers REQ for every such filter.
     pub(crate) fn sync_method(&self, filter: &Filter, config: &EngineConfig) -> SyncMethod {
-        let negentropy = !self.learned.negentropy_refused()
+        let negentropy = self.nip77_usable()
             && filter.since.is_none()
             && self
                 .learned
@@ -589,6 +591,15 @@ impl RelaySession {
         } else {
             SyncMethod::ReqEose
         }
+    }
+
+    /// `true` while the relay has not refused NIP-77 in any form
+    /// ([`RelaySession::negentropy_failed`]): the relay-wide half of
+    /// [`RelaySession::sync_method`], asked on its own where no filter is
+    /// in question (the method a relay report shows, whether fresh roots
+    /// are reconciled against what the relay sent).
+    pub(crate) fn nip77_usable(&self) -> bool {
+        !self.learned.negentropy_refused()
     }
 
     /// The live plan for `items` — which live REQs cover Layer 1 and the
@@ -1571,7 +1582,7 @@ impl RelaySession {
     /// ([`Job::NegentropySent`]) rather than fetched by one REQ: the relay
     /// does NIP-77 and the engine remembers what relays send.
     fn reconciles_fresh_roots(&self, config: &EngineConfig) -> bool {
-        !self.learned.negentropy_refused() && config.caps.sent_replies_per_relay > 0
+        self.nip77_usable() && config.caps.sent_replies_per_relay > 0
     }
 
     /// A negentropy session of a filter ended without reconciling it: the

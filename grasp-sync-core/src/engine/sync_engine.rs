@@ -1835,7 +1835,7 @@ impl SyncEngine {
 
     fn relay_report(&self, relay: &RelayUrl, state: &RelayState) -> RelayReport {
         let known = self.relays.get(relay);
-        let refused = known.is_some_and(|known| known.learned().negentropy_refused());
+        let refused = known.is_some_and(|known| !known.nip77_usable());
         let health = &self.config.health;
         let retry_at = known.and_then(|known| known.retry_at(health));
         RelayReport {
