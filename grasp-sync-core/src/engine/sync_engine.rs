@@ -1397,16 +1397,12 @@ impl SyncEngine {
         }
     }
 
-    /// An announcement of ours (from a remote relay, or accepted by the own
-    /// relay): its authors become ours, and their candidates are stored.
+    /// An announcement (from a remote relay, or accepted by the own relay),
+    /// with service relays configured: if it is ours
+    /// ([`SyncEngine::is_ours`]), its authors become ours, and their
+    /// candidates are stored.
     fn accept_ours(&mut self, now: Now, event: &Event) {
-        let service = &self.config.identity.service_relays;
-        let lists_us = parse_announcement(event)
-            .is_ok_and(|announcement| announcement.relays.iter().any(|r| service.contains(r)));
-        let by_an_author = identifier(event)
-            .and_then(|id| self.ours.authors.get(&id))
-            .is_some_and(|authors| authors.contains(&event.pubkey));
-        if !(lists_us || by_an_author) {
+        if self.is_ours(event) == Layer1Verdict::Hold {
             return;
         }
         let Some(id) = self.ours.accept(event) else {
