@@ -46,9 +46,17 @@ impl Relays {
         self.tracked
     }
 
-    /// How many batches are in flight over every relay.
-    pub(crate) fn batch_count(&self) -> usize {
-        self.sessions.values().map(RelaySession::batch_count).sum()
+    /// `true` when no relay, tracked or not, has a batch in flight, and
+    /// every open connection is quiet ([`RelayConn::is_quiet`]: nothing
+    /// queued, no live coverage waiting, only live subscriptions open).
+    pub(crate) fn all_quiet(&self) -> bool {
+        self.sessions
+            .values()
+            .all(|session| session.batch_count() == 0)
+            && self
+                .connections()
+                .map(|(_, conn)| conn)
+                .all(RelayConn::is_quiet)
     }
 
     /// The session of `relay`, or an empty one (nothing learned) if the

@@ -19,7 +19,6 @@ use super::own_relay::{OwnLink, OwnRelay, OWN_CONNECT_TIMEOUT, OWN_HISTORY, OWN_
 use super::relay_session::{count_refused, Arrived, Ctx, NegFailure, RelaySession};
 use super::relay_slots::{Admission, RelaySlots, Service, SlotRules};
 use super::relays::Relays;
-use super::runtime::RelayConn;
 use super::stats::{HeldBytes, LiveMode};
 use super::stores::{Handover, StoreTracker};
 use super::timer_table::{EngineTimer, TimerTable};
@@ -226,21 +225,13 @@ impl SyncEngine {
 
     /// `true` when every registered relay is connected and confirmed,
     /// nothing is pending, queued or waiting for the store: historic sync is
-    /// confirmed everywhere, no relay left out as unreachable. The same
-    /// tests as [`SyncEngine::historic_sync_complete`] (without the own
-    /// relay's history), made strict.
+    /// confirmed everywhere, no relay left out as unreachable. It asks what
+    /// [`SyncEngine::historic_sync_complete`] asks
+    /// (`SyncEngine::historic_sync_confirmed`), made strict: no relay left
+    /// out as unreachable, the own relay's history not asked, and no batch
+    /// and no queued work on any relay, tracked or not.
     pub fn is_idle(&self) -> bool {
-        self.nothing_waits_for_the_store()
-            && self.relays.batch_count() == 0
-            && self
-                .relays
-                .connections()
-                .map(|(_, conn)| conn)
-                .all(RelayConn::is_quiet)
-            && self
-                .relays
-                .tracked()
-                .all(|(relay, state)| self.relay_confirmed(relay, state))
+        self.historic_sync_confirmed(false) && self.relays.all_quiet()
     }
 
     /// A relay's NIP-11 limits.
@@ -1872,10 +1863,18 @@ impl SyncEngine {
     /// The one answer to "is historic sync complete?": the tokio adapter's
     /// status reports it as it is.
     pub fn historic_sync_complete(&self) -> bool {
-        self.own_history_complete()
-            && self.nothing_waits_for_the_store()
+        self.own_history_complete() && self.historic_sync_confirmed(true)
+    }
+
+    /// Is historic sync confirmed? Nothing waits for the store, and every
+    /// tracked relay is confirmed or, if `leave_out_unreachable`,
+    /// unreachable: the tests [`SyncEngine::historic_sync_complete`] and
+    /// [`SyncEngine::is_idle`] both ask.
+    fn historic_sync_confirmed(&self, leave_out_unreachable: bool) -> bool {
+        self.nothing_waits_for_the_store()
             && self.relays.tracked().all(|(relay, state)| {
-                self.relay_unreachable(relay) || self.relay_confirmed(relay, state)
+                (leave_out_unreachable && self.relay_unreachable(relay))
+                    || self.relay_confirmed(relay, state)
             })
     }
 
