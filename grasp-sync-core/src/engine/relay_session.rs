@@ -640,10 +640,32 @@ impl RelaySession {
         };
         let over_threshold =
             conn.live.incremental_filters() + new_filters > config.limits.consolidation_threshold;
-        let live_wanted = conn.live.count() + conn.live.waiting_count() + new_reqs;
-        let over_budget = live_wanted > self.learned.live_slots(config)
+        let over_budget = self.over_live_slots(new_reqs, config)
             || conn.subs.len() + new_reqs > self.learned.subscription_limit(config);
         over_threshold || over_budget
+    }
+
+    /// `true` if the live plan must be rebuilt though no filter is added
+    /// ([`RelaySession::pump`] asks): nothing live, open or waiting, and
+    /// nothing polled (Layer 1 live went with a consolidation that found no
+    /// slot), or more live subscriptions open and waiting than the live
+    /// slots (they shrank: limits told or learned after connecting).
+    /// Adding filters asks [`RelaySession::live_overflows`].
+    pub(crate) fn live_must_rebuild(&self, config: &EngineConfig) -> bool {
+        let Some(conn) = self.link.conn() else {
+            return false;
+        };
+        let no_live = conn.live.count() == 0 && conn.live.waiting_count() == 0;
+        (no_live && !conn.live.is_polling()) || self.over_live_slots(0, config)
+    }
+
+    /// `true` if the live subscriptions open and waiting, with `new_reqs`
+    /// more, are more than the live slots ([`Learned::live_slots`]).
+    fn over_live_slots(&self, new_reqs: usize, config: &EngineConfig) -> bool {
+        self.link.conn().is_some_and(|conn| {
+            conn.live.count() + conn.live.waiting_count() + new_reqs
+                > self.learned.live_slots(config)
+        })
     }
 
     // --- When a batch stalls -------------------------------------------------
@@ -2086,8 +2108,9 @@ impl RelaySession {
 
     // --- Starting work within the relay's limits --------------------------
 
-    /// Starts waiting live subscriptions and queued jobs while the relay is
-    /// not rate-limited and has free subscription slots.
+    /// Starts waiting live subscriptions, rebuilds the live plan if it must
+    /// be ([`RelaySession::live_must_rebuild`]), and starts queued jobs
+    /// while the relay is not rate-limited and has free subscription slots.
     pub(crate) fn pump(&mut self, cx: &mut Ctx<'_>, now: Now) {
         self.send_waiting_live(cx, now);
         let live_slots = self.learned.live_slots(cx.config);
@@ -2095,13 +2118,7 @@ impl RelaySession {
             return;
         };
         let waiting_live = conn.live.take_deferred();
-        let no_live = conn.live.count() == 0 && conn.live.waiting_count() == 0;
-        let over = conn.live.count() + conn.live.waiting_count() > live_slots;
-        let polling = conn.live.is_polling();
-        // Layer 1 live went with a consolidation that found no slot, or the
-        // live slots shrank (limits told or learned after connecting): cover
-        // everything again within them.
-        let rebuild = (no_live && !polling) || over;
+        let rebuild = self.live_must_rebuild(cx.config);
         let can = self.rate_allows(now.instant, cx.config)
             && (live_slots == 0 || self.may_open(now.instant, cx.config));
         if rebuild && can {
