@@ -122,16 +122,21 @@ impl Relays {
             .is_some_and(RelaySession::is_connected)
     }
 
-    /// Every open connection, with its relay.
+    /// Every open connection, with its relay (the connected relays:
+    /// [`RelaySession::is_connected`]).
     pub(crate) fn connections(&self) -> impl Iterator<Item = (&RelayUrl, &RelayConn)> {
         self.sessions
             .iter()
+            .filter(|(_, session)| session.is_connected())
             .filter_map(|(relay, session)| Some((relay, session.conn()?)))
     }
 
-    /// Every relay with an open connection.
+    /// Every relay with an open connection ([`RelaySession::is_connected`]).
     pub(crate) fn connected(&self) -> impl Iterator<Item = &RelayUrl> {
-        self.connections().map(|(relay, _)| relay)
+        self.sessions
+            .iter()
+            .filter(|(_, session)| session.is_connected())
+            .map(|(relay, _)| relay)
     }
 
     /// Remembers `error` as the last thing that went wrong with `relay`
