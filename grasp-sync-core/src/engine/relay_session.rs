@@ -702,11 +702,11 @@ impl RelaySession {
     // --- Connecting, and hearing from the relay ------------------------------
 
     /// `true` when a connection should be tried at `now`: the relay is
-    /// idle (not connected, no attempt in flight) and its health allows
-    /// (`RelayHealth::should_attempt_connection`: backoff over, not
+    /// tracked, idle (not connected, no attempt in flight) and its health
+    /// allows (`RelayHealth::should_attempt_connection`: backoff over, not
     /// rate-limited).
     pub(crate) fn should_connect(&self, now: Instant, health: &HealthConfig) -> bool {
-        self.is_idle() && self.health.should_attempt_connection(now, health)
+        self.is_tracked() && self.is_idle() && self.health.should_attempt_connection(now, health)
     }
 
     /// A connection attempt starts at `now`, given up after `timeout`.

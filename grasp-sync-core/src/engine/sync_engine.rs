@@ -578,9 +578,7 @@ impl SyncEngine {
         let ready: Vec<RelayUrl> = self
             .relays
             .iter()
-            .filter(|(_, session)| {
-                session.is_tracked() && session.should_connect(now.instant, &self.config.health)
-            })
+            .filter(|(_, session)| session.should_connect(now.instant, &self.config.health))
             .map(|(relay, _)| relay.clone())
             .collect();
         let timeout = self.config.health.connect_timeout();
