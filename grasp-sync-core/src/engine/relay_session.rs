@@ -1399,7 +1399,10 @@ impl RelaySession {
     }
 
     /// A `rate-limited:` refusal ([`RelaySession::rate_limited`]), counted
-    /// and logged.
+    /// and logged: an `OK` refusing an event we published, which says
+    /// nothing about subscriptions whatever its wording (so not
+    /// [`RelaySession::heed_refusal`], which would read "too many
+    /// subscriptions" into it).
     fn heed_rate_limit(&mut self, cx: &mut Ctx<'_>, now: Now) {
         let lesson = self.rate_limited(now.instant, cx.config);
         note_lesson(cx, lesson);
@@ -1413,11 +1416,7 @@ impl RelaySession {
         let classified = classify(message);
         info!(relay = %cx.relay, message, "notice");
         if classified.too_many_subscriptions || classified.rate_limited {
-            if classified.too_many_subscriptions {
-                self.heed_refusal(cx, now, &classified);
-            } else {
-                self.heed_rate_limit(cx, now);
-            }
+            self.heed_refusal(cx, now, &classified);
             if let Some(id) = self
                 .link
                 .conn_mut()
