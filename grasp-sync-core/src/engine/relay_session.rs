@@ -915,13 +915,18 @@ impl RelaySession {
     /// timeout ago has not been answered: a half-open socket. A driver that
     /// pings keeps a relay that answers from ever getting here, EOSE or not.
     pub(crate) fn live_unanswered(&self, now: Instant, config: &EngineConfig) -> bool {
-        let timeout = config.timeouts.batch_timeout;
-        !self.is_alive(now, config)
-            && self.link.conn().is_some_and(|conn| {
-                conn.subs
-                    .live_unanswered_since()
-                    .is_some_and(|opened_at| opened_at + timeout <= now)
-            })
+        self.live_unanswered_at(config).is_some_and(|at| at <= now)
+    }
+
+    /// When [`RelaySession::live_unanswered`] turns true if nothing comes:
+    /// a batch timeout after the oldest unanswered live subscription opened,
+    /// and not before the relay counts as silent
+    /// ([`Liveness::silent_at`](super::liveness::Liveness::silent_at)).
+    /// `None` without such a subscription.
+    fn live_unanswered_at(&self, config: &EngineConfig) -> Option<Instant> {
+        let conn = self.link.conn()?;
+        let opened_at = conn.subs.live_unanswered_since()?;
+        Some((opened_at + config.timeouts.batch_timeout).max(conn.liveness.silent_at(config)))
     }
 
     /// The NIP-77 sessions whose NEG-OPEN the relay has not answered within
@@ -965,8 +970,8 @@ impl RelaySession {
             self.health_changes_at(now, &config.health),
         );
         earliest.consider(Deadline::ConnectTimeout, self.link.connect_deadline());
+        earliest.consider(Deadline::LiveUnanswered, self.live_unanswered_at(config));
         if let Some(conn) = self.link.conn() {
-            let timeout = config.timeouts.batch_timeout;
             earliest.consider(Deadline::NegentropyUnanswered, conn.next_deadline(config));
             if !conn.is_quiet() && self.learned.rate().is_some() {
                 earliest.consider(
@@ -978,17 +983,15 @@ impl RelaySession {
                 if let Some(watch) = sub.watch() {
                     earliest.consider(Deadline::ReqStall, conn.req_stalls_at(watch, config));
                 }
-                match sub.live_unanswered_since() {
-                    Some(opened_at) => earliest.consider(
-                        Deadline::LiveUnanswered,
-                        Some((opened_at + timeout).max(conn.liveness.silent_at(config))),
-                    ),
-                    None => earliest.consider(
+                // An unanswered live subscription is not a batch's
+                // (`live_unanswered_at` above).
+                if sub.live_unanswered_since().is_none() {
+                    earliest.consider(
                         Deadline::BatchStall,
                         sub.batch()
                             .and_then(|batch| self.batches.get(batch))
                             .map(|info| self.batch_stalls_at(info, config)),
-                    ),
+                    );
                 }
             }
         }
