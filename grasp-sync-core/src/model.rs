@@ -280,7 +280,8 @@ pub struct PendingBatch {
     /// Unique id, for logs and for matching completions.
     pub batch_id: BatchId,
     /// The items this batch syncs. Fixed once the batch is in a
-    /// [`RelayPending`]: remove and re-insert a batch to change them.
+    /// [`RelayPending`] (or the engine's session's batches): remove and
+    /// re-insert a batch to change them.
     pub items: PendingItems,
     /// How the batch syncs.
     pub sync_method: SyncMethod,
@@ -308,8 +309,8 @@ impl PendingBatch {
 /// How many batches in flight on one relay sync each item, so that "is this
 /// item pending on this relay?" costs O(1) instead of a walk over batches:
 /// what planning asks of a relay's batches ([`RelayProgress::pending`]).
-/// Kept by whoever holds the batches ([`RelayPending`], the engine's
-/// session), as batches start and end.
+/// Kept by whoever holds the batches ([`RelayPending`], or the batches of
+/// the engine's session), as batches start and end.
 #[derive(Clone, Debug, Default)]
 pub struct ItemsInFlight {
     repos: HashMap<RepoRef, u32>,
@@ -443,8 +444,9 @@ fn decrement<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, u32>, key: &K) {
 }
 
 /// Batches in flight per relay (the spec's `PendingSyncIndex`), for planning
-/// without an engine (the engine keeps each relay's [`RelayPending`] in its
-/// session).
+/// without an engine (the engine's session of each relay keeps its batches
+/// with their progress, and their [`ItemsInFlight`], in its own map, not in
+/// a [`RelayPending`]).
 #[derive(Clone, Debug, Default)]
 pub struct PendingSyncIndex {
     relays: HashMap<RelayUrl, RelayPending>,

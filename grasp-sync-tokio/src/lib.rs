@@ -7,12 +7,18 @@
 //! publishes to the own relay and reports its `OK`, Prometheus metrics and a
 //! graceful shutdown. What is synced, stored or complete is the engine's
 //! decision ([`SyncStatus::historic_sync_complete`] is
-//! `SyncEngine::historic_sync_complete` as it is). The adapter decides two
-//! things of its own, both I/O because they follow how fast a socket or a
+//! `SyncEngine::historic_sync_complete` as it is). The adapter decides three
+//! things of its own, all I/O because they follow how fast a socket or a
 //! database answers in wall time and change only throughput or when a dead
 //! connection is noticed: how fast work reaches the store (at most 256 events
-//! in flight, up to 64 in one `ingest_many`; [`RelayStore`] paces its
-//! publishing connections by the relay's answers), and closing a connection
+//! in flight, up to 64 in one `ingest_many`; [`RelayStore`] keeps a window of
+//! events awaiting their `OK` on each publishing connection, 64 at first,
+//! halved by a `rate-limited:` answer and grown up to [`INGEST_WINDOW`], and
+//! paces its publishing connections by the relay's answers); how many
+//! received bytes wait in memory (each relay's inbound budget and one all
+//! relays share, [`ConnectionConfig::inbound_bytes_per_relay`] and
+//! [`ConnectionConfig::inbound_bytes_total`]: a connection reads its next
+//! message only once both have room); and closing a connection
 //! whose pong does not come back within the ping interval. Whether a relay is
 //! alive is otherwise the engine's (each pong is fed to
 //! `SyncEngine::handle_relay_alive`); the missed pong stays here because the
@@ -20,6 +26,14 @@
 //! drops a silent connection only while work waits on it (a stalled batch, an
 //! unanswered live subscription): an idle connection whose socket died is
 //! noticed only by its missed pong.
+//!
+//! Which relays' resolved addresses go unchecked is the core's
+//! (`Identity::is_configured_relay`: the bootstrap relays and the own
+//! relay); the adapter resolves each name once and checks every other
+//! relay's addresses with the relay policy. A frame that does not parse as a
+//! relay message is dropped and counted only in the metrics: it never reaches
+//! the engine, so it does not count toward a relay's refused events (a known
+//! gap).
 //!
 //! Stores: [`RelayStore`] publishes to the own relay over WebSocket and
 //! reports its `OK`; [`DatabaseStore`] writes into any `nostr-database`

@@ -8,14 +8,14 @@
 //! ([`SyncManagerBuilder::resolver`](crate::SyncManagerBuilder::resolver));
 //! the system resolver is the default.
 
-use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use grasp_sync_core::engine::Identity;
 pub use grasp_sync_core::resolve::{Resolver, StaticResolver};
-use grasp_sync_core::url_policy::{RelayUrlPolicy, UrlPolicyError};
+use grasp_sync_core::url_policy::UrlPolicyError;
 use nostr::prelude::RelayUrl;
 use nostr::types::url::{Host, Url};
 use tokio::net::TcpStream;
@@ -57,14 +57,14 @@ pub enum DialError {
     Timeout,
 }
 
-/// How a relay's address is found and checked: the resolver, the relay
-/// policy, and the relays the operator configured (own and bootstrap
-/// relays), which are resolved the same way but not checked.
+/// How a relay's address is found and checked: the resolver, and the
+/// identity with the relay policy and the relays the operator configured
+/// (own and bootstrap relays, [`Identity::is_configured_relay`]), which are
+/// resolved the same way but not checked.
 #[derive(Clone, Debug)]
 pub(crate) struct AddressCheck {
     pub(crate) resolver: Arc<dyn Resolver>,
-    pub(crate) policy: RelayUrlPolicy,
-    pub(crate) trusted: Arc<HashSet<RelayUrl>>,
+    pub(crate) identity: Arc<Identity>,
 }
 
 impl AddressCheck {
@@ -85,14 +85,15 @@ impl AddressCheck {
                     source,
                 })?,
         };
-        if self.trusted.contains(relay) {
+        if self.identity.is_configured_relay(relay) {
             return Ok(resolved);
         }
+        let policy = &self.identity.relay_policy;
         let mut refusal = None;
         let allowed: Vec<SocketAddr> = resolved
             .into_iter()
             .filter(
-                |address| match self.policy.check_resolved_address(relay, address.ip()) {
+                |address| match policy.check_resolved_address(relay, address.ip()) {
                     Ok(()) => true,
                     Err(error) => {
                         refusal.get_or_insert(error);
@@ -142,8 +143,12 @@ impl AddressCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use grasp_sync_core::url_policy::RelayUrlPolicy;
 
     fn check(policy: RelayUrlPolicy, trusted: &[&RelayUrl]) -> AddressCheck {
+        let mut identity = Identity::default();
+        identity.relay_policy = policy;
+        identity.bootstrap_relays = trusted.iter().map(|relay| (*relay).clone()).collect();
         AddressCheck {
             resolver: Arc::new(
                 StaticResolver::new()
@@ -156,8 +161,7 @@ mod tests {
                         ],
                     ),
             ),
-            policy,
-            trusted: Arc::new(trusted.iter().map(|relay| (*relay).clone()).collect()),
+            identity: Arc::new(identity),
         }
     }
 

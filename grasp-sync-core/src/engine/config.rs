@@ -95,6 +95,19 @@ impl Default for Identity {
     }
 }
 
+impl Identity {
+    /// `true` if the operator configured `relay` (a bootstrap relay or the
+    /// own relay): the addresses it resolves to are used without the relay
+    /// policy's check ([`RelayUrlPolicy::check_resolved_address`]), since
+    /// the operator chose it (a relay on this host or a private network is
+    /// theirs to use); a relay from an announcement is checked. The one
+    /// answer to "is this a configured relay we trust", asked by the tokio
+    /// adapter's address check.
+    pub fn is_configured_relay(&self, relay: &RelayUrl) -> bool {
+        self.bootstrap_relays.contains(relay) || self.own_relay.as_ref() == Some(relay)
+    }
+}
+
 /// How much one relay is asked at a time: filters, subscriptions, pages, frames.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -563,5 +576,17 @@ mod tests {
             broken(|c| c.timeouts.batch_timeout = Duration::ZERO),
             Err(ConfigError::ZeroBatchTimeout)
         );
+    }
+
+    #[test]
+    fn the_bootstrap_and_own_relays_are_the_configured_ones() {
+        let url = |text| RelayUrl::parse(text).expect("a relay url");
+        let identity = EngineConfig::default()
+            .with_bootstrap_relays(vec![url("wss://bootstrap.example.com")])
+            .with_own_relay(url("ws://127.0.0.1:7777"))
+            .identity;
+        assert!(identity.is_configured_relay(&url("wss://bootstrap.example.com")));
+        assert!(identity.is_configured_relay(&url("ws://127.0.0.1:7777")));
+        assert!(!identity.is_configured_relay(&url("wss://stranger.example.com")));
     }
 }

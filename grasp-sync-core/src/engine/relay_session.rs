@@ -576,9 +576,11 @@ impl RelaySession {
     /// would compare the whole history), or a NEG frame for it does not fit
     /// the relay's frame budget; then REQ+EOSE with `until` pagination.
     /// Missing ids a reconciliation found are fetched by REQ
-    /// ([`RelaySession::fetch_jobs`]).
+    /// ([`RelaySession::fetch_jobs`]). The batches whose filters all carry
+    /// a `since` — a quick reconnect's catch-up, a live gap's, a poll — are
+    /// REQ batches without asking: this answers REQ for every such filter.
     pub(crate) fn sync_method(&self, filter: &Filter, config: &EngineConfig) -> SyncMethod {
-        let negentropy = !self.learned.negentropy_refused()
+        let negentropy = self.nip77_usable()
             && filter.since.is_none()
             && self
                 .learned
@@ -589,6 +591,15 @@ impl RelaySession {
         } else {
             SyncMethod::ReqEose
         }
+    }
+
+    /// `true` while the relay has not refused NIP-77 in any form
+    /// ([`RelaySession::negentropy_failed`]): the relay-wide half of
+    /// [`RelaySession::sync_method`], asked on its own where no filter is
+    /// in question (the method a relay report shows, whether fresh roots
+    /// are reconciled against what the relay sent).
+    pub(crate) fn nip77_usable(&self) -> bool {
+        !self.learned.negentropy_refused()
     }
 
     /// The live plan for `items` — which live REQs cover Layer 1 and the
@@ -629,10 +640,32 @@ impl RelaySession {
         };
         let over_threshold =
             conn.live.incremental_filters() + new_filters > config.limits.consolidation_threshold;
-        let live_wanted = conn.live.count() + conn.live.waiting_count() + new_reqs;
-        let over_budget = live_wanted > self.learned.live_slots(config)
+        let over_budget = self.over_live_slots(new_reqs, config)
             || conn.subs.len() + new_reqs > self.learned.subscription_limit(config);
         over_threshold || over_budget
+    }
+
+    /// `true` if the live plan must be rebuilt though no filter is added
+    /// ([`RelaySession::pump`] asks): nothing live, open or waiting, and
+    /// nothing polled (Layer 1 live went with a consolidation that found no
+    /// slot), or more live subscriptions open and waiting than the live
+    /// slots (they shrank: limits told or learned after connecting).
+    /// Adding filters asks [`RelaySession::live_overflows`].
+    pub(crate) fn live_must_rebuild(&self, config: &EngineConfig) -> bool {
+        let Some(conn) = self.link.conn() else {
+            return false;
+        };
+        let no_live = conn.live.count() == 0 && conn.live.waiting_count() == 0;
+        (no_live && !conn.live.is_polling()) || self.over_live_slots(0, config)
+    }
+
+    /// `true` if the live subscriptions open and waiting, with `new_reqs`
+    /// more, are more than the live slots ([`Learned::live_slots`]).
+    fn over_live_slots(&self, new_reqs: usize, config: &EngineConfig) -> bool {
+        self.link.conn().is_some_and(|conn| {
+            conn.live.count() + conn.live.waiting_count() + new_reqs
+                > self.learned.live_slots(config)
+        })
     }
 
     // --- When a batch stalls -------------------------------------------------
@@ -669,11 +702,11 @@ impl RelaySession {
     // --- Connecting, and hearing from the relay ------------------------------
 
     /// `true` when a connection should be tried at `now`: the relay is
-    /// idle (not connected, no attempt in flight) and its health allows
-    /// (`RelayHealth::should_attempt_connection`: backoff over, not
+    /// tracked, idle (not connected, no attempt in flight) and its health
+    /// allows (`RelayHealth::should_attempt_connection`: backoff over, not
     /// rate-limited).
     pub(crate) fn should_connect(&self, now: Instant, health: &HealthConfig) -> bool {
-        self.is_idle() && self.health.should_attempt_connection(now, health)
+        self.is_tracked() && self.is_idle() && self.health.should_attempt_connection(now, health)
     }
 
     /// A connection attempt starts at `now`, given up after `timeout`.
@@ -882,13 +915,18 @@ impl RelaySession {
     /// timeout ago has not been answered: a half-open socket. A driver that
     /// pings keeps a relay that answers from ever getting here, EOSE or not.
     pub(crate) fn live_unanswered(&self, now: Instant, config: &EngineConfig) -> bool {
-        let timeout = config.timeouts.batch_timeout;
-        !self.is_alive(now, config)
-            && self.link.conn().is_some_and(|conn| {
-                conn.subs
-                    .live_unanswered_since()
-                    .is_some_and(|opened_at| opened_at + timeout <= now)
-            })
+        self.live_unanswered_at(config).is_some_and(|at| at <= now)
+    }
+
+    /// When [`RelaySession::live_unanswered`] turns true if nothing comes:
+    /// a batch timeout after the oldest unanswered live subscription opened,
+    /// and not before the relay counts as silent
+    /// ([`Liveness::silent_at`](super::liveness::Liveness::silent_at)).
+    /// `None` without such a subscription.
+    fn live_unanswered_at(&self, config: &EngineConfig) -> Option<Instant> {
+        let conn = self.link.conn()?;
+        let opened_at = conn.subs.live_unanswered_since()?;
+        Some((opened_at + config.timeouts.batch_timeout).max(conn.liveness.silent_at(config)))
     }
 
     /// The NIP-77 sessions whose NEG-OPEN the relay has not answered within
@@ -932,8 +970,8 @@ impl RelaySession {
             self.health_changes_at(now, &config.health),
         );
         earliest.consider(Deadline::ConnectTimeout, self.link.connect_deadline());
+        earliest.consider(Deadline::LiveUnanswered, self.live_unanswered_at(config));
         if let Some(conn) = self.link.conn() {
-            let timeout = config.timeouts.batch_timeout;
             earliest.consider(Deadline::NegentropyUnanswered, conn.next_deadline(config));
             if !conn.is_quiet() && self.learned.rate().is_some() {
                 earliest.consider(
@@ -945,17 +983,15 @@ impl RelaySession {
                 if let Some(watch) = sub.watch() {
                     earliest.consider(Deadline::ReqStall, conn.req_stalls_at(watch, config));
                 }
-                match sub.live_unanswered_since() {
-                    Some(opened_at) => earliest.consider(
-                        Deadline::LiveUnanswered,
-                        Some((opened_at + timeout).max(conn.liveness.silent_at(config))),
-                    ),
-                    None => earliest.consider(
+                // An unanswered live subscription is not a batch's
+                // (`live_unanswered_at` above).
+                if sub.live_unanswered_since().is_none() {
+                    earliest.consider(
                         Deadline::BatchStall,
                         sub.batch()
                             .and_then(|batch| self.batches.get(batch))
                             .map(|info| self.batch_stalls_at(info, config)),
-                    ),
+                    );
                 }
             }
         }
@@ -1366,7 +1402,10 @@ impl RelaySession {
     }
 
     /// A `rate-limited:` refusal ([`RelaySession::rate_limited`]), counted
-    /// and logged.
+    /// and logged: an `OK` refusing an event we published, which says
+    /// nothing about subscriptions whatever its wording (so not
+    /// [`RelaySession::heed_refusal`], which would read "too many
+    /// subscriptions" into it).
     fn heed_rate_limit(&mut self, cx: &mut Ctx<'_>, now: Now) {
         let lesson = self.rate_limited(now.instant, cx.config);
         note_lesson(cx, lesson);
@@ -1380,11 +1419,7 @@ impl RelaySession {
         let classified = classify(message);
         info!(relay = %cx.relay, message, "notice");
         if classified.too_many_subscriptions || classified.rate_limited {
-            if classified.too_many_subscriptions {
-                self.heed_refusal(cx, now, &classified);
-            } else {
-                self.heed_rate_limit(cx, now);
-            }
+            self.heed_refusal(cx, now, &classified);
             if let Some(id) = self
                 .link
                 .conn_mut()
@@ -1571,7 +1606,7 @@ impl RelaySession {
     /// ([`Job::NegentropySent`]) rather than fetched by one REQ: the relay
     /// does NIP-77 and the engine remembers what relays send.
     fn reconciles_fresh_roots(&self, config: &EngineConfig) -> bool {
-        !self.learned.negentropy_refused() && config.caps.sent_replies_per_relay > 0
+        self.nip77_usable() && config.caps.sent_replies_per_relay > 0
     }
 
     /// A negentropy session of a filter ended without reconciling it: the
@@ -2075,8 +2110,9 @@ impl RelaySession {
 
     // --- Starting work within the relay's limits --------------------------
 
-    /// Starts waiting live subscriptions and queued jobs while the relay is
-    /// not rate-limited and has free subscription slots.
+    /// Starts waiting live subscriptions, rebuilds the live plan if it must
+    /// be ([`RelaySession::live_must_rebuild`]), and starts queued jobs
+    /// while the relay is not rate-limited and has free subscription slots.
     pub(crate) fn pump(&mut self, cx: &mut Ctx<'_>, now: Now) {
         self.send_waiting_live(cx, now);
         let live_slots = self.learned.live_slots(cx.config);
@@ -2084,13 +2120,7 @@ impl RelaySession {
             return;
         };
         let waiting_live = conn.live.take_deferred();
-        let no_live = conn.live.count() == 0 && conn.live.waiting_count() == 0;
-        let over = conn.live.count() + conn.live.waiting_count() > live_slots;
-        let polling = conn.live.is_polling();
-        // Layer 1 live went with a consolidation that found no slot, or the
-        // live slots shrank (limits told or learned after connecting): cover
-        // everything again within them.
-        let rebuild = (no_live && !polling) || over;
+        let rebuild = self.live_must_rebuild(cx.config);
         let can = self.rate_allows(now.instant, cx.config)
             && (live_slots == 0 || self.may_open(now.instant, cx.config));
         if rebuild && can {

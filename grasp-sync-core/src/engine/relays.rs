@@ -46,9 +46,17 @@ impl Relays {
         self.tracked
     }
 
-    /// How many batches are in flight over every relay.
-    pub(crate) fn batch_count(&self) -> usize {
-        self.sessions.values().map(RelaySession::batch_count).sum()
+    /// `true` when no relay, tracked or not, has a batch in flight, and
+    /// every open connection is quiet ([`RelayConn::is_quiet`]: nothing
+    /// queued, no live coverage waiting, only live subscriptions open).
+    pub(crate) fn all_quiet(&self) -> bool {
+        self.sessions
+            .values()
+            .all(|session| session.batch_count() == 0)
+            && self
+                .connections()
+                .map(|(_, conn)| conn)
+                .all(RelayConn::is_quiet)
     }
 
     /// The session of `relay`, or an empty one (nothing learned) if the
@@ -114,16 +122,21 @@ impl Relays {
             .is_some_and(RelaySession::is_connected)
     }
 
-    /// Every open connection, with its relay.
+    /// Every open connection, with its relay (the connected relays:
+    /// [`RelaySession::is_connected`]).
     pub(crate) fn connections(&self) -> impl Iterator<Item = (&RelayUrl, &RelayConn)> {
         self.sessions
             .iter()
+            .filter(|(_, session)| session.is_connected())
             .filter_map(|(relay, session)| Some((relay, session.conn()?)))
     }
 
-    /// Every relay with an open connection.
+    /// Every relay with an open connection ([`RelaySession::is_connected`]).
     pub(crate) fn connected(&self) -> impl Iterator<Item = &RelayUrl> {
-        self.connections().map(|(relay, _)| relay)
+        self.sessions
+            .iter()
+            .filter(|(_, session)| session.is_connected())
+            .map(|(relay, _)| relay)
     }
 
     /// Remembers `error` as the last thing that went wrong with `relay`

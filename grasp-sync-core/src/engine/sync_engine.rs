@@ -19,7 +19,6 @@ use super::own_relay::{OwnOutcome, OwnSession};
 use super::relay_session::{Arrived, Ctx, NegFailure, RelaySession};
 use super::relay_slots::{Admission, RelaySlots, Service, SlotRules};
 use super::relays::Relays;
-use super::runtime::RelayConn;
 use super::stats::{HeldBytes, LiveMode};
 use super::stores::{Handover, StoreTracker};
 use super::timer_table::{EngineTimer, TimerTable};
@@ -227,21 +226,13 @@ impl SyncEngine {
 
     /// `true` when every registered relay is connected and confirmed,
     /// nothing is pending, queued or waiting for the store: historic sync is
-    /// confirmed everywhere, no relay left out as unreachable. The same
-    /// tests as [`SyncEngine::historic_sync_complete`] (without the own
-    /// relay's history), made strict.
+    /// confirmed everywhere, no relay left out as unreachable. It asks what
+    /// [`SyncEngine::historic_sync_complete`] asks
+    /// (`SyncEngine::historic_sync_confirmed`), made strict: no relay left
+    /// out as unreachable, the own relay's history not asked, and no batch
+    /// and no queued work on any relay, tracked or not.
     pub fn is_idle(&self) -> bool {
-        self.nothing_waits_for_the_store()
-            && self.relays.batch_count() == 0
-            && self
-                .relays
-                .connections()
-                .map(|(_, conn)| conn)
-                .all(RelayConn::is_quiet)
-            && self
-                .relays
-                .tracked()
-                .all(|(relay, state)| self.relay_confirmed(relay, state))
+        self.historic_sync_confirmed(false) && self.relays.all_quiet()
     }
 
     /// A relay's NIP-11 limits.
@@ -669,9 +660,7 @@ impl SyncEngine {
         let ready: Vec<RelayUrl> = self
             .relays
             .iter()
-            .filter(|(_, session)| {
-                session.is_tracked() && session.should_connect(now.instant, &self.config.health)
-            })
+            .filter(|(_, session)| session.should_connect(now.instant, &self.config.health))
             .map(|(relay, _)| relay.clone())
             .collect();
         let timeout = self.config.health.connect_timeout();
@@ -1476,16 +1465,12 @@ impl SyncEngine {
         }
     }
 
-    /// An announcement of ours (from a remote relay, or accepted by the own
-    /// relay): its authors become ours, and their candidates are stored.
+    /// An announcement (from a remote relay, or accepted by the own relay),
+    /// with service relays configured: if it is ours
+    /// ([`SyncEngine::is_ours`]), its authors become ours, and their
+    /// candidates are stored.
     fn accept_ours(&mut self, now: Now, event: &Event) {
-        let service = &self.config.identity.service_relays;
-        let lists_us = parse_announcement(event)
-            .is_ok_and(|announcement| announcement.relays.iter().any(|r| service.contains(r)));
-        let by_an_author = identifier(event)
-            .and_then(|id| self.ours.authors.get(&id))
-            .is_some_and(|authors| authors.contains(&event.pubkey));
-        if !(lists_us || by_an_author) {
+        if self.is_ours(event) == Layer1Verdict::Hold {
             return;
         }
         let Some(id) = self.ours.accept(event) else {
@@ -1724,7 +1709,7 @@ impl SyncEngine {
 
     fn relay_report(&self, relay: &RelayUrl, state: &RelayState) -> RelayReport {
         let known = self.relays.get(relay);
-        let refused = known.is_some_and(|known| known.learned().negentropy_refused());
+        let refused = known.is_some_and(|known| !known.nip77_usable());
         let health = &self.config.health;
         let retry_at = known.and_then(|known| known.retry_at(health));
         RelayReport {
@@ -1765,10 +1750,18 @@ impl SyncEngine {
     /// The one answer to "is historic sync complete?": the tokio adapter's
     /// status reports it as it is.
     pub fn historic_sync_complete(&self) -> bool {
-        self.own_history_complete()
-            && self.nothing_waits_for_the_store()
+        self.own_history_complete() && self.historic_sync_confirmed(true)
+    }
+
+    /// Is historic sync confirmed? Nothing waits for the store, and every
+    /// tracked relay is confirmed or, if `leave_out_unreachable`,
+    /// unreachable: the tests [`SyncEngine::historic_sync_complete`] and
+    /// [`SyncEngine::is_idle`] both ask.
+    fn historic_sync_confirmed(&self, leave_out_unreachable: bool) -> bool {
+        self.nothing_waits_for_the_store()
             && self.relays.tracked().all(|(relay, state)| {
-                self.relay_unreachable(relay) || self.relay_confirmed(relay, state)
+                (leave_out_unreachable && self.relay_unreachable(relay))
+                    || self.relay_confirmed(relay, state)
             })
     }
 

@@ -62,8 +62,8 @@ impl FailureRun {
     }
 }
 
-/// The health state machine of one relay: its failure history and the
-/// stability rule. Whether the relay is connected is not kept here but in
+/// The health state machine of one relay: its failure history, its
+/// rate-limit cooldown and the stability rule. Whether the relay is connected is not kept here but in
 /// the relay's session (its link); the inputs and queries that depend on it
 /// are told by the caller.
 ///

@@ -2,7 +2,6 @@
 //! [`EngineConfig`], the spec's environment variables and individual
 //! setters, in that order of precedence whatever the order of the calls.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -364,17 +363,9 @@ impl SyncManagerBuilder {
         let (own_events_tx, own_events_rx) = mpsc::channel(4096);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (status_tx, _) = watch::channel(SyncStatus::default());
-        let trusted: HashSet<RelayUrl> = engine_config
-            .identity
-            .bootstrap_relays
-            .iter()
-            .chain(engine_config.identity.own_relay.iter())
-            .cloned()
-            .collect();
         let address = AddressCheck {
             resolver: self.resolver,
-            policy: engine_config.identity.relay_policy.clone(),
-            trusted: Arc::new(trusted),
+            identity: Arc::new(engine_config.identity.clone()),
         };
         let mut connection = self.connection;
         self.env.apply_connection(&mut connection);

@@ -16,7 +16,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use grasp_sync_core::engine::classify;
+use grasp_sync_core::engine::{classify, Prefix};
 use grasp_sync_core::store::{IngestOutcome, StoreError};
 use nostr::prelude::{EventId, RelayMessage, RelayUrl};
 use tokio::sync::mpsc;
@@ -278,9 +278,11 @@ async fn next_answer(
     }
 }
 
-/// What an `OK` says: stored, a duplicate, or refused with its reason.
+/// What an `OK` says: stored, a duplicate, or refused with its reason; a
+/// duplicate is the core's reading of the prefix (strfry's `ERROR: `
+/// decoration included), as `StoreVerdict::of` reads a refusal.
 fn outcome(status: bool, message: &str) -> IngestOutcome {
-    match (status, message.starts_with("duplicate:")) {
+    match (status, classify(message).prefix == Prefix::Duplicate) {
         (true, false) => IngestOutcome::Stored,
         (_, true) => IngestOutcome::Duplicate,
         (false, false) => IngestOutcome::Rejected {
@@ -302,6 +304,10 @@ mod tests {
         );
         assert_eq!(
             outcome(false, "duplicate: have it"),
+            IngestOutcome::Duplicate
+        );
+        assert_eq!(
+            outcome(false, "ERROR: duplicate: have it"),
             IngestOutcome::Duplicate
         );
         assert_eq!(
