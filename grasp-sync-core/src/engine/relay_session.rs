@@ -91,7 +91,22 @@ pub(crate) struct RelaySession {
     work_retry: Option<Retry>,
 }
 
+/// What the engine asks a session, and the session's handlers: what the
+/// relay's messages and timeouts, and the work the engine plans for it, do
+/// to its subscriptions and batches, and the commands they emit.
+///
+/// The sections follow a relay's life: what the engine asks; connecting,
+/// opening (fresh start or quick reconnect) and losing the connection;
+/// sending; the relay's messages, its refusals and what they teach; NIP-77;
+/// the live plan, live subscriptions and catching up by `since`; the work
+/// the engine plans, its jobs and the room to start them; batches ending or
+/// stalling, and retries; the timers and the session's next deadline.
 impl RelaySession {
+    /// Emits `command` ([`RelaySession::send`]).
+    fn emit(&mut self, cx: &mut Ctx<'_>, command: Command) {
+        self.send(cx.out, command);
+    }
+
     // --- What the engine asks and tells a session ----------------------------
 
     /// What the relay confirmed, while the engine tracks the relay.
@@ -222,483 +237,6 @@ impl RelaySession {
         self.is_connected() && self.timers.is_due(RelayTimer::Poll, now)
     }
 
-    // --- Sending ---------------------------------------------------------------
-
-    /// Emits `command` for this relay, noting first what the connection
-    /// tracks of it: when a subscription opened and that it waits for an
-    /// answer, and the size of each frame sent (a relay that drops the
-    /// connection right after a large one teaches a smaller frame budget).
-    pub(crate) fn send(&mut self, out: &mut Outbox, command: Command) {
-        let now = out.now();
-        if let Some(conn) = self.link.conn_mut() {
-            if let Command::Subscribe { id, .. } | Command::NegOpen { id, .. } = &command {
-                conn.opened_at.push_back(now);
-                if !conn.unanswered.contains(id) {
-                    conn.unanswered.push_back(id.clone());
-                }
-            }
-            if let Command::Subscribe { id, .. }
-            | Command::NegOpen { id, .. }
-            | Command::NegMsg { id, .. } = &command
-            {
-                if let Some(len) = super::frames::command_frame_len(&command) {
-                    conn.note_frame(now, len, id);
-                }
-            }
-        }
-        out.push(command);
-    }
-
-    // --- Room to open work: slots and rate -----------------------------------
-
-    /// `true` if one more subscription may be opened on the relay now: a
-    /// free slot, no rate-limit cooldown, and the learned rate not used up.
-    pub(crate) fn may_open(&mut self, now: Instant, config: &EngineConfig) -> bool {
-        let limit = self.learned.subscription_limit(config);
-        let free_slot = self.link.conn().is_some_and(|conn| conn.subs.len() < limit);
-        free_slot && self.rate_allows(now, config)
-    }
-
-    /// `true` if one more historic job may start: it leaves room for the
-    /// live REQs that are open or waiting (up to the live slots), the store
-    /// keeps up (backpressure: a store that falls behind holds new historic
-    /// work) and the rate allows.
-    pub(crate) fn may_open_historic(
-        &mut self,
-        now: Instant,
-        store_keeps_up: bool,
-        config: &EngineConfig,
-    ) -> bool {
-        let limit = self.learned.subscription_limit(config);
-        let live_slots = self.learned.live_slots(config);
-        let Some(conn) = self.link.conn() else {
-            return false;
-        };
-        let live = conn.live.count();
-        let live_reserved = live_slots.min(live + conn.live.waiting_count());
-        let historic = conn.subs.len().saturating_sub(live);
-        historic + live_reserved < limit && store_keeps_up && self.may_open(now, config)
-    }
-
-    /// `true` if one more live subscription may be opened: a free live slot
-    /// (the historic ones stay free) and the rate allows.
-    pub(crate) fn may_open_live(&mut self, now: Instant, config: &EngineConfig) -> bool {
-        let live_slots = self.learned.live_slots(config);
-        let free = self
-            .link
-            .conn()
-            .is_some_and(|conn| conn.live.count() < live_slots);
-        free && self.may_open(now, config)
-    }
-
-    /// `true` if one more REQ (a new subscription or a next page) may be
-    /// sent to the relay now: connected, no rate-limit cooldown and the
-    /// learned rate not used up.
-    pub(crate) fn rate_allows(&mut self, now: Instant, config: &EngineConfig) -> bool {
-        if self.health.is_rate_limited(now) {
-            return false;
-        }
-        let window = config.rate_window();
-        self.learned.recover_rate(now, window);
-        let rate = self.learned.rate();
-        let Some(conn) = self.link.conn_mut() else {
-            return false;
-        };
-        let within = conn.opens_within(now, window);
-        rate.is_none_or(|rate| within < rate)
-    }
-
-    // --- Jobs and the filters they ask for -----------------------------------
-
-    /// Adds jobs to the running `batch`, ahead of other queued work.
-    pub(crate) fn add_jobs(&mut self, batch: BatchId, jobs: Vec<Job>) {
-        self.batches.add_jobs(batch, jobs.len());
-        if let Some(conn) = self.link.conn_mut() {
-            for job in jobs.into_iter().rev() {
-                conn.queue.push_front(QueuedJob { batch, job });
-            }
-        }
-    }
-
-    /// Puts `job` back at the front of the queue in place of the slot `id`
-    /// (a refused or rate-limited subscription, a negentropy fallback). The
-    /// batch keeps the same amount of work.
-    pub(crate) fn replace_job(&mut self, id: &SubscriptionId, job: Job, now: Instant) {
-        let Some(conn) = self.link.conn_mut() else {
-            return;
-        };
-        let Some(batch) = conn.subs.remove(id).and_then(|sub| sub.batch()) else {
-            return;
-        };
-        conn.queue.push_front(QueuedJob { batch, job });
-        self.batches.progress(batch, now);
-    }
-
-    /// `filters` packed, in order, into as few REQs as the relay's filter
-    /// and frame limits allow.
-    pub(crate) fn pack(&self, filters: Vec<Filter>, config: &EngineConfig) -> Vec<Vec<Filter>> {
-        pack_filters(
-            filters,
-            self.learned.filters_per_req(config),
-            self.learned.frame_budget(config),
-        )
-    }
-
-    /// REQ jobs for Layer 2+3 `filters`. Filters of one chunk
-    /// (`#e`/`#E`/`#q`), a repository's `#a` and its roots' `#e`, can match
-    /// the same event (a NIP-22 comment, a status): where the relay's page
-    /// size is known ([`Learned::group_page_limit`]) they are packed, in
-    /// order, into as few REQs as its limits allow, so a relay that dedupes
-    /// within a subscription (strfry, nostr-relay-builder) sends such an
-    /// event once. Otherwise one paginated REQ per filter.
-    pub(crate) fn req_jobs(&self, filters: Vec<Filter>, config: &EngineConfig) -> Vec<Job> {
-        let Some(page) = self.learned.group_page_limit(config) else {
-            return filters.into_iter().map(Job::Req).collect();
-        };
-        let filters = filters
-            .into_iter()
-            .map(|mut filter| {
-                filter.limit = Some(page);
-                filter
-            })
-            .collect();
-        self.pack(filters, config)
-            .into_iter()
-            .map(|mut pack| match pack.len() {
-                1 => Job::Req(pack.remove(0)),
-                _ => Job::Poll(pack),
-            })
-            .collect()
-    }
-
-    /// What `filters` (live ones) match from `since` on, packed into as few
-    /// REQs as the relay's limits allow, each filter with the page limit (so
-    /// a clamp is seen and paged).
-    pub(crate) fn poll_jobs(
-        &self,
-        filters: &[Filter],
-        since: nostr::prelude::Timestamp,
-        config: &EngineConfig,
-    ) -> Vec<Job> {
-        let limit = self.learned.page_limit(config);
-        let filters = filters
-            .iter()
-            .cloned()
-            .map(|mut filter| {
-                filter.limit = Some(limit);
-                filter.since = Some(since);
-                filter
-            })
-            .collect();
-        self.pack(filters, config)
-            .into_iter()
-            .map(Job::Poll)
-            .collect()
-    }
-
-    // --- Lessons from refusals and drops -------------------------------------
-
-    /// What a refusal teaches — the whole decision: a refused subscription
-    /// ("too many subscriptions") lowers the relay's known limit to one
-    /// below what was open (never below two: one live, one historic slot)
-    /// and starts the cooldown without halving the rate (the lower limit
-    /// prevents the next refusal); `rate-limited:` starts the cooldown and,
-    /// once per episode, halves the REQs sent per window
-    /// ([`RelaySession::rate_limited`]).
-    pub(crate) fn learn_from_refusal(
-        &mut self,
-        now: Instant,
-        classified: &Classified,
-        config: &EngineConfig,
-    ) -> Lesson {
-        if classified.too_many_subscriptions {
-            let open = self.link.conn().map_or(1, |conn| conn.subs.len());
-            let limit = self.learned.refused_subscription(open);
-            self.health.on_rate_limited(now, &config.health);
-            return Lesson {
-                subscription_limit: Some(limit),
-                cooldown: true,
-                rate_refused: false,
-            };
-        }
-        if classified.rate_limited {
-            return self.rate_limited(now, config);
-        }
-        Lesson::default()
-    }
-
-    /// A `rate-limited:` refusal: the cooldown starts (or is extended) and,
-    /// the first time in an episode, the learned rate becomes half of what
-    /// was opened within the last window (at least one).
-    pub(crate) fn rate_limited(&mut self, now: Instant, config: &EngineConfig) -> Lesson {
-        let already = self.health.is_rate_limited(now);
-        self.health.on_rate_limited(now, &config.health);
-        if !already {
-            let window = config.rate_window();
-            let opened = self
-                .link
-                .conn_mut()
-                .map_or(1, |conn| conn.opens_within(now, window));
-            self.learned.halve_rate(opened, now);
-        }
-        Lesson {
-            subscription_limit: None,
-            cooldown: true,
-            rate_refused: true,
-        }
-    }
-
-    /// A relay that drops the connection right after a large frame (strfry
-    /// closes the socket on any frame over its limit, without a word) gets
-    /// half that frame as its budget, so the next attempt fits (counted and
-    /// logged when it was lowered).
-    pub(crate) fn learn_frame_budget(&mut self, cx: &mut Ctx<'_>, now: Instant) {
-        let Some(len) = self
-            .link
-            .conn()
-            .and_then(|conn| conn.large_frame_before(now))
-        else {
-            return;
-        };
-        let Some(budget) = self.learned.dropped_after_frame(len) else {
-            return;
-        };
-        cx.stats.frame_budget_lowered += 1;
-        warn!(relay = %cx.relay, frame = len, budget, "relay dropped the connection after a large frame; sending smaller frames");
-    }
-
-    // --- Losing the connection -----------------------------------------------
-
-    /// The bookkeeping of a closed connection ([`RelaySession::close`]),
-    /// and the health told: a drop of an open connection
-    /// (`RelayHealth::on_disconnected`: a failure unless it was stable), or
-    /// the failure of an attempt in flight.
-    pub(crate) fn connection_closed(&mut self, cx: &mut Ctx<'_>, now: Now) {
-        match self.close(now) {
-            Link::Open { since, .. } => {
-                self.health
-                    .on_disconnected(since, now.instant, &cx.config.health);
-            }
-            Link::Connecting { .. } => self.health.on_connect_failed(now.instant),
-            Link::Idle => {}
-        }
-        debug!(relay = %cx.relay, failures = self.health.consecutive_failures(), "relay disconnected");
-    }
-
-    /// What was not caught up is remembered, the link goes back to idle
-    /// (the answer is the link as it was), the connection and its batches
-    /// are forgotten (their items are planned again), the confirmed state
-    /// kept for a quick reconnect.
-    fn close(&mut self, now: Now) -> Link {
-        self.remember_uncaught();
-        self.timers.clear(RelayTimer::Poll);
-        let was = self.link.close();
-        self.clear_pending();
-        if let Some(state) = self.state.as_mut() {
-            state.disconnected_at = Some(now.unix);
-            // The last moment we were connected: a quick reconnect catches
-            // up from here minus the window.
-            state.last_connected = Some(now.unix);
-        }
-        was
-    }
-
-    /// Forgets every batch in flight.
-    pub(crate) fn clear_pending(&mut self) {
-        self.batches.clear();
-    }
-
-    /// Keeps, across the reconnect, the earliest moment live coverage was
-    /// missing and not caught up yet: a live gap, the span of uncovered
-    /// filters since their last poll, a gap or poll batch still running.
-    fn remember_uncaught(&mut self) {
-        let Some(conn) = self.link.conn() else {
-            return;
-        };
-        let earliest = [conn.live.uncaught_since(), self.batches.uncaught_since()]
-            .into_iter()
-            .flatten()
-            .min();
-        if let Some(earliest) = earliest {
-            self.uncaught_since = Some(
-                self.uncaught_since
-                    .map_or(earliest, |old| old.min(earliest)),
-            );
-        }
-    }
-
-    /// The filter of the negentropy session `id`.
-    pub(crate) fn negentropy_filter(&self, id: &SubscriptionId) -> Option<&Filter> {
-        self.link.conn()?.subs.get(id)?.negentropy_filter()
-    }
-
-    // --- Health and work retries ---------------------------------------------
-
-    /// Historic work on the relay failed: the delay before it is planned
-    /// again, doubling for each failure in a row
-    /// ([`HealthConfig::work_backoff`]).
-    pub(crate) fn work_failed(&mut self, health: &HealthConfig) -> std::time::Duration {
-        let backoff = health.work_backoff;
-        Retry::fail_in(&mut self.work_retry, backoff)
-    }
-
-    /// Historic work on the relay was confirmed: its next failure starts
-    /// over.
-    pub(crate) fn work_confirmed(&mut self) {
-        self.work_retry = None;
-    }
-
-    /// The relay's health at `now`.
-    pub(crate) fn health_state(&self, now: Instant, health: &HealthConfig) -> HealthState {
-        self.health.state(now, self.link.connected_since(), health)
-    }
-
-    /// When the relay's health answers differently next (a retry allowed,
-    /// a rate limit over, a connection stable, a failing relay dead), after
-    /// `now` (`RelayHealth::poll_timeout`).
-    pub(crate) fn health_changes_at(&self, now: Instant, health: &HealthConfig) -> Option<Instant> {
-        self.health
-            .poll_timeout(now, self.link.connected_since(), health)
-    }
-
-    /// When the next connection attempt is allowed, while the relay is idle
-    /// (not connected, no attempt in flight).
-    pub(crate) fn retry_at(&self, health: &HealthConfig) -> Option<Instant> {
-        self.is_idle().then(|| self.health.next_attempt_at(health))
-    }
-
-    // --- Sync method and live plan -------------------------------------------
-
-    /// How to sync a historic filter on this relay — the whole decision:
-    /// NIP-77 reconciliation, unless the relay refused NIP-77 in some form
-    /// ([`RelaySession::negentropy_failed`]),
-    /// the filter has a `since` (a catch-up fetches what is new; reconciling
-    /// would compare the whole history), or a NEG frame for it does not fit
-    /// the relay's frame budget; then REQ+EOSE with `until` pagination.
-    /// Missing ids a reconciliation found are fetched by REQ
-    /// ([`RelaySession::fetch_jobs`]). The batches whose filters all carry
-    /// a `since` — a quick reconnect's catch-up, a live gap's, a poll — are
-    /// REQ batches without asking: this answers REQ for every such filter.
-    pub(crate) fn sync_method(&self, filter: &Filter, config: &EngineConfig) -> SyncMethod {
-        let negentropy = self.nip77_usable()
-            && filter.since.is_none()
-            && self
-                .learned
-                .negentropy_frame_limit(filter, config)
-                .is_some();
-        if negentropy {
-            SyncMethod::Negentropy
-        } else {
-            SyncMethod::ReqEose
-        }
-    }
-
-    /// `true` while the relay has not refused NIP-77 in any form
-    /// ([`RelaySession::negentropy_failed`]): the relay-wide half of
-    /// [`RelaySession::sync_method`], asked on its own where no filter is
-    /// in question (the method a relay report shows, whether fresh roots
-    /// are reconciled against what the relay sent).
-    pub(crate) fn nip77_usable(&self) -> bool {
-        !self.learned.negentropy_refused()
-    }
-
-    /// The live plan for `items` — which live REQs cover Layer 1 and the
-    /// items' Layers 2+3, and which filters are polled instead: the filters
-    /// packed into as few REQs as the relay's filter and frame limits allow,
-    /// the first [`Learned::live_slots`] of them live, the rest polled
-    /// with a `since` catch-up (historic work always keeps its slots).
-    pub(crate) fn live_plan(&self, items: &PendingItems, config: &EngineConfig) -> LivePlan {
-        let mut filters = vec![announcement_filter(FilterMode::Live)];
-        filters.extend(layer2_and_layer3_filters(
-            items,
-            config.limits.chunk_size,
-            FilterMode::Live,
-        ));
-        let packed = self.pack(filters, config);
-        let mut reqs = packed.into_iter();
-        let covered = reqs
-            .by_ref()
-            .take(self.learned.live_slots(config))
-            .collect();
-        let polled = reqs.flatten().collect();
-        LivePlan { covered, polled }
-    }
-
-    /// `true` if live REQs for `new_filters` more filters in `new_reqs` REQs
-    /// do not fit next to the live subscriptions open or waiting: over the
-    /// consolidation threshold of incremental filters, over the live slots,
-    /// or over the subscription limit. Then the live plan is rebuilt
-    /// ([`RelaySession::live_plan`]) instead of adding to it.
-    pub(crate) fn live_overflows(
-        &self,
-        new_filters: usize,
-        new_reqs: usize,
-        config: &EngineConfig,
-    ) -> bool {
-        let Some(conn) = self.link.conn() else {
-            return false;
-        };
-        let over_threshold =
-            conn.live.incremental_filters() + new_filters > config.limits.consolidation_threshold;
-        let over_budget = self.over_live_slots(new_reqs, config)
-            || conn.subs.len() + new_reqs > self.learned.subscription_limit(config);
-        over_threshold || over_budget
-    }
-
-    /// `true` if the live plan must be rebuilt though no filter is added
-    /// ([`RelaySession::pump`] asks): nothing live, open or waiting, and
-    /// nothing polled (Layer 1 live went with a consolidation that found no
-    /// slot), or more live subscriptions open and waiting than the live
-    /// slots (they shrank: limits told or learned after connecting).
-    /// Adding filters asks [`RelaySession::live_overflows`].
-    pub(crate) fn live_must_rebuild(&self, config: &EngineConfig) -> bool {
-        let Some(conn) = self.link.conn() else {
-            return false;
-        };
-        let no_live = conn.live.count() == 0 && conn.live.waiting_count() == 0;
-        (no_live && !conn.live.is_polling()) || self.over_live_slots(0, config)
-    }
-
-    /// `true` if the live subscriptions open and waiting, with `new_reqs`
-    /// more, are more than the live slots ([`Learned::live_slots`]).
-    fn over_live_slots(&self, new_reqs: usize, config: &EngineConfig) -> bool {
-        self.link.conn().is_some_and(|conn| {
-            conn.live.count() + conn.live.waiting_count() + new_reqs
-                > self.learned.live_slots(config)
-        })
-    }
-
-    // --- When a batch stalls -------------------------------------------------
-
-    /// When a batch of the relay with a running job counts as stalled: once
-    /// it has had no progress of its own (a job started, an event, an EOSE,
-    /// a NEG-MSG) for the batch timeout **and** the relay has sent nothing
-    /// for any of our historic subscriptions for the batch timeout either —
-    /// a relay answering our REQs one after another, or slowed by a loaded
-    /// machine, is still working on this one. Whatever the relay sends, a
-    /// batch with no progress of its own for
-    /// [`Timeouts::batch_stall_limit`] stalls (a subscription the relay
-    /// dropped silently while it streams the others).
-    pub(crate) fn batch_stalls_at(&self, info: &Batch, config: &EngineConfig) -> Instant {
-        let timeout = config.timeouts.batch_timeout;
-        let last_progress = info.last_progress();
-        let own = last_progress + timeout;
-        let hard = last_progress + config.timeouts.batch_stall_limit.max(timeout);
-        let relay_idle = self
-            .link
-            .conn()
-            .map_or(own, |conn| conn.last_historic_data + timeout);
-        own.max(relay_idle.min(hard))
-    }
-
-    /// `true` while a job of `batch` holds a subscription slot (queued jobs
-    /// wait for a slot and do not time out).
-    pub(crate) fn has_running_job(&self, batch: BatchId) -> bool {
-        self.link
-            .conn()
-            .is_some_and(|conn| conn.subs.has_running_job(batch))
-    }
-
     // --- Connecting, and hearing from the relay ------------------------------
 
     /// `true` when a connection should be tried at `now`: the relay is
@@ -782,342 +320,159 @@ impl RelaySession {
         }
     }
 
-    // --- Filing and applying live coverage -----------------------------------
+    // --- A connection opened: fresh start or quick reconnect; dropping it ---
 
-    /// The relay closed the live subscription `id` without refusing its
-    /// slot: live coverage is gone until the rebuild, due after the work
-    /// retry's delay; the rebuilt REQs fetch what was published meanwhile.
-    pub(crate) fn live_closed(&mut self, id: &SubscriptionId, now: Now, config: &EngineConfig) {
-        if let Some(conn) = self.link.conn_mut() {
-            conn.subs.remove(id);
-            conn.live.forget(id);
-            conn.live.gap_opens(now.unix);
+    /// Fresh start: every subscription closed, pending then confirmed state
+    /// forgotten, Layer 1 synced live and in full (the engine then plans
+    /// Layers 2+3 from scratch).
+    pub(crate) fn fresh_start(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        info!(relay = %cx.relay, "fresh start");
+        // A full re-sync catches up everything.
+        self.uncaught_since = None;
+        self.close_all_subscriptions(cx);
+        self.clear_pending();
+        if let Some(state) = self.state.as_mut() {
+            state.clear_sync_state();
         }
-        let delay = self.work_failed(&config.health);
-        self.timers
-            .set(RelayTimer::RebuildLive, now.instant + delay);
+        self.start_layer1(cx, now, None);
     }
 
-    /// Files the live subscription `id` of `filters`, just opened, in `list`.
-    pub(crate) fn file_live(
-        &mut self,
-        id: SubscriptionId,
-        filters: Vec<Filter>,
-        list: LiveList,
-        now: Instant,
-    ) {
+    /// Quick reconnect: Layer 1 and the confirmed Layers 2+3 live, their
+    /// history caught up from `since` (and from the coverage missing before
+    /// the disconnect); the engine then plans new items.
+    pub(crate) fn quick_reconnect(&mut self, cx: &mut Ctx<'_>, now: Now, since: Timestamp) {
+        let window = cx.config.timeouts.quick_reconnect_window.as_secs();
+        let since = match self.uncaught_since.take() {
+            Some(uncaught) => since.min(Timestamp::from_secs(
+                uncaught.as_secs().saturating_sub(window),
+            )),
+            None => since,
+        };
+        info!(relay = %cx.relay, since = since.as_secs(), "quick reconnect");
+        // Layer 1 catches up from `since` only if its full history was
+        // confirmed before; otherwise it syncs in full.
+        let announcements_synced = self
+            .state
+            .as_ref()
+            .is_some_and(|state| state.announcements_synced);
+        self.start_layer1(cx, now, announcements_synced.then_some(since));
+        self.rebuild_live(cx, now, &PendingItems::default());
+        self.start_catch_up(cx, now, since);
+    }
+
+    /// Closes every subscription open on the relay and forgets queued work.
+    fn close_all_subscriptions(&mut self, cx: &mut Ctx<'_>) {
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
-        conn.live.file(id.clone(), list, filters.len());
-        conn.subs.insert(
-            id.clone(),
-            Sub::Live {
-                filters,
-                opened_at: now,
-                answered: false,
-            },
-        );
-        conn.last_opened = Some(id);
+        let open = conn.subs.take_all();
+        *conn = RelayConn::default();
+        self.timers.clear(RelayTimer::Poll);
+        for (id, sub) in open {
+            self.send_close(cx, id, &sub);
+        }
     }
 
-    /// Applies a consolidation's live plan: every live subscription is
-    /// closed (its late events still accepted for a while), the polled
-    /// filters are set and their poll scheduled (what the last poll did not
-    /// reach is caught up by filters that go live), and the covered REQs fill
-    /// the free live slots, the rest waiting for one. Returns the
-    /// subscriptions to close, the REQs to open now, and, when polling
-    /// starts, how many filters are polled.
-    pub(crate) fn apply_live_plan(
-        &mut self,
-        plan: LivePlan,
-        now: Now,
-        config: &EngineConfig,
-    ) -> (Vec<SubscriptionId>, Vec<Vec<Filter>>, Option<usize>) {
-        let limit = self.learned.subscription_limit(config);
-        let live_slots = self.learned.live_slots(config);
-        let Some(conn) = self.link.conn_mut() else {
-            return (Vec::new(), Vec::new(), None);
-        };
-        let closing = conn.live.close_all();
-        for id in &closing {
-            if let Some(filters) = conn.subs.remove(id).and_then(Sub::into_live_filters) {
-                conn.live.closed(id.clone(), filters);
+    /// Closes a connection that stopped answering (a half-open socket): no
+    /// message for a whole batch timeout while work was outstanding.
+    pub(crate) fn drop_silent_connection(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        warn!(relay = %cx.relay, "relay silent for the batch timeout; reconnecting");
+        self.last_error = Some("silent for the batch timeout".into());
+        let relay = cx.relay.clone();
+        self.emit(cx, Command::Disconnect { relay });
+        self.connection_closed(cx, now);
+    }
+
+    // --- Losing the connection -----------------------------------------------
+
+    /// The bookkeeping of a closed connection ([`RelaySession::close`]),
+    /// and the health told: a drop of an open connection
+    /// (`RelayHealth::on_disconnected`: a failure unless it was stable), or
+    /// the failure of an attempt in flight.
+    pub(crate) fn connection_closed(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        match self.close(now) {
+            Link::Open { since, .. } => {
+                self.health
+                    .on_disconnected(since, now.instant, &cx.config.health);
             }
+            Link::Connecting { .. } => self.health.on_connect_failed(now.instant),
+            Link::Idle => {}
         }
-        let LivePlan {
-            covered,
-            polled: uncovered,
-        } = plan;
-        // Slots free now (historic work keeps its own); the rest of the
-        // covered REQs wait for a slot.
-        let available = limit.saturating_sub(conn.subs.len()).min(live_slots);
-        let (opened, polling) = conn.live.apply(covered, uncovered, available, now.unix);
-        let started_polling = match polling {
-            Polling::Off => {
-                self.timers.clear(RelayTimer::Poll);
-                None
-            }
-            Polling::Started(filters) => Some(filters),
-            Polling::Continues => None,
+        debug!(relay = %cx.relay, failures = self.health.consecutive_failures(), "relay disconnected");
+    }
+
+    /// What was not caught up is remembered, the link goes back to idle
+    /// (the answer is the link as it was), the connection and its batches
+    /// are forgotten (their items are planned again), the confirmed state
+    /// kept for a quick reconnect.
+    fn close(&mut self, now: Now) -> Link {
+        self.remember_uncaught();
+        self.timers.clear(RelayTimer::Poll);
+        let was = self.link.close();
+        self.clear_pending();
+        if let Some(state) = self.state.as_mut() {
+            state.disconnected_at = Some(now.unix);
+            // The last moment we were connected: a quick reconnect catches
+            // up from here minus the window.
+            state.last_connected = Some(now.unix);
+        }
+        was
+    }
+
+    /// Forgets every batch in flight.
+    pub(crate) fn clear_pending(&mut self) {
+        self.batches.clear();
+    }
+
+    /// Keeps, across the reconnect, the earliest moment live coverage was
+    /// missing and not caught up yet: a live gap, the span of uncovered
+    /// filters since their last poll, a gap or poll batch still running.
+    fn remember_uncaught(&mut self) {
+        let Some(conn) = self.link.conn() else {
+            return;
         };
-        if polling != Polling::Off {
-            self.timers.set_unless_set(
-                RelayTimer::Poll,
-                now.instant + config.timeouts.uncovered_poll_interval,
+        let earliest = [conn.live.uncaught_since(), self.batches.uncaught_since()]
+            .into_iter()
+            .flatten()
+            .min();
+        if let Some(earliest) = earliest {
+            self.uncaught_since = Some(
+                self.uncaught_since
+                    .map_or(earliest, |old| old.min(earliest)),
             );
         }
-        (closing, opened, started_polling)
     }
 
-    // --- Stalls and silence --------------------------------------------------
-
-    /// The historic REQs the relay dropped by now
-    /// ([`RelayConn::req_stalls_at`]).
-    pub(crate) fn stalled_reqs(&self, now: Instant, config: &EngineConfig) -> Vec<SubscriptionId> {
-        let Some(conn) = self.link.conn() else {
-            return Vec::new();
-        };
-        conn.subs
-            .iter()
-            .filter(|(_, sub)| {
-                sub.watch()
-                    .and_then(|watch| conn.req_stalls_at(watch, config))
-                    .is_some_and(|at| at <= now)
-            })
-            .map(|(id, _)| id.clone())
-            .collect()
+    /// The filter of the negentropy session `id`.
+    pub(crate) fn negentropy_filter(&self, id: &SubscriptionId) -> Option<&Filter> {
+        self.link.conn()?.subs.get(id)?.negentropy_filter()
     }
 
-    /// The batches with a running job that stalled by now
-    /// ([`RelaySession::batch_stalls_at`]).
-    pub(crate) fn stalled_batches(&self, now: Instant, config: &EngineConfig) -> Vec<BatchId> {
-        self.batches
-            .iter()
-            .filter(|(_, info)| self.batch_stalls_at(info, config) <= now)
-            .filter(|(batch, _)| self.has_running_job(*batch))
-            .map(|(batch, _)| batch)
-            .collect()
-    }
+    // --- Sending ---------------------------------------------------------------
 
-    /// `true` while the connection is open and the relay sent something (a
-    /// frame, a pong) within the batch timeout before `now`
-    /// ([`Liveness::is_alive`](super::liveness::Liveness::is_alive)); `false` for a relay silent that long — or
-    /// not connected.
-    pub(crate) fn is_alive(&self, now: Instant, config: &EngineConfig) -> bool {
-        self.link
-            .conn()
-            .is_some_and(|conn| conn.liveness.is_alive(now, config))
-    }
-
-    /// `true` if the connected relay is not alive
-    /// ([`RelaySession::is_alive`]) while a live subscription opened a batch
-    /// timeout ago has not been answered: a half-open socket. A driver that
-    /// pings keeps a relay that answers from ever getting here, EOSE or not.
-    pub(crate) fn live_unanswered(&self, now: Instant, config: &EngineConfig) -> bool {
-        self.live_unanswered_at(config).is_some_and(|at| at <= now)
-    }
-
-    /// When [`RelaySession::live_unanswered`] turns true if nothing comes:
-    /// a batch timeout after the oldest unanswered live subscription opened,
-    /// and not before the relay counts as silent
-    /// ([`Liveness::silent_at`](super::liveness::Liveness::silent_at)).
-    /// `None` without such a subscription.
-    fn live_unanswered_at(&self, config: &EngineConfig) -> Option<Instant> {
-        let conn = self.link.conn()?;
-        let opened_at = conn.subs.live_unanswered_since()?;
-        Some((opened_at + config.timeouts.batch_timeout).max(conn.liveness.silent_at(config)))
-    }
-
-    /// The NIP-77 sessions whose NEG-OPEN the relay has not answered within
-    /// [`Timeouts::negentropy_timeout`].
-    pub(crate) fn negentropy_unanswered(
-        &self,
-        now: Instant,
-        config: &EngineConfig,
-    ) -> Vec<SubscriptionId> {
-        let Some(conn) = self.link.conn() else {
-            return Vec::new();
-        };
-        conn.subs
-            .negentropy_unanswered()
-            .filter(|(_, opened_at)| *opened_at + config.timeouts.negentropy_timeout <= now)
-            .map(|(id, _)| id.clone())
-            .collect()
-    }
-
-    // --- The session's next deadline -----------------------------------------
-
-    /// When the session next has work for [`RelaySession::handle_timeout`]
-    /// (or for the engine's `connect_ready_relays`, when its health
-    /// changes), and which [`Deadline`] it is: the earliest of its timers,
-    /// its health (when its `RelayHealth`'s answer changes next), its
-    /// negentropy and batch timeouts, its stalled REQs, its unanswered live
-    /// subscriptions and its rate window, as of `now`.
-    pub(crate) fn next_deadline(
-        &self,
-        now: Instant,
-        config: &EngineConfig,
-    ) -> Option<(Deadline, Instant)> {
-        // The earliest so far (asked after every input of the relay: no
-        // list of them is built).
-        let mut earliest = Earliest::default();
-        if let Some((timer, at)) = self.timers.earliest_entry() {
-            earliest.consider(timer.into(), Some(at));
-        }
-        earliest.consider(
-            Deadline::Health,
-            self.health_changes_at(now, &config.health),
-        );
-        earliest.consider(Deadline::ConnectTimeout, self.link.connect_deadline());
-        earliest.consider(Deadline::LiveUnanswered, self.live_unanswered_at(config));
-        if let Some(conn) = self.link.conn() {
-            earliest.consider(Deadline::NegentropyUnanswered, conn.next_deadline(config));
-            if !conn.is_quiet() && self.learned.rate().is_some() {
-                earliest.consider(
-                    Deadline::RateWindow,
-                    conn.rate_window_frees_at(now, config.rate_window()),
-                );
-            }
-            for sub in conn.subs.values() {
-                if let Some(watch) = sub.watch() {
-                    earliest.consider(Deadline::ReqStall, conn.req_stalls_at(watch, config));
+    /// Emits `command` for this relay, noting first what the connection
+    /// tracks of it: when a subscription opened and that it waits for an
+    /// answer, and the size of each frame sent (a relay that drops the
+    /// connection right after a large one teaches a smaller frame budget).
+    pub(crate) fn send(&mut self, out: &mut Outbox, command: Command) {
+        let now = out.now();
+        if let Some(conn) = self.link.conn_mut() {
+            if let Command::Subscribe { id, .. } | Command::NegOpen { id, .. } = &command {
+                conn.opened_at.push_back(now);
+                if !conn.unanswered.contains(id) {
+                    conn.unanswered.push_back(id.clone());
                 }
-                // An unanswered live subscription is not a batch's
-                // (`live_unanswered_at` above).
-                if sub.live_unanswered_since().is_none() {
-                    earliest.consider(
-                        Deadline::BatchStall,
-                        sub.batch()
-                            .and_then(|batch| self.batches.get(batch))
-                            .map(|info| self.batch_stalls_at(info, config)),
-                    );
+            }
+            if let Command::Subscribe { id, .. }
+            | Command::NegOpen { id, .. }
+            | Command::NegMsg { id, .. } = &command
+            {
+                if let Some(len) = super::frames::command_frame_len(&command) {
+                    conn.note_frame(now, len, id);
                 }
             }
         }
-        earliest.get()
-    }
-}
-
-/// What the engine must do after a session fired its timers
-/// ([`RelaySession::handle_timeout`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct TimeoutOutcome {
-    /// The connection attempt is past its timeout: the engine disconnects
-    /// and counts the attempt failed.
-    pub(crate) connect_timed_out: bool,
-    /// The relay's items are due to be planned again (by the engine, which
-    /// holds the targets).
-    pub(crate) replan: bool,
-}
-
-/// What a refusal taught ([`RelaySession::learn_from_refusal`]).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Lesson {
-    /// The subscription limit was lowered to this.
-    pub(crate) subscription_limit: Option<usize>,
-    /// The rate-limit cooldown started or was extended.
-    pub(crate) cooldown: bool,
-    /// A `rate-limited:` refusal (the rate is halved the first time in its
-    /// episode).
-    pub(crate) rate_refused: bool,
-}
-
-impl Lesson {
-    /// `true` when the refused subscription should simply be retried later.
-    pub(crate) fn retry(&self) -> bool {
-        self.cooldown
-    }
-}
-
-/// What a relay's live subscriptions cover ([`RelaySession::live_plan`]).
-#[derive(Debug)]
-pub(crate) struct LivePlan {
-    /// The live REQs, each a list of filters, within the live slots.
-    pub(crate) covered: Vec<Vec<nostr::prelude::Filter>>,
-    /// The filters that did not fit: polled with `since` instead.
-    pub(crate) polled: indexmap::IndexSet<nostr::prelude::Filter>,
-}
-
-/// What a session's handlers are given besides the session: its relay's
-/// URL, the configuration, and the parts of the engine that span relays
-/// and that one relay's work reads or adds to — the outbox, the counters,
-/// the store tracker (an event is stored once, whichever relay sent it) and
-/// the repository index.
-pub(crate) struct Ctx<'a> {
-    /// The session's relay.
-    pub(crate) relay: &'a RelayUrl,
-    /// The engine's configuration.
-    pub(crate) config: &'a EngineConfig,
-    /// Where commands go.
-    pub(crate) out: &'a mut Outbox,
-    /// The engine's counters.
-    pub(crate) stats: &'a mut EngineStats,
-    /// Every event between `Command::Store` and the store's answer.
-    pub(crate) stores: &'a mut StoreTracker,
-    /// The repositories we sync (a confirmation counts only theirs).
-    pub(crate) repos: &'a RepoSyncIndex,
-}
-
-impl Ctx<'_> {
-    /// `false` while the store falls behind: new historic jobs and next
-    /// pages wait (backpressure).
-    pub(crate) fn store_keeps_up(&self) -> bool {
-        self.stores.keeps_up(self.config)
-    }
-}
-
-/// Why a negentropy session of a filter ended without reconciling it
-/// ([`RelaySession::negentropy_failed`]).
-#[derive(Debug)]
-pub(crate) enum NegFailure<'a> {
-    /// The relay refused NIP-77: a NEG-ERR, a NOTICE, CLOSED on the session
-    /// id. `close`: send NEG-CLOSE if the session was opened (a NOTICE
-    /// names no session; CLOSED and NEG-ERR end it already).
-    Refused {
-        /// What the relay said.
-        reason: &'a str,
-        /// Whether the relay may still hold the session.
-        close: bool,
-    },
-    /// No answer to NEG-OPEN within the negentropy timeout.
-    Unanswered,
-    /// The store could not list its items for the filter (never reconcile
-    /// from an empty set: that downloads everything as if we held nothing).
-    StoreCannotList(&'a str),
-    /// The relay's frame budget shrank below a NEG frame for the filter.
-    FrameTooSmall,
-    /// The session could not start from our items.
-    CannotStart(SessionError),
-    /// A round failed: a cap was hit or the relay's message was unreadable.
-    Round(SessionError),
-}
-
-/// An EVENT as it reaches the session: verified by the driver, or not yet.
-#[derive(Debug)]
-pub(crate) enum Arrived {
-    /// From a plain `RelayMessage`: verified here if it matches.
-    Unchecked(nostr::prelude::Event),
-    /// Verified by the driver.
-    Verified(VerifiedEvent),
-}
-
-impl Arrived {
-    fn event(&self) -> &nostr::prelude::Event {
-        match self {
-            Arrived::Unchecked(event) => event,
-            Arrived::Verified(event) => event,
-        }
-    }
-}
-
-/// The session's handlers: what the relay's messages and timeouts, and the
-/// work the engine plans for it, do to its subscriptions and batches, and
-/// the commands they emit.
-impl RelaySession {
-    /// Emits `command` ([`RelaySession::send`]).
-    fn emit(&mut self, cx: &mut Ctx<'_>, command: Command) {
-        self.send(cx.out, command);
+        out.push(command);
     }
 
     // --- Messages -------------------------------------------------------
@@ -1494,6 +849,77 @@ impl RelaySession {
         }
     }
 
+    // --- Lessons from refusals and drops -------------------------------------
+
+    /// What a refusal teaches — the whole decision: a refused subscription
+    /// ("too many subscriptions") lowers the relay's known limit to one
+    /// below what was open (never below two: one live, one historic slot)
+    /// and starts the cooldown without halving the rate (the lower limit
+    /// prevents the next refusal); `rate-limited:` starts the cooldown and,
+    /// once per episode, halves the REQs sent per window
+    /// ([`RelaySession::rate_limited`]).
+    pub(crate) fn learn_from_refusal(
+        &mut self,
+        now: Instant,
+        classified: &Classified,
+        config: &EngineConfig,
+    ) -> Lesson {
+        if classified.too_many_subscriptions {
+            let open = self.link.conn().map_or(1, |conn| conn.subs.len());
+            let limit = self.learned.refused_subscription(open);
+            self.health.on_rate_limited(now, &config.health);
+            return Lesson {
+                subscription_limit: Some(limit),
+                cooldown: true,
+                rate_refused: false,
+            };
+        }
+        if classified.rate_limited {
+            return self.rate_limited(now, config);
+        }
+        Lesson::default()
+    }
+
+    /// A `rate-limited:` refusal: the cooldown starts (or is extended) and,
+    /// the first time in an episode, the learned rate becomes half of what
+    /// was opened within the last window (at least one).
+    pub(crate) fn rate_limited(&mut self, now: Instant, config: &EngineConfig) -> Lesson {
+        let already = self.health.is_rate_limited(now);
+        self.health.on_rate_limited(now, &config.health);
+        if !already {
+            let window = config.rate_window();
+            let opened = self
+                .link
+                .conn_mut()
+                .map_or(1, |conn| conn.opens_within(now, window));
+            self.learned.halve_rate(opened, now);
+        }
+        Lesson {
+            subscription_limit: None,
+            cooldown: true,
+            rate_refused: true,
+        }
+    }
+
+    /// A relay that drops the connection right after a large frame (strfry
+    /// closes the socket on any frame over its limit, without a word) gets
+    /// half that frame as its budget, so the next attempt fits (counted and
+    /// logged when it was lowered).
+    pub(crate) fn learn_frame_budget(&mut self, cx: &mut Ctx<'_>, now: Instant) {
+        let Some(len) = self
+            .link
+            .conn()
+            .and_then(|conn| conn.large_frame_before(now))
+        else {
+            return;
+        };
+        let Some(budget) = self.learned.dropped_after_frame(len) else {
+            return;
+        };
+        cx.stats.frame_budget_lowered += 1;
+        warn!(relay = %cx.relay, frame = len, budget, "relay dropped the connection after a large frame; sending smaller frames");
+    }
+
     // --- NIP-77 ---------------------------------------------------------
 
     /// The store answered with our `items` for the negentropy session `id`
@@ -1835,6 +1261,107 @@ impl RelaySession {
         }
     }
 
+    // --- Sync method and live plan -------------------------------------------
+
+    /// How to sync a historic filter on this relay — the whole decision:
+    /// NIP-77 reconciliation, unless the relay refused NIP-77 in some form
+    /// ([`RelaySession::negentropy_failed`]),
+    /// the filter has a `since` (a catch-up fetches what is new; reconciling
+    /// would compare the whole history), or a NEG frame for it does not fit
+    /// the relay's frame budget; then REQ+EOSE with `until` pagination.
+    /// Missing ids a reconciliation found are fetched by REQ
+    /// ([`RelaySession::fetch_jobs`]). The batches whose filters all carry
+    /// a `since` — a quick reconnect's catch-up, a live gap's, a poll — are
+    /// REQ batches without asking: this answers REQ for every such filter.
+    pub(crate) fn sync_method(&self, filter: &Filter, config: &EngineConfig) -> SyncMethod {
+        let negentropy = self.nip77_usable()
+            && filter.since.is_none()
+            && self
+                .learned
+                .negentropy_frame_limit(filter, config)
+                .is_some();
+        if negentropy {
+            SyncMethod::Negentropy
+        } else {
+            SyncMethod::ReqEose
+        }
+    }
+
+    /// `true` while the relay has not refused NIP-77 in any form
+    /// ([`RelaySession::negentropy_failed`]): the relay-wide half of
+    /// [`RelaySession::sync_method`], asked on its own where no filter is
+    /// in question (the method a relay report shows, whether fresh roots
+    /// are reconciled against what the relay sent).
+    pub(crate) fn nip77_usable(&self) -> bool {
+        !self.learned.negentropy_refused()
+    }
+
+    /// The live plan for `items` — which live REQs cover Layer 1 and the
+    /// items' Layers 2+3, and which filters are polled instead: the filters
+    /// packed into as few REQs as the relay's filter and frame limits allow,
+    /// the first [`Learned::live_slots`] of them live, the rest polled
+    /// with a `since` catch-up (historic work always keeps its slots).
+    pub(crate) fn live_plan(&self, items: &PendingItems, config: &EngineConfig) -> LivePlan {
+        let mut filters = vec![announcement_filter(FilterMode::Live)];
+        filters.extend(layer2_and_layer3_filters(
+            items,
+            config.limits.chunk_size,
+            FilterMode::Live,
+        ));
+        let packed = self.pack(filters, config);
+        let mut reqs = packed.into_iter();
+        let covered = reqs
+            .by_ref()
+            .take(self.learned.live_slots(config))
+            .collect();
+        let polled = reqs.flatten().collect();
+        LivePlan { covered, polled }
+    }
+
+    /// `true` if live REQs for `new_filters` more filters in `new_reqs` REQs
+    /// do not fit next to the live subscriptions open or waiting: over the
+    /// consolidation threshold of incremental filters, over the live slots,
+    /// or over the subscription limit. Then the live plan is rebuilt
+    /// ([`RelaySession::live_plan`]) instead of adding to it.
+    pub(crate) fn live_overflows(
+        &self,
+        new_filters: usize,
+        new_reqs: usize,
+        config: &EngineConfig,
+    ) -> bool {
+        let Some(conn) = self.link.conn() else {
+            return false;
+        };
+        let over_threshold =
+            conn.live.incremental_filters() + new_filters > config.limits.consolidation_threshold;
+        let over_budget = self.over_live_slots(new_reqs, config)
+            || conn.subs.len() + new_reqs > self.learned.subscription_limit(config);
+        over_threshold || over_budget
+    }
+
+    /// `true` if the live plan must be rebuilt though no filter is added
+    /// ([`RelaySession::pump`] asks): nothing live, open or waiting, and
+    /// nothing polled (Layer 1 live went with a consolidation that found no
+    /// slot), or more live subscriptions open and waiting than the live
+    /// slots (they shrank: limits told or learned after connecting).
+    /// Adding filters asks [`RelaySession::live_overflows`].
+    pub(crate) fn live_must_rebuild(&self, config: &EngineConfig) -> bool {
+        let Some(conn) = self.link.conn() else {
+            return false;
+        };
+        let no_live = conn.live.count() == 0 && conn.live.waiting_count() == 0;
+        (no_live && !conn.live.is_polling()) || self.over_live_slots(0, config)
+    }
+
+    /// `true` if the live subscriptions open and waiting, with `new_reqs`
+    /// more, are more than the live slots ([`Learned::live_slots`]).
+    fn over_live_slots(&self, new_reqs: usize, config: &EngineConfig) -> bool {
+        self.link.conn().is_some_and(|conn| {
+            conn.live.count() + conn.live.waiting_count() + new_reqs
+                > self.learned.live_slots(config)
+        })
+    }
+
     // --- Live subscriptions ---------------------------------------------
 
     /// Adds live subscriptions for `items`, consolidating when the relay
@@ -1912,6 +1439,94 @@ impl RelaySession {
         for filters in opened {
             self.open_live(cx, now, filters, LiveList::Base);
         }
+    }
+
+    // --- Filing and applying live coverage -----------------------------------
+
+    /// The relay closed the live subscription `id` without refusing its
+    /// slot: live coverage is gone until the rebuild, due after the work
+    /// retry's delay; the rebuilt REQs fetch what was published meanwhile.
+    pub(crate) fn live_closed(&mut self, id: &SubscriptionId, now: Now, config: &EngineConfig) {
+        if let Some(conn) = self.link.conn_mut() {
+            conn.subs.remove(id);
+            conn.live.forget(id);
+            conn.live.gap_opens(now.unix);
+        }
+        let delay = self.work_failed(&config.health);
+        self.timers
+            .set(RelayTimer::RebuildLive, now.instant + delay);
+    }
+
+    /// Files the live subscription `id` of `filters`, just opened, in `list`.
+    pub(crate) fn file_live(
+        &mut self,
+        id: SubscriptionId,
+        filters: Vec<Filter>,
+        list: LiveList,
+        now: Instant,
+    ) {
+        let Some(conn) = self.link.conn_mut() else {
+            return;
+        };
+        conn.live.file(id.clone(), list, filters.len());
+        conn.subs.insert(
+            id.clone(),
+            Sub::Live {
+                filters,
+                opened_at: now,
+                answered: false,
+            },
+        );
+        conn.last_opened = Some(id);
+    }
+
+    /// Applies a consolidation's live plan: every live subscription is
+    /// closed (its late events still accepted for a while), the polled
+    /// filters are set and their poll scheduled (what the last poll did not
+    /// reach is caught up by filters that go live), and the covered REQs fill
+    /// the free live slots, the rest waiting for one. Returns the
+    /// subscriptions to close, the REQs to open now, and, when polling
+    /// starts, how many filters are polled.
+    pub(crate) fn apply_live_plan(
+        &mut self,
+        plan: LivePlan,
+        now: Now,
+        config: &EngineConfig,
+    ) -> (Vec<SubscriptionId>, Vec<Vec<Filter>>, Option<usize>) {
+        let limit = self.learned.subscription_limit(config);
+        let live_slots = self.learned.live_slots(config);
+        let Some(conn) = self.link.conn_mut() else {
+            return (Vec::new(), Vec::new(), None);
+        };
+        let closing = conn.live.close_all();
+        for id in &closing {
+            if let Some(filters) = conn.subs.remove(id).and_then(Sub::into_live_filters) {
+                conn.live.closed(id.clone(), filters);
+            }
+        }
+        let LivePlan {
+            covered,
+            polled: uncovered,
+        } = plan;
+        // Slots free now (historic work keeps its own); the rest of the
+        // covered REQs wait for a slot.
+        let available = limit.saturating_sub(conn.subs.len()).min(live_slots);
+        let (opened, polling) = conn.live.apply(covered, uncovered, available, now.unix);
+        let started_polling = match polling {
+            Polling::Off => {
+                self.timers.clear(RelayTimer::Poll);
+                None
+            }
+            Polling::Started(filters) => Some(filters),
+            Polling::Continues => None,
+        };
+        if polling != Polling::Off {
+            self.timers.set_unless_set(
+                RelayTimer::Poll,
+                now.instant + config.timeouts.uncovered_poll_interval,
+            );
+        }
+        (closing, opened, started_polling)
     }
 
     // --- Catching up by `since` -----------------------------------------
@@ -2106,6 +1721,153 @@ impl RelaySession {
             }
         }
         Some(batch)
+    }
+
+    // --- Jobs and the filters they ask for -----------------------------------
+
+    /// Adds jobs to the running `batch`, ahead of other queued work.
+    pub(crate) fn add_jobs(&mut self, batch: BatchId, jobs: Vec<Job>) {
+        self.batches.add_jobs(batch, jobs.len());
+        if let Some(conn) = self.link.conn_mut() {
+            for job in jobs.into_iter().rev() {
+                conn.queue.push_front(QueuedJob { batch, job });
+            }
+        }
+    }
+
+    /// Puts `job` back at the front of the queue in place of the slot `id`
+    /// (a refused or rate-limited subscription, a negentropy fallback). The
+    /// batch keeps the same amount of work.
+    pub(crate) fn replace_job(&mut self, id: &SubscriptionId, job: Job, now: Instant) {
+        let Some(conn) = self.link.conn_mut() else {
+            return;
+        };
+        let Some(batch) = conn.subs.remove(id).and_then(|sub| sub.batch()) else {
+            return;
+        };
+        conn.queue.push_front(QueuedJob { batch, job });
+        self.batches.progress(batch, now);
+    }
+
+    /// `filters` packed, in order, into as few REQs as the relay's filter
+    /// and frame limits allow.
+    pub(crate) fn pack(&self, filters: Vec<Filter>, config: &EngineConfig) -> Vec<Vec<Filter>> {
+        pack_filters(
+            filters,
+            self.learned.filters_per_req(config),
+            self.learned.frame_budget(config),
+        )
+    }
+
+    /// REQ jobs for Layer 2+3 `filters`. Filters of one chunk
+    /// (`#e`/`#E`/`#q`), a repository's `#a` and its roots' `#e`, can match
+    /// the same event (a NIP-22 comment, a status): where the relay's page
+    /// size is known ([`Learned::group_page_limit`]) they are packed, in
+    /// order, into as few REQs as its limits allow, so a relay that dedupes
+    /// within a subscription (strfry, nostr-relay-builder) sends such an
+    /// event once. Otherwise one paginated REQ per filter.
+    pub(crate) fn req_jobs(&self, filters: Vec<Filter>, config: &EngineConfig) -> Vec<Job> {
+        let Some(page) = self.learned.group_page_limit(config) else {
+            return filters.into_iter().map(Job::Req).collect();
+        };
+        let filters = filters
+            .into_iter()
+            .map(|mut filter| {
+                filter.limit = Some(page);
+                filter
+            })
+            .collect();
+        self.pack(filters, config)
+            .into_iter()
+            .map(|mut pack| match pack.len() {
+                1 => Job::Req(pack.remove(0)),
+                _ => Job::Poll(pack),
+            })
+            .collect()
+    }
+
+    /// What `filters` (live ones) match from `since` on, packed into as few
+    /// REQs as the relay's limits allow, each filter with the page limit (so
+    /// a clamp is seen and paged).
+    pub(crate) fn poll_jobs(
+        &self,
+        filters: &[Filter],
+        since: nostr::prelude::Timestamp,
+        config: &EngineConfig,
+    ) -> Vec<Job> {
+        let limit = self.learned.page_limit(config);
+        let filters = filters
+            .iter()
+            .cloned()
+            .map(|mut filter| {
+                filter.limit = Some(limit);
+                filter.since = Some(since);
+                filter
+            })
+            .collect();
+        self.pack(filters, config)
+            .into_iter()
+            .map(Job::Poll)
+            .collect()
+    }
+
+    // --- Room to open work: slots and rate -----------------------------------
+
+    /// `true` if one more subscription may be opened on the relay now: a
+    /// free slot, no rate-limit cooldown, and the learned rate not used up.
+    pub(crate) fn may_open(&mut self, now: Instant, config: &EngineConfig) -> bool {
+        let limit = self.learned.subscription_limit(config);
+        let free_slot = self.link.conn().is_some_and(|conn| conn.subs.len() < limit);
+        free_slot && self.rate_allows(now, config)
+    }
+
+    /// `true` if one more historic job may start: it leaves room for the
+    /// live REQs that are open or waiting (up to the live slots), the store
+    /// keeps up (backpressure: a store that falls behind holds new historic
+    /// work) and the rate allows.
+    pub(crate) fn may_open_historic(
+        &mut self,
+        now: Instant,
+        store_keeps_up: bool,
+        config: &EngineConfig,
+    ) -> bool {
+        let limit = self.learned.subscription_limit(config);
+        let live_slots = self.learned.live_slots(config);
+        let Some(conn) = self.link.conn() else {
+            return false;
+        };
+        let live = conn.live.count();
+        let live_reserved = live_slots.min(live + conn.live.waiting_count());
+        let historic = conn.subs.len().saturating_sub(live);
+        historic + live_reserved < limit && store_keeps_up && self.may_open(now, config)
+    }
+
+    /// `true` if one more live subscription may be opened: a free live slot
+    /// (the historic ones stay free) and the rate allows.
+    pub(crate) fn may_open_live(&mut self, now: Instant, config: &EngineConfig) -> bool {
+        let live_slots = self.learned.live_slots(config);
+        let free = self
+            .link
+            .conn()
+            .is_some_and(|conn| conn.live.count() < live_slots);
+        free && self.may_open(now, config)
+    }
+
+    /// `true` if one more REQ (a new subscription or a next page) may be
+    /// sent to the relay now: connected, no rate-limit cooldown and the
+    /// learned rate not used up.
+    pub(crate) fn rate_allows(&mut self, now: Instant, config: &EngineConfig) -> bool {
+        if self.health.is_rate_limited(now) {
+            return false;
+        }
+        let window = config.rate_window();
+        self.learned.recover_rate(now, window);
+        let rate = self.learned.rate();
+        let Some(conn) = self.link.conn_mut() else {
+            return false;
+        };
+        let within = conn.opens_within(now, window);
+        rate.is_none_or(|rate| within < rate)
     }
 
     // --- Starting work within the relay's limits --------------------------
@@ -2348,6 +2110,72 @@ impl RelaySession {
         );
     }
 
+    // --- When a batch stalls -------------------------------------------------
+
+    /// When a batch of the relay with a running job counts as stalled: once
+    /// it has had no progress of its own (a job started, an event, an EOSE,
+    /// a NEG-MSG) for the batch timeout **and** the relay has sent nothing
+    /// for any of our historic subscriptions for the batch timeout either —
+    /// a relay answering our REQs one after another, or slowed by a loaded
+    /// machine, is still working on this one. Whatever the relay sends, a
+    /// batch with no progress of its own for
+    /// [`Timeouts::batch_stall_limit`] stalls (a subscription the relay
+    /// dropped silently while it streams the others).
+    pub(crate) fn batch_stalls_at(&self, info: &Batch, config: &EngineConfig) -> Instant {
+        let timeout = config.timeouts.batch_timeout;
+        let last_progress = info.last_progress();
+        let own = last_progress + timeout;
+        let hard = last_progress + config.timeouts.batch_stall_limit.max(timeout);
+        let relay_idle = self
+            .link
+            .conn()
+            .map_or(own, |conn| conn.last_historic_data + timeout);
+        own.max(relay_idle.min(hard))
+    }
+
+    /// `true` while a job of `batch` holds a subscription slot (queued jobs
+    /// wait for a slot and do not time out).
+    pub(crate) fn has_running_job(&self, batch: BatchId) -> bool {
+        self.link
+            .conn()
+            .is_some_and(|conn| conn.subs.has_running_job(batch))
+    }
+
+    // --- Health and work retries ---------------------------------------------
+
+    /// Historic work on the relay failed: the delay before it is planned
+    /// again, doubling for each failure in a row
+    /// ([`HealthConfig::work_backoff`]).
+    pub(crate) fn work_failed(&mut self, health: &HealthConfig) -> std::time::Duration {
+        let backoff = health.work_backoff;
+        Retry::fail_in(&mut self.work_retry, backoff)
+    }
+
+    /// Historic work on the relay was confirmed: its next failure starts
+    /// over.
+    pub(crate) fn work_confirmed(&mut self) {
+        self.work_retry = None;
+    }
+
+    /// The relay's health at `now`.
+    pub(crate) fn health_state(&self, now: Instant, health: &HealthConfig) -> HealthState {
+        self.health.state(now, self.link.connected_since(), health)
+    }
+
+    /// When the relay's health answers differently next (a retry allowed,
+    /// a rate limit over, a connection stable, a failing relay dead), after
+    /// `now` (`RelayHealth::poll_timeout`).
+    pub(crate) fn health_changes_at(&self, now: Instant, health: &HealthConfig) -> Option<Instant> {
+        self.health
+            .poll_timeout(now, self.link.connected_since(), health)
+    }
+
+    /// When the next connection attempt is allowed, while the relay is idle
+    /// (not connected, no attempt in flight).
+    pub(crate) fn retry_at(&self, health: &HealthConfig) -> Option<Instant> {
+        self.is_idle().then(|| self.health.next_attempt_at(health))
+    }
+
     // --- Timeouts -----------------------------------------------------------
 
     /// Fires everything of the session due at `now`
@@ -2458,67 +2286,244 @@ impl RelaySession {
         replan
     }
 
-    // --- Connection -------------------------------------------------------
+    // --- Stalls and silence --------------------------------------------------
 
-    /// Fresh start: every subscription closed, pending then confirmed state
-    /// forgotten, Layer 1 synced live and in full (the engine then plans
-    /// Layers 2+3 from scratch).
-    pub(crate) fn fresh_start(&mut self, cx: &mut Ctx<'_>, now: Now) {
-        info!(relay = %cx.relay, "fresh start");
-        // A full re-sync catches up everything.
-        self.uncaught_since = None;
-        self.close_all_subscriptions(cx);
-        self.clear_pending();
-        if let Some(state) = self.state.as_mut() {
-            state.clear_sync_state();
-        }
-        self.start_layer1(cx, now, None);
-    }
-
-    /// Quick reconnect: Layer 1 and the confirmed Layers 2+3 live, their
-    /// history caught up from `since` (and from the coverage missing before
-    /// the disconnect); the engine then plans new items.
-    pub(crate) fn quick_reconnect(&mut self, cx: &mut Ctx<'_>, now: Now, since: Timestamp) {
-        let window = cx.config.timeouts.quick_reconnect_window.as_secs();
-        let since = match self.uncaught_since.take() {
-            Some(uncaught) => since.min(Timestamp::from_secs(
-                uncaught.as_secs().saturating_sub(window),
-            )),
-            None => since,
+    /// The historic REQs the relay dropped by now
+    /// ([`RelayConn::req_stalls_at`]).
+    pub(crate) fn stalled_reqs(&self, now: Instant, config: &EngineConfig) -> Vec<SubscriptionId> {
+        let Some(conn) = self.link.conn() else {
+            return Vec::new();
         };
-        info!(relay = %cx.relay, since = since.as_secs(), "quick reconnect");
-        // Layer 1 catches up from `since` only if its full history was
-        // confirmed before; otherwise it syncs in full.
-        let announcements_synced = self
-            .state
-            .as_ref()
-            .is_some_and(|state| state.announcements_synced);
-        self.start_layer1(cx, now, announcements_synced.then_some(since));
-        self.rebuild_live(cx, now, &PendingItems::default());
-        self.start_catch_up(cx, now, since);
+        conn.subs
+            .iter()
+            .filter(|(_, sub)| {
+                sub.watch()
+                    .and_then(|watch| conn.req_stalls_at(watch, config))
+                    .is_some_and(|at| at <= now)
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
-    /// Closes every subscription open on the relay and forgets queued work.
-    fn close_all_subscriptions(&mut self, cx: &mut Ctx<'_>) {
-        let Some(conn) = self.link.conn_mut() else {
-            return;
+    /// The batches with a running job that stalled by now
+    /// ([`RelaySession::batch_stalls_at`]).
+    pub(crate) fn stalled_batches(&self, now: Instant, config: &EngineConfig) -> Vec<BatchId> {
+        self.batches
+            .iter()
+            .filter(|(_, info)| self.batch_stalls_at(info, config) <= now)
+            .filter(|(batch, _)| self.has_running_job(*batch))
+            .map(|(batch, _)| batch)
+            .collect()
+    }
+
+    /// `true` while the connection is open and the relay sent something (a
+    /// frame, a pong) within the batch timeout before `now`
+    /// ([`Liveness::is_alive`](super::liveness::Liveness::is_alive)); `false` for a relay silent that long — or
+    /// not connected.
+    pub(crate) fn is_alive(&self, now: Instant, config: &EngineConfig) -> bool {
+        self.link
+            .conn()
+            .is_some_and(|conn| conn.liveness.is_alive(now, config))
+    }
+
+    /// `true` if the connected relay is not alive
+    /// ([`RelaySession::is_alive`]) while a live subscription opened a batch
+    /// timeout ago has not been answered: a half-open socket. A driver that
+    /// pings keeps a relay that answers from ever getting here, EOSE or not.
+    pub(crate) fn live_unanswered(&self, now: Instant, config: &EngineConfig) -> bool {
+        self.live_unanswered_at(config).is_some_and(|at| at <= now)
+    }
+
+    /// When [`RelaySession::live_unanswered`] turns true if nothing comes:
+    /// a batch timeout after the oldest unanswered live subscription opened,
+    /// and not before the relay counts as silent
+    /// ([`Liveness::silent_at`](super::liveness::Liveness::silent_at)).
+    /// `None` without such a subscription.
+    fn live_unanswered_at(&self, config: &EngineConfig) -> Option<Instant> {
+        let conn = self.link.conn()?;
+        let opened_at = conn.subs.live_unanswered_since()?;
+        Some((opened_at + config.timeouts.batch_timeout).max(conn.liveness.silent_at(config)))
+    }
+
+    /// The NIP-77 sessions whose NEG-OPEN the relay has not answered within
+    /// [`Timeouts::negentropy_timeout`].
+    pub(crate) fn negentropy_unanswered(
+        &self,
+        now: Instant,
+        config: &EngineConfig,
+    ) -> Vec<SubscriptionId> {
+        let Some(conn) = self.link.conn() else {
+            return Vec::new();
         };
-        let open = conn.subs.take_all();
-        *conn = RelayConn::default();
-        self.timers.clear(RelayTimer::Poll);
-        for (id, sub) in open {
-            self.send_close(cx, id, &sub);
-        }
+        conn.subs
+            .negentropy_unanswered()
+            .filter(|(_, opened_at)| *opened_at + config.timeouts.negentropy_timeout <= now)
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
-    /// Closes a connection that stopped answering (a half-open socket): no
-    /// message for a whole batch timeout while work was outstanding.
-    pub(crate) fn drop_silent_connection(&mut self, cx: &mut Ctx<'_>, now: Now) {
-        warn!(relay = %cx.relay, "relay silent for the batch timeout; reconnecting");
-        self.last_error = Some("silent for the batch timeout".into());
-        let relay = cx.relay.clone();
-        self.emit(cx, Command::Disconnect { relay });
-        self.connection_closed(cx, now);
+    // --- The session's next deadline -----------------------------------------
+
+    /// When the session next has work for [`RelaySession::handle_timeout`]
+    /// (or for the engine's `connect_ready_relays`, when its health
+    /// changes), and which [`Deadline`] it is: the earliest of its timers,
+    /// its health (when its `RelayHealth`'s answer changes next), its
+    /// negentropy and batch timeouts, its stalled REQs, its unanswered live
+    /// subscriptions and its rate window, as of `now`.
+    pub(crate) fn next_deadline(
+        &self,
+        now: Instant,
+        config: &EngineConfig,
+    ) -> Option<(Deadline, Instant)> {
+        // The earliest so far (asked after every input of the relay: no
+        // list of them is built).
+        let mut earliest = Earliest::default();
+        if let Some((timer, at)) = self.timers.earliest_entry() {
+            earliest.consider(timer.into(), Some(at));
+        }
+        earliest.consider(
+            Deadline::Health,
+            self.health_changes_at(now, &config.health),
+        );
+        earliest.consider(Deadline::ConnectTimeout, self.link.connect_deadline());
+        earliest.consider(Deadline::LiveUnanswered, self.live_unanswered_at(config));
+        if let Some(conn) = self.link.conn() {
+            earliest.consider(Deadline::NegentropyUnanswered, conn.next_deadline(config));
+            if !conn.is_quiet() && self.learned.rate().is_some() {
+                earliest.consider(
+                    Deadline::RateWindow,
+                    conn.rate_window_frees_at(now, config.rate_window()),
+                );
+            }
+            for sub in conn.subs.values() {
+                if let Some(watch) = sub.watch() {
+                    earliest.consider(Deadline::ReqStall, conn.req_stalls_at(watch, config));
+                }
+                // An unanswered live subscription is not a batch's
+                // (`live_unanswered_at` above).
+                if sub.live_unanswered_since().is_none() {
+                    earliest.consider(
+                        Deadline::BatchStall,
+                        sub.batch()
+                            .and_then(|batch| self.batches.get(batch))
+                            .map(|info| self.batch_stalls_at(info, config)),
+                    );
+                }
+            }
+        }
+        earliest.get()
+    }
+}
+
+/// What the engine must do after a session fired its timers
+/// ([`RelaySession::handle_timeout`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TimeoutOutcome {
+    /// The connection attempt is past its timeout: the engine disconnects
+    /// and counts the attempt failed.
+    pub(crate) connect_timed_out: bool,
+    /// The relay's items are due to be planned again (by the engine, which
+    /// holds the targets).
+    pub(crate) replan: bool,
+}
+
+/// What a refusal taught ([`RelaySession::learn_from_refusal`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Lesson {
+    /// The subscription limit was lowered to this.
+    pub(crate) subscription_limit: Option<usize>,
+    /// The rate-limit cooldown started or was extended.
+    pub(crate) cooldown: bool,
+    /// A `rate-limited:` refusal (the rate is halved the first time in its
+    /// episode).
+    pub(crate) rate_refused: bool,
+}
+
+impl Lesson {
+    /// `true` when the refused subscription should simply be retried later.
+    pub(crate) fn retry(&self) -> bool {
+        self.cooldown
+    }
+}
+
+/// What a relay's live subscriptions cover ([`RelaySession::live_plan`]).
+#[derive(Debug)]
+pub(crate) struct LivePlan {
+    /// The live REQs, each a list of filters, within the live slots.
+    pub(crate) covered: Vec<Vec<nostr::prelude::Filter>>,
+    /// The filters that did not fit: polled with `since` instead.
+    pub(crate) polled: indexmap::IndexSet<nostr::prelude::Filter>,
+}
+
+/// What a session's handlers are given besides the session: its relay's
+/// URL, the configuration, and the parts of the engine that span relays
+/// and that one relay's work reads or adds to — the outbox, the counters,
+/// the store tracker (an event is stored once, whichever relay sent it) and
+/// the repository index.
+pub(crate) struct Ctx<'a> {
+    /// The session's relay.
+    pub(crate) relay: &'a RelayUrl,
+    /// The engine's configuration.
+    pub(crate) config: &'a EngineConfig,
+    /// Where commands go.
+    pub(crate) out: &'a mut Outbox,
+    /// The engine's counters.
+    pub(crate) stats: &'a mut EngineStats,
+    /// Every event between `Command::Store` and the store's answer.
+    pub(crate) stores: &'a mut StoreTracker,
+    /// The repositories we sync (a confirmation counts only theirs).
+    pub(crate) repos: &'a RepoSyncIndex,
+}
+
+impl Ctx<'_> {
+    /// `false` while the store falls behind: new historic jobs and next
+    /// pages wait (backpressure).
+    pub(crate) fn store_keeps_up(&self) -> bool {
+        self.stores.keeps_up(self.config)
+    }
+}
+
+/// Why a negentropy session of a filter ended without reconciling it
+/// ([`RelaySession::negentropy_failed`]).
+#[derive(Debug)]
+pub(crate) enum NegFailure<'a> {
+    /// The relay refused NIP-77: a NEG-ERR, a NOTICE, CLOSED on the session
+    /// id. `close`: send NEG-CLOSE if the session was opened (a NOTICE
+    /// names no session; CLOSED and NEG-ERR end it already).
+    Refused {
+        /// What the relay said.
+        reason: &'a str,
+        /// Whether the relay may still hold the session.
+        close: bool,
+    },
+    /// No answer to NEG-OPEN within the negentropy timeout.
+    Unanswered,
+    /// The store could not list its items for the filter (never reconcile
+    /// from an empty set: that downloads everything as if we held nothing).
+    StoreCannotList(&'a str),
+    /// The relay's frame budget shrank below a NEG frame for the filter.
+    FrameTooSmall,
+    /// The session could not start from our items.
+    CannotStart(SessionError),
+    /// A round failed: a cap was hit or the relay's message was unreadable.
+    Round(SessionError),
+}
+
+/// An EVENT as it reaches the session: verified by the driver, or not yet.
+#[derive(Debug)]
+pub(crate) enum Arrived {
+    /// From a plain `RelayMessage`: verified here if it matches.
+    Unchecked(nostr::prelude::Event),
+    /// Verified by the driver.
+    Verified(VerifiedEvent),
+}
+
+impl Arrived {
+    fn event(&self) -> &nostr::prelude::Event {
+        match self {
+            Arrived::Unchecked(event) => event,
+            Arrived::Verified(event) => event,
+        }
     }
 }
 
