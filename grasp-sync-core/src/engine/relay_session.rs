@@ -482,26 +482,44 @@ impl RelaySession {
     /// OK, NEG-MSG, NEG-ERR.
     pub(crate) fn on_message(&mut self, cx: &mut Ctx<'_>, now: Now, message: RelayMessage<'_>) {
         match message {
-            RelayMessage::EndOfStoredEvents(id) => self.on_eose(cx, now, &id),
+            RelayMessage::EndOfStoredEvents(id) => {
+                self.heard(now.instant, Some(&id));
+                self.on_eose(cx, now, &id)
+            }
             RelayMessage::Closed {
                 subscription_id,
                 message,
-            } => self.on_closed(cx, now, &subscription_id, &message),
-            RelayMessage::Notice(message) => self.on_notice(cx, now, &message),
+            } => {
+                self.heard(now.instant, Some(&subscription_id));
+                self.on_closed(cx, now, &subscription_id, &message)
+            }
+            RelayMessage::NegMsg {
+                subscription_id,
+                message,
+            } => {
+                self.heard(now.instant, Some(&subscription_id));
+                self.on_neg_msg(cx, now, &subscription_id, &message)
+            }
+            RelayMessage::NegErr {
+                subscription_id,
+                message,
+            } => {
+                self.heard(now.instant, Some(&subscription_id));
+                self.on_neg_err(cx, now, &subscription_id, &message)
+            }
+            RelayMessage::Notice(message) => {
+                self.heard(now.instant, None);
+                self.on_notice(cx, now, &message)
+            }
             RelayMessage::Ok {
                 status: false,
                 message,
                 ..
-            } if classify(&message).rate_limited => self.heed_rate_limit(cx, now),
-            RelayMessage::NegMsg {
-                subscription_id,
-                message,
-            } => self.on_neg_msg(cx, now, &subscription_id, &message),
-            RelayMessage::NegErr {
-                subscription_id,
-                message,
-            } => self.on_neg_err(cx, now, &subscription_id, &message),
-            _ => {}
+            } if classify(&message).rate_limited => {
+                self.heard(now.instant, None);
+                self.heed_rate_limit(cx, now)
+            }
+            _ => self.heard(now.instant, None),
         }
     }
 
@@ -517,6 +535,7 @@ impl RelaySession {
         id: &SubscriptionId,
         arrived: Arrived,
     ) -> Option<(VerifiedEvent, Option<BatchId>)> {
+        self.heard(now.instant, Some(id));
         let event = arrived.event();
         if let Some(refused) = cx.config.limits.size_limits().event_too_large(event) {
             self.refuse(cx, now, refused);

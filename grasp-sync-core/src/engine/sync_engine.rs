@@ -324,13 +324,12 @@ impl SyncEngine {
 
     /// A refused event from a remote relay ([`SyncEngine::handle_refused_event`]).
     fn on_refused_event(&mut self, now: Now, relay: &RelayUrl, refused: Refused) {
-        if !self.heard(now, relay, None) {
-            return;
-        }
         let before = self.reach();
-        if let Some((session, mut cx)) = self.session(relay) {
-            session.refuse(&mut cx, now, refused);
-        }
+        let Some((session, mut cx)) = self.connected_session(relay) else {
+            return self.ignored(relay, "message from a relay not connected");
+        };
+        session.heard(now.instant, None);
+        session.refuse(&mut cx, now, refused);
         self.maintain_after(now, Some(relay), before);
     }
 
@@ -548,28 +547,21 @@ impl SyncEngine {
         Some((session, cx))
     }
 
-    /// A relay message: EVENTs are admitted by the session and stored here
-    /// (the store spans relays); the rest is the session's.
-    fn on_relay_message(&mut self, now: Now, relay: &RelayUrl, message: RelayMessage<'_>) {
-        let answered = match &message {
-            RelayMessage::Event {
-                subscription_id, ..
-            }
-            | RelayMessage::Closed {
-                subscription_id, ..
-            }
-            | RelayMessage::NegMsg {
-                subscription_id, ..
-            }
-            | RelayMessage::NegErr {
-                subscription_id, ..
-            } => Some(subscription_id.as_ref()),
-            RelayMessage::EndOfStoredEvents(id) => Some(id.as_ref()),
-            _ => None,
-        };
-        if !self.heard(now, relay, answered) {
-            return;
+    /// `relay`'s session with its [`Ctx`] while its connection is open; an
+    /// input for a relay not connected is counted as ignored.
+    fn connected_session(&mut self, relay: &RelayUrl) -> Option<(&mut RelaySession, Ctx<'_>)> {
+        let connected = self.relays.is_connected(relay);
+        if !connected {
+            self.ignored(relay, "message from a relay not connected");
+            return None;
         }
+        self.session(relay)
+    }
+
+    /// A relay message: EVENTs are admitted by the session and stored here
+    /// (the store spans relays); the rest is the session's, which notes the
+    /// subscription it answers ([`RelaySession::on_message`]).
+    fn on_relay_message(&mut self, now: Now, relay: &RelayUrl, message: RelayMessage<'_>) {
         match message {
             RelayMessage::Event {
                 subscription_id,
@@ -581,7 +573,7 @@ impl SyncEngine {
                 Arrived::Unchecked(event.into_owned()),
             ),
             message => {
-                if let Some((session, mut cx)) = self.session(relay) {
+                if let Some((session, mut cx)) = self.connected_session(relay) {
                     session.on_message(&mut cx, now, message);
                 }
             }
@@ -596,31 +588,13 @@ impl SyncEngine {
         subscription_id: &SubscriptionId,
         checked: Result<VerifiedEvent, Refused>,
     ) {
-        if !self.heard(now, relay, Some(subscription_id)) {
-            return;
-        }
         match checked {
             Ok(event) => self.on_event(now, relay, subscription_id, Arrived::Verified(event)),
             Err(refused) => {
-                if let Some((session, mut cx)) = self.session(relay) {
+                if let Some((session, mut cx)) = self.connected_session(relay) {
+                    session.heard(now.instant, Some(subscription_id));
                     session.refuse(&mut cx, now, refused);
                 }
-            }
-        }
-    }
-
-    /// Notes that `relay` spoke (and answered `answered`,
-    /// [`RelaySession::heard`]); `false` (counted as ignored) if it is not
-    /// connected.
-    fn heard(&mut self, now: Now, relay: &RelayUrl, answered: Option<&SubscriptionId>) -> bool {
-        match self.relays.connected_mut(relay) {
-            Some(session) => {
-                session.heard(now.instant, answered);
-                true
-            }
-            None => {
-                self.ignored(relay, "message from a relay not connected");
-                false
             }
         }
     }
@@ -629,7 +603,7 @@ impl SyncEngine {
     /// it ([`RelaySession::admit`]: it matches the subscription and
     /// verifies) and it is ours ([`SyncEngine::admit_ours`]).
     fn on_event(&mut self, now: Now, relay: &RelayUrl, id: &SubscriptionId, arrived: Arrived) {
-        let Some((session, mut cx)) = self.session(relay) else {
+        let Some((session, mut cx)) = self.connected_session(relay) else {
             return;
         };
         let Some((event, batch)) = session.admit(&mut cx, now, id, arrived) else {
