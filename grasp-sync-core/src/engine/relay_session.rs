@@ -18,7 +18,7 @@ use super::runtime::{
     RelayConn, Sub,
 };
 use super::session::{NegSession, SessionCaps, SessionError};
-use super::stats::EngineStats;
+use super::stats::{EngineStats, LiveMode, RelayActivity};
 use super::stores::StoreTracker;
 use super::timer_table::{Deadline, Earliest, RelayTimer, TimerTable};
 use super::Command;
@@ -151,11 +151,6 @@ impl RelaySession {
         self.batches.len()
     }
 
-    /// The open connection, if any.
-    pub(crate) fn conn(&self) -> Option<&RelayConn> {
-        self.link.conn()
-    }
-
     /// The relay's connection lifecycle as reported: disconnected,
     /// connecting or connected (derived from its link).
     pub(crate) fn connection_status(&self) -> ConnectionStatus {
@@ -199,11 +194,6 @@ impl RelaySession {
         self.learned.set_limits(limits);
     }
 
-    /// What was learned of the relay, and the limits work on it is held to.
-    pub(crate) fn learned(&self) -> &Learned {
-        &self.learned
-    }
-
     /// Counts one event from the relay the store reported newly stored.
     pub(crate) fn event_stored(&mut self) {
         self.events_stored += 1;
@@ -235,6 +225,34 @@ impl RelaySession {
     /// filters that do not fit is due.
     fn poll_due(&self, now: Instant) -> bool {
         self.is_connected() && self.timers.is_due(RelayTimer::Poll, now)
+    }
+
+    /// What is open and waiting on the connection, if connected: its
+    /// subscriptions, live coverage, queued jobs, and the limits they are
+    /// held to.
+    pub(crate) fn activity(&self, config: &EngineConfig) -> Option<RelayActivity> {
+        let conn = self.link.conn()?;
+        let live_mode = match conn.live.uncovered_count() {
+            0 => LiveMode::Full,
+            uncovered_filters => LiveMode::Polling { uncovered_filters },
+        };
+        Some(RelayActivity {
+            open_subscriptions: conn.subs.len(),
+            live_subscriptions: conn.live.count(),
+            queued_jobs: conn.queue.len(),
+            deferred_live_items: conn.live.deferred_count(),
+            subscription_limit: self.learned.subscription_limit(config),
+            live_slots: self.learned.live_slots(config),
+            frame_budget: self.learned.frame_budget(config),
+            live_mode,
+        })
+    }
+
+    /// `true` while the connection is open and quiet
+    /// ([`RelayConn::is_quiet`]: nothing queued, no live coverage waiting,
+    /// only live subscriptions open).
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.link.conn().is_some_and(RelayConn::is_quiet)
     }
 
     // --- Connecting, and hearing from the relay ------------------------------

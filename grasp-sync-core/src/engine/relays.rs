@@ -4,7 +4,6 @@ use indexmap::IndexMap;
 use nostr::prelude::RelayUrl;
 
 use super::relay_session::RelaySession;
-use super::runtime::RelayConn;
 use crate::model::{ItemsInFlight, RelayProgress, RelayState};
 
 /// Every relay's session, by URL, in the order they were first met (so
@@ -47,16 +46,12 @@ impl Relays {
     }
 
     /// `true` when no relay, tracked or not, has a batch in flight, and
-    /// every open connection is quiet ([`RelayConn::is_quiet`]: nothing
+    /// every open connection is quiet ([`RelaySession::is_quiet`]: nothing
     /// queued, no live coverage waiting, only live subscriptions open).
     pub(crate) fn all_quiet(&self) -> bool {
-        self.sessions
-            .values()
-            .all(|session| session.batch_count() == 0)
-            && self
-                .connections()
-                .map(|(_, conn)| conn)
-                .all(RelayConn::is_quiet)
+        self.sessions.values().all(|session| {
+            session.batch_count() == 0 && (!session.is_connected() || session.is_quiet())
+        })
     }
 
     /// The session of `relay`, or an empty one (nothing learned) if the
@@ -109,26 +104,12 @@ impl Relays {
         self.sessions.keys()
     }
 
-    /// `relay`'s open connection.
-    pub(crate) fn conn(&self, relay: &RelayUrl) -> Option<&RelayConn> {
-        self.sessions.get(relay)?.conn()
-    }
-
     /// `true` while `relay`'s connection is open
     /// ([`RelaySession::is_connected`]).
     pub(crate) fn is_connected(&self, relay: &RelayUrl) -> bool {
         self.sessions
             .get(relay)
             .is_some_and(RelaySession::is_connected)
-    }
-
-    /// Every open connection, with its relay (the connected relays:
-    /// [`RelaySession::is_connected`]).
-    pub(crate) fn connections(&self) -> impl Iterator<Item = (&RelayUrl, &RelayConn)> {
-        self.sessions
-            .iter()
-            .filter(|(_, session)| session.is_connected())
-            .filter_map(|(relay, session)| Some((relay, session.conn()?)))
     }
 
     /// Every relay with an open connection ([`RelaySession::is_connected`]).

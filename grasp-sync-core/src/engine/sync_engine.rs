@@ -19,7 +19,7 @@ use super::own_relay::{OwnOutcome, OwnSession};
 use super::relay_session::{Arrived, Ctx, NegFailure, RelaySession};
 use super::relay_slots::{Admission, RelaySlots, Service, SlotRules};
 use super::relays::Relays;
-use super::stats::{HeldBytes, LiveMode};
+use super::stats::HeldBytes;
 use super::stores::{Handover, StoreTracker};
 use super::timer_table::{EngineTimer, TimerTable};
 use super::{
@@ -1751,7 +1751,7 @@ impl SyncEngine {
         self.relays.is_connected(relay)
             && state.announcements_synced
             && self.relays.view(relay).batch_count() == 0
-            && self.relays.conn(relay).is_some_and(|conn| conn.is_quiet())
+            && self.relays.view(relay).is_quiet()
             && self.repos.target(relay).is_none_or(|target| {
                 target.repos.is_subset(&state.repos)
                     && target.root_events.is_subset(&state.root_events)
@@ -1769,27 +1769,10 @@ impl SyncEngine {
                 || session.health_state(self.last_now(), &self.config.health) == HealthState::Dead)
     }
 
-    /// What is open and waiting on `relay`, if connected.
+    /// What is open and waiting on `relay`, if connected
+    /// (asked of its session).
     pub fn relay_activity(&self, relay: &RelayUrl) -> Option<RelayActivity> {
-        let conn = self.relays.conn(relay)?;
-        let live_mode = match conn.live.uncovered_count() {
-            0 => LiveMode::Full,
-            uncovered_filters => LiveMode::Polling { uncovered_filters },
-        };
-        Some(RelayActivity {
-            open_subscriptions: conn.subs.len(),
-            live_subscriptions: conn.live.count(),
-            queued_jobs: conn.queue.len(),
-            deferred_live_items: conn.live.deferred_count(),
-            subscription_limit: self
-                .relays
-                .view(relay)
-                .learned()
-                .subscription_limit(&self.config),
-            live_slots: self.relays.view(relay).learned().live_slots(&self.config),
-            frame_budget: self.relays.view(relay).learned().frame_budget(&self.config),
-            live_mode,
-        })
+        self.relays.get(relay)?.activity(&self.config)
     }
 
     /// Events handed to the store and not confirmed yet (answered or
