@@ -66,15 +66,6 @@ impl Relays {
         self.sessions.get(relay)
     }
 
-    /// [`Relays::get_mut`], with the relay's URL as the engine keeps it.
-    pub(crate) fn get_with_url_mut(
-        &mut self,
-        relay: &RelayUrl,
-    ) -> Option<(&RelayUrl, &mut RelaySession)> {
-        let (_, url, session) = self.sessions.get_full_mut(relay)?;
-        Some((url, session))
-    }
-
     /// [`Relays::get`], to change.
     pub(crate) fn get_mut(&mut self, relay: &RelayUrl) -> Option<&mut RelaySession> {
         self.sessions.get_mut(relay)

@@ -491,15 +491,7 @@ impl SyncEngine {
         relay: &RelayUrl,
         input: RelayInput<'_, S>,
     ) {
-        let own = &mut self.own;
-        let mut cx = Ctx {
-            relay,
-            config: &self.config,
-            out: &mut self.out,
-            stats: &mut self.stats,
-            stores: &mut self.stores,
-            repos: &self.repos,
-        };
+        let (_, own, mut cx) = self.split(relay);
         let outcome = match input {
             RelayInput::Message(message) => own.on_message(&mut cx, now, message),
             RelayInput::CheckedEvents(events) => own.on_checked_events(&mut cx, events),
@@ -534,8 +526,18 @@ impl SyncEngine {
 
     /// `relay`'s session with what its handlers are given ([`Ctx`]), if the
     /// engine knows the relay.
-    fn session(&mut self, relay: &RelayUrl) -> Option<(&mut RelaySession, Ctx<'_>)> {
-        let (relay, session) = self.relays.get_with_url_mut(relay)?;
+    fn session<'a>(&'a mut self, relay: &'a RelayUrl) -> Option<(&'a mut RelaySession, Ctx<'a>)> {
+        let (relays, _, cx) = self.split(relay);
+        Some((relays.get_mut(relay)?, cx))
+    }
+
+    /// The engine borrowed apart for a handler of `relay`: the relays, the
+    /// own relay's session, and what a session's handlers are given
+    /// ([`Ctx`]).
+    fn split<'a>(
+        &'a mut self,
+        relay: &'a RelayUrl,
+    ) -> (&'a mut Relays, &'a mut OwnSession, Ctx<'a>) {
         let cx = Ctx {
             relay,
             config: &self.config,
@@ -544,12 +546,15 @@ impl SyncEngine {
             stores: &mut self.stores,
             repos: &self.repos,
         };
-        Some((session, cx))
+        (&mut self.relays, &mut self.own, cx)
     }
 
     /// `relay`'s session with its [`Ctx`] while its connection is open; an
     /// input for a relay not connected is counted as ignored.
-    fn connected_session(&mut self, relay: &RelayUrl) -> Option<(&mut RelaySession, Ctx<'_>)> {
+    fn connected_session<'a>(
+        &'a mut self,
+        relay: &'a RelayUrl,
+    ) -> Option<(&'a mut RelaySession, Ctx<'a>)> {
         let connected = self.relays.is_connected(relay);
         if !connected {
             self.ignored(relay, "message from a relay not connected");

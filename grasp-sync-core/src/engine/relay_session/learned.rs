@@ -137,12 +137,7 @@ impl Learned {
     /// Filters per REQ we may send.
     pub(crate) fn filters_per_req(&self, config: &EngineConfig) -> usize {
         // (NIP-11 `max_filters` and the configured cap.)
-        self.limits
-            .max_filters
-            .map_or(config.limits.max_filters_per_req, |max| {
-                max.min(config.limits.max_filters_per_req)
-            })
-            .max(1)
+        told_or_ours(self.limits.max_filters, config.limits.max_filters_per_req)
     }
 
     /// Subscription slots live subscriptions may take: the limit minus the
@@ -175,12 +170,7 @@ impl Learned {
     /// The `limit` of a historic page: ours, or the relay's NIP-11
     /// `max_limit` if smaller.
     pub(crate) fn page_limit(&self, config: &EngineConfig) -> usize {
-        self.limits
-            .max_limit
-            .map_or(config.limits.page_limit, |max| {
-                max.min(config.limits.page_limit)
-            })
-            .max(1)
+        told_or_ours(self.limits.max_limit, config.limits.page_limit)
     }
 
     /// The page size the relay certainly honours per filter, if we know it:
@@ -219,4 +209,9 @@ impl Learned {
             config.limits.negentropy_frame_size_limit,
         )
     }
+}
+
+/// A count the relay told (NIP-11) or ours, the smaller; at least one.
+fn told_or_ours(told: Option<usize>, ours: usize) -> usize {
+    told.map_or(ours, |told| told.min(ours)).max(1)
 }
