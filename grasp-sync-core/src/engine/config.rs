@@ -38,6 +38,9 @@ pub struct EngineConfig {
     /// Relay health: backoff, dead relays, rate-limit cooldown, stability.
     /// The connect timeout is its base backoff (spec).
     pub health: HealthConfig,
+    /// GRASP-03 "Sync+": the conversation from its participants' own
+    /// relays, and how far strangers can stretch it.
+    pub sync_plus: SyncPlusConfig,
     /// Seed of the randomness that spreads the daily re-sync over 23–25 h.
     pub seed: u64,
 }
@@ -50,6 +53,7 @@ impl Default for EngineConfig {
             timeouts: Timeouts::default(),
             caps: Caps::default(),
             health: HealthConfig::default(),
+            sync_plus: SyncPlusConfig::default(),
             seed: 0x6772_6173_702d_3032,
         }
     }
@@ -366,7 +370,79 @@ impl Default for Caps {
     }
 }
 
+/// GRASP-03 "Sync+": a repository's conversation (its Layer 2 and 3
+/// filters, never Layer 1) is also synced from its participants' own write
+/// relays (NIP-65 kind 10002 `r` tags not marked `read`, kind 10317 `g`
+/// tags). Participants are the owner, the maintainers and the authors of
+/// events admitted to the repository's conversation; their relay lists are
+/// read from the repository's relays and from [`SyncPlusConfig::index_relays`].
+///
+/// Every bound is per pass: each [`SyncPlusConfig::pass_interval`] the
+/// selection moves on (rotates) through the participants and relays over
+/// the caps, so all are reached over successive passes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SyncPlusConfig {
+    /// Sync+ on or off. Off: no relay list is read and no outbox relay is
+    /// synced from. Default: on, like the reference GRASP server
+    /// (`NGIT_SYNC_PLUS_ENABLED`).
+    pub enabled: bool,
+    /// Relays asked for participants' relay lists besides each
+    /// repository's own relays (only kinds 10002 and 10317 are read from
+    /// them). Default: none (`NGIT_USER_INDEX_RELAYS`, comma-separated).
+    pub index_relays: Vec<RelayUrl>,
+    /// Participants of one repository whose relay lists are read and whose
+    /// outbox relays are synced from, per pass. Default: 32
+    /// (`NGIT_SYNC_PLUS_PARTICIPANTS_PER_PASS`).
+    pub participants_per_pass: usize,
+    /// Outbox relays one repository is synced from, per pass. Default: 24
+    /// (`NGIT_SYNC_PLUS_RELAYS_PER_PASS`).
+    pub relays_per_pass: usize,
+    /// Relays Sync+ may add in total, over every repository (a relay
+    /// already synced for another reason costs nothing). Default: 200
+    /// (`NGIT_SYNC_PLUS_MAX_RELAYS`).
+    pub max_relays: usize,
+    /// Participants remembered per repository (the first ones admitted are
+    /// kept; later ones are counted and left out). Default: 1 000.
+    pub max_participants_per_repo: usize,
+    /// Write relays read from one relay list, in its order (the rest are
+    /// counted and left out). Default: 32.
+    pub max_relays_per_list: usize,
+    /// How often the selection moves on to the participants and relays
+    /// over the caps. Default: 10 min (`NGIT_SYNC_PLUS_PASS_SECS`).
+    pub pass_interval: Duration,
+}
+
+impl Default for SyncPlusConfig {
+    fn default() -> Self {
+        SyncPlusConfig {
+            enabled: true,
+            index_relays: Vec::new(),
+            participants_per_pass: 32,
+            relays_per_pass: 24,
+            max_relays: 200,
+            max_participants_per_repo: 1_000,
+            max_relays_per_list: 32,
+            pass_interval: Duration::from_secs(10 * 60),
+        }
+    }
+}
+
 impl EngineConfig {
+    /// This configuration with Sync+ switched on or off
+    /// ([`SyncPlusConfig::enabled`]).
+    pub fn with_sync_plus(mut self, enabled: bool) -> Self {
+        self.sync_plus.enabled = enabled;
+        self
+    }
+
+    /// This configuration with `relays` as the index relays Sync+ reads
+    /// participants' relay lists from ([`SyncPlusConfig::index_relays`]).
+    pub fn with_index_relays(mut self, relays: Vec<RelayUrl>) -> Self {
+        self.sync_plus.index_relays = relays;
+        self
+    }
+
     /// This configuration with `relays` as the bootstrap relays
     /// ([`Identity::bootstrap_relays`]).
     pub fn with_bootstrap_relays(mut self, relays: Vec<RelayUrl>) -> Self {
@@ -433,6 +509,19 @@ impl EngineConfig {
                 "max_relays_per_announcement",
                 self.caps.max_relays_per_announcement,
             ),
+            (
+                "sync_plus.participants_per_pass",
+                self.sync_plus.participants_per_pass,
+            ),
+            ("sync_plus.relays_per_pass", self.sync_plus.relays_per_pass),
+            (
+                "sync_plus.max_participants_per_repo",
+                self.sync_plus.max_participants_per_repo,
+            ),
+            (
+                "sync_plus.max_relays_per_list",
+                self.sync_plus.max_relays_per_list,
+            ),
         ];
         if let Some((field, _)) = nonzero.iter().find(|(_, value)| *value == 0) {
             return Err(ConfigError::Zero(field));
@@ -451,6 +540,9 @@ impl EngineConfig {
         }
         if self.timeouts.batch_timeout.is_zero() {
             return Err(ConfigError::ZeroBatchTimeout);
+        }
+        if self.sync_plus.pass_interval.is_zero() {
+            return Err(ConfigError::ZeroSyncPlusPass);
         }
         Ok(())
     }
@@ -478,6 +570,9 @@ pub enum ConfigError {
     /// `batch_timeout` is zero.
     #[error("batch_timeout must not be zero")]
     ZeroBatchTimeout,
+    /// `sync_plus.pass_interval` is zero.
+    #[error("sync_plus.pass_interval must be longer than zero")]
+    ZeroSyncPlusPass,
 }
 
 /// Frame budget for a relay that announced none (64 KiB).

@@ -104,13 +104,13 @@ mod timer_table;
 pub use classify::{classify, Classified, Prefix};
 pub use command::Command;
 pub use config::{
-    Caps, ConfigError, EngineConfig, Identity, Limits, RelayLimits, Timeouts, DEFAULT_FRAME_BUDGET,
-    MIN_FRAME_BUDGET, MIN_NEGENTROPY_FRAME,
+    Caps, ConfigError, EngineConfig, Identity, Limits, RelayLimits, SyncPlusConfig, Timeouts,
+    DEFAULT_FRAME_BUDGET, MIN_FRAME_BUDGET, MIN_NEGENTROPY_FRAME,
 };
 pub use frames::{event_frame, req_frame_len};
 pub use ours::{MAX_CANDIDATES, MAX_CANDIDATE_BYTES};
-pub use report::RelayReport;
+pub use report::{RelayReport, SyncReasons};
 pub use session::SessionError;
-pub use stats::{EngineStats, HeldBytes, LiveMode, RelayActivity};
+pub use stats::{EngineStats, HeldBytes, LiveMode, RelayActivity, SyncPlusCounts};
 pub use stores::{StoreVerdict, MAX_REFUSED_TAGS};
 pub use sync_engine::SyncEngine;

@@ -41,4 +41,38 @@ pub struct RelayReport {
     pub retry_at: Option<Instant>,
     /// Live coverage while connected.
     pub live_mode: Option<LiveMode>,
+    /// Why it is synced.
+    pub reasons: SyncReasons,
+}
+
+/// Why a relay is synced: each reason that holds (a relay may have several).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SyncReasons {
+    /// A configured bootstrap relay: never dropped, announcements
+    /// discovered on it (Layer 1).
+    pub bootstrap: bool,
+    /// An announcement of ours lists it: Layer 1 and the repositories'
+    /// Layers 2 and 3.
+    pub announcement: bool,
+    /// A configured index relay (GRASP-03 Sync+): participants' relay lists
+    /// are read from it, nothing else.
+    pub index: bool,
+    /// A participant's write relay chosen this pass (GRASP-03 Sync+): the
+    /// repositories' Layers 2 and 3 only, never Layer 1.
+    pub outbox: bool,
+}
+
+impl SyncReasons {
+    /// `true` when announcements are discovered on the relay (Layer 1):
+    /// a bootstrap relay or one an announcement lists; never a relay
+    /// reached only through Sync+.
+    pub fn discovers(&self) -> bool {
+        self.bootstrap || self.announcement
+    }
+
+    /// `true` when only Sync+ brought the relay in.
+    pub fn only_sync_plus(&self) -> bool {
+        !self.discovers() && (self.index || self.outbox)
+    }
 }

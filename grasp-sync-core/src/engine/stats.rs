@@ -140,6 +140,23 @@ pub struct EngineStats {
     /// [`Caps::relay_trial_period`](super::Caps::relay_trial_period). They
     /// wait for a slot again like any relay over the cap.
     pub relays_evicted: u64,
+    /// Events newly stored that came from a relay only Sync+ brought in
+    /// (an outbox or index relay no announcement lists): the conversation
+    /// GRASP-03 adds.
+    pub sync_plus_events: u64,
+    /// Participants not remembered: over
+    /// [`SyncPlusConfig::max_participants_per_repo`](super::SyncPlusConfig::max_participants_per_repo).
+    pub sync_plus_participants_over_cap: u64,
+    /// Write relays of a relay list not read: over
+    /// [`SyncPlusConfig::max_relays_per_list`](super::SyncPlusConfig::max_relays_per_list)
+    /// or refused by the relay policy.
+    pub sync_plus_list_relays_left_out: u64,
+    /// Outbox relays a pass chose but could not add: over
+    /// [`SyncPlusConfig::max_relays`](super::SyncPlusConfig::max_relays)
+    /// (each time a pass meets one).
+    pub sync_plus_relays_over_cap: u64,
+    /// Sync+ passes (each moves the selection on).
+    pub sync_plus_passes: u64,
     /// Negentropy sessions cut off by
     /// [`Caps::max_negentropy_rounds`](super::Caps::max_negentropy_rounds)
     /// or [`Caps::max_negentropy_need`](super::Caps::max_negentropy_need).
@@ -148,6 +165,21 @@ pub struct EngineStats {
     /// and [`Caps::max_unannounced_repos`](super::Caps::max_unannounced_repos)
     /// such repositories are tracked already.
     pub root_events_over_cap: u64,
+}
+
+/// What Sync+ holds now (GRASP-03), as gauges.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SyncPlusCounts {
+    /// Participants remembered, over every repository (a key in two
+    /// repositories counts twice).
+    pub participants: usize,
+    /// Participants whose relay list is known.
+    pub relay_lists: usize,
+    /// Outbox relays synced from this pass.
+    pub outbox_relays: usize,
+    /// Index relays configured.
+    pub index_relays: usize,
 }
 
 /// How a relay's live coverage stands.

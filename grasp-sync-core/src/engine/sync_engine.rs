@@ -19,12 +19,12 @@ use super::own_relay::{OwnOutcome, OwnSession};
 use super::relay_session::{Arrived, Ctx, NegFailure, RelaySession};
 use super::relay_slots::{Admission, RelaySlots, Service, SlotRules};
 use super::relays::Relays;
-use super::stats::HeldBytes;
+use super::stats::{HeldBytes, SyncPlusCounts};
 use super::stores::{Handover, StoreTracker};
 use super::timer_table::{EngineTimer, TimerTable};
 use super::{
     Command, ConfigError, EngineConfig, EngineStats, RelayActivity, RelayLimits, RelayReport,
-    StoreVerdict,
+    StoreVerdict, SyncReasons,
 };
 use crate::clock::{Instant, Now};
 use crate::health::{HealthCounts, HealthState, RelayHealth};
@@ -1715,7 +1715,23 @@ impl SyncEngine {
             live_mode: self
                 .relay_activity(relay)
                 .map(|activity| activity.live_mode),
+            reasons: self.sync_reasons(relay, state),
         }
+    }
+
+    /// Why `relay` is synced ([`SyncReasons`]).
+    fn sync_reasons(&self, relay: &RelayUrl, state: &RelayState) -> SyncReasons {
+        SyncReasons {
+            bootstrap: state.is_bootstrap,
+            announcement: self.repos.target(relay).is_some(),
+            ..SyncReasons::default()
+        }
+    }
+
+    /// What Sync+ holds now (GRASP-03): participants, their relay lists,
+    /// the outbox relays synced from.
+    pub fn sync_plus_counts(&self) -> SyncPlusCounts {
+        SyncPlusCounts::default()
     }
 
     /// `true` when historic sync is confirmed on every reachable relay: the

@@ -16,6 +16,7 @@
 mod announcement;
 mod git_oid;
 mod references;
+mod relay_list;
 mod repo_ref;
 mod state;
 
@@ -30,6 +31,10 @@ pub use git_oid::{GitOid, GitOidError};
 pub use references::{
     pull_request_clone_urls, pull_request_tip, referenced_root_ids, root_event_repo_refs,
     MAX_PULL_REQUEST_CLONE_URLS,
+};
+pub use relay_list::{
+    conversation_refs, is_conversation_kind, is_relay_list_kind, write_relays, ConversationRefs,
+    KIND_COMMENT, KIND_GRASP_LIST, KIND_RELAY_LIST, KIND_STATUSES,
 };
 pub use repo_ref::{RepoRef, RepoRefError, MAX_IDENTIFIER_LEN};
 pub use state::{parse_repo_state, RepoState, MAX_REF_NAME_LEN};
