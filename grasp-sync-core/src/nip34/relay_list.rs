@@ -178,7 +178,7 @@ mod tests {
                 &["a", "30023:nonsense"],
                 &["E", &id],
                 &["e", "xyz"],
-                &[],
+                &["e"],
             ],
         );
         let refs = conversation_refs(&event);
