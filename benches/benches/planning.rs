@@ -55,6 +55,7 @@ fn world() -> World {
         let items = PendingItems {
             repos: needs.repos,
             root_events: needs.root_events,
+            authors: Default::default(),
         };
         state.confirm(&items, index.ids());
         confirmed.set_connected(&relay, true);

@@ -3,6 +3,8 @@
 //! - Layer 1: repository announcements and state (kinds 30617, 30618).
 //! - Layer 2: events tagging one of our repositories (`#a`, `#A`, `#q`).
 //! - Layer 3: events tagging one of our root events (`#e`, `#E`, `#q`).
+//! - Relay lists (GRASP-03 Sync+): participants' kinds 10002 and 10317
+//!   (`authors`).
 //!
 //! Layers 2 and 3 are chunked: each filter carries at most `chunk_size`
 //! values (100 by default), and each item appears in exactly one chunk per tag
@@ -14,11 +16,12 @@
 //! of every event a relay sends against the subscription it came on.
 
 use nostr::filter::MatchEventOptions;
-use nostr::prelude::{Event, EventId, Filter, Kind, SingleLetterTag, Timestamp};
+use nostr::prelude::{Event, EventId, Filter, Kind, PublicKey, SingleLetterTag, Timestamp};
 
 use crate::model::PendingItems;
 use crate::nip34::{
-    RepoRef, KIND_ISSUE, KIND_PATCH, KIND_PULL_REQUEST, KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE,
+    RepoRef, KIND_GRASP_LIST, KIND_ISSUE, KIND_PATCH, KIND_PULL_REQUEST, KIND_RELAY_LIST,
+    KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE,
 };
 
 /// Values per Layer 2/3 filter unless configured otherwise.
@@ -59,14 +62,45 @@ pub(crate) fn announcement_filter(mode: FilterMode) -> Filter {
 }
 
 /// The self-subscription on the own relay: announcements and root events
-/// (30617, 1617, 1618, 1621 — not 1619 or 30618, spec).
-pub(crate) fn own_relay_filter() -> Filter {
-    Filter::new().kinds([
+/// (30617, 1617, 1618, 1621 — not 1619 or 30618, spec), and with Sync+ on
+/// relay lists (10002, 10317: participants' lists are known again after a
+/// restart from the own relay, where it keeps them).
+pub(crate) fn own_relay_filter(relay_lists: bool) -> Filter {
+    let mut kinds = vec![
         Kind::Custom(KIND_REPO_ANNOUNCEMENT),
         Kind::Custom(KIND_PATCH),
         Kind::Custom(KIND_PULL_REQUEST),
         Kind::Custom(KIND_ISSUE),
-    ])
+    ];
+    if relay_lists {
+        kinds.extend(RELAY_LIST_KINDS);
+    }
+    Filter::new().kinds(kinds)
+}
+
+/// The kinds of a participant's relay lists: NIP-65 (10002) and GRASP
+/// servers (10317).
+const RELAY_LIST_KINDS: [Kind; 2] = [Kind::Custom(KIND_RELAY_LIST), Kind::Custom(KIND_GRASP_LIST)];
+
+/// Relay lists (GRASP-03 Sync+): filters for the kinds 10002 and 10317 of
+/// `authors`, at most `chunk_size` authors each, sorted.
+pub fn relay_list_filters<'a, I>(authors: I, chunk_size: usize, mode: FilterMode) -> Vec<Filter>
+where
+    I: IntoIterator<Item = &'a PublicKey>,
+{
+    let mut authors: Vec<PublicKey> = authors.into_iter().copied().collect();
+    authors.sort_unstable();
+    authors.dedup();
+    authors
+        .chunks(chunk_size.max(1))
+        .map(|chunk| {
+            mode.apply(
+                Filter::new()
+                    .kinds(RELAY_LIST_KINDS)
+                    .authors(chunk.iter().copied()),
+            )
+        })
+        .collect()
 }
 
 /// The tag letters of Layer 2: `a`, `A` and `q`.
@@ -105,14 +139,16 @@ where
     tag_filters(&values, &ROOT_EVENT_TAGS, chunk_size, mode)
 }
 
-/// Layers 2 and 3 together for `items`.
-pub(crate) fn layer2_and_layer3_filters(
+/// Every filter of `items`: Layers 2 and 3, and the participants' relay
+/// lists.
+pub(crate) fn item_filters(
     items: &PendingItems,
     chunk_size: usize,
     mode: FilterMode,
 ) -> Vec<Filter> {
     let mut filters = repo_tag_filters(&items.repos, chunk_size, mode);
     filters.extend(root_event_tag_filters(&items.root_events, chunk_size, mode));
+    filters.extend(relay_list_filters(&items.authors, chunk_size, mode));
     filters
 }
 
@@ -251,18 +287,28 @@ mod tests {
             root_events: (0..7u8)
                 .map(|n| EventId::from_byte_array([n; 32]))
                 .collect(),
+            authors: (3..9u8)
+                .map(|n| {
+                    let mut bytes = [0u8; 32];
+                    bytes[31] = n;
+                    Keys::new(SecretKey::from_slice(&bytes).unwrap()).public_key()
+                })
+                .collect(),
         };
-        let a = layer2_and_layer3_filters(&items, 50, FilterMode::FULL_HISTORY);
-        let b = layer2_and_layer3_filters(&items.clone(), 50, FilterMode::FULL_HISTORY);
+        let a = item_filters(&items, 50, FilterMode::FULL_HISTORY);
+        let b = item_filters(&items.clone(), 50, FilterMode::FULL_HISTORY);
         assert_eq!(a, b);
-        assert_eq!(a.len(), 9 + 3);
+        // 120 repositories: 3 chunks × 3 letters; 7 root events: 3
+        // letters; 6 authors: one relay-list filter.
+        assert_eq!(a.len(), 9 + 3 + 1);
+        let lists = a.last().unwrap();
+        assert_eq!(lists.authors.as_ref().map(|authors| authors.len()), Some(6));
+        assert!(lists.kinds.as_ref().unwrap().contains(&Kind::Custom(10002)));
     }
 
     #[test]
     fn empty_items_give_no_filter_and_zero_chunk_is_one() {
-        assert!(
-            layer2_and_layer3_filters(&PendingItems::default(), 100, FilterMode::Live).is_empty()
-        );
+        assert!(item_filters(&PendingItems::default(), 100, FilterMode::Live).is_empty());
         let filters = repo_tag_filters(&[repo(1), repo(2)], 0, FilterMode::Live);
         assert_eq!(filters.len(), 6);
     }

@@ -28,7 +28,7 @@ use std::fmt;
 use std::time::Duration;
 
 use indexmap::IndexMap;
-use nostr::prelude::{EventId, RelayUrl, Timestamp};
+use nostr::prelude::{EventId, PublicKey, RelayUrl, Timestamp};
 
 use crate::clock::Instant;
 use crate::nip34::RepoRef;
@@ -78,6 +78,9 @@ pub struct RelayState {
     /// Root events whose historic sync this relay has confirmed (ids of the
     /// repository index's [`SyncIds`]).
     pub root_events: HashSet<RootId>,
+    /// Participants whose relay lists this relay's historic sync has
+    /// confirmed (GRASP-03 Sync+).
+    pub authors: HashSet<PublicKey>,
     /// A bootstrap relay is never dropped, even with nothing to sync.
     pub is_bootstrap: bool,
     /// Wall-clock time of the last successful connection; the `since` of a
@@ -96,6 +99,7 @@ impl RelayState {
         RelayState {
             repos: HashSet::new(),
             root_events: HashSet::new(),
+            authors: HashSet::new(),
             is_bootstrap,
             last_connected: None,
             disconnected_at: None,
@@ -117,6 +121,7 @@ impl RelayState {
     pub(crate) fn clear_sync_state(&mut self) {
         self.repos.clear();
         self.root_events.clear();
+        self.authors.clear();
         self.announcements_synced = false;
     }
 
@@ -128,6 +133,7 @@ impl RelayState {
             .extend(items.repos.iter().filter_map(|repo| ids.repo_id(repo)));
         self.root_events
             .extend(items.root_events.iter().filter_map(|id| ids.root_id(id)));
+        self.authors.extend(items.authors.iter().copied());
     }
 
     /// The confirmed items as values, looked up in `ids`.
@@ -145,6 +151,7 @@ impl RelayState {
                 .filter_map(|id| ids.root_event(*id))
                 .copied()
                 .collect(),
+            authors: self.authors.clone(),
         }
     }
 }
@@ -230,23 +237,27 @@ pub struct PendingItems {
     pub repos: HashSet<RepoRef>,
     /// Root events (Layer 3).
     pub root_events: HashSet<EventId>,
+    /// Participants whose relay lists (kinds 10002, 10317) are read
+    /// (GRASP-03 Sync+).
+    pub authors: HashSet<PublicKey>,
 }
 
 impl PendingItems {
     /// `true` when there are no items.
     pub fn is_empty(&self) -> bool {
-        self.repos.is_empty() && self.root_events.is_empty()
+        self.repos.is_empty() && self.root_events.is_empty() && self.authors.is_empty()
     }
 
-    /// Number of items of both layers.
+    /// Number of items of every kind.
     pub(crate) fn len(&self) -> usize {
-        self.repos.len() + self.root_events.len()
+        self.repos.len() + self.root_events.len() + self.authors.len()
     }
 
     /// Adds every item of `other`.
     pub(crate) fn extend(&mut self, other: &PendingItems) {
         self.repos.extend(other.repos.iter().cloned());
         self.root_events.extend(other.root_events.iter().copied());
+        self.authors.extend(other.authors.iter().copied());
     }
 }
 
@@ -315,9 +326,15 @@ impl PendingBatch {
 pub struct ItemsInFlight {
     repos: HashMap<RepoRef, u32>,
     root_events: HashMap<EventId, u32>,
+    authors: HashMap<PublicKey, u32>,
 }
 
 impl ItemsInFlight {
+    /// `true` if `author`'s relay lists are pending.
+    pub(crate) fn contains_author(&self, author: &PublicKey) -> bool {
+        self.authors.contains_key(author)
+    }
+
     /// `true` if `repo` is pending.
     pub(crate) fn contains_repo(&self, repo: &RepoRef) -> bool {
         self.repos.contains_key(repo)
@@ -333,6 +350,7 @@ impl ItemsInFlight {
         PendingItems {
             repos: self.repos.keys().cloned().collect(),
             root_events: self.root_events.keys().copied().collect(),
+            authors: self.authors.keys().copied().collect(),
         }
     }
 
@@ -344,6 +362,9 @@ impl ItemsInFlight {
         for id in &items.root_events {
             *self.root_events.entry(*id).or_insert(0) += 1;
         }
+        for author in &items.authors {
+            *self.authors.entry(*author).or_insert(0) += 1;
+        }
     }
 
     /// A batch syncing `items` ended.
@@ -354,12 +375,16 @@ impl ItemsInFlight {
         for id in &items.root_events {
             decrement(&mut self.root_events, id);
         }
+        for author in &items.authors {
+            decrement(&mut self.authors, author);
+        }
     }
 
     /// Every batch ended.
     pub(crate) fn clear(&mut self) {
         self.repos.clear();
         self.root_events.clear();
+        self.authors.clear();
     }
 }
 

@@ -74,6 +74,7 @@ impl TargetChanges {
         Some(PendingItems {
             repos: added.repos.iter().map(|(_, repo)| repo.clone()).collect(),
             root_events: added.root_events.iter().map(|(_, id)| *id).collect(),
+            authors: Default::default(),
         })
     }
 }
@@ -176,6 +177,7 @@ fn diff<'a>(
             })
             .map(|(_, id)| *id)
             .collect(),
+        authors: Default::default(),
     };
     (!items.is_empty()).then(|| AddFilters {
         relay: relay.clone(),

@@ -99,6 +99,7 @@ mod session;
 mod stats;
 mod stores;
 mod sync_engine;
+mod sync_plus;
 mod timer_table;
 
 pub use classify::{classify, Classified, Prefix};

@@ -154,8 +154,8 @@ impl OwnSession {
         matches!(self.link, OwnLink::Open { history: None })
     }
 
-    /// The filter of the self-subscription: kinds 30617, 1617, 1618, 1621,
-    /// and once the history was read completely, `since` the catch-up point
+    /// The filter of the self-subscription: kinds 30617, 1617, 1618, 1621
+    /// (and 10002, 10317 with Sync+ on), and once the history was read completely, `since` the catch-up point
     /// minus the quick-reconnect window.
     pub(super) fn subscription_filter(&self, config: &EngineConfig) -> Filter {
         let since = self.caught_up_to.map(|at| {
@@ -164,7 +164,7 @@ impl OwnSession {
                     .saturating_sub(config.timeouts.quick_reconnect_window.as_secs()),
             )
         });
-        let filter = crate::filters::own_relay_filter();
+        let filter = crate::filters::own_relay_filter(config.sync_plus.enabled);
         match since {
             Some(since) => filter.since(since),
             None => filter,

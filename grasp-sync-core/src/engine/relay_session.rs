@@ -23,7 +23,7 @@ use super::stores::StoreTracker;
 use super::timer_table::{Deadline, Earliest, RelayTimer, TimerTable};
 use super::Command;
 use crate::clock::{Instant, Now};
-use crate::filters::{announcement_filter, layer2_and_layer3_filters, matches, FilterMode};
+use crate::filters::{announcement_filter, item_filters, matches, FilterMode};
 use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
 use crate::model::{
     BatchId, ConnectionStatus, ItemsInFlight, PendingBatch, PendingItems, RelayState, SyncMethod,
@@ -1338,9 +1338,18 @@ impl RelaySession {
     /// packed into as few REQs as the relay's filter and frame limits allow,
     /// the first [`Learned::live_slots`] of them live, the rest polled
     /// with a `since` catch-up (historic work always keeps its slots).
-    pub(crate) fn live_plan(&self, items: &PendingItems, config: &EngineConfig) -> LivePlan {
-        let mut filters = vec![announcement_filter(FilterMode::Live)];
-        filters.extend(layer2_and_layer3_filters(
+    /// Layer 1 only where announcements are discovered (`discovers`).
+    pub(crate) fn live_plan(
+        &self,
+        items: &PendingItems,
+        discovers: bool,
+        config: &EngineConfig,
+    ) -> LivePlan {
+        let mut filters = Vec::new();
+        if discovers {
+            filters.push(announcement_filter(FilterMode::Live));
+        }
+        filters.extend(item_filters(
             items,
             config.limits.chunk_size,
             FilterMode::Live,
@@ -1405,8 +1414,7 @@ impl RelaySession {
     /// would get too many live filters or subscriptions. A relay already
     /// polled for what does not fit gets the new filters polled too.
     fn add_live(&mut self, cx: &mut Ctx<'_>, now: Now, items: &PendingItems) {
-        let filters =
-            layer2_and_layer3_filters(items, cx.config.limits.chunk_size, FilterMode::Live);
+        let filters = item_filters(items, cx.config.limits.chunk_size, FilterMode::Live);
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
@@ -1464,7 +1472,7 @@ impl RelaySession {
             return;
         };
         items.extend(&conn.live.take_deferred());
-        let plan = self.live_plan(&items, cx.config);
+        let plan = self.live_plan(&items, cx.discovers, cx.config);
         let (closing, opened, started_polling) = self.apply_live_plan(plan, now, cx.config);
         if let Some(uncovered) = started_polling {
             info!(relay = %cx.relay, uncovered, "live filters do not fit the relay's limits; polling the rest");
@@ -1603,7 +1611,7 @@ impl RelaySession {
         };
         let items = state.items(cx.repos.ids());
         let mode = FilterMode::Historic { since: Some(since) };
-        let filters = layer2_and_layer3_filters(&items, cx.config.limits.chunk_size, mode);
+        let filters = item_filters(&items, cx.config.limits.chunk_size, mode);
         let jobs = self.req_jobs(filters, cx.config);
         self.start_batch(
             cx,
@@ -1674,19 +1682,20 @@ impl RelaySession {
         let reconciled = PendingItems {
             repos: items.repos.clone(),
             root_events: held,
+            authors: items.authors.clone(),
         };
         let fresh = PendingItems {
-            repos: HashSet::new(),
             root_events: fresh,
+            ..PendingItems::default()
         };
         let chunk = cx.config.limits.chunk_size;
-        let filters = layer2_and_layer3_filters(&reconciled, chunk, FilterMode::FULL_HISTORY);
+        let filters = item_filters(&reconciled, chunk, FilterMode::FULL_HISTORY);
         let (reconcile, req): (Vec<_>, Vec<_>) = filters
             .into_iter()
             .partition(|filter| self.sync_method(filter, cx.config) == SyncMethod::Negentropy);
         let mut jobs: Vec<Job> = reconcile.into_iter().map(Job::Negentropy).collect();
         jobs.extend(self.req_jobs(req, cx.config));
-        let fresh_filters = layer2_and_layer3_filters(&fresh, chunk, FilterMode::FULL_HISTORY);
+        let fresh_filters = item_filters(&fresh, chunk, FilterMode::FULL_HISTORY);
         if sent {
             jobs.extend(fresh_filters.into_iter().map(Job::NegentropySent));
         } else {
@@ -1704,8 +1713,12 @@ impl RelaySession {
     }
 
     /// Layer 1: the live announcement subscription and its history
-    /// (negentropy when the relay allows and there is no `since`).
+    /// (negentropy when the relay allows and there is no `since`). Not on
+    /// a relay reached only through Sync+ (`Ctx::discovers`).
     pub(crate) fn start_layer1(&mut self, cx: &mut Ctx<'_>, now: Now, since: Option<Timestamp>) {
+        if !cx.discovers {
+            return;
+        }
         let needs_live = self.link.conn().is_some_and(|conn| conn.live.count() == 0);
         // Otherwise `pump` rebuilds live coverage, Layer 1 included, once the
         // relay allows.
@@ -2510,6 +2523,10 @@ pub(crate) struct Ctx<'a> {
     pub(crate) stores: &'a mut StoreTracker,
     /// The repositories we sync (a confirmation counts only theirs).
     pub(crate) repos: &'a RepoSyncIndex,
+    /// `true` if announcements are discovered on this relay (Layer 1): a
+    /// bootstrap relay or one an announcement lists, not one reached only
+    /// through Sync+ (`SyncEngine::discovers`).
+    pub(crate) discovers: bool,
 }
 
 impl Ctx<'_> {

@@ -7,8 +7,10 @@
 use std::borrow::Borrow;
 use std::collections::HashSet;
 
-use indexmap::IndexMap;
-use nostr::prelude::{Event, EventId, Kind, RelayMessage, RelayUrl, SubscriptionId, Timestamp};
+use indexmap::{IndexMap, IndexSet};
+use nostr::prelude::{
+    Event, EventId, Kind, PublicKey, RelayMessage, RelayUrl, SubscriptionId, Timestamp,
+};
 use tracing::{debug, info, warn};
 
 use super::config::Jitter;
@@ -21,6 +23,7 @@ use super::relay_slots::{Admission, RelaySlots, Service, SlotRules};
 use super::relays::Relays;
 use super::stats::{HeldBytes, SyncPlusCounts};
 use super::stores::{Handover, StoreTracker};
+use super::sync_plus::{Joined, RepoRelays};
 use super::timer_table::{EngineTimer, TimerTable};
 use super::{
     Command, ConfigError, EngineConfig, EngineStats, RelayActivity, RelayLimits, RelayReport,
@@ -28,10 +31,11 @@ use super::{
 };
 use crate::clock::{Instant, Now};
 use crate::health::{HealthCounts, HealthState, RelayHealth};
+use crate::model::RelayProgress;
 use crate::model::{BatchId, PendingBatch, PendingItems, RelayState, SyncMethod};
 use crate::nip34::{
-    is_root_kind, parse_announcement, root_event_repo_refs, RepoRef, KIND_REPO_ANNOUNCEMENT,
-    KIND_REPO_STATE,
+    conversation_refs, is_conversation_kind, is_relay_list_kind, is_root_kind, parse_announcement,
+    root_event_repo_refs, RepoRef, KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE,
 };
 use crate::planner::{compute_actions_for_changes, compute_actions_for_relay, RepoSyncIndex};
 use crate::screen::Refused;
@@ -73,6 +77,9 @@ use crate::verified::VerifiedEvent;
 pub struct SyncEngine {
     config: EngineConfig,
     repos: RepoSyncIndex,
+    /// Each repository's relays: announced, and those Sync+ adds
+    /// (GRASP-03), with the participants and their relay lists.
+    repo_relays: RepoRelays,
     /// Every relay's session: what we learned, its connection, its timers.
     relays: Relays,
     /// The own relay's session: the self-subscriber's connection, its
@@ -124,9 +131,16 @@ impl SyncEngine {
             EngineTimer::DisconnectCheck,
             now.instant + config.timeouts.disconnect_check_interval,
         );
+        if config.sync_plus.enabled {
+            timers.set(
+                EngineTimer::SyncPlusPass,
+                now.instant + config.sync_plus.pass_interval,
+            );
+        }
         let own = OwnSession::new(config.identity.own_relay.clone(), now.instant);
         let mut engine = SyncEngine {
             repos: RepoSyncIndex::new(),
+            repo_relays: RepoRelays::new(&config.sync_plus),
             relays: Relays::default(),
             own,
             ours: Ours::default(),
@@ -149,6 +163,13 @@ impl SyncEngine {
                 continue;
             }
             engine.register_relay(relay, true);
+        }
+        for relay in engine.repo_relays.index_relays().to_vec() {
+            if engine.own.is_for(&relay) {
+                tracing::warn!(%relay, "the own relay is not read as an index relay");
+                continue;
+            }
+            engine.register_relay(relay, false);
         }
         Ok(engine)
     }
@@ -378,6 +399,11 @@ impl SyncEngine {
             );
             self.timers.set(EngineTimer::Daily, now.instant + next);
         }
+        if self.timers.fire(EngineTimer::SyncPlusPass, now.instant) {
+            self.sync_plus_pass(now);
+            let next = now.instant + self.config.sync_plus.pass_interval;
+            self.timers.set(EngineTimer::SyncPlusPass, next);
+        }
         if self.timers.fire(EngineTimer::DisconnectCheck, now.instant) {
             self.check_disconnects(now.instant);
             let next = now.instant + self.config.timeouts.disconnect_check_interval;
@@ -538,6 +564,7 @@ impl SyncEngine {
         &'a mut self,
         relay: &'a RelayUrl,
     ) -> (&'a mut Relays, &'a mut OwnSession, Ctx<'a>) {
+        let discovers = self.discovers(relay);
         let cx = Ctx {
             relay,
             config: &self.config,
@@ -545,6 +572,7 @@ impl SyncEngine {
             stats: &mut self.stats,
             stores: &mut self.stores,
             repos: &self.repos,
+            discovers,
         };
         (&mut self.relays, &mut self.own, cx)
     }
@@ -792,7 +820,11 @@ impl SyncEngine {
         let unwanted: Vec<RelayUrl> = self
             .relays
             .tracked()
-            .filter(|(relay, state)| !state.is_bootstrap && self.repos.target(relay).is_none())
+            .filter(|(relay, state)| {
+                !state.is_bootstrap
+                    && !self.repo_relays.is_index(relay)
+                    && self.repos.target(relay).is_none()
+            })
             .map(|(relay, _)| relay.clone())
             .collect();
         for relay in unwanted {
@@ -830,10 +862,175 @@ impl SyncEngine {
                     }
                 }
             }
+            if is_conversation_kind(event.kind) {
+                self.join_conversation(event);
+            }
         }
+        // After the batch's announcements and conversation: a list is kept
+        // only for someone who takes part.
+        for event in events.iter().filter(|event| is_relay_list_kind(event.kind)) {
+            self.apply_relay_list(event);
+        }
+        self.plan_repo_relay_changes(now);
+    }
+
+    /// Plans what the repository index gained since it was last planned
+    /// ([`RepoSyncIndex::take_changes`]).
+    fn plan_target_changes(&mut self, now: Now) {
         let changes = self.repos.take_changes();
         for action in compute_actions_for_changes(&changes, &self.relays) {
             self.add_filters(now, &action.relay, action.items);
+        }
+    }
+
+    // --- Sync+ (GRASP-03) ------------------------------------------------------
+
+    /// `true` if announcements are discovered on `relay` (Layer 1): a
+    /// bootstrap relay or one an announcement of ours lists; never a relay
+    /// reached only through Sync+ (an outbox or index relay).
+    fn discovers(&self, relay: &RelayUrl) -> bool {
+        self.relays
+            .state(relay)
+            .is_some_and(|state| state.is_bootstrap)
+            || self.repo_relays.is_announced(relay)
+    }
+
+    /// `true` if only Sync+ brought `relay` in: an outbox or index relay
+    /// that announcements are not discovered on.
+    fn only_sync_plus(&self, relay: &RelayUrl) -> bool {
+        !self.discovers(relay)
+            && (self.repo_relays.is_outbox(relay) || self.repo_relays.is_index(relay))
+    }
+
+    /// `key` takes part in `repo` (the owner, a maintainer, or the author
+    /// of an event admitted to its conversation); over the cap it is
+    /// counted.
+    fn join(&mut self, repo: &RepoRef, key: PublicKey) {
+        if self
+            .repo_relays
+            .add_participant(repo, key, &self.config.sync_plus)
+            == Joined::OverCap
+        {
+            self.stats.sync_plus_participants_over_cap += 1;
+            debug!(%repo, "participant not remembered: the repository has as many as it may");
+        }
+    }
+
+    /// The author of a conversation event the store took joins the
+    /// repositories it points at: those of its `a`/`A` tags, and those of
+    /// the root events of its `e`/`E` tags.
+    fn join_conversation(&mut self, event: &Event) {
+        if !self.repo_relays.enabled() {
+            return;
+        }
+        let refs = conversation_refs(event);
+        let mut repos: IndexSet<RepoRef> = refs
+            .repos
+            .into_iter()
+            .filter(|repo| self.repo_relays.knows(repo))
+            .collect();
+        for id in refs
+            .events
+            .iter()
+            .chain(is_root_kind(event.kind).then_some(&event.id))
+        {
+            repos.extend(self.repos.repos_of_root_event(id));
+        }
+        for repo in repos {
+            self.join(&repo, event.pubkey);
+        }
+    }
+
+    /// A relay list (10002, 10317) the store took or the own relay holds:
+    /// kept if its author takes part, its relays those the relay policy
+    /// allows that are neither our service nor the own relay.
+    fn apply_relay_list(&mut self, event: &Event) {
+        let identity = &self.config.identity;
+        let own = &self.own;
+        let usable = |relay: &RelayUrl| {
+            identity.relay_policy.check_relay_url(relay).is_ok()
+                && !identity.service_relays.contains(relay)
+                && !own.is_for(relay)
+        };
+        let applied = self
+            .repo_relays
+            .apply_list(event, usable, &self.config.sync_plus);
+        self.stats.sync_plus_list_relays_left_out += applied.left_out;
+        self.note_sync_plus_over_cap(applied.over_cap);
+    }
+
+    /// Counts the outbox relays the global cap kept out, warning the first
+    /// time and every thousandth.
+    fn note_sync_plus_over_cap(&mut self, over_cap: u64) {
+        if over_cap == 0 {
+            return;
+        }
+        let before = self.stats.sync_plus_relays_over_cap;
+        self.stats.sync_plus_relays_over_cap += over_cap;
+        if before == 0 || before / 1_000 != self.stats.sync_plus_relays_over_cap / 1_000 {
+            warn!(
+                cap = self.config.sync_plus.max_relays,
+                kept_out = self.stats.sync_plus_relays_over_cap,
+                "Sync+ outbox relays kept out by the global cap"
+            );
+        }
+    }
+
+    /// A Sync+ pass: the choice of participants and outbox relays moves on
+    /// ([`RepoRelays::next_pass`]), and what it changed is planned.
+    fn sync_plus_pass(&mut self, now: Now) {
+        self.stats.sync_plus_passes += 1;
+        let over_cap = self.repo_relays.next_pass(&self.config.sync_plus);
+        self.note_sync_plus_over_cap(over_cap);
+        self.plan_repo_relay_changes(now);
+    }
+
+    /// What Sync+ changed, carried out: repositories whose outbox relays
+    /// changed list them ([`SyncEngine::list_repo_relays`]), newly chosen
+    /// participants' relay lists are looked up where they are read, and
+    /// after a pass that chose others every connected relay's lookups are
+    /// planned again; then the repository index's changes are planned.
+    fn plan_repo_relay_changes(&mut self, now: Now) {
+        let changes = self.repo_relays.take_changes();
+        for repo in &changes.repos {
+            self.list_repo_relays(repo);
+        }
+        if changes.participants_moved {
+            let connected: Vec<RelayUrl> = self.relays.connected().cloned().collect();
+            for relay in connected {
+                self.plan_lookups(now, &relay, None);
+            }
+        } else {
+            for (relay, authors) in changes.lookups {
+                self.plan_lookups(now, &relay, Some(authors));
+            }
+        }
+        self.plan_target_changes(now);
+    }
+
+    /// Plans the relay lists to read from `relay` that are neither
+    /// confirmed nor pending there: of `candidates`, or of every
+    /// participant read there ([`RepoRelays::lookups`]). Nothing while it
+    /// is not connected: it is planned when it connects.
+    fn plan_lookups(&mut self, now: Now, relay: &RelayUrl, candidates: Option<Vec<PublicKey>>) {
+        let Some(state) = self.relays.connected_state(relay) else {
+            return;
+        };
+        let wanted = candidates.unwrap_or_else(|| self.repo_relays.lookups(relay));
+        let pending = self.relays.pending(relay);
+        let authors: HashSet<PublicKey> = wanted
+            .into_iter()
+            .filter(|author| {
+                !state.authors.contains(author)
+                    && !pending.is_some_and(|pending| pending.contains_author(author))
+            })
+            .collect();
+        if !authors.is_empty() {
+            let items = PendingItems {
+                authors,
+                ..PendingItems::default()
+            };
+            self.add_filters(now, relay, items);
         }
     }
 
@@ -878,6 +1075,10 @@ impl SyncEngine {
         let (relays, left_out) = self.relays_within_caps(&announcement.repo, allowed, now);
         self.note_left_out(&announcement.repo, left_out);
         self.set_repo_relays(&announcement.repo, relays);
+        self.join(&announcement.repo, *announcement.repo.pubkey());
+        for maintainer in announcement.maintainers {
+            self.join(&announcement.repo, maintainer);
+        }
     }
 
     /// `true` if the relay policy allows `relay`. A refusal is counted and
@@ -900,7 +1101,10 @@ impl SyncEngine {
 
     /// Plans everything `relay` should sync that is neither pending nor
     /// confirmed (`compute_actions` for one relay).
+    /// The participants' relay lists read there are planned too
+    /// ([`SyncEngine::plan_lookups`]).
     fn plan_relay(&mut self, now: Now, relay: &RelayUrl) {
+        self.plan_lookups(now, relay, None);
         let Some(target) = self.repos.target(relay) else {
             return;
         };
@@ -927,6 +1131,7 @@ impl SyncEngine {
         // A candidate held for its owner's announcement may come from a
         // relay dropped since.
         self.relays.entry(relay.clone());
+        let only_sync_plus = self.only_sync_plus(relay);
         let Some((session, mut cx)) = self.session(relay) else {
             return;
         };
@@ -942,6 +1147,9 @@ impl SyncEngine {
             }
             Handover::New => {
                 cx.stats.events_accepted += 1;
+                if only_sync_plus {
+                    cx.stats.sync_plus_events += 1;
+                }
                 if let Some(batch) = batch {
                     session.count_store(&mut cx, now, batch, 1);
                 }
@@ -1020,7 +1228,9 @@ impl SyncEngine {
     /// library gets Layer 3 without glue. Planning it twice is harmless.
     fn plan_stored(&mut self, now: Now, event: Event) {
         let ours = event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT) || is_root_kind(event.kind);
-        if ours {
+        let sync_plus = self.repo_relays.enabled()
+            && (is_conversation_kind(event.kind) || is_relay_list_kind(event.kind));
+        if ours || sync_plus {
             self.queue_own_events(now, [event]);
         }
     }
@@ -1167,8 +1377,19 @@ impl SyncEngine {
         }
     }
 
-    /// Lists `relays` as `repo`'s and registers those not tracked yet.
+    /// Records `relays` as those `repo`'s announcement lists (after the
+    /// policy and caps) and lists them with its Sync+ relays
+    /// ([`SyncEngine::list_repo_relays`]).
     fn set_repo_relays(&mut self, repo: &RepoRef, relays: Vec<RelayUrl>) {
+        self.repo_relays.set_announced(repo, relays);
+        self.list_repo_relays(repo);
+    }
+
+    /// Lists `repo`'s relays in the repository index — announced, and this
+    /// pass's Sync+ outbox relays ([`RepoRelays::relays_of`]) — and
+    /// registers those not tracked yet.
+    fn list_repo_relays(&mut self, repo: &RepoRef) {
+        let relays = self.repo_relays.relays_of(repo);
         self.repos.set_repo_relays(repo, relays.iter().cloned());
         for relay in relays {
             if self.relays.state(&relay).is_none() {
@@ -1279,14 +1500,13 @@ impl SyncEngine {
             .map(|target| target.repos.iter().map(|(_, repo)| repo.clone()).collect())
             .unwrap_or_default();
         for repo in repos {
-            let listed: Vec<RelayUrl> = self
-                .repos
-                .repo(&repo)
-                .map(|needs| needs.relays.iter().cloned().collect())
-                .unwrap_or_default();
+            let listed: Vec<RelayUrl> = self.repo_relays.announced(&repo).to_vec();
             let waiting = self.over_cap.shift_remove(&repo).unwrap_or(listed.clone());
-            let kept = listed.into_iter().filter(|listed| listed != relay);
-            self.repos.set_repo_relays(&repo, kept);
+            let kept = listed
+                .into_iter()
+                .filter(|listed| listed != relay)
+                .collect();
+            self.set_repo_relays(&repo, kept);
             self.over_cap.insert(repo, waiting);
         }
         self.emit(Command::Forget {
@@ -1589,6 +1809,7 @@ impl SyncEngine {
             stats: &mut self.stats,
             stores: &mut self.stores,
             repos: &self.repos,
+            discovers: false,
         };
         self.own.handle_timeout(&mut cx, now);
     }
@@ -1723,15 +1944,16 @@ impl SyncEngine {
     fn sync_reasons(&self, relay: &RelayUrl, state: &RelayState) -> SyncReasons {
         SyncReasons {
             bootstrap: state.is_bootstrap,
-            announcement: self.repos.target(relay).is_some(),
-            ..SyncReasons::default()
+            announcement: self.repo_relays.is_announced(relay),
+            index: self.repo_relays.is_index(relay),
+            outbox: self.repo_relays.is_outbox(relay),
         }
     }
 
     /// What Sync+ holds now (GRASP-03): participants, their relay lists,
     /// the outbox relays synced from.
     pub fn sync_plus_counts(&self) -> SyncPlusCounts {
-        SyncPlusCounts::default()
+        self.repo_relays.counts()
     }
 
     /// `true` when historic sync is confirmed on every reachable relay: the
@@ -1770,13 +1992,14 @@ impl SyncEngine {
     /// confirmed.
     fn relay_confirmed(&self, relay: &RelayUrl, state: &RelayState) -> bool {
         self.relays.is_connected(relay)
-            && state.announcements_synced
+            && (state.announcements_synced || !self.discovers(relay))
             && self.relays.view(relay).batch_count() == 0
             && self.relays.view(relay).is_quiet()
             && self.repos.target(relay).is_none_or(|target| {
                 target.repos.is_subset(&state.repos)
                     && target.root_events.is_subset(&state.root_events)
             })
+            && self.repo_relays.lookups_confirmed(relay, &state.authors)
     }
 
     /// Not connected, and failing to connect for the configured number of

@@ -109,6 +109,9 @@ pub(crate) enum EngineTimer {
     /// The self-subscriber's batch window closes (started by the first
     /// event the own relay accepted, not reset by later ones).
     OwnBatch,
+    /// The next Sync+ pass (GRASP-03): the selection of participants and
+    /// outbox relays moves on.
+    SyncPlusPass,
 }
 
 /// Named deadlines, at most one per kind.

@@ -17,7 +17,7 @@ fn relay() -> RelayUrl {
 fn batch(id: u64, repos: &[u8]) -> PendingBatch {
     let items = PendingItems {
         repos: repos.iter().map(|n| repo(*n)).collect(),
-        root_events: HashSet::new(),
+        ..PendingItems::default()
     };
     PendingBatch::new(BatchId(id), items, SyncMethod::ReqEose, Instant::ZERO)
 }

@@ -82,6 +82,16 @@ impl RepoSyncIndex {
             .collect()
     }
 
+    /// The repositories `root_event` references (none if it is unknown).
+    pub fn repos_of_root_event(&self, root_event: &EventId) -> Vec<RepoRef> {
+        let Some(root) = self.tables.ids.root_id(root_event) else {
+            return Vec::new();
+        };
+        (self.tables.repos_of(root))
+            .filter_map(|repo| self.tables.ids.repo(repo).cloned())
+            .collect()
+    }
+
     /// What to sync from `relay` (None if no repository lists it).
     pub fn target(&self, relay: &RelayUrl) -> Option<RelayTarget<'_>> {
         self.tables.target(self.tables.relays.get_index_of(relay)?)
