@@ -242,8 +242,10 @@ fn quick_reconnect_catches_up_events_published_during_a_five_minute_outage() {
         .command_log
         .iter()
         .filter(|(when, _)| *when >= reconnect_from)
-        .filter(|(_, command)| matches!(command, Command::NegOpen { relay, filter, .. }
-            if *relay == a && filter.authors.is_some()))
+        .filter(|(_, command)| {
+            matches!(command, Command::NegOpen { relay, filter, .. }
+            if *relay == a && filter.authors.is_some())
+        })
         .count();
     assert_eq!(
         neg_opens(&world, "a") - new_lookups,

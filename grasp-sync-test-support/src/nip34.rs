@@ -207,6 +207,26 @@ pub fn upper_a(keys: &Keys, repo: &impl Display, at: u64) -> Event {
     sign(keys, 1111, "comment on repo", tags, at)
 }
 
+/// A NIP-65 relay list (10002) by `keys`: `write` as `r` tags without a
+/// marker, `read` as `r` tags marked `read`.
+pub fn relay_list(keys: &Keys, write: &[&RelayUrl], read: &[&RelayUrl], at: u64) -> Event {
+    let mut tags: Vec<Tag> = write
+        .iter()
+        .map(|relay| tag(&["r", relay.as_str()]))
+        .collect();
+    tags.extend(read.iter().map(|relay| tag(&["r", relay.as_str(), "read"])));
+    sign(keys, 10002, "", tags, at)
+}
+
+/// A GRASP server list (10317) by `keys`: one `g` tag per relay.
+pub fn grasp_list(keys: &Keys, relays: &[&RelayUrl], at: u64) -> Event {
+    let tags = relays
+        .iter()
+        .map(|relay| tag(&["g", relay.as_str()]))
+        .collect();
+    sign(keys, 10317, "", tags, at)
+}
+
 /// A text note no filter of ours asks for.
 pub fn noise(keys: &Keys, content: &str, at: u64) -> Event {
     sign(keys, 1, content, Vec::new(), at)

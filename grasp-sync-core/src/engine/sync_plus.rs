@@ -75,8 +75,11 @@ struct RepoEntry {
     participants: IndexSet<PublicKey>,
     /// Where this pass's window of participants starts.
     participant_offset: usize,
-    /// Where this pass's window of candidate relays starts.
+    /// Where this pass's window of the chosen participants' relays starts.
     relay_offset: usize,
+    /// How many of those relays this pass admitted (the next pass moves the
+    /// relay window on by as many).
+    admitted: usize,
     /// The participants chosen this pass.
     chosen: Vec<PublicKey>,
     /// The outbox relays chosen this pass (admitted under the global cap).
@@ -320,30 +323,44 @@ impl RepoRelays {
         applied
     }
 
-    /// A new pass: every repository with more participants or candidate
-    /// relays than a pass takes moves its window on, and chooses again.
-    /// Returns how many outbox relays the global cap kept out.
+    /// A new pass, for every repository: while its chosen participants
+    /// have relays this window has not reached yet, the relay window moves
+    /// on past those admitted last pass; once it reached them all, the
+    /// participant window moves on (when there are more participants than a
+    /// pass takes) and the relay window starts over. So every participant's
+    /// lists are read and every relay they list is reached, over at most
+    /// `⌈participants / participants_per_pass⌉ × ⌈relays of a window /
+    /// relays admitted per pass⌉` passes. Returns how many outbox relays the
+    /// global cap kept out.
     pub(crate) fn next_pass(&mut self, config: &SyncPlusConfig) -> u64 {
         let mut over_cap = 0;
         if !self.enabled {
             return over_cap;
         }
         for position in 0..self.repos.len() {
+            let candidates = self.candidates(position).len();
             let entry = &mut self.repos[position];
-            let count = entry.participants.len();
-            if count > config.participants_per_pass {
-                entry.participant_offset =
-                    (entry.participant_offset + config.participants_per_pass) % count;
-                entry.chosen = window(
-                    &entry.participants,
-                    entry.participant_offset,
-                    config.participants_per_pass,
-                )
-                .copied()
-                .collect();
-                self.participants_moved = true;
+            let reached = entry.relay_offset + entry.admitted;
+            if entry.admitted > 0 && reached < candidates {
+                entry.relay_offset = reached;
+            } else if entry.admitted > 0 || candidates == 0 {
+                entry.relay_offset = 0;
+                let count = entry.participants.len();
+                if count > config.participants_per_pass {
+                    entry.participant_offset =
+                        (entry.participant_offset + config.participants_per_pass) % count;
+                    entry.chosen = window(
+                        &entry.participants,
+                        entry.participant_offset,
+                        config.participants_per_pass,
+                    )
+                    .copied()
+                    .collect();
+                    self.participants_moved = true;
+                }
             }
-            entry.relay_offset = entry.relay_offset.wrapping_add(config.relays_per_pass);
+            // Nothing admitted though relays wait (the global cap is full):
+            // the same window waits for room.
             over_cap += self.choose_relays(position, config);
         }
         over_cap
@@ -427,16 +444,12 @@ impl RepoRelays {
         }
     }
 
-    /// Chooses the repository at `position`'s outbox relays for this pass:
-    /// its chosen participants' write relays that it does not announce, a
-    /// window of [`SyncPlusConfig::relays_per_pass`] of them from its relay
-    /// offset, each admitted if another repository chose it already or the
-    /// outbox relays are fewer than [`SyncPlusConfig::max_relays`]. A change
-    /// is recorded for [`RepoRelays::take_changes`]; returns how many the
-    /// global cap kept out.
-    fn choose_relays(&mut self, position: usize, config: &SyncPlusConfig) -> u64 {
+    /// The write relays of the repository at `position`'s chosen
+    /// participants that it does not announce, in participant order,
+    /// de-duplicated.
+    fn candidates(&self, position: usize) -> IndexSet<&RelayUrl> {
         let entry = &self.repos[position];
-        let mut candidates: IndexSet<&RelayUrl> = IndexSet::new();
+        let mut candidates = IndexSet::new();
         for key in &entry.chosen {
             if let Some(lists) = self.lists.get(key) {
                 candidates.extend(
@@ -446,14 +459,23 @@ impl RepoRelays {
                 );
             }
         }
-        let wanted: Vec<RelayUrl> = if candidates.len() <= config.relays_per_pass {
-            candidates.into_iter().cloned().collect()
-        } else {
-            let offset = entry.relay_offset % candidates.len();
-            window(&candidates, offset, config.relays_per_pass)
-                .map(|relay| (*relay).clone())
-                .collect()
-        };
+        candidates
+    }
+
+    /// Chooses the repository at `position`'s outbox relays for this pass:
+    /// of its candidates ([`RepoRelays::candidates`]), a window of
+    /// [`SyncPlusConfig::relays_per_pass`] from its relay offset, each
+    /// admitted if another repository chose it already or the outbox relays
+    /// are fewer than [`SyncPlusConfig::max_relays`]. A change is recorded
+    /// for [`RepoRelays::take_changes`]; returns how many the global cap
+    /// kept out.
+    fn choose_relays(&mut self, position: usize, config: &SyncPlusConfig) -> u64 {
+        let candidates = self.candidates(position);
+        let offset = self.repos[position].relay_offset;
+        let wanted: Vec<RelayUrl> = (candidates.iter().skip(offset))
+            .take(config.relays_per_pass)
+            .map(|relay| (*relay).clone())
+            .collect();
         let old = std::mem::take(&mut self.repos[position].outbox);
         for relay in &old {
             self.release_outbox(relay);
@@ -471,7 +493,9 @@ impl RepoRelays {
         if chosen != old {
             self.changed.insert(position);
         }
-        self.repos[position].outbox = chosen;
+        let entry = &mut self.repos[position];
+        entry.admitted = chosen.len();
+        entry.outbox = chosen;
         over_cap
     }
 
@@ -491,3 +515,6 @@ fn window<T>(items: &IndexSet<T>, offset: usize, take: usize) -> impl Iterator<I
     let len = items.len();
     (0..take.min(len)).filter_map(move |step| items.get_index((offset + step) % len))
 }
+
+#[cfg(test)]
+mod tests;

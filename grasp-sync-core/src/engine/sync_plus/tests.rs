@@ -1,0 +1,255 @@
+use std::collections::{BTreeSet, HashSet};
+
+use grasp_sync_test_support::nip34::{grasp_list, relay_list};
+use nostr::prelude::{Keys, PublicKey, RelayUrl};
+
+use super::*;
+
+fn url(name: &str) -> RelayUrl {
+    RelayUrl::parse(&format!("wss://{name}.example")).unwrap()
+}
+
+fn repo(keys: &Keys, id: &str) -> RepoRef {
+    RepoRef::new(keys.public_key(), id).unwrap()
+}
+
+fn config() -> SyncPlusConfig {
+    SyncPlusConfig::default()
+}
+
+/// A repository announcing `announced`, with `owner` as its first
+/// participant.
+fn relays_with_repo(owner: &Keys, announced: &[&str]) -> (RepoRelays, RepoRef) {
+    let mut relays = RepoRelays::new(&config());
+    let repo = repo(owner, "demo");
+    relays.set_announced(&repo, announced.iter().map(|name| url(name)).collect());
+    relays.add_participant(&repo, owner.public_key(), &config());
+    (relays, repo)
+}
+
+fn all(_: &RelayUrl) -> bool {
+    true
+}
+
+#[test]
+fn a_participants_write_relays_join_the_announced_ones() {
+    let owner = Keys::generate();
+    let (mut relays, repo) = relays_with_repo(&owner, &["repo"]);
+    let list = relay_list(&owner, &[&url("out"), &url("repo")], &[&url("inbox")], 10);
+    relays.apply_list(&list, all, &config());
+    assert_eq!(relays.relays_of(&repo), vec![url("repo"), url("out")]);
+    assert!(relays.is_outbox(&url("out")));
+    assert!(
+        !relays.is_outbox(&url("inbox")),
+        "a read relay is not an outbox"
+    );
+    assert!(
+        !relays.is_outbox(&url("repo")),
+        "an announced relay is not counted twice"
+    );
+    assert_eq!(relays.take_changes().repos, vec![repo]);
+}
+
+#[test]
+fn the_newest_list_of_each_kind_stands_and_both_kinds_count() {
+    let owner = Keys::generate();
+    let (mut relays, repo) = relays_with_repo(&owner, &["repo"]);
+    relays.apply_list(&relay_list(&owner, &[&url("new")], &[], 20), all, &config());
+    relays.apply_list(&relay_list(&owner, &[&url("old")], &[], 10), all, &config());
+    relays.apply_list(&grasp_list(&owner, &[&url("grasp")], 5), all, &config());
+    assert_eq!(
+        relays.relays_of(&repo),
+        vec![url("repo"), url("new"), url("grasp")]
+    );
+    relays.apply_list(
+        &relay_list(&owner, &[&url("newer")], &[], 30),
+        all,
+        &config(),
+    );
+    assert_eq!(
+        relays.relays_of(&repo),
+        vec![url("repo"), url("newer"), url("grasp")]
+    );
+}
+
+#[test]
+fn a_strangers_list_is_not_kept() {
+    let owner = Keys::generate();
+    let (mut relays, repo) = relays_with_repo(&owner, &["repo"]);
+    let stranger = Keys::generate();
+    relays.apply_list(
+        &relay_list(&stranger, &[&url("x")], &[], 10),
+        all,
+        &config(),
+    );
+    assert_eq!(relays.relays_of(&repo), vec![url("repo")]);
+    assert_eq!(relays.counts().relay_lists, 0);
+}
+
+#[test]
+fn a_list_of_ten_thousand_relays_costs_what_the_cap_allows() {
+    let owner = Keys::generate();
+    let (mut relays, _) = relays_with_repo(&owner, &["repo"]);
+    let many: Vec<RelayUrl> = (0..10_000).map(|n| url(&format!("r{n}"))).collect();
+    let refs: Vec<&RelayUrl> = many.iter().collect();
+    let refused = url("r0");
+    let applied = relays.apply_list(
+        &relay_list(&owner, &refs, &[], 10),
+        |relay| *relay != refused,
+        &config(),
+    );
+    let cap = config().max_relays_per_list;
+    assert_eq!(applied.left_out, 10_000 - cap as u64);
+    let kept: usize = relays
+        .lists
+        .values()
+        .map(|lists| lists.relays().count())
+        .sum();
+    assert_eq!(kept, cap);
+    assert_eq!(relays.counts().outbox_relays, config().relays_per_pass);
+}
+
+#[test]
+fn participants_over_the_cap_are_counted_not_kept() {
+    let owner = Keys::generate();
+    let config = SyncPlusConfig {
+        max_participants_per_repo: 100,
+        ..config()
+    };
+    let (mut relays, repo) = relays_with_repo(&owner, &["repo"]);
+    let mut over = 0;
+    for _ in 0..10_000 {
+        let key = Keys::generate().public_key();
+        if relays.add_participant(&repo, key, &config) == Joined::OverCap {
+            over += 1;
+        }
+    }
+    assert_eq!(relays.counts().participants, 100);
+    assert_eq!(over, 10_000 - 99);
+    assert_eq!(
+        relays.lookups(&url("repo")).len(),
+        config.participants_per_pass
+    );
+}
+
+#[test]
+fn every_participant_is_chosen_over_successive_passes() {
+    let owner = Keys::generate();
+    let config = SyncPlusConfig {
+        participants_per_pass: 10,
+        ..config()
+    };
+    let (mut relays, repo) = relays_with_repo(&owner, &["repo"]);
+    let keys: Vec<PublicKey> = (0..95).map(|_| Keys::generate().public_key()).collect();
+    for key in &keys {
+        relays.add_participant(&repo, *key, &config);
+    }
+    let mut looked_up: HashSet<PublicKey> = relays.lookups(&url("repo")).into_iter().collect();
+    let _ = relays.take_changes();
+    for _ in 0..10 {
+        relays.next_pass(&config);
+        let lookups = relays.lookups(&url("repo"));
+        assert!(lookups.len() <= 10, "{} per pass", lookups.len());
+        assert!(relays.take_changes().participants_moved);
+        looked_up.extend(lookups);
+    }
+    assert_eq!(looked_up.len(), 96, "the owner and all 95 others");
+}
+
+#[test]
+fn every_relay_of_a_window_is_reached_before_it_moves_on() {
+    let owner = Keys::generate();
+    let config = SyncPlusConfig {
+        relays_per_pass: 10,
+        ..config()
+    };
+    let (mut relays, repo) = relays_with_repo(&owner, &["repo"]);
+    let many: Vec<RelayUrl> = (0..25).map(|n| url(&format!("r{n}"))).collect();
+    let refs: Vec<&RelayUrl> = many.iter().collect();
+    relays.apply_list(&relay_list(&owner, &refs, &[], 10), all, &config);
+    let mut reached: BTreeSet<RelayUrl> = BTreeSet::new();
+    for _ in 0..3 {
+        let outbox: Vec<RelayUrl> = relays.relays_of(&repo).into_iter().skip(1).collect();
+        assert!(outbox.len() <= 10);
+        reached.extend(outbox);
+        relays.next_pass(&config);
+    }
+    assert_eq!(reached.len(), 25);
+}
+
+#[test]
+fn the_global_cap_holds_over_every_repository_and_frees_with_a_release() {
+    let config = SyncPlusConfig {
+        max_relays: 3,
+        ..config()
+    };
+    let mut relays = RepoRelays::new(&config);
+    let first = Keys::generate();
+    let second = Keys::generate();
+    let (a, b) = (repo(&first, "a"), repo(&second, "b"));
+    relays.set_announced(&a, vec![url("repo")]);
+    relays.set_announced(&b, vec![url("repo")]);
+    relays.add_participant(&a, first.public_key(), &config);
+    relays.add_participant(&b, second.public_key(), &config);
+    let one = relays.apply_list(
+        &relay_list(&first, &[&url("a1"), &url("a2")], &[], 10),
+        all,
+        &config,
+    );
+    assert_eq!(one.over_cap, 0);
+    let two = relays.apply_list(
+        &relay_list(&second, &[&url("a1"), &url("b1"), &url("b2")], &[], 10),
+        all,
+        &config,
+    );
+    assert_eq!(two.over_cap, 1, "a1 is shared; b1 fits; b2 does not");
+    assert_eq!(relays.counts().outbox_relays, 3);
+    relays.apply_list(&relay_list(&first, &[], &[], 20), all, &config);
+    assert_eq!(relays.counts().outbox_relays, 2, "a2 released");
+    relays.next_pass(&config);
+    assert!(relays.is_outbox(&url("b2")), "room freed: b2 is reached");
+}
+
+#[test]
+fn lookups_are_read_where_the_repository_is_announced_and_on_index_relays() {
+    let owner = Keys::generate();
+    let config = SyncPlusConfig {
+        index_relays: vec![url("index")],
+        ..config()
+    };
+    let mut relays = RepoRelays::new(&config);
+    let repo = repo(&owner, "demo");
+    relays.set_announced(&repo, vec![url("repo")]);
+    relays.add_participant(&repo, owner.public_key(), &config);
+    assert_eq!(relays.lookups(&url("repo")), vec![owner.public_key()]);
+    assert_eq!(relays.lookups(&url("index")), vec![owner.public_key()]);
+    assert!(relays.lookups(&url("elsewhere")).is_empty());
+    let changes = relays.take_changes();
+    let looked: Vec<&RelayUrl> = changes.lookups.keys().collect();
+    assert_eq!(looked, vec![&url("repo"), &url("index")]);
+    let confirmed: HashSet<PublicKey> = [owner.public_key()].into();
+    assert!(relays.lookups_confirmed(&url("index"), &confirmed));
+    assert!(!relays.lookups_confirmed(&url("repo"), &HashSet::new()));
+}
+
+#[test]
+fn switched_off_nothing_is_added() {
+    let owner = Keys::generate();
+    let config = SyncPlusConfig {
+        enabled: false,
+        index_relays: vec![url("index")],
+        ..config()
+    };
+    let mut relays = RepoRelays::new(&config);
+    let repo = repo(&owner, "demo");
+    relays.set_announced(&repo, vec![url("repo")]);
+    assert_eq!(
+        relays.add_participant(&repo, owner.public_key(), &config),
+        Joined::Known
+    );
+    relays.apply_list(&relay_list(&owner, &[&url("out")], &[], 10), all, &config);
+    assert_eq!(relays.relays_of(&repo), vec![url("repo")]);
+    assert!(relays.lookups(&url("repo")).is_empty());
+    assert!(relays.index_relays().is_empty());
+    assert!(relays.is_announced(&url("repo")));
+}
