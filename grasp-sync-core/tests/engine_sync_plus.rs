@@ -1,0 +1,420 @@
+//! GRASP-03 "Sync+" in the deterministic simulation: a repository's
+//! conversation is also synced from its participants' own write relays
+//! (NIP-65 10002 `r` tags not marked `read`, 10317 `g` tags), read from the
+//! repository's relay.
+//!
+//! - A comment that exists only on its author's outbox relay arrives, and so
+//!   does a status on a maintainer's GRASP server; what is not the
+//!   repository's conversation (notes, another repository's announcement,
+//!   state and comments) never does, and no outbox relay is asked for
+//!   announcements (Layer 1).
+//! - A participant whose 10002 changes moves the sync to the new relay; the
+//!   old one is released.
+//! - With the switch off, nothing is read from outbox relays.
+//! - A flood (2 000 participants, one with 10 000 relays in its list) stays
+//!   within the caps at every step, and every participant is still reached
+//!   over successive passes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod sim;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use grasp_sync_core::engine::{Command, EngineConfig};
+use nostr::prelude::*;
+
+use sim::events::{self, repo_ref};
+use sim::{config, own_url, relay_url, sim_relay, World, UNIX_ORIGIN};
+
+const STEPS: u64 = 200_000;
+
+fn at(offset: u64) -> u64 {
+    UNIX_ORIGIN - 100_000 + offset
+}
+
+/// The repository `alpha` on relay `a`, with a participant's outbox relay
+/// `c` (10002) and a maintainer's GRASP server `d` (10317), and what each
+/// holds.
+struct Case {
+    world: World,
+    user: Keys,
+    issue: Event,
+    /// The repository's conversation, only on `c` and `d`.
+    conversation: Vec<Event>,
+    /// On `c` and `d` too, but not the repository's conversation.
+    foreign: Vec<Event>,
+}
+
+fn case(config: EngineConfig) -> Case {
+    let owner = Keys::generate();
+    let maintainer = Keys::generate();
+    let user = Keys::generate();
+    let stranger = Keys::generate();
+    let (a, c, d, inbox) = (
+        relay_url("a"),
+        relay_url("c"),
+        relay_url("d"),
+        relay_url("inbox"),
+    );
+    let announcement = events::Announcement::new("alpha")
+        .relays([&own_url(), &a])
+        .maintainers([maintainer.public_key()])
+        .at(at(0))
+        .sign(&owner);
+    let repo = repo_ref(&owner, "alpha");
+    let issue = events::root(&user, 1621, &repo, "issue", at(10));
+    let on_a = vec![
+        announcement.clone(),
+        issue.clone(),
+        events::relay_list(&user, &[&c], &[&inbox], at(11)),
+        events::grasp_list(&maintainer, &[&d], at(12)),
+    ];
+    let other = Keys::generate();
+    let other_repo = repo_ref(&other, "beta");
+    let other_root = events::root(&other, 1621, &other_repo, "not ours", at(20));
+    let conversation_c = vec![
+        events::reply(&user, &issue.id, "only on my outbox", at(30)),
+        events::reply(
+            &stranger,
+            &issue.id,
+            "a stranger's reply to our issue",
+            at(31),
+        ),
+        events::upper_a(&user, &repo, at(32)),
+    ];
+    let conversation_d = vec![events::status(&maintainer, &issue.id, &repo, at(33))];
+    let foreign_c = vec![
+        events::noise(&user, "a note", at(40)),
+        events::announcement(&other, "beta", &[&c], at(41)),
+        events::state(&other, "beta", &[events::TIP], at(42)),
+        other_root.clone(),
+        events::reply(&user, &other_root.id, "on another repository", at(43)),
+    ];
+    let foreign_d = vec![events::noise(&maintainer, "a note on d", at(44))];
+    let inbox_events = vec![events::reply(&user, &issue.id, "on a read relay", at(45))];
+    let relays = vec![
+        sim_relay("a", on_a),
+        sim_relay(
+            "c",
+            conversation_c.iter().chain(&foreign_c).cloned().collect(),
+        ),
+        sim_relay(
+            "d",
+            conversation_d.iter().chain(&foreign_d).cloned().collect(),
+        ),
+        sim_relay("inbox", inbox_events),
+    ];
+    let world = World::new(config, relays, vec![announcement]);
+    Case {
+        world,
+        user,
+        issue,
+        conversation: conversation_c.into_iter().chain(conversation_d).collect(),
+        foreign: foreign_c.into_iter().chain(foreign_d).collect(),
+    }
+}
+
+/// Every filter sent to `relay`, REQ and NEG-OPEN.
+fn filters_sent(world: &World, relay: &RelayUrl) -> Vec<Filter> {
+    world
+        .command_log
+        .iter()
+        .filter_map(|(_, command)| match command {
+            Command::Subscribe {
+                relay: to, filters, ..
+            } if to == relay => Some(filters.clone()),
+            Command::NegOpen {
+                relay: to, filter, ..
+            } if to == relay => Some(vec![filter.clone()]),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+fn asks_for_kind(filter: &Filter, kind: u16) -> bool {
+    filter
+        .kinds
+        .as_ref()
+        .is_some_and(|kinds| kinds.contains(&Kind::Custom(kind)))
+}
+
+fn all_stored(world: &World, events: &[Event]) -> bool {
+    let stored = world.stored();
+    events.iter().all(|event| stored.contains(&event.id))
+}
+
+#[test]
+fn a_comment_only_on_its_authors_outbox_relay_arrives() {
+    let Case {
+        mut world,
+        conversation,
+        foreign,
+        ..
+    } = case(config());
+    assert!(
+        world.run_until(STEPS, |w| all_stored(w, &conversation)
+            && w.engine.historic_sync_complete()),
+        "{}",
+        world.dump()
+    );
+    let stored = world.stored();
+    for event in &foreign {
+        assert!(
+            !stored.contains(&event.id),
+            "not the conversation: kind {} {:?}",
+            event.kind,
+            event.content
+        );
+    }
+    for outbox in [relay_url("c"), relay_url("d")] {
+        let filters = filters_sent(&world, &outbox);
+        assert!(!filters.is_empty(), "{outbox} was synced");
+        assert!(
+            filters
+                .iter()
+                .all(|filter| !asks_for_kind(filter, 30617) && !asks_for_kind(filter, 10002)),
+            "{outbox} is asked only for the conversation: {filters:?}"
+        );
+    }
+    assert_eq!(
+        world.relays[&relay_url("inbox")].stats().connects,
+        0,
+        "a relay marked read is no outbox"
+    );
+    let reports = world.engine.relay_reports();
+    let reasons = |name: &str| {
+        reports
+            .iter()
+            .find(|report| report.relay == relay_url(name))
+            .map(|report| report.reasons)
+            .unwrap()
+    };
+    assert!(reasons("a").announcement && !reasons("a").outbox);
+    assert!(reasons("c").outbox && reasons("c").only_sync_plus());
+    assert!(reasons("d").outbox && !reasons("d").discovers());
+    let counts = world.engine.sync_plus_counts();
+    assert_eq!(counts.outbox_relays, 2);
+    assert!(
+        counts.participants >= 3,
+        "owner, maintainer, user: {counts:?}"
+    );
+    assert_eq!(counts.relay_lists, 2);
+    assert_eq!(
+        world.engine.stats().sync_plus_events,
+        conversation.len() as u64,
+        "every conversation event came only through Sync+"
+    );
+}
+
+#[test]
+fn live_on_the_outbox_relay_after_historic_sync() {
+    let Case {
+        mut world,
+        user,
+        issue,
+        conversation,
+        ..
+    } = case(config());
+    assert!(world.run_until(STEPS, |w| all_stored(w, &conversation)
+        && w.engine.historic_sync_complete()));
+    let later = events::reply(&user, &issue.id, "later, live", world.unix().as_secs());
+    world.publish(&relay_url("c"), later.clone());
+    assert!(
+        world.run_until(STEPS, |w| w.stored().contains(&later.id)),
+        "{}",
+        world.dump()
+    );
+}
+
+#[test]
+fn a_participant_whose_relay_list_changes_moves_the_sync_to_the_new_relay() {
+    let Case {
+        mut world,
+        user,
+        issue,
+        conversation,
+        ..
+    } = case(config());
+    world
+        .relays
+        .insert(relay_url("e"), sim_relay("e", Vec::new()));
+    assert!(world.run_until(STEPS, |w| all_stored(w, &conversation)
+        && w.engine.historic_sync_complete()));
+    let now = world.unix().as_secs();
+    let moved = events::relay_list(&user, &[&relay_url("e")], &[], now);
+    world.publish(&relay_url("a"), moved.clone());
+    let on_e = events::reply(&user, &issue.id, "on my new outbox", now + 1);
+    world.publish(&relay_url("e"), on_e.clone());
+    assert!(
+        world.run_until(STEPS, |w| w.stored().contains(&moved.id)
+            && w.stored().contains(&on_e.id)),
+        "{}",
+        world.dump()
+    );
+    // `c` is released once nothing needs it (the next disconnect check).
+    world.run_for(Duration::from_secs(120), STEPS);
+    let reports = world.engine.relay_reports();
+    assert!(
+        reports.iter().all(|report| report.relay != relay_url("c")),
+        "c released: {:?}",
+        reports
+            .iter()
+            .map(|report| &report.relay)
+            .collect::<Vec<_>>()
+    );
+    let after = events::reply(
+        &user,
+        &issue.id,
+        "on the old outbox",
+        world.unix().as_secs(),
+    );
+    world.publish(&relay_url("c"), after.clone());
+    world.run_for(Duration::from_secs(120), STEPS);
+    assert!(!world.stored().contains(&after.id));
+    assert!(
+        world.engine.sync_plus_counts().outbox_relays == 2,
+        "d and e"
+    );
+}
+
+#[test]
+fn with_the_switch_off_nothing_is_fetched_from_outbox_relays() {
+    let Case {
+        mut world,
+        conversation,
+        issue,
+        ..
+    } = case(config().with_sync_plus(false));
+    assert!(
+        world.run_until(STEPS, |w| w.stored().contains(&issue.id)
+            && w.engine.historic_sync_complete()),
+        "{}",
+        world.dump()
+    );
+    world.run_for(Duration::from_secs(15 * 60), STEPS);
+    for name in ["c", "d", "inbox"] {
+        assert_eq!(world.relays[&relay_url(name)].stats().connects, 0, "{name}");
+    }
+    let stored = world.stored();
+    assert!(conversation.iter().all(|event| !stored.contains(&event.id)));
+    assert!(
+        filters_sent(&world, &relay_url("a"))
+            .iter()
+            .all(|filter| !asks_for_kind(filter, 10002)),
+        "no relay list is read"
+    );
+    assert_eq!(world.engine.sync_plus_counts().participants, 0);
+    assert_eq!(world.engine.stats().sync_plus_passes, 0);
+}
+
+/// The participants whose relay lists `commands` ask for, over every relay.
+fn authors_looked_up(commands: &[(grasp_sync_core::Instant, Command)]) -> BTreeSet<PublicKey> {
+    commands
+        .iter()
+        .flat_map(|(_, command)| match command {
+            Command::Subscribe { filters, .. } => filters.clone(),
+            Command::NegOpen { filter, .. } => vec![filter.clone()],
+            _ => Vec::new(),
+        })
+        .filter(|filter| asks_for_kind(filter, 10002))
+        .flat_map(|filter| filter.authors.clone().unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn a_flood_stays_within_the_caps_and_every_participant_is_reached_over_passes() {
+    const PARTICIPANTS: usize = 2_000;
+    const WITH_OWN_RELAY: usize = 60;
+    let owner = Keys::generate();
+    let a = relay_url("a");
+    let announcement = events::announcement(&owner, "alpha", &[&own_url(), &a], at(0));
+    let repo = repo_ref(&owner, "alpha");
+    let issue = events::root(&owner, 1621, &repo, "issue", at(1));
+    let popular = [relay_url("popular1"), relay_url("popular2")];
+    let mut on_a = vec![announcement.clone(), issue.clone()];
+    let mut relays = vec![
+        sim_relay("popular1", Vec::new()),
+        sim_relay("popular2", Vec::new()),
+    ];
+    let mut expected = Vec::new();
+    let mut participants = BTreeSet::new();
+    for n in 0..PARTICIPANTS {
+        let keys = Keys::generate();
+        participants.insert(keys.public_key());
+        on_a.push(events::reply(
+            &keys,
+            &issue.id,
+            &format!("reply {n}"),
+            at(10),
+        ));
+        let mut write: Vec<RelayUrl> = popular.to_vec();
+        if n < WITH_OWN_RELAY {
+            let own = relay_url(&format!("own{n}"));
+            let only_there = events::reply(&keys, &issue.id, &format!("outbox {n}"), at(20));
+            expected.push(only_there.clone());
+            relays.push(sim_relay(&format!("own{n}"), vec![only_there]));
+            write.push(own);
+        }
+        if n == PARTICIPANTS - 1 {
+            // 10 000 relays in one list: bounded by the per-list cap; none
+            // of them answers.
+            write.extend((0..10_000).map(|m| relay_url(&format!("nowhere{m}"))));
+        }
+        let write: Vec<&RelayUrl> = write.iter().collect();
+        on_a.push(events::relay_list(&keys, &write, &[], at(11)));
+    }
+    relays.push(sim_relay("a", on_a));
+    let mut cfg = config();
+    cfg.sync_plus.participants_per_pass = 32;
+    cfg.sync_plus.relays_per_pass = 24;
+    cfg.sync_plus.max_relays = 20;
+    cfg.sync_plus.pass_interval = Duration::from_secs(60);
+    let max_relays = cfg.sync_plus.max_relays;
+    let mut world = World::new(cfg, relays, vec![announcement]);
+    let mut most_outbox = 0;
+    let mut most_tracked = 0;
+    let mut looked_up = BTreeSet::new();
+    let mut read_up_to = 0;
+    let mut steps = 0u64;
+    let done = world.run_until(50 * STEPS, |w| {
+        let outbox = w.engine.sync_plus_counts().outbox_relays;
+        most_outbox = most_outbox.max(outbox);
+        most_tracked = most_tracked.max(w.engine.relay_states().count());
+        assert!(outbox <= max_relays, "{outbox} outbox relays");
+        steps += 1;
+        if steps % 1_000 != 0 {
+            return false;
+        }
+        looked_up.extend(authors_looked_up(&w.command_log[read_up_to..]));
+        read_up_to = w.command_log.len();
+        looked_up.is_superset(&participants) && all_stored(w, &expected)
+    });
+    looked_up.extend(authors_looked_up(&world.command_log[read_up_to..]));
+    assert!(
+        done,
+        "{} of {} participants looked up, {} of {} outbox-only replies stored",
+        participants.intersection(&looked_up).count(),
+        participants.len(),
+        expected
+            .iter()
+            .filter(|event| world.stored().contains(&event.id))
+            .count(),
+        expected.len()
+    );
+    let stats = world.engine.stats();
+    println!(
+        "passes {}, most outbox relays {most_outbox}, most relays tracked {most_tracked}, \
+         kept out by the global cap {}, list relays left out {}",
+        stats.sync_plus_passes,
+        stats.sync_plus_relays_over_cap,
+        stats.sync_plus_list_relays_left_out
+    );
+    assert!(
+        most_tracked <= 1 + 2 * max_relays,
+        "{most_tracked} relays tracked"
+    );
+    assert!(stats.sync_plus_list_relays_left_out >= 10_000 - 32);
+    assert!(stats.sync_plus_passes > 1);
+}
