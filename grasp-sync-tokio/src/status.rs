@@ -67,6 +67,9 @@ pub struct SyncStatus {
     pub relays: Vec<RelayStatus>,
     /// The engine's counters.
     pub engine: EngineStats,
+    /// GRASP-03 Sync+ is on
+    /// ([`SyncPlusConfig::enabled`](grasp_sync_core::engine::SyncPlusConfig::enabled)).
+    pub sync_plus_enabled: bool,
     /// What GRASP-03 Sync+ holds now: participants, their relay lists, the
     /// outbox relays synced from, the index relays.
     pub sync_plus: SyncPlusCounts,
@@ -146,6 +149,7 @@ impl SyncStatus {
             unconfirmed_stores: engine.unconfirmed_stores(),
             relays,
             engine: engine.stats().clone(),
+            sync_plus_enabled: engine.config().sync_plus.enabled,
             sync_plus: engine.sync_plus_counts(),
         }
     }
