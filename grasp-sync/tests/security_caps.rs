@@ -274,9 +274,14 @@ const NOT_CAPS: &[(&str, &[&str])] = &[
         "EngineConfig",
         &[
             // The groups, each checked as its own struct below.
-            "identity", "limits", "timeouts", "caps", "sync_plus",
+            "identity",
+            "limits",
+            "timeouts",
+            "caps",
+            "sync_plus",
             // Retry timing, described in prose under the sync table.
-            "health", "seed",
+            "health",
+            "seed",
         ],
     ),
     (
