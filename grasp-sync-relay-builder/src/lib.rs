@@ -12,6 +12,9 @@
 //!   sync (the in-process self-subscription).
 //! - [`Bridge::announcements`]: purgatory's source of clone URLs, the
 //!   relay's database.
+//! - [`supported_grasps`]: what the host's NIP-11 document lists in
+//!   `supported_grasps` (`GRASP-03` only while Sync+ is on); the relay
+//!   builder serves no NIP-11 document itself.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -55,9 +58,11 @@
 
 mod bridge;
 mod convert;
+mod grasps;
 
 pub use bridge::{Bridge, ForwardAccepted, RelayBuilderAnnouncements, RelayBuilderStore};
 pub use convert::ConvertError;
+pub use grasps::supported_grasps;
 
 /// The relay builder's types (nostr 0.44), under one name.
 pub mod r44 {

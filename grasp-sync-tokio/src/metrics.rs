@@ -1,11 +1,11 @@
-//! The spec's `ngit_sync_*` Prometheus metrics, plus bytes per relay and
-//! dropped events by reason.
+//! The spec's `ngit_sync_*` Prometheus metrics, plus bytes per relay,
+//! dropped events by reason and GRASP-03 Sync+'s `ngit_sync_plus_*`.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 
 use grasp_sync_core::clock::Instant;
-use grasp_sync_core::engine::SyncEngine;
+use grasp_sync_core::engine::{EngineStats, SyncEngine, SyncPlusCounts};
 use grasp_sync_core::health::HealthState;
 use nostr::prelude::RelayUrl;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
@@ -25,7 +25,18 @@ pub(crate) struct Metrics {
     pub(crate) bytes_sent: IntCounterVec,
     pub(crate) dropped: IntCounterVec,
     pub(crate) refused: IntCounterVec,
-    /// Engine counters already added to `dropped` and `refused`, by label.
+    /// Events newly stored that came only through Sync+.
+    sync_plus_events: IntCounter,
+    /// Sync+ passes.
+    sync_plus_passes: IntCounter,
+    /// Participants remembered (Sync+).
+    sync_plus_participants: IntGauge,
+    /// Participants whose relay list is known (Sync+).
+    sync_plus_relay_lists: IntGauge,
+    /// Outbox relays synced from this pass (Sync+).
+    sync_plus_outbox_relays: IntGauge,
+    /// Engine counters already added to the counters above, by label (the
+    /// reason, or the counter's own name).
     reported: RefCell<HashMap<&'static str, u64>>,
 }
 
@@ -91,9 +102,29 @@ impl Metrics {
             refused: IntCounterVec::new(
                 Opts::new(
                     "ngit_sync_refused_total",
-                    "Work refused by a policy or a cap, by reason: relay_policy, resolved_address, relays_over_cap, relays_evicted (a relay that served nothing of ours in its trial period yielded its slot), negentropy_session_cut, root_events_over_cap, not_ours (Layer 1 events not stored: not ours)",
+                    "Work refused by a policy or a cap, by reason: relay_policy, resolved_address, relays_over_cap, relays_evicted (a relay that served nothing of ours in its trial period yielded its slot), negentropy_session_cut, root_events_over_cap, not_ours (Layer 1 events not stored: not ours), sync_plus_participants_over_cap, sync_plus_list_relays_left_out (write relays of a relay list over the cap or refused by the policy), sync_plus_relays_over_cap (outbox relays over the global Sync+ cap)",
                 ),
                 &["reason"],
+            )?,
+            sync_plus_events: IntCounter::new(
+                "ngit_sync_plus_events_total",
+                "Events newly stored that came from a relay only Sync+ (GRASP-03) brought in: the conversation from participants' own relays",
+            )?,
+            sync_plus_passes: IntCounter::new(
+                "ngit_sync_plus_passes_total",
+                "Sync+ (GRASP-03) passes: each moves the selection of participants and outbox relays on",
+            )?,
+            sync_plus_participants: IntGauge::new(
+                "ngit_sync_plus_participants",
+                "Sync+ (GRASP-03) participants remembered over every repository (a key in two repositories counts twice)",
+            )?,
+            sync_plus_relay_lists: IntGauge::new(
+                "ngit_sync_plus_relay_lists",
+                "Sync+ (GRASP-03) participants whose relay list (kind 10002 or 10317) is known",
+            )?,
+            sync_plus_outbox_relays: IntGauge::new(
+                "ngit_sync_plus_outbox_relays",
+                "Sync+ (GRASP-03) outbox relays synced from this pass",
             )?,
             reported: RefCell::default(),
         };
@@ -109,6 +140,11 @@ impl Metrics {
         registry.register(Box::new(metrics.bytes_sent.clone()))?;
         registry.register(Box::new(metrics.dropped.clone()))?;
         registry.register(Box::new(metrics.refused.clone()))?;
+        registry.register(Box::new(metrics.sync_plus_events.clone()))?;
+        registry.register(Box::new(metrics.sync_plus_passes.clone()))?;
+        registry.register(Box::new(metrics.sync_plus_participants.clone()))?;
+        registry.register(Box::new(metrics.sync_plus_relay_lists.clone()))?;
+        registry.register(Box::new(metrics.sync_plus_outbox_relays.clone()))?;
         Ok(metrics)
     }
 
@@ -134,7 +170,42 @@ impl Metrics {
         self.relays_connected.set(counts.connected as i64);
         self.relays_dead
             .set(counts.in_state(HealthState::Dead) as i64);
-        let stats = engine.stats();
+        self.count_stats(engine.stats());
+        self.sync_plus_gauges(engine.sync_plus_counts());
+    }
+
+    /// What Sync+ holds now, as gauges.
+    fn sync_plus_gauges(&self, counts: SyncPlusCounts) {
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.sync_plus_participants.set(gauge(counts.participants));
+        self.sync_plus_relay_lists.set(gauge(counts.relay_lists));
+        self.sync_plus_outbox_relays
+            .set(gauge(counts.outbox_relays));
+    }
+
+    /// Adds what the engine's counters grew by since the last tick.
+    fn count_stats(&self, stats: &EngineStats) {
+        let mut reported = self.reported.borrow_mut();
+        let mut grown = |key: &'static str, total: u64| {
+            let before = reported.entry(key).or_default();
+            let grown = total.saturating_sub(*before);
+            *before = total;
+            grown
+        };
+        for (counter, key, total) in [
+            (
+                &self.sync_plus_events,
+                "sync_plus_events",
+                stats.sync_plus_events,
+            ),
+            (
+                &self.sync_plus_passes,
+                "sync_plus_passes",
+                stats.sync_plus_passes,
+            ),
+        ] {
+            counter.inc_by(grown(key, total));
+        }
         for (vec, reason, total) in [
             (&self.dropped, "forged", stats.dropped_forged),
             (&self.dropped, "off_filter", stats.dropped_off_filter),
@@ -168,12 +239,24 @@ impl Metrics {
                 stats.root_events_over_cap,
             ),
             (&self.refused, "not_ours", stats.not_ours),
+            (
+                &self.refused,
+                "sync_plus_participants_over_cap",
+                stats.sync_plus_participants_over_cap,
+            ),
+            (
+                &self.refused,
+                "sync_plus_list_relays_left_out",
+                stats.sync_plus_list_relays_left_out,
+            ),
+            (
+                &self.refused,
+                "sync_plus_relays_over_cap",
+                stats.sync_plus_relays_over_cap,
+            ),
         ] {
-            let mut reported = self.reported.borrow_mut();
-            let before = reported.entry(reason).or_default();
             vec.with_label_values(&[reason])
-                .inc_by(total.saturating_sub(*before));
-            *before = total;
+                .inc_by(grown(reason, total));
         }
     }
 
@@ -194,5 +277,89 @@ impl Metrics {
         for result in ["started", "success", "failure"] {
             let _ = self.connection_attempts.remove_label_values(&[url, result]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample of `name` (with `label` = `value`, if given)
+    /// in `registry`.
+    fn sample(registry: &Registry, name: &str, label: Option<(&str, &str)>) -> Option<f64> {
+        registry
+            .gather()
+            .iter()
+            .filter(|family| family.name() == name)
+            .flat_map(|family| family.get_metric())
+            .find(|metric| {
+                label.is_none_or(|(key, value)| {
+                    metric
+                        .get_label()
+                        .iter()
+                        .any(|pair| pair.name() == key && pair.value() == value)
+                })
+            })
+            // A counter's or a gauge's: the other one reads 0.
+            .map(|metric| metric.get_counter().get_value() + metric.get_gauge().get_value())
+    }
+
+    #[test]
+    fn sync_plus_counters_grow_by_what_the_engine_counted_and_caps_are_refusals() {
+        let registry = Registry::new();
+        let metrics = Metrics::register(&registry).unwrap();
+        let mut stats = EngineStats::default();
+        stats.sync_plus_events = 5;
+        stats.sync_plus_passes = 2;
+        stats.sync_plus_participants_over_cap = 3;
+        stats.sync_plus_list_relays_left_out = 4;
+        stats.sync_plus_relays_over_cap = 1;
+        metrics.count_stats(&stats);
+        stats.sync_plus_events = 7;
+        stats.sync_plus_relays_over_cap = 6;
+        metrics.count_stats(&stats);
+        let refused = |reason| {
+            sample(
+                &registry,
+                "ngit_sync_refused_total",
+                Some(("reason", reason)),
+            )
+        };
+        assert_eq!(
+            sample(&registry, "ngit_sync_plus_events_total", None),
+            Some(7.0)
+        );
+        assert_eq!(
+            sample(&registry, "ngit_sync_plus_passes_total", None),
+            Some(2.0)
+        );
+        assert_eq!(refused("sync_plus_participants_over_cap"), Some(3.0));
+        assert_eq!(refused("sync_plus_list_relays_left_out"), Some(4.0));
+        assert_eq!(refused("sync_plus_relays_over_cap"), Some(6.0));
+    }
+
+    #[test]
+    fn sync_plus_gauges_show_what_the_engine_holds_now() {
+        let registry = Registry::new();
+        let metrics = Metrics::register(&registry).unwrap();
+        let mut counts = SyncPlusCounts::default();
+        counts.participants = 12;
+        counts.relay_lists = 9;
+        counts.outbox_relays = 4;
+        metrics.sync_plus_gauges(counts);
+        counts.outbox_relays = 2;
+        metrics.sync_plus_gauges(counts);
+        assert_eq!(
+            sample(&registry, "ngit_sync_plus_participants", None),
+            Some(12.0)
+        );
+        assert_eq!(
+            sample(&registry, "ngit_sync_plus_relay_lists", None),
+            Some(9.0)
+        );
+        assert_eq!(
+            sample(&registry, "ngit_sync_plus_outbox_relays", None),
+            Some(2.0)
+        );
     }
 }

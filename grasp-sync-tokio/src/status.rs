@@ -21,7 +21,9 @@
 use std::time::Duration;
 
 use grasp_sync_core::clock::Instant;
-use grasp_sync_core::engine::{EngineStats, LiveMode, RelayReport, SyncEngine};
+use grasp_sync_core::engine::{
+    EngineStats, LiveMode, RelayReport, SyncEngine, SyncPlusCounts, SyncReasons,
+};
 use grasp_sync_core::health::HealthState;
 use grasp_sync_core::model::ConnectionStatus;
 use nostr::prelude::RelayUrl;
@@ -47,7 +49,8 @@ pub struct SyncStatus {
     pub repositories: usize,
     /// Root events (patches, PRs, issues) of those repositories.
     pub root_events: usize,
-    /// Relays registered (bootstrap and listed by our repositories).
+    /// Relays registered (bootstrap, listed by our repositories, and those
+    /// Sync+ brought in: see each relay's [`RelayStatus::reasons`]).
     pub relays_tracked: usize,
     /// Relays connected now.
     pub relays_connected: usize,
@@ -64,6 +67,12 @@ pub struct SyncStatus {
     pub relays: Vec<RelayStatus>,
     /// The engine's counters.
     pub engine: EngineStats,
+    /// GRASP-03 Sync+ is on
+    /// ([`SyncPlusConfig::enabled`](grasp_sync_core::engine::SyncPlusConfig::enabled)).
+    pub sync_plus_enabled: bool,
+    /// What GRASP-03 Sync+ holds now: participants, their relay lists, the
+    /// outbox relays synced from, the index relays.
+    pub sync_plus: SyncPlusCounts,
 }
 
 /// One relay in a [`SyncStatus`]: the engine's report and what the adapter
@@ -83,6 +92,15 @@ pub struct RelayStatus {
 }
 
 impl RelayStatus {
+    /// Why the relay is synced, as words: `bootstrap` (configured, never
+    /// dropped), `announcement` (an announcement of ours lists it), `index`
+    /// (a Sync+ index relay: participants' relay lists only), `outbox` (a
+    /// participant's write relay, Sync+: the conversation only), in that
+    /// order. Empty while nothing holds it any more.
+    pub fn reasons(&self) -> Vec<&'static str> {
+        reason_names(self.report.reasons)
+    }
+
     fn of(report: RelayReport, now: Instant, bytes: (u64, u64)) -> RelayStatus {
         RelayStatus {
             retry_in: report.retry_at.map(|at| at.saturating_duration_since(now)),
@@ -131,6 +149,41 @@ impl SyncStatus {
             unconfirmed_stores: engine.unconfirmed_stores(),
             relays,
             engine: engine.stats().clone(),
+            sync_plus_enabled: engine.config().sync_plus.enabled,
+            sync_plus: engine.sync_plus_counts(),
         }
+    }
+}
+
+/// The words of [`RelayStatus::reasons`].
+fn reason_names(reasons: SyncReasons) -> Vec<&'static str> {
+    [
+        (reasons.bootstrap, "bootstrap"),
+        (reasons.announcement, "announcement"),
+        (reasons.index, "index"),
+        (reasons.outbox, "outbox"),
+    ]
+    .into_iter()
+    .filter_map(|(holds, name)| holds.then_some(name))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_read_as_words_in_a_fixed_order() {
+        let mut reasons = SyncReasons::default();
+        assert!(reason_names(reasons).is_empty());
+        reasons.outbox = true;
+        reasons.announcement = true;
+        assert_eq!(reason_names(reasons), vec!["announcement", "outbox"]);
+        reasons.bootstrap = true;
+        reasons.index = true;
+        assert_eq!(
+            reason_names(reasons),
+            vec!["bootstrap", "announcement", "index", "outbox"]
+        );
     }
 }

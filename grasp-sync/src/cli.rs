@@ -24,6 +24,15 @@ pub(crate) const ENV_MANAGED_EXTERNALLY: &str = "NGIT_PURGATORY_GIT_ROOT_MANAGED
 /// never fetches from clone URLs on your own service (the hosts of `--own-relay`
 /// and `--service-url`).
 ///
+/// GRASP-03 "Sync+" (on by default, like the reference GRASP server): each
+/// repository's conversation (issues, patches, PRs, comments, statuses; never
+/// the discovery of repositories) is also synced from its participants' own
+/// write relays, named in their relay lists (kinds 10002 and 10317). Per
+/// repository and pass at most `NGIT_SYNC_PLUS_PARTICIPANTS_PER_PASS` (32)
+/// participants and `NGIT_SYNC_PLUS_RELAYS_PER_PASS` (24) outbox relays,
+/// rotating every `NGIT_SYNC_PLUS_PASS_SECS` (600), and at most
+/// `NGIT_SYNC_PLUS_MAX_RELAYS` (200) relays added in total.
+///
 /// Every flag can also be set by the environment variable shown with it (the
 /// flag wins when both are given); a repeatable flag's variable takes a
 /// comma-separated list, a switch's `1` (on) or `0` (off). The tuning variables
@@ -70,6 +79,28 @@ pub(crate) struct Args {
         value_delimiter = ','
     )]
     pub(crate) bootstrap_relays: Vec<String>,
+    /// GRASP-03 Sync+: also sync each repository's conversation from its
+    /// participants' own write relays (`--sync-plus=0` or `false`: only from
+    /// the relays announcements list). On by default.
+    #[arg(
+        long,
+        value_name = "1|0",
+        env = "NGIT_SYNC_PLUS_ENABLED",
+        value_parser = switch,
+        num_args = 0..=1,
+        default_missing_value = "1"
+    )]
+    pub(crate) sync_plus: Option<bool>,
+    /// A relay Sync+ asks for participants' relay lists (kinds 10002 and
+    /// 10317) besides each repository's relays, e.g. wss://purplepag.es
+    /// (repeatable). Nothing else is read from it.
+    #[arg(
+        long = "index-relay",
+        value_name = "URL",
+        env = "NGIT_USER_INDEX_RELAYS",
+        value_delimiter = ','
+    )]
+    pub(crate) index_relays: Vec<String>,
     /// Purgatory's bare repositories (`<dir>/<npub>/<identifier>.git`):
     /// states and PRs wait until their commits are fetched from the
     /// repository's clone URLs. Omit to run without purgatory.
@@ -130,11 +161,12 @@ pub(crate) struct Args {
 }
 
 /// A switch's value: `1` / `0` (any whole number: not 0 is on), or `true` /
-/// `false` (what clap gives a switch named on the command line).
+/// `false` in any case (what clap gives a switch named on the command line, and
+/// what the reference GRASP server's `NGIT_SYNC_PLUS_ENABLED` takes).
 fn switch(value: &str) -> Result<bool, String> {
     match value.trim() {
-        "true" => Ok(true),
-        "false" | "" => Ok(false),
+        text if text.eq_ignore_ascii_case("true") => Ok(true),
+        text if text.eq_ignore_ascii_case("false") || text.is_empty() => Ok(false),
         number => number
             .parse::<u64>()
             .map(|n| n != 0)
@@ -152,6 +184,9 @@ pub(crate) struct Settings {
     pub(crate) allow_insecure_clone_urls: bool,
     pub(crate) service_urls: Vec<RelayUrl>,
     pub(crate) bootstrap_relays: Vec<RelayUrl>,
+    /// `None`: the builder's (the environment's, else on).
+    pub(crate) sync_plus: Option<bool>,
+    pub(crate) index_relays: Vec<RelayUrl>,
     pub(crate) metrics_addr: Option<SocketAddr>,
     pub(crate) allow_local_addresses: bool,
     pub(crate) once: bool,
@@ -200,6 +235,12 @@ pub(crate) fn settings(args: &Args) -> Result<Settings, String> {
             .iter()
             .map(|value| url("--bootstrap-relay", value))
             .collect::<Result<_, _>>()?,
+        sync_plus: args.sync_plus,
+        index_relays: args
+            .index_relays
+            .iter()
+            .map(|value| url("--index-relay", value))
+            .collect::<Result<_, _>>()?,
         metrics_addr: args.metrics_addr,
         allow_local_addresses: args.allow_local_addresses,
         once: args.once,
@@ -220,6 +261,8 @@ mod tests {
         assert_eq!(switch(""), Ok(false));
         assert_eq!(switch("true"), Ok(true));
         assert_eq!(switch("false"), Ok(false));
+        assert_eq!(switch("FALSE"), Ok(false));
+        assert_eq!(switch("True"), Ok(true));
         assert!(switch("yes please").is_err());
     }
 
@@ -239,6 +282,31 @@ mod tests {
         );
         let settings = settings(&args).unwrap();
         assert_eq!(settings.bootstrap_relays.len(), 2);
+    }
+
+    #[test]
+    fn sync_plus_is_the_builder_s_unless_given_and_index_relays_are_relay_urls() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["grasp-sync", "--own-relay", "ws://127.0.0.1:1"];
+            argv.extend_from_slice(extra);
+            Args::try_parse_from(argv).map(|args| settings(&args))
+        };
+        let sync_plus = |extra: &[&str]| parse(extra).unwrap().unwrap().sync_plus;
+        // Unless NGIT_SYNC_PLUS_ENABLED is set where the test runs.
+        if std::env::var_os("NGIT_SYNC_PLUS_ENABLED").is_none() {
+            assert_eq!(sync_plus(&[]), None, "left to the builder: on");
+        }
+        assert_eq!(sync_plus(&["--sync-plus"]), Some(true));
+        assert_eq!(sync_plus(&["--sync-plus=0"]), Some(false));
+        assert_eq!(sync_plus(&["--sync-plus", "false"]), Some(false));
+        assert!(parse(&["--sync-plus=maybe"]).is_err());
+
+        let settings = parse(&["--index-relay", "wss://a.example,wss://b.example"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(settings.index_relays.len(), 2);
+        let error = parse(&["--index-relay", "not a url"]).unwrap().unwrap_err();
+        assert!(error.contains("--index-relay"), "{error}");
     }
 
     #[test]

@@ -102,7 +102,7 @@ pub fn render(status: &Value) -> String {
     page
 }
 
-/// The part the script swaps in: the counters, the relays, purgatory.
+/// The part the script swaps in: the counters, Sync+, the relays, purgatory.
 fn content(page: &mut String, status: &Value) {
     page.push_str("<main id=\"content\">");
     let complete = status["historic_sync_complete"].as_bool().unwrap_or(false);
@@ -137,6 +137,9 @@ fn content(page: &mut String, status: &Value) {
         "relays unreachable",
     );
     page.push_str("</div>");
+    if let Some(plus) = status.get("sync_plus").filter(|value| value.is_object()) {
+        sync_plus(page, plus);
+    }
     relays(
         page,
         status["relays"].as_array().map_or(&[][..], Vec::as_slice),
@@ -158,6 +161,57 @@ fn card(page: &mut String, value: &str, class: &str, label: &str) {
     );
 }
 
+/// GRASP-03 Sync+: participants, their relay lists, the outbox relays synced from,
+/// what came only through them, and what its caps left out.
+fn sync_plus(page: &mut String, plus: &Value) {
+    page.push_str("<h2>Sync+ (GRASP-03)</h2><div class=\"cards\">");
+    let enabled = plus["enabled"].as_bool().unwrap_or(false);
+    card(
+        page,
+        if enabled { "on" } else { "off" },
+        if enabled { "ok" } else { "mute" },
+        "conversation from participants' relays",
+    );
+    for (key, label) in [
+        ("participants", "participants"),
+        ("relay_lists", "relay lists known"),
+        ("outbox_relays", "outbox relays"),
+        ("events_stored", "events only through Sync+"),
+    ] {
+        card(page, &number(&plus[key]), "", label);
+    }
+    let left_out: u64 = [
+        "participants_over_cap",
+        "list_relays_left_out",
+        "relays_over_cap",
+    ]
+    .iter()
+    .filter_map(|key| plus[*key].as_u64())
+    .sum();
+    card(
+        page,
+        &number(&Value::from(left_out)),
+        if left_out > 0 { "warn" } else { "" },
+        "left out by its caps",
+    );
+    page.push_str("</div>");
+}
+
+/// Why a relay is synced, as the page says it: its `reasons`, or `—`.
+fn reasons(relay: &Value) -> String {
+    let words: Vec<&str> = relay["reasons"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    if words.is_empty() {
+        "—".to_owned()
+    } else {
+        words.join(", ")
+    }
+}
+
 /// The relays' table.
 fn relays(page: &mut String, relays: &[Value]) {
     let _ = write!(page, "<h2>Relays ({})</h2>", relays.len());
@@ -166,7 +220,7 @@ fn relays(page: &mut String, relays: &[Value]) {
         return;
     }
     page.push_str(
-        "<table><thead><tr><th>relay</th><th>connection</th><th>health</th><th>method</th>\
+        "<table><thead><tr><th>relay</th><th>why</th><th>connection</th><th>health</th><th>method</th>\
          <th>live</th><th>events received</th><th>again</th><th>stored</th>\
          <th>bytes in</th><th>bytes out</th><th>historic</th><th>last error</th></tr></thead><tbody>",
     );
@@ -205,12 +259,13 @@ fn relays(page: &mut String, relays: &[Value]) {
         };
         let _ = write!(
             page,
-            "<tr><td class=\"url\">{}</td><td class=\"{connection_class}\">{}</td>\
+            "<tr><td class=\"url\">{}</td><td>{}</td><td class=\"{connection_class}\">{}</td>\
              <td class=\"{health_class}\">{}</td><td>{}</td><td>{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"{}\">{}</td>\
              <td class=\"{error_class}\">{}</td></tr>",
             escape(&text(&relay["relay"])),
+            escape(&reasons(relay)),
             escape(&connection),
             escape(&health),
             escape(method(&text(&relay["method"]))),
@@ -405,6 +460,7 @@ mod tests {
                 "live": { "polling": 3 },
                 "last_error": hostile,
                 "unreachable": true,
+                "reasons": [hostile, "outbox"],
             }],
             "purgatory": {
                 "fetches_by_domain": { hostile: 2 },
@@ -458,9 +514,49 @@ mod tests {
     }
 
     #[test]
+    fn each_relay_says_why_it_is_synced_and_sync_plus_has_its_counters() {
+        let status = json!({
+            "sync_plus": {
+                "enabled": true,
+                "participants": 12,
+                "relay_lists": 9,
+                "outbox_relays": 4,
+                "events_stored": 30,
+                "relays_over_cap": 2,
+                "list_relays_left_out": 1,
+            },
+            "relays": [
+                { "relay": "wss://a.example", "reasons": ["announcement", "outbox"] },
+                { "relay": "wss://b.example", "reasons": [] },
+            ],
+        });
+        let page = render(&status);
+        assert!(page.contains("<th>why</th>"), "{page}");
+        assert!(
+            page.contains("<td class=\"url\">wss://a.example</td><td>announcement, outbox</td>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<td class=\"url\">wss://b.example</td><td>—</td>"),
+            "{page}"
+        );
+        assert!(page.contains("Sync+ (GRASP-03)"), "{page}");
+        assert!(page.contains("<b class=\"ok\">on</b>"), "{page}");
+        assert!(
+            page.contains("<b class=\"\">12</b><span>participants</span>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<b class=\"warn\">3</b><span>left out by its caps</span>"),
+            "{page}"
+        );
+    }
+
+    #[test]
     fn an_empty_status_still_renders() {
         let page = render(&json!({}));
         assert!(page.contains("No relay tracked yet."));
         assert!(!page.contains("Purgatory"));
+        assert!(!page.contains("Sync+"));
     }
 }

@@ -102,6 +102,14 @@ async fn run(settings: Settings) -> Result<ExitCode, String> {
     for url in &settings.bootstrap_relays {
         builder = builder.bootstrap_relay(url.clone());
     }
+    // Given by a flag or its variable, Sync+'s switch and index relays win over
+    // what `from_env` reads (the same variables).
+    if let Some(enabled) = settings.sync_plus {
+        builder = builder.sync_plus(enabled);
+    }
+    for url in &settings.index_relays {
+        builder = builder.index_relay(url.clone());
+    }
     let manager = builder
         .from_env()
         .map_err(|error| error.to_string())?

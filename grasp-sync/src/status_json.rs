@@ -19,7 +19,25 @@ pub fn status_json(status: &SyncStatus) -> Value {
         "relays_polling": status.relays_polling,
         "unconfirmed_stores": status.unconfirmed_stores,
         "events_stored": status.engine.events_stored,
+        "sync_plus": sync_plus_json(status),
         "relays": status.relays.iter().map(relay_json).collect::<Vec<_>>(),
+    })
+}
+
+/// GRASP-03 Sync+: what it holds now, what it brought, and what its caps left out.
+fn sync_plus_json(status: &SyncStatus) -> Value {
+    let (plus, engine) = (&status.sync_plus, &status.engine);
+    json!({
+        "enabled": status.sync_plus_enabled,
+        "participants": plus.participants,
+        "relay_lists": plus.relay_lists,
+        "outbox_relays": plus.outbox_relays,
+        "index_relays": plus.index_relays,
+        "events_stored": engine.sync_plus_events,
+        "passes": engine.sync_plus_passes,
+        "participants_over_cap": engine.sync_plus_participants_over_cap,
+        "list_relays_left_out": engine.sync_plus_list_relays_left_out,
+        "relays_over_cap": engine.sync_plus_relays_over_cap,
     })
 }
 
@@ -31,6 +49,7 @@ fn relay_json(relay: &RelayStatus) -> Value {
     };
     json!({
         "relay": relay.report.relay.as_str(),
+        "reasons": relay.reasons(),
         "connection": format!("{:?}", relay.report.connection).to_lowercase(),
         "health": relay.report.health.as_str(),
         "method": format!("{:?}", relay.report.method),
@@ -115,4 +134,39 @@ fn held_json(repository: &HeldRepository) -> Value {
         "events": repository.events,
         "state": repository.state.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sync_plus_says_whether_it_is_on_what_it_holds_and_what_its_caps_left_out() {
+        let mut status = SyncStatus::default();
+        status.sync_plus_enabled = true;
+        status.sync_plus.participants = 12;
+        status.sync_plus.relay_lists = 9;
+        status.sync_plus.outbox_relays = 4;
+        status.sync_plus.index_relays = 1;
+        status.engine.sync_plus_events = 30;
+        status.engine.sync_plus_passes = 3;
+        status.engine.sync_plus_participants_over_cap = 2;
+        status.engine.sync_plus_list_relays_left_out = 5;
+        status.engine.sync_plus_relays_over_cap = 6;
+        assert_eq!(
+            status_json(&status)["sync_plus"],
+            json!({
+                "enabled": true,
+                "participants": 12,
+                "relay_lists": 9,
+                "outbox_relays": 4,
+                "index_relays": 1,
+                "events_stored": 30,
+                "passes": 3,
+                "participants_over_cap": 2,
+                "list_relays_left_out": 5,
+                "relays_over_cap": 6,
+            })
+        );
+    }
 }

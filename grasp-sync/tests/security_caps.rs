@@ -129,6 +129,23 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
             count(e.timeouts.unreachable_after),
         ),
         (
+            "SyncPlusConfig::participants_per_pass",
+            size(e.sync_plus.participants_per_pass),
+        ),
+        (
+            "SyncPlusConfig::relays_per_pass",
+            size(e.sync_plus.relays_per_pass),
+        ),
+        ("SyncPlusConfig::max_relays", size(e.sync_plus.max_relays)),
+        (
+            "SyncPlusConfig::max_participants_per_repo",
+            size(e.sync_plus.max_participants_per_repo),
+        ),
+        (
+            "SyncPlusConfig::max_relays_per_list",
+            size(e.sync_plus.max_relays_per_list),
+        ),
+        (
             "grasp_sync_core::engine::MAX_CANDIDATES",
             size(grasp_sync_core::engine::MAX_CANDIDATES),
         ),
@@ -257,9 +274,14 @@ const NOT_CAPS: &[(&str, &[&str])] = &[
         "EngineConfig",
         &[
             // The groups, each checked as its own struct below.
-            "identity", "limits", "timeouts", "caps",
+            "identity",
+            "limits",
+            "timeouts",
+            "caps",
+            "sync_plus",
             // Retry timing, described in prose under the sync table.
-            "health", "seed",
+            "health",
+            "seed",
         ],
     ),
     (
@@ -296,6 +318,17 @@ const NOT_CAPS: &[(&str, &[&str])] = &[
         ],
     ),
     ("Caps", &[]),
+    (
+        "SyncPlusConfig",
+        &[
+            // The operator's own choices: the switch and the index relays.
+            "enabled",
+            "index_relays",
+            // When the per-pass selection moves on, not how much a stranger can
+            // make us do (the per-pass caps bound each pass).
+            "pass_interval",
+        ],
+    ),
     ("ConnectionConfig", &[]),
     (
         "PurgatoryConfig",
@@ -363,6 +396,10 @@ fn struct_fields() -> BTreeMap<&'static str, BTreeSet<String>> {
         ("Limits", debug_fields(&format!("{:#?}", e.limits))),
         ("Timeouts", debug_fields(&format!("{:#?}", e.timeouts))),
         ("Caps", debug_fields(&format!("{:#?}", e.caps))),
+        (
+            "SyncPlusConfig",
+            debug_fields(&format!("{:#?}", e.sync_plus)),
+        ),
         (
             "ConnectionConfig",
             debug_fields(&format!("{:#?}", ConnectionConfig::default())),

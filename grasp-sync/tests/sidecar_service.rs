@@ -127,6 +127,7 @@ async fn configured_by_environment_the_json_summary_matches_and_an_unreachable_l
         "{summary}"
     );
     assert_eq!(summary["exit_code"], 5);
+    assert_eq!(summary["sync_plus"]["enabled"], true, "on by default");
     assert_eq!(summary["historic_sync_complete"], true);
     assert_eq!(summary["repositories"], 1);
     assert_eq!(summary["root_events"], 20);
@@ -140,6 +141,11 @@ async fn configured_by_environment_the_json_summary_matches_and_an_unreachable_l
             .unwrap_or_else(|| panic!("{url} in {summary}"))
     };
     let from_a = relay(&a.url().to_string());
+    assert_eq!(
+        from_a["reasons"],
+        serde_json::json!(["announcement"]),
+        "{from_a}"
+    );
     assert_eq!(from_a["historic_confirmed"], true, "{from_a}");
     assert_eq!(from_a["unreachable"], false);
     assert!(
@@ -245,6 +251,18 @@ async fn flags_win_over_their_variables_and_the_status_page_names_every_relay() 
     for url in [a_url.as_str(), dead_one.as_str(), dead_two.as_str()] {
         assert!(relays.contains(&url), "{url} in {relays:?}");
     }
+    // Why each relay is synced: a bootstrap relay, or one the announcement lists.
+    for relay in status["relays"].as_array().unwrap() {
+        let expected = if relay["relay"] == a_url.as_str() {
+            serde_json::json!(["announcement"])
+        } else if relay["relay"] == dead_one.as_str() || relay["relay"] == dead_two.as_str() {
+            serde_json::json!(["bootstrap"])
+        } else {
+            continue;
+        };
+        assert_eq!(relay["reasons"], expected, "{relay}");
+    }
+    assert!(page.contains("<th>why</th>"), "{page}");
     for url in &relays {
         assert!(
             page.contains(&format!("<td class=\"url\">{url}</td>")),
@@ -279,6 +297,8 @@ async fn help_names_every_variable_and_exit_code_and_bad_values_are_one_line() {
         "NGIT_SYNC_OWN_RELAY",
         "NGIT_SYNC_SERVICE_URLS",
         "NGIT_SYNC_BOOTSTRAP_RELAYS",
+        "NGIT_SYNC_PLUS_ENABLED",
+        "NGIT_USER_INDEX_RELAYS",
         "NGIT_PURGATORY_GIT_ROOT",
         "NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY",
         "NGIT_PURGATORY_ALLOW_INSECURE_CLONE_URLS",
@@ -295,12 +315,23 @@ async fn help_names_every_variable_and_exit_code_and_bad_values_are_one_line() {
         );
     }
     assert!(text.contains("never synced from"), "{text}");
+    assert!(text.contains("GRASP-03 \"Sync+\""), "{text}");
+    for tuning in [
+        "NGIT_SYNC_PLUS_PARTICIPANTS_PER_PASS",
+        "NGIT_SYNC_PLUS_RELAYS_PER_PASS",
+        "NGIT_SYNC_PLUS_MAX_RELAYS",
+        "NGIT_SYNC_PLUS_PASS_SECS",
+    ] {
+        assert!(text.contains(tuning), "{tuning}: {text}");
+    }
     assert!(text.contains("5 done on the reachable relays"), "{text}");
     assert!(!text.contains("\x1b["), "{text:?}");
 
     let own = format!("ws://127.0.0.1:{}", free_port());
     for (name, value) in [
         ("NGIT_SYNC_ONCE", "maybe"),
+        ("NGIT_SYNC_PLUS_ENABLED", "maybe"),
+        ("NGIT_USER_INDEX_RELAYS", "not a relay"),
         ("NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY", "1"),
         ("NGIT_SYNC_SUMMARY_JSON", "1"),
     ] {
@@ -330,6 +361,12 @@ const SYNC_TUNING: &[&str] = &[
     "NGIT_SYNC_MAX_RELAYS",
     "NGIT_SYNC_MAX_RELAYS_PER_AUTHOR",
     "NGIT_SYNC_RELAY_TRIAL_SECS",
+    "NGIT_SYNC_PLUS_ENABLED",
+    "NGIT_USER_INDEX_RELAYS",
+    "NGIT_SYNC_PLUS_PARTICIPANTS_PER_PASS",
+    "NGIT_SYNC_PLUS_RELAYS_PER_PASS",
+    "NGIT_SYNC_PLUS_MAX_RELAYS",
+    "NGIT_SYNC_PLUS_PASS_SECS",
 ];
 
 /// The variables the environment file names (commented or not).

@@ -43,11 +43,31 @@ pub enum BuildError {
         /// Its value.
         value: String,
     },
+    /// A switch's environment variable holds neither `1` / `0` (any whole
+    /// number: not 0 is on) nor `true` / `false`.
+    #[error("environment variable {name} is not a switch (1, 0, true or false): {value:?}")]
+    EnvSwitch {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// A relay list's environment variable holds something that is not a
+    /// relay URL.
+    #[error("environment variable {name}: {value:?} is not a relay URL: {reason}")]
+    EnvRelayUrl {
+        /// The variable.
+        name: &'static str,
+        /// The entry of the comma-separated list that is not a relay URL.
+        value: String,
+        /// Why it is not one.
+        reason: String,
+    },
 }
 
 /// The spec's environment variables, as read by
 /// [`SyncManagerBuilder::from_env`].
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct EnvSettings {
     batch_window: Option<Duration>,
     base_backoff: Option<Duration>,
@@ -60,10 +80,72 @@ struct EnvSettings {
     max_relays: Option<u64>,
     max_relays_per_author: Option<u64>,
     relay_trial_period: Option<Duration>,
+    sync_plus: SyncPlusSettings,
 }
+
+/// The GRASP-03 Sync+ settings given by the environment or by the setters
+/// ([`SyncPlusConfig`](grasp_sync_core::engine::SyncPlusConfig)); each one
+/// given replaces the one under it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct SyncPlusSettings {
+    enabled: Option<bool>,
+    index_relays: Option<Vec<RelayUrl>>,
+    participants_per_pass: Option<usize>,
+    relays_per_pass: Option<usize>,
+    max_relays: Option<usize>,
+    pass_interval: Option<Duration>,
+}
+
+impl SyncPlusSettings {
+    /// Reads `NGIT_SYNC_PLUS_ENABLED`, `NGIT_USER_INDEX_RELAYS`,
+    /// `NGIT_SYNC_PLUS_PARTICIPANTS_PER_PASS`, `NGIT_SYNC_PLUS_RELAYS_PER_PASS`,
+    /// `NGIT_SYNC_PLUS_MAX_RELAYS` and `NGIT_SYNC_PLUS_PASS_SECS`.
+    fn read(env: &Lookup<'_>) -> Result<Self, BuildError> {
+        let count = |name| env_number(env, name).map(|n| n.map(saturating_usize));
+        Ok(SyncPlusSettings {
+            enabled: env_switch(env, "NGIT_SYNC_PLUS_ENABLED")?,
+            index_relays: env_relay_urls(env, "NGIT_USER_INDEX_RELAYS")?,
+            participants_per_pass: count("NGIT_SYNC_PLUS_PARTICIPANTS_PER_PASS")?,
+            relays_per_pass: count("NGIT_SYNC_PLUS_RELAYS_PER_PASS")?,
+            max_relays: count("NGIT_SYNC_PLUS_MAX_RELAYS")?,
+            pass_interval: env_number(env, "NGIT_SYNC_PLUS_PASS_SECS")?.map(Duration::from_secs),
+        })
+    }
+
+    fn apply(&self, config: &mut EngineConfig) {
+        let plus = &mut config.sync_plus;
+        if let Some(enabled) = self.enabled {
+            plus.enabled = enabled;
+        }
+        if let Some(relays) = &self.index_relays {
+            plus.index_relays = relays.clone();
+        }
+        if let Some(n) = self.participants_per_pass {
+            plus.participants_per_pass = n;
+        }
+        if let Some(n) = self.relays_per_pass {
+            plus.relays_per_pass = n;
+        }
+        if let Some(n) = self.max_relays {
+            plus.max_relays = n;
+        }
+        if let Some(interval) = self.pass_interval {
+            plus.pass_interval = interval;
+        }
+    }
+}
+
+/// Where variables are read from: the process environment, or a test's
+/// list. `None`: not set (or not Unicode).
+type Lookup<'a> = dyn Fn(&str) -> Option<String> + 'a;
 
 impl EnvSettings {
     fn read() -> Result<Self, BuildError> {
+        Self::read_from(&|name| std::env::var(name).ok())
+    }
+
+    fn read_from(env: &Lookup<'_>) -> Result<Self, BuildError> {
+        let env_number = |name| env_number(env, name);
         Ok(EnvSettings {
             batch_window: env_number("NGIT_SYNC_BATCH_WINDOW_MS")?.map(Duration::from_millis),
             base_backoff: env_number("NGIT_SYNC_BASE_BACKOFF_SECS")?.map(Duration::from_secs),
@@ -76,6 +158,7 @@ impl EnvSettings {
             max_relays: env_number("NGIT_SYNC_MAX_RELAYS")?,
             max_relays_per_author: env_number("NGIT_SYNC_MAX_RELAYS_PER_AUTHOR")?,
             relay_trial_period: env_number("NGIT_SYNC_RELAY_TRIAL_SECS")?.map(Duration::from_secs),
+            sync_plus: SyncPlusSettings::read(env)?,
         })
     }
 
@@ -110,6 +193,7 @@ impl EnvSettings {
         if let Some(period) = self.relay_trial_period {
             config.caps.relay_trial_period = period;
         }
+        self.sync_plus.apply(config);
     }
 
     /// The connection limits the environment sets over `config`.
@@ -129,6 +213,7 @@ struct Explicit {
     batch_window: Option<Duration>,
     relay_policy: Option<RelayUrlPolicy>,
     allow_local_addresses: Option<bool>,
+    sync_plus: SyncPlusSettings,
 }
 
 impl Explicit {
@@ -146,6 +231,7 @@ impl Explicit {
                 .clone()
                 .allow_local_addresses(allow);
         }
+        self.sync_plus.apply(config);
     }
 }
 
@@ -153,7 +239,8 @@ impl Explicit {
 ///
 /// Precedence, whatever the order of the calls: individual setters
 /// ([`SyncManagerBuilder::batch_window`], [`SyncManagerBuilder::relay_policy`],
-/// [`SyncManagerBuilder::allow_local_addresses`]) over the environment
+/// [`SyncManagerBuilder::allow_local_addresses`], the Sync+ setters such as
+/// [`SyncManagerBuilder::sync_plus`]) over the environment
 /// ([`SyncManagerBuilder::from_env`]) over a whole
 /// [`SyncManagerBuilder::engine_config`] over the spec's defaults.
 ///
@@ -280,6 +367,63 @@ impl SyncManagerBuilder {
         self
     }
 
+    /// GRASP-03 "Sync+" on or off: a repository's conversation is also
+    /// synced from its participants' own write relays
+    /// ([`SyncPlusConfig::enabled`](grasp_sync_core::engine::SyncPlusConfig::enabled);
+    /// on by default, like the reference GRASP server;
+    /// `NGIT_SYNC_PLUS_ENABLED`).
+    pub fn sync_plus(mut self, enabled: bool) -> Self {
+        self.explicit.sync_plus.enabled = Some(enabled);
+        self
+    }
+
+    /// An index relay Sync+ reads participants' relay lists (kinds 10002
+    /// and 10317) from, besides each repository's relays (repeatable).
+    /// Given here, these replace the environment's
+    /// (`NGIT_USER_INDEX_RELAYS`) and the engine configuration's
+    /// ([`SyncPlusConfig::index_relays`](grasp_sync_core::engine::SyncPlusConfig::index_relays)).
+    pub fn index_relay(mut self, url: RelayUrl) -> Self {
+        let relays = self.explicit.sync_plus.index_relays.get_or_insert_default();
+        if !relays.contains(&url) {
+            relays.push(url);
+        }
+        self
+    }
+
+    /// Participants of one repository whose relay lists are read and whose
+    /// outbox relays are synced from, per Sync+ pass
+    /// ([`SyncPlusConfig::participants_per_pass`](grasp_sync_core::engine::SyncPlusConfig::participants_per_pass);
+    /// `NGIT_SYNC_PLUS_PARTICIPANTS_PER_PASS`).
+    pub fn sync_plus_participants_per_pass(mut self, participants: usize) -> Self {
+        self.explicit.sync_plus.participants_per_pass = Some(participants);
+        self
+    }
+
+    /// Outbox relays one repository is synced from, per Sync+ pass
+    /// ([`SyncPlusConfig::relays_per_pass`](grasp_sync_core::engine::SyncPlusConfig::relays_per_pass);
+    /// `NGIT_SYNC_PLUS_RELAYS_PER_PASS`).
+    pub fn sync_plus_relays_per_pass(mut self, relays: usize) -> Self {
+        self.explicit.sync_plus.relays_per_pass = Some(relays);
+        self
+    }
+
+    /// Relays Sync+ may add in total, over every repository
+    /// ([`SyncPlusConfig::max_relays`](grasp_sync_core::engine::SyncPlusConfig::max_relays);
+    /// `NGIT_SYNC_PLUS_MAX_RELAYS`).
+    pub fn sync_plus_max_relays(mut self, relays: usize) -> Self {
+        self.explicit.sync_plus.max_relays = Some(relays);
+        self
+    }
+
+    /// How often Sync+ moves on to the participants and relays over its
+    /// per-pass caps
+    /// ([`SyncPlusConfig::pass_interval`](grasp_sync_core::engine::SyncPlusConfig::pass_interval);
+    /// `NGIT_SYNC_PLUS_PASS_SECS`).
+    pub fn sync_plus_pass_interval(mut self, interval: Duration) -> Self {
+        self.explicit.sync_plus.pass_interval = Some(interval);
+        self
+    }
+
     /// Connection limits and timers.
     pub fn connection_config(mut self, config: ConnectionConfig) -> Self {
         self.connection = config;
@@ -312,8 +456,14 @@ impl SyncManagerBuilder {
     /// ([`ConnectionConfig::max_message_size`] and `max_frame_size`), and the
     /// relay slots: `NGIT_SYNC_MAX_RELAYS` (`Caps::max_relays`),
     /// `NGIT_SYNC_MAX_RELAYS_PER_AUTHOR` (`Caps::max_relays_per_author`) and
-    /// `NGIT_SYNC_RELAY_TRIAL_SECS` (`Caps::relay_trial_period`). They
-    /// apply over [`SyncManagerBuilder::engine_config`] (and
+    /// `NGIT_SYNC_RELAY_TRIAL_SECS` (`Caps::relay_trial_period`), and
+    /// GRASP-03 Sync+ (`SyncPlusConfig`): `NGIT_SYNC_PLUS_ENABLED` (a
+    /// switch: `1` / `0`, or `true` / `false` like the reference GRASP
+    /// server; on by default), `NGIT_USER_INDEX_RELAYS` (comma-separated
+    /// relay URLs), `NGIT_SYNC_PLUS_PARTICIPANTS_PER_PASS`,
+    /// `NGIT_SYNC_PLUS_RELAYS_PER_PASS`, `NGIT_SYNC_PLUS_MAX_RELAYS` and
+    /// `NGIT_SYNC_PLUS_PASS_SECS`. A value that cannot be read is a
+    /// [`BuildError`]. They apply over [`SyncManagerBuilder::engine_config`] (and
     /// [`SyncManagerBuilder::connection_config`]) and under the individual
     /// setters, whatever the order of the calls.
     pub fn from_env(mut self) -> Result<Self, BuildError> {
@@ -403,14 +553,68 @@ impl SyncManagerBuilder {
     }
 }
 
-fn env_number(name: &'static str) -> Result<Option<u64>, BuildError> {
-    match std::env::var(name) {
-        Ok(value) => value
+/// `n` as a count, the largest one when it does not fit.
+fn saturating_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+/// A switch's value, as the sidecar's command line reads it: `true` /
+/// `false`, or a whole number (not 0 is on). Empty is not given.
+fn parse_switch(value: &str) -> Option<Option<bool>> {
+    match value.trim() {
+        "" => Some(None),
+        text if text.eq_ignore_ascii_case("true") => Some(Some(true)),
+        text if text.eq_ignore_ascii_case("false") => Some(Some(false)),
+        number => number.parse::<u64>().ok().map(|n| Some(n != 0)),
+    }
+}
+
+fn env_switch(env: &Lookup<'_>, name: &'static str) -> Result<Option<bool>, BuildError> {
+    match env(name) {
+        Some(value) => parse_switch(&value).ok_or(BuildError::EnvSwitch { name, value }),
+        None => Ok(None),
+    }
+}
+
+/// A comma-separated list of relay URLs (empty entries skipped; an empty
+/// list is not given).
+fn parse_relay_urls(name: &'static str, value: &str) -> Result<Option<Vec<RelayUrl>>, BuildError> {
+    let mut relays = Vec::new();
+    for entry in value
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+    {
+        let url = RelayUrl::parse(entry).map_err(|error| BuildError::EnvRelayUrl {
+            name,
+            value: entry.to_owned(),
+            reason: error.to_string(),
+        })?;
+        if !relays.contains(&url) {
+            relays.push(url);
+        }
+    }
+    Ok((!relays.is_empty()).then_some(relays))
+}
+
+fn env_relay_urls(
+    env: &Lookup<'_>,
+    name: &'static str,
+) -> Result<Option<Vec<RelayUrl>>, BuildError> {
+    match env(name) {
+        Some(value) => parse_relay_urls(name, &value),
+        None => Ok(None),
+    }
+}
+
+fn env_number(env: &Lookup<'_>, name: &'static str) -> Result<Option<u64>, BuildError> {
+    match env(name) {
+        Some(value) => value
             .trim()
             .parse()
             .map(Some)
             .map_err(|_| BuildError::Env { name, value }),
-        Err(_) => Ok(None),
+        None => Ok(None),
     }
 }
 
@@ -438,10 +642,11 @@ mod tests {
             max_relays: Some(300),
             max_relays_per_author: Some(12),
             relay_trial_period: Some(Duration::from_secs(90)),
+            sync_plus: SyncPlusSettings::default(),
         };
         // engine_config after the environment: the environment still applies.
         let mut late_config = builder().batch_window(Duration::from_millis(50));
-        late_config.env = env;
+        late_config.env = env.clone();
         let late_config = late_config.engine_config(base.clone());
         let config = late_config.engine_config_in_effect();
         assert_eq!(
@@ -484,6 +689,216 @@ mod tests {
             env_only.engine_config_in_effect().timeouts.batch_window,
             Duration::from_millis(700)
         );
+    }
+
+    /// The environment of a test: `pairs`, nothing else.
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect();
+        move |name| {
+            pairs
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.clone())
+        }
+    }
+
+    /// The engine configuration `builder` runs with under the environment
+    /// `pairs`.
+    fn under(
+        pairs: &[(&str, &str)],
+        builder: SyncManagerBuilder,
+    ) -> Result<EngineConfig, BuildError> {
+        let mut builder = builder;
+        builder.env = EnvSettings::read_from(&lookup(pairs))?;
+        Ok(builder.engine_config_in_effect())
+    }
+
+    fn relay(url: &str) -> RelayUrl {
+        RelayUrl::parse(url).expect("a relay url")
+    }
+
+    #[test]
+    fn sync_plus_is_on_by_default_and_each_variable_reaches_its_field() {
+        let defaults = under(&[], builder()).unwrap().sync_plus;
+        assert_eq!(defaults, EngineConfig::default().sync_plus);
+        assert!(defaults.enabled, "on by default, like the reference server");
+
+        let plus = under(
+            &[
+                ("NGIT_SYNC_PLUS_ENABLED", "0"),
+                (
+                    "NGIT_USER_INDEX_RELAYS",
+                    "wss://index.example.com, wss://purplepag.es,,wss://index.example.com",
+                ),
+                ("NGIT_SYNC_PLUS_PARTICIPANTS_PER_PASS", "8"),
+                ("NGIT_SYNC_PLUS_RELAYS_PER_PASS", " 6 "),
+                ("NGIT_SYNC_PLUS_MAX_RELAYS", "40"),
+                ("NGIT_SYNC_PLUS_PASS_SECS", "120"),
+            ],
+            builder(),
+        )
+        .unwrap()
+        .sync_plus;
+        assert!(!plus.enabled);
+        assert_eq!(
+            plus.index_relays,
+            vec![
+                relay("wss://index.example.com"),
+                relay("wss://purplepag.es")
+            ],
+            "split on commas, empty entries and repeats left out"
+        );
+        assert_eq!(
+            (
+                plus.participants_per_pass,
+                plus.relays_per_pass,
+                plus.max_relays,
+                plus.pass_interval
+            ),
+            (8, 6, 40, Duration::from_secs(120))
+        );
+    }
+
+    #[test]
+    fn the_sync_plus_switch_reads_numbers_and_true_or_false() {
+        let enabled = |value: &str| {
+            under(&[("NGIT_SYNC_PLUS_ENABLED", value)], builder())
+                .map(|config| config.sync_plus.enabled)
+        };
+        for (value, on) in [
+            ("1", true),
+            ("7", true),
+            ("0", false),
+            ("true", true),
+            ("false", false),
+            (" FALSE ", false),
+            ("True", true),
+            ("", true), // empty: not given, the default holds
+        ] {
+            assert_eq!(enabled(value).unwrap(), on, "{value:?}");
+        }
+        match enabled("off please") {
+            Err(BuildError::EnvSwitch { name, value }) => {
+                assert_eq!(
+                    (name, value.as_str()),
+                    ("NGIT_SYNC_PLUS_ENABLED", "off please")
+                );
+            }
+            other => panic!("expected EnvSwitch, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bad_sync_plus_variable_is_a_build_error_naming_it() {
+        match under(
+            &[(
+                "NGIT_USER_INDEX_RELAYS",
+                "wss://index.example.com,not a url",
+            )],
+            builder(),
+        ) {
+            Err(error @ BuildError::EnvRelayUrl { .. }) => {
+                let text = error.to_string();
+                assert!(text.contains("NGIT_USER_INDEX_RELAYS"), "{text}");
+                assert!(text.contains("not a url"), "{text}");
+            }
+            other => panic!("expected EnvRelayUrl, got {other:?}"),
+        }
+        for name in [
+            "NGIT_SYNC_PLUS_PARTICIPANTS_PER_PASS",
+            "NGIT_SYNC_PLUS_RELAYS_PER_PASS",
+            "NGIT_SYNC_PLUS_MAX_RELAYS",
+            "NGIT_SYNC_PLUS_PASS_SECS",
+        ] {
+            match under(&[(name, "many")], builder()) {
+                Err(BuildError::Env { name: named, .. }) => assert_eq!(named, name),
+                other => panic!("{name}: expected Env, got {other:?}"),
+            }
+        }
+        // Read, but refused by the engine's validation when the manager is built.
+        let zero_pass = under(&[("NGIT_SYNC_PLUS_PASS_SECS", "0")], builder()).unwrap();
+        assert_eq!(
+            zero_pass.validate(),
+            Err(grasp_sync_core::engine::ConfigError::ZeroSyncPlusPass)
+        );
+    }
+
+    #[test]
+    fn sync_plus_setters_win_over_the_environment_over_a_whole_config() {
+        let mut base = EngineConfig::default()
+            .with_sync_plus(false)
+            .with_index_relays(vec![relay("wss://base.example.com")]);
+        base.sync_plus.max_relays = 10;
+        base.sync_plus.relays_per_pass = 3;
+        let env = [
+            ("NGIT_SYNC_PLUS_ENABLED", "true"),
+            ("NGIT_USER_INDEX_RELAYS", "wss://env.example.com"),
+            ("NGIT_SYNC_PLUS_PARTICIPANTS_PER_PASS", "16"),
+            ("NGIT_SYNC_PLUS_MAX_RELAYS", "20"),
+        ];
+
+        // The environment over the base: what it names, and only that.
+        let plus = under(&env, builder().engine_config(base.clone()))
+            .unwrap()
+            .sync_plus;
+        assert!(plus.enabled);
+        assert_eq!(plus.index_relays, vec![relay("wss://env.example.com")]);
+        assert_eq!(
+            (
+                plus.participants_per_pass,
+                plus.max_relays,
+                plus.relays_per_pass
+            ),
+            (16, 20, 3),
+            "relays_per_pass from the base"
+        );
+
+        // The setters over both, whatever the order of the calls.
+        let explicit = builder()
+            .sync_plus(false)
+            .index_relay(relay("wss://one.example.com"))
+            .index_relay(relay("wss://two.example.com"))
+            .index_relay(relay("wss://one.example.com"))
+            .sync_plus_participants_per_pass(4)
+            .sync_plus_relays_per_pass(2)
+            .sync_plus_max_relays(5)
+            .sync_plus_pass_interval(Duration::from_secs(30))
+            .engine_config(base);
+        let plus = under(&env, explicit).unwrap().sync_plus;
+        assert!(!plus.enabled);
+        assert_eq!(
+            plus.index_relays,
+            vec![
+                relay("wss://one.example.com"),
+                relay("wss://two.example.com")
+            ]
+        );
+        assert_eq!(
+            (
+                plus.participants_per_pass,
+                plus.relays_per_pass,
+                plus.max_relays,
+                plus.pass_interval
+            ),
+            (4, 2, 5, Duration::from_secs(30))
+        );
+    }
+
+    #[test]
+    fn every_existing_variable_is_read_through_the_lookup_too() {
+        let config = under(
+            &[
+                ("NGIT_SYNC_BATCH_WINDOW_MS", "250"),
+                ("NGIT_SYNC_MAX_RELAYS", "77"),
+            ],
+            builder(),
+        )
+        .unwrap();
+        assert_eq!(config.timeouts.batch_window, Duration::from_millis(250));
+        assert_eq!(config.caps.max_relays, 77);
     }
 
     #[test]
