@@ -97,8 +97,8 @@ struct World {
     issue: Event,
 }
 
-/// A NIP-22 comment by `keys` on `root` (of `root_kind`, by `root_author`), replying to
-/// `parent` (the root itself when `None`).
+/// A NIP-22 comment by `keys` on `root` (`E`, `K`, `P`), replying to `parent` (`e`, `k`,
+/// `p`; the root itself when `None`).
 fn comment(keys: &Keys, root: &Event, parent: Option<&Event>, content: &str, at: u64) -> Event {
     let parent = parent.unwrap_or(root);
     let (root_id, parent_id) = (root.id.to_hex(), parent.id.to_hex());
@@ -135,6 +135,7 @@ fn status(keys: &Keys, kind: u16, root: &Event, repo: &str, at: u64) -> Event {
     )
 }
 
+/// The events of the module documentation, placed by name.
 fn world(own: &RelayUrl, r: &RelayUrl, o1: &RelayUrl, o2: &RelayUrl, x: &RelayUrl) -> World {
     let base = Timestamp::now().as_secs() - 10_000;
     let owner = Keys::generate();
