@@ -398,8 +398,10 @@ pub struct SyncPlusConfig {
     /// Outbox relays one repository is synced from, per pass. Default: 24
     /// (`NGIT_SYNC_PLUS_RELAYS_PER_PASS`).
     pub relays_per_pass: usize,
-    /// Relays Sync+ may add in total, over every repository (a relay
-    /// already synced for another reason costs nothing). Default: 200
+    /// Outbox relays Sync+ syncs from in total, over every repository
+    /// (one chosen by several repositories counts once; one an
+    /// announcement lists is not an outbox relay of that repository).
+    /// Default: 200
     /// (`NGIT_SYNC_PLUS_MAX_RELAYS`).
     pub max_relays: usize,
     /// Participants remembered per repository (the first ones admitted are
@@ -514,6 +516,7 @@ impl EngineConfig {
                 self.sync_plus.participants_per_pass,
             ),
             ("sync_plus.relays_per_pass", self.sync_plus.relays_per_pass),
+            ("sync_plus.max_relays", self.sync_plus.max_relays),
             (
                 "sync_plus.max_participants_per_repo",
                 self.sync_plus.max_participants_per_repo,
