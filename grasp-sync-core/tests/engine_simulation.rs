@@ -1078,6 +1078,15 @@ mod convergence {
                 a_events.push(events::reply(&user, &issue.id, "extra reply", at(300 + n / 3)));
                 a_events.push(issue);
             }
+            // Sync+: the user's outbox relay `c`, listed in their 10002 on
+            // `a`, holds a reply found nowhere else and what is not ours.
+            let c = relay_url("c");
+            a_events.push(events::relay_list(&user, &[&c], &[], at(95)));
+            let outbox_events = vec![
+                events::reply(&user, &fixture.a_events[1].id, "only on my outbox", at(96)),
+                events::noise(&user, "a note on my outbox", at(97)),
+                events::announcement(&Keys::generate(), "gamma", &[&c], at(98)),
+            ];
             let event_sets = [a_events, fixture.b_events.clone()];
             let names = ["a", "b"];
             let genuine = events::root(&user, 1621, &repo, "genuine", at(90));
@@ -1100,6 +1109,7 @@ mod convergence {
                     };
                     sim_relay_with(name, events, config)
                 })
+                .chain([sim_relay("c", outbox_events.clone())])
                 .collect();
             let mut world = World::new(config(), relays, vec![fixture.announcement.clone()]);
             world.batched = batched;
@@ -1147,6 +1157,9 @@ mod convergence {
                 .map(|event| format!("{} {:?} at {}", event.id, event.content, event.created_at.as_secs()))
                 .collect();
             prop_assert_eq!(&stored, &expected, "missing {:?}\n{}", missing, world.dump());
+            prop_assert!(world.stored().contains(&outbox_events[0].id), "the outbox-only reply");
+            prop_assert!(!world.stored().contains(&outbox_events[1].id));
+            prop_assert!(!world.stored().contains(&outbox_events[2].id));
             prop_assert!(!world.stored().contains(&forged.id));
             prop_assert!(!world.stored().contains(&off_filter.id));
             for (knob, name) in knobs.iter().zip(names) {

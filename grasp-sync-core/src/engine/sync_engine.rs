@@ -862,12 +862,16 @@ impl SyncEngine {
                     }
                 }
             }
-            if is_conversation_kind(event.kind) {
-                self.join_conversation(event);
-            }
         }
-        // After the batch's announcements and conversation: a list is kept
-        // only for someone who takes part.
+        // After the batch's announcements and roots (a comment may come
+        // before its root), then its conversation (a list is kept only for
+        // someone who takes part).
+        for event in events
+            .iter()
+            .filter(|event| is_conversation_kind(event.kind))
+        {
+            self.join_conversation(event);
+        }
         for event in events.iter().filter(|event| is_relay_list_kind(event.kind)) {
             self.apply_relay_list(event);
         }

@@ -917,6 +917,16 @@ fn expected_store(
                     .map(move |repo| (event.id, repo))
             })
             .collect();
+        if world.engine.config().sync_plus.enabled {
+            add_sync_plus(
+                world,
+                &reachable,
+                &announcements,
+                &roots,
+                &mut store,
+                &mut repo_relays,
+            );
+        }
         for relay in &connected {
             let Some(events) = reachable.get(relay) else {
                 continue;
@@ -956,6 +966,114 @@ fn expected_store(
             let kept = latest_addressable(store.values());
             return kept;
         }
+    }
+}
+
+/// GRASP-03 Sync+ in the reference model (within its caps): each
+/// repository's participants (owner, maintainers, authors of conversation
+/// events in the store) have their relay lists read from the repository's
+/// relays, and the write relays of the newest lists join the repository's
+/// relays for Layers 2 and 3.
+fn add_sync_plus(
+    world: &World,
+    reachable: &BTreeMap<&RelayUrl, Vec<Event>>,
+    announcements: &[Event],
+    roots: &[(EventId, String)],
+    store: &mut BTreeMap<EventId, Event>,
+    repo_relays: &mut [(String, Vec<RelayUrl>)],
+) {
+    const CONVERSATION: [u16; 9] = [1617, 1618, 1619, 1621, 1111, 1630, 1631, 1632, 1633];
+    for (repo, relays) in repo_relays.iter_mut() {
+        let repo_roots: Vec<String> = roots
+            .iter()
+            .filter(|(_, r)| r == repo)
+            .map(|(id, _)| id.to_hex())
+            .collect();
+        let mut participants: BTreeSet<String> = BTreeSet::new();
+        participants.extend(repo.split(':').nth(1).map(str::to_owned));
+        for announcement in announcements {
+            let coordinate = format!(
+                "30617:{}:{}",
+                announcement.pubkey.to_hex(),
+                announcement.tags.identifier().unwrap_or_default()
+            );
+            if &coordinate == repo {
+                participants.extend(
+                    announcement
+                        .tags
+                        .iter()
+                        .filter(|tag| {
+                            tag.as_slice()
+                                .first()
+                                .is_some_and(|name| name == "maintainers")
+                        })
+                        .flat_map(|tag| tag.as_slice()[1..].to_vec()),
+                );
+            }
+        }
+        for event in store.values() {
+            if !CONVERSATION.contains(&event.kind.as_u16()) {
+                continue;
+            }
+            let tags_repo = ["a", "A"]
+                .iter()
+                .any(|letter| tag_values(event, letter).contains(repo));
+            let tags_root = ["e", "E"].iter().any(|letter| {
+                tag_values(event, letter)
+                    .iter()
+                    .any(|value| repo_roots.contains(value))
+            }) || repo_roots.contains(&event.id.to_hex());
+            if tags_repo || tags_root {
+                participants.insert(event.pubkey.to_hex());
+            }
+        }
+        for relay in relays.iter() {
+            for event in reachable.get(relay).into_iter().flatten() {
+                if [10002, 10317].contains(&event.kind.as_u16())
+                    && participants.contains(&event.pubkey.to_hex())
+                {
+                    store.insert(event.id, event.clone());
+                }
+            }
+        }
+        let mut newest: BTreeMap<(String, u16), &Event> = BTreeMap::new();
+        for event in store.values() {
+            let kind = event.kind.as_u16();
+            if [10002, 10317].contains(&kind) && participants.contains(&event.pubkey.to_hex()) {
+                let key = (event.pubkey.to_hex(), kind);
+                if newest
+                    .get(&key)
+                    .is_none_or(|kept| event.created_at > kept.created_at)
+                {
+                    newest.insert(key, event);
+                }
+            }
+        }
+        let mut outbox: Vec<RelayUrl> = Vec::new();
+        for event in newest.values() {
+            let letter = if event.kind.as_u16() == 10002 {
+                "r"
+            } else {
+                "g"
+            };
+            for tag in event.tags.iter() {
+                let values = tag.as_slice();
+                if values.first().is_some_and(|name| name == letter)
+                    && values.get(2).is_none_or(|marker| marker != "read")
+                {
+                    if let Some(relay) = values.get(1).and_then(|value| RelayUrl::parse(value).ok())
+                    {
+                        if relay != world.own.url
+                            && !relays.contains(&relay)
+                            && !outbox.contains(&relay)
+                        {
+                            outbox.push(relay);
+                        }
+                    }
+                }
+            }
+        }
+        relays.extend(outbox);
     }
 }
 
