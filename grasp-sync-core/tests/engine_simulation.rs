@@ -1080,7 +1080,9 @@ mod convergence {
             }
             // Sync+: the user's outbox relay `c`, listed in their 10002 on
             // `a`, holds a reply found nowhere else and what is not ours.
+            // The user takes part (a reply on `a`), so their list is read.
             let c = relay_url("c");
+            a_events.push(events::reply(&user, &fixture.a_events[1].id, "I take part", at(94)));
             a_events.push(events::relay_list(&user, &[&c], &[], at(95)));
             let outbox_events = vec![
                 events::reply(&user, &fixture.a_events[1].id, "only on my outbox", at(96)),

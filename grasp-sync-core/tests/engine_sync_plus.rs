@@ -38,6 +38,7 @@ fn at(offset: u64) -> u64 {
 /// holds.
 struct Case {
     world: World,
+    owner: Keys,
     user: Keys,
     issue: Event,
     /// The repository's conversation, only on `c` and `d`.
@@ -108,6 +109,7 @@ fn case(config: EngineConfig) -> Case {
     let world = World::new(config, relays, vec![announcement]);
     Case {
         world,
+        owner,
         user,
         issue,
         conversation: conversation_c.into_iter().chain(conversation_d).collect(),
@@ -131,6 +133,11 @@ fn filters_sent(world: &World, relay: &RelayUrl) -> Vec<Filter> {
         })
         .flatten()
         .collect()
+}
+
+/// `true` for a filter asking for stored events (not `limit: 0`).
+fn historic(filter: &Filter) -> bool {
+    filter.limit != Some(0)
 }
 
 fn asks_for_kind(filter: &Filter, kind: u16) -> bool {
@@ -277,6 +284,40 @@ fn a_participant_whose_relay_list_changes_moves_the_sync_to_the_new_relay() {
         world.engine.sync_plus_counts().outbox_relays == 2,
         "d and e"
     );
+}
+
+#[test]
+fn an_outbox_relay_an_announcement_then_lists_discovers_announcements_from_then_on() {
+    let Case {
+        mut world,
+        owner,
+        conversation,
+        ..
+    } = case(config());
+    assert!(world.run_until(STEPS, |w| all_stored(w, &conversation)
+        && w.engine.historic_sync_complete()));
+    let c = relay_url("c");
+    assert!(!filters_sent(&world, &c)
+        .iter()
+        .any(|filter| asks_for_kind(filter, 30617)));
+    let newer = events::Announcement::new("alpha")
+        .relays([&own_url(), &relay_url("a"), &c])
+        .at(world.unix().as_secs())
+        .sign(&owner);
+    world.publish(&relay_url("a"), newer.clone());
+    assert!(world.run_until(STEPS, |w| w.stored().contains(&newer.id)));
+    // Within a minute, not at the next daily re-sync or reconnect.
+    world.run_for(Duration::from_secs(60), STEPS);
+    assert!(
+        filters_sent(&world, &c)
+            .iter()
+            .any(|filter| asks_for_kind(filter, 30617) && historic(filter)),
+        "{}",
+        world.dump()
+    );
+    let reports = world.engine.relay_reports();
+    let report = reports.iter().find(|report| report.relay == c).unwrap();
+    assert!(report.reasons.announcement && report.reasons.discovers());
 }
 
 #[test]

@@ -1742,6 +1742,13 @@ impl RelaySession {
         );
     }
 
+    /// Layer 1 starts at the session's timeout at `at` (its retry timer):
+    /// for a relay that now discovers announcements, connected while it
+    /// did not (reached only through Sync+).
+    pub(crate) fn start_layer1_at(&mut self, at: Instant) {
+        self.timers.set(RelayTimer::Layer1Retry, at);
+    }
+
     /// Starts a batch of `jobs` syncing `items` by `method`: its jobs join
     /// the queue (a gap's or a poll's at the front: they are small and close
     /// a hole in live coverage). Returns the batch, if it has work.

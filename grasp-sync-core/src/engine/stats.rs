@@ -140,7 +140,7 @@ pub struct EngineStats {
     /// [`Caps::relay_trial_period`](super::Caps::relay_trial_period). They
     /// wait for a slot again like any relay over the cap.
     pub relays_evicted: u64,
-    /// Events newly stored that came from a relay only Sync+ brought in
+    /// Events handed to the store as new that came from a relay only Sync+ brought in
     /// (an outbox or index relay no announcement lists): the conversation
     /// GRASP-03 adds.
     pub sync_plus_events: u64,

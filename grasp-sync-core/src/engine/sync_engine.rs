@@ -1078,7 +1078,7 @@ impl SyncEngine {
             .collect();
         let (relays, left_out) = self.relays_within_caps(&announcement.repo, allowed, now);
         self.note_left_out(&announcement.repo, left_out);
-        self.set_repo_relays(&announcement.repo, relays);
+        self.set_repo_relays(&announcement.repo, relays, now);
         self.join(&announcement.repo, *announcement.repo.pubkey());
         for maintainer in announcement.maintainers {
             self.join(&announcement.repo, maintainer);
@@ -1384,9 +1384,22 @@ impl SyncEngine {
     /// Records `relays` as those `repo`'s announcement lists (after the
     /// policy and caps) and lists them with its Sync+ relays
     /// ([`SyncEngine::list_repo_relays`]).
-    fn set_repo_relays(&mut self, repo: &RepoRef, relays: Vec<RelayUrl>) {
+    /// A connected relay reached through Sync+ only until now starts
+    /// discovering announcements (Layer 1) at its session's next timeout.
+    fn set_repo_relays(&mut self, repo: &RepoRef, relays: Vec<RelayUrl>, now: Instant) {
+        let discovering: Vec<RelayUrl> = relays
+            .iter()
+            .filter(|relay| !self.discovers(relay) && self.relays.is_connected(relay))
+            .cloned()
+            .collect();
         self.repo_relays.set_announced(repo, relays);
         self.list_repo_relays(repo);
+        for relay in discovering {
+            if let Some(session) = self.relays.get_mut(&relay) {
+                session.start_layer1_at(now);
+            }
+            self.refresh_deadline(&relay);
+        }
     }
 
     /// Lists `repo`'s relays in the repository index — announced, and this
@@ -1424,7 +1437,7 @@ impl SyncEngine {
         let tracked = self.relays.tracked_count();
         // Counted and logged once, when first left out.
         let (admitted, _) = self.relays_within_caps(repo, relays, now);
-        self.set_repo_relays(repo, admitted);
+        self.set_repo_relays(repo, admitted, now);
         let gained = self.relays.tracked_count() > tracked;
         if gained {
             debug!(%repo, "relays waiting for a slot admitted");
@@ -1510,7 +1523,7 @@ impl SyncEngine {
                 .into_iter()
                 .filter(|listed| listed != relay)
                 .collect();
-            self.set_repo_relays(&repo, kept);
+            self.set_repo_relays(&repo, kept, now);
             self.over_cap.insert(repo, waiting);
         }
         self.emit(Command::Forget {
