@@ -152,6 +152,16 @@ fn all_stored(world: &World, events: &[Event]) -> bool {
     events.iter().all(|event| stored.contains(&event.id))
 }
 
+/// Runs until `events` are stored and historic sync is complete.
+fn sync_until_complete(world: &mut World, events: &[Event]) {
+    assert!(
+        world.run_until(STEPS, |w| all_stored(w, events)
+            && w.engine.historic_sync_complete()),
+        "{}",
+        world.dump()
+    );
+}
+
 #[test]
 fn a_comment_only_on_its_authors_outbox_relay_arrives() {
     let Case {
@@ -160,12 +170,7 @@ fn a_comment_only_on_its_authors_outbox_relay_arrives() {
         foreign,
         ..
     } = case(config());
-    assert!(
-        world.run_until(STEPS, |w| all_stored(w, &conversation)
-            && w.engine.historic_sync_complete()),
-        "{}",
-        world.dump()
-    );
+    sync_until_complete(&mut world, &conversation);
     let stored = world.stored();
     for event in &foreign {
         assert!(
@@ -224,8 +229,7 @@ fn live_on_the_outbox_relay_after_historic_sync() {
         conversation,
         ..
     } = case(config());
-    assert!(world.run_until(STEPS, |w| all_stored(w, &conversation)
-        && w.engine.historic_sync_complete()));
+    sync_until_complete(&mut world, &conversation);
     let later = events::reply(&user, &issue.id, "later, live", world.unix().as_secs());
     world.publish(&relay_url("c"), later.clone());
     assert!(
@@ -247,8 +251,7 @@ fn a_participant_whose_relay_list_changes_moves_the_sync_to_the_new_relay() {
     world
         .relays
         .insert(relay_url("e"), sim_relay("e", Vec::new()));
-    assert!(world.run_until(STEPS, |w| all_stored(w, &conversation)
-        && w.engine.historic_sync_complete()));
+    sync_until_complete(&mut world, &conversation);
     let now = world.unix().as_secs();
     let moved = events::relay_list(&user, &[&relay_url("e")], &[], now);
     world.publish(&relay_url("a"), moved.clone());
@@ -294,8 +297,7 @@ fn an_outbox_relay_an_announcement_then_lists_discovers_announcements_from_then_
         conversation,
         ..
     } = case(config());
-    assert!(world.run_until(STEPS, |w| all_stored(w, &conversation)
-        && w.engine.historic_sync_complete()));
+    sync_until_complete(&mut world, &conversation);
     let c = relay_url("c");
     assert!(!filters_sent(&world, &c)
         .iter()
