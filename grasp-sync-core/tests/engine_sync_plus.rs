@@ -323,6 +323,32 @@ fn an_outbox_relay_an_announcement_then_lists_discovers_announcements_from_then_
 }
 
 #[test]
+fn after_a_restart_lists_the_own_relay_holds_are_known_without_fetching_them_again() {
+    let owner = Keys::generate();
+    let user = Keys::generate();
+    let (a, c) = (relay_url("a"), relay_url("c"));
+    let announcement = events::announcement(&owner, "alpha", &[&own_url(), &a], at(0));
+    let repo = repo_ref(&owner, "alpha");
+    let issue = events::root(&user, 1621, &repo, "issue", at(10));
+    let list = events::relay_list(&user, &[&c], &[], at(11));
+    let reply = events::reply(&user, &issue.id, "only on my outbox", at(30));
+    // What an earlier run stored: the own relay holds it all, `a` too.
+    let held = vec![announcement.clone(), issue.clone(), list.clone()];
+    let relays = vec![
+        sim_relay("a", held.clone()),
+        sim_relay("c", vec![reply.clone()]),
+    ];
+    let mut world = World::new(config(), relays, held);
+    sync_until_complete(&mut world, std::slice::from_ref(&reply));
+    assert_eq!(
+        world.stores_of(&list.id),
+        0,
+        "the list came from the own relay; reconciling with `a` fetched nothing"
+    );
+    assert_eq!(world.engine.sync_plus_counts().relay_lists, 1);
+}
+
+#[test]
 fn with_the_switch_off_nothing_is_fetched_from_outbox_relays() {
     let Case {
         mut world,
