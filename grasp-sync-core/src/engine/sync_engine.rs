@@ -916,7 +916,12 @@ impl SyncEngine {
             == Joined::OverCap
         {
             self.stats.sync_plus_participants_over_cap += 1;
-            debug!(%repo, "participant not remembered: the repository has as many as it may");
+            let count = self.stats.sync_plus_participants_over_cap;
+            if count == 1 || count % 1_000 == 0 {
+                warn!(%repo, cap = self.config.sync_plus.max_participants_per_repo, not_remembered = count, "Sync+ participants not remembered: the repository has as many as it may");
+            } else {
+                debug!(%repo, "participant not remembered: the repository has as many as it may");
+            }
         }
     }
 
