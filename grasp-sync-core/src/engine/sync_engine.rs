@@ -961,11 +961,10 @@ impl SyncEngine {
                 && !identity.service_relays.contains(relay)
                 && !own.is_for(relay)
         };
-        let applied = self
+        let left_out = self
             .repo_relays
             .apply_list(event, usable, &self.config.sync_plus);
-        self.stats.sync_plus_list_relays_left_out += applied.left_out;
-        self.note_sync_plus_over_cap(applied.over_cap);
+        self.stats.sync_plus_list_relays_left_out += left_out;
     }
 
     /// Counts the outbox relays the global cap kept out, warning the first
@@ -989,8 +988,7 @@ impl SyncEngine {
     /// ([`RepoRelays::next_pass`]), and what it changed is planned.
     fn sync_plus_pass(&mut self, now: Now) {
         self.stats.sync_plus_passes += 1;
-        let over_cap = self.repo_relays.next_pass(&self.config.sync_plus);
-        self.note_sync_plus_over_cap(over_cap);
+        self.repo_relays.next_pass(&self.config.sync_plus);
         self.plan_repo_relay_changes(now);
     }
 
@@ -1001,6 +999,7 @@ impl SyncEngine {
     /// planned again; then the repository index's changes are planned.
     fn plan_repo_relay_changes(&mut self, now: Now) {
         let changes = self.repo_relays.take_changes();
+        self.note_sync_plus_over_cap(changes.over_cap);
         for repo in &changes.repos {
             self.list_repo_relays(repo);
         }

@@ -51,6 +51,8 @@ pub(crate) struct RepoRelays {
     newly_chosen: Vec<(usize, PublicKey)>,
     /// A pass chose other participants since then.
     participants_moved: bool,
+    /// Outbox relays chosen but kept out by the global cap since then.
+    kept_out: u64,
 }
 
 /// What changed since the last [`RepoRelays::take_changes`].
@@ -64,6 +66,9 @@ pub(crate) struct RepoRelayChanges {
     /// A pass chose other participants: every relay's lookups are planned
     /// again.
     pub(crate) participants_moved: bool,
+    /// Outbox relays chosen but kept out by the global cap
+    /// ([`SyncPlusConfig::max_relays`]).
+    pub(crate) over_cap: u64,
 }
 
 /// One repository: what it announces, who takes part, what this pass
@@ -131,15 +136,6 @@ pub(crate) enum Joined {
     /// Not remembered: the repository has
     /// [`SyncPlusConfig::max_participants_per_repo`] already.
     OverCap,
-}
-
-/// What reading a relay list left out ([`RepoRelays::apply_list`]).
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct ListApplied {
-    /// Write relays not read: malformed, over the per-list cap or refused.
-    pub(crate) left_out: u64,
-    /// Outbox relays a repository chose but the global cap kept out.
-    pub(crate) over_cap: u64,
 }
 
 impl RepoRelays {
@@ -255,6 +251,11 @@ impl RepoRelays {
         if entry.chosen.len() < config.participants_per_pass {
             entry.chosen.push(key);
             self.newly_chosen.push((position, key));
+            // Their lists may be known already (read for another
+            // repository): this one syncs from their relays now.
+            if self.lists.contains_key(&key) {
+                self.choose_relays(position, config);
+            }
             Joined::Chosen
         } else {
             Joined::Waiting
@@ -272,37 +273,38 @@ impl RepoRelays {
     /// [`SyncPlusConfig::max_relays_per_list`] of those `usable` allows;
     /// the repositories whose chosen participants include the author choose
     /// their outbox relays again. A list of someone who takes part in no
-    /// repository is not kept.
+    /// repository is not kept. Returns how many write relays were not read
+    /// (malformed, over the cap, or not `usable`).
     pub(crate) fn apply_list(
         &mut self,
         event: &Event,
         mut usable: impl FnMut(&RelayUrl) -> bool,
         config: &SyncPlusConfig,
-    ) -> ListApplied {
-        let mut applied = ListApplied::default();
+    ) -> u64 {
+        let mut left_out = 0;
         if !self.enabled || !self.is_participant(&event.pubkey) {
-            return applied;
+            return left_out;
         }
         let lists = self.lists.entry(event.pubkey).or_default();
         let slot = match event.kind.as_u16() {
             KIND_RELAY_LIST => &mut lists.nip65,
             KIND_GRASP_LIST => &mut lists.grasp,
-            _ => return applied,
+            _ => return left_out,
         };
         if slot
             .as_ref()
             .is_some_and(|kept| kept.stands_against(event.created_at, &event.id))
         {
-            return applied;
+            return left_out;
         }
         let parsed = write_relays(event);
-        applied.left_out += parsed.skipped.len() as u64;
+        left_out += parsed.skipped.len() as u64;
         let mut relays = Vec::new();
         for relay in parsed.value {
             if relays.len() < config.max_relays_per_list && usable(&relay) {
                 relays.push(relay);
             } else {
-                applied.left_out += 1;
+                left_out += 1;
             }
         }
         *slot = Some(ListVersion {
@@ -317,10 +319,10 @@ impl RepoRelays {
             .unwrap_or_default();
         for position in positions {
             if self.repos[position].chosen.contains(&event.pubkey) {
-                applied.over_cap += self.choose_relays(position, config);
+                self.choose_relays(position, config);
             }
         }
-        applied
+        left_out
     }
 
     /// A new pass, for every repository: while its chosen participants
@@ -330,12 +332,10 @@ impl RepoRelays {
     /// pass takes) and the relay window starts over. So every participant's
     /// lists are read and every relay they list is reached, over at most
     /// `⌈participants / participants_per_pass⌉ × ⌈relays of a window /
-    /// relays admitted per pass⌉` passes. Returns how many outbox relays the
-    /// global cap kept out.
-    pub(crate) fn next_pass(&mut self, config: &SyncPlusConfig) -> u64 {
-        let mut over_cap = 0;
+    /// relays admitted per pass⌉` passes.
+    pub(crate) fn next_pass(&mut self, config: &SyncPlusConfig) {
         if !self.enabled {
-            return over_cap;
+            return;
         }
         for position in 0..self.repos.len() {
             let candidates = self.candidates(position).len();
@@ -361,9 +361,8 @@ impl RepoRelays {
             }
             // Nothing admitted though relays wait (the global cap is full):
             // the same window waits for room.
-            over_cap += self.choose_relays(position, config);
+            self.choose_relays(position, config);
         }
-        over_cap
     }
 
     /// What changed since the last call, and forgets it.
@@ -385,6 +384,7 @@ impl RepoRelays {
             repos,
             lookups,
             participants_moved: std::mem::take(&mut self.participants_moved),
+            over_cap: std::mem::take(&mut self.kept_out),
         }
     }
 
@@ -466,10 +466,10 @@ impl RepoRelays {
     /// of its candidates ([`RepoRelays::candidates`]), a window of
     /// [`SyncPlusConfig::relays_per_pass`] from its relay offset, each
     /// admitted if another repository chose it already or the outbox relays
-    /// are fewer than [`SyncPlusConfig::max_relays`]. A change is recorded
-    /// for [`RepoRelays::take_changes`]; returns how many the global cap
-    /// kept out.
-    fn choose_relays(&mut self, position: usize, config: &SyncPlusConfig) -> u64 {
+    /// are fewer than [`SyncPlusConfig::max_relays`]. A change, and how
+    /// many the global cap kept out, are recorded for
+    /// [`RepoRelays::take_changes`].
+    fn choose_relays(&mut self, position: usize, config: &SyncPlusConfig) {
         let candidates = self.candidates(position);
         let offset = self.repos[position].relay_offset;
         let wanted: Vec<RelayUrl> = (candidates.iter().skip(offset))
@@ -493,10 +493,10 @@ impl RepoRelays {
         if chosen != old {
             self.changed.insert(position);
         }
+        self.kept_out += over_cap;
         let entry = &mut self.repos[position];
         entry.admitted = chosen.len();
         entry.outbox = chosen;
-        over_cap
     }
 
     /// One repository fewer chooses `relay`.
