@@ -1,4 +1,4 @@
-//! Chaos: a demo-sized NIP-34 data set on three remote relays (nostr-relay-builder on
+//! Chaos: a demo-sized NIP-34 data set on four remote relays (nostr-relay-builder on
 //! 127.0.0.1) behind proxies injecting seeded random faults ([`FaultPlan::random`]: drops,
 //! stalls, delays, reordered and duplicated frames, junk, truncated and oversized frames,
 //! NOTICE and CLOSED with every NIP-01 prefix, NEG-ERR refusals, forged and off-filter
@@ -7,6 +7,13 @@
 //! complete (its explicit state, never a quiet period) and the own relay holds the
 //! expected set, within a deadline. Also: nothing forged or off-filter stored, no relay
 //! sent more concurrent REQs than it advertises, and resident memory under a stated bound.
+//!
+//! Sync+ (GRASP-03, on by default) is exercised: three remotes are the relays the
+//! repositories announce; the fourth is listed by no announcement, only by participants'
+//! relay lists (10002, 10317) on the announced remotes, so it is reached only through
+//! Sync+. It holds conversation found nowhere else (expected), and notes and another
+//! repository's events (not expected); live events are published there during the faults
+//! too, and it gets faults like the others. See `chaos/dataset.rs` for what is expected.
 //!
 //! Seeds: [`CI_SEEDS`] run in CI, one test each, one at a time. More:
 //! `CHAOS_SEEDS=50 cargo test -p grasp-sync-tokio --test chaos -- --ignored` (seeds 1..=50,
@@ -45,9 +52,9 @@ const CHAOS_SECS: u64 = 10;
 /// Bound on convergence after the faults stop.
 const CONVERGE: Duration = Duration::from_secs(120);
 /// Bound on a run's peak resident memory above the process's resident memory when the run
-/// starts (`VmHWM`, reset at the start, minus `VmRSS` then): four relays, their databases,
-/// the proxies and the sync (debug build; the whole process measured 30–35 MiB at its
-/// peak). Relative, so that what an earlier failed run left behind (a panic's backtrace
+/// starts (`VmHWM`, reset at the start, minus `VmRSS` then): five relays, their databases,
+/// the proxies and the sync (debug build; the whole process measured 35–39 MiB at its
+/// peak with the outbox relay). Relative, so that what an earlier failed run left behind (a panic's backtrace
 /// caches the test binary's debug info) does not count.
 const MAX_RSS_GROWTH_KIB: u64 = 128 * 1024;
 /// Frames over this are refused by the client (the injected oversized frames are larger).
@@ -55,11 +62,11 @@ const CLIENT_MAX_MESSAGE: usize = 512 * 1024;
 /// Size of an injected oversized frame.
 const OVERSIZED: usize = 1024 * 1024;
 /// The remotes' advertised (NIP-11 `max_subscriptions`) and enforced REQ limits.
-const MAX_SUBS: [usize; 3] = [10, TestRelayConfig::STRFRY_MAX_SUBSCRIPTIONS, 6];
+const MAX_SUBS: [usize; 4] = [10, TestRelayConfig::STRFRY_MAX_SUBSCRIPTIONS, 6, 8];
 /// Page limit of remote 2 (which also refuses NIP-77).
 const REMOTE2_LIMIT: usize = 100;
 
-/// Chaos runs one at a time: each starts four relays and a sync on two cores.
+/// Chaos runs one at a time: each starts five relays and a sync on two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 #[test]
@@ -122,9 +129,14 @@ fn run_seed(seed: u64) {
 /// limits polled every 3 s instead of every 5 minutes: faults lower the limits the engine
 /// learns (a drop after a large frame halves its frame budget, a refusal its subscription
 /// limit), and what does not fit live is polled; the poll, not the live subscription, then
-/// brings an event published meanwhile.
+/// brings an event published meanwhile. Sync+ keeps its default pass (10 min), so every
+/// outbox relay must be found without a pass; `CHAOS_SYNC_PLUS_PASS_SECS` shortens it
+/// (to tell whether what a run misses comes only with a pass).
 fn engine_config() -> EngineConfig {
     let mut config = loopback_engine_config();
+    if let Some(secs) = env_u64("CHAOS_SYNC_PLUS_PASS_SECS") {
+        config.sync_plus.pass_interval = Duration::from_secs(secs);
+    }
     config.timeouts.negentropy_timeout = Duration::from_secs(3);
     config.timeouts.batch_timeout = Duration::from_secs(10);
     config.timeouts.uncovered_poll_interval = Duration::from_secs(3);
@@ -144,7 +156,8 @@ fn connection_config() -> ConnectionConfig {
 }
 
 /// The remotes: 0 serves NIP-77 and allows 10 REQs; 1 has strfry's limits; 2 refuses
-/// NIP-77 with a NOTICE, returns 100 events per REQ and allows 6 REQs. Each advertises
+/// NIP-77 with a NOTICE, returns 100 events per REQ and allows 6 REQs; 3 (the outbox
+/// relay, reached only through Sync+) serves NIP-77 and allows 8 REQs. Each advertises
 /// its REQ limit in NIP-11 and enforces it; each has its own random fault plan.
 fn remote_config(index: usize, seed: u64) -> TestRelayConfig {
     let nip11 = |subs: usize, limit: Option<usize>| {
@@ -162,12 +175,17 @@ fn remote_config(index: usize, seed: u64) -> TestRelayConfig {
             ..TestRelayConfig::default()
         },
         1 => TestRelayConfig::strfry(),
-        _ => TestRelayConfig {
+        2 => TestRelayConfig {
             nip77: Nip77Refusal::Notice,
             max_reqs: Some(MAX_SUBS[2]),
             default_filter_limit: Some(REMOTE2_LIMIT),
             max_filter_limit: Some(REMOTE2_LIMIT),
             nip11: Some(nip11(MAX_SUBS[2], Some(REMOTE2_LIMIT))),
+            ..TestRelayConfig::default()
+        },
+        _ => TestRelayConfig {
+            max_reqs: Some(MAX_SUBS[3]),
+            nip11: Some(nip11(MAX_SUBS[3], None)),
             ..TestRelayConfig::default()
         },
     };
@@ -186,6 +204,7 @@ fn remote_config(index: usize, seed: u64) -> TestRelayConfig {
 /// The relays of one run.
 struct World {
     own: TestRelay,
+    /// The announced remotes, then the outbox relay ([`DataSet::outbox`]).
     remotes: Vec<TestRelay>,
 }
 
@@ -200,6 +219,7 @@ async fn chaos(seed: u64, chaos_for: Duration) -> String {
             TestRelay::start(remote_config(0, seed)).await,
             TestRelay::start(remote_config(1, seed)).await,
             TestRelay::start(remote_config(2, seed)).await,
+            TestRelay::start(remote_config(3, seed)).await,
         ],
     };
     let urls: Vec<RelayUrl> = world.remotes.iter().map(TestRelay::url).collect();
@@ -388,7 +408,9 @@ async fn converge(
 
 /// Publishes events to the remotes for `duration`, every 50–250 ms: new issues of our
 /// repositories, replies to their roots (old and new), notes and misplaced issues (not
-/// expected). Returns how many were published.
+/// expected); and on the outbox relay (Sync+) comments and statuses of our roots
+/// (expected), notes and comments on another repository's issue (not expected). Returns
+/// how many were published.
 async fn publish_live(
     world: &World,
     data: &mut DataSet,
@@ -406,7 +428,8 @@ async fn publish_live(
         let index = rng.below(data.repos.len() as u64) as usize;
         let coordinate = data.repos[index].coordinate.clone();
         let listed = data.repos[index].remotes.clone();
-        let (event, on, expected, what) = match rng.below(10) {
+        let outbox = vec![data.outbox];
+        let (event, on, expected, what) = match rng.below(14) {
             0..=3 => {
                 let issue = sign(
                     &author,
@@ -417,7 +440,7 @@ async fn publish_live(
                 );
                 data.repos[index].roots.push(issue.id);
                 let on = DataSet::subset(rng, &listed);
-                (issue, on, true, "live issue")
+                (issue, on, true, "live issue".to_owned())
             }
             4..=7 => {
                 let root = *rng.pick(&data.repos[index].roots);
@@ -429,15 +452,15 @@ async fn publish_live(
                     now,
                 );
                 let on = DataSet::subset(rng, &listed);
-                (reply, on, true, "live reply")
+                (reply, on, true, "live reply".to_owned())
             }
             8 => {
                 let note = sign(&author, 1, &format!("live noise {clock}"), Vec::new(), now);
                 let on = vec![rng.below(world.remotes.len() as u64) as usize];
-                (note, on, false, "live noise note")
+                (note, on, false, "live noise note".to_owned())
             }
-            _ => {
-                let unlisted: Vec<usize> = (0..world.remotes.len())
+            9 => {
+                let unlisted: Vec<usize> = (data.announced().into_iter())
                     .filter(|remote| !listed.contains(remote))
                     .collect();
                 if unlisted.is_empty() {
@@ -451,15 +474,30 @@ async fn publish_live(
                     now,
                 );
                 let on = vec![*rng.pick(&unlisted)];
-                (
-                    issue,
-                    on,
-                    false,
-                    "live issue on a remote its repository does not list",
-                )
+                let what = "live issue on a remote its repository does not list";
+                (issue, on, false, what.to_owned())
+            }
+            10 | 11 => {
+                let root = *rng.pick(&data.repos[index].roots);
+                let reply = dataset::comment(&author, &root, &format!("live outbox {clock}"), now);
+                let what = format!("live comment on the outbox relay (chaos-{index})");
+                (reply, outbox, true, what)
+            }
+            12 => {
+                let root = *rng.pick(&data.repos[index].roots);
+                let kind = dataset::status_kind(rng);
+                let status = dataset::status(&author, &root, &coordinate, kind, now);
+                let what = format!("live status on the outbox relay (chaos-{index})");
+                (status, outbox, true, what)
+            }
+            _ => {
+                let root = *rng.pick(&data.foreign_roots);
+                let reply = dataset::comment(&author, &root, &format!("live foreign {clock}"), now);
+                let what = "live comment on another repository's issue, on the outbox relay";
+                (reply, outbox, false, what.to_owned())
             }
         };
-        data.place(&event, &on, expected, what);
+        data.place(&event, &on, expected, &what);
         for remote in &on {
             world.remotes[*remote].publish(&event).await;
         }
