@@ -10,6 +10,7 @@
 //! GRASP_BENCH_PATHS=a,c cargo bench -p grasp-sync-benches --bench throughput      # some paths
 //! GRASP_BENCH_OWN_RELAY_CPU=1 cargo bench -p grasp-sync-benches --bench throughput # own relay on CPU 1 alone
 //! GRASP_BENCH_RESYNC=0 GRASP_BENCH_PATHS=a cargo bench -p grasp-sync-benches --bench throughput # (a) without benchmark 3
+//! GRASP_BENCH_PATHS="a',h,i,j" cargo bench -p grasp-sync-benches --bench throughput # what Sync+ adds
 //! ```
 //!
 //! (`GRASP_BENCH_RESYNC=0` leaves out the re-sync after each (a) run, which
@@ -37,7 +38,18 @@
 //!   counted;
 //! - (f) as (a), the own relay the real nostr-rs-relay 0.8.12 (SQLite, its
 //!   defaults; `NOSTR_RS_RELAY`, else `.ci/install-nostr-rs-relay`'s cache);
-//! - (g) the ceiling of (f)'s own relay, as (e).
+//! - (g) the ceiling of (f)'s own relay, as (e);
+//! - (h) as (a'), GRASP-03 Sync+ switched off (it is on by default, so (a')
+//!   is the same data set with it on): what Sync+ costs when nobody
+//!   publishes relay lists (it still asks the remote for every
+//!   participant's lists);
+//! - (i) and (j): as (a') over the Sync+ world (`sync_plus.rs`): the same
+//!   data set, the participants' relay lists on the remote, and 12 more
+//!   relays (3 popular outbox relays most lists share, 8 users' own, one
+//!   marked `read` only) holding ~10 % more conversation only there, plus
+//!   noise; (i) with Sync+ off, (j) on. (j) must bring every outbox-only
+//!   event, (i) none, neither any noise; the Sync+ table gives time, relays
+//!   connected, bytes per kind of relay and `sync_plus_events` of each.
 //!
 //! strfry is not measured: it is not on crates.io nor in Debian (`apt-cache
 //! policy strfry` finds no candidate), the only registries this machine
@@ -57,11 +69,13 @@ mod own;
 mod relays;
 mod report;
 mod sdk;
+mod sync_plus;
 mod wire;
 
 use std::path::PathBuf;
 
-use nostr::prelude::Event;
+use nostr::prelude::{Event, EventId};
+use ours::InProcess;
 use own::OwnKind;
 
 /// Repetitions of each path.
@@ -75,6 +89,8 @@ pub(crate) struct Bench {
     pub(crate) data_file: PathBuf,
     /// Root events (1617, 1618, 1621) in the data set.
     pub(crate) roots: usize,
+    /// The ids of every event but the announcements.
+    pub(crate) base_ids: Vec<EventId>,
     /// The `EVENT` frames of every event but the announcements (what a sync
     /// brings), for the ceiling blasts.
     pub(crate) frames: Vec<String>,
@@ -95,6 +111,8 @@ pub(crate) struct Measurement {
     pub(crate) cpu: Vec<(String, f64)>,
     /// Counters worth a look.
     pub(crate) note: String,
+    /// What Sync+ did (the in-process paths).
+    pub(crate) sync_plus: Option<ours::SyncPlusFigures>,
 }
 
 impl Measurement {
@@ -118,7 +136,7 @@ fn paths_wanted() -> Vec<String> {
     std::env::var("GRASP_BENCH_PATHS")
         .map(|paths| paths.split(',').map(|p| p.trim().to_owned()).collect())
         .unwrap_or_else(|_| {
-            ["a", "a'", "b", "c", "d", "e", "f", "g"]
+            ["a", "a'", "b", "c", "d", "e", "f", "g", "h", "i", "j"]
                 .map(String::from)
                 .to_vec()
         })
@@ -156,6 +174,7 @@ fn main() {
         n,
         data_file,
         roots,
+        base_ids: base.iter().map(|e| e.id).collect(),
         frames: ingest::event_frames(&base),
     };
     // (d) runs over the same N events: the base set and one run's
@@ -171,6 +190,19 @@ fn main() {
         .expect("a tokio runtime");
     let wanted = paths_wanted();
     let on = |path: &str| wanted.iter().any(|p| p == path);
+    let world = (on("i") || on("j")).then(|| {
+        let started = std::time::Instant::now();
+        let world = sync_plus::world(&all, n);
+        eprintln!(
+            "Sync+ world: {} outbox-only conversation events, {} never to be stored, on {} relays \
+             ({:.1} s)",
+            world.outbox_only.len(),
+            world.never.len(),
+            sync_plus::RELAYS,
+            started.elapsed().as_secs_f64()
+        );
+        world
+    });
     let mut results = report::Results::default();
     results.pinned = pinned;
     results.load_before = report::load_average();
@@ -194,7 +226,37 @@ fn main() {
         }
         if on("a'") {
             step("(a') ours, in process");
-            results.push("a'", runtime.block_on(ours::in_process(&bench)));
+            let variant = InProcess {
+                sync_plus: true,
+                world: None,
+            };
+            results.push("a'", runtime.block_on(ours::in_process(&bench, variant)));
+        }
+        if on("h") {
+            step("(h) as (a'), Sync+ off");
+            let variant = InProcess {
+                sync_plus: false,
+                world: None,
+            };
+            results.push("h", runtime.block_on(ours::in_process(&bench, variant)));
+        }
+        if let Some(world) = &world {
+            if on("i") {
+                step("(i) as (a'), Sync+ world, Sync+ off");
+                let variant = InProcess {
+                    sync_plus: false,
+                    world: Some(world),
+                };
+                results.push("i", runtime.block_on(ours::in_process(&bench, variant)));
+            }
+            if on("j") {
+                step("(j) as (a'), Sync+ world, Sync+ on");
+                let variant = InProcess {
+                    sync_plus: true,
+                    world: Some(world),
+                };
+                results.push("j", runtime.block_on(ours::in_process(&bench, variant)));
+            }
         }
         if on("b") {
             step("(b) ours, sidecar, remote refuses NIP-77");

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use grasp_sync_tokio::nostr_database::NostrDatabase as _;
 use grasp_sync_tokio::{DatabaseStore, RelayStore, SyncManager, SyncStatus};
-use nostr::prelude::{Event, Filter, RelayUrl};
+use nostr::prelude::{Event, EventId, Filter, RelayUrl};
 use tokio::sync::watch;
 
 use super::counting::CountingStore;
 use super::own::{OwnKind, OwnRelay};
 use super::relays::{free_port, own_cpu, RelayProcess, RelaySpec, RunDir};
-use super::{dataset, wire, Bench, Measurement};
+use super::{dataset, sync_plus, wire, Bench, Measurement};
 
 /// How long one path may take to complete.
 const DEADLINE: Duration = Duration::from_secs(600);
@@ -211,6 +211,7 @@ pub(crate) async fn sidecar(
             remote_bytes(&last, &remote_url).0,
             remote_events(&last, &remote_url, bench.n),
         ),
+        sync_plus: None,
     };
     let resync = if resync {
         Some(resync_run(bench, &own_url, &remote_url, repos).await)
@@ -310,10 +311,63 @@ async fn resync_run(bench: &Bench, own_url: &str, remote_url: &str, repos: usize
     }
 }
 
-/// Path (a'): the library in process, storing into a nostr 0.45 memory
-/// database; the announcements are in the database and handed to the
-/// engine as an embedding relay's accept hook would.
-pub(crate) async fn in_process(bench: &Bench) -> Measurement {
+/// What Sync+ did in one in-process run.
+#[derive(Clone, Debug)]
+pub(crate) struct SyncPlusFigures {
+    /// Relays connected at completion.
+    pub(crate) relays_connected: usize,
+    /// Relays tracked at completion.
+    pub(crate) relays_tracked: usize,
+    /// Relays synced as some participant's outbox relay.
+    pub(crate) outbox_relays: usize,
+    /// Bytes received from every relay (WebSocket payload).
+    pub(crate) received: u64,
+    /// Bytes sent to every relay.
+    pub(crate) sent: u64,
+    /// Bytes received from the remote relay.
+    pub(crate) remote_received: u64,
+    /// Bytes sent to the remote relay.
+    pub(crate) remote_sent: u64,
+    /// Bytes received from the outbox relays.
+    pub(crate) outbox_received: u64,
+    /// Bytes sent to the outbox relays.
+    pub(crate) outbox_sent: u64,
+    /// `EngineStats::sync_plus_events`: events handed to the store that
+    /// came only from Sync+ relays.
+    pub(crate) sync_plus_events: u64,
+    /// `EngineStats::sync_plus_passes`.
+    pub(crate) passes: u64,
+    /// Participants remembered over every repository.
+    pub(crate) participants: usize,
+    /// Participants' relay lists kept.
+    pub(crate) relay_lists: usize,
+    /// In the Sync+ world: outbox-only events in the store, of how many.
+    pub(crate) outbox_only: Option<(usize, usize)>,
+}
+
+/// What the in-process paths vary: Sync+ on or off, and the Sync+ world
+/// (participants' relay lists, outbox relays) or the plain data set.
+#[derive(Clone, Copy)]
+pub(crate) struct InProcess<'a> {
+    /// `SyncManagerBuilder::sync_plus` (on by default, as in (a')).
+    pub(crate) sync_plus: bool,
+    /// The Sync+ world of paths (i) and (j), `None` for the plain data set.
+    pub(crate) world: Option<&'a sync_plus::World>,
+}
+
+/// Path (a') (Sync+ on, the default; plain data set), (h) (Sync+ off), (i)
+/// and (j) (the Sync+ world, Sync+ off and on): the library in process,
+/// storing into a nostr 0.45 memory database; the announcements are in the
+/// database and handed to the engine as an embedding relay's accept hook
+/// would.
+///
+/// In the Sync+ world the remote also holds the participants' relay lists
+/// and the outbox relays run beside it; the clock stops once the store
+/// holds every event of the data set and, with Sync+ on, every outbox-only
+/// conversation event (the relay lists it takes too are not waited for).
+/// Afterwards the database is checked: every outbox-only event is in it
+/// with Sync+ on, none with it off, and never any noise nor the inbox's.
+pub(crate) async fn in_process(bench: &Bench, variant: InProcess<'_>) -> Measurement {
     let dir = RunDir::new("a-in-process");
     let remote_port = free_port();
     let remote_url = format!("ws://127.0.0.1:{remote_port}");
@@ -321,7 +375,38 @@ pub(crate) async fn in_process(bench: &Bench) -> Measurement {
     let own_url = format!("ws://127.0.0.1:{}", free_port());
     let anns: Vec<Event> = dataset::announcements(bench.n, &[remote_url.clone(), own_url.clone()]);
     dataset::write_jsonl(&dir.0.join("announcements.jsonl"), &anns);
-    let remote = start_remote(bench, &dir, "announcements.jsonl", false, remote_port);
+    let outboxes = variant
+        .world
+        .map(|world| sync_plus::start_outboxes(world, &dir));
+    let remote = match &outboxes {
+        None => start_remote(bench, &dir, "announcements.jsonl", false, remote_port),
+        Some(outboxes) => {
+            let lists = sync_plus::relay_lists(outboxes, anns.len());
+            let lists_file = dir.0.join("relay-lists.jsonl");
+            dataset::write_jsonl(&lists_file, &lists);
+            let remote = RelayProcess::start(
+                &RelaySpec {
+                    name: "remote",
+                    db: dir.0.join("remote-lmdb"),
+                    load: vec![
+                        bench.data_file.clone(),
+                        dir.0.join("announcements.jsonl"),
+                        lists_file,
+                    ],
+                    write_limit: None,
+                    no_negentropy: false,
+                    own: false,
+                },
+                remote_port,
+            );
+            assert_eq!(
+                remote.loaded,
+                bench.n + lists.len(),
+                "the remote relay loaded the data set and the relay lists"
+            );
+            remote
+        }
+    };
     let database = Arc::new(nostr_memory::MemoryDatabase::unbounded());
     for event in &anns {
         database
@@ -330,19 +415,31 @@ pub(crate) async fn in_process(bench: &Bench) -> Measurement {
             .expect("saving an announcement");
     }
     let repos = anns.len();
-    let want = (bench.n - repos) as u64;
-    let store = CountingStore::new(DatabaseStore::new(database.clone()), want);
+    let outbox_only: &[EventId] = match variant.world {
+        Some(world) if variant.sync_plus => &world.outbox_only,
+        _ => &[],
+    };
+    let want = (bench.n - repos + outbox_only.len()) as u64;
+    let store = match variant.world {
+        None => CountingStore::new(DatabaseStore::new(database.clone()), want),
+        Some(_) => CountingStore::of_ids(
+            DatabaseStore::new(database.clone()),
+            bench.base_ids.iter().chain(outbox_only).copied().collect(),
+        ),
+    };
     let manager = SyncManager::builder()
         .service_relay(url(&own_url))
         .allow_local_addresses(true)
         .batch_window(BATCH_WINDOW)
+        .sync_plus(variant.sync_plus)
         .store(store.clone())
         .build()
         .expect("building the sync manager");
     let mut status = manager.status();
     let shutdown = manager.shutdown_handle();
     let own_events = manager.own_events_sender();
-    let cpu = (own_cpu(), remote.cpu());
+    let outbox_cpu = |o: &Option<sync_plus::Outboxes>| o.as_ref().map_or(0.0, |o| o.cpu());
+    let cpu_before = (own_cpu(), remote.cpu(), outbox_cpu(&outboxes));
     let started = Instant::now();
     let run = tokio::spawn(manager.run());
     for event in anns {
@@ -361,7 +458,13 @@ pub(crate) async fn in_process(bench: &Bench) -> Measurement {
     .await;
     let status_secs = started.elapsed().as_secs_f64();
     let secs = stored_secs(&store.reached(), started);
-    let cpu = (own_cpu() - cpu.0, remote.cpu() - cpu.1);
+    let mut cpu = vec![
+        ("sync".into(), own_cpu() - cpu_before.0),
+        ("remote".into(), remote.cpu() - cpu_before.1),
+    ];
+    if outboxes.is_some() {
+        cpu.push(("outbox relays".into(), outbox_cpu(&outboxes) - cpu_before.2));
+    }
     shutdown.shutdown();
     let summary = run.await.expect("the sync manager task");
     let (listings, listed) = store.listings();
@@ -374,13 +477,15 @@ pub(crate) async fn in_process(bench: &Bench) -> Measurement {
         "the database holds {held} events, fewer than {}",
         bench.n
     );
-    drop(remote);
+    let figures =
+        sync_plus_figures(&last, &remote_url, &database, variant, outboxes.as_ref()).await;
+    drop((remote, outboxes));
     drop(dir);
     Measurement {
         secs,
         status_secs: Some(status_secs),
         new_events: want,
-        cpu: vec![("sync".into(), cpu.0), ("remote".into(), cpu.1)],
+        cpu,
         note: format!(
             "stored {}, duplicates {}, NIP-77 rounds {}, live consolidations {}, \
              listings {} ({} items), bytes from remote {}, {}",
@@ -393,5 +498,76 @@ pub(crate) async fn in_process(bench: &Bench) -> Measurement {
             remote_bytes(&last, &remote_url).0,
             remote_events(&last, &remote_url, bench.n),
         ),
+        sync_plus: Some(figures),
     }
+}
+
+/// What Sync+ did in one in-process run ([`SyncPlusFigures`]), read from the
+/// status at completion and the database after it; panics if an outbox-only
+/// event is missing with Sync+ on, or present with it off, or if noise, an
+/// inbox reply or the inbox relay itself reached the sync.
+async fn sync_plus_figures(
+    status: &SyncStatus,
+    remote: &str,
+    database: &nostr_memory::MemoryDatabase,
+    variant: InProcess<'_>,
+    outboxes: Option<&sync_plus::Outboxes>,
+) -> SyncPlusFigures {
+    let remote = url(remote);
+    let (mut received, mut sent) = (0, 0);
+    let (mut outbox_received, mut outbox_sent, mut outbox_relays) = (0, 0, 0);
+    for relay in &status.relays {
+        received += relay.bytes_received;
+        sent += relay.bytes_sent;
+        if relay.report.relay != remote && relay.reasons().contains(&"outbox") {
+            outbox_received += relay.bytes_received;
+            outbox_sent += relay.bytes_sent;
+            outbox_relays += 1;
+        }
+    }
+    let (remote_received, remote_sent) = remote_bytes(status, remote.as_str());
+    let mut figures = SyncPlusFigures {
+        relays_connected: status.relays_connected,
+        relays_tracked: status.relays_tracked,
+        outbox_relays,
+        received,
+        sent,
+        remote_received,
+        remote_sent,
+        outbox_received,
+        outbox_sent,
+        sync_plus_events: status.engine.sync_plus_events,
+        passes: status.engine.sync_plus_passes,
+        participants: status.sync_plus.participants,
+        relay_lists: status.sync_plus.relay_lists,
+        outbox_only: None,
+    };
+    if let (Some(world), Some(outboxes)) = (variant.world, outboxes) {
+        let held = |ids: &[EventId]| {
+            let filter = Filter::new().ids(ids.iter().copied());
+            async move { database.count(filter).await.expect("counting by id") }
+        };
+        let arrived = held(&world.outbox_only).await;
+        let never = held(&world.never).await;
+        let expected = if variant.sync_plus {
+            world.outbox_only.len()
+        } else {
+            0
+        };
+        assert_eq!(
+            arrived, expected,
+            "outbox-only conversation events in the store (Sync+ {})",
+            variant.sync_plus
+        );
+        assert_eq!(never, 0, "noise or inbox replies reached the store");
+        assert!(
+            status
+                .relays
+                .iter()
+                .all(|relay| &relay.report.relay != outboxes.inbox()),
+            "the relay marked read only was synced"
+        );
+        figures.outbox_only = Some((arrived, world.outbox_only.len()));
+    }
+    figures
 }
