@@ -18,6 +18,9 @@ pub(crate) struct CountingStore<S> {
     /// When set, only these events count (the Sync+ paths: the relay lists
     /// the store takes too are not waited for).
     only: Option<HashSet<EventId>>,
+    /// With `only` set: every event newly stored, counted or not (to tell
+    /// which events reached the store).
+    seen: Mutex<HashSet<EventId>>,
     stored: AtomicU64,
     reached: Mutex<Option<Instant>>,
     /// Listings of the store's items (for NIP-77), and the items they gave.
@@ -32,6 +35,7 @@ impl<S: EventStore> CountingStore<S> {
             inner,
             want,
             only: None,
+            seen: Mutex::default(),
             stored: AtomicU64::new(0),
             reached: Mutex::new(None),
             listings: AtomicU64::new(0),
@@ -46,6 +50,7 @@ impl<S: EventStore> CountingStore<S> {
             inner,
             want: ids.len() as u64,
             only: Some(ids),
+            seen: Mutex::default(),
             stored: AtomicU64::new(0),
             reached: Mutex::new(None),
             listings: AtomicU64::new(0),
@@ -55,7 +60,14 @@ impl<S: EventStore> CountingStore<S> {
 
     /// Counts a newly stored event; notes when it is the `want`-th.
     fn count(&self, event: &Event, outcome: &Result<IngestOutcome, StoreError>) {
-        if matches!(outcome, Ok(IngestOutcome::Stored))
+        let stored = matches!(outcome, Ok(IngestOutcome::Stored));
+        if stored && self.only.is_some() {
+            self.seen
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(event.id);
+        }
+        if stored
             && self.only.as_ref().is_none_or(|ids| ids.contains(&event.id))
             && self.stored.fetch_add(1, Ordering::SeqCst) + 1 == self.want
         {
@@ -70,6 +82,13 @@ impl<S: EventStore> CountingStore<S> {
             self.listings.load(Ordering::SeqCst),
             self.listed.load(Ordering::SeqCst),
         )
+    }
+
+    /// How many of `ids` were newly stored (only recorded when built with
+    /// [`CountingStore::of_ids`]).
+    pub(crate) fn stored_of(&self, ids: &[EventId]) -> usize {
+        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        ids.iter().filter(|id| seen.contains(id)).count()
     }
 
     /// When the `want`-th new event was stored, if it was.

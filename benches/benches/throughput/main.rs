@@ -49,7 +49,10 @@
 //!   marked `read` only) holding ~10 % more conversation only there, plus
 //!   noise; (i) with Sync+ off, (j) on. (j) must bring every outbox-only
 //!   event, (i) none, neither any noise; the Sync+ table gives time, relays
-//!   connected, bytes per kind of relay and `sync_plus_events` of each.
+//!   connected, bytes per kind of relay and `sync_plus_events` of each;
+//! - (k) and (l): as (a) (the sidecar into an LMDB own relay, whose tag
+//!   indexes answer the listings NIP-77 needs) over the Sync+ world, Sync+
+//!   off and on.
 //!
 //! strfry is not measured: it is not on crates.io nor in Debian (`apt-cache
 //! policy strfry` finds no candidate), the only registries this machine
@@ -75,11 +78,23 @@ mod wire;
 use std::path::PathBuf;
 
 use nostr::prelude::{Event, EventId};
-use ours::InProcess;
+use ours::Variant;
 use own::OwnKind;
 
-/// Repetitions of each path.
-const RUNS: usize = 3;
+/// The plain data set, Sync+ on (the default).
+const PLAIN: Variant<'static> = Variant {
+    sync_plus: true,
+    world: None,
+};
+
+/// Repetitions of each path: `GRASP_BENCH_RUNS`, else 3.
+fn runs() -> usize {
+    std::env::var("GRASP_BENCH_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(3)
+}
 
 /// The data set and where it is.
 pub(crate) struct Bench {
@@ -136,9 +151,11 @@ fn paths_wanted() -> Vec<String> {
     std::env::var("GRASP_BENCH_PATHS")
         .map(|paths| paths.split(',').map(|p| p.trim().to_owned()).collect())
         .unwrap_or_else(|_| {
-            ["a", "a'", "b", "c", "d", "e", "f", "g", "h", "i", "j"]
-                .map(String::from)
-                .to_vec()
+            [
+                "a", "a'", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l",
+            ]
+            .map(String::from)
+            .to_vec()
         })
 }
 
@@ -190,7 +207,7 @@ fn main() {
         .expect("a tokio runtime");
     let wanted = paths_wanted();
     let on = |path: &str| wanted.iter().any(|p| p == path);
-    let world = (on("i") || on("j")).then(|| {
+    let world = ["i", "j", "k", "l"].into_iter().any(on).then(|| {
         let started = std::time::Instant::now();
         let world = sync_plus::world(&all, n);
         eprintln!(
@@ -206,8 +223,9 @@ fn main() {
     let mut results = report::Results::default();
     results.pinned = pinned;
     results.load_before = report::load_average();
-    for run in 1..=RUNS {
-        let step = |path: &str| eprintln!("run {run}/{RUNS}: {path}");
+    let runs = runs();
+    for run in 1..=runs {
+        let step = |path: &str| eprintln!("run {run}/{runs}: {path}");
         if on("d") {
             step("(d) Event::verify alone");
             results.push("d", sdk::verify_alone(&all));
@@ -220,13 +238,13 @@ fn main() {
                 "(a) ours, sidecar"
             });
             let (measured, resync) =
-                runtime.block_on(ours::sidecar(&bench, OwnKind::Lmdb, false, resync));
+                runtime.block_on(ours::sidecar(&bench, OwnKind::Lmdb, false, resync, PLAIN));
             results.push("a", measured);
             results.resync.extend(resync);
         }
         if on("a'") {
             step("(a') ours, in process");
-            let variant = InProcess {
+            let variant = Variant {
                 sync_plus: true,
                 world: None,
             };
@@ -234,7 +252,7 @@ fn main() {
         }
         if on("h") {
             step("(h) as (a'), Sync+ off");
-            let variant = InProcess {
+            let variant = Variant {
                 sync_plus: false,
                 world: None,
             };
@@ -243,7 +261,7 @@ fn main() {
         if let Some(world) = &world {
             if on("i") {
                 step("(i) as (a'), Sync+ world, Sync+ off");
-                let variant = InProcess {
+                let variant = Variant {
                     sync_plus: false,
                     world: Some(world),
                 };
@@ -251,16 +269,38 @@ fn main() {
             }
             if on("j") {
                 step("(j) as (a'), Sync+ world, Sync+ on");
-                let variant = InProcess {
+                let variant = Variant {
                     sync_plus: true,
                     world: Some(world),
                 };
                 results.push("j", runtime.block_on(ours::in_process(&bench, variant)));
             }
+            for (path, sync_plus) in [("k", false), ("l", true)] {
+                if on(path) {
+                    step(if sync_plus {
+                        "(l) as (a), Sync+ world, Sync+ on"
+                    } else {
+                        "(k) as (a), Sync+ world, Sync+ off"
+                    });
+                    let variant = Variant {
+                        sync_plus,
+                        world: Some(world),
+                    };
+                    let measured = runtime.block_on(ours::sidecar(
+                        &bench,
+                        OwnKind::Lmdb,
+                        false,
+                        false,
+                        variant,
+                    ));
+                    results.push(path, measured.0);
+                }
+            }
         }
         if on("b") {
             step("(b) ours, sidecar, remote refuses NIP-77");
-            let measured = runtime.block_on(ours::sidecar(&bench, OwnKind::Lmdb, true, false));
+            let measured =
+                runtime.block_on(ours::sidecar(&bench, OwnKind::Lmdb, true, false, PLAIN));
             results.push("b", measured.0);
         }
         if on("c") {
@@ -273,8 +313,13 @@ fn main() {
         }
         if on("f") {
             step("(f) ours, sidecar into nostr-rs-relay");
-            let measured =
-                runtime.block_on(ours::sidecar(&bench, OwnKind::NostrRsRelay, false, false));
+            let measured = runtime.block_on(ours::sidecar(
+                &bench,
+                OwnKind::NostrRsRelay,
+                false,
+                false,
+                PLAIN,
+            ));
             results.push("f", measured.0);
         }
         if on("g") {

@@ -5,7 +5,7 @@ use super::ours::{Resync, BATCH_WINDOW};
 use super::{Bench, Measurement};
 
 /// The paths in the order of the table, with their descriptions.
-const PATHS: [(&str, &str); 11] = [
+const PATHS: [(&str, &str); 13] = [
     (
         "a",
         "ours, sidecar (SyncManager + RelayStore → own relay process)",
@@ -38,12 +38,14 @@ const PATHS: [(&str, &str); 11] = [
         "j",
         "as (a'), Sync+ world, Sync+ on: + outbox-only conversation",
     ),
+    ("k", "as (a), Sync+ world, Sync+ off"),
+    ("l", "as (a), Sync+ world, Sync+ on"),
 ];
 
 /// The ceiling path of a sidecar path: the own relay it writes into.
 fn ceiling_of(path: &str) -> Option<&'static str> {
     match path {
-        "a" | "b" => Some("e"),
+        "a" | "b" | "k" | "l" => Some("e"),
         "f" => Some("g"),
         _ => None,
     }
@@ -269,7 +271,7 @@ pub(crate) fn print(bench: &Bench, results: &Results) {
 /// The Sync+ table: per in-process path, min / median / max of time,
 /// events/s, relays connected, bytes, events only Sync+ brought.
 fn print_sync_plus(results: &Results) {
-    let paths = ["a'", "h", "i", "j"];
+    let paths = ["a", "a'", "h", "i", "j", "k", "l"];
     if paths
         .iter()
         .all(|path| results.of(path).iter().all(|m| m.sync_plus.is_none()))
@@ -278,7 +280,7 @@ fn print_sync_plus(results: &Results) {
     }
     println!();
     println!(
-        "Sync+ (GRASP-03): what it adds, in process; min / median / max over the runs; bytes are \
+        "Sync+ (GRASP-03): what it adds; min / median / max over the runs; bytes are \
          WebSocket payload, MB = 10^6 B"
     );
     println!();
@@ -310,7 +312,7 @@ fn print_sync_plus(results: &Results) {
             values.dedup();
             values.join(", ")
         };
-        let on = if path == "h" || path == "i" {
+        let on = if matches!(path, "h" | "i" | "k") {
             "off"
         } else {
             "on"
