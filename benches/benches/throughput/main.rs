@@ -2,7 +2,9 @@
 //! machine's limit", benchmarks 2 and 3). A plain program, not criterion:
 //! every relay is a separate process on 127.0.0.1 (`bench_relay`: a
 //! nostr-relay-builder 0.44.1 relay over nostr-lmdb 0.44), each path runs
-//! three times, and CPU seconds are read per process from `/proc`.
+//! three times (`GRASP_BENCH_RUNS`), and CPU seconds are read per process
+//! from `/proc`. A path must complete within 600 s
+//! (`GRASP_BENCH_DEADLINE_SECS`).
 //!
 //! ```text
 //! cargo bench -p grasp-sync-benches --bench throughput
@@ -10,7 +12,9 @@
 //! GRASP_BENCH_PATHS=a,c cargo bench -p grasp-sync-benches --bench throughput      # some paths
 //! GRASP_BENCH_OWN_RELAY_CPU=1 cargo bench -p grasp-sync-benches --bench throughput # own relay on CPU 1 alone
 //! GRASP_BENCH_RESYNC=0 GRASP_BENCH_PATHS=a cargo bench -p grasp-sync-benches --bench throughput # (a) without benchmark 3
-//! GRASP_BENCH_PATHS="a',h,i,j" cargo bench -p grasp-sync-benches --bench throughput # what Sync+ adds
+//! GRASP_BENCH_RUNS=3 GRASP_BENCH_PATHS="a',h" cargo bench -p grasp-sync-benches --bench throughput # Sync+, no lists
+//! GRASP_BENCH_RESYNC=0 GRASP_BENCH_PATHS="k,l" cargo bench -p grasp-sync-benches --bench throughput # Sync+ world
+//! GRASP_BENCH_EVENTS=20000 GRASP_BENCH_PATHS="i,j" cargo bench -p grasp-sync-benches --bench throughput # in process
 //! ```
 //!
 //! (`GRASP_BENCH_RESYNC=0` leaves out the re-sync after each (a) run, which
@@ -38,8 +42,10 @@
 //!   counted;
 //! - (f) as (a), the own relay the real nostr-rs-relay 0.8.12 (SQLite, its
 //!   defaults; `NOSTR_RS_RELAY`, else `.ci/install-nostr-rs-relay`'s cache);
-//! - (g) the ceiling of (f)'s own relay, as (e);
-//! - (h) as (a'), GRASP-03 Sync+ switched off (it is on by default, so (a')
+//! - (g) the ceiling of (f)'s own relay, as (e).
+//!
+//! GRASP-03 Sync+ paths, run only when `GRASP_BENCH_PATHS` names them:
+//! - (h) as (a'), Sync+ switched off (it is on by default, so (a')
 //!   is the same data set with it on): what Sync+ costs when nobody
 //!   publishes relay lists (it still asks the remote for every
 //!   participant's lists);
@@ -50,6 +56,8 @@
 //!   noise; (i) with Sync+ off, (j) on. (j) must bring every outbox-only
 //!   event, (i) none, neither any noise; the Sync+ table gives time, relays
 //!   connected, bytes per kind of relay and `sync_plus_events` of each;
+//!   at N = 100 000 (j) outlasts the deadline (nostr-memory scans its
+//!   events for every NIP-77 listing: `BENCHMARKS.md` section 8);
 //! - (k) and (l): as (a) (the sidecar into an LMDB own relay, whose tag
 //!   indexes answer the listings NIP-77 needs) over the Sync+ world, Sync+
 //!   off and on.
@@ -146,16 +154,16 @@ fn events_wanted() -> usize {
 }
 
 /// The paths to run: `GRASP_BENCH_PATHS` (comma-separated, e.g. `a,c`),
-/// all by default.
+/// by default (a)–(g). The Sync+ paths (h)–(l) run only when named: (j)
+/// takes longer than the deadline at N = 100 000 (nostr-memory's NIP-77
+/// listings, see `BENCHMARKS.md` section 8).
 fn paths_wanted() -> Vec<String> {
     std::env::var("GRASP_BENCH_PATHS")
         .map(|paths| paths.split(',').map(|p| p.trim().to_owned()).collect())
         .unwrap_or_else(|_| {
-            [
-                "a", "a'", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l",
-            ]
-            .map(String::from)
-            .to_vec()
+            ["a", "a'", "b", "c", "d", "e", "f", "g"]
+                .map(String::from)
+                .to_vec()
         })
 }
 

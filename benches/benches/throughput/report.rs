@@ -175,7 +175,11 @@ pub(crate) fn print(bench: &Bench, results: &Results) {
         bench.n,
         bench.roots,
         bench.n - repos,
-        results.of("d").len(),
+        PATHS
+            .iter()
+            .map(|(path, _)| results.of(path).len())
+            .max()
+            .unwrap_or(0),
         BATCH_WINDOW.as_millis()
     );
     println!();
