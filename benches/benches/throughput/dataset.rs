@@ -32,9 +32,9 @@ const EVENTS_PER_REPO: usize = 200;
 /// Repositories at most.
 const MAX_REPOS: usize = 500;
 /// Authors of issues, patches, pull requests and replies.
-const USERS: usize = 64;
+pub(crate) const USERS: usize = 64;
 /// The first `created_at` (2023-11-14); announcements are older.
-const BASE_TIME: u64 = 1_700_000_000;
+pub(crate) const BASE_TIME: u64 = 1_700_000_000;
 
 /// The kinds of the data set (the filter of `Client::sync`).
 pub(crate) const KINDS: [u16; 11] = [
@@ -42,7 +42,7 @@ pub(crate) const KINDS: [u16; 11] = [
 ];
 
 /// A deterministic key: `class` keeps maintainers and users apart.
-fn key(class: u8, index: usize) -> Keys {
+pub(crate) fn key(class: u8, index: usize) -> Keys {
     let mut bytes = [0x5a_u8; 32];
     bytes[0] = 0x11;
     bytes[1] = class;
@@ -56,26 +56,26 @@ pub(crate) fn repo_count(n: usize) -> usize {
 }
 
 /// The maintainer of repository `r` and its identifier.
-fn repository(r: usize) -> (Keys, String) {
+pub(crate) fn repository(r: usize) -> (Keys, String) {
     (key(1, r), format!("bench-repo-{r:04}"))
 }
 
 /// The `a` coordinate of repository `r`.
-fn coordinate(r: usize) -> String {
+pub(crate) fn coordinate(r: usize) -> String {
     let (maintainer, identifier) = repository(r);
     ids::coordinate(&maintainer.public_key(), &identifier)
 }
 
 /// Events to sign: the signer's index (in `keys`) and the event.
-struct Plan {
-    keys: Vec<Keys>,
-    events: Vec<(usize, UnsignedEvent)>,
-    at: u64,
+pub(crate) struct Plan {
+    pub(crate) keys: Vec<Keys>,
+    pub(crate) events: Vec<(usize, UnsignedEvent)>,
+    pub(crate) at: u64,
 }
 
 impl Plan {
     /// Plans an event of `kind` by signer `who`; returns its id and author.
-    fn add(
+    pub(crate) fn add(
         &mut self,
         who: usize,
         kind: u16,
@@ -200,7 +200,7 @@ fn plan_repository(plan: &mut Plan, r: usize, mut budget: usize) {
 }
 
 /// Signs `plan` on two threads, in order.
-fn sign_all(plan: Plan) -> Vec<Event> {
+pub(crate) fn sign_all(plan: Plan) -> Vec<Event> {
     let Plan { keys, events, .. } = plan;
     let half = events.len().div_ceil(2);
     let sign = |chunk: &[(usize, UnsignedEvent)]| -> Vec<Event> {

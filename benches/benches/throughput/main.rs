@@ -2,7 +2,9 @@
 //! machine's limit", benchmarks 2 and 3). A plain program, not criterion:
 //! every relay is a separate process on 127.0.0.1 (`bench_relay`: a
 //! nostr-relay-builder 0.44.1 relay over nostr-lmdb 0.44), each path runs
-//! three times, and CPU seconds are read per process from `/proc`.
+//! three times (`GRASP_BENCH_RUNS`), and CPU seconds are read per process
+//! from `/proc`. A path must complete within 600 s
+//! (`GRASP_BENCH_DEADLINE_SECS`).
 //!
 //! ```text
 //! cargo bench -p grasp-sync-benches --bench throughput
@@ -10,6 +12,9 @@
 //! GRASP_BENCH_PATHS=a,c cargo bench -p grasp-sync-benches --bench throughput      # some paths
 //! GRASP_BENCH_OWN_RELAY_CPU=1 cargo bench -p grasp-sync-benches --bench throughput # own relay on CPU 1 alone
 //! GRASP_BENCH_RESYNC=0 GRASP_BENCH_PATHS=a cargo bench -p grasp-sync-benches --bench throughput # (a) without benchmark 3
+//! GRASP_BENCH_RUNS=3 GRASP_BENCH_PATHS="a',h" cargo bench -p grasp-sync-benches --bench throughput # Sync+, no lists
+//! GRASP_BENCH_RESYNC=0 GRASP_BENCH_PATHS="k,l" cargo bench -p grasp-sync-benches --bench throughput # Sync+ world
+//! GRASP_BENCH_EVENTS=20000 GRASP_BENCH_PATHS="i,j" cargo bench -p grasp-sync-benches --bench throughput # in process
 //! ```
 //!
 //! (`GRASP_BENCH_RESYNC=0` leaves out the re-sync after each (a) run, which
@@ -39,6 +44,24 @@
 //!   defaults; `NOSTR_RS_RELAY`, else `.ci/install-nostr-rs-relay`'s cache);
 //! - (g) the ceiling of (f)'s own relay, as (e).
 //!
+//! GRASP-03 Sync+ paths, run only when `GRASP_BENCH_PATHS` names them:
+//! - (h) as (a'), Sync+ switched off (it is on by default, so (a')
+//!   is the same data set with it on): what Sync+ costs when nobody
+//!   publishes relay lists (it still asks the remote for every
+//!   participant's lists);
+//! - (i) and (j): as (a') over the Sync+ world (`sync_plus.rs`): the same
+//!   data set, the participants' relay lists on the remote, and 12 more
+//!   relays (3 popular outbox relays most lists share, 8 users' own, one
+//!   marked `read` only) holding ~10 % more conversation only there, plus
+//!   noise; (i) with Sync+ off, (j) on. (j) must bring every outbox-only
+//!   event, (i) none, neither any noise; the Sync+ table gives time, relays
+//!   connected, bytes per kind of relay and `sync_plus_events` of each;
+//!   at N = 100 000 (j) outlasts the deadline (nostr-memory scans its
+//!   events for every NIP-77 listing: `BENCHMARKS.md` section 8);
+//! - (k) and (l): as (a) (the sidecar into an LMDB own relay, whose tag
+//!   indexes answer the listings NIP-77 needs) over the Sync+ world, Sync+
+//!   off and on.
+//!
 //! strfry is not measured: it is not on crates.io nor in Debian (`apt-cache
 //! policy strfry` finds no candidate), the only registries this machine
 //! reaches.
@@ -57,15 +80,29 @@ mod own;
 mod relays;
 mod report;
 mod sdk;
+mod sync_plus;
 mod wire;
 
 use std::path::PathBuf;
 
-use nostr::prelude::Event;
+use nostr::prelude::{Event, EventId};
+use ours::Variant;
 use own::OwnKind;
 
-/// Repetitions of each path.
-const RUNS: usize = 3;
+/// The plain data set, Sync+ on (the default).
+const PLAIN: Variant<'static> = Variant {
+    sync_plus: true,
+    world: None,
+};
+
+/// Repetitions of each path: `GRASP_BENCH_RUNS`, else 3.
+fn runs() -> usize {
+    std::env::var("GRASP_BENCH_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(3)
+}
 
 /// The data set and where it is.
 pub(crate) struct Bench {
@@ -75,6 +112,8 @@ pub(crate) struct Bench {
     pub(crate) data_file: PathBuf,
     /// Root events (1617, 1618, 1621) in the data set.
     pub(crate) roots: usize,
+    /// The ids of every event but the announcements.
+    pub(crate) base_ids: Vec<EventId>,
     /// The `EVENT` frames of every event but the announcements (what a sync
     /// brings), for the ceiling blasts.
     pub(crate) frames: Vec<String>,
@@ -95,6 +134,8 @@ pub(crate) struct Measurement {
     pub(crate) cpu: Vec<(String, f64)>,
     /// Counters worth a look.
     pub(crate) note: String,
+    /// What Sync+ did (the in-process paths).
+    pub(crate) sync_plus: Option<ours::SyncPlusFigures>,
 }
 
 impl Measurement {
@@ -113,7 +154,9 @@ fn events_wanted() -> usize {
 }
 
 /// The paths to run: `GRASP_BENCH_PATHS` (comma-separated, e.g. `a,c`),
-/// all by default.
+/// by default (a)–(g). The Sync+ paths (h)–(l) run only when named: (j)
+/// takes longer than the deadline at N = 100 000 (nostr-memory's NIP-77
+/// listings, see `BENCHMARKS.md` section 8).
 fn paths_wanted() -> Vec<String> {
     std::env::var("GRASP_BENCH_PATHS")
         .map(|paths| paths.split(',').map(|p| p.trim().to_owned()).collect())
@@ -156,6 +199,7 @@ fn main() {
         n,
         data_file,
         roots,
+        base_ids: base.iter().map(|e| e.id).collect(),
         frames: ingest::event_frames(&base),
     };
     // (d) runs over the same N events: the base set and one run's
@@ -171,11 +215,25 @@ fn main() {
         .expect("a tokio runtime");
     let wanted = paths_wanted();
     let on = |path: &str| wanted.iter().any(|p| p == path);
+    let world = ["i", "j", "k", "l"].into_iter().any(on).then(|| {
+        let started = std::time::Instant::now();
+        let world = sync_plus::world(&all, n);
+        eprintln!(
+            "Sync+ world: {} outbox-only conversation events, {} never to be stored, on {} relays \
+             ({:.1} s)",
+            world.outbox_only.len(),
+            world.never.len(),
+            sync_plus::RELAYS,
+            started.elapsed().as_secs_f64()
+        );
+        world
+    });
     let mut results = report::Results::default();
     results.pinned = pinned;
     results.load_before = report::load_average();
-    for run in 1..=RUNS {
-        let step = |path: &str| eprintln!("run {run}/{RUNS}: {path}");
+    let runs = runs();
+    for run in 1..=runs {
+        let step = |path: &str| eprintln!("run {run}/{runs}: {path}");
         if on("d") {
             step("(d) Event::verify alone");
             results.push("d", sdk::verify_alone(&all));
@@ -188,17 +246,69 @@ fn main() {
                 "(a) ours, sidecar"
             });
             let (measured, resync) =
-                runtime.block_on(ours::sidecar(&bench, OwnKind::Lmdb, false, resync));
+                runtime.block_on(ours::sidecar(&bench, OwnKind::Lmdb, false, resync, PLAIN));
             results.push("a", measured);
             results.resync.extend(resync);
         }
         if on("a'") {
             step("(a') ours, in process");
-            results.push("a'", runtime.block_on(ours::in_process(&bench)));
+            let variant = Variant {
+                sync_plus: true,
+                world: None,
+            };
+            results.push("a'", runtime.block_on(ours::in_process(&bench, variant)));
+        }
+        if on("h") {
+            step("(h) as (a'), Sync+ off");
+            let variant = Variant {
+                sync_plus: false,
+                world: None,
+            };
+            results.push("h", runtime.block_on(ours::in_process(&bench, variant)));
+        }
+        if let Some(world) = &world {
+            if on("i") {
+                step("(i) as (a'), Sync+ world, Sync+ off");
+                let variant = Variant {
+                    sync_plus: false,
+                    world: Some(world),
+                };
+                results.push("i", runtime.block_on(ours::in_process(&bench, variant)));
+            }
+            if on("j") {
+                step("(j) as (a'), Sync+ world, Sync+ on");
+                let variant = Variant {
+                    sync_plus: true,
+                    world: Some(world),
+                };
+                results.push("j", runtime.block_on(ours::in_process(&bench, variant)));
+            }
+            for (path, sync_plus) in [("k", false), ("l", true)] {
+                if on(path) {
+                    step(if sync_plus {
+                        "(l) as (a), Sync+ world, Sync+ on"
+                    } else {
+                        "(k) as (a), Sync+ world, Sync+ off"
+                    });
+                    let variant = Variant {
+                        sync_plus,
+                        world: Some(world),
+                    };
+                    let measured = runtime.block_on(ours::sidecar(
+                        &bench,
+                        OwnKind::Lmdb,
+                        false,
+                        false,
+                        variant,
+                    ));
+                    results.push(path, measured.0);
+                }
+            }
         }
         if on("b") {
             step("(b) ours, sidecar, remote refuses NIP-77");
-            let measured = runtime.block_on(ours::sidecar(&bench, OwnKind::Lmdb, true, false));
+            let measured =
+                runtime.block_on(ours::sidecar(&bench, OwnKind::Lmdb, true, false, PLAIN));
             results.push("b", measured.0);
         }
         if on("c") {
@@ -211,8 +321,13 @@ fn main() {
         }
         if on("f") {
             step("(f) ours, sidecar into nostr-rs-relay");
-            let measured =
-                runtime.block_on(ours::sidecar(&bench, OwnKind::NostrRsRelay, false, false));
+            let measured = runtime.block_on(ours::sidecar(
+                &bench,
+                OwnKind::NostrRsRelay,
+                false,
+                false,
+                PLAIN,
+            ));
             results.push("f", measured.0);
         }
         if on("g") {

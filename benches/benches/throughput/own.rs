@@ -177,5 +177,6 @@ fn measurement(blast: &Blast, connections: usize, cpu: (f64, f64)) -> Measuremen
              rate-limited {}, refused {}",
             blast.stored, blast.duplicates, blast.rate_limited, blast.refused
         ),
+        sync_plus: None,
     }
 }

@@ -5,7 +5,7 @@ use super::ours::{Resync, BATCH_WINDOW};
 use super::{Bench, Measurement};
 
 /// The paths in the order of the table, with their descriptions.
-const PATHS: [(&str, &str); 8] = [
+const PATHS: [(&str, &str); 13] = [
     (
         "a",
         "ours, sidecar (SyncManager + RelayStore → own relay process)",
@@ -29,12 +29,23 @@ const PATHS: [(&str, &str); 8] = [
         "g",
         "ceiling of (f)'s own relay: events blasted at it, OKs counted",
     ),
+    ("h", "as (a'), Sync+ off"),
+    (
+        "i",
+        "as (a'), Sync+ world (relay lists, outbox relays), Sync+ off",
+    ),
+    (
+        "j",
+        "as (a'), Sync+ world, Sync+ on: + outbox-only conversation",
+    ),
+    ("k", "as (a), Sync+ world, Sync+ off"),
+    ("l", "as (a), Sync+ world, Sync+ on"),
 ];
 
 /// The ceiling path of a sidecar path: the own relay it writes into.
 fn ceiling_of(path: &str) -> Option<&'static str> {
     match path {
-        "a" | "b" => Some("e"),
+        "a" | "b" | "k" | "l" => Some("e"),
         "f" => Some("g"),
         _ => None,
     }
@@ -164,7 +175,11 @@ pub(crate) fn print(bench: &Bench, results: &Results) {
         bench.n,
         bench.roots,
         bench.n - repos,
-        results.of("d").len(),
+        PATHS
+            .iter()
+            .map(|(path, _)| results.of(path).len())
+            .max()
+            .unwrap_or(0),
         BATCH_WINDOW.as_millis()
     );
     println!();
@@ -227,6 +242,7 @@ pub(crate) fn print(bench: &Bench, results: &Results) {
     println!(
         "strfry: not measured (not on crates.io nor in Debian, the only registries reachable)."
     );
+    print_sync_plus(results);
     if results.resync.is_empty() {
         return;
     }
@@ -252,6 +268,98 @@ pub(crate) fn print(bench: &Bench, results: &Results) {
             r.req_bytes,
             r.req_events,
             100.0 * (r.received + r.sent) as f64 / r.req_bytes as f64
+        );
+    }
+}
+
+/// The Sync+ table: per in-process path, min / median / max of time,
+/// events/s, relays connected, bytes, events only Sync+ brought.
+fn print_sync_plus(results: &Results) {
+    let paths = ["a", "a'", "h", "i", "j", "k", "l"];
+    if paths
+        .iter()
+        .all(|path| results.of(path).iter().all(|m| m.sync_plus.is_none()))
+    {
+        return;
+    }
+    println!();
+    println!(
+        "Sync+ (GRASP-03): what it adds; min / median / max over the runs; bytes are \
+         WebSocket payload, MB = 10^6 B"
+    );
+    println!();
+    println!("| path | Sync+ | time to complete (s) | events/s | relays connected of tracked (outbox) | MB received, all relays (median of remote, of outbox relays) | MB sent, all relays (medians of remote, outbox relays) | `sync_plus_events` | outbox-only events stored | participants, relay lists kept, passes |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for path in paths {
+        let runs = results.of(path);
+        let figures: Vec<&super::ours::SyncPlusFigures> =
+            runs.iter().filter_map(|m| m.sync_plus.as_ref()).collect();
+        if figures.is_empty() {
+            continue;
+        }
+        let spread = |values: Vec<f64>, digits: usize| {
+            let mut values = values;
+            let med = median(&mut values);
+            format!(
+                "{:.digits$} / {med:.digits$} / {:.digits$}",
+                values[0],
+                values[values.len() - 1]
+            )
+        };
+        let mb = |value: u64| value as f64 / 1e6;
+        let mid = |values: Vec<f64>| {
+            let mut values = values;
+            format!("{:.2}", median(&mut values))
+        };
+        let text = |values: Vec<String>| {
+            let mut values = values;
+            values.dedup();
+            values.join(", ")
+        };
+        let on = if matches!(path, "h" | "i" | "k") {
+            "off"
+        } else {
+            "on"
+        };
+        println!(
+            "| ({path}) | {on} | {} | {} | {} | {} (remote {}, outbox {}) | {} (remote {}, outbox {}) | {} | {} | {} |",
+            spread(runs.iter().map(|m| m.secs).collect(), 2),
+            spread(runs.iter().map(|m| m.rate()).collect(), 0),
+            text(
+                figures
+                    .iter()
+                    .map(|f| format!(
+                        "{} of {} ({})",
+                        f.relays_connected, f.relays_tracked, f.outbox_relays
+                    ))
+                    .collect()
+            ),
+            spread(figures.iter().map(|f| mb(f.received)).collect(), 2),
+            mid(figures.iter().map(|f| mb(f.remote_received)).collect()),
+            mid(figures.iter().map(|f| mb(f.outbox_received)).collect()),
+            spread(figures.iter().map(|f| mb(f.sent)).collect(), 2),
+            mid(figures.iter().map(|f| mb(f.remote_sent)).collect()),
+            mid(figures.iter().map(|f| mb(f.outbox_sent)).collect()),
+            text(
+                figures
+                    .iter()
+                    .map(|f| f.sync_plus_events.to_string())
+                    .collect()
+            ),
+            text(
+                figures
+                    .iter()
+                    .map(|f| f
+                        .outbox_only
+                        .map_or("–".to_owned(), |(got, of)| format!("{got} of {of}")))
+                    .collect()
+            ),
+            text(
+                figures
+                    .iter()
+                    .map(|f| format!("{}, {}, passes {}", f.participants, f.relay_lists, f.passes))
+                    .collect()
+            ),
         );
     }
 }

@@ -94,6 +94,7 @@ pub(crate) async fn nostr_sdk_sync(bench: &Bench) -> Measurement {
         new_events: (bench.n - anns.len()) as u64,
         cpu: vec![("sync".into(), cpu.0), ("remote".into(), cpu.1)],
         note: format!("events received per call: {calls:?}"),
+        sync_plus: None,
     }
 }
 
@@ -111,5 +112,6 @@ pub(crate) fn verify_alone(events: &[Event]) -> Measurement {
         new_events: events.len() as u64,
         cpu: vec![("verify".into(), own_cpu() - cpu)],
         note: String::new(),
+        sync_plus: None,
     }
 }
