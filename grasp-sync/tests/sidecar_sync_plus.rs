@@ -22,8 +22,8 @@
 //! Expected: every conversation event reaches the own relay; once historic sync is
 //! complete (`/status`) and a few seconds more, no event that is not `alpha`'s
 //! conversation or what R holds is there, and X saw no connection at all. Then a comment
-//! published only to O1 arrives live. If `/status` says why each relay is synced
-//! (`reasons`), O1 and O2 are there for `outbox` only.
+//! published only to O1 arrives live. `/status` says why each relay is synced
+//! (`reasons`): O1 and O2 for `outbox` only.
 //!
 //! Needs the nostr-rs-relay binary (`.ci/install-nostr-rs-relay`; see
 //! `support::nostr_rs_relay_binary`). `RUST_LOG` is passed to the sidecar (default
@@ -498,18 +498,12 @@ async fn replies_on_participants_outbox_relays_arrive_and_nothing_else_does() {
              {conversation} of its events are alpha's conversation"
         );
         assert!(received >= 1, "{name} sent events: {entry}");
-        // Why the relay is synced reaches /status with the Sync+ plumbing of
-        // grasp-sync-tokio and the sidecar (`RelayStatus::reasons`, words such as
-        // "outbox"). Until that lands here the engine's `RelayReport::reasons` is not
-        // reachable from the sidecar, and the check is skipped.
-        match entry.get("reasons") {
-            Some(reasons) => assert_eq!(
-                reasons,
-                &serde_json::json!(["outbox"]),
-                "{name} is synced as a participant's outbox relay only: {entry}"
-            ),
-            None => println!("{name}: /status has no `reasons` yet; not checked"),
-        }
+        // Why the relay is synced (`RelayStatus::reasons` in /status).
+        assert_eq!(
+            entry.get("reasons"),
+            Some(&serde_json::json!(["outbox"])),
+            "{name} is synced as a participant's outbox relay only: {entry}"
+        );
     }
     println!(
         "conversation on the own relay after {arrived_in:?}, historic sync complete after \
