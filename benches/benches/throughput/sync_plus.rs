@@ -135,13 +135,7 @@ pub(crate) fn world(base: &[Event], n: usize) -> World {
         match j % 5 {
             0 => {
                 let who = (author + 9) % USERS;
-                let tags = vec![
-                    tag(&["E", &root_hex, "", &author_hex]),
-                    tag(&["K", &kind]),
-                    tag(&["P", &author_hex]),
-                    tag(&["e", &root_hex, "", &author_hex]),
-                    tag(&["k", &kind]),
-                ];
+                let tags = reply_tags(&root_hex, &author_hex, &kind);
                 plan.add(who, 1111, format!("outbox reply {j}"), tags);
                 placed.push((writes_of(who), true));
             }
@@ -175,13 +169,7 @@ pub(crate) fn world(base: &[Event], n: usize) -> World {
         }
         if j % 25 == 3 {
             let who = (author + 17) % USERS;
-            let tags = vec![
-                tag(&["E", &root_hex, "", &author_hex]),
-                tag(&["K", &kind]),
-                tag(&["P", &author_hex]),
-                tag(&["e", &root_hex, "", &author_hex]),
-                tag(&["k", &kind]),
-            ];
+            let tags = reply_tags(&root_hex, &author_hex, &kind);
             plan.add(who, 1111, format!("inbox reply {j}"), tags);
             placed.push((vec![INBOX], false));
         }
@@ -278,4 +266,16 @@ pub(crate) fn relay_lists(outboxes: &Outboxes, repos: usize) -> Vec<Event> {
             .map(|m| list(&dataset::repository(m).0, maintainer_writes(m), false)),
     );
     lists
+}
+
+/// The tags of a NIP-22 reply to the root `root_hex` of kind `kind` by
+/// `author_hex`: `E`/`e` (the root), `K`/`k` (its kind), `P` (its author).
+fn reply_tags(root_hex: &str, author_hex: &str, kind: &str) -> Vec<Tag> {
+    vec![
+        tag(&["E", root_hex, "", author_hex]),
+        tag(&["K", kind]),
+        tag(&["P", author_hex]),
+        tag(&["e", root_hex, "", author_hex]),
+        tag(&["k", kind]),
+    ]
 }
