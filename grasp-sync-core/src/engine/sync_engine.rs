@@ -35,7 +35,7 @@ use crate::model::RelayProgress;
 use crate::model::{BatchId, PendingBatch, PendingItems, RelayState, SyncMethod};
 use crate::nip34::{
     conversation_refs, is_conversation_kind, is_relay_list_kind, is_root_kind, parse_announcement,
-    root_event_repo_refs, RepoRef, KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE,
+    replaces, root_event_repo_refs, RepoRef, KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE,
 };
 use crate::planner::{compute_actions_for_changes, compute_actions_for_relay, RepoSyncIndex};
 use crate::screen::Refused;
@@ -1063,11 +1063,9 @@ impl SyncEngine {
             return;
         }
         let this = (event.created_at, event.id);
-        // The applied one stands if it is newer, or as new with an id no
-        // higher (the same event coming back included).
-        let stands =
-            |&(at, id): &(Timestamp, EventId)| at > this.0 || (at == this.0 && id <= this.1);
-        if self.own.announced(&announcement.repo).is_some_and(stands) {
+        // The applied one stands unless this one replaces it (the same
+        // event coming back included).
+        if (self.own.announced(&announcement.repo)).is_some_and(|&kept| !replaces(this, kept)) {
             return;
         }
         self.own.note_announced(announcement.repo.clone(), this);

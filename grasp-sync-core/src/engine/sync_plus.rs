@@ -24,7 +24,7 @@ use nostr::prelude::{Event, EventId, PublicKey, RelayUrl, Timestamp};
 
 use super::config::SyncPlusConfig;
 use super::stats::SyncPlusCounts;
-use crate::nip34::{write_relays, RepoRef, KIND_GRASP_LIST, KIND_RELAY_LIST};
+use crate::nip34::{is_relay_list_kind, replaces, write_relays, RepoRef, KIND_RELAY_LIST};
 
 /// Each repository's relays: announced, and added by Sync+.
 #[derive(Debug, Default)]
@@ -104,14 +104,6 @@ struct ListVersion {
     created_at: Timestamp,
     id: EventId,
     relays: Vec<RelayUrl>,
-}
-
-impl ListVersion {
-    /// `true` if this version stands against one created at `created_at`
-    /// with `id`: newer, or as new with an id no higher (NIP-01).
-    fn stands_against(&self, created_at: Timestamp, id: &EventId) -> bool {
-        self.created_at > created_at || (self.created_at == created_at && self.id <= *id)
-    }
 }
 
 impl RelayLists {
@@ -285,16 +277,17 @@ impl RepoRelays {
         if !self.enabled || !self.is_participant(&event.pubkey) {
             return left_out;
         }
+        if !is_relay_list_kind(event.kind) {
+            return left_out;
+        }
         let lists = self.lists.entry(event.pubkey).or_default();
-        let slot = match event.kind.as_u16() {
-            KIND_RELAY_LIST => &mut lists.nip65,
-            KIND_GRASP_LIST => &mut lists.grasp,
-            _ => return left_out,
+        let slot = if event.kind.as_u16() == KIND_RELAY_LIST {
+            &mut lists.nip65
+        } else {
+            &mut lists.grasp
         };
-        if slot
-            .as_ref()
-            .is_some_and(|kept| kept.stands_against(event.created_at, &event.id))
-        {
+        let offered = (event.created_at, event.id);
+        if (slot.as_ref()).is_some_and(|kept| !replaces(offered, (kept.created_at, kept.id))) {
             return left_out;
         }
         let parsed = write_relays(event);

@@ -23,8 +23,9 @@ mod state;
 #[cfg(test)]
 pub(crate) mod test_support;
 
-use nostr::event::{Event, Kind, Tag};
+use nostr::event::{Event, EventId, Kind, Tag};
 use nostr::key::PublicKey;
+use nostr::types::Timestamp;
 
 pub use announcement::{parse_announcement, RepoAnnouncement};
 pub use git_oid::{GitOid, GitOidError};
@@ -59,6 +60,13 @@ const MAX_SKIP_TEXT_LEN: usize = 128;
 /// issue (1621). A pull request update (1619) is not a root.
 pub fn is_root_kind(kind: Kind) -> bool {
     matches!(kind.as_u16(), KIND_PATCH | KIND_PULL_REQUEST | KIND_ISSUE)
+}
+
+/// `true` if the version `offered` (`created_at`, id) of a replaceable or
+/// addressable event replaces the version `kept`: it is newer, or as new
+/// with a lower id (NIP-01). The same version offered again does not.
+pub fn replaces(offered: (Timestamp, EventId), kept: (Timestamp, EventId)) -> bool {
+    offered.0 > kept.0 || (offered.0 == kept.0 && offered.1 < kept.1)
 }
 
 /// A value read from an event together with the tags that were skipped while reading it.
@@ -327,6 +335,20 @@ mod tests {
         assert_eq!(parse_hex_public_key(&hex), Some(keys.public_key()));
         assert_eq!(parse_hex_public_key(&format!("{hex}00")), None);
         assert_eq!(parse_hex_public_key(&hex.to_uppercase()), None);
+    }
+
+    #[test]
+    fn a_newer_version_or_an_as_new_one_with_a_lower_id_replaces_the_kept_one() {
+        let (low, high) = (
+            EventId::from_byte_array([1; 32]),
+            EventId::from_byte_array([2; 32]),
+        );
+        let (t, later) = (Timestamp::from_secs(10), Timestamp::from_secs(11));
+        assert!(replaces((later, high), (t, low)));
+        assert!(replaces((t, low), (t, high)));
+        assert!(!replaces((t, high), (t, low)));
+        assert!(!replaces((t, low), (t, low)), "the same version again");
+        assert!(!replaces((t, low), (later, high)));
     }
 
     #[test]
