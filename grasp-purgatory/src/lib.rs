@@ -90,6 +90,7 @@ mod context;
 pub mod git;
 mod held;
 mod hook;
+mod host;
 pub mod journal;
 mod metrics;
 mod refusals;
@@ -113,6 +114,7 @@ pub use held::{
     hold_event, hold_pull_request, hold_state, is_held_kind, HeldEvent, HeldKind, HoldError, Origin,
 };
 pub use hook::PurgatoryGate;
+pub use host::HostPurgatory;
 pub use repos::{
     create_bare_repository, home_of, repository_data, AnnouncementError, Announcements,
     CreateRepoError, DatabaseAnnouncements, MemoryAnnouncements, NpubLayout, RepoLocator,

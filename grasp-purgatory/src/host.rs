@@ -1,0 +1,100 @@
+//! A host's own purgatory: a GRASP server that holds its announcements, states and pull
+//! requests itself (it answers push authorisation from them) and only wants our
+//! scheduler. [`HostPurgatory`] is what it implements; [`HostHeld`] is how the
+//! [`GitSyncContext`](crate::GitSyncContext) works for it: the host's needed objects
+//! minus those last seen in the local repository.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use grasp_sync_core::nip34::{GitOid, RepoRef};
+
+use crate::sink::ReleaseError;
+
+/// The held events of a host that keeps its own purgatory.
+///
+/// The scheduler ([`Purgatory`](crate::Purgatory) built with
+/// [`PurgatoryBuilder::host_purgatory`](crate::PurgatoryBuilder::host_purgatory)) calls
+/// these from its tasks, sometimes while it holds its sync queue's lock: they must not
+/// call back into the purgatory, and the host must not call
+/// [`Purgatory::schedule`](crate::Purgatory::schedule) while it holds a lock these
+/// methods take (hold the event, drop the lock, then schedule).
+#[async_trait]
+pub trait HostPurgatory: Send + Sync {
+    /// Every git object the held events of `repo` need (the scheduler works out which
+    /// are missing).
+    fn needed_oids(&self, repo: &RepoRef) -> BTreeSet<GitOid>;
+
+    /// Whether the host still holds events of `repo`.
+    fn has_pending(&self, repo: &RepoRef) -> bool;
+
+    /// Releases the held events of `repo` whose objects are all present (`present(oid)`
+    /// says whether an object is in the local repository now; it answers for the
+    /// objects [`HostPurgatory::needed_oids`] returned): the host stores and serves
+    /// them; returns how many. An error leaves them held; they are offered again after
+    /// the next fetch or check.
+    async fn release_satisfied(
+        &self,
+        repo: &RepoRef,
+        present: &(dyn Fn(&GitOid) -> bool + Send + Sync),
+    ) -> Result<usize, ReleaseError>;
+}
+
+/// A host's held events, with the objects of each repository last seen present in its
+/// local repository (forgotten once the host holds nothing of it).
+pub(crate) struct HostHeld {
+    host: Arc<dyn HostPurgatory>,
+    present: Mutex<BTreeMap<RepoRef, BTreeSet<GitOid>>>,
+}
+
+impl HostHeld {
+    /// Works for `host`.
+    pub(crate) fn new(host: Arc<dyn HostPurgatory>) -> Self {
+        HostHeld {
+            host,
+            present: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The host.
+    pub(crate) fn host(&self) -> &dyn HostPurgatory {
+        self.host.as_ref()
+    }
+
+    /// Every object the host's held events of `repo` need.
+    pub(crate) fn needed_oids(&self, repo: &RepoRef) -> BTreeSet<GitOid> {
+        self.host.needed_oids(repo)
+    }
+
+    /// The needed objects of `repo` not seen present in its local repository.
+    pub(crate) fn missing_oids(&self, repo: &RepoRef) -> BTreeSet<GitOid> {
+        let needed = self.host.needed_oids(repo);
+        let present = self.lock();
+        match present.get(repo) {
+            Some(seen) => needed.difference(seen).cloned().collect(),
+            None => needed,
+        }
+    }
+
+    /// Whether `oid` was seen present in `repo`'s local repository.
+    pub(crate) fn is_known_present(&self, repo: &RepoRef, oid: &GitOid) -> bool {
+        self.lock().get(repo).is_some_and(|seen| seen.contains(oid))
+    }
+
+    /// Records which of `repo`'s needed objects its local repository has now.
+    pub(crate) fn set_present(&self, repo: &RepoRef, present: BTreeSet<GitOid>) {
+        self.lock().insert(repo.clone(), present);
+    }
+
+    /// Forgets what was seen in `repo` unless the host still holds events of it.
+    pub(crate) fn forget_if_done(&self, repo: &RepoRef) {
+        if !self.host.has_pending(repo) {
+            self.lock().remove(repo);
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<RepoRef, BTreeSet<GitOid>>> {
+        self.present.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
