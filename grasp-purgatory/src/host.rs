@@ -37,7 +37,7 @@ pub trait HostPurgatory: Send + Sync {
     async fn release_satisfied(
         &self,
         repo: &RepoRef,
-        present: &(dyn Fn(&GitOid) -> bool + Send + Sync),
+        present: &(dyn for<'o> Fn(&'o GitOid) -> bool + Send + Sync),
     ) -> Result<usize, ReleaseError>;
 }
 
