@@ -295,9 +295,10 @@ impl SyncContext for GitSyncContext {
             .await
             .map_err(|error| Self::processing_error(repo, error))?
             .ok_or_else(|| SyncContextError::UnknownRepository { repo: repo.clone() })?;
-        if self.host.is_none() {
-            data.event_sources = lock(&self.store).event_sources(repo);
-        }
+        data.event_sources = match &self.host {
+            Some(host) => host.event_sources(repo),
+            None => lock(&self.store).event_sources(repo),
+        };
         Ok(data)
     }
 

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use grasp_sync_core::nip34::{GitOid, RepoRef};
+use grasp_sync_core::purgatory::EventSource;
 
 use crate::sink::ReleaseError;
 
@@ -39,6 +40,16 @@ pub trait HostPurgatory: Send + Sync {
         repo: &RepoRef,
         present: &(dyn for<'o> Fn(&'o GitOid) -> bool + Send + Sync),
     ) -> Result<usize, ReleaseError>;
+
+    /// The held events of `repo` that name clone URLs of their own (a pull request's
+    /// `clone` tags, often the contributor's fork), each with the objects it needs
+    /// (in [`EventSource::missing`]; the scheduler leaves out those already present):
+    /// those URLs are asked for these objects only, after the announcements' URLs.
+    /// None by default: the announcements' clone URLs only.
+    fn event_sources(&self, repo: &RepoRef) -> Vec<EventSource> {
+        let _ = repo;
+        Vec::new()
+    }
 }
 
 /// A host's held events, with the objects of each repository last seen present in its
@@ -75,6 +86,24 @@ impl HostHeld {
             Some(seen) => needed.difference(seen).cloned().collect(),
             None => needed,
         }
+    }
+
+    /// The host's events of `repo` with clone URLs of their own, each with the objects
+    /// it needs that were not seen present (none left: left out).
+    pub(crate) fn event_sources(&self, repo: &RepoRef) -> Vec<EventSource> {
+        let sources = self.host.event_sources(repo);
+        let present = self.lock();
+        let seen = present.get(repo);
+        sources
+            .into_iter()
+            .map(|mut source| {
+                source
+                    .missing
+                    .retain(|oid| !seen.is_some_and(|seen| seen.contains(oid)));
+                source
+            })
+            .filter(|source| !source.missing.is_empty())
+            .collect()
     }
 
     /// Whether `oid` was seen present in `repo`'s local repository.

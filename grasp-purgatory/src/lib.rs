@@ -99,9 +99,10 @@
 //!
 //! What stays the host's: its events ([`Purgatory::add`], [`Purgatory::add_state`] and
 //! [`Purgatory::add_pr`] are refused with [`AddError::HeldByHost`]), their journal
-//! ([`PurgatoryBuilder::persist_to`] is ignored), their expiry and limits, moving events
-//! of an unannounced coordinate, and a pull request's own `clone` URLs (the scheduler
-//! fetches from the announcements' only). No [`ReleaseSink`] is needed. The
+//! ([`PurgatoryBuilder::persist_to`] is ignored), their expiry and limits, and moving
+//! events of an unannounced coordinate. A pull request's own `clone` URLs (its fork) are
+//! fetched from when the host names them ([`HostPurgatory::event_sources`], none by
+//! default). No [`ReleaseSink`] is needed. The
 //! [`PurgatoryStatus`] reports what the scheduler knows: the repositories scheduled and
 //! still held by the host (with their backoff and reasons), the queue, fetches in flight,
 //! objects fetched and events the host released; `events_held` reads 0.

@@ -22,7 +22,11 @@ use grasp_purgatory::{
     AddError, Announcements, GitFetcher, GitFetcherConfig, HeldState, HostPurgatory,
     MemoryAnnouncements, NpubLayout, Origin, Purgatory, PurgatoryStatus, ReleaseError,
 };
-use grasp_sync_core::nip34::{parse_repo_state, GitOid, RepoRef};
+use grasp_sync_core::nip34::{
+    parse_repo_state, pull_request_clone_urls, pull_request_tip, root_event_repo_refs, GitOid,
+    RepoRef,
+};
+use grasp_sync_core::purgatory::EventSource;
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use grasp_sync_test_support::nip34::{sign, tag, Announcement};
 use grasp_sync_tokio::TokioClock;
@@ -32,24 +36,49 @@ use support::{counter, git, GitHttpServer, SourceRepo, TempDir};
 use tokio::sync::watch;
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+/// Another host on loopback: a contributor's git server.
+const OTHER_HOST: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
 const T0: u64 = 1_700_000_000;
 
 // --- The host: a GRASP server's own purgatory, in as few lines as it takes. ---
 
-/// Holds states until their commits are present; releases them into its database
-/// (which the scheduler reads announcements and states from, as a server's is).
+/// Holds states and pull requests until their commits are present; releases them into
+/// its database (which the scheduler reads announcements, states and pull requests
+/// from, as a server's is).
 struct Host {
-    held: Mutex<Vec<(RepoRef, Event, BTreeSet<GitOid>)>>,
+    held: Mutex<Vec<Held>>,
     database: Arc<MemoryAnnouncements>,
     release_calls: AtomicUsize,
 }
 
+/// One held event: its repository, the commits it needs, its own clone URLs.
+struct Held {
+    repo: RepoRef,
+    event: Event,
+    needs: BTreeSet<GitOid>,
+    clone_urls: Vec<String>,
+}
+
 impl Host {
-    fn hold(&self, state: Event) {
-        let parsed = parse_repo_state(&state).expect("a valid state");
-        let repo = RepoRef::new(state.pubkey, parsed.identifier).expect("a valid repository");
-        let needs = parsed.refs.into_iter().map(|(_, oid)| oid).collect();
-        self.held.lock().unwrap().push((repo, state, needs));
+    /// Holds a state (30618) or a pull request (1618).
+    fn hold(&self, event: Event) {
+        let held = if event.kind.as_u16() == 30618 {
+            let state = parse_repo_state(&event).expect("a valid state");
+            Held {
+                repo: RepoRef::new(event.pubkey, state.identifier).expect("a valid repository"),
+                needs: state.refs.into_iter().map(|(_, oid)| oid).collect(),
+                clone_urls: Vec::new(),
+                event,
+            }
+        } else {
+            Held {
+                repo: root_event_repo_refs(&event).value[0].clone(),
+                needs: pull_request_tip(&event).value.into_iter().collect(),
+                clone_urls: pull_request_clone_urls(&event).value,
+                event,
+            }
+        };
+        self.held.lock().unwrap().push(held);
     }
 }
 
@@ -57,14 +86,18 @@ impl Host {
 impl HostPurgatory for Host {
     fn needed_oids(&self, repo: &RepoRef) -> BTreeSet<GitOid> {
         let held = self.held.lock().unwrap();
-        let of_repo = held.iter().filter(|(r, _, _)| r == repo);
+        let of_repo = held.iter().filter(|held| held.repo == *repo);
         of_repo
-            .flat_map(|(_, _, needs)| needs.iter().cloned())
+            .flat_map(|held| held.needs.iter().cloned())
             .collect()
     }
 
     fn has_pending(&self, repo: &RepoRef) -> bool {
-        self.held.lock().unwrap().iter().any(|(r, _, _)| r == repo)
+        self.held
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|held| held.repo == *repo)
     }
 
     async fn release_satisfied(
@@ -75,14 +108,27 @@ impl HostPurgatory for Host {
         self.release_calls.fetch_add(1, Ordering::SeqCst);
         let mut held = self.held.lock().unwrap();
         let before = held.len();
-        held.retain(|(r, state, needs)| {
-            let satisfied = r == repo && needs.iter().all(present);
+        held.retain(|held| {
+            let satisfied = held.repo == *repo && held.needs.iter().all(present);
             if satisfied {
-                self.database.add_event(state.clone());
+                self.database.add_event(held.event.clone());
             }
             !satisfied
         });
         Ok(before - held.len())
+    }
+
+    fn event_sources(&self, repo: &RepoRef) -> Vec<EventSource> {
+        let held = self.held.lock().unwrap();
+        let own_urls = held
+            .iter()
+            .filter(|held| held.repo == *repo && !held.clone_urls.is_empty());
+        own_urls
+            .map(|held| EventSource {
+                missing: held.needs.clone(),
+                clone_urls: held.clone_urls.clone(),
+            })
+            .collect()
     }
 }
 
@@ -250,6 +296,53 @@ async fn a_host_held_state_is_fetched_released_by_the_host_and_served() {
     assert!(
         w.server.stats().fetches() >= 1,
         "fetched from the clone URL"
+    );
+    purgatory.shutdown();
+    run.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_held_pull_request_is_fetched_from_its_fork_and_its_tip_served() {
+    let w = world("host-pr", false).await;
+    // The contributor's fork, on another host: its commit is nowhere else.
+    let fork = SourceRepo::create(w.dir.join("forks/r.git"));
+    let tip = fork.commit("pull request");
+    let fork_server = GitHttpServer::start(w.dir.join("forks"), OTHER_HOST).await;
+    let root = w.dir.join("root");
+    let registry = Registry::new();
+    let purgatory = scheduler(&w.host, &root, Duration::from_millis(10), &registry);
+    let run = events::spawn_run(&purgatory);
+    let mut status = purgatory.status();
+    let pr = sign(
+        &Keys::generate(),
+        1618,
+        "",
+        vec![
+            tag(&["a", &w.repo.to_string()]),
+            tag(&["c", &tip]),
+            tag(&["clone", &fork_server.url("r.git")]),
+        ],
+        T0 + 1,
+    );
+    w.host.hold(pr.clone());
+    purgatory.schedule(&w.repo, Origin::Synced);
+
+    until(&mut status, |s| {
+        s.events_released == 1 && s.all_accounted && s.repositories_served == 1
+    })
+    .await;
+    assert!(
+        !w.host.has_pending(&w.repo),
+        "the host released its pull request"
+    );
+    assert_eq!(
+        refs_under(&local(&root, &w.owner), "refs/"),
+        pairs(&[(&format!("refs/nostr/{}", pr.id), &tip)]),
+        "the tip served at refs/nostr/<id>, refs/purgatory/* swept"
+    );
+    assert!(
+        fork_server.stats().fetches() >= 1,
+        "the tip came from the fork"
     );
     purgatory.shutdown();
     run.await.unwrap().unwrap();
