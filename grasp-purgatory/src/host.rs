@@ -34,7 +34,10 @@ pub trait HostPurgatory: Send + Sync {
     /// says whether an object is in the local repository now; it answers for the
     /// objects [`HostPurgatory::needed_oids`] returned): the host stores and serves
     /// them; returns how many. An error leaves them held; they are offered again after
-    /// the next fetch or check.
+    /// the next fetch or check. Two calls for one repository may overlap (the main sync
+    /// and a throttled domain's queue): release each event once. After a release the
+    /// scheduler sweeps the `refs/purgatory/*` no held event needs and reconciles the
+    /// repository's served refs.
     async fn release_satisfied(
         &self,
         repo: &RepoRef,
