@@ -82,6 +82,7 @@ pub use connection::ConnectionConfig;
 pub use database::DatabaseStore;
 pub use grasp_sync_core as core;
 pub use manager::{BuildError, ShutdownHandle, Summary, SyncManager, SyncManagerBuilder};
+pub use metrics::MetricsHandle;
 pub use nip11::Nip11Error;
 pub use nostr;
 pub use nostr_database;
