@@ -34,7 +34,10 @@ fn a_0_44_event_crosses_to_ours_and_back_and_its_signature_verifies_on_both_side
     );
     assert!(theirs.verify().is_ok());
     let mine: ours::Event = crossing::event_from(&theirs).expect("0.44 → ours");
-    assert!(mine.verify().is_ok(), "the signature verifies with nostr 0.45");
+    assert!(
+        mine.verify().is_ok(),
+        "the signature verifies with nostr 0.45"
+    );
     assert_eq!(mine.id.to_bytes(), theirs.id.to_bytes());
     assert_eq!(mine.pubkey.to_bytes(), theirs.pubkey.to_bytes());
     assert_eq!(mine.content, theirs.content);
@@ -59,7 +62,13 @@ fn ours_matches_the_same_events_as_a_0_44_filter_with_a_tags_since_until_limit()
         r44_event(&keys, 1621, "too old", &[&["a", repo]], 50),
         r44_event(&keys, 1621, "too new", &[&["a", repo]], 250),
         r44_event(&keys, 1, "wrong kind", &[&["a", repo]], 150),
-        r44_event(&keys, 1618, "both repos", &[&["a", other], &["a", repo]], 200),
+        r44_event(
+            &keys,
+            1618,
+            "both repos",
+            &[&["a", other], &["a", repo]],
+            200,
+        ),
     ];
     let theirs = r44::Filter::new()
         .kinds([
