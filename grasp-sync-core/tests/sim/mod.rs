@@ -638,14 +638,12 @@ impl World {
         let outcome = if self.own.store_failing {
             Err(StoreError::unavailable("store backend down"))
         } else if self.own.write_rate_limited {
-            Ok(IngestOutcome::Rejected {
-                reason: "rate-limited: slow down".into(),
-            })
+            Ok(IngestOutcome::refused_for_now("rate-limited: slow down"))
         } else if !self.own.accepts(&event) {
             self.own.rejected.push(event.clone());
-            Ok(IngestOutcome::Rejected {
-                reason: "blocked: announcement does not list this relay".into(),
-            })
+            Ok(IngestOutcome::refused_for_good(
+                "blocked: announcement does not list this relay",
+            ))
         } else {
             block_on(self.own.store.ingest(&event))
         };
