@@ -81,7 +81,10 @@ pub use clock::TokioClock;
 pub use connection::ConnectionConfig;
 pub use database::DatabaseStore;
 pub use grasp_sync_core as core;
-pub use manager::{BuildError, ShutdownHandle, Summary, SyncManager, SyncManagerBuilder};
+pub use manager::{
+    BuildError, HeldRepositories, ManagerStopped, ShutdownHandle, Summary, SyncManager,
+    SyncManagerBuilder,
+};
 pub use nip11::Nip11Error;
 pub use nostr;
 pub use nostr_database;

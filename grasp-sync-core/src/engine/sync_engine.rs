@@ -1279,7 +1279,10 @@ impl SyncEngine {
     pub fn handle_held_dropped(&mut self, now: Now, ids: impl IntoIterator<Item = EventId>) {
         self.observe(now);
         let forgotten = self.stores.forget_held(ids);
-        debug!(forgotten, "held events dropped by the host; fetched again later");
+        debug!(
+            forgotten,
+            "held events dropped by the host; fetched again later"
+        );
     }
 
     /// The repositories held ([`SyncEngine::handle_repository_held`]),
