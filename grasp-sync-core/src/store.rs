@@ -325,6 +325,53 @@ mod tests {
     }
 
     #[test]
+    fn a_relay_s_refusal_text_is_read_by_its_nip01_prefix() {
+        for (reason, refusal) in [
+            ("rate-limited: slow down", Refusal::ForNow),
+            ("error: disk full", Refusal::ForNow),
+            ("ERROR: error: busy", Refusal::ForNow),
+            ("too many requests", Refusal::ForNow),
+            ("blocked: no", Refusal::ForGood),
+            ("invalid: bad", Refusal::ForGood),
+            ("pow: 20 bits", Refusal::ForGood),
+            ("restricted: members", Refusal::ForGood),
+            ("mute: muted", Refusal::ForGood),
+            ("ERROR: blocked: too old", Refusal::ForGood),
+            ("auth-required: log in", Refusal::Unclear),
+            ("no thanks", Refusal::Unclear),
+            ("", Refusal::Unclear),
+        ] {
+            assert_eq!(Refusal::of_reason(reason), refusal, "{reason:?}");
+            assert_eq!(
+                IngestOutcome::rejected(reason),
+                IngestOutcome::Rejected {
+                    reason: reason.into(),
+                    refusal
+                },
+                "{reason:?}"
+            );
+        }
+        assert_eq!(
+            IngestOutcome::rejected("duplicate: have it"),
+            IngestOutcome::Duplicate
+        );
+        assert_eq!(
+            IngestOutcome::refused_for_now("x"),
+            IngestOutcome::Rejected {
+                reason: "x".into(),
+                refusal: Refusal::ForNow
+            }
+        );
+        assert_eq!(
+            IngestOutcome::refused_for_good("x"),
+            IngestOutcome::Rejected {
+                reason: "x".into(),
+                refusal: Refusal::ForGood
+            }
+        );
+    }
+
+    #[test]
     fn ingest_says_whether_the_event_was_new() {
         let store = MemoryEventStore::new();
         let keys = Keys::generate();

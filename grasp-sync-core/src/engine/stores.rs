@@ -492,6 +492,32 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_is_read_by_its_type_never_its_text() {
+        let typed = |reason: &str, refusal| {
+            StoreVerdict::of(&Ok(IngestOutcome::Rejected {
+                reason: reason.into(),
+                refusal,
+            }))
+        };
+        assert_eq!(
+            typed("blocked: later", Refusal::ForNow),
+            StoreVerdict::Retry("blocked: later".into())
+        );
+        assert_eq!(
+            typed("rate-limited: never", Refusal::ForGood),
+            StoreVerdict::Refused("rate-limited: never".into())
+        );
+        assert_eq!(
+            typed("invalid: who knows", Refusal::Unclear),
+            StoreVerdict::Unclear("invalid: who knows".into())
+        );
+        assert_eq!(
+            StoreVerdict::of(&Ok(IngestOutcome::Held)),
+            StoreVerdict::Held
+        );
+    }
+
+    #[test]
     fn store_answers_are_read_as_transient_permanent_or_unclear() {
         assert_eq!(
             StoreVerdict::of(&Ok(IngestOutcome::Stored)),
