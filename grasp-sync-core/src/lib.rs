@@ -108,6 +108,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod classify;
 pub mod clock;
 pub mod crossing;
 pub mod engine;

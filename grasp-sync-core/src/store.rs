@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use nostr::prelude::{Event, EventId, Filter, Kind, PublicKey, Timestamp};
 
-use crate::engine::{classify, Prefix};
+use crate::classify::{classify, Prefix};
 
 /// What happened to an ingested event.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -79,7 +79,6 @@
 // about that relay. Each question has one function that holds its decision;
 // ARCHITECTURE.md's "Where each decision is made" table names them.
 mod bad_events;
-mod classify;
 mod command;
 mod config;
 mod deadlines;
@@ -103,7 +102,7 @@ mod sync_engine;
 mod sync_plus;
 mod timer_table;
 
-pub use classify::{classify, Classified, Prefix};
+pub use crate::classify::{classify, Classified, Prefix};
 pub use command::Command;
 pub use config::{
     Caps, ConfigError, EngineConfig, Identity, Limits, RelayLimits, SyncPlusConfig, Timeouts,

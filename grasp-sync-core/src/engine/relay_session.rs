@@ -8,7 +8,6 @@ use nostr::prelude::{EventId, Filter, RelayMessage, RelayUrl, SubscriptionId, Ti
 use tracing::{debug, info, warn};
 
 use super::bad_events::BadEventVerdict;
-use super::classify::{classify, Classified};
 use super::config::{EngineConfig, RelayLimits};
 use super::frames::pack_filters;
 use super::live_coverage::{LiveList, Polling};
@@ -22,6 +21,7 @@ use super::stats::{EngineStats, LiveMode, RelayActivity};
 use super::stores::StoreTracker;
 use super::timer_table::{Deadline, Earliest, RelayTimer, TimerTable};
 use super::Command;
+use crate::classify::{classify, Classified};
 use crate::clock::{Instant, Now};
 use crate::filters::{announcement_filter, item_filters, matches, FilterMode};
 use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
