@@ -119,10 +119,7 @@ impl OwnPurgatory {
     /// Tells `listener` from now on what is held, promoted and dropped (instead of the
     /// previous one).
     pub fn listen(&self, listener: Arc<dyn HoldListener>) {
-        *self
-            .listener
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(listener);
+        *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(listener);
     }
 
     /// Who hears what the purgatory does, if anyone.
@@ -190,7 +187,9 @@ impl OwnPurgatory {
 
     /// Whether anything of `repo` is held.
     pub fn has_pending(&self, repo: &RepoRef) -> bool {
-        self.lock().get(repo).is_some_and(|events| !events.is_empty())
+        self.lock()
+            .get(repo)
+            .is_some_and(|events| !events.is_empty())
     }
 
     /// Releases the held events of `repo` whose objects are all `present`: a satisfied

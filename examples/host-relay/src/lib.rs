@@ -45,7 +45,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::host_purgatory::OwnPurgatory;
-use crate::purgatory_glue::{build_scheduler, HostAnnouncements, Hooks, SchedulerSettings};
+use crate::purgatory_glue::{build_scheduler, Hooks, HostAnnouncements, SchedulerSettings};
 use crate::relay::Front;
 use crate::sync_glue::{build_sync, HostStore, SyncSettings};
 
@@ -238,7 +238,7 @@ impl HostRelay {
     }
 
     /// Stops the front (and its connections), the sync and the scheduler.
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
         let _ = self.stop.send(true);
         self.scheduler.shutdown();
         self.sync.stop().await;
@@ -268,9 +268,9 @@ impl RunningSync {
     }
 
     /// Stops this run and waits for it.
-    async fn stop(self) {
+    async fn stop(&mut self) {
         self.shutdown.shutdown();
-        if let Err(error) = self.task.await {
+        if let Err(error) = (&mut self.task).await {
             warn!(%error, "the sync task failed");
         }
     }

@@ -37,7 +37,7 @@ impl HostPurgatory for OwnPurgatory {
     async fn release_satisfied(
         &self,
         repo: &RepoRef,
-        present: &(dyn Fn(&GitOid) -> bool + Send + Sync),
+        present: &(dyn for<'o> Fn(&'o GitOid) -> bool + Send + Sync),
     ) -> Result<usize, ReleaseError> {
         OwnPurgatory::release_satisfied(self, repo, present).await
     }

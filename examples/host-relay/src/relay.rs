@@ -5,8 +5,9 @@
 //! "blocked: …"`), while a GRASP server answers an event it holds with `OK true
 //! "purgatory: …"`. So the front reads every client frame: an `EVENT` of a held kind
 //! (30617, 30618, 1618, 1619) is verified and handed to the host's purgatory, which
-//! answers for it unless its git data is already here; every other frame goes to the
-//! relay over an in-memory WebSocket, and the relay's answers come back unchanged.
+//! answers for it unless its git data is already here; a frame that is not a client
+//! message is answered with a `NOTICE`; every other frame goes to the relay over an
+//! in-memory WebSocket, and the relay's answers come back unchanged.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -65,7 +66,8 @@ impl Front {
     }
 
     /// Serves connections from `listener` until `stop` turns `true`.
-    pub async fn serve(self, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    pub async fn serve(self, listener: TcpListener, stop: watch::Receiver<bool>) {
+        let mut stopped = stop.clone();
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
@@ -74,13 +76,18 @@ impl Front {
                     }
                     Err(error) => warn!(%error, "accepting a connection failed"),
                 },
-                _ = stop.wait_for(|stop| *stop) => return,
+                _ = stopped.wait_for(|stop| *stop) => return,
             }
         }
     }
 
     /// One client connection, until either side closes or the front stops.
-    async fn connection(self, stream: TcpStream, addr: SocketAddr, mut stop: watch::Receiver<bool>) {
+    async fn connection(
+        self,
+        stream: TcpStream,
+        addr: SocketAddr,
+        mut stop: watch::Receiver<bool>,
+    ) {
         let config = WebSocketConfig::default()
             .max_message_size(Some(MAX_MESSAGE_BYTES))
             .max_frame_size(Some(MAX_MESSAGE_BYTES));
@@ -169,13 +176,17 @@ impl Front {
 }
 
 /// The route of a client's text frame, before the purgatory decides: a held kind's
-/// `EVENT` goes to the purgatory (a forged one is answered `invalid`), anything else,
-/// malformed frames included, goes to the relay, which answers them as it does.
+/// `EVENT` goes to the purgatory (a forged one is answered `invalid`), a frame that is
+/// not a NIP-01 client message is answered with a `NOTICE` (the relay would end the
+/// session), anything else goes to the relay.
 fn classify(text: &str) -> Route {
-    if !text.trim_start().starts_with("[\"EVENT\"") {
-        return Route::Forward;
-    }
-    let Ok(ClientMessage::Event(event)) = ClientMessage::from_json(text) else {
+    let message = match ClientMessage::from_json(text) {
+        Ok(message) => message,
+        Err(error) => {
+            return Route::Answer(RelayMessage::notice(format!("error: {error}")).as_json())
+        }
+    };
+    let ClientMessage::Event(event) = message else {
         return Route::Forward;
     };
     if !HELD_KINDS.contains(&event.kind.as_u16()) {
