@@ -15,7 +15,7 @@ use grasp_purgatory::{
     AnnouncementError, Announcements, HostPurgatory, Origin, Purgatory, PurgatoryBuildError,
     ReleaseError,
 };
-use grasp_sync_core::nip34::{GitOid, RepoRef};
+use grasp_sync_core::nip34::{GitOid, RepoRef, KIND_REPO_ANNOUNCEMENT};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use grasp_sync_relay_builder::RelayBuilderAnnouncements;
 use grasp_sync_tokio::HeldRepositories;
@@ -43,8 +43,9 @@ impl HostPurgatory for OwnPurgatory {
     }
 }
 
-/// The scheduler's announcements: the relay's database and the held ones (a held
-/// announcement's clone URLs are where its state's data comes from).
+/// The scheduler's announcements: the relay's database and the held announcements (a
+/// held announcement's clone URLs are where its state's data comes from; held states
+/// and PRs are not served, so the scheduler does not see them here).
 #[derive(Debug, Clone)]
 pub struct HostAnnouncements {
     database: RelayBuilderAnnouncements,
@@ -65,7 +66,10 @@ impl HostAnnouncements {
 impl Announcements for HostAnnouncements {
     async fn query(&self, filter: &Filter) -> Result<Vec<Event>, AnnouncementError> {
         let mut events = self.database.query(filter).await?;
-        for held in self.purgatory.matching(filter) {
+        // Held announcements only: held states and PRs are not served.
+        let held = self.purgatory.matching(filter).into_iter();
+        let announcements = held.filter(|event| event.kind.as_u16() == KIND_REPO_ANNOUNCEMENT);
+        for held in announcements {
             if !events.iter().any(|event| event.id == held.id) {
                 events.push(held);
             }
