@@ -1,6 +1,7 @@
-//! The git-backed [`SyncContext`]: purgatory's store, the relay's announcements, the local
-//! repositories and git, behind the trait the sync functions drive. Everything is per
-//! repository (`30617:<owner>:<identifier>`).
+//! The git-backed [`SyncContext`]: purgatory's store (or a host's own purgatory, see
+//! [`GitSyncContext::for_host`]), the relay's announcements, the local repositories and
+//! git, behind the trait the sync functions drive. Everything is per repository
+//! (`30617:<owner>:<identifier>`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use grasp_sync_core::url_policy::CloneUrl;
 
 use crate::git::{GitBackend, GitError, NOSTR_REF_PREFIX, PURGATORY_REF_PREFIX};
 use crate::held::{HeldEvent, HeldKind};
+use crate::host::{HostHeld, HostPurgatory};
 use crate::metrics::Metrics;
 use crate::refusals::UrlRefusals;
 use crate::repos::{
@@ -46,6 +48,8 @@ pub struct GitSyncContext {
     expiry: Duration,
     metrics: Option<Metrics>,
     refusals: Option<UrlRefusals>,
+    /// The host whose held events this context works for, if it is not our store's.
+    host: Option<HostHeld>,
     /// Repositories that released events since the service last asked
     /// ([`GitSyncContext::take_released`]): their served refs are reconciled next.
     released_in: Mutex<BTreeSet<RepoRef>>,
@@ -56,6 +60,7 @@ impl std::fmt::Debug for GitSyncContext {
         f.debug_struct("GitSyncContext")
             .field("own_service", &self.own_service)
             .field("creates_repositories", &self.creates_repositories)
+            .field("for_host", &self.host.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -99,8 +104,20 @@ impl GitSyncContext {
             expiry: parts.expiry,
             metrics: None,
             refusals: None,
+            host: None,
             released_in: Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// Works for `host`'s held events instead of the store's: the objects needed are
+    /// the host's ([`HostPurgatory::needed_oids`]) minus those seen in the local
+    /// repository, and satisfied events are released by the host
+    /// ([`HostPurgatory::release_satisfied`]), not handed to the sink. The store is then
+    /// only the bookkeeping of `refs/purgatory/*` sweeps; the sink and the expiry are
+    /// not used (expiry is the host's business).
+    pub fn for_host(mut self, host: Arc<dyn HostPurgatory>) -> Self {
+        self.host = Some(HostHeld::new(host));
+        self
     }
 
     /// The repositories that released events since the last call.
@@ -130,12 +147,71 @@ impl GitSyncContext {
         self
     }
 
-    /// Checks which needed objects are present and records it.
-    async fn refresh_present(&self, repo: &RepoRef, target: &Path) -> Result<(), GitError> {
-        let needed: Vec<GitOid> = lock(&self.store).needed_oids(repo).into_iter().collect();
+    /// Every object the held events of `repo` need (ours or the host's).
+    fn needed_oids(&self, repo: &RepoRef) -> BTreeSet<GitOid> {
+        match &self.host {
+            Some(host) => host.needed_oids(repo),
+            None => lock(&self.store).needed_oids(repo),
+        }
+    }
+
+    /// Checks which needed objects are present, records it and returns them.
+    async fn refresh_present(
+        &self,
+        repo: &RepoRef,
+        target: &Path,
+    ) -> Result<BTreeSet<GitOid>, GitError> {
+        let needed: Vec<GitOid> = self.needed_oids(repo).into_iter().collect();
         let present = self.git.existing(target, &needed).await?;
-        lock(&self.store).mark_present(repo, present);
-        Ok(())
+        match &self.host {
+            Some(host) => host.set_present(repo, present.clone()),
+            None => lock(&self.store).mark_present(repo, present.iter().cloned()),
+        }
+        Ok(present)
+    }
+
+    /// The host's satisfied events of `repo` released by the host (its local repository
+    /// is `target`); their stale refs swept, the repository noted for reconciliation.
+    async fn release_for_host(
+        &self,
+        host: &HostHeld,
+        repo: &RepoRef,
+        target: &Path,
+    ) -> Result<usize, SyncContextError> {
+        let present = self
+            .refresh_present(repo, target)
+            .await
+            .map_err(|error| Self::processing_error(repo, error))?;
+        let is_present = move |oid: &GitOid| present.contains(oid);
+        let released = host
+            .host()
+            .release_satisfied(repo, &is_present)
+            .await
+            .map_err(|error| {
+                tracing::warn!(%repo, %error, "the host failed to release its purgatory events");
+                Self::processing_error(repo, error)
+            })?;
+        host.forget_if_done(repo);
+        if released == 0 {
+            return Ok(0);
+        }
+        tracing::info!(%repo, released, "the host released its purgatory events");
+        let sweep = {
+            let mut store = lock(&self.store);
+            store.request_sweeps([repo.clone()]);
+            store.claim_sweep(repo)
+        };
+        if sweep {
+            self.sweep_refs(repo).await;
+        }
+        self.released_in
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(repo.clone());
+        if let Some(metrics) = &self.metrics {
+            metrics.events_released.inc_by(released as u64);
+        }
+        Ok(released)
     }
 
     /// Writes the PR tip ref (if any) and hands the event to the sink.
@@ -176,7 +252,7 @@ impl GitSyncContext {
                 return 0;
             }
         };
-        let needed = lock(&self.store).needed_oids(repo);
+        let needed = self.needed_oids(repo);
         let stale: Vec<(String, Option<GitOid>)> = names
             .into_iter()
             .filter(|name| {
@@ -219,7 +295,10 @@ impl SyncContext for GitSyncContext {
             .await
             .map_err(|error| Self::processing_error(repo, error))?
             .ok_or_else(|| SyncContextError::UnknownRepository { repo: repo.clone() })?;
-        data.event_sources = lock(&self.store).event_sources(repo);
+        data.event_sources = match &self.host {
+            Some(host) => host.event_sources(repo),
+            None => lock(&self.store).event_sources(repo),
+        };
         Ok(data)
     }
 
@@ -227,6 +306,10 @@ impl SyncContext for GitSyncContext {
         &self,
         repo: &RepoRef,
     ) -> Result<Option<RepoRef>, SyncContextError> {
+        if self.host.is_some() {
+            // The host's events are the host's to move: nothing is moved here.
+            return Ok(None);
+        }
         let home = home_of(self.announcements.as_ref(), repo)
             .await
             .map_err(|error| Self::processing_error(repo, error))?;
@@ -238,13 +321,19 @@ impl SyncContext for GitSyncContext {
     }
 
     fn collect_needed_oids(&self, repo: &RepoRef) -> BTreeSet<GitOid> {
-        lock(&self.store).missing_oids(repo)
+        match &self.host {
+            Some(host) => host.missing_oids(repo),
+            None => lock(&self.store).missing_oids(repo),
+        }
     }
 
     /// Answers from what purgatory last saw in `repo`'s local repository (no process is
     /// run).
     fn oid_exists(&self, repo: &RepoRef, oid: &GitOid) -> bool {
-        lock(&self.store).is_known_present(repo, oid)
+        match &self.host {
+            Some(host) => host.is_known_present(repo, oid),
+            None => lock(&self.store).is_known_present(repo, oid),
+        }
     }
 
     async fn fetch_oids(
@@ -284,6 +373,9 @@ impl SyncContext for GitSyncContext {
         let Some(target) = self.find_target_repo(repo) else {
             return Ok(0);
         };
+        if let Some(host) = &self.host {
+            return self.release_for_host(host, repo, &target).await;
+        }
         self.refresh_present(repo, &target)
             .await
             .map_err(|error| Self::processing_error(repo, error))?;
@@ -328,7 +420,10 @@ impl SyncContext for GitSyncContext {
     }
 
     fn has_pending_events(&self, repo: &RepoRef) -> bool {
-        lock(&self.store).has_pending(repo)
+        match &self.host {
+            Some(host) => host.host().has_pending(repo),
+            None => lock(&self.store).has_pending(repo),
+        }
     }
 
     fn find_target_repo(&self, repo: &RepoRef) -> Option<PathBuf> {

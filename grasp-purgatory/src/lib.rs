@@ -35,6 +35,8 @@
 //!   [`serve_queued_identifier`]: one turn of a domain's queue.
 //! - [`GitSyncContext`] and [`GitFetcher`]: the real context, fetching exact objects with
 //!   the git command line, safely (see [`git`]).
+//! - [`HostPurgatory`], [`PurgatoryBuilder::host_purgatory`], [`Purgatory::schedule`]:
+//!   the scheduler alone, over a host's own purgatory (see below).
 //! - [`PurgatoryGate`]: wiring to `grasp-sync-tokio`, so events arriving by proactive
 //!   sync enter purgatory with the immediate delay.
 //! - [`PurgatoryStatus`]: what is held, releasing, released, expired, queued and being
@@ -80,6 +82,90 @@
 //! # }
 //! ```
 //!
+//! # Over a host's own purgatory
+//!
+//! A GRASP server that keeps its own purgatory (it holds announcements, states and pull
+//! requests itself, and answers push authorisation from them) can use only the
+//! scheduler: the per-repository queue with debounce and backoff, the per-domain
+//! throttles, the safe git fetch, the `refs/purgatory/*` sweep and the served refs'
+//! reconciliation (the refs follow the newest authorized state, pull request tips at
+//! `refs/nostr/<id>`). It implements [`HostPurgatory`] over its held events and
+//! [`Announcements`] over its database **and** its held announcements (clone URLs come
+//! from there), builds with [`PurgatoryBuilder::host_purgatory`], and calls
+//! [`Purgatory::schedule`] whenever it holds a new event. The scheduler asks the host
+//! which objects are needed (minus those seen in the local repository), fetches them,
+//! and calls [`HostPurgatory::release_satisfied`]; the host stores and serves what it
+//! releases, and the repository is reconciled at once.
+//!
+//! What stays the host's: its events ([`Purgatory::add`], [`Purgatory::add_state`] and
+//! [`Purgatory::add_pr`] are refused with [`AddError::HeldByHost`]), their journal
+//! ([`PurgatoryBuilder::persist_to`] is ignored), their expiry and limits, and moving
+//! events of an unannounced coordinate. A pull request's own `clone` URLs (its fork) are
+//! fetched from when the host names them ([`HostPurgatory::event_sources`], none by
+//! default). No [`ReleaseSink`] is needed. The
+//! [`PurgatoryStatus`] reports what the scheduler knows: the repositories scheduled and
+//! still held by the host (with their backoff and reasons), the queue, fetches in flight,
+//! objects fetched and events the host released; `events_held` reads 0.
+//!
+//! ```no_run
+//! use std::collections::BTreeSet;
+//! use std::sync::{Arc, Mutex};
+//!
+//! use grasp_purgatory::core::nip34::{GitOid, RepoRef};
+//! use grasp_purgatory::{
+//!     HostPurgatory, MemoryAnnouncements, Origin, Purgatory, PurgatoryBuildError,
+//!     ReleaseError,
+//! };
+//!
+//! /// The server's held states: what each needs (its database is elsewhere).
+//! struct Held(Mutex<Vec<(RepoRef, BTreeSet<GitOid>)>>);
+//!
+//! #[async_trait::async_trait]
+//! impl HostPurgatory for Held {
+//!     fn needed_oids(&self, repo: &RepoRef) -> BTreeSet<GitOid> {
+//!         let held = self.0.lock().expect("not poisoned");
+//!         let of_repo = held.iter().filter(|(r, _)| r == repo);
+//!         of_repo.flat_map(|(_, needs)| needs.iter().cloned()).collect()
+//!     }
+//!
+//!     fn has_pending(&self, repo: &RepoRef) -> bool {
+//!         self.0.lock().expect("not poisoned").iter().any(|(r, _)| r == repo)
+//!     }
+//!
+//!     async fn release_satisfied(
+//!         &self,
+//!         repo: &RepoRef,
+//!         present: &(dyn for<'o> Fn(&'o GitOid) -> bool + Send + Sync),
+//!     ) -> Result<usize, ReleaseError> {
+//!         let mut held = self.0.lock().expect("not poisoned");
+//!         let before = held.len();
+//!         // A real server stores and serves each released event here.
+//!         held.retain(|(r, needs)| r != repo || !needs.iter().all(present));
+//!         Ok(before - held.len())
+//!     }
+//! }
+//!
+//! # async fn demo(repo: RepoRef) -> Result<(), PurgatoryBuildError> {
+//! let held = Arc::new(Held(Mutex::new(Vec::new())));
+//! // The server's own `Announcements`: over its database and its held announcements.
+//! let announcements = Arc::new(MemoryAnnouncements::new());
+//! let scheduler = Purgatory::builder()
+//!     .announcements(announcements)
+//!     .host_purgatory(held.clone())
+//!     .repos_root("/srv/git")
+//!     .repositories_managed_externally(true)
+//!     .build()?;
+//! tokio::spawn({
+//!     let scheduler = scheduler.clone();
+//!     async move { scheduler.run().await }
+//! });
+//! // The server accepted a state whose commits it lacks: held, then scheduled (a user
+//! // pushing next: the 3 min debounce; an event that arrived by sync: at once).
+//! scheduler.schedule(&repo, Origin::Submitted);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! The crates an embedder needs to name this API are re-exported: [`nostr`],
 //! [`prometheus`] and [`core`] (`grasp-sync-core`).
 #![forbid(unsafe_code)]
@@ -90,6 +176,7 @@ mod context;
 pub mod git;
 mod held;
 mod hook;
+mod host;
 pub mod journal;
 mod metrics;
 mod refusals;
@@ -113,6 +200,7 @@ pub use held::{
     hold_event, hold_pull_request, hold_state, is_held_kind, HeldEvent, HeldKind, HoldError, Origin,
 };
 pub use hook::PurgatoryGate;
+pub use host::HostPurgatory;
 pub use repos::{
     create_bare_repository, home_of, repository_data, AnnouncementError, Announcements,
     CreateRepoError, DatabaseAnnouncements, MemoryAnnouncements, NpubLayout, RepoLocator,
@@ -130,5 +218,22 @@ pub use sync::{
 pub use throttle_manager::{DomainStep, ThrottleManager};
 
 pub use grasp_sync_core as core;
-pub use nostr;
+/// The nostr crate we build on (0.45), whole: its modules
+/// (`grasp_purgatory::nostr::prelude`, `::event`, `::filter` …) and, at this
+/// module's root, everything of its prelude, so a host names our types
+/// without a nostr dependency of its own at our version:
+///
+/// ```
+/// use grasp_purgatory::nostr::{Event, EventId, Filter, Kind, PublicKey, RelayUrl, Timestamp};
+///
+/// let url = RelayUrl::parse("wss://relay.example.com").unwrap();
+/// let filter = Filter::new().kind(Kind::GitRepoAnnouncement).since(Timestamp::from(0));
+/// let _: Option<(Event, EventId, PublicKey)> = None;
+/// assert_eq!(url.as_str(), "wss://relay.example.com");
+/// assert_eq!(filter.kinds.map(|kinds| kinds.len()), Some(1));
+/// ```
+pub mod nostr {
+    pub use ::nostr::prelude::*;
+    pub use ::nostr::*;
+}
 pub use prometheus;

@@ -59,7 +59,8 @@ impl fmt::Display for HeldState {
 pub struct HeldRepository {
     /// The repository, `30617:<owner>:<identifier>`.
     pub repo: String,
-    /// How many of its events are held.
+    /// How many of its events are held (0 over a host's purgatory: the host counts its
+    /// events, see [`PurgatoryBuilder::host_purgatory`](crate::PurgatoryBuilder::host_purgatory)).
     pub events: usize,
     /// Where it stands.
     pub state: HeldState,

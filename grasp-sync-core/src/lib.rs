@@ -109,6 +109,7 @@
 #![warn(missing_docs)]
 
 pub mod clock;
+pub mod crossing;
 pub mod engine;
 pub mod filters;
 pub mod health;

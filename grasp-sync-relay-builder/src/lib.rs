@@ -57,7 +57,7 @@
 #![warn(missing_docs)]
 
 mod bridge;
-mod convert;
+pub mod convert;
 mod grasps;
 
 pub use bridge::{Bridge, ForwardAccepted, RelayBuilderAnnouncements, RelayBuilderStore};
@@ -67,8 +67,8 @@ pub use grasps::supported_grasps;
 /// The relay builder's types (nostr 0.44), under one name.
 pub mod r44 {
     pub use nostr_relay_builder::prelude::{
-        Event, Filter, LocalRelay, MemoryDatabase, MemoryDatabaseOptions, NostrDatabase, RateLimit,
-        RelayBuilder,
+        Event, EventId, Filter, LocalRelay, MemoryDatabase, MemoryDatabaseOptions, NostrDatabase,
+        RateLimit, RelayBuilder, RelayUrl, Timestamp,
     };
 }
 

@@ -81,9 +81,28 @@ pub use clock::TokioClock;
 pub use connection::ConnectionConfig;
 pub use database::DatabaseStore;
 pub use grasp_sync_core as core;
+pub use grasp_sync_core::nip34::RepoRef;
 pub use manager::{BuildError, ShutdownHandle, Summary, SyncManager, SyncManagerBuilder};
+pub use metrics::MetricsHandle;
 pub use nip11::Nip11Error;
-pub use nostr;
+/// The nostr crate we build on (0.45), whole: its modules
+/// (`grasp_sync_tokio::nostr::prelude`, `::event`, `::filter` …) and, at this
+/// module's root, everything of its prelude, so a host names our types
+/// without a nostr dependency of its own at our version:
+///
+/// ```
+/// use grasp_sync_tokio::nostr::{Event, EventId, Filter, Kind, PublicKey, RelayUrl, Timestamp};
+///
+/// let url = RelayUrl::parse("wss://relay.example.com").unwrap();
+/// let filter = Filter::new().kind(Kind::GitRepoAnnouncement).since(Timestamp::from(0));
+/// let _: Option<(Event, EventId, PublicKey)> = None;
+/// assert_eq!(url.as_str(), "wss://relay.example.com");
+/// assert_eq!(filter.kinds.map(|kinds| kinds.len()), Some(1));
+/// ```
+pub mod nostr {
+    pub use ::nostr::prelude::*;
+    pub use ::nostr::*;
+}
 pub use nostr_database;
 pub use prometheus;
 pub use resolve::{DialError, Resolver, StaticResolver, SystemResolver};

@@ -1,5 +1,14 @@
-//! The spec's `ngit_sync_*` Prometheus metrics, plus bytes per relay,
-//! dropped events by reason and GRASP-03 Sync+'s `ngit_sync_plus_*`.
+//! The spec's sync metrics under a prefix of our own (`grasp_sync_*` by
+//! default: the reference GRASP server's `ngit_sync_*` names mean other
+//! things there, e.g. its `ngit_sync_relay_connected` is a 0–4 state), plus
+//! bytes per relay, dropped events by reason and GRASP-03 Sync+'s
+//! `<prefix>_plus_*`.
+//!
+//! The connection gauges (`relay_connected`, `relay_status`,
+//! `relay_failures`, `relays_connected_total`) follow each connect,
+//! disconnect and connect failure as the run loop handles it
+//! ([`Metrics::connection_changed`]); the rest are refreshed on the run
+//! loop's tick ([`Metrics::update`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -8,7 +17,13 @@ use grasp_sync_core::clock::Instant;
 use grasp_sync_core::engine::{EngineStats, SyncEngine, SyncPlusCounts};
 use grasp_sync_core::health::HealthState;
 use nostr::prelude::RelayUrl;
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::core::Collector;
+use prometheus::{
+    Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// The prefix of every metric name when the host names none.
+pub(crate) const DEFAULT_PREFIX: &str = "grasp_sync";
 
 /// Every metric, registered once.
 #[derive(Clone, Debug)]
@@ -40,130 +55,211 @@ pub(crate) struct Metrics {
     reported: RefCell<HashMap<&'static str, u64>>,
 }
 
+/// A metric that can be registered in more than one registry (each
+/// registration takes its own box; the clones share the values).
+trait CloneCollector {
+    /// A boxed clone, for `Registry::register`.
+    fn boxed(&self) -> Box<dyn Collector>;
+}
+
+impl<T: Collector + Clone + 'static> CloneCollector for T {
+    fn boxed(&self) -> Box<dyn Collector> {
+        Box::new(self.clone())
+    }
+}
+
+/// Our metrics as Prometheus text, for a host whose `/metrics` is served
+/// from a registry of another prometheus version.
+///
+/// [`SyncManagerBuilder::registry`](crate::SyncManagerBuilder::registry)
+/// takes a `prometheus` 0.14 `Registry`; prometheus's `Collector` trait is
+/// bound to its crate version, so a host on prometheus 0.13 (or another
+/// library) cannot register our collectors. Such a host appends
+/// [`MetricsHandle::text`] to its own text output instead. The handle is
+/// cheap to clone, `Send` and `Sync`, and reads the values live while
+/// [`SyncManager::run`](crate::SyncManager::run) goes on.
+#[derive(Clone, Debug)]
+pub struct MetricsHandle {
+    /// A registry holding only our families.
+    own: Registry,
+}
+
+impl MetricsHandle {
+    /// Every family of ours (and nothing of the host's), encoded in the
+    /// Prometheus text exposition format 0.0.4, with `# HELP` and `# TYPE`
+    /// lines.
+    pub fn text(&self) -> String {
+        let mut out = Vec::new();
+        if let Err(error) = TextEncoder::new().encode(&self.own.gather(), &mut out) {
+            // Encoding into a `Vec` fails only on a family that breaks the
+            // format, which ours never are; say so rather than panic.
+            tracing::warn!(%error, "encoding the sync metrics failed");
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
 impl Metrics {
-    pub(crate) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+    /// Every metric, named `<prefix>_…`, registered in `own` (the families
+    /// [`MetricsHandle::text`] encodes) and in the host's `registry`, if
+    /// one was given.
+    pub(crate) fn register(
+        own: &Registry,
+        host: Option<&Registry>,
+        prefix: &str,
+    ) -> Result<Self, prometheus::Error> {
+        let prefix = prefix.trim_end_matches('_');
+        let name = |suffix: &str| format!("{prefix}_{suffix}");
         let metrics = Metrics {
             relay_connected: IntGaugeVec::new(
                 Opts::new(
-                    "ngit_sync_relay_connected",
+                    name("relay_connected"),
                     "Per-relay connection status (1 connected, 0 not)",
                 ),
                 &["relay"],
             )?,
             connection_attempts: IntCounterVec::new(
                 Opts::new(
-                    "ngit_sync_connection_attempts_total",
+                    name("connection_attempts_total"),
                     "Connection attempts by relay and result",
                 ),
                 &["relay", "result"],
             )?,
             relay_status: IntGaugeVec::new(
                 Opts::new(
-                    "ngit_sync_relay_status",
+                    name("relay_status"),
                     "Relay health (1 healthy, 2 disconnected, 3 degraded, 4 dead, 5 rate_limited)",
                 ),
                 &["relay"],
             )?,
             relay_failures: IntGaugeVec::new(
                 Opts::new(
-                    "ngit_sync_relay_failures",
+                    name("relay_failures"),
                     "Consecutive connection failures per relay",
                 ),
                 &["relay"],
             )?,
             events_synced: IntCounter::new(
-                "ngit_sync_events_synced_total",
+                name("events_synced_total"),
                 "Events newly saved by sync",
             )?,
             relays_tracked: IntGauge::new(
-                "ngit_sync_relays_tracked_total",
+                name("relays_tracked_total"),
                 "Relays discovered and tracked",
             )?,
             relays_connected: IntGauge::new(
-                "ngit_sync_relays_connected_total",
+                name("relays_connected_total"),
                 "Relays connected now",
             )?,
-            relays_dead: IntGauge::new("ngit_sync_relays_dead_total", "Relays marked dead")?,
+            relays_dead: IntGauge::new(name("relays_dead_total"), "Relays marked dead")?,
             bytes_received: IntCounterVec::new(
-                Opts::new("ngit_sync_bytes_received_total", "Bytes received per relay"),
+                Opts::new(name("bytes_received_total"), "Bytes received per relay"),
                 &["relay"],
             )?,
             bytes_sent: IntCounterVec::new(
-                Opts::new("ngit_sync_bytes_sent_total", "Bytes sent per relay"),
+                Opts::new(name("bytes_sent_total"), "Bytes sent per relay"),
                 &["relay"],
             )?,
             dropped: IntCounterVec::new(
                 Opts::new(
-                    "ngit_sync_events_dropped_total",
+                    name("events_dropped_total"),
                     "Events dropped, by reason: forged, off_filter, unknown_subscription, rejected_by_store, store_error, malformed",
                 ),
                 &["reason"],
             )?,
             refused: IntCounterVec::new(
                 Opts::new(
-                    "ngit_sync_refused_total",
+                    name("refused_total"),
                     "Work refused by a policy or a cap, by reason: relay_policy, resolved_address, relays_over_cap, relays_evicted (a relay that served nothing of ours in its trial period yielded its slot), negentropy_session_cut, root_events_over_cap, not_ours (Layer 1 events not stored: not ours), sync_plus_participants_over_cap, sync_plus_list_relays_left_out (write relays of a relay list over the cap or refused by the policy), sync_plus_relays_over_cap (outbox relays over the global Sync+ cap)",
                 ),
                 &["reason"],
             )?,
             sync_plus_events: IntCounter::new(
-                "ngit_sync_plus_events_total",
+                name("plus_events_total"),
                 "Events newly stored that came from a relay only Sync+ (GRASP-03) brought in: the conversation from participants' own relays",
             )?,
             sync_plus_passes: IntCounter::new(
-                "ngit_sync_plus_passes_total",
+                name("plus_passes_total"),
                 "Sync+ (GRASP-03) passes: each moves the selection of participants and outbox relays on",
             )?,
             sync_plus_participants: IntGauge::new(
-                "ngit_sync_plus_participants",
+                name("plus_participants"),
                 "Sync+ (GRASP-03) participants remembered over every repository (a key in two repositories counts twice)",
             )?,
             sync_plus_relay_lists: IntGauge::new(
-                "ngit_sync_plus_relay_lists",
+                name("plus_relay_lists"),
                 "Sync+ (GRASP-03) participants whose relay list (kind 10002 or 10317) is known",
             )?,
             sync_plus_outbox_relays: IntGauge::new(
-                "ngit_sync_plus_outbox_relays",
+                name("plus_outbox_relays"),
                 "Sync+ (GRASP-03) outbox relays synced from this pass",
             )?,
             reported: RefCell::default(),
         };
-        registry.register(Box::new(metrics.relay_connected.clone()))?;
-        registry.register(Box::new(metrics.connection_attempts.clone()))?;
-        registry.register(Box::new(metrics.relay_status.clone()))?;
-        registry.register(Box::new(metrics.relay_failures.clone()))?;
-        registry.register(Box::new(metrics.events_synced.clone()))?;
-        registry.register(Box::new(metrics.relays_tracked.clone()))?;
-        registry.register(Box::new(metrics.relays_connected.clone()))?;
-        registry.register(Box::new(metrics.relays_dead.clone()))?;
-        registry.register(Box::new(metrics.bytes_received.clone()))?;
-        registry.register(Box::new(metrics.bytes_sent.clone()))?;
-        registry.register(Box::new(metrics.dropped.clone()))?;
-        registry.register(Box::new(metrics.refused.clone()))?;
-        registry.register(Box::new(metrics.sync_plus_events.clone()))?;
-        registry.register(Box::new(metrics.sync_plus_passes.clone()))?;
-        registry.register(Box::new(metrics.sync_plus_participants.clone()))?;
-        registry.register(Box::new(metrics.sync_plus_relay_lists.clone()))?;
-        registry.register(Box::new(metrics.sync_plus_outbox_relays.clone()))?;
+        let registries: Vec<&Registry> = std::iter::once(own).chain(host).collect();
+        let register = |collector: &dyn CloneCollector| -> Result<(), prometheus::Error> {
+            for registry in &registries {
+                registry.register(collector.boxed())?;
+            }
+            Ok(())
+        };
+        register(&metrics.relay_connected)?;
+        register(&metrics.connection_attempts)?;
+        register(&metrics.relay_status)?;
+        register(&metrics.relay_failures)?;
+        register(&metrics.events_synced)?;
+        register(&metrics.relays_tracked)?;
+        register(&metrics.relays_connected)?;
+        register(&metrics.relays_dead)?;
+        register(&metrics.bytes_received)?;
+        register(&metrics.bytes_sent)?;
+        register(&metrics.dropped)?;
+        register(&metrics.refused)?;
+        register(&metrics.sync_plus_events)?;
+        register(&metrics.sync_plus_passes)?;
+        register(&metrics.sync_plus_participants)?;
+        register(&metrics.sync_plus_relay_lists)?;
+        register(&metrics.sync_plus_outbox_relays)?;
         Ok(metrics)
     }
 
-    /// The 2-second health and metrics tick.
+    /// The handle that encodes the families registered in `own`.
+    pub(crate) fn handle(own: &Registry) -> MetricsHandle {
+        MetricsHandle { own: own.clone() }
+    }
+
+    /// `relay`'s connection changed (connected, disconnected, a connect
+    /// failed or was refused): its connection gauges and the count of
+    /// connected relays are set now, not on the next tick.
+    pub(crate) fn connection_changed(&self, engine: &SyncEngine, relay: &RelayUrl, now: Instant) {
+        self.relay_gauges(engine, relay, now);
+        self.relays_connected
+            .set(i64::try_from(engine.health_counts(now).connected).unwrap_or(i64::MAX));
+    }
+
+    /// The gauges of one relay: connected, health state, failures in a row.
+    fn relay_gauges(&self, engine: &SyncEngine, relay: &RelayUrl, now: Instant) {
+        let url = relay.as_str();
+        self.relay_connected
+            .with_label_values(&[url])
+            .set(i64::from(engine.is_connected(relay)));
+        self.relay_status
+            .with_label_values(&[url])
+            .set(engine.health_state(relay, now).metric_value());
+        let failures = engine
+            .relay_health(relay)
+            .map_or(0, |health| health.consecutive_failures());
+        self.relay_failures
+            .with_label_values(&[url])
+            .set(i64::from(failures));
+    }
+
+    /// The 2-second health and metrics tick: every gauge (the connection
+    /// gauges too, for health states that change with time alone, such as
+    /// a backoff running out).
     pub(crate) fn update(&self, engine: &SyncEngine, now: Instant) {
         for (relay, _) in engine.relay_states() {
-            let url = relay.as_str();
-            self.relay_connected
-                .with_label_values(&[url])
-                .set(i64::from(engine.is_connected(relay)));
-            self.relay_status
-                .with_label_values(&[url])
-                .set(engine.health_state(relay, now).metric_value());
-            let failures = engine
-                .relay_health(relay)
-                .map_or(0, |health| health.consecutive_failures());
-            self.relay_failures
-                .with_label_values(&[url])
-                .set(i64::from(failures));
+            self.relay_gauges(engine, relay, now);
         }
         let counts = engine.health_counts(now);
         self.relays_tracked.set(counts.tracked as i64);
@@ -307,7 +403,7 @@ mod tests {
     #[test]
     fn sync_plus_counters_grow_by_what_the_engine_counted_and_caps_are_refusals() {
         let registry = Registry::new();
-        let metrics = Metrics::register(&registry).unwrap();
+        let metrics = Metrics::register(&registry, None, DEFAULT_PREFIX).unwrap();
         let mut stats = EngineStats::default();
         stats.sync_plus_events = 5;
         stats.sync_plus_passes = 2;
@@ -321,16 +417,16 @@ mod tests {
         let refused = |reason| {
             sample(
                 &registry,
-                "ngit_sync_refused_total",
+                "grasp_sync_refused_total",
                 Some(("reason", reason)),
             )
         };
         assert_eq!(
-            sample(&registry, "ngit_sync_plus_events_total", None),
+            sample(&registry, "grasp_sync_plus_events_total", None),
             Some(7.0)
         );
         assert_eq!(
-            sample(&registry, "ngit_sync_plus_passes_total", None),
+            sample(&registry, "grasp_sync_plus_passes_total", None),
             Some(2.0)
         );
         assert_eq!(refused("sync_plus_participants_over_cap"), Some(3.0));
@@ -341,7 +437,7 @@ mod tests {
     #[test]
     fn sync_plus_gauges_show_what_the_engine_holds_now() {
         let registry = Registry::new();
-        let metrics = Metrics::register(&registry).unwrap();
+        let metrics = Metrics::register(&registry, None, DEFAULT_PREFIX).unwrap();
         let mut counts = SyncPlusCounts::default();
         counts.participants = 12;
         counts.relay_lists = 9;
@@ -350,15 +446,15 @@ mod tests {
         counts.outbox_relays = 2;
         metrics.sync_plus_gauges(counts);
         assert_eq!(
-            sample(&registry, "ngit_sync_plus_participants", None),
+            sample(&registry, "grasp_sync_plus_participants", None),
             Some(12.0)
         );
         assert_eq!(
-            sample(&registry, "ngit_sync_plus_relay_lists", None),
+            sample(&registry, "grasp_sync_plus_relay_lists", None),
             Some(9.0)
         );
         assert_eq!(
-            sample(&registry, "ngit_sync_plus_outbox_relays", None),
+            sample(&registry, "grasp_sync_plus_outbox_relays", None),
             Some(2.0)
         );
     }

@@ -74,7 +74,7 @@ fn manager(setup: &Setup, allow_local: bool) -> SyncManager {
 }
 
 fn refused(registry: &prometheus::Registry) -> u64 {
-    support::counter_value(registry, "ngit_sync_refused_total", "resolved_address") as u64
+    support::counter_value(registry, "grasp_sync_refused_total", "resolved_address") as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

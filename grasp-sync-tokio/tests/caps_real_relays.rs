@@ -81,7 +81,7 @@ async fn an_announcement_listing_1000_relays_connects_at_most_the_cap() {
     assert_eq!(remote.connections_seen(), cap, "connections opened");
     assert!(remote.nip11_requests_seen() <= cap);
     assert_eq!(
-        counter_value(&registry, "ngit_sync_refused_total", "relays_over_cap") as usize,
+        counter_value(&registry, "grasp_sync_refused_total", "relays_over_cap") as usize,
         1000 - cap
     );
     assert!(own.event_ids().await.contains(&issue.id));
@@ -136,7 +136,7 @@ async fn junk_relays_yield_their_slots_to_an_honest_relay() {
     let registry = manager.registry().clone();
     let shutdown = manager.shutdown_handle();
     let run = tokio::spawn(manager.run());
-    let evicted = || counter_value(&registry, "ngit_sync_refused_total", "relays_evicted");
+    let evicted = || counter_value(&registry, "grasp_sync_refused_total", "relays_evicted");
     tokio::time::timeout(WAIT, async {
         loop {
             if own.event_ids().await.contains(&issue.id) && evicted() >= 1.0 {
@@ -225,7 +225,7 @@ async fn a_relay_with_endless_negentropy_rounds_is_cut_off_counted_and_synced() 
     assert!(
         counter_value(
             &registry,
-            "ngit_sync_refused_total",
+            "grasp_sync_refused_total",
             "negentropy_session_cut"
         ) >= 1.0,
         "the cut is counted in the metrics"

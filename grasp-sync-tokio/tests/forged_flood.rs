@@ -136,8 +136,9 @@ async fn a_relay_flooding_forged_events_is_cut_off_once_per_connection_and_backe
     let started = tokio::time::Instant::now();
     let run = tokio::spawn(manager.run());
 
-    let dropped = |reason: &str| counter_value(&registry, "ngit_sync_events_dropped_total", reason);
-    let cuts = || counter_value(&registry, "ngit_sync_refused_total", "bad_events_cut_off");
+    let dropped =
+        |reason: &str| counter_value(&registry, "grasp_sync_events_dropped_total", reason);
+    let cuts = || counter_value(&registry, "grasp_sync_refused_total", "bad_events_cut_off");
     // Two episodes (a cut, a reconnect after the backoff, a second cut) — or, without a
     // cut-off, until the whole flood was handled and the sync completed.
     loop {

@@ -74,7 +74,7 @@ async fn a_relay_without_eose_for_limit_zero_is_not_reconnected_and_stays_live()
     let attempts = || {
         counter_value(
             &registry,
-            "ngit_sync_connection_attempts_total",
+            "grasp_sync_connection_attempts_total",
             remote.url().as_str(),
         )
     };

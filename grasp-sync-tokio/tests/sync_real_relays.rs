@@ -558,7 +558,7 @@ async fn a_hostile_relay_gets_nothing_forged_or_off_filter_into_the_store() {
         registry
             .gather()
             .iter()
-            .filter(|family| family.name() == "ngit_sync_events_dropped_total")
+            .filter(|family| family.name() == "grasp_sync_events_dropped_total")
             .flat_map(|family| family.get_metric().to_vec())
             .filter(|metric| {
                 metric
@@ -648,11 +648,11 @@ async fn an_embedding_relay_hands_events_in_process_and_stores_in_its_database()
         .map(|family| family.name().to_owned())
         .collect();
     for name in [
-        "ngit_sync_relay_connected",
-        "ngit_sync_connection_attempts_total",
-        "ngit_sync_relay_status",
-        "ngit_sync_events_synced_total",
-        "ngit_sync_relays_tracked_total",
+        "grasp_sync_relay_connected",
+        "grasp_sync_connection_attempts_total",
+        "grasp_sync_relay_status",
+        "grasp_sync_events_synced_total",
+        "grasp_sync_relays_tracked_total",
     ] {
         assert!(names.contains(name), "metric {name} registered: {names:?}");
     }

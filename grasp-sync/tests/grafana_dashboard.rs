@@ -198,9 +198,9 @@ fn dashboard_queries(dashboard: &Value) -> (Vec<String>, Vec<String>) {
 fn the_expression_reader_finds_metric_names_and_nothing_else() {
     assert_eq!(
         metric_names(
-            r#"sum by (reason) (rate(ngit_sync_refused_total{job=~"$job", relay="x y"}[$__rate_interval]))"#
+            r#"sum by (reason) (rate(grasp_sync_refused_total{job=~"$job", relay="x y"}[$__rate_interval]))"#
         ),
-        vec!["ngit_sync_refused_total"]
+        vec!["grasp_sync_refused_total"]
     );
     assert_eq!(
         metric_names(r#"increase(a_total{job=~"$job"}[1h]) / ignoring (x) b + 2"#),
@@ -227,7 +227,7 @@ fn every_metric_the_dashboard_names_is_registered_by_the_code() {
     }
     let registry = sidecar_registry();
     assert!(
-        !registered(&registry, "ngit_sync_not_a_metric"),
+        !registered(&registry, "grasp_sync_not_a_metric"),
         "the probe tells a free name from a taken one"
     );
     let missing: Vec<&String> = names

@@ -151,10 +151,10 @@ async fn metrics_and_status_are_served_and_sigterm_stops_it() {
     assert_eq!(own.event_ids().await, expected);
     let metrics = get(port, "/metrics").await.expect("/metrics");
     assert!(
-        metrics.contains("ngit_sync_events_synced_total"),
+        metrics.contains("grasp_sync_events_synced_total"),
         "{metrics}"
     );
-    assert!(metrics.contains("ngit_sync_relays_connected_total"));
+    assert!(metrics.contains("grasp_sync_relays_connected_total"));
     let pid = child.id().expect("pid").to_string();
     let started = tokio::time::Instant::now();
     let killed = Command::new("kill")

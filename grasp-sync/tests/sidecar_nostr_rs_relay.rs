@@ -187,12 +187,12 @@ async fn status(port: u16) -> Option<serde_json::Value> {
 }
 
 /// Connection attempts started to the relay on `relay_port`
-/// (`ngit_sync_connection_attempts_total{result="started"}`).
+/// (`grasp_sync_connection_attempts_total{result="started"}`).
 fn connection_attempts(metrics: &str, relay_port: u16) -> f64 {
     let needle = format!("127.0.0.1:{relay_port}");
     metrics
         .lines()
-        .filter(|line| line.starts_with("ngit_sync_connection_attempts_total{"))
+        .filter(|line| line.starts_with("grasp_sync_connection_attempts_total{"))
         .filter(|line| line.contains(&needle) && line.contains("result=\"started\""))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()

@@ -1,7 +1,7 @@
 //! The [`Purgatory`] handle and what embedders call on it: holding events, triggering
 //! a sync, reading what is held and queued, shutting down.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use tokio::sync::{watch, Notify};
 use crate::config::PurgatoryConfig;
 use crate::context::{lock, GitSyncContext, SharedStore};
 use crate::held::{hold_event, HeldEvent, HoldError, Origin};
+use crate::host::HostPurgatory;
 use crate::journal::RejectedLine;
 use crate::metrics::Metrics;
 use crate::refusals::EventRefusalLog;
@@ -59,6 +60,13 @@ pub(super) struct Shared {
     pub(super) listed_at: Mutex<Option<Instant>>,
     /// Whether every announcement was listed once (until then, "done" is not known).
     pub(super) listed: Mutex<bool>,
+    /// The host whose held events the scheduler works for, if it keeps its own
+    /// purgatory (then the store holds nothing).
+    pub(super) host: Option<Arc<dyn HostPurgatory>>,
+    /// Over a host's purgatory: the repositories scheduled whose events the host still
+    /// holds, as far as the scheduler knows (the status lists them). Locked after the
+    /// queue.
+    pub(super) scheduled: Mutex<BTreeSet<RepoRef>>,
 }
 
 /// Holds events until their git objects are present, fetching them from the
@@ -165,11 +173,11 @@ impl Purgatory {
     /// lock: the order every check-and-remove of the queue uses too), so a concurrent
     /// clean-up never forgets a freshly queued repository.
     pub(super) fn hold(&self, held: HeldEvent) -> Result<Inserted, AddError> {
+        if self.shared.host.is_some() {
+            return Err(AddError::HeldByHost);
+        }
         let repo = held.repo.clone();
-        let delay = match held.origin {
-            Origin::Submitted => self.shared.config.queue.default_delay,
-            Origin::Synced => self.shared.config.queue.immediate_delay,
-        };
+        let delay = self.delay_of(held.origin);
         let inserted = {
             let mut store = lock(&self.shared.store);
             let inserted = store.insert(held);
@@ -187,6 +195,40 @@ impl Purgatory {
         self.update_gauges();
         self.publish_if_settled();
         inserted
+    }
+
+    /// How long a repository waits before its sync when an event of this origin arrives.
+    fn delay_of(&self, origin: Origin) -> Duration {
+        match origin {
+            Origin::Submitted => self.shared.config.queue.default_delay,
+            Origin::Synced => self.shared.config.queue.immediate_delay,
+        }
+    }
+
+    /// The host holds a new event of `repo` (or learned of new objects it needs):
+    /// schedules a fetch after the debounce of `origin` (the default delay, 3 min, for
+    /// [`Origin::Submitted`]; the immediate delay, 500 ms, for [`Origin::Synced`]),
+    /// resetting the repository's backoff; a burst of calls makes one sync. For a
+    /// purgatory built with [`PurgatoryBuilder::host_purgatory`]; on one that holds its
+    /// own events it queues `repo` just the same (a repository with nothing held is
+    /// dropped from the queue when its turn comes).
+    ///
+    /// Do not call it while holding a lock the host's [`HostPurgatory`] methods take.
+    ///
+    /// [`PurgatoryBuilder::host_purgatory`]: super::PurgatoryBuilder::host_purgatory
+    pub fn schedule(&self, repo: &RepoRef, origin: Origin) {
+        let delay = self.delay_of(origin);
+        {
+            let mut queue = self.queue();
+            queue.enqueue(&repo.to_string(), self.shared.clock.now(), delay);
+            if self.shared.host.is_some() {
+                lock_plain(&self.shared.scheduled).insert(repo.clone());
+            }
+        }
+        tracing::debug!(%repo, ?origin, "sync scheduled");
+        self.shared.wake.notify_one();
+        self.update_gauges();
+        self.publish_if_settled();
     }
 
     /// Holds `event` (a state or pull request a reconciliation found missing objects
@@ -252,11 +294,18 @@ impl Purgatory {
     /// repository still syncs on its own, from its own clone URLs. Does nothing when no
     /// event of such a repository is held.
     pub fn trigger_immediate_sync(&self, identifier: &str) {
-        let repos: Vec<RepoRef> = lock(&self.shared.store)
-            .repositories()
-            .filter(|repo| repo.identifier() == identifier)
-            .cloned()
-            .collect();
+        let repos: Vec<RepoRef> = match self.shared.host {
+            Some(_) => lock_plain(&self.shared.scheduled)
+                .iter()
+                .filter(|repo| repo.identifier() == identifier)
+                .cloned()
+                .collect(),
+            None => lock(&self.shared.store)
+                .repositories()
+                .filter(|repo| repo.identifier() == identifier)
+                .cloned()
+                .collect(),
+        };
         for repo in repos {
             self.trigger_repository_sync(&repo);
         }
@@ -265,6 +314,12 @@ impl Purgatory {
     /// Syncs `repo` after the immediate delay (for example right after a push to it),
     /// resetting its backoff. Does nothing when no event of it is held.
     pub fn trigger_repository_sync(&self, repo: &RepoRef) {
+        if let Some(host) = &self.shared.host {
+            if host.has_pending(repo) {
+                self.schedule(repo, Origin::Synced);
+            }
+            return;
+        }
         {
             let store = lock(&self.shared.store);
             if !store.has_pending(repo) {
@@ -387,16 +442,29 @@ impl Purgatory {
     /// Drops queue entries (and last attempts) whose events were all released (by a
     /// domain queue) or expired, unless their sync is running.
     pub(super) fn forget_released(&self) {
-        let forgotten = {
-            let store = lock(&self.shared.store);
-            self.attempts_lock()
-                .retain(|repo, _| store.has_pending(repo));
-            self.queue()
-                .retain_idle(|key| RepoRef::parse(key).is_ok_and(|repo| store.has_pending(&repo)))
+        let forgotten = match &self.shared.host {
+            Some(host) => self.forget_unless(|repo| host.has_pending(repo)),
+            None => {
+                let store = lock(&self.shared.store);
+                self.forget_unless(|repo| store.has_pending(repo))
+            }
         };
         if forgotten > 0 {
             self.update_gauges();
         }
+    }
+
+    /// Forgets the last attempts, the idle queue entries (and the scheduled
+    /// repositories of a host) of the repositories for which `holds` is false; returns
+    /// how many queue entries were forgotten. The queue stays locked from the question
+    /// to the removal, so a repository scheduled meanwhile is not forgotten.
+    fn forget_unless(&self, holds: impl Fn(&RepoRef) -> bool) -> usize {
+        self.attempts_lock().retain(|repo, _| holds(repo));
+        let mut queue = self.queue();
+        let forgotten = queue.retain_idle(|key| RepoRef::parse(key).is_ok_and(|repo| holds(&repo)));
+        lock_plain(&self.shared.scheduled)
+            .retain(|repo| queue.get(&repo.to_string()).is_some() || holds(repo));
+        forgotten
     }
 
     /// Sets the queue-size and held-events gauges.

@@ -1,7 +1,7 @@
 //! Building a [`Purgatory`]: its parts, its settings, and replaying the journal a
 //! previous run wrote.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,11 +16,12 @@ use super::api::{Purgatory, Shared};
 use crate::config::{EnvError, PurgatoryConfig};
 use crate::context::{ContextParts, GitSyncContext, SharedStore};
 use crate::git::{check_git_version, GitBackend, GitFetcher, GitVersionError, Resolver};
+use crate::host::HostPurgatory;
 use crate::metrics::Metrics;
 use crate::refusals::EventRefusalLog;
 use crate::repos::{Announcements, NpubLayout, RepoLocator};
 use crate::serve::Reconciler;
-use crate::sink::ReleaseSink;
+use crate::sink::{ChannelSink, ReleaseSink};
 use crate::status::PurgatoryStatus;
 use crate::store::{HeldLimits, PurgatoryStore};
 use crate::tasks::Tasks;
@@ -74,12 +75,14 @@ pub struct PurgatoryBuilder {
     sink: Option<Arc<dyn ReleaseSink>>,
     registry: Option<Registry>,
     clock: Option<Arc<dyn Clock>>,
+    host: Option<Arc<dyn HostPurgatory>>,
 }
 
 impl std::fmt::Debug for PurgatoryBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PurgatoryBuilder")
             .field("config", &self.config)
+            .field("host_purgatory", &self.host.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -94,6 +97,7 @@ impl PurgatoryBuilder {
             sink: None,
             registry: None,
             clock: None,
+            host: None,
         }
     }
 
@@ -144,6 +148,22 @@ impl PurgatoryBuilder {
     /// Runs git through this backend instead of a [`GitFetcher`] built from the config.
     pub fn git_backend(mut self, git: Arc<dyn GitBackend>) -> Self {
         self.git = Some(git);
+        self
+    }
+
+    /// The scheduler works for `host`'s held events instead of a store of its own: a
+    /// GRASP server that keeps its own purgatory (it holds announcements, states and
+    /// pull requests, and answers push authorisation from them) and wants only the
+    /// queue, the throttles, the fetch, the `refs/purgatory/*` sweep and the served
+    /// refs' reconciliation. The host calls [`Purgatory::schedule`] when it holds a new
+    /// event; [`Purgatory::add`] and its kin are refused ([`AddError::HeldByHost`]).
+    /// The journal ([`PurgatoryBuilder::persist_to`]), the expiry and the held limits
+    /// are the host's business and are not used, and no [`ReleaseSink`] is needed (the
+    /// host releases its events itself; one given is not called).
+    ///
+    /// [`AddError::HeldByHost`]: crate::AddError::HeldByHost
+    pub fn host_purgatory(mut self, host: Arc<dyn HostPurgatory>) -> Self {
+        self.host = Some(host);
         self
     }
 
@@ -295,9 +315,13 @@ impl PurgatoryBuilder {
         let locator = self
             .locator
             .ok_or(PurgatoryBuildError::Missing("a repository locator"))?;
-        let sink = self
-            .sink
-            .ok_or(PurgatoryBuildError::Missing("a release sink"))?;
+        let sink = match (self.sink, &self.host) {
+            (Some(sink), _) => sink,
+            // The host releases its own events: nothing is ever handed to a sink, and
+            // this one, with nobody listening, would refuse it.
+            (None, Some(_)) => Arc::new(ChannelSink::new().0),
+            (None, None) => return Err(PurgatoryBuildError::Missing("a release sink")),
+        };
         let git = self
             .git
             .unwrap_or_else(|| Arc::new(GitFetcher::new(self.config.git.clone())));
@@ -325,6 +349,10 @@ impl PurgatoryBuilder {
             clock: Arc::clone(&clock),
             expiry: self.config.expiry,
         });
+        let context = match &self.host {
+            Some(host) => context.for_host(Arc::clone(host)),
+            None => context,
+        };
         let ctx = Arc::new(context.with_metrics(metrics.clone()));
         let wake = Arc::new(Notify::new());
         let manager = Arc::new(ThrottleManager::new(
@@ -336,7 +364,13 @@ impl PurgatoryBuilder {
         ));
         let (shutdown, _) = watch::channel(false);
         let (status, _) = watch::channel(PurgatoryStatus::default());
-        let persist_path = self.config.persist_path.clone();
+        let persist_path = match (&self.host, &self.config.persist_path) {
+            (Some(_), Some(path)) => {
+                tracing::warn!(path = %path.display(), "a host purgatory keeps its own journal: persist_to is ignored");
+                None
+            }
+            (_, path) => path.clone(),
+        };
         let purgatory = Purgatory {
             shared: Arc::new(Shared {
                 queue: Mutex::new(SyncQueue::new(self.config.queue)),
@@ -358,6 +392,8 @@ impl PurgatoryBuilder {
                 served: Mutex::new(BTreeMap::new()),
                 listed_at: Mutex::new(None),
                 listed: Mutex::new(false),
+                host: self.host,
+                scheduled: Mutex::new(BTreeSet::new()),
                 config: self.config,
             }),
         };

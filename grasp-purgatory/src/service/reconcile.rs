@@ -8,8 +8,10 @@
 use std::time::Duration;
 
 use grasp_sync_core::nip34::RepoRef;
+use nostr::prelude::Event;
 
 use super::api::{lock_plain, Purgatory};
+use crate::held::Origin;
 use crate::serve::{ServedRepository, Serving};
 
 /// How often every announcement of the source is listed again (at most the
@@ -79,6 +81,23 @@ impl Purgatory {
         }
     }
 
+    /// Has the objects of `events` (which `repo` should serve and lacks) fetched: held
+    /// for them, or, over a host's purgatory (whose held events say what is needed),
+    /// `repo` scheduled at once.
+    fn fetch_for_reconciliation(&self, repo: &RepoRef, events: Vec<Event>) {
+        if self.shared.host.is_some() {
+            if !events.is_empty() {
+                self.schedule(repo, Origin::Synced);
+            }
+            return;
+        }
+        for event in events {
+            if let Err(error) = self.hold_for(event, repo) {
+                tracing::warn!(%repo, %error, "holding an event for its missing objects failed");
+            }
+        }
+    }
+
     /// One reconciliation of `repo`; its outcome recorded, the events it needs held,
     /// its next one scheduled.
     async fn reconcile_one(&self, repo: RepoRef) {
@@ -94,11 +113,7 @@ impl Purgatory {
                 if reconciled.created_repository {
                     shared.metrics.repositories_created.inc();
                 }
-                for event in reconciled.to_fetch {
-                    if let Err(error) = self.hold_for(event, &repo) {
-                        tracing::warn!(%repo, %error, "holding an event for its missing objects failed");
-                    }
-                }
+                self.fetch_for_reconciliation(&repo, reconciled.to_fetch);
                 reconciled.serving
             }
             Err(reason) => {

@@ -103,8 +103,18 @@ impl Purgatory {
 
     /// Ends the running sync of `repo` (removing it from the queue) if no event of it is
     /// held; checked and done under the store lock so no event added meanwhile is left
-    /// unqueued. Returns whether it was ended.
+    /// unqueued (over a host's purgatory: under the queue lock, which
+    /// [`Purgatory::schedule`] takes too). Returns whether it was ended.
     fn finish_if_nothing_held(&self, repo: &RepoRef, now: Instant) -> bool {
+        if let Some(host) = &self.shared.host {
+            let mut queue = self.queue();
+            if host.has_pending(repo) {
+                return false;
+            }
+            queue.complete(&repo.to_string(), now, true);
+            super::api::lock_plain(&self.shared.scheduled).remove(repo);
+            return true;
+        }
         let store = lock(&self.shared.store);
         if store.has_pending(repo) {
             return false;

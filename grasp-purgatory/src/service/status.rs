@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use grasp_sync_core::nip34::RepoRef;
 use grasp_sync_core::purgatory::{all_accounted, held_progress, HeldProgress, RepoActivity};
 use tokio::sync::watch;
 
@@ -81,6 +82,14 @@ impl Purgatory {
 
     /// The status now, computed on demand (it locks the store, the sync queue and the
     /// throttles briefly, one after the other).
+    ///
+    /// Over a host's purgatory ([`PurgatoryBuilder::host_purgatory`]) it reports what
+    /// the scheduler knows: the repositories scheduled whose events the host still
+    /// holds (each listed with `events` 0: the host counts its events), the queue,
+    /// fetches in flight, objects fetched, events the host released, backoff and
+    /// reasons; `events_held`, `bytes_held` and the journal are the host's and read 0.
+    ///
+    /// [`PurgatoryBuilder::host_purgatory`]: super::PurgatoryBuilder::host_purgatory
     pub fn status_now(&self) -> PurgatoryStatus {
         let shared = &self.shared;
         let now = shared.clock.now();
@@ -94,7 +103,17 @@ impl Purgatory {
         let (events_held, events_releasing, identifiers_queued, repositories_sweeping) = {
             let store = lock(&shared.store);
             let queue = self.queue();
-            for repo in store.repositories() {
+            let repositories: Vec<(RepoRef, usize)> = match shared.host {
+                Some(_) => lock_plain(&shared.scheduled)
+                    .iter()
+                    .map(|repo| (repo.clone(), 0))
+                    .collect(),
+                None => store
+                    .repositories()
+                    .map(|repo| (repo.clone(), store.events(repo).len()))
+                    .collect(),
+            };
+            for (repo, events) in &repositories {
                 let key = repo.to_string();
                 let entry = queue.get(&key);
                 let activity = RepoActivity {
@@ -108,7 +127,7 @@ impl Purgatory {
                         _ => None,
                     },
                 };
-                held.add(key, store.events(repo).len(), &activity, attempts.get(repo));
+                held.add(key, *events, &activity, attempts.get(repo));
             }
             let sweeping = store.sweeps_outstanding();
             bytes_held = store.bytes();

@@ -123,14 +123,20 @@ pub enum AddError {
     /// The event could not be written to the journal, so it would not survive a crash.
     #[error("writing the purgatory journal failed")]
     Journal(#[source] std::io::Error),
+    /// This purgatory schedules fetches for a host that holds its own events
+    /// ([`PurgatoryBuilder::host_purgatory`](crate::PurgatoryBuilder::host_purgatory)):
+    /// the host holds the event and calls [`Purgatory::schedule`](crate::Purgatory::schedule).
+    #[error("this purgatory holds no events: the host holds them and calls schedule")]
+    HeldByHost,
 }
 
 impl AddError {
     /// The `reason` label of `purgatory_events_refused_total`, for the refusals that are
-    /// counted (a full purgatory, a journal failure); `None` for malformed events.
+    /// counted (a full purgatory, a journal failure); `None` for malformed events and
+    /// for events offered to a purgatory whose host holds its own events.
     pub fn refusal_label(&self) -> Option<&'static str> {
         match self {
-            AddError::Malformed(_) => None,
+            AddError::Malformed(_) | AddError::HeldByHost => None,
             AddError::Full { cap, .. } => Some(cap.label()),
             AddError::Journal(_) => Some("journal"),
         }

@@ -7,10 +7,10 @@ use super::HealthState;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HealthCounts {
-    /// All tracked relays (`ngit_sync_relays_tracked_total`).
+    /// All tracked relays (`grasp_sync_relays_tracked_total`).
     pub tracked: usize,
     /// Connected relays, whatever their state
-    /// (`ngit_sync_relays_connected_total`).
+    /// (`grasp_sync_relays_connected_total`).
     pub connected: usize,
     /// Relays in [`HealthState::Healthy`].
     pub healthy: usize,
@@ -18,7 +18,7 @@ pub struct HealthCounts {
     pub disconnected: usize,
     /// Relays in [`HealthState::Degraded`].
     pub degraded: usize,
-    /// Relays in [`HealthState::Dead`] (`ngit_sync_relays_dead_total`).
+    /// Relays in [`HealthState::Dead`] (`grasp_sync_relays_dead_total`).
     pub dead: usize,
     /// Relays in [`HealthState::RateLimited`].
     pub rate_limited: usize,

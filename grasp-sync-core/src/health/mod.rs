@@ -74,7 +74,7 @@ pub(crate) const DEFAULT_RATE_LIMIT_COOLDOWN: Duration = Duration::from_secs(65)
 /// How long a connection must last before it counts as stable (5 min).
 pub(crate) const DEFAULT_STABILITY_PERIOD: Duration = Duration::from_secs(5 * 60);
 
-/// The health of one relay, as reported by the `ngit_sync_relay_status` gauge.
+/// The health of one relay, as reported by the `grasp_sync_relay_status` gauge.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HealthState {
@@ -101,7 +101,7 @@ impl HealthState {
         HealthState::RateLimited,
     ];
 
-    /// The value of the `ngit_sync_relay_status` gauge: 1 healthy,
+    /// The value of the `grasp_sync_relay_status` gauge: 1 healthy,
     /// 2 disconnected, 3 degraded, 4 dead, 5 rate_limited.
     pub fn metric_value(self) -> i64 {
         match self {

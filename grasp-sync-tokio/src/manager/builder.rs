@@ -273,6 +273,7 @@ pub struct SyncManagerBuilder {
     connection: ConnectionConfig,
     store: Option<Arc<dyn EventStore>>,
     registry: Option<prometheus::Registry>,
+    metrics_prefix: String,
     resolver: Arc<dyn Resolver>,
 }
 
@@ -304,6 +305,7 @@ impl SyncManagerBuilder {
             connection: ConnectionConfig::default(),
             store: None,
             registry: None,
+            metrics_prefix: crate::metrics::DEFAULT_PREFIX.to_owned(),
             resolver: Arc::new(SystemResolver),
         }
     }
@@ -440,9 +442,31 @@ impl SyncManagerBuilder {
         self
     }
 
-    /// Registers the metrics in `registry` instead of a private one.
+    /// Registers the metrics in `registry` (the host's) as well as in a
+    /// private one.
+    ///
+    /// `registry` is a **prometheus 0.14** `Registry` (the version
+    /// re-exported as [`crate::prometheus`]). prometheus's `Collector` trait
+    /// is bound to its crate version: a 0.13 registry cannot take a 0.14
+    /// collector. A host on another prometheus version leaves this unset
+    /// and appends [`SyncManager::metrics_handle`]'s
+    /// [`MetricsHandle::text`](crate::MetricsHandle::text) to its own
+    /// `/metrics` output.
     pub fn registry(mut self, registry: prometheus::Registry) -> Self {
         self.registry = Some(registry);
+        self
+    }
+
+    /// The prefix of every metric name: `grasp_sync` by default
+    /// (`grasp_sync_relay_connected`, `grasp_sync_relays_connected_total`,
+    /// `grasp_sync_plus_events_total` …). The reference GRASP server uses
+    /// the spec's `ngit_sync_*` names with other meanings (its
+    /// `ngit_sync_relay_connected` is a 0–4 state), so ours differ unless a
+    /// host where nothing clashes asks for `ngit_sync`. A trailing `_` is
+    /// ignored; a prefix Prometheus does not accept as a metric name is a
+    /// [`BuildError::Metrics`].
+    pub fn metrics_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.metrics_prefix = prefix.into();
         self
     }
 
@@ -507,8 +531,11 @@ impl SyncManagerBuilder {
             Now::new(Instant::ZERO, nostr::prelude::Timestamp::now()),
         )?;
         let store = self.store.ok_or(BuildError::MissingStore)?;
-        let registry = self.registry.unwrap_or_default();
-        let metrics = Metrics::register(&registry)?;
+        let own_registry = prometheus::Registry::new();
+        let metrics =
+            Metrics::register(&own_registry, self.registry.as_ref(), &self.metrics_prefix)?;
+        let metrics_handle = Metrics::handle(&own_registry);
+        let registry = self.registry.unwrap_or(own_registry);
         let (inbound_tx, inbound_rx) = mpsc::channel(4096);
         let (own_events_tx, own_events_rx) = mpsc::channel(4096);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -543,6 +570,7 @@ impl SyncManagerBuilder {
             store,
             registry,
             metrics,
+            metrics_handle,
             dialer,
             inbound: inbound_rx,
             own_events_tx,

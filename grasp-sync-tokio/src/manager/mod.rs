@@ -65,7 +65,7 @@ pub use summary::{ShutdownHandle, Summary};
 
 use crate::connection::Dialer;
 use crate::inbound::Inbound;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, MetricsHandle};
 use crate::status::SyncStatus;
 use runner::Runner;
 
@@ -100,6 +100,7 @@ pub struct SyncManager {
     store: Arc<dyn EventStore>,
     registry: prometheus::Registry,
     metrics: Metrics,
+    metrics_handle: MetricsHandle,
     dialer: Dialer,
     inbound: mpsc::Receiver<Inbound>,
     own_events_tx: mpsc::Sender<Event>,
@@ -145,6 +146,15 @@ impl SyncManager {
     /// The metrics registry (ours, or the one given to the builder).
     pub fn registry(&self) -> &prometheus::Registry {
         &self.registry
+    }
+
+    /// A handle that encodes our metrics (only ours, even when the builder
+    /// was given the host's registry) as Prometheus text while
+    /// [`SyncManager::run`] goes on: for a host on another prometheus
+    /// version than ours (0.14), whose registry cannot take our collectors,
+    /// to append to its own `/metrics` output. See [`MetricsHandle`].
+    pub fn metrics_handle(&self) -> MetricsHandle {
+        self.metrics_handle.clone()
     }
 
     /// Runs until shut down; every connection task stops within one second

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grasp_sync_core::clock::{Clock, Now};
-use grasp_sync_core::engine::{StoreVerdict, SyncEngine};
+use grasp_sync_core::engine::{Command, StoreVerdict, SyncEngine};
 use grasp_sync_core::screen::Refused;
 use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
 use grasp_sync_core::verified::VerifiedEvent;
@@ -168,13 +168,23 @@ impl Runner {
                 store,
                 ..
             } = self;
+            let mut closed = Vec::new();
             engine.execute_commands(now, |command| match StoreJob::of(command) {
                 Ok(job) => {
                     store.queue(job);
                     Ok(())
                 }
-                Err(command) => connections.execute(command),
+                Err(command) => {
+                    if let Command::Disconnect { relay } = &command {
+                        closed.push(relay.clone());
+                    }
+                    connections.execute(command)
+                }
             });
+            // A connection the engine closed reads as closed at once.
+            for relay in &closed {
+                self.connection_changed(relay);
+            }
             let refused = self.store.take_refused();
             if refused.is_empty() {
                 return;
@@ -278,6 +288,7 @@ impl Runner {
                     .with_label_values(&[relay.as_str(), "success"])
                     .inc();
                 self.engine.handle_connected(now, relay);
+                self.connection_changed(relay);
             }
             Report::Limits(limits) => self.engine.handle_relay_limits(now, relay, limits),
             Report::ConnectFailed(reason) => {
@@ -287,6 +298,7 @@ impl Runner {
                     .inc();
                 debug!(%relay, reason, "connect failed");
                 self.engine.handle_connect_failed(now, relay);
+                self.connection_changed(relay);
             }
             Report::AddressRefused(reason) => {
                 self.metrics
@@ -299,10 +311,12 @@ impl Runner {
                     debug!(%relay, reason, "relay address refused");
                 }
                 self.engine.handle_connect_failed(now, relay);
+                self.connection_changed(relay);
             }
             Report::Disconnected(reason) => {
                 info!(%relay, reason, "connection lost");
                 self.engine.handle_disconnected(now, relay);
+                self.connection_changed(relay);
             }
             Report::Message(message, size) => {
                 self.count_received(relay, size);
@@ -444,6 +458,15 @@ impl Runner {
             };
             SyncStatus::of(engine, clock.read().instant, bytes)
         });
+    }
+
+    /// `relay`'s connection changed as the engine sees it: its connection
+    /// gauges and the connected count are set now, so a host's "connected
+    /// relays" drops the moment a source goes, not on the next tick.
+    fn connection_changed(&self, relay: &RelayUrl) {
+        let now = self.clock_now();
+        self.metrics
+            .connection_changed(&self.engine, relay, now.instant);
     }
 
     /// Refreshes the gauges and the summary's bytes sent.

@@ -47,7 +47,7 @@ pub use rng::SeededRng;
 use nostr::prelude::*;
 
 /// The sum of the counter `name`'s series that carry a label with value
-/// `label` (e.g. `ngit_sync_refused_total`, `resolved_address`).
+/// `label` (e.g. `grasp_sync_refused_total`, `resolved_address`).
 pub fn counter_value(registry: &prometheus::Registry, name: &str, label: &str) -> f64 {
     registry
         .gather()
