@@ -24,6 +24,7 @@ use grasp_sync_core::filters::matches;
 use grasp_sync_core::nip34::{
     parse_announcement, GitOid, Nip34Error, RepoRef, KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE,
 };
+use grasp_sync_core::purgatory::EventSource;
 use grasp_sync_core::store::{EventStore, IngestOutcome};
 use grasp_sync_relay_builder::RelayBuilderStore;
 use nostr::prelude::{Event, EventId, Filter, Kind, Timestamp};
@@ -74,8 +75,8 @@ enum Waits {
     Announcement,
     /// A state: these ref tips.
     State(BTreeSet<GitOid>),
-    /// A PR or PR update: its tip.
-    PullRequest(GitOid),
+    /// A PR or PR update: its tip, which its own clone URLs (a fork) may also have.
+    PullRequest(GitOid, Vec<String>),
 }
 
 /// One held event.
@@ -180,7 +181,23 @@ impl OwnPurgatory {
             .flat_map(|held| match &held.waits {
                 Waits::Announcement => BTreeSet::new(),
                 Waits::State(oids) => oids.clone(),
-                Waits::PullRequest(tip) => BTreeSet::from([tip.clone()]),
+                Waits::PullRequest(tip, _) => BTreeSet::from([tip.clone()]),
+            })
+            .collect()
+    }
+
+    /// The held PRs of `repo` that name clone URLs of their own, with their tips.
+    pub fn event_sources(&self, repo: &RepoRef) -> Vec<EventSource> {
+        let held = self.lock();
+        let events = held.get(repo).map(Vec::as_slice).unwrap_or_default();
+        events
+            .iter()
+            .filter_map(|held| match &held.waits {
+                Waits::PullRequest(tip, urls) if !urls.is_empty() => Some(EventSource {
+                    missing: BTreeSet::from([tip.clone()]),
+                    clone_urls: urls.clone(),
+                }),
+                _ => None,
             })
             .collect()
     }
@@ -262,7 +279,7 @@ impl OwnPurgatory {
         let oids: Vec<&GitOid> = match waits {
             Waits::Announcement => return self.serves_a_state(repo).await,
             Waits::State(oids) => oids.iter().collect(),
-            Waits::PullRequest(tip) => vec![tip],
+            Waits::PullRequest(tip, _) => vec![tip],
         };
         let Some(path) = self.layout.path_of(repo.pubkey(), repo.identifier()) else {
             return false;
@@ -300,7 +317,7 @@ impl OwnPurgatory {
             events.drain(..).partition(|held| match &held.waits {
                 Waits::Announcement => any_state,
                 Waits::State(oids) => oids.iter().all(present),
-                Waits::PullRequest(tip) => present(tip),
+                Waits::PullRequest(tip, _) => present(tip),
             });
         *events = kept;
         if events.is_empty() {
@@ -309,7 +326,7 @@ impl OwnPurgatory {
         out.sort_by_key(|held| match held.waits {
             Waits::Announcement => 0,
             Waits::State(_) => 1,
-            Waits::PullRequest(_) => 2,
+            Waits::PullRequest(..) => 2,
         });
         out
     }
@@ -342,7 +359,9 @@ fn waits_for(event: &Event) -> Result<(RepoRef, Waits), AdmitError> {
     let held = hold_event(event.clone(), Origin::Synced, Timestamp::now())?;
     let waits = match held.kind {
         grasp_purgatory::HeldKind::State { .. } => Waits::State(held.needed_oids()),
-        grasp_purgatory::HeldKind::PullRequest { tip, .. } => Waits::PullRequest(tip),
+        grasp_purgatory::HeldKind::PullRequest { tip, clone_urls } => {
+            Waits::PullRequest(tip, clone_urls)
+        }
         _ => return Err(AdmitError::NotHeld(event.kind.as_u16())),
     };
     Ok((held.repo, waits))

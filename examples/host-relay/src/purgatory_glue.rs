@@ -16,6 +16,7 @@ use grasp_purgatory::{
     ReleaseError,
 };
 use grasp_sync_core::nip34::{GitOid, RepoRef, KIND_REPO_ANNOUNCEMENT};
+use grasp_sync_core::purgatory::EventSource;
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use grasp_sync_relay_builder::RelayBuilderAnnouncements;
 use grasp_sync_tokio::HeldRepositories;
@@ -32,6 +33,10 @@ impl HostPurgatory for OwnPurgatory {
 
     fn has_pending(&self, repo: &RepoRef) -> bool {
         OwnPurgatory::has_pending(self, repo)
+    }
+
+    fn event_sources(&self, repo: &RepoRef) -> Vec<EventSource> {
+        OwnPurgatory::event_sources(self, repo)
     }
 
     async fn release_satisfied(

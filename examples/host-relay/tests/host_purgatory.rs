@@ -142,3 +142,31 @@ async fn held_events_expire_and_malformed_ones_are_refused() {
         assert!(purgatory.admit(event, Origin::Submitted).await.is_err());
     }
 }
+
+#[tokio::test]
+async fn a_pull_request_names_its_fork_to_the_scheduler() {
+    let (purgatory, _, _) = purgatory(Duration::from_secs(1800));
+    let owner = Keys::generate();
+    let repo = RepoRef::new(owner.public_key(), "r").unwrap();
+    let fork = "https://git.example.com/fork.git";
+    let pr = grasp_sync_test_support::nip34::sign(
+        &Keys::generate(),
+        1618,
+        "",
+        vec![
+            grasp_sync_test_support::nip34::tag(&["a", &repo.to_string()]),
+            grasp_sync_test_support::nip34::tag(&["c", PR_TIP]),
+            grasp_sync_test_support::nip34::tag(&["clone", fork]),
+        ],
+        1_700_000_000,
+    );
+    let without_fork = pull_request(&Keys::generate(), &owner.public_key(), "r", STATE_TIP);
+    for event in [pr, without_fork] {
+        purgatory.admit(event, Origin::Synced).await.unwrap();
+    }
+    let sources = purgatory.event_sources(&repo);
+    assert_eq!(sources.len(), 1, "only the PR naming a fork");
+    assert_eq!(sources[0].clone_urls, vec![fork.to_owned()]);
+    let tip = GitOid::parse(PR_TIP).unwrap();
+    assert_eq!(sources[0].missing, [tip].into_iter().collect());
+}
