@@ -47,7 +47,7 @@ use tracing::warn;
 use crate::host_purgatory::OwnPurgatory;
 use crate::purgatory_glue::{build_scheduler, Hooks, HostAnnouncements, SchedulerSettings};
 use crate::relay::Front;
-use crate::sync_glue::{build_sync, HostStore, SyncSettings};
+use crate::sync_glue::{build_sync, tell_held, HostStore, SyncSettings};
 
 /// How often held events are checked for expiry.
 const EXPIRY_CHECK: Duration = Duration::from_secs(30);
@@ -169,7 +169,7 @@ impl HostRelay {
             local_network: config.local_network,
         };
         let store = HostStore::new(purgatory.clone(), relay_store);
-        let sync = RunningSync::start(&store, registry.clone(), &settings)?;
+        let sync = RunningSync::start(&store, &purgatory, registry.clone(), &settings)?;
         purgatory.listen(Arc::new(Hooks::new(scheduler.clone(), sync.held.clone())));
         let (stop, stopped) = watch::channel(false);
         let tasks = vec![
@@ -228,7 +228,12 @@ impl HostRelay {
     /// registered twice).
     pub async fn restart_sync(&mut self) -> Result<(), StartError> {
         self.sync.stop().await;
-        let sync = RunningSync::start(&self.store, prometheus::Registry::new(), &self.settings)?;
+        let sync = RunningSync::start(
+            &self.store,
+            &self.purgatory,
+            prometheus::Registry::new(),
+            &self.settings,
+        )?;
         self.purgatory.listen(Arc::new(Hooks::new(
             self.scheduler.clone(),
             sync.held.clone(),
@@ -252,10 +257,12 @@ impl RunningSync {
     /// Builds the sync over `store` and runs it.
     fn start(
         store: &HostStore,
+        purgatory: &OwnPurgatory,
         registry: prometheus::Registry,
         settings: &SyncSettings,
     ) -> Result<RunningSync, BuildError> {
         let manager = build_sync(store.clone(), registry, settings)?;
+        tell_held(&manager, purgatory);
         let sync = RunningSync {
             held: manager.held_repositories(),
             status: manager.status(),

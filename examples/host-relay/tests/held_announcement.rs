@@ -115,9 +115,21 @@ async fn no_held_event_fetched_twice_on_resync() {
     }
     assert!(purgatory.holds(&events.state.id));
     assert_eq!(
+        status.borrow().repositories,
+        1,
+        "the restarted sync knows the held repository"
+    );
+    assert_eq!(
         world.tap.events_sent_with_id(&state_id),
         sent,
         "the held state was sent again on the re-sync"
     );
+    let coordinate = world.coordinate();
+    let tagged = ["REQ", "NEG-OPEN"]
+        .iter()
+        .flat_map(|verb| world.tap.requests(verb))
+        .filter(|frame| asks_for_tagged(frame, &coordinate))
+        .count();
+    assert_eq!(tagged, 0, "the restarted sync keeps to the held repository's states");
     host.stop().await;
 }
