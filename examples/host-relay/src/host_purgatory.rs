@@ -30,6 +30,10 @@ use grasp_sync_relay_builder::RelayBuilderStore;
 use nostr::prelude::{Event, EventId, Filter, Kind, Timestamp};
 use tracing::{debug, info, warn};
 
+/// The most events held at once (all repositories together), unless
+/// [`OwnPurgatory::with_capacity`] says otherwise.
+pub const MAX_HELD: usize = 10_000;
+
 /// The kinds this purgatory holds.
 pub const HELD_KINDS: [u16; 4] = [30617, 30618, 1618, 1619];
 
@@ -66,6 +70,9 @@ pub enum AdmitError {
     /// A malformed state, PR or PR update.
     #[error("{0}")]
     Objects(#[from] HoldError),
+    /// As many events as the purgatory's capacity are held already.
+    #[error("the purgatory is full")]
+    Full,
 }
 
 /// What one held event waits for.
@@ -93,6 +100,7 @@ pub struct OwnPurgatory {
     relay: RelayBuilderStore,
     layout: NpubLayout,
     expiry: Duration,
+    capacity: usize,
     listener: Mutex<Option<Arc<dyn HoldListener>>>,
 }
 
@@ -113,8 +121,15 @@ impl OwnPurgatory {
             relay,
             layout: NpubLayout::new(git_root),
             expiry,
+            capacity: MAX_HELD,
             listener: Mutex::new(None),
         }
+    }
+
+    /// Holds at most `capacity` events at once ([`MAX_HELD`] by default).
+    pub fn with_capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity;
+        self
     }
 
     /// Tells `listener` from now on what is held, promoted and dropped (instead of the
@@ -141,13 +156,22 @@ impl OwnPurgatory {
         if self.is_ready(&repo, &waits).await {
             return Ok(Admission::Ready);
         }
-        debug!(id = %event.id, %repo, "held until its git data arrives");
-        let since = Instant::now();
-        self.lock().entry(repo.clone()).or_default().push(Held {
-            event,
-            waits,
-            since,
-        });
+        {
+            let mut held = self.lock();
+            if held.values().map(Vec::len).sum::<usize>() >= self.capacity {
+                return Err(AdmitError::Full);
+            }
+            let events = held.entry(repo.clone()).or_default();
+            if events.iter().any(|held| held.event.id == event.id) {
+                return Ok(Admission::Held);
+            }
+            debug!(id = %event.id, %repo, "held until its git data arrives");
+            events.push(Held {
+                event,
+                waits,
+                since: Instant::now(),
+            });
+        }
         if let Some(listener) = self.listener() {
             listener.holding(&repo, origin);
         }

@@ -23,7 +23,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, warn};
 
-use crate::host_purgatory::{Admission, OwnPurgatory, HELD_KINDS};
+use crate::host_purgatory::{Admission, AdmitError, OwnPurgatory, HELD_KINDS};
 
 /// The answer to an event the purgatory holds.
 pub const PURGATORY_MESSAGE: &str = "purgatory: won't be served until git data arrives";
@@ -170,6 +170,7 @@ impl Front {
         match self.purgatory.admit(event, Origin::Submitted).await {
             Ok(Admission::Held) => Decision::Answer(ok(id, true, PURGATORY_MESSAGE)),
             Ok(Admission::Ready) => Decision::Forward,
+            Err(AdmitError::Full) => Decision::Answer(ok(id, false, "blocked: purgatory full")),
             Err(error) => Decision::Answer(ok(id, false, &format!("invalid: {error}"))),
         }
     }

@@ -15,7 +15,7 @@ use grasp_sync_relay_builder::RelayBuilderStore;
 use grasp_sync_tokio::{BuildError, SyncManager};
 use nostr::prelude::{Event, EventId, Filter, Kind, RelayUrl, Timestamp};
 
-use crate::host_purgatory::{Admission, OwnPurgatory, HELD_KINDS};
+use crate::host_purgatory::{Admission, AdmitError, OwnPurgatory, HELD_KINDS};
 
 /// The engine's store: the host's purgatory for held kinds, the relay for the rest.
 #[derive(Debug, Clone)]
@@ -40,6 +40,7 @@ impl EventStore for HostStore {
         match self.purgatory.admit(event.clone(), Origin::Synced).await {
             Ok(Admission::Held) => Ok(IngestOutcome::Held),
             Ok(Admission::Ready) => self.relay.ingest(event).await,
+            Err(AdmitError::Full) => Ok(IngestOutcome::refused_for_now("blocked: purgatory full")),
             Err(error) => Ok(IngestOutcome::refused_for_good(format!("invalid: {error}"))),
         }
     }

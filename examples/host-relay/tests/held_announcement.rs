@@ -130,6 +130,9 @@ async fn no_held_event_fetched_twice_on_resync() {
         .flat_map(|verb| world.tap.requests(verb))
         .filter(|frame| asks_for_tagged(frame, &coordinate))
         .count();
-    assert_eq!(tagged, 0, "the restarted sync keeps to the held repository's states");
+    assert_eq!(
+        tagged, 0,
+        "the restarted sync keeps to the held repository's states"
+    );
     host.stop().await;
 }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use grasp_purgatory::Origin;
 use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::store::EventStore as _;
-use grasp_sync_host_example::host_purgatory::{Admission, HoldListener, OwnPurgatory};
+use grasp_sync_host_example::host_purgatory::{Admission, AdmitError, HoldListener, OwnPurgatory};
 use grasp_sync_relay_builder::{r44, Bridge};
 use grasp_sync_test_support::nip34::{pull_request, state, Announcement};
 use nostr::prelude::*;
@@ -43,6 +43,14 @@ impl HoldListener for Heard {
 /// A purgatory over an in-memory relay (no git repository: nothing is present), and
 /// the relay's store to look into.
 fn purgatory(expiry: Duration) -> (Arc<OwnPurgatory>, Arc<Heard>, impl Fn(EventId) -> bool) {
+    with_capacity(expiry, grasp_sync_host_example::host_purgatory::MAX_HELD)
+}
+
+/// [`purgatory`] holding at most `capacity` events.
+fn with_capacity(
+    expiry: Duration,
+    capacity: usize,
+) -> (Arc<OwnPurgatory>, Arc<Heard>, impl Fn(EventId) -> bool) {
     let database = Arc::new(r44::MemoryDatabase::with_opts(r44::MemoryDatabaseOptions {
         events: true,
         max_events: None,
@@ -50,11 +58,14 @@ fn purgatory(expiry: Duration) -> (Arc<OwnPurgatory>, Arc<Heard>, impl Fn(EventI
     let bridge = Bridge::new(database.clone());
     let relay = r44::LocalRelay::new(r44::RelayBuilder::default().database(database));
     let store = bridge.store(relay);
-    let purgatory = Arc::new(OwnPurgatory::new(
-        store.clone(),
-        "/nonexistent/grasp-sync-host-example",
-        expiry,
-    ));
+    let purgatory = Arc::new(
+        OwnPurgatory::new(
+            store.clone(),
+            "/nonexistent/grasp-sync-host-example",
+            expiry,
+        )
+        .with_capacity(capacity),
+    );
     let heard = Arc::new(Heard::default());
     purgatory.listen(heard.clone());
     let stored = move |id: EventId| {
@@ -169,4 +180,23 @@ async fn a_pull_request_names_its_fork_to_the_scheduler() {
     assert_eq!(sources[0].clone_urls, vec![fork.to_owned()]);
     let tip = GitOid::parse(PR_TIP).unwrap();
     assert_eq!(sources[0].missing, [tip].into_iter().collect());
+}
+
+#[tokio::test]
+async fn a_full_purgatory_refuses_more() {
+    let max = 3;
+    let (purgatory, _, _) = with_capacity(Duration::from_secs(1800), max);
+    let owner = Keys::generate();
+    for index in 0..max {
+        let event = state(&owner, &format!("r{index}"), &[STATE_TIP], 1_700_000_000);
+        let admitted = purgatory.admit(event, Origin::Synced).await;
+        assert!(
+            matches!(admitted, Ok(Admission::Held)),
+            "{index}: {admitted:?}"
+        );
+    }
+    let one_more = state(&owner, "one-more", &[STATE_TIP], 1_700_000_000);
+    let refused = purgatory.admit(one_more.clone(), Origin::Synced).await;
+    assert!(matches!(refused, Err(AdmitError::Full)), "{refused:?}");
+    assert!(!purgatory.holds(&one_more.id));
 }
