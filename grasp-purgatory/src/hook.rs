@@ -39,11 +39,13 @@ use crate::store::{AddError, Inserted};
 /// A held event counts as stored for the sync engine ([`IngestOutcome::Stored`]), is
 /// reported by [`EventStore::contains`] and listed in negentropy items, so sync neither
 /// fetches it again nor re-adds it; it reaches the inner store when its data is present
-/// (through the purgatory's sink), or expires (reported by the sink). An event purgatory
-/// refuses is [`IngestOutcome::Rejected`] with a NIP-01 prefixed reason: `invalid:` for
-/// malformed refs or tips (refused for good), `rate-limited:` when purgatory is full
-/// (see [`HeldLimits`](crate::HeldLimits)) and `error:` when its journal cannot be
-/// written; the sync engine retries those two later, so nothing is lost.
+/// (through the purgatory's sink), or expires (reported by the sink). (It is not
+/// [`IngestOutcome::Held`]: this purgatory answers `contains` and negentropy for its
+/// held events itself.) An event purgatory refuses is [`IngestOutcome::Rejected`] with
+/// a NIP-01 prefixed reason and its [`Refusal`](grasp_sync_core::store::Refusal):
+/// `invalid:` for malformed refs or tips (for good), `rate-limited:` when purgatory is
+/// full (see [`HeldLimits`](crate::HeldLimits)) and `error:` when its journal cannot be
+/// written (for now); the sync engine retries those two later, so nothing is lost.
 #[derive(Debug)]
 pub struct PurgatoryGate<S> {
     inner: S,
@@ -72,9 +74,7 @@ impl<S: EventStore> EventStore for PurgatoryGate<S> {
         Ok(match self.purgatory.add(event.clone(), Origin::Synced) {
             Ok(Inserted::New | Inserted::Replaced { .. }) => IngestOutcome::Stored,
             Ok(Inserted::Duplicate | Inserted::Superseded) => IngestOutcome::Duplicate,
-            Err(error) => IngestOutcome::Rejected {
-                reason: rejection(&error),
-            },
+            Err(error) => rejection(&error),
         })
     }
 
@@ -135,12 +135,17 @@ impl<S: EventStore> EventStore for PurgatoryGate<S> {
     }
 }
 
-/// The NIP-01 prefixed reason a refused event is rejected with.
-fn rejection(error: &AddError) -> String {
-    let prefix = match error {
-        AddError::Malformed(_) => "invalid",
-        AddError::Full { .. } => "rate-limited",
-        _ => "error",
-    };
-    format!("{prefix}: purgatory: {error}")
+/// Purgatory's refusal of an event: malformed refs or tips for good
+/// (`invalid:`); a full purgatory (`rate-limited:`) or an unwritable
+/// journal (`error:`) for now, so the sync offers it again later.
+fn rejection(error: &AddError) -> IngestOutcome {
+    match error {
+        AddError::Malformed(_) => {
+            IngestOutcome::refused_for_good(format!("invalid: purgatory: {error}"))
+        }
+        AddError::Full { .. } => {
+            IngestOutcome::refused_for_now(format!("rate-limited: purgatory: {error}"))
+        }
+        _ => IngestOutcome::refused_for_now(format!("error: purgatory: {error}")),
+    }
 }

@@ -100,7 +100,7 @@ impl<S> StoreSink<S> {
 impl<S: EventStore> ReleaseSink for StoreSink<S> {
     async fn release(&self, held: &HeldEvent) -> Result<(), ReleaseError> {
         match self.store.ingest(&held.event).await {
-            Ok(IngestOutcome::Rejected { reason }) => Err(ReleaseError::Failed(reason)),
+            Ok(IngestOutcome::Rejected { reason, .. }) => Err(ReleaseError::Failed(reason)),
             Ok(_) => Ok(()),
             Err(error) => Err(ReleaseError::Failed(error.to_string())),
         }

@@ -15,7 +15,7 @@ use grasp_purgatory::{
     PurgatoryOutput,
 };
 use grasp_sync_core::purgatory::throttle_key;
-use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore};
+use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore, Refusal};
 use grasp_sync_test_support::ids::oid;
 use grasp_sync_test_support::nip34::{pull_request, sign, tag, Announcement};
 use grasp_sync_tokio::TokioClock;
@@ -117,8 +117,9 @@ async fn an_event_beyond_a_limit_is_refused_explicitly_counted_and_accepted_once
     let store = Arc::new(MemoryEventStore::new());
     let gate = PurgatoryGate::new(store.clone(), purgatory.clone());
     match gate.ingest(&third).await.unwrap() {
-        IngestOutcome::Rejected { reason } => {
-            assert!(reason.starts_with("rate-limited: "), "{reason}")
+        IngestOutcome::Rejected { reason, refusal } => {
+            assert!(reason.starts_with("rate-limited: "), "{reason}");
+            assert_eq!(refusal, Refusal::ForNow, "a full purgatory refuses for now");
         }
         other => panic!("expected a rejection, got {other:?}"),
     }

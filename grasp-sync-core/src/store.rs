@@ -12,6 +12,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use nostr::prelude::{Event, EventId, Filter, Kind, PublicKey, Timestamp};
 
+use crate::engine::{classify, Prefix};
+
 /// What happened to an ingested event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -20,11 +22,89 @@ pub enum IngestOutcome {
     Stored,
     /// The store already had it (or a newer replaceable version).
     Duplicate,
-    /// The store refused it (its own policy); the reason is the store's.
+    /// The store keeps the event outside what it serves until its git data
+    /// arrives (a GRASP purgatory). For the sync it counts as stored: not
+    /// fetched again, listed to negentropy as present. A held announcement
+    /// (kind 30617) holds its repository: only its announcement and states
+    /// are synced until the host promotes it.
+    Held,
+    /// The store refused it (its own policy).
     Rejected {
-        /// Why, as the store put it.
+        /// Why, as the store put it (for logs and metrics).
         reason: String,
+        /// Whether the refusal is for now or for good: what the sync
+        /// decides on (retry or give up), never the text.
+        refusal: Refusal,
     },
+}
+
+impl IngestOutcome {
+    /// A refusal read from a relay's `OK false` message, for stores that
+    /// relay one: its NIP-01 prefix says for how long
+    /// ([`Refusal::of_reason`]). A `duplicate:` refusal is no refusal: it
+    /// is [`IngestOutcome::Duplicate`].
+    pub fn rejected(reason: impl Into<String>) -> Self {
+        let reason = reason.into();
+        if classify(&reason).prefix == Prefix::Duplicate {
+            return IngestOutcome::Duplicate;
+        }
+        let refusal = Refusal::of_reason(&reason);
+        IngestOutcome::Rejected { reason, refusal }
+    }
+
+    /// A refusal for now (the store is busy, full, rate limits): the sync
+    /// offers the event again after a backoff.
+    pub fn refused_for_now(reason: impl Into<String>) -> Self {
+        IngestOutcome::Rejected {
+            reason: reason.into(),
+            refusal: Refusal::ForNow,
+        }
+    }
+
+    /// A refusal for good (the store's policy will not take it): the sync
+    /// remembers it and does not download it again.
+    pub fn refused_for_good(reason: impl Into<String>) -> Self {
+        IngestOutcome::Rejected {
+            reason: reason.into(),
+            refusal: Refusal::ForGood,
+        }
+    }
+}
+
+/// Whether a store's refusal is for now or for good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// For now: offered again after a backoff, for as long as it takes.
+    ForNow,
+    /// For good: remembered, not downloaded again.
+    ForGood,
+    /// Not known: offered again a few times
+    /// ([`Timeouts::store_attempts`](crate::engine::Timeouts::store_attempts)),
+    /// then taken as for good.
+    Unclear,
+}
+
+impl Refusal {
+    /// What a relay's `OK false` text says, by its NIP-01 prefix (strfry's
+    /// `ERROR: ` decoration read through): `rate-limited:`, `error:` or a
+    /// rate limit's wording are for now; `blocked:`, `invalid:`, `pow:`,
+    /// `restricted:`, `mute:` (and `duplicate:`, nothing to retry) for
+    /// good; anything else (`auth-required:`, no prefix) unclear.
+    pub fn of_reason(reason: &str) -> Refusal {
+        let classified = classify(reason);
+        match classified.prefix {
+            Prefix::RateLimited | Prefix::Error => Refusal::ForNow,
+            Prefix::Blocked
+            | Prefix::Invalid
+            | Prefix::Pow
+            | Prefix::Restricted
+            | Prefix::Mute
+            | Prefix::Duplicate => Refusal::ForGood,
+            _ if classified.rate_limited => Refusal::ForNow,
+            _ => Refusal::Unclear,
+        }
+    }
 }
 
 /// The store could not be reached, did not answer in time, or failed.
@@ -242,6 +322,53 @@ mod tests {
 
     fn note(keys: &Keys, content: &str, at: u64) -> Event {
         sign(keys, 1621, content, Vec::new(), at)
+    }
+
+    #[test]
+    fn a_relay_s_refusal_text_is_read_by_its_nip01_prefix() {
+        for (reason, refusal) in [
+            ("rate-limited: slow down", Refusal::ForNow),
+            ("error: disk full", Refusal::ForNow),
+            ("ERROR: error: busy", Refusal::ForNow),
+            ("too many requests", Refusal::ForNow),
+            ("blocked: no", Refusal::ForGood),
+            ("invalid: bad", Refusal::ForGood),
+            ("pow: 20 bits", Refusal::ForGood),
+            ("restricted: members", Refusal::ForGood),
+            ("mute: muted", Refusal::ForGood),
+            ("ERROR: blocked: too old", Refusal::ForGood),
+            ("auth-required: log in", Refusal::Unclear),
+            ("no thanks", Refusal::Unclear),
+            ("", Refusal::Unclear),
+        ] {
+            assert_eq!(Refusal::of_reason(reason), refusal, "{reason:?}");
+            assert_eq!(
+                IngestOutcome::rejected(reason),
+                IngestOutcome::Rejected {
+                    reason: reason.into(),
+                    refusal
+                },
+                "{reason:?}"
+            );
+        }
+        assert_eq!(
+            IngestOutcome::rejected("duplicate: have it"),
+            IngestOutcome::Duplicate
+        );
+        assert_eq!(
+            IngestOutcome::refused_for_now("x"),
+            IngestOutcome::Rejected {
+                reason: "x".into(),
+                refusal: Refusal::ForNow
+            }
+        );
+        assert_eq!(
+            IngestOutcome::refused_for_good("x"),
+            IngestOutcome::Rejected {
+                reason: "x".into(),
+                refusal: Refusal::ForGood
+            }
+        );
     }
 
     #[test]

@@ -150,9 +150,9 @@ impl EventStore for RelayBuilderStore {
             r44::SaveEventStatus::Rejected(
                 r44::RejectedReason::Duplicate | r44::RejectedReason::Replaced,
             ) => IngestOutcome::Duplicate,
-            r44::SaveEventStatus::Rejected(reason) => IngestOutcome::Rejected {
-                reason: format!("blocked: {reason:?}"),
-            },
+            r44::SaveEventStatus::Rejected(reason) => {
+                IngestOutcome::refused_for_good(format!("blocked: {reason:?}"))
+            }
         })
     }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
+use grasp_sync_core::store::{EventStore, IngestOutcome, Refusal, StoreError};
 use nostr::prelude::{Event, EventId, Filter, Timestamp};
 use nostr_database::{DatabaseEventStatus, NostrDatabase, RejectedReason, SaveEventStatus};
 
@@ -40,6 +40,21 @@ impl DatabaseStore {
     }
 }
 
+/// The database's refusal as the sync reads it: an event it says it will
+/// never keep (ephemeral, deleted, expired, its author vanished, a deletion
+/// of another's event) is refused for good; one it refused for another
+/// reason is unclear (offered again a few times).
+fn refusal(reason: RejectedReason) -> IngestOutcome {
+    let text = format!("{reason:?}");
+    match reason {
+        RejectedReason::Other => IngestOutcome::Rejected {
+            reason: text,
+            refusal: Refusal::Unclear,
+        },
+        _ => IngestOutcome::refused_for_good(text),
+    }
+}
+
 fn backend(error: nostr_database::error::Error) -> StoreError {
     StoreError::backend(error)
 }
@@ -53,9 +68,7 @@ impl EventStore for DatabaseStore {
             SaveEventStatus::Rejected(RejectedReason::Duplicate | RejectedReason::Replaced) => {
                 IngestOutcome::Duplicate
             }
-            SaveEventStatus::Rejected(reason) => IngestOutcome::Rejected {
-                reason: format!("{reason:?}"),
-            },
+            SaveEventStatus::Rejected(reason) => refusal(reason),
         })
     }
 

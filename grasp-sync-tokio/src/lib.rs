@@ -82,7 +82,10 @@ pub use connection::ConnectionConfig;
 pub use database::DatabaseStore;
 pub use grasp_sync_core as core;
 pub use grasp_sync_core::nip34::RepoRef;
-pub use manager::{BuildError, ShutdownHandle, Summary, SyncManager, SyncManagerBuilder};
+pub use manager::{
+    BuildError, HeldRepositories, ManagerStopped, ShutdownHandle, Summary, SyncManager,
+    SyncManagerBuilder,
+};
 pub use metrics::MetricsHandle;
 pub use nip11::Nip11Error;
 /// The nostr crate we build on (0.45), whole: its modules

@@ -91,6 +91,18 @@ pub(crate) struct Args {
         default_missing_value = "1"
     )]
     pub(crate) sync_plus: Option<bool>,
+    /// Sync by REQ only, never NIP-77 negentropy (NEG-OPEN), even with
+    /// relays that do it (`--no-negentropy=0` or `false`: NIP-77 where a
+    /// relay does it, the default).
+    #[arg(
+        long,
+        value_name = "1|0",
+        env = "NGIT_SYNC_DISABLE_NEGENTROPY",
+        value_parser = switch,
+        num_args = 0..=1,
+        default_missing_value = "1"
+    )]
+    pub(crate) no_negentropy: Option<bool>,
     /// A relay Sync+ asks for participants' relay lists (kinds 10002 and
     /// 10317) besides each repository's relays, e.g. wss://purplepag.es
     /// (repeatable). Nothing else is read from it.
@@ -186,6 +198,9 @@ pub(crate) struct Settings {
     pub(crate) bootstrap_relays: Vec<RelayUrl>,
     /// `None`: the builder's (the environment's, else on).
     pub(crate) sync_plus: Option<bool>,
+    /// `Some(true)`: NIP-77 off; `None`: the builder's (the environment's,
+    /// else on).
+    pub(crate) no_negentropy: Option<bool>,
     pub(crate) index_relays: Vec<RelayUrl>,
     pub(crate) metrics_addr: Option<SocketAddr>,
     pub(crate) allow_local_addresses: bool,
@@ -236,6 +251,7 @@ pub(crate) fn settings(args: &Args) -> Result<Settings, String> {
             .map(|value| url("--bootstrap-relay", value))
             .collect::<Result<_, _>>()?,
         sync_plus: args.sync_plus,
+        no_negentropy: args.no_negentropy,
         index_relays: args
             .index_relays
             .iter()
@@ -300,6 +316,15 @@ mod tests {
         assert_eq!(sync_plus(&["--sync-plus=0"]), Some(false));
         assert_eq!(sync_plus(&["--sync-plus", "false"]), Some(false));
         assert!(parse(&["--sync-plus=maybe"]).is_err());
+
+        let no_negentropy = |extra: &[&str]| parse(extra).unwrap().unwrap().no_negentropy;
+        if std::env::var_os("NGIT_SYNC_DISABLE_NEGENTROPY").is_none() {
+            assert_eq!(no_negentropy(&[]), None, "left to the builder: NIP-77 on");
+        }
+        assert_eq!(no_negentropy(&["--no-negentropy"]), Some(true));
+        assert_eq!(no_negentropy(&["--no-negentropy=0"]), Some(false));
+        assert_eq!(no_negentropy(&["--no-negentropy", "true"]), Some(true));
+        assert!(parse(&["--no-negentropy=maybe"]).is_err());
 
         let settings = parse(&["--index-relay", "wss://a.example,wss://b.example"])
             .unwrap()

@@ -102,10 +102,14 @@ async fn run(settings: Settings) -> Result<ExitCode, String> {
     for url in &settings.bootstrap_relays {
         builder = builder.bootstrap_relay(url.clone());
     }
-    // Given by a flag or its variable, Sync+'s switch and index relays win over
+    // Given by a flag or its variable, Sync+'s switch and index relays and the
+    // NIP-77 switch win over
     // what `from_env` reads (the same variables).
     if let Some(enabled) = settings.sync_plus {
         builder = builder.sync_plus(enabled);
+    }
+    if let Some(disabled) = settings.no_negentropy {
+        builder = builder.negentropy(!disabled);
     }
     for url in &settings.index_relays {
         builder = builder.index_relay(url.clone());

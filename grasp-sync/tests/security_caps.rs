@@ -282,6 +282,8 @@ const NOT_CAPS: &[(&str, &[&str])] = &[
             // Retry timing, described in prose under the sync table.
             "health",
             "seed",
+            // A switch of the sync method (NIP-77 or REQ), no bound.
+            "negentropy",
         ],
     ),
     (

@@ -298,6 +298,7 @@ async fn help_names_every_variable_and_exit_code_and_bad_values_are_one_line() {
         "NGIT_SYNC_SERVICE_URLS",
         "NGIT_SYNC_BOOTSTRAP_RELAYS",
         "NGIT_SYNC_PLUS_ENABLED",
+        "NGIT_SYNC_DISABLE_NEGENTROPY",
         "NGIT_USER_INDEX_RELAYS",
         "NGIT_PURGATORY_GIT_ROOT",
         "NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY",
@@ -331,6 +332,7 @@ async fn help_names_every_variable_and_exit_code_and_bad_values_are_one_line() {
     for (name, value) in [
         ("NGIT_SYNC_ONCE", "maybe"),
         ("NGIT_SYNC_PLUS_ENABLED", "maybe"),
+        ("NGIT_SYNC_DISABLE_NEGENTROPY", "maybe"),
         ("NGIT_USER_INDEX_RELAYS", "not a relay"),
         ("NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY", "1"),
         ("NGIT_SYNC_SUMMARY_JSON", "1"),
@@ -361,6 +363,7 @@ const SYNC_TUNING: &[&str] = &[
     "NGIT_SYNC_MAX_RELAYS",
     "NGIT_SYNC_MAX_RELAYS_PER_AUTHOR",
     "NGIT_SYNC_RELAY_TRIAL_SECS",
+    "NGIT_SYNC_DISABLE_NEGENTROPY",
     "NGIT_SYNC_PLUS_ENABLED",
     "NGIT_USER_INDEX_RELAYS",
     "NGIT_SYNC_PLUS_PARTICIPANTS_PER_PASS",

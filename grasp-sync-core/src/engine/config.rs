@@ -41,6 +41,9 @@ pub struct EngineConfig {
     /// GRASP-03 "Sync+": the conversation from its participants' own
     /// relays, and how far strangers can stretch it.
     pub sync_plus: SyncPlusConfig,
+    /// Whether relays that do NIP-77 are reconciled with negentropy
+    /// (`NEG-OPEN`); when off, every relay is synced by REQ. On by default.
+    pub negentropy: bool,
     /// Seed of the randomness that spreads the daily re-sync over 23–25 h.
     pub seed: u64,
 }
@@ -54,6 +57,7 @@ impl Default for EngineConfig {
             caps: Caps::default(),
             health: HealthConfig::default(),
             sync_plus: SyncPlusConfig::default(),
+            negentropy: true,
             seed: 0x6772_6173_702d_3032,
         }
     }
@@ -276,7 +280,10 @@ pub struct Caps {
     /// count does. Default: 64 MiB.
     pub max_unconfirmed_store_bytes: usize,
     /// Events the store refused for good (`blocked:`, `invalid:`, `pow:`,
-    /// `restricted:` …) remembered so re-syncs do not download them again.
+    /// `restricted:` …) remembered so re-syncs do not download them again;
+    /// as many again of the events the store holds outside what it serves
+    /// ([`IngestOutcome::Held`](crate::store::IngestOutcome::Held)), each a
+    /// record without content.
     pub refused_memory: usize,
     /// Relay messages one negentropy session answers before it is cut off
     /// (a relay could otherwise keep it going forever). A cut session is
@@ -431,6 +438,14 @@ impl Default for SyncPlusConfig {
 }
 
 impl EngineConfig {
+    /// This configuration with NIP-77 switched on or off
+    /// ([`EngineConfig::negentropy`]): off, no `NEG-OPEN` is ever sent and
+    /// every filter is synced by REQ.
+    pub fn with_negentropy(mut self, enabled: bool) -> Self {
+        self.negentropy = enabled;
+        self
+    }
+
     /// This configuration with Sync+ switched on or off
     /// ([`SyncPlusConfig::enabled`]).
     pub fn with_sync_plus(mut self, enabled: bool) -> Self {

@@ -84,6 +84,7 @@ mod command;
 mod config;
 mod deadlines;
 mod frames;
+mod held;
 mod live_coverage;
 mod liveness;
 mod ours;

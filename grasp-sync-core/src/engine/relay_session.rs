@@ -960,8 +960,8 @@ impl RelaySession {
     // --- NIP-77 ---------------------------------------------------------
 
     /// The store answered with our `items` for the negentropy session `id`
-    /// (the events it refused for good count as held: not downloaded
-    /// again): open it.
+    /// (the events it refused for good or holds outside what it serves
+    /// count as present: not downloaded again): open it.
     pub(crate) fn on_local_items(
         &mut self,
         cx: &mut Ctx<'_>,
@@ -970,7 +970,7 @@ impl RelaySession {
         mut items: Vec<(EventId, Timestamp)>,
     ) {
         if let Some(filter) = self.negentropy_filter(id) {
-            items.extend(cx.stores.refused_items(filter));
+            items.extend(cx.stores.unlisted_items(filter));
         }
         self.open_negentropy(cx, now, id, &items);
     }
@@ -1048,7 +1048,7 @@ impl RelaySession {
         for (id, _) in &items {
             self.wait_for_store(cx, now, batch, id);
         }
-        items.extend(cx.stores.refused_items(filter));
+        items.extend(cx.stores.unlisted_items(filter));
         items
     }
 
@@ -1069,7 +1069,7 @@ impl RelaySession {
     /// ([`Job::NegentropySent`]) rather than fetched by one REQ: the relay
     /// does NIP-77 and the engine remembers what relays send.
     fn reconciles_fresh_roots(&self, config: &EngineConfig) -> bool {
-        self.nip77_usable() && config.caps.sent_replies_per_relay > 0
+        self.nip77_usable(config) && config.caps.sent_replies_per_relay > 0
     }
 
     /// A negentropy session of a filter ended without reconciling it: the
@@ -1311,7 +1311,7 @@ impl RelaySession {
     /// a `since` — a quick reconnect's catch-up, a live gap's, a poll — are
     /// REQ batches without asking: this answers REQ for every such filter.
     pub(crate) fn sync_method(&self, filter: &Filter, config: &EngineConfig) -> SyncMethod {
-        let negentropy = self.nip77_usable()
+        let negentropy = self.nip77_usable(config)
             && filter.since.is_none()
             && self
                 .learned
@@ -1324,13 +1324,14 @@ impl RelaySession {
         }
     }
 
-    /// `true` while the relay has not refused NIP-77 in any form
+    /// `true` while NIP-77 is switched on ([`EngineConfig::negentropy`])
+    /// and the relay has not refused it in any form
     /// ([`RelaySession::negentropy_failed`]): the relay-wide half of
     /// [`RelaySession::sync_method`], asked on its own where no filter is
     /// in question (the method a relay report shows, whether fresh roots
     /// are reconciled against what the relay sent).
-    pub(crate) fn nip77_usable(&self) -> bool {
-        !self.learned.negentropy_refused()
+    pub(crate) fn nip77_usable(&self, config: &EngineConfig) -> bool {
+        config.negentropy && !self.learned.negentropy_refused()
     }
 
     /// The live plan for `items` — which live REQs cover Layer 1 and the

@@ -15,6 +15,11 @@ pub struct HeldBytes {
     /// Records of events refused for good (at most
     /// [`Caps::refused_memory`](super::Caps::refused_memory)).
     pub refused_count: usize,
+    /// Records of events the store holds outside what it serves
+    /// ([`IngestOutcome::Held`](crate::store::IngestOutcome::Held)), kept to
+    /// answer negentropy (at most
+    /// [`Caps::refused_memory`](super::Caps::refused_memory)).
+    pub held_events: usize,
 }
 
 /// Counters of what the engine did and dropped.
@@ -110,6 +115,10 @@ pub struct EngineStats {
     pub fetch_retries: u64,
     /// Events the store reported newly stored.
     pub events_stored: u64,
+    /// Events the store reported held ([`IngestOutcome::Held`](crate::store::IngestOutcome::Held)):
+    /// kept outside what it serves until their git data arrives. Not in
+    /// [`EngineStats::events_stored`].
+    pub events_held: u64,
     /// Store answers that asked for a retry (`rate-limited:`, `error:`,
     /// failures, timeouts).
     pub store_retries: u64,

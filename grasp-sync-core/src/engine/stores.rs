@@ -1,10 +1,10 @@
 //! Store outcomes: every verified event handed to the store is tracked until
 //! the store says what it did with it. A batch confirms only when all of its
-//! events are stored; a store that refuses for now (`rate-limited:`,
-//! `error:`), fails or does not answer gets the event again, in order, with
-//! backoff; a refusal for good (`blocked:`, `invalid:`, `pow:`,
-//! `restricted:` …) is remembered so a re-sync does not download the event
-//! again.
+//! events are stored (or held); a store that refuses for now
+//! ([`Refusal::ForNow`]), fails or does not answer gets the event again, in
+//! order, with backoff; a refusal for good ([`Refusal::ForGood`]) is
+//! remembered so a re-sync does not download the event again, and so is an
+//! event the store holds outside what it serves ([`IngestOutcome::Held`]).
 
 use crate::health::Retry;
 use std::collections::{HashMap, VecDeque};
@@ -12,14 +12,13 @@ use std::collections::{HashMap, VecDeque};
 use nostr::prelude::{Event, EventId, Filter, RelayUrl, Timestamp};
 use tracing::{debug, warn};
 
-use super::classify::{classify, Prefix};
 use super::{Command, EngineConfig, EngineStats};
 use crate::clock::Instant;
 use crate::model::BatchId;
 use crate::nip34::is_root_kind;
 use crate::recent::RecentIds;
 use crate::screen::event_size;
-use crate::store::{IngestOutcome, StoreError};
+use crate::store::{IngestOutcome, Refusal, StoreError};
 use crate::verified::VerifiedEvent;
 
 /// What the engine makes of one store answer.
@@ -30,42 +29,37 @@ pub enum StoreVerdict {
     Stored,
     /// The store already had it.
     Duplicate,
-    /// Refused for now (`rate-limited:`, `error:`, a failure): offered again
+    /// The store holds it outside what it serves until its git data
+    /// arrives: stored for the sync's purposes (its batch confirms, it is
+    /// not fetched again, negentropy lists it as present).
+    Held,
+    /// Refused for now ([`Refusal::ForNow`], a failure): offered again
     /// after a backoff, for as long as it takes.
     Retry(String),
-    /// Refused with a reason we cannot classify (no NIP-01 prefix,
-    /// `auth-required:`): offered again a few times
+    /// Refused without saying for how long ([`Refusal::Unclear`]): offered
+    /// again a few times
     /// ([`Timeouts::store_attempts`](super::Timeouts::store_attempts)),
     /// then taken as refused for good.
     Unclear(String),
-    /// Refused for good (`blocked:`, `invalid:`, `pow:`, `restricted:`,
-    /// `mute:`): remembered, not downloaded again.
+    /// Refused for good ([`Refusal::ForGood`]): remembered, not downloaded
+    /// again.
     Refused(String),
 }
 
 impl StoreVerdict {
-    /// Reads a store's answer. NIP-01 prefixes `rate-limited:` and `error:`
-    /// (strfry's `ERROR: ` decoration included) and backend failures are
-    /// transient; `blocked:`, `invalid:`, `pow:`, `restricted:`, `mute:` are
-    /// permanent; anything else is unclear.
+    /// Reads a store's answer: a refusal by its [`Refusal`] (never its
+    /// text: a store that relays a relay's `OK` reads the text once, in
+    /// [`IngestOutcome::rejected`]); a backend failure is for now.
     pub fn of(result: &Result<IngestOutcome, StoreError>) -> StoreVerdict {
         match result {
             Ok(IngestOutcome::Stored) => StoreVerdict::Stored,
             Ok(IngestOutcome::Duplicate) => StoreVerdict::Duplicate,
-            Ok(IngestOutcome::Rejected { reason }) => {
-                let classified = classify(reason);
-                match classified.prefix {
-                    Prefix::RateLimited | Prefix::Error => StoreVerdict::Retry(reason.clone()),
-                    Prefix::Duplicate => StoreVerdict::Duplicate,
-                    Prefix::Blocked
-                    | Prefix::Invalid
-                    | Prefix::Pow
-                    | Prefix::Restricted
-                    | Prefix::Mute => StoreVerdict::Refused(reason.clone()),
-                    _ if classified.rate_limited => StoreVerdict::Retry(reason.clone()),
-                    _ => StoreVerdict::Unclear(reason.clone()),
-                }
-            }
+            Ok(IngestOutcome::Held) => StoreVerdict::Held,
+            Ok(IngestOutcome::Rejected { reason, refusal }) => match refusal {
+                Refusal::ForNow => StoreVerdict::Retry(reason.clone()),
+                Refusal::ForGood => StoreVerdict::Refused(reason.clone()),
+                Refusal::Unclear => StoreVerdict::Unclear(reason.clone()),
+            },
             Err(error) => StoreVerdict::Retry(error.to_string()),
         }
     }
@@ -107,6 +101,13 @@ pub(crate) struct StoreTracker {
     refused: HashMap<EventId, Event>,
     /// `refused` in the order remembered, oldest first.
     refused_order: VecDeque<EventId>,
+    /// Held by the store outside what it serves ([`IngestOutcome::Held`]),
+    /// stripped of their content like the refused ([`refused_record`]), to
+    /// answer negentropy and not hand them over again until the host drops
+    /// them ([`StoreTracker::forget_held`]).
+    held: HashMap<EventId, Event>,
+    /// `held` in the order remembered, oldest first.
+    held_order: VecDeque<EventId>,
     /// Stored (or held already) lately: not handed to the store again.
     /// Forgotten at the daily re-sync, which compares with the store itself.
     pub(super) stored_lately: RecentIds,
@@ -126,11 +127,13 @@ impl StoreTracker {
         self.retry.len()
     }
 
-    /// Items of refused events matching `filter`, so negentropy does not
-    /// count them as missing.
-    pub(crate) fn refused_items(&self, filter: &Filter) -> Vec<(EventId, Timestamp)> {
-        self.refused
-            .values()
+    /// Items matching `filter` of the events the store does not list but
+    /// that count as present for negentropy: those it refused for good
+    /// (not downloaded again) and those it holds outside what it serves
+    /// ([`IngestOutcome::Held`]).
+    pub(crate) fn unlisted_items(&self, filter: &Filter) -> Vec<(EventId, Timestamp)> {
+        (self.refused.values())
+            .chain(self.held.values())
             .filter(|event| crate::filters::matches(filter, event))
             .map(|event| (event.id, event.created_at))
             .collect()
@@ -162,7 +165,7 @@ impl StoreTracker {
     pub(crate) fn handover(&self, id: &EventId) -> Handover {
         if self.refused.contains_key(id) {
             Handover::Refused
-        } else if self.stored_lately.contains(id) {
+        } else if self.stored_lately.contains(id) || self.held.contains_key(id) {
             Handover::StoredLately
         } else if self.in_flight.contains_key(id) {
             Handover::OnItsWay
@@ -280,6 +283,13 @@ impl StoreTracker {
                 self.remember_refused(&done.event, config.caps.refused_memory);
                 Some((done, StoreVerdict::Refused(reason)))
             }
+            StoreVerdict::Held => {
+                self.refusals = None;
+                stats.events_held += 1;
+                let done = self.take_in_flight(id)?;
+                self.remember_held(&done.event, config.caps.refused_memory);
+                Some((done, StoreVerdict::Held))
+            }
             StoreVerdict::Stored | StoreVerdict::Duplicate => {
                 self.refusals = None;
                 self.stored_lately.insert(*id, ());
@@ -319,6 +329,43 @@ impl StoreTracker {
             };
             self.refused.remove(&oldest);
         }
+    }
+
+    /// Keeps the record of an event the store holds ([`refused_record`]),
+    /// forgetting the oldest beyond `memory`.
+    fn remember_held(&mut self, event: &Event, memory: usize) {
+        if self.held.insert(event.id, refused_record(event)).is_none() {
+            self.held_order.push_back(event.id);
+        }
+        while self.held.len() > memory {
+            let Some(oldest) = self.held_order.pop_front() else {
+                break;
+            };
+            self.held.remove(&oldest);
+        }
+    }
+
+    /// Forgets the held events `ids` (the host dropped them without their
+    /// data), so a later sync fetches them again; returns how many were
+    /// remembered.
+    pub(crate) fn forget_held(&mut self, ids: impl IntoIterator<Item = EventId>) -> usize {
+        let mut forgotten = 0;
+        for id in ids {
+            if self.held.remove(&id).is_some() {
+                forgotten += 1;
+            }
+            self.stored_lately.take(&id);
+        }
+        if forgotten > 0 {
+            let held = &self.held;
+            self.held_order.retain(|id| held.contains_key(id));
+        }
+        forgotten
+    }
+
+    /// Held events remembered.
+    pub(crate) fn held_count(&self) -> usize {
+        self.held.len()
     }
 
     /// Refused events remembered.
@@ -410,9 +457,7 @@ mod tests {
     use super::*;
 
     fn rejected(reason: &str) -> StoreVerdict {
-        StoreVerdict::of(&Ok(IngestOutcome::Rejected {
-            reason: reason.into(),
-        }))
+        StoreVerdict::of(&Ok(IngestOutcome::rejected(reason)))
     }
 
     #[test]
@@ -444,6 +489,32 @@ mod tests {
         let settled = tracker.answer(now, &first, StoreVerdict::Stored, &config, &mut stats);
         assert!(settled.is_some());
         assert!(tracker.keeps_up(&config), "one stored gives its bytes back");
+    }
+
+    #[test]
+    fn a_refusal_is_read_by_its_type_never_its_text() {
+        let typed = |reason: &str, refusal| {
+            StoreVerdict::of(&Ok(IngestOutcome::Rejected {
+                reason: reason.into(),
+                refusal,
+            }))
+        };
+        assert_eq!(
+            typed("blocked: later", Refusal::ForNow),
+            StoreVerdict::Retry("blocked: later".into())
+        );
+        assert_eq!(
+            typed("rate-limited: never", Refusal::ForGood),
+            StoreVerdict::Refused("rate-limited: never".into())
+        );
+        assert_eq!(
+            typed("invalid: who knows", Refusal::Unclear),
+            StoreVerdict::Unclear("invalid: who knows".into())
+        );
+        assert_eq!(
+            StoreVerdict::of(&Ok(IngestOutcome::Held)),
+            StoreVerdict::Held
+        );
     }
 
     #[test]

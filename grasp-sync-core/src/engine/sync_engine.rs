@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 
 use super::config::Jitter;
 use super::deadlines::DeadlineTable;
+use super::held::{announced_repo, HeldRepos};
 use super::ours::{identifier, Layer1Verdict, Ours};
 use super::outbox::Outbox;
 use super::own_relay::{OwnOutcome, OwnSession};
@@ -88,6 +89,9 @@ pub struct SyncEngine {
     /// Which Layer 1 events are ours to store, and those waiting to be.
     ours: Ours,
     stores: StoreTracker,
+    /// Repositories the host holds until their git data arrives: synced by
+    /// Layer 1 only until promoted ([`SyncEngine::handle_repository_held`]).
+    held: HeldRepos,
     /// Each relay's next deadline (timers as data).
     deadlines: DeadlineTable,
     /// Relay URLs the policy refused (warned about once each).
@@ -145,6 +149,7 @@ impl SyncEngine {
             own,
             ours: Ours::default(),
             stores: StoreTracker::default(),
+            held: HeldRepos::default(),
             deadlines: DeadlineTable::default(),
             refused_relays: Default::default(),
             over_cap: IndexMap::new(),
@@ -1224,8 +1229,82 @@ impl SyncEngine {
                 session.event_stored();
             }
         }
-        if matches!(verdict, StoreVerdict::Stored | StoreVerdict::Duplicate) {
+        if verdict == StoreVerdict::Held {
+            if let Some(repo) = announced_repo(done.event.event()) {
+                self.hold_repository(repo);
+            }
+        }
+        if matches!(
+            verdict,
+            StoreVerdict::Stored | StoreVerdict::Duplicate | StoreVerdict::Held
+        ) {
             self.plan_stored(now, done.event.into_event());
+        }
+    }
+
+    // --- Held repositories and events ------------------------------------------
+
+    /// The host holds `repo`'s announcement outside what it serves until
+    /// its git data arrives: until [`SyncEngine::handle_repository_promoted`]
+    /// only its announcement and states are synced (Layer 1), not the
+    /// events tagging it (Layers 2+3). What was already asked of its relays
+    /// finishes. The engine holds a repository by itself when the store
+    /// answers [`IngestOutcome::Held`] for its announcement.
+    pub fn handle_repository_held(&mut self, now: Now, repo: RepoRef) {
+        self.observe(now);
+        let before = self.reach();
+        self.hold_repository(repo);
+        self.maintain_after(now, None, before);
+    }
+
+    /// The host released `repo`'s announcement (its git data arrived): the
+    /// repository becomes an item like a newly discovered one, its Layers
+    /// 2+3 history and live sync start on the relays that serve it. A
+    /// repository not held is left alone.
+    pub fn handle_repository_promoted(&mut self, now: Now, repo: RepoRef) {
+        self.observe(now);
+        if !self.held.promote(&repo) {
+            debug!(%repo, "promoted a repository that was not held");
+            return;
+        }
+        info!(%repo, "repository promoted; syncing the events that tag it");
+        let before = self.reach();
+        self.list_repo_relays(&repo);
+        self.plan_target_changes(now);
+        self.maintain_after(now, None, before);
+    }
+
+    /// The host discarded these held events (they expired without their
+    /// data): they are forgotten, so a later sync fetches them again.
+    pub fn handle_held_dropped(&mut self, now: Now, ids: impl IntoIterator<Item = EventId>) {
+        self.observe(now);
+        let forgotten = self.stores.forget_held(ids);
+        debug!(
+            forgotten,
+            "held events dropped by the host; fetched again later"
+        );
+    }
+
+    /// The repositories held ([`SyncEngine::handle_repository_held`]),
+    /// oldest first.
+    pub fn held_repositories(&self) -> impl Iterator<Item = &RepoRef> {
+        self.held.iter()
+    }
+
+    /// Is `repo` held? Its Layers 2+3 wait for its promotion.
+    pub fn is_repository_held(&self, repo: &RepoRef) -> bool {
+        self.held.is_held(repo)
+    }
+
+    /// Holds `repo`: if it is an item already, its relays are taken out of
+    /// the repository index (nothing more of its Layers 2+3 is planned).
+    fn hold_repository(&mut self, repo: RepoRef) {
+        if !self.held.hold(repo.clone()) {
+            return;
+        }
+        info!(%repo, "repository held; syncing only its announcement and states until promoted");
+        if self.repo_relays.knows(&repo) {
+            self.list_repo_relays(&repo);
         }
     }
 
@@ -1406,10 +1485,18 @@ impl SyncEngine {
 
     /// Lists `repo`'s relays in the repository index — announced, and this
     /// pass's Sync+ outbox relays ([`RepoRelays::relays_of`]) — and
-    /// registers those not tracked yet.
+    /// registers those not tracked yet. A held repository lists none (it is
+    /// no Layers 2+3 item); its announced relays are registered, for
+    /// Layer 1.
     fn list_repo_relays(&mut self, repo: &RepoRef) {
-        let relays = self.repo_relays.relays_of(repo);
-        self.repos.set_repo_relays(repo, relays.iter().cloned());
+        let relays = if self.held.is_held(repo) {
+            self.repos.set_repo_relays(repo, std::iter::empty());
+            self.repo_relays.announced(repo).to_vec()
+        } else {
+            let relays = self.repo_relays.relays_of(repo);
+            self.repos.set_repo_relays(repo, relays.iter().cloned());
+            relays
+        };
         for relay in relays {
             if self.relays.state(&relay).is_none() {
                 tracing::info!(%relay, "discovered relay");
@@ -1754,6 +1841,7 @@ impl SyncEngine {
             candidate_count: self.ours.candidates.len(),
             refused: self.stores.refused_bytes(),
             refused_count: self.stores.refused_count(),
+            held_events: self.stores.held_count(),
         }
     }
 
@@ -1928,7 +2016,9 @@ impl SyncEngine {
 
     fn relay_report(&self, relay: &RelayUrl, state: &RelayState) -> RelayReport {
         let known = self.relays.get(relay);
-        let refused = known.is_some_and(|known| !known.nip77_usable());
+        let nip77 = known.map_or(self.config.negentropy, |known| {
+            known.nip77_usable(&self.config)
+        });
         let health = &self.config.health;
         let retry_at = known.and_then(|known| known.retry_at(health));
         RelayReport {
@@ -1938,10 +2028,10 @@ impl SyncEngine {
                 .relays
                 .view(relay)
                 .health_state(self.last_now(), health),
-            method: if refused {
-                SyncMethod::ReqEose
-            } else {
+            method: if nip77 {
                 SyncMethod::Negentropy
+            } else {
+                SyncMethod::ReqEose
             },
             events_received: known.map_or(0, RelaySession::events_received),
             events_received_again: known.map_or(0, RelaySession::events_received_again),

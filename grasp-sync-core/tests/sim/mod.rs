@@ -85,6 +85,9 @@ pub struct OwnRelay {
     /// Writes of these kinds are taken (stored and answered) only this
     /// long after the engine asked: a slow store for some events.
     pub slow_kinds: std::collections::HashMap<u16, Duration>,
+    /// Writes of these events are answered so, and not stored (a store
+    /// that holds them in a purgatory of its own, or refuses them).
+    pub answers: std::collections::HashMap<EventId, IngestOutcome>,
     /// Times the self-subscription connection dropped.
     pub drops: usize,
     /// Histories read to the end (the engine's
@@ -244,6 +247,7 @@ impl World {
                 silent_live: false,
                 accepts_everything: false,
                 slow_kinds: Default::default(),
+                answers: Default::default(),
                 drops: 0,
                 histories_completed: 0,
             },
@@ -638,14 +642,14 @@ impl World {
         let outcome = if self.own.store_failing {
             Err(StoreError::unavailable("store backend down"))
         } else if self.own.write_rate_limited {
-            Ok(IngestOutcome::Rejected {
-                reason: "rate-limited: slow down".into(),
-            })
+            Ok(IngestOutcome::refused_for_now("rate-limited: slow down"))
+        } else if let Some(answer) = self.own.answers.get(&id) {
+            Ok(answer.clone())
         } else if !self.own.accepts(&event) {
             self.own.rejected.push(event.clone());
-            Ok(IngestOutcome::Rejected {
-                reason: "blocked: announcement does not list this relay".into(),
-            })
+            Ok(IngestOutcome::refused_for_good(
+                "blocked: announcement does not list this relay",
+            ))
         } else {
             block_on(self.own.store.ingest(&event))
         };

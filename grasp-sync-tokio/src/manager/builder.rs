@@ -80,6 +80,8 @@ struct EnvSettings {
     max_relays: Option<u64>,
     max_relays_per_author: Option<u64>,
     relay_trial_period: Option<Duration>,
+    /// `NGIT_SYNC_DISABLE_NEGENTROPY`: `Some(true)` turns NIP-77 off.
+    disable_negentropy: Option<bool>,
     sync_plus: SyncPlusSettings,
 }
 
@@ -158,6 +160,7 @@ impl EnvSettings {
             max_relays: env_number("NGIT_SYNC_MAX_RELAYS")?,
             max_relays_per_author: env_number("NGIT_SYNC_MAX_RELAYS_PER_AUTHOR")?,
             relay_trial_period: env_number("NGIT_SYNC_RELAY_TRIAL_SECS")?.map(Duration::from_secs),
+            disable_negentropy: env_switch(env, "NGIT_SYNC_DISABLE_NEGENTROPY")?,
             sync_plus: SyncPlusSettings::read(env)?,
         })
     }
@@ -193,6 +196,9 @@ impl EnvSettings {
         if let Some(period) = self.relay_trial_period {
             config.caps.relay_trial_period = period;
         }
+        if let Some(disable) = self.disable_negentropy {
+            config.negentropy = !disable;
+        }
         self.sync_plus.apply(config);
     }
 
@@ -213,6 +219,7 @@ struct Explicit {
     batch_window: Option<Duration>,
     relay_policy: Option<RelayUrlPolicy>,
     allow_local_addresses: Option<bool>,
+    negentropy: Option<bool>,
     sync_plus: SyncPlusSettings,
 }
 
@@ -231,6 +238,9 @@ impl Explicit {
                 .clone()
                 .allow_local_addresses(allow);
         }
+        if let Some(negentropy) = self.negentropy {
+            config.negentropy = negentropy;
+        }
         self.sync_plus.apply(config);
     }
 }
@@ -239,7 +249,8 @@ impl Explicit {
 ///
 /// Precedence, whatever the order of the calls: individual setters
 /// ([`SyncManagerBuilder::batch_window`], [`SyncManagerBuilder::relay_policy`],
-/// [`SyncManagerBuilder::allow_local_addresses`], the Sync+ setters such as
+/// [`SyncManagerBuilder::allow_local_addresses`], [`SyncManagerBuilder::negentropy`],
+/// the Sync+ setters such as
 /// [`SyncManagerBuilder::sync_plus`]) over the environment
 /// ([`SyncManagerBuilder::from_env`]) over a whole
 /// [`SyncManagerBuilder::engine_config`] over the spec's defaults.
@@ -369,6 +380,15 @@ impl SyncManagerBuilder {
         self
     }
 
+    /// NIP-77 on or off
+    /// ([`EngineConfig::negentropy`](grasp_sync_core::engine::EngineConfig::negentropy);
+    /// on by default; `NGIT_SYNC_DISABLE_NEGENTROPY`): off, relays are
+    /// synced by REQ only, never `NEG-OPEN`, even those that do NIP-77.
+    pub fn negentropy(mut self, enabled: bool) -> Self {
+        self.explicit.negentropy = Some(enabled);
+        self
+    }
+
     /// GRASP-03 "Sync+" on or off: a repository's conversation is also
     /// synced from its participants' own write relays
     /// ([`SyncPlusConfig::enabled`](grasp_sync_core::engine::SyncPlusConfig::enabled);
@@ -480,8 +500,9 @@ impl SyncManagerBuilder {
     /// ([`ConnectionConfig::max_message_size`] and `max_frame_size`), and the
     /// relay slots: `NGIT_SYNC_MAX_RELAYS` (`Caps::max_relays`),
     /// `NGIT_SYNC_MAX_RELAYS_PER_AUTHOR` (`Caps::max_relays_per_author`) and
-    /// `NGIT_SYNC_RELAY_TRIAL_SECS` (`Caps::relay_trial_period`), and
-    /// GRASP-03 Sync+ (`SyncPlusConfig`): `NGIT_SYNC_PLUS_ENABLED` (a
+    /// `NGIT_SYNC_RELAY_TRIAL_SECS` (`Caps::relay_trial_period`),
+    /// `NGIT_SYNC_DISABLE_NEGENTROPY` (a switch like the next: on turns
+    /// NIP-77 off, `EngineConfig::negentropy`), and GRASP-03 Sync+ (`SyncPlusConfig`): `NGIT_SYNC_PLUS_ENABLED` (a
     /// switch: `1` / `0`, or `true` / `false` like the reference GRASP
     /// server; on by default), `NGIT_USER_INDEX_RELAYS` (comma-separated
     /// relay URLs), `NGIT_SYNC_PLUS_PARTICIPANTS_PER_PASS`,
@@ -538,6 +559,7 @@ impl SyncManagerBuilder {
         let registry = self.registry.unwrap_or(own_registry);
         let (inbound_tx, inbound_rx) = mpsc::channel(4096);
         let (own_events_tx, own_events_rx) = mpsc::channel(4096);
+        let (held_tx, held_rx) = mpsc::channel(1024);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (status_tx, _) = watch::channel(SyncStatus::default());
         let address = AddressCheck {
@@ -575,6 +597,8 @@ impl SyncManagerBuilder {
             inbound: inbound_rx,
             own_events_tx,
             own_events: own_events_rx,
+            held_tx,
+            held: held_rx,
             shutdown_tx,
             status_tx,
         })
@@ -670,6 +694,7 @@ mod tests {
             max_relays: Some(300),
             max_relays_per_author: Some(12),
             relay_trial_period: Some(Duration::from_secs(90)),
+            disable_negentropy: None,
             sync_plus: SyncPlusSettings::default(),
         };
         // engine_config after the environment: the environment still applies.
@@ -788,6 +813,40 @@ mod tests {
             ),
             (8, 6, 40, Duration::from_secs(120))
         );
+    }
+
+    #[test]
+    fn nip77_is_on_by_default_and_the_environment_or_the_setter_turns_it_off() {
+        assert!(under(&[], builder()).unwrap().negentropy, "on by default");
+        let negentropy = |value: &str, builder: SyncManagerBuilder| {
+            under(&[("NGIT_SYNC_DISABLE_NEGENTROPY", value)], builder)
+                .map(|config| config.negentropy)
+        };
+        for (value, on) in [
+            ("1", false),
+            ("true", false),
+            (" TRUE ", false),
+            ("0", true),
+            ("false", true),
+            ("", true), // empty: not given, the default holds
+        ] {
+            assert_eq!(negentropy(value, builder()).unwrap(), on, "{value:?}");
+        }
+        assert!(
+            negentropy("1", builder().negentropy(true)).unwrap(),
+            "the setter wins over the environment"
+        );
+        assert!(!negentropy("0", builder().negentropy(false)).unwrap());
+        assert!(!under(&[], builder().negentropy(false)).unwrap().negentropy);
+        match negentropy("please", builder()) {
+            Err(BuildError::EnvSwitch { name, value }) => {
+                assert_eq!(
+                    (name, value.as_str()),
+                    ("NGIT_SYNC_DISABLE_NEGENTROPY", "please")
+                );
+            }
+            other => panic!("expected EnvSwitch, got {other:?}"),
+        }
     }
 
     #[test]

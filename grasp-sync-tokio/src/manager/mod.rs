@@ -23,6 +23,8 @@
 //! - `status_feed`: `StatusFeed`, owned by the runner: the status
 //!   snapshots and their interval;
 //! - `warn_once`: `WarnOnce`, relays warned about once;
+//! - `held`: [`HeldRepositories`], the host's handle on the repositories
+//!   and events it holds until their git data arrives;
 //! - `summary`: the shutdown handle and the run's summary.
 //!
 //! The path of an `EVENT` from a relay's socket to the store (five tasks,
@@ -46,6 +48,7 @@
 
 mod builder;
 mod connections;
+mod held;
 mod runner;
 mod status_feed;
 mod store_queue;
@@ -61,6 +64,7 @@ use nostr::prelude::Event;
 use tokio::sync::{mpsc, watch};
 
 pub use builder::{BuildError, SyncManagerBuilder};
+pub use held::{HeldRepositories, ManagerStopped};
 pub use summary::{ShutdownHandle, Summary};
 
 use crate::connection::Dialer;
@@ -105,6 +109,8 @@ pub struct SyncManager {
     inbound: mpsc::Receiver<Inbound>,
     own_events_tx: mpsc::Sender<Event>,
     own_events: mpsc::Receiver<Event>,
+    held_tx: mpsc::Sender<held::HeldNote>,
+    held: mpsc::Receiver<held::HeldNote>,
     shutdown_tx: watch::Sender<bool>,
     status_tx: watch::Sender<SyncStatus>,
 }
@@ -137,6 +143,14 @@ impl SyncManager {
         self.own_events_tx.clone()
     }
 
+    /// For hosts that keep announcements in a purgatory of their own until
+    /// git data arrives: tell the engine which repositories are held, which
+    /// are promoted, and which held events were dropped
+    /// ([`HeldRepositories`]).
+    pub fn held_repositories(&self) -> HeldRepositories {
+        HeldRepositories::new(self.held_tx.clone())
+    }
+
     /// The sync's progress, refreshed while it runs: wait for
     /// [`SyncStatus::historic_sync_complete`] to know historic sync is done.
     pub fn status(&self) -> watch::Receiver<SyncStatus> {
@@ -167,6 +181,7 @@ impl SyncManager {
             dialer,
             inbound,
             own_events,
+            held,
             shutdown_tx,
             status_tx,
             ..
@@ -180,7 +195,7 @@ impl SyncManager {
             shutdown_tx.subscribe(),
         );
         runner
-            .run(inbound, own_events, store_results, shutdown_tx)
+            .run(inbound, own_events, held, store_results, shutdown_tx)
             .await
     }
 }

@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use super::connections::Connections;
+use super::held::HeldNote;
 use super::status_feed::StatusFeed;
 use super::store_queue::StoreQueue;
 use super::store_worker::{StoreJob, StoreResult};
@@ -82,6 +83,7 @@ impl Runner {
         mut self,
         mut inbound: mpsc::Receiver<Inbound>,
         mut own_events: mpsc::Receiver<nostr::prelude::Event>,
+        mut held: mpsc::Receiver<HeldNote>,
         mut store_results: mpsc::Receiver<StoreResult>,
         shutdown_tx: watch::Sender<bool>,
     ) -> Summary {
@@ -126,6 +128,7 @@ impl Runner {
                     }
                 }
                 Some(event) = own_events.recv() => self.on_own_event(event),
+                Some(note) = held.recv() => self.on_held_note(note),
                 _ = tokio::time::sleep_until(deadline) => self.on_timeout(),
                 _ = tick.tick() => {
                     self.update_metrics();
@@ -153,6 +156,16 @@ impl Runner {
     fn on_own_event(&mut self, event: nostr::prelude::Event) {
         let now = self.clock_now();
         self.engine.handle_own_events(now, [event]);
+    }
+
+    /// What the host holds, from its [`HeldRepositories`](super::HeldRepositories).
+    fn on_held_note(&mut self, note: HeldNote) {
+        let now = self.clock_now();
+        match note {
+            HeldNote::Hold(repo) => self.engine.handle_repository_held(now, repo),
+            HeldNote::Promote(repo) => self.engine.handle_repository_promoted(now, repo),
+            HeldNote::Dropped(ids) => self.engine.handle_held_dropped(now, ids),
+        }
     }
 
     /// Executes the engine's commands (step 2 of its driving contract):
@@ -422,6 +435,7 @@ impl Runner {
                 self.metrics.events_synced.inc();
             }
             StoreVerdict::Duplicate => self.summary.events_duplicate += 1,
+            StoreVerdict::Held => self.summary.events_held += 1,
             StoreVerdict::Refused(reason) => {
                 self.summary.events_rejected += 1;
                 self.metrics

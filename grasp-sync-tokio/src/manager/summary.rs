@@ -26,6 +26,10 @@ pub struct Summary {
     pub events_stored: u64,
     /// Events the store already had.
     pub events_duplicate: u64,
+    /// Events the store holds outside what it serves until their git data
+    /// arrives ([`IngestOutcome::Held`](grasp_sync_core::store::IngestOutcome::Held));
+    /// not in `events_stored`.
+    pub events_held: u64,
     /// Events the store refused for good.
     pub events_rejected: u64,
     /// Store answers that asked for a retry (`rate-limited:`, `error:`,

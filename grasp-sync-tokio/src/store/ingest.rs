@@ -232,12 +232,12 @@ const INITIAL_WINDOW: usize = 64;
 impl Window {
     fn on_answer(&mut self, outcome: &IngestOutcome) {
         match outcome {
-            // The core's reading of the answer (strfry's `ERROR: ` decoration,
-            // wording), as the engine reads it.
-            IngestOutcome::Rejected { reason } if classify(reason).rate_limited => {
+            // The relay's own words (strfry's `ERROR: ` decoration, wording):
+            // a rate limit narrows the window, whatever the refusal's kind.
+            IngestOutcome::Rejected { reason, .. } if classify(reason).rate_limited => {
                 self.size = (self.size / 2).max(1);
             }
-            IngestOutcome::Stored | IngestOutcome::Duplicate => {
+            IngestOutcome::Stored | IngestOutcome::Duplicate | IngestOutcome::Held => {
                 self.size = (self.size + 1).min(INGEST_WINDOW);
             }
             _ => {}
@@ -278,16 +278,14 @@ async fn next_answer(
     }
 }
 
-/// What an `OK` says: stored, a duplicate, or refused with its reason; a
-/// duplicate is the core's reading of the prefix (strfry's `ERROR: `
-/// decoration included), as `StoreVerdict::of` reads a refusal.
+/// What an `OK` says: stored, a duplicate, or refused with its reason and
+/// how long for, read from its NIP-01 prefix (strfry's `ERROR: ` decoration
+/// included) by [`IngestOutcome::rejected`].
 fn outcome(status: bool, message: &str) -> IngestOutcome {
     match (status, classify(message).prefix == Prefix::Duplicate) {
         (true, false) => IngestOutcome::Stored,
         (_, true) => IngestOutcome::Duplicate,
-        (false, false) => IngestOutcome::Rejected {
-            reason: message.to_owned(),
-        },
+        (false, false) => IngestOutcome::rejected(message),
     }
 }
 
@@ -312,18 +310,18 @@ mod tests {
         );
         assert_eq!(
             outcome(false, "blocked: no"),
-            IngestOutcome::Rejected {
-                reason: "blocked: no".into()
-            }
+            IngestOutcome::refused_for_good("blocked: no")
+        );
+        assert_eq!(
+            outcome(false, "rate-limited: slow down"),
+            IngestOutcome::refused_for_now("rate-limited: slow down")
         );
     }
 
     #[test]
     fn the_window_halves_on_rate_limits_and_grows_on_success() {
         let mut window = Window::default();
-        let limited = IngestOutcome::Rejected {
-            reason: "rate-limited: slow down".into(),
-        };
+        let limited = IngestOutcome::rejected("rate-limited: slow down");
         window.on_answer(&limited);
         assert_eq!(window.size, INITIAL_WINDOW / 2);
         for _ in 0..10 {
@@ -336,14 +334,10 @@ mod tests {
             window.on_answer(&IngestOutcome::Duplicate);
         }
         assert_eq!(window.size, INGEST_WINDOW);
-        window.on_answer(&IngestOutcome::Rejected {
-            reason: "blocked: no".into(),
-        });
+        window.on_answer(&IngestOutcome::rejected("blocked: no"));
         assert_eq!(window.size, INGEST_WINDOW);
         // strfry's decorated form counts too.
-        window.on_answer(&IngestOutcome::Rejected {
-            reason: "ERROR: rate-limited: too fast".into(),
-        });
+        window.on_answer(&IngestOutcome::rejected("ERROR: rate-limited: too fast"));
         assert_eq!(window.size, INGEST_WINDOW / 2);
     }
 

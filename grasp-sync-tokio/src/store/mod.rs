@@ -194,8 +194,10 @@ impl RelayStore {
     ) -> Result<IngestOutcome, StoreError> {
         let outcome = answer.await.map_err(|_| StoreError::Stopped)?;
         match &outcome {
-            Ok(IngestOutcome::Stored | IngestOutcome::Duplicate) => self.pace.on_taken(),
-            Ok(IngestOutcome::Rejected { reason }) if classify(reason).rate_limited => {
+            Ok(IngestOutcome::Stored | IngestOutcome::Duplicate | IngestOutcome::Held) => {
+                self.pace.on_taken()
+            }
+            Ok(IngestOutcome::Rejected { reason, .. }) if classify(reason).rate_limited => {
                 self.pace.on_pushed_back()
             }
             Err(_) => self.pace.on_pushed_back(),
