@@ -16,7 +16,7 @@ use events::memory_git::MemoryGit;
 use grasp_purgatory::core::purgatory::NotFetchable;
 use grasp_purgatory::{
     create_bare_repository, ChannelSink, GitFetcher, GitFetcherConfig, HeldState,
-    MemoryAnnouncements, NpubLayout, Origin, Purgatory, PurgatoryOutput, PurgatoryStatus,
+    MemoryAnnouncements, NpubLayout, Origin, Purgatory, PurgatoryOutput,
 };
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use grasp_sync_test_support::ids;
@@ -24,9 +24,8 @@ use grasp_sync_test_support::ids::oid;
 use grasp_sync_test_support::nip34::{pull_request, state, Announcement};
 use grasp_sync_tokio::TokioClock;
 use nostr::prelude::*;
-use support::{git, has_object, GitHttpServer, SourceRepo, TempDir};
+use support::{git, has_object, until, GitHttpServer, SourceRepo, TempDir};
 use tokio::sync::mpsc::UnboundedReceiver;
-use tokio::sync::watch;
 
 const IPV4_LOOPBACK: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 const HOST: &str = "git.example.com";
@@ -45,19 +44,6 @@ fn fetcher() -> GitFetcher {
         policy: test_policy(),
         ..GitFetcherConfig::default()
     })
-}
-
-/// Waits until the published status satisfies `done`; panics with the last one.
-async fn until(
-    status: &mut watch::Receiver<PurgatoryStatus>,
-    within: Duration,
-    done: impl FnMut(&PurgatoryStatus) -> bool,
-) -> PurgatoryStatus {
-    let found = match tokio::time::timeout(within, status.wait_for(done)).await {
-        Ok(Ok(found)) => Some(found.clone()),
-        _ => None,
-    };
-    found.unwrap_or_else(|| panic!("not within {within:?}: {:?}", *status.borrow()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

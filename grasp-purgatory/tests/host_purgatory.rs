@@ -20,7 +20,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use grasp_purgatory::{
     AddError, Announcements, GitFetcher, GitFetcherConfig, HeldState, HostPurgatory,
-    MemoryAnnouncements, NpubLayout, Origin, Purgatory, PurgatoryStatus, ReleaseError,
+    MemoryAnnouncements, NpubLayout, Origin, Purgatory, ReleaseError,
 };
 use grasp_sync_core::nip34::{
     parse_repo_state, pull_request_clone_urls, pull_request_tip, root_event_repo_refs, GitOid,
@@ -32,8 +32,7 @@ use grasp_sync_test_support::nip34::{sign, tag, Announcement};
 use grasp_sync_tokio::TokioClock;
 use nostr::prelude::*;
 use prometheus::Registry;
-use support::{counter, git, GitHttpServer, SourceRepo, TempDir};
-use tokio::sync::watch;
+use support::{counter, git, pairs, until, GitHttpServer, SourceRepo, TempDir, SETTLE};
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// Another host on loopback: a contributor's git server.
@@ -231,28 +230,6 @@ fn refs_under(path: &Path, prefix: &str) -> Vec<(String, String)> {
     refs
 }
 
-fn pairs(refs: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut pairs: Vec<(String, String)> = refs
-        .iter()
-        .map(|(name, oid)| ((*name).to_owned(), (*oid).to_owned()))
-        .collect();
-    pairs.sort();
-    pairs
-}
-
-/// Waits until the published status satisfies `done`; panics with the last one.
-async fn until(
-    status: &mut watch::Receiver<PurgatoryStatus>,
-    done: impl FnMut(&PurgatoryStatus) -> bool,
-) -> PurgatoryStatus {
-    let within = Duration::from_secs(30);
-    let found = match tokio::time::timeout(within, status.wait_for(done)).await {
-        Ok(Ok(found)) => Some(found.clone()),
-        _ => None,
-    };
-    found.unwrap_or_else(|| panic!("not within {within:?}: {:#?}", *status.borrow()))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_held_state_is_fetched_released_by_the_host_and_served() {
     let w = world("host-serves", false).await;
@@ -270,7 +247,7 @@ async fn a_host_held_state_is_fetched_released_by_the_host_and_served() {
     w.host.hold(pushed.clone());
     purgatory.schedule(&w.repo, Origin::Synced);
 
-    let done = until(&mut status, |s| {
+    let done = until(&mut status, SETTLE, |s| {
         s.events_released == 1 && s.all_accounted && s.repositories_serving_newest == 1
     })
     .await;
@@ -327,7 +304,7 @@ async fn a_host_held_pull_request_is_fetched_from_its_fork_and_its_tip_served() 
     w.host.hold(pr.clone());
     purgatory.schedule(&w.repo, Origin::Synced);
 
-    until(&mut status, |s| {
+    until(&mut status, SETTLE, |s| {
         s.events_released == 1 && s.all_accounted && s.repositories_served == 1
     })
     .await;
@@ -368,7 +345,7 @@ async fn a_burst_of_schedules_makes_one_fetch_for_the_host() {
     w.host.hold(newer);
     purgatory.schedule(&w.repo, Origin::Synced);
 
-    until(&mut status, |s| {
+    until(&mut status, SETTLE, |s| {
         s.events_released == 2 && s.all_accounted && s.repositories_serving_newest == 1
     })
     .await;
@@ -423,7 +400,7 @@ async fn a_host_state_whose_clone_url_serves_nothing_backs_off_in_the_status() {
     purgatory.schedule(&w.repo, Origin::Synced);
 
     let key = w.repo.to_string();
-    let failed = until(&mut status, |s| {
+    let failed = until(&mut status, SETTLE, |s| {
         s.still_waiting.iter().any(|held| {
             held.repo == key
                 && matches!(

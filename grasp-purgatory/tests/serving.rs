@@ -20,14 +20,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use grasp_purgatory::{
     GitFetcher, GitFetcherConfig, HeldEvent, MemoryAnnouncements, NpubLayout, Origin, Purgatory,
-    PurgatoryStatus, ReleaseError, ReleaseSink, Serving,
+    ReleaseError, ReleaseSink, Serving,
 };
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use grasp_sync_test_support::nip34::{sign, tag, Announcement};
 use grasp_sync_tokio::TokioClock;
 use nostr::prelude::*;
-use support::{git, GitHttpServer, SourceRepo, TempDir};
-use tokio::sync::watch;
+use support::{git, pairs, until, GitHttpServer, SourceRepo, TempDir, SETTLE};
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// Another host on loopback: a contributor's git server.
@@ -92,28 +91,6 @@ fn served(repo: &std::path::Path) -> (Vec<(String, String)>, String) {
         .map(|(name, oid)| (name.to_owned(), oid.to_owned()))
         .collect();
     (refs, git(repo, &["symbolic-ref", "HEAD"]))
-}
-
-fn pairs(refs: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut pairs: Vec<(String, String)> = refs
-        .iter()
-        .map(|(name, oid)| ((*name).to_owned(), (*oid).to_owned()))
-        .collect();
-    pairs.sort();
-    pairs
-}
-
-/// Waits until the published status satisfies `done`; panics with the last one.
-async fn until(
-    status: &mut watch::Receiver<PurgatoryStatus>,
-    done: impl FnMut(&PurgatoryStatus) -> bool,
-) -> PurgatoryStatus {
-    let within = Duration::from_secs(30);
-    let found = match tokio::time::timeout(within, status.wait_for(done)).await {
-        Ok(Ok(found)) => Some(found.clone()),
-        _ => None,
-    };
-    found.unwrap_or_else(|| panic!("not within {within:?}: {:#?}", *status.borrow()))
 }
 
 /// One repository announced by `owner` on `relay`, its upstream (two commits on
@@ -240,7 +217,7 @@ async fn the_newest_state_of_the_maintainer_set_is_served_and_a_pr_tip_comes_fro
         .unwrap();
     relay.add_event(strangers_state.clone());
 
-    let done = until(&mut status, |s| {
+    let done = until(&mut status, SETTLE, |s| {
         s.events_released == 3 && s.all_accounted && s.repositories_serving_newest == 1
     })
     .await;
@@ -289,7 +266,7 @@ async fn a_state_after_its_objects_is_applied_without_a_fetch_and_an_older_one_c
     let purgatory = purgatory(&relay, &root, 3600);
     let run = events::spawn_run(&purgatory);
     let mut status = purgatory.status();
-    until(&mut status, |s| {
+    until(&mut status, SETTLE, |s| {
         s.all_accounted && s.repositories_served == 1
     })
     .await;
@@ -306,7 +283,10 @@ async fn a_state_after_its_objects_is_applied_without_a_fetch_and_an_older_one_c
 
     let newer = state(&owner, "r", &[("refs/heads/main", &two)], 2);
     purgatory.add(newer.clone(), Origin::Synced).unwrap();
-    until(&mut status, |s| s.events_released == 1 && s.all_accounted).await;
+    until(&mut status, SETTLE, |s| {
+        s.events_released == 1 && s.all_accounted
+    })
+    .await;
     assert_eq!(
         served(&path).0,
         pairs(&[("refs/heads/main", &two)]),
@@ -323,7 +303,10 @@ async fn a_state_after_its_objects_is_applied_without_a_fetch_and_an_older_one_c
     relay.add_event(older.clone());
     purgatory.add(older, Origin::Synced).unwrap();
     purgatory.reconcile_now(&grasp_sync_core::RepoRef::new(owner.public_key(), "r").unwrap());
-    let settled = until(&mut status, |s| s.all_accounted && s.reconciliations >= 3).await;
+    let settled = until(&mut status, SETTLE, |s| {
+        s.all_accounted && s.reconciliations >= 3
+    })
+    .await;
     assert_eq!(
         served(&path).0,
         pairs(&[("refs/heads/main", &two)]),
@@ -353,7 +336,7 @@ async fn a_branch_moved_by_hand_is_put_back_within_one_interval_with_no_new_even
     let mut status = purgatory.status();
     // A state already on the relay, objects never fetched: the first reconciliation
     // (at start) fetches them and serves it.
-    until(&mut status, |s| {
+    until(&mut status, SETTLE, |s| {
         s.repositories_serving_newest == 1 && s.all_accounted
     })
     .await;
@@ -363,7 +346,10 @@ async fn a_branch_moved_by_hand_is_put_back_within_one_interval_with_no_new_even
 
     git(&path, &["update-ref", "refs/heads/main", &one]);
     git(&path, &["update-ref", "refs/heads/stray", &one]);
-    let fixed = until(&mut status, |s| s.refs_updated >= before.refs_updated + 2).await;
+    let fixed = until(&mut status, SETTLE, |s| {
+        s.refs_updated >= before.refs_updated + 2
+    })
+    .await;
     assert_eq!(served(&path).0, pairs(&[("refs/heads/main", &two)]));
     assert!(fixed.reconciliations > before.reconciliations);
     purgatory.shutdown();

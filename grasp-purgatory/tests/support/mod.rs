@@ -12,6 +12,7 @@
 //! * [`HangingServer`]: accepts TCP connections and never answers.
 //! * [`StallingProxy`]: passes a server's first bytes on, then stalls.
 //! * [`closed_port_url`]: a URL where nothing listens.
+//! * [`until`](fn@until), [`pairs`]: waiting on a purgatory's status, ref listings to compare.
 //!
 //! Items are `pub` so that any test file including `mod support;` can use them; not
 //! every test uses every item, hence the module-wide `allow`s.
@@ -25,6 +26,7 @@ mod net;
 mod process;
 mod repo;
 mod stalling;
+mod status;
 mod tempdir;
 
 #[allow(unused_imports)]
@@ -44,6 +46,8 @@ pub use net::{closed_port_url, free_port, wait_for_tcp, wait_for_tcp_refused};
 pub use repo::SourceRepo;
 #[allow(unused_imports)]
 pub use stalling::StallingProxy;
+#[allow(unused_imports)]
+pub use status::{pairs, until, SETTLE};
 #[allow(unused_imports)]
 pub use tempdir::TempDir;
 
