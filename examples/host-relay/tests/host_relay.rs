@@ -42,6 +42,7 @@ async fn connected_gauge_drops_within_a_second() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    eprintln!("connected gauge read 0 after {:?}", stopped.elapsed());
     host.stop().await;
 }
 
