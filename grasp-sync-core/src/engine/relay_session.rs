@@ -1911,6 +1911,27 @@ impl RelaySession {
         free && self.may_open(now, config)
     }
 
+    /// `true` if the live plan may be rebuilt now: the rate allows, and the
+    /// rebuilt plan has a slot to open in — none needed when nothing is
+    /// live ([`Learned::live_slots`] is 0: everything is polled), and the
+    /// slots of the live subscriptions open count as free, since the
+    /// rebuild closes them first. Requiring a slot free besides them would
+    /// stall a relay whose learned limit fell to its open live
+    /// subscriptions for good: the rebuild that shrinks them to the live
+    /// slots would wait for a slot only it can free, and the historic work
+    /// queued behind it with it.
+    fn may_rebuild_live(&mut self, now: Instant, live_slots: usize, config: &EngineConfig) -> bool {
+        if !self.rate_allows(now, config) {
+            return false;
+        }
+        let limit = self.learned.subscription_limit(config);
+        let free_once_closed = self
+            .link
+            .conn()
+            .is_some_and(|conn| conn.subs.len().saturating_sub(conn.live.count()) < limit);
+        live_slots == 0 || free_once_closed
+    }
+
     /// `true` if one more REQ (a new subscription or a next page) may be
     /// sent to the relay now: connected, no rate-limit cooldown and the
     /// learned rate not used up.
@@ -1940,10 +1961,9 @@ impl RelaySession {
             return;
         };
         let waiting_live = conn.live.take_deferred();
-        let rebuild = self.live_must_rebuild(cx.config);
-        let can = self.rate_allows(now.instant, cx.config)
-            && (live_slots == 0 || self.may_open(now.instant, cx.config));
-        if rebuild && can {
+        let rebuild = self.live_must_rebuild(cx.config)
+            && self.may_rebuild_live(now.instant, live_slots, cx.config);
+        if rebuild {
             self.rebuild_live(cx, now, &waiting_live);
         } else if !waiting_live.is_empty() {
             self.add_live(cx, now, &waiting_live);
