@@ -56,6 +56,14 @@ pub enum Refused {
         /// Its tag count (0 when it was refused before parsing).
         tags: usize,
     },
+    /// A frame that is not a relay message at all (not NIP-01 or NIP-77
+    /// JSON): bad input like a forged event, so a relay flooding garbage
+    /// is cut off like one flooding forgeries.
+    #[error("frame of {bytes} bytes: not a relay message")]
+    Malformed {
+        /// The frame's size in bytes.
+        bytes: usize,
+    },
 }
 
 /// Bytes of an `EVENT` frame around the event: `["EVENT","`, a

@@ -30,15 +30,28 @@ use tokio_tungstenite::tungstenite::error::CapacityError;
 /// budget): past it the connection stops reading.
 const DECODE_QUEUE: usize = 1024;
 
+/// The largest WebSocket message accepted from a relay by default (4 MiB):
+/// above the largest NIP-77 answer a peer sends (strfry about 1 MB, khatru
+/// about 2.1 MB: [`PEER_NEG_MSG_BYTES`](grasp_sync_core::engine::PEER_NEG_MSG_BYTES))
+/// and an `EVENT` frame at the default event size limit (1 MiB, escaped),
+/// so an event over that limit is refused and counted with the connection
+/// kept, not lost.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
 /// Limits and timers of every connection.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ConnectionConfig {
-    /// Largest WebSocket message accepted from a relay (strfry's 128 KiB:
-    /// room for an event at the event size limit, 64 KiB, escaped). A
-    /// larger message ends the connection (WebSocket cannot skip it); the
-    /// engine counts it and connects again only after a growing backoff
+    /// Largest WebSocket message accepted from a relay
+    /// ([`DEFAULT_MAX_MESSAGE_BYTES`]): what peers send, measured, with
+    /// room: strfry's NIP-77 answers (up to
+    /// [`PEER_NEG_MSG_BYTES`](grasp_sync_core::engine::PEER_NEG_MSG_BYTES))
+    /// and an `EVENT` frame at the event size limit, escaped. A larger
+    /// message ends the connection (WebSocket cannot skip it): a NIP-77
+    /// answer that large makes the relay synced by REQ; any other is
+    /// counted and the relay connected again after a growing backoff
     /// (`SyncEngine::handle_message_too_large`) (`NGIT_SYNC_MAX_MESSAGE_BYTES`).
+    /// Memory stays bounded by the inbound byte budgets below, not by this.
     pub max_message_size: usize,
     /// Largest WebSocket frame accepted from a relay, checked from the
     /// frame's header before it is read (`NGIT_SYNC_MAX_MESSAGE_BYTES`
@@ -71,8 +84,8 @@ pub struct ConnectionConfig {
 impl Default for ConnectionConfig {
     fn default() -> Self {
         ConnectionConfig {
-            max_message_size: 128 * 1024,
-            max_frame_size: 128 * 1024,
+            max_message_size: DEFAULT_MAX_MESSAGE_BYTES,
+            max_frame_size: DEFAULT_MAX_MESSAGE_BYTES,
             ping_interval: Duration::from_secs(30),
             outgoing_queue: 4096,
             inbound_bytes_per_relay: 8 * 1024 * 1024,

@@ -78,7 +78,7 @@ mod status;
 mod store;
 
 pub use clock::TokioClock;
-pub use connection::ConnectionConfig;
+pub use connection::{ConnectionConfig, DEFAULT_MAX_MESSAGE_BYTES};
 pub use database::DatabaseStore;
 pub use grasp_sync_core as core;
 pub use grasp_sync_core::nip34::RepoRef;

@@ -311,6 +311,7 @@ impl Metrics {
                 stats.dropped_unknown_subscription,
             ),
             (&self.dropped, "oversized", stats.dropped_oversized),
+            (&self.dropped, "malformed", stats.dropped_malformed),
             (
                 &self.dropped,
                 "candidate_over_cap",

@@ -149,15 +149,19 @@ pub struct Limits {
     /// Live Layer 2+3 filters added since the last consolidation before the
     /// relay's live subscriptions are rebuilt from confirmed state (spec: 70).
     pub consolidation_threshold: usize,
-    /// Largest event accepted from a relay, in bytes of its JSON (strfry's
-    /// `max_event_bytes`: 64 KiB): a larger one is refused, counted in
+    /// Largest event accepted from a relay, in bytes of its JSON
+    /// ([`DEFAULT_MAX_EVENT_BYTES`]: above what the GRASP relays people sync
+    /// from store, e.g. nostr-rs-relay's 256 KiB default, so a state with
+    /// thousands of refs comes through): a larger one is refused, counted in
     /// [`EngineStats::dropped_oversized`](super::EngineStats::dropped_oversized)
     /// and counts toward [`Caps::max_bad_events`]. A driver refuses an
     /// `EVENT` frame longer than this (plus its envelope) before parsing it
     /// (`NGIT_SYNC_MAX_EVENT_BYTES`).
     pub max_event_size: usize,
-    /// Most tags accepted on an event from a relay (strfry's
-    /// `max_num_tags`: 2 000); more is refused like an event over
+    /// Most tags accepted on an event from a relay
+    /// ([`DEFAULT_MAX_EVENT_TAGS`]: a NIP-34 state carries a tag per ref,
+    /// and repositories with thousands of tags exist); more is refused like
+    /// an event over
     /// [`Limits::max_event_size`] (`NGIT_SYNC_MAX_EVENT_TAGS`).
     pub max_event_tags: usize,
 }
@@ -184,8 +188,8 @@ impl Default for Limits {
             default_frame_budget: DEFAULT_FRAME_BUDGET,
             negentropy_frame_size_limit: 30_000,
             consolidation_threshold: 70,
-            max_event_size: 64 * 1024,
-            max_event_tags: 2_000,
+            max_event_size: DEFAULT_MAX_EVENT_BYTES,
+            max_event_tags: DEFAULT_MAX_EVENT_TAGS,
         }
     }
 }
@@ -592,6 +596,25 @@ pub enum ConfigError {
     #[error("sync_plus.pass_interval must be longer than zero")]
     ZeroSyncPlusPass,
 }
+
+/// The largest event accepted from a relay by default, in bytes of its JSON
+/// (1 MiB). What peers store: strfry 64 KiB (`events.maxEventSize`),
+/// nostr-rs-relay 256 KiB (`max_event_bytes`), khatru 500 kB (its message
+/// limit), nostr-relay-builder (and the reference GRASP server on it) no
+/// limit of its own below its 64 MiB message limit. A NIP-34 state takes
+/// 64 to 130 bytes a ref: a state of 2 000 refs is 130 to 265 kB, and this
+/// holds one of about 10 000 short refs.
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 1024 * 1024;
+/// The most tags accepted on an event from a relay by default: a state with
+/// [`DEFAULT_MAX_EVENT_BYTES`] of ref tags has about 10 000.
+pub const DEFAULT_MAX_EVENT_TAGS: usize = 10_000;
+/// The largest NIP-77 `NEG-MSG` a peer sends, in bytes on the wire: the
+/// negentropy frame size limit the relay answers with, hex (twice that), in
+/// its envelope. strfry answers with a limit of 500 000 bytes
+/// (`RelayNegentropy.cpp`: about 1 MB on the wire, sent in normal use to a
+/// client missing some 15 000 events); khatru, where NIP-77 is switched on,
+/// with 1 MiB (about 2.1 MB); nostr-relay-builder with 60 000 (120 kB).
+pub const PEER_NEG_MSG_BYTES: usize = 2 * 1024 * 1024 + 256;
 
 /// Frame budget for a relay that announced none (64 KiB).
 pub const DEFAULT_FRAME_BUDGET: usize = 64 * 1024;

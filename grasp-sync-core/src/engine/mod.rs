@@ -106,7 +106,8 @@ pub use crate::classify::{classify, Classified, Prefix};
 pub use command::Command;
 pub use config::{
     Caps, ConfigError, EngineConfig, Identity, Limits, RelayLimits, SyncPlusConfig, Timeouts,
-    DEFAULT_FRAME_BUDGET, MIN_FRAME_BUDGET, MIN_NEGENTROPY_FRAME,
+    DEFAULT_FRAME_BUDGET, DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_EVENT_TAGS, MIN_FRAME_BUDGET,
+    MIN_NEGENTROPY_FRAME, PEER_NEG_MSG_BYTES,
 };
 pub use frames::{event_frame, req_frame_len};
 pub use ours::{MAX_CANDIDATES, MAX_CANDIDATE_BYTES};

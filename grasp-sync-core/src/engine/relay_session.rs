@@ -636,15 +636,53 @@ impl RelaySession {
     }
 
     /// A message from the relay over the connection's size limit ended
-    /// the connection (the driver cannot read past it): counted, logged,
-    /// and a failure for the health (the backoff grows), so a relay that
-    /// answers the same request with the same oversized message is asked
-    /// again ever more rarely, not at once.
+    /// the connection (the driver cannot read past it), counted and logged.
+    /// While a NIP-77 session waits for its answer, the message is that
+    /// answer (strfry builds `NEG-MSG`s of up to 500 000 bytes, hex: twice
+    /// that on the wire): the relay is fine, its NIP-77 frames are not for
+    /// us, so it is synced by REQ from now on, like a relay that refuses
+    /// NIP-77, and connected again at once ([`RelaySession::negentropy_over_limit`]).
+    /// Any other such message is a failure for the health (the backoff
+    /// grows), so a relay that answers the same request with the same
+    /// oversized message is asked again ever more rarely, not at once.
     pub(crate) fn message_too_large(&mut self, cx: &mut Ctx<'_>, now: Now, bytes: usize) {
         cx.stats.dropped_oversized += 1;
+        if self.negentropy_waits_for_answer() {
+            return self.negentropy_over_limit(cx, now, bytes);
+        }
         warn!(relay = %cx.relay, bytes, "relay sent a message over the size limit; connection lost, backing off");
         self.last_error = Some(format!("sent a message of {bytes} bytes, over the limit").into());
         self.lose_connection(cx, now);
+    }
+
+    /// `true` while a NEG-OPEN or NEG-MSG of ours waits for the relay's
+    /// answer on the current connection.
+    fn negentropy_waits_for_answer(&self) -> bool {
+        self.link
+            .conn()
+            .is_some_and(|conn| conn.subs.values().any(Sub::negentropy_opened))
+    }
+
+    /// The relay's NIP-77 answer was over our message limit: NIP-77 is
+    /// refused for the relay (its status says why and that it is synced by
+    /// REQ), the connection, which cannot read past the message, is closed
+    /// without counting a failure, and the next connection syncs every
+    /// filter by REQ. Never "unreachable": the relay answered.
+    fn negentropy_over_limit(&mut self, cx: &mut Ctx<'_>, now: Now, bytes: usize) {
+        cx.stats.negentropy_over_limit += 1;
+        self.learned.refuse_negentropy();
+        warn!(
+            relay = %cx.relay,
+            bytes,
+            "relay's NIP-77 message is over our message limit (NGIT_SYNC_MAX_MESSAGE_BYTES); syncing it by REQ"
+        );
+        self.last_error = Some(
+            format!("NIP-77 message of {bytes} bytes over our message limit: synced by REQ").into(),
+        );
+        let relay = cx.relay.clone();
+        self.emit(cx, Command::Disconnect { relay });
+        self.close(now);
+        debug!(relay = %cx.relay, "reconnecting to sync by REQ");
     }
 
     /// Closes the connection for the relay's fault: the health counts a
@@ -903,7 +941,7 @@ impl RelaySession {
     ) -> Lesson {
         if classified.too_many_subscriptions {
             let open = self.link.conn().map_or(1, |conn| conn.subs.len());
-            let limit = self.learned.refused_subscription(open);
+            let limit = self.learned.refused_subscription(open, now);
             self.health.on_rate_limited(now, &config.health);
             return Lesson {
                 subscription_limit: Some(limit),
@@ -950,11 +988,27 @@ impl RelaySession {
         else {
             return;
         };
-        let Some(budget) = self.learned.dropped_after_frame(len) else {
+        let Some(budget) = self.learned.dropped_after_frame(len, now) else {
             return;
         };
         cx.stats.frame_budget_lowered += 1;
         warn!(relay = %cx.relay, frame = len, budget, "relay dropped the connection after a large frame; sending smaller frames");
+    }
+
+    /// Raises the relay's lowered subscription limit and frame budget a
+    /// step once a quiet period passed without a new lesson
+    /// ([`Learned::recover_limits`]), counted and logged.
+    fn recover_limits(&mut self, cx: &mut Ctx<'_>, now: Instant) {
+        if !self.learned.recover_limits(now, cx.config) {
+            return;
+        }
+        cx.stats.learned_limits_raised += 1;
+        debug!(
+            relay = %cx.relay,
+            subscriptions = self.learned.subscription_limit(cx.config),
+            frame_budget = self.learned.frame_budget(cx.config),
+            "no refusal or drop for a while; probing the relay's limits upward"
+        );
     }
 
     // --- NIP-77 ---------------------------------------------------------
@@ -1955,6 +2009,7 @@ impl RelaySession {
     /// be ([`RelaySession::live_must_rebuild`]), and starts queued jobs
     /// while the relay is not rate-limited and has free subscription slots.
     pub(crate) fn pump(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        self.recover_limits(cx, now.instant);
         self.send_waiting_live(cx, now);
         let live_slots = self.learned.live_slots(cx.config);
         let Some(conn) = self.link.conn_mut() else {
@@ -2634,6 +2689,7 @@ pub(crate) fn count_refused(stats: &mut EngineStats, relay: &RelayUrl, refused: 
         Refused::UnknownSubscription { .. } => stats.dropped_unknown_subscription += 1,
         Refused::OffFilter { .. } => stats.dropped_off_filter += 1,
         Refused::Oversized { .. } => stats.dropped_oversized += 1,
+        Refused::Malformed { .. } => stats.dropped_malformed += 1,
     }
     debug!(%relay, %refused, "dropped event");
 }

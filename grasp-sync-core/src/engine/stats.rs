@@ -72,6 +72,11 @@ pub struct EngineStats {
     /// its length before parsing where the driver can), a WebSocket message
     /// over the connection's limit (the connection is then lost).
     pub dropped_oversized: u64,
+    /// Frames from a relay that are not relay messages (unparseable JSON,
+    /// unknown verbs); each counts toward
+    /// [`Caps::max_bad_events`](super::Caps::max_bad_events) like a forged
+    /// event.
+    pub dropped_malformed: u64,
     /// Times a relay was cut off (disconnected, then backed off) for
     /// sending more than [`Caps::max_bad_events`](super::Caps::max_bad_events)
     /// refused events on one connection: once per such connection.
@@ -127,6 +132,13 @@ pub struct EngineStats {
     /// Times a relay's frame budget was lowered after it dropped the
     /// connection right after a large frame.
     pub frame_budget_lowered: u64,
+    /// Times a relay's lowered subscription limit or frame budget was
+    /// raised a step again after a quiet period (no refusal, no drop):
+    /// learned limits recover, a blip does not cost a relay for good.
+    pub learned_limits_raised: u64,
+    /// Relays whose NIP-77 answer was over the connection's message limit:
+    /// each is synced by REQ from then on, never left out as unreachable.
+    pub negentropy_over_limit: u64,
     /// Polls of items whose live subscription did not fit a relay's limits.
     pub uncovered_polls: u64,
     /// Negentropy sessions replaced by REQ because the store could not list

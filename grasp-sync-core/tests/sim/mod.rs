@@ -168,6 +168,13 @@ pub struct World {
     pub batched: bool,
     /// The most `EVENT`s one batch held ([`World::batched`]).
     pub largest_batch: usize,
+    /// When set, a message from a remote relay longer than this (its JSON)
+    /// is not read: the engine is told `handle_message_too_large` and the
+    /// connection is lost, as the tokio driver does past its WebSocket
+    /// message limit.
+    pub client_max_message: Option<usize>,
+    /// Messages over [`World::client_max_message`], by relay message verb.
+    pub messages_too_large: Vec<String>,
     inbox: VecDeque<(Instant, u64, RelayUrl, Delivery)>,
     sequence: u64,
     pub steps: u64,
@@ -179,6 +186,16 @@ pub struct World {
     /// Connections the engine opened ([`Command::Connect`]) and has not
     /// closed: sending on any other fails, like on a real connection.
     open: BTreeSet<RelayUrl>,
+}
+
+/// The verb of a relay message (`EVENT`, `NEG-MSG`, …).
+fn verb(message: &RelayMessage<'_>) -> String {
+    let json = message.as_json();
+    json.trim_start_matches("[\"")
+        .split('"')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// The own relay's URL in every simulation.
@@ -260,6 +277,8 @@ impl World {
             next_ping: None,
             batched: false,
             largest_batch: 0,
+            client_max_message: None,
+            messages_too_large: Vec::new(),
             inbox: VecDeque::new(),
             sequence: 0,
             steps: 0,
@@ -510,6 +529,15 @@ impl World {
             Delivery::Connected => self.engine.handle_connected(now, &relay),
             Delivery::ConnectFailed => self.engine.handle_connect_failed(now, &relay),
             Delivery::Disconnected => self.engine.handle_disconnected(now, &relay),
+            Delivery::Message(message) if self.too_large(&relay, &message).is_some() => {
+                let bytes = message.as_json().len();
+                self.messages_too_large.push(verb(&message));
+                if let Some(sim) = self.relays.get_mut(&relay) {
+                    sim.disconnect();
+                }
+                self.inbox.retain(|(_, _, to, _)| to != &relay);
+                self.engine.handle_message_too_large(now, &relay, bytes);
+            }
             Delivery::Message(message) => {
                 if !matches!(*message, RelayMessage::Event { .. }) {
                     self.received_log
@@ -598,6 +626,18 @@ impl World {
             Delivery::ConnectFailed
         };
         self.push(relay, delivery);
+    }
+
+    /// The length of `message` from `relay` if it is over
+    /// [`World::client_max_message`] (the own relay's are read whatever
+    /// their size).
+    fn too_large(&self, relay: &RelayUrl, message: &RelayMessage<'_>) -> Option<usize> {
+        let max = self.client_max_message?;
+        if relay == &self.own.url {
+            return None;
+        }
+        let len = message.as_json().len();
+        (len > max).then_some(len)
     }
 
     fn disconnect_relay(&mut self, relay: &RelayUrl) {

@@ -355,8 +355,11 @@ impl Runner {
             }
             Report::Alive => self.engine.handle_relay_alive(now, relay),
             Report::Malformed(size) => {
-                self.summary.bytes_received += size as u64;
-                self.metrics.dropped.with_label_values(&["malformed"]).inc();
+                // Bad input like a forged event: counted by the engine
+                // (`dropped_malformed`) and toward the relay's cut-off.
+                self.count_received(relay, size);
+                self.engine
+                    .handle_refused_event(now, relay, Refused::Malformed { bytes: size });
             }
         }
     }
