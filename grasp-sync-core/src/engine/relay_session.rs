@@ -629,7 +629,7 @@ impl RelaySession {
             relay = %cx.relay,
             refused,
             threshold = cx.config.caps.max_bad_events,
-            "relay sent too many forged, unrequested or oversized events; disconnecting and backing off"
+            "relay sent too many forged, unrequested, oversized or malformed messages; disconnecting and backing off"
         );
         self.last_error = Some(format!("cut off after {refused} refused events").into());
         self.lose_connection(cx, now);
