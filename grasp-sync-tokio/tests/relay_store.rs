@@ -5,7 +5,10 @@
 //! one must be answered (the batched writes hold none back for good), stored
 //! once, and listed again past the relay's result limit, by id and time and
 //! whole. Every wait is bounded, and shorter than the store's own timeout,
-//! so an event held back shows as a failure, not as a slow retry.
+//! so an event held back shows as a failure, not as a slow retry. An event
+//! whose frame is over the relay's NIP-11 `max_message_length` (a state of
+//! 2 000 refs to strfry) is refused for good and never sent: sent, it would
+//! drop the connection and every event in flight on it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -17,7 +20,7 @@ use futures_util::future::join_all;
 use grasp_sync_core::store::{EventStore, IngestOutcome};
 use grasp_sync_tokio::RelayStore;
 use nostr::prelude::*;
-use support::{sign, NostrRsRelay, TestRelay, TestRelayConfig};
+use support::{sign, tag, NostrRsRelay, TestRelay, TestRelayConfig};
 
 /// The store's own bound on every request.
 const STORE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -147,4 +150,83 @@ async fn into_a_relay_with_strfry_s_limits_every_event_is_answered_and_listed_ba
 async fn into_the_real_nostr_rs_relay_every_event_is_answered_and_listed_back() {
     let relay = NostrRsRelay::start().await;
     publishes_every_event_and_lists_them_back(relay.url()).await;
+}
+
+/// A NIP-34 state (30618) naming `refs` refs, about 100 bytes each (≈ 200 KB for 2 000):
+/// over strfry's 131 072-byte frames.
+fn large_state(refs: usize) -> Event {
+    let mut tags = vec![
+        tag(&["d", "big"]),
+        tag(&["HEAD", "ref: refs/heads/main"]),
+        tag(&["refs/heads/main", &"a".repeat(40)]),
+    ];
+    tags.extend((1..refs).map(|n| {
+        let name = format!("refs/tags/releases/stable/2026-11/grasp-sync-v1.{n:04}.0");
+        tag(&[&name, &format!("{n:040x}")])
+    }));
+    sign(&Keys::generate(), 30618, "", tags, 1_700_000_000)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_over_the_relay_s_stated_message_limit_is_refused_for_good_and_never_sent() {
+    // strfry's limits: its NIP-11 states `max_message_length` 131 072; a longer frame
+    // drops the TCP connection without a word.
+    let relay = TestRelay::start(TestRelayConfig::strfry()).await;
+    let store = RelayStore::new(relay.url(), STORE_TIMEOUT);
+    let state = large_state(2_000);
+    let frame = grasp_sync_core::engine::event_frame(&state).len();
+    assert!(
+        frame > TestRelayConfig::STRFRY_MAX_MESSAGE_LENGTH,
+        "{frame}"
+    );
+    // The state in the middle of notes handed over with it, in one batch and singly.
+    let notes = notes(100);
+    let mut batch: Vec<&Event> = notes[..50].iter().collect();
+    batch.insert(25, &state);
+    let batched = tokio::time::timeout(STEP, store.ingest_many(&batch))
+        .await
+        .expect("answered within the step");
+
+    let expected = format!(
+        "invalid: event of {frame} bytes over the own relay's message limit of 131072 bytes \
+         (NIP-11 max_message_length)"
+    );
+    for (n, answer) in batched.into_iter().enumerate() {
+        let answer = answer.expect("the store answered (no connection lost)");
+        if n == 25 {
+            assert_eq!(answer, IngestOutcome::refused_for_good(expected.clone()));
+        } else {
+            assert_eq!(answer, IngestOutcome::Stored, "event {n} of the batch");
+        }
+    }
+    let singly = ingest_all(
+        &store,
+        &[&notes[50..75], std::slice::from_ref(&state), &notes[75..]].concat(),
+    )
+    .await;
+    for (n, answer) in singly.into_iter().enumerate() {
+        if n == 25 {
+            assert_eq!(answer, IngestOutcome::refused_for_good(expected.clone()));
+        } else {
+            assert_eq!(
+                answer,
+                IngestOutcome::Stored,
+                "event {n} handed over singly"
+            );
+        }
+    }
+    assert_eq!(relay.frames_too_large(), 0, "the state was never sent");
+    assert!(
+        relay.largest_client_frame() <= TestRelayConfig::STRFRY_MAX_MESSAGE_LENGTH,
+        "{}",
+        relay.largest_client_frame()
+    );
+    let held = relay.event_ids().await;
+    assert_eq!(held.len(), notes.len(), "every note, not the state");
+    assert!(!held.contains(&state.id));
+    assert_eq!(
+        relay.nip11_requests_seen(),
+        1,
+        "the document was asked once"
+    );
 }

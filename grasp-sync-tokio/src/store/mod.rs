@@ -7,9 +7,11 @@
 //! Publishing runs on two to [`INGEST_CONNECTIONS`] connections (`ingest`:
 //! many events in flight on each, their `OK`s matched by id, in any order;
 //! `pace`: how many connections are in use), listing on one more (`query`:
-//! one filter at a time).
+//! one filter at a time). An event over a limit the relay states in its
+//! NIP-11 document (`limits`) is refused for good without being sent.
 
 mod ingest;
+mod limits;
 mod pace;
 mod query;
 
@@ -22,6 +24,9 @@ use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
 use nostr::prelude::{Event, EventId, Filter, RelayUrl, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tracing::debug;
+
+use crate::nip11::StoreLimits;
 
 type Socket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 
@@ -37,6 +42,16 @@ type Socket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 /// picks. Listing runs on one more connection. All open on first use
 /// (inside the runtime that uses the store) and reopen after a failure;
 /// their tasks end when the last clone of the store is dropped.
+///
+/// Before the first event is published, the store asks the relay for its
+/// NIP-11 document (at most 5 s, again every 10 minutes): an event whose
+/// `EVENT` frame is over its `limitation.max_message_length` (or with more
+/// tags than `max_event_tags`, more content than `max_content_length`) is
+/// answered [`IngestOutcome::refused_for_good`] with an `invalid:` reason
+/// naming its size and the limit, and is never sent. (strfry, at 128 KiB,
+/// drops the connection without a word on a larger frame, and every event
+/// in flight on it would fail with it and be sent again, for ever.) A
+/// relay's own `OK false "invalid: …"` is refused for good too.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -67,6 +82,8 @@ pub struct RelayStore {
     queries: mpsc::Sender<query::Query>,
     /// The connection tasks' side, until the first request spawns them.
     pending: Arc<Mutex<Option<Pending>>>,
+    /// What the relay states it takes (NIP-11).
+    limits: Arc<limits::OwnLimits>,
 }
 
 /// Events published and not yet answered, at most, on each ingest
@@ -107,6 +124,7 @@ impl RelayStore {
         let (ingests, ingests_rx): (Vec<_>, Vec<_>) =
             (0..most).map(|_| mpsc::channel(INGEST_WINDOW)).unzip();
         let (queries, queries_rx) = mpsc::channel(64);
+        let limits = Arc::new(limits::OwnLimits::new(relay.clone(), timeout));
         let pending = Pending {
             relay,
             timeout,
@@ -118,6 +136,7 @@ impl RelayStore {
             pace: Arc::new(pace::Pace::new(most)),
             queries,
             pending: Arc::new(Mutex::new(Some(pending))),
+            limits,
         }
     }
 
@@ -165,16 +184,24 @@ impl RelayStore {
 
     /// Hands `event`'s `EVENT` frame to the connection its id picks (the
     /// same event goes to the same connection: asked twice while in
-    /// flight, it is sent once); its answer comes on the receiver.
+    /// flight, it is sent once); its answer comes on the receiver. An
+    /// event over the relay's `limits` is answered at once, refused for
+    /// good, and not sent.
     async fn hand_over(
         &self,
         event: &Event,
+        limits: &StoreLimits,
     ) -> Result<oneshot::Receiver<Result<IngestOutcome, StoreError>>, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let connection = self.pace.lane(event.id.as_bytes()[0]);
         // Serialized here, on the caller's task: the connection task only
         // writes.
         let frame = event_frame(event);
+        if let Some(reason) = limits::over_limits(limits, event, frame.len()) {
+            debug!(id = %event.id, kind = event.kind.as_u16(), reason, "not sent to the store relay");
+            let _ = reply.send(Ok(IngestOutcome::refused_for_good(reason)));
+            return Ok(answer);
+        }
+        let connection = self.pace.lane(event.id.as_bytes()[0]);
         self.ingests[connection]
             .send(ingest::Ingest {
                 id: event.id,
@@ -211,8 +238,9 @@ impl RelayStore {
 impl EventStore for RelayStore {
     async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
         self.start();
+        let limits = self.limits.current().await;
         let _waiting = self.pace.on_ingest(tokio::time::Instant::now());
-        let answer = self.hand_over(event).await?;
+        let answer = self.hand_over(event, &limits).await?;
         self.await_answer(answer).await
     }
 
@@ -220,11 +248,12 @@ impl EventStore for RelayStore {
     /// awaited: one task for the batch, the events pipelined as one by one.
     async fn ingest_many(&self, events: &[&Event]) -> Vec<Result<IngestOutcome, StoreError>> {
         self.start();
+        let limits = self.limits.current().await;
         let now = tokio::time::Instant::now();
         let mut handed = Vec::with_capacity(events.len());
         for event in events {
             let waiting = self.pace.on_ingest(now);
-            handed.push((self.hand_over(event).await, waiting));
+            handed.push((self.hand_over(event, &limits).await, waiting));
         }
         let mut outcomes = Vec::with_capacity(events.len());
         for (answer, _waiting) in handed {
