@@ -10,9 +10,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use nostr::prelude::{Event, EventId, Filter, Kind, PublicKey, Timestamp};
+use nostr::prelude::{Event, EventId, Filter, Kind, PublicKey, RelayUrl, Timestamp};
 
 use crate::classify::{classify, Prefix};
+use crate::relay_text::RelayText;
 
 /// What happened to an ingested event.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,6 +105,48 @@ impl Refusal {
             _ if classified.rate_limited => Refusal::ForNow,
             _ => Refusal::Unclear,
         }
+    }
+}
+
+/// An event the store refused for good, as the sync keeps the last one for
+/// its status: which event, from which relay, and why. Shown as one line:
+/// `kind 30618 <event id> from <relay>: <reason>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreRefusal {
+    /// The event's kind.
+    pub kind: Kind,
+    /// The event's id.
+    pub id: EventId,
+    /// The relay it came from first.
+    pub relay: RelayUrl,
+    /// The store's reason (a relay store's `OK` text), clipped and cleaned
+    /// ([`RelayText`]): it is the store relay's own words.
+    pub reason: RelayText,
+}
+
+impl StoreRefusal {
+    /// `event`, from `relay`, refused for `reason`.
+    pub fn new(event: &Event, relay: &RelayUrl, reason: &str) -> Self {
+        StoreRefusal {
+            kind: event.kind,
+            id: event.id,
+            relay: relay.clone(),
+            reason: RelayText::new(reason),
+        }
+    }
+}
+
+impl std::fmt::Display for StoreRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "kind {} {} from {}: {}",
+            self.kind.as_u16(),
+            self.id,
+            self.relay,
+            self.reason
+        )
     }
 }
 

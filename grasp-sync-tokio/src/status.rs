@@ -26,6 +26,7 @@ use grasp_sync_core::engine::{
 };
 use grasp_sync_core::health::HealthState;
 use grasp_sync_core::model::ConnectionStatus;
+use grasp_sync_core::store::StoreRefusal;
 use nostr::prelude::RelayUrl;
 
 /// A snapshot of the sync's progress. Obtain the receiver with
@@ -63,6 +64,13 @@ pub struct SyncStatus {
     pub relays_polling: usize,
     /// Events handed to the store and not confirmed yet.
     pub unconfirmed_stores: usize,
+    /// The last event the store (the own relay) refused for good: kind,
+    /// id, the relay it came from and the store's reason, shown as one line
+    /// (`kind 30618 <id> from <relay>: <reason>`). How many it refused is
+    /// [`EngineStats::store_refused`] in [`SyncStatus::engine`]. Such an
+    /// event is accounted for (historic sync completes without it), not
+    /// downloaded again.
+    pub last_store_refusal: Option<StoreRefusal>,
     /// Each relay.
     pub relays: Vec<RelayStatus>,
     /// The engine's counters.
@@ -147,6 +155,7 @@ impl SyncStatus {
                 matches!(relay.report.live_mode, Some(LiveMode::Polling { .. }))
             }),
             unconfirmed_stores: engine.unconfirmed_stores(),
+            last_store_refusal: engine.last_store_refusal().cloned(),
             relays,
             engine: engine.stats().clone(),
             sync_plus_enabled: engine.config().sync_plus.enabled,

@@ -136,7 +136,21 @@ fn content(page: &mut String, status: &Value) {
         if unreachable > 0 { "bad" } else { "" },
         "relays unreachable",
     );
+    let refused = status["store_refused"].as_u64().unwrap_or(0);
+    card(
+        page,
+        &refused.to_string(),
+        if refused > 0 { "warn" } else { "" },
+        "refused by your relay",
+    );
     page.push_str("</div>");
+    if let Some(line) = status["last_store_refusal"].as_str() {
+        let _ = write!(
+            page,
+            "<div class=\"sub\">last refused by your relay: {}</div>",
+            escape(line)
+        );
+    }
     if let Some(plus) = status.get("sync_plus").filter(|value| value.is_object()) {
         sync_plus(page, plus);
     }
@@ -452,6 +466,8 @@ mod tests {
         let hostile = "<script>alert('x')</script>\"><img src=x onerror=alert(1)>&";
         let status = json!({
             "historic_sync_complete": false,
+            "store_refused": 1,
+            "last_store_refusal": format!("kind 30618 x from wss://evil.example: {hostile}"),
             "relays": [{
                 "relay": format!("wss://evil.example/{hostile}"),
                 "connection": hostile,

@@ -19,6 +19,8 @@ pub fn status_json(status: &SyncStatus) -> Value {
         "relays_polling": status.relays_polling,
         "unconfirmed_stores": status.unconfirmed_stores,
         "events_stored": status.engine.events_stored,
+        "store_refused": status.engine.store_refused,
+        "last_store_refusal": status.last_store_refusal.as_ref().map(ToString::to_string),
         "sync_plus": sync_plus_json(status),
         "relays": status.relays.iter().map(relay_json).collect::<Vec<_>>(),
     })
@@ -139,6 +141,32 @@ fn held_json(repository: &HeldRepository) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_store_s_last_refusal_for_good_is_one_line_naming_the_event_relay_and_reason() {
+        use grasp_sync_tokio::core::store::StoreRefusal;
+        use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Kind, RelayUrl};
+        let mut status = SyncStatus::default();
+        let document = status_json(&status);
+        assert_eq!(document["store_refused"], json!(0));
+        assert_eq!(document["last_store_refusal"], Value::Null);
+        let state = EventBuilder::new(Kind::Custom(30618), "")
+            .finalize(&Keys::generate())
+            .unwrap();
+        let relay = RelayUrl::parse("ws://127.0.0.1:7000").unwrap();
+        let reason = "invalid: event of 200000 bytes over the own relay's message limit";
+        status.engine.store_refused = 1;
+        status.last_store_refusal = Some(StoreRefusal::new(&state, &relay, reason));
+        let document = status_json(&status);
+        assert_eq!(document["store_refused"], json!(1));
+        assert_eq!(
+            document["last_store_refusal"],
+            json!(format!(
+                "kind 30618 {} from ws://127.0.0.1:7000: {reason}",
+                state.id
+            ))
+        );
+    }
 
     #[test]
     fn sync_plus_says_whether_it_is_on_what_it_holds_and_what_its_caps_left_out() {

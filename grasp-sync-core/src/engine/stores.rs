@@ -18,7 +18,7 @@ use crate::model::BatchId;
 use crate::nip34::is_root_kind;
 use crate::recent::RecentIds;
 use crate::screen::event_size;
-use crate::store::{IngestOutcome, Refusal, StoreError};
+use crate::store::{IngestOutcome, Refusal, StoreError, StoreRefusal};
 use crate::verified::VerifiedEvent;
 
 /// What the engine makes of one store answer.
@@ -97,6 +97,8 @@ pub(crate) struct StoreTracker {
     /// to an idle store): with events waiting and no answer for the store
     /// timeout after it, the store is taken for stalled.
     alive_at: Option<Instant>,
+    /// The last event refused for good, for the status.
+    last_refusal: Option<StoreRefusal>,
     /// Refused for good, stripped of their content, to answer negentropy.
     refused: HashMap<EventId, Event>,
     /// `refused` in the order remembered, oldest first.
@@ -125,6 +127,11 @@ impl StoreTracker {
     /// Events waiting for a retry.
     pub(crate) fn retrying(&self) -> usize {
         self.retry.len()
+    }
+
+    /// The last event the store refused for good (its reason clipped).
+    pub(crate) fn last_refusal(&self) -> Option<&StoreRefusal> {
+        self.last_refusal.as_ref()
     }
 
     /// Items matching `filter` of the events the store does not list but
@@ -279,7 +286,8 @@ impl StoreTracker {
                 self.refusals = None;
                 stats.store_refused += 1;
                 let done = self.take_in_flight(id)?;
-                warn!(id = %done.event.id, relay = %done.relay, reason, "store refused event; not downloading it again");
+                warn!(id = %done.event.id, kind = done.event.kind.as_u16(), relay = %done.relay, reason, "store refused event; not downloading it again");
+                self.last_refusal = Some(StoreRefusal::new(&done.event, &done.relay, &reason));
                 self.remember_refused(&done.event, config.caps.refused_memory);
                 Some((done, StoreVerdict::Refused(reason)))
             }
@@ -489,6 +497,55 @@ mod tests {
         let settled = tracker.answer(now, &first, StoreVerdict::Stored, &config, &mut stats);
         assert!(settled.is_some());
         assert!(tracker.keeps_up(&config), "one stored gives its bytes back");
+    }
+
+    #[test]
+    fn the_last_refusal_for_good_is_kept_in_one_line_naming_the_event_relay_and_reason() {
+        use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Kind};
+        let config = EngineConfig::default();
+        let relay = RelayUrl::parse("wss://relay.example.com").expect("url");
+        let keys = Keys::generate();
+        let sign = |kind: u16, content: &str| {
+            let event = EventBuilder::new(Kind::Custom(kind), content)
+                .finalize(&keys)
+                .expect("signs");
+            VerifiedEvent::verify(event).expect("valid")
+        };
+        let (note, state) = (sign(1621, "an issue"), sign(30618, ""));
+        let (note_id, state_id) = (note.id, state.id);
+        let mut tracker = StoreTracker::default();
+        let mut stats = EngineStats::default();
+        let now = Instant::ZERO;
+        tracker.hand_over(note, &relay, None, now);
+        tracker.hand_over(state, &relay, None, now);
+        tracker.answer(
+            now,
+            &note_id,
+            rejected("rate-limited: slow"),
+            &config,
+            &mut stats,
+        );
+        assert_eq!(
+            tracker.last_refusal(),
+            None,
+            "a refusal for now is no refusal"
+        );
+        // A relay's reason with a line break and 2 000 bytes more: one bounded line.
+        let reason = format!("invalid: too large\n{}", "x".repeat(2_000));
+        let settled = tracker.answer(now, &state_id, rejected(&reason), &config, &mut stats);
+        assert!(settled.is_some());
+        assert_eq!(stats.store_refused, 1);
+        let last = tracker.last_refusal().expect("kept");
+        assert_eq!((last.kind, last.id), (Kind::Custom(30618), state_id));
+        let line = last.to_string();
+        assert!(
+            line.starts_with(&format!(
+                "kind 30618 {state_id} from wss://relay.example.com: invalid: too large"
+            )),
+            "{line}"
+        );
+        assert!(!line.contains('\n'), "one line: {line}");
+        assert!(line.len() < 700, "bounded: {} bytes", line.len());
     }
 
     #[test]

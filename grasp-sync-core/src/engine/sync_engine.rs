@@ -2138,6 +2138,13 @@ impl SyncEngine {
     pub fn store_retries_waiting(&self) -> usize {
         self.stores.retrying()
     }
+
+    /// The last event the store refused for good (counted in
+    /// [`EngineStats::store_refused`]): its kind, id, the relay it came from
+    /// and the store's reason, clipped. `None` until the store refuses one.
+    pub fn last_store_refusal(&self) -> Option<&crate::store::StoreRefusal> {
+        self.stores.last_refusal()
+    }
 }
 
 /// What an input on one relay can change for the others: batches created
