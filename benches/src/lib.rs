@@ -73,6 +73,20 @@ pub fn scale() -> usize {
         .unwrap_or(1)
 }
 
+/// The 1, 5 and 15 minute load averages (other work on the machine shows
+/// here: the figures are only as good as the machine was quiet); empty off
+/// Linux.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
 /// The process's resident memory in bytes: the `resident` field of
 /// `/proc/self/statm` (in pages) times the page size. The page size is
 /// learned from `VmRSS` of `/proc/self/status` (read right after): the

@@ -1,4 +1,5 @@
-//! Ids as the tests write them: git object ids and repository coordinates.
+//! Ids as the tests write them: git object ids and repository coordinates; unique
+//! numbers for file names.
 
 use nostr::prelude::PublicKey;
 
@@ -15,6 +16,18 @@ pub fn oid(n: u8) -> String {
 /// `identifier`, as `a` tags carry it.
 pub fn coordinate(owner: &PublicKey, identifier: &str) -> String {
     format!("30617:{}:{identifier}", owner.to_hex())
+}
+
+/// A number no other call in this process returns (the time's nanoseconds under
+/// a counter), for names of files and directories.
+pub fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    (NEXT.fetch_add(1, Ordering::Relaxed) << 32) | u64::from(nanos)
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@
 use std::io::{BufRead as _, BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 
+use grasp_sync_test_support::field::root_parts;
 use grasp_sync_test_support::ids;
 use grasp_sync_test_support::nip34::{tag, Announcement};
 use nostr::prelude::{
@@ -136,19 +137,7 @@ fn plan_repository(plan: &mut Plan, r: usize, mut budget: usize) {
         let size = size.min(budget);
         budget -= size;
         let user = (r * 7 + turn) % USERS;
-        let mut tags = vec![tag(&["a", &coord]), tag(&["p", &owner_hex])];
-        match kind {
-            1621 => tags.push(tag(&["subject", &format!("issue {turn} of {identifier}")])),
-            1617 => tags.push(tag(&["t", "root"])),
-            _ => {
-                tags.push(tag(&["subject", &format!("pull request {turn}")]));
-                tags.push(tag(&["c", &format!("{:040x}", (r << 20) + turn)]));
-            }
-        }
-        let content = format!(
-            "{identifier}: kind {kind} number {turn}\n{}",
-            "x".repeat(120)
-        );
+        let (tags, content) = root_parts(r, &identifier, &coord, &owner_hex, kind, turn);
         let (root, author) = plan.add(user, kind, content, tags);
         let (root_hex, author_hex) = (root.to_hex(), author.to_hex());
         let mut follow: Vec<u16> = match kind {

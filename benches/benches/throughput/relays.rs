@@ -138,12 +138,18 @@ fn ticks_per_second() -> f64 {
 
 /// User + system CPU seconds of the process whose `stat` file is `path`.
 pub(crate) fn cpu_seconds(path: &str) -> f64 {
+    // After ')': state is field 3, so utime (14) and stime (15) are at 11, 12.
+    stat_seconds(path, 11)
+}
+
+/// The sum of the two tick counts at `first` (counted from the field after the
+/// command name, `state`, as 0) of the `stat` file `path`, in seconds.
+pub(crate) fn stat_seconds(path: &str, first: usize) -> f64 {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
     // The command name (field 2) may hold spaces: count from its ')'.
     let after = text.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
     let fields: Vec<&str> = after.split_whitespace().collect();
-    // After ')': state is field 3, so utime (14) and stime (15) are at 11, 12.
-    let ticks: f64 = fields[11..13]
+    let ticks: f64 = fields[first..first + 2]
         .iter()
         .map(|field| field.parse::<f64>().expect("a CPU tick count"))
         .sum();

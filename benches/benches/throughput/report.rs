@@ -66,18 +66,7 @@ pub(crate) struct Results {
     pub(crate) pinned: Option<String>,
 }
 
-/// The 1, 5 and 15 minute load averages (other work on the machine shows
-/// here: the figures are only as good as the machine was quiet).
-pub(crate) fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|text| {
-            text.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default()
-}
+pub(crate) use grasp_sync_benches::load_average;
 
 impl Results {
     /// Records one run of `path`.

@@ -18,6 +18,8 @@
 //! * [`Strfry`]: the real strfry as a process (NIP-77 answers up to ~1 MB, 128 KiB
 //!   incoming frames), from `$STRFRY_BIN` or `.ci/install-strfry`; [`strfry_binary`]
 //!   skips the test (one printed line) where strfry cannot be had, outside CI.
+//!   `grasp-sync-test-support`'s blocking helper, shared with the benchmarks: call it
+//!   between awaits.
 //! * [`Client`] / [`connect_client`]: raw NIP-01 client over tokio-tungstenite for asserting
 //!   what a relay says.
 //!
@@ -39,15 +41,14 @@ mod nostr_rs_relay;
 mod proxy;
 mod relay;
 mod rng;
-mod strfry;
 
 pub use client::{connect_client, try_connect_client, Client, RecvError, RECV_TIMEOUT};
 pub use faults::{FaultCounts, FaultPlan, NIP01_PREFIXES};
+pub use grasp_sync_test_support::strfry::{strfry_binary, Strfry, StrfrySync, STRFRY_VERSION};
 pub use nip34::{announcement, loopback_engine_config, manager_into, sign, sign_notes, tag};
 pub use nostr_rs_relay::{nostr_rs_relay_binary, NostrRsRelay, NOSTR_RS_RELAY_VERSION};
 pub use relay::{Nip77Refusal, TestRelay, TestRelayConfig};
 pub use rng::SeededRng;
-pub use strfry::{strfry_binary, Strfry, StrfrySync, STRFRY_VERSION};
 
 use nostr::prelude::*;
 

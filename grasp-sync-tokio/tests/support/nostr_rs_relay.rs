@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use grasp_sync_test_support::ids::unique;
 use nostr::prelude::RelayUrl;
 use tokio::process::{Child, Command};
 
@@ -166,14 +167,4 @@ fn config_toml(port: u16, dir: &Path) -> String {
          [options]\nreject_future_seconds = 1800\n",
         dir.display()
     )
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    (NEXT.fetch_add(1, Ordering::Relaxed) << 32) | u64::from(nanos)
 }

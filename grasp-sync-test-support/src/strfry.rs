@@ -1,12 +1,15 @@
-//! [`Strfry`]: the real strfry relay as a process on 127.0.0.1.
+//! [`Strfry`]: the real strfry relay as a process on 127.0.0.1, driven with blocking
+//! calls (no async runtime: the benchmarks use it as it is, and async tests call it
+//! between their awaits).
 //!
 //! strfry is the most deployed Nostr relay and the one GRASP servers are most often
 //! synced from; what it does at its limits is in `../shared/ECOSYSTEM.md` (128 KiB
 //! incoming frames, `limit` clamped to 500, NIP-77 `NEG-MSG` answers built with a
 //! 500 000-byte frame limit, hex-encoded: up to ~1 MB on the wire). It is in no package
-//! registry we reach: `$STRFRY_BIN` names it, else the first test that needs it runs
-//! `.ci/install-strfry`, which puts the build beside the checkout
-//! (`../shared/peers/strfry.gz`) into the CI cache and installs its runtime libraries.
+//! registry we reach: `$STRFRY_BIN` names it, else the first caller of
+//! [`strfry_binary`] runs `.ci/install-strfry`, which puts the build beside the
+//! checkout (`../shared/peers/strfry.gz`) into the CI cache and installs its runtime
+//! libraries.
 //!
 //! Unlike nostr-rs-relay (which any machine with cargo can build), strfry may be missing:
 //! [`strfry_binary`] then prints one `skipped: …` line and returns `None`, and the test
@@ -21,25 +24,24 @@
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use nostr::prelude::{Event, EventId, RelayUrl};
-use tokio::io::AsyncWriteExt as _;
-use tokio::process::{Child, Command};
 
-use super::client::try_connect_client;
+use crate::ids::unique;
 
 /// The version `.ci/install-strfry` installs (`../shared/peers/README.md`).
 pub const STRFRY_VERSION: &str = "1.1.1-144-gf8a56a8";
 
-/// How long a started relay may take to accept its first WebSocket connection.
+/// How long a started relay may take to accept its first connection.
 const STARTUP: Duration = Duration::from_secs(30);
 
 /// The strfry binary: `$STRFRY_BIN` (it must exist), else the one `.ci/install-strfry`
-/// installs (run once per test binary; it waits on a lock while another installs).
+/// installs (run once per process; it waits on a lock while another installs).
 ///
 /// `None` when it cannot be had, after printing one line
 /// `skipped: strfry not available (<reason>); set STRFRY_BIN or see .ci/install-strfry`
@@ -48,21 +50,7 @@ const STARTUP: Duration = Duration::from_secs(30);
 /// instead: a CI run never passes by skipping. Tests begin with
 /// `let Some(bin) = strfry_binary() else { return };`.
 pub fn strfry_binary() -> Option<PathBuf> {
-    let found = match std::env::var_os("STRFRY_BIN") {
-        Some(path) if !path.is_empty() => {
-            let path = PathBuf::from(path);
-            if path.is_file() {
-                Ok(path)
-            } else {
-                Err(format!("STRFRY_BIN={} does not exist", path.display()))
-            }
-        }
-        _ => {
-            static INSTALLED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-            INSTALLED.get_or_init(install).clone()
-        }
-    };
-    match found {
+    match find_strfry() {
         Ok(path) => Some(path),
         Err(reason) => {
             let why = format!(
@@ -79,6 +67,25 @@ pub fn strfry_binary() -> Option<PathBuf> {
     }
 }
 
+/// The strfry binary, or why it cannot be had (never panics, prints nothing): what
+/// [`strfry_binary`] looks for, for callers that report a missing strfry their own way.
+pub fn find_strfry() -> Result<PathBuf, String> {
+    match std::env::var_os("STRFRY_BIN") {
+        Some(path) if !path.is_empty() => {
+            let path = PathBuf::from(path);
+            if path.is_file() {
+                Ok(path)
+            } else {
+                Err(format!("STRFRY_BIN={} does not exist", path.display()))
+            }
+        }
+        _ => {
+            static INSTALLED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+            INSTALLED.get_or_init(install).clone()
+        }
+    }
+}
+
 /// Whether `CI` says this is a CI run (set, not empty, not `0` or `false`).
 fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|value| {
@@ -88,7 +95,7 @@ fn under_ci() -> bool {
 }
 
 /// The workspace root: the first ancestor of this crate's directory holding
-/// `.ci/install-strfry` (the support is compiled into crates at several depths).
+/// `.ci/install-strfry`.
 fn workspace_root() -> Option<PathBuf> {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
@@ -100,7 +107,7 @@ fn workspace_root() -> Option<PathBuf> {
 fn install() -> Result<PathBuf, String> {
     let root = workspace_root().ok_or("no .ci/install-strfry above this crate")?;
     let script = root.join(".ci/install-strfry");
-    let output = std::process::Command::new("bash")
+    let output = Command::new("bash")
         .arg(&script)
         .stdin(Stdio::null())
         .output()
@@ -118,8 +125,8 @@ fn install() -> Result<PathBuf, String> {
     ))
 }
 
-/// A running strfry relay; killed on drop, its directory (database, config, logs)
-/// removed.
+/// A running strfry relay; killed and waited for on drop, its directory (database,
+/// config, logs) removed.
 #[derive(Debug)]
 pub struct Strfry {
     child: Child,
@@ -140,18 +147,30 @@ pub struct StrfrySync {
 
 impl Strfry {
     /// Starts `bin` with strfry's defaults on a free port of 127.0.0.1 with an empty
-    /// database, and waits (bounded) until it accepts a WebSocket connection.
-    pub async fn start(bin: &Path) -> Strfry {
-        Strfry::start_with(bin, "").await
+    /// database in the temporary directory, and waits (bounded) until it accepts a
+    /// connection.
+    pub fn start(bin: &Path) -> Strfry {
+        Strfry::start_with(bin, "")
     }
 
     /// [`Strfry::start`] with `extra_config` appended to the minimal configuration:
     /// dotted keys or blocks override strfry's defaults, e.g.
     /// `events.maxEventSize = 262144`.
-    pub async fn start_with(bin: &Path, extra_config: &str) -> Strfry {
-        let dir = std::env::temp_dir().join(format!("strfry-{}-{}", std::process::id(), unique()));
+    pub fn start_with(bin: &Path, extra_config: &str) -> Strfry {
+        Strfry::start_in(bin, &std::env::temp_dir(), extra_config)
+    }
+
+    /// [`Strfry::start_with`] with its directory made under `parent` (a tmpfs such as
+    /// `/dev/shm` keeps LMDB's commits off the disk).
+    pub fn start_in(bin: &Path, parent: &Path, extra_config: &str) -> Strfry {
+        Strfry::start_at(bin, parent, crate::net::free_port(), extra_config)
+    }
+
+    /// [`Strfry::start_in`] on `port`: a relay started again at the same URL (the
+    /// URL announcements list), once the one before was dropped.
+    pub fn start_at(bin: &Path, parent: &Path, port: u16, extra_config: &str) -> Strfry {
+        let dir = parent.join(format!("strfry-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(dir.join("db")).expect("strfry directory");
-        let port = grasp_sync_test_support::net::free_port();
         let config = format!(
             "db = \"{}/\"\nrelay {{\n    bind = \"127.0.0.1\"\n    port = {port}\n    \
              nofiles = 0\n}}\n{extra_config}\n",
@@ -165,7 +184,6 @@ impl Strfry {
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("strfry log"))
             .stderr(log)
-            .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
         let url = RelayUrl::parse(&format!("ws://127.0.0.1:{port}")).expect("relay url");
@@ -176,7 +194,7 @@ impl Strfry {
             port,
             dir,
         };
-        relay.wait_until_ready().await;
+        relay.wait_until_ready();
         relay
     }
 
@@ -190,27 +208,30 @@ impl Strfry {
         self.port
     }
 
+    /// The relay's process id (its CPU time is in `/proc/<pid>/stat`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// What the relay logged so far, for failure messages.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("relay.log")).unwrap_or_default()
     }
 
     /// A `strfry` command on this relay's configuration (and so its database).
-    fn command(&self) -> Command {
+    pub fn command(&self) -> Command {
         let mut command = Command::new(&self.bin);
-        command
-            .arg(format!(
-                "--config={}",
-                self.dir.join("strfry.conf").display()
-            ))
-            .kill_on_drop(true);
+        command.arg(format!(
+            "--config={}",
+            self.dir.join("strfry.conf").display()
+        ));
         command
     }
 
     /// Stores `events` with `strfry import --no-verify` (JSON lines on stdin) while the
     /// relay runs; returns how many were new. Panics if strfry rejected any (a `created_at`
     /// over 3 years old or 900 s ahead, an event over `events.maxEventSize`).
-    pub async fn import(&self, events: &[Event]) -> usize {
+    pub fn import(&self, events: &[Event]) -> usize {
         let log_path = self.dir.join(format!("import-{}.log", unique()));
         let log = std::fs::File::create(&log_path).expect("import log");
         let mut child = self
@@ -229,10 +250,9 @@ impl Strfry {
         }
         stdin
             .write_all(lines.as_bytes())
-            .await
             .expect("writing to strfry import");
         drop(stdin);
-        let status = child.wait().await.expect("strfry import");
+        let status = child.wait().expect("strfry import");
         let log = std::fs::read_to_string(&log_path).unwrap_or_default();
         let _ = std::fs::remove_file(&log_path);
         assert!(status.success(), "strfry import failed ({status}): {log}");
@@ -257,13 +277,12 @@ impl Strfry {
     }
 
     /// Every event in the relay's database (`strfry export`), in `created_at` order.
-    pub async fn export(&self) -> Vec<Event> {
+    pub fn export(&self) -> Vec<Event> {
         let output = self
             .command()
             .arg("export")
             .stdin(Stdio::null())
             .output()
-            .await
             .expect("running strfry export");
         assert!(
             output.status.success(),
@@ -281,24 +300,20 @@ impl Strfry {
     }
 
     /// The ids of every event in the relay's database (exact; no `limit` clamp).
-    pub async fn ids(&self) -> BTreeSet<EventId> {
-        self.export()
-            .await
-            .into_iter()
-            .map(|event| event.id)
-            .collect()
+    pub fn ids(&self) -> BTreeSet<EventId> {
+        self.export().into_iter().map(|event| event.id).collect()
     }
 
-    /// Runs `strfry sync <from> --dir down` (NIP-77, strfry's own client) into this
-    /// relay's database and returns how long it took; panics if it fails.
-    pub async fn sync_down(&self, from: &RelayUrl) -> StrfrySync {
+    /// Runs `strfry sync <from> --dir=down` (NIP-77, strfry's own client: it takes
+    /// every event `from` holds that this database lacks) into this relay's database
+    /// and returns how long it took; panics if it fails.
+    pub fn sync_down(&self, from: &RelayUrl) -> StrfrySync {
         let started = Instant::now();
         let output = self
             .command()
             .args(["sync", from.as_str(), "--dir=down"])
             .stdin(Stdio::null())
             .output()
-            .await
             .expect("running strfry sync");
         let elapsed = started.elapsed();
         let log = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -310,40 +325,31 @@ impl Strfry {
         StrfrySync { elapsed, log }
     }
 
-    async fn wait_until_ready(&mut self) {
-        let deadline = tokio::time::Instant::now() + STARTUP;
+    /// Waits (bounded) until the relay accepts a TCP connection.
+    fn wait_until_ready(&mut self) {
+        let address = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let deadline = Instant::now() + STARTUP;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("strfry exited at start ({status}): {}", self.log());
             }
-            if let Ok(client) = try_connect_client(&self.url).await {
-                client.close().await;
+            if TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_ok() {
                 return;
             }
-            if tokio::time::Instant::now() >= deadline {
-                panic!(
-                    "strfry did not accept a connection within {STARTUP:?}: {}",
-                    self.log()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(
+                Instant::now() < deadline,
+                "strfry did not accept a connection within {STARTUP:?}: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 }
 
 impl Drop for Strfry {
     fn drop(&mut self) {
-        let _ = self.child.start_kill();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    (NEXT.fetch_add(1, Ordering::Relaxed) << 32) | u64::from(nanos)
 }
