@@ -9,7 +9,10 @@
 //!
 //! The main sync ([`sync_identifier`]) tries every clone URL whose domain has capacity,
 //! then leaves the repository in the queue of each throttled domain that still has
-//! untried URLs and returns (the queue backs off and retries later). When capacity
+//! untried URLs and returns (the queue backs off and retries later). A request asks for
+//! [`MAX_OIDS_PER_FETCH`] objects at most: a URL that gave that many is asked again for
+//! the rest in the same attempt (a state of 2 000 refs is fetched in one attempt, not
+//! one request per backoff). When capacity
 //! frees, the [`ThrottleManager`] yields a [`QueueStep::Serve`] and its driver runs
 //! [`serve_queued_identifier`]. Both paths use the same two functions,
 //! [`sync_identifier_next_url`] and [`sync_identifier_from_url`].
@@ -32,6 +35,7 @@ use grasp_sync_core::purgatory::{
 };
 use grasp_sync_core::url_policy::CloneUrl;
 
+use crate::git::MAX_OIDS_PER_FETCH;
 use crate::throttle_manager::ThrottleManager;
 
 /// When a server lacks some of the objects asked for, at most this many are then asked
@@ -382,6 +386,11 @@ async fn fetch_from_every_domain(
                 deferred.insert(url.as_str().to_owned());
                 continue;
             }
+            // One request asks for [`MAX_OIDS_PER_FETCH`] objects at most (a state of
+            // 2 000 refs needs several): a URL that gave a full request is asked again
+            // for the rest in this attempt, not after a backoff. Each round needs fewer
+            // objects.
+            FromUrl::Fetched(n) if n >= MAX_OIDS_PER_FETCH => continue,
             FromUrl::Failed(error) => last_error = Some(error.to_string()),
             FromUrl::Fetched(0) => last_error = Some(format!("{url} lacks the objects")),
             FromUrl::Fetched(_) | FromUrl::NothingToDo => {}

@@ -322,13 +322,16 @@ async fn a_failed_fetch_is_a_retry_with_its_error() {
 }
 
 /// The core's context, freeing one slot of `domain` when the repository data is read
-/// for the `free_on`-th time (between choosing a URL and enqueueing with domains).
+/// for the `free_on`-th time (between choosing a URL and enqueueing with domains), each
+/// fetch asking for the first `asks_at_most` objects only (as the git fetcher asks for
+/// [`MAX_OIDS_PER_FETCH`](crate::git::MAX_OIDS_PER_FETCH) at most).
 struct FreesASlot<'a> {
     inner: &'a MemorySyncContext,
     manager: &'a ThrottleManager,
     domain: &'static str,
     free_on: usize,
     reads: std::sync::atomic::AtomicUsize,
+    asks_at_most: usize,
 }
 
 #[async_trait::async_trait]
@@ -355,7 +358,8 @@ impl SyncContext for FreesASlot<'_> {
         url: &CloneUrl,
         oids: &[GitOid],
     ) -> Result<Vec<GitOid>, SyncContextError> {
-        self.inner.fetch_oids(repo_path, url, oids).await
+        let asked = &oids[..oids.len().min(self.asks_at_most)];
+        self.inner.fetch_oids(repo_path, url, asked).await
     }
     async fn process_satisfiable_events(&self, repo: &RepoRef) -> Result<usize, SyncContextError> {
         self.inner.process_satisfiable_events(repo).await
@@ -403,6 +407,7 @@ async fn a_domain_that_frees_a_slot_after_the_url_was_chosen_still_gets_the_repo
         domain: "example.com",
         free_on: 0,
         reads: std::sync::atomic::AtomicUsize::new(0),
+        asks_at_most: usize::MAX,
     };
     let report = sync_identifier(&ctx, &repo(), &manager).await;
     assert_eq!(report.outcome, SyncOutcome::Retry { last_error: None });
@@ -417,5 +422,38 @@ async fn a_domain_that_frees_a_slot_after_the_url_was_chosen_still_gets_the_repo
         manager.queued("example.com"),
         vec![repo().to_string()],
         "waits in the domain's queue instead of backing off alone"
+    );
+}
+
+#[tokio::test]
+async fn objects_beyond_one_fetch_are_asked_for_again_in_the_same_attempt() {
+    // A state naming 600 commits, a fetcher asking for MAX_OIDS_PER_FETCH (256) at a
+    // time: three requests to the one server, all in the first attempt (no backoff).
+    let needed: Vec<GitOid> = (1..=600u32)
+        .map(|n| GitOid::parse(&format!("{n:040x}")).unwrap())
+        .collect();
+    let inner = context(&[ONE], &needed);
+    inner.set_remote(ONE, needed.iter().cloned());
+    let manager = manager();
+    let ctx = FreesASlot {
+        inner: inner.as_ref(),
+        manager: &manager,
+        domain: "example.com",
+        free_on: 0,
+        reads: std::sync::atomic::AtomicUsize::new(0),
+        asks_at_most: crate::git::MAX_OIDS_PER_FETCH,
+    };
+    let report = sync_identifier(&ctx, &repo(), &manager).await;
+    assert!(report.is_complete(), "{report:?}");
+    assert_eq!(inner.released(&repo()), 1);
+    let asked: Vec<usize> = inner
+        .fetch_log()
+        .into_iter()
+        .map(|call| call.oids.len())
+        .collect();
+    assert_eq!(
+        asked,
+        vec![256, 256, 88],
+        "one server, asked until it gave all"
     );
 }
