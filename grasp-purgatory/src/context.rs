@@ -22,8 +22,18 @@ use crate::refusals::UrlRefusals;
 use crate::repos::{
     create_bare_repository, home_of, repository_data, Announcements, CreateRepoError, RepoLocator,
 };
-use crate::sink::ReleaseSink;
+use crate::sink::{ReleaseError, ReleaseSink};
+use crate::status::ReleaseRefusal;
 use crate::store::PurgatoryStore;
+
+/// Why a satisfied event was not released.
+enum ReleaseFailure {
+    /// The sink refused it for good: it is dropped.
+    Refused(String),
+    /// Its PR ref could not be written, or the sink failed or refused it for now: it
+    /// stays held.
+    Failed(String),
+}
 
 /// The purgatory store shared by the service and its context.
 pub type SharedStore = Arc<Mutex<PurgatoryStore>>;
@@ -53,6 +63,8 @@ pub struct GitSyncContext {
     /// Repositories that released events since the service last asked
     /// ([`GitSyncContext::take_released`]): their served refs are reconciled next.
     released_in: Mutex<BTreeSet<RepoRef>>,
+    /// The last released event the sink refused for good.
+    last_store_refusal: Mutex<Option<ReleaseRefusal>>,
 }
 
 impl std::fmt::Debug for GitSyncContext {
@@ -106,6 +118,7 @@ impl GitSyncContext {
             refusals: None,
             host: None,
             released_in: Mutex::new(BTreeSet::new()),
+            last_store_refusal: Mutex::new(None),
         }
     }
 
@@ -138,6 +151,34 @@ impl GitSyncContext {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .is_empty()
+    }
+
+    /// The last released event the sink refused for good (dropped from purgatory).
+    pub(crate) fn last_store_refusal(&self) -> Option<ReleaseRefusal> {
+        self.last_store_refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The sink refused `held` for good: logged, counted and kept as the last refusal;
+    /// the caller drops it from purgatory.
+    fn refused_by_store(&self, held: &HeldEvent, reason: &str) {
+        tracing::warn!(
+            id = %held.event.id,
+            kind = held.event.kind.as_u16(),
+            repo = %held.repo,
+            reason,
+            "the store refused a purgatory event for good; dropped, not offered again"
+        );
+        if let Some(metrics) = &self.metrics {
+            metrics.events_refused_by_store.inc();
+        }
+        let refusal = ReleaseRefusal::new(held, reason, self.clock.unix_time());
+        *self
+            .last_store_refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(refusal);
     }
 
     /// Counts fetched objects, refused URLs and removed refs in these metrics.
@@ -215,18 +256,18 @@ impl GitSyncContext {
     }
 
     /// Writes the PR tip ref (if any) and hands the event to the sink.
-    async fn release_one(&self, target: &Path, held: &HeldEvent) -> Result<(), String> {
+    async fn release_one(&self, target: &Path, held: &HeldEvent) -> Result<(), ReleaseFailure> {
         if let HeldKind::PullRequest { tip, .. } = &held.kind {
             let name = format!("{NOSTR_REF_PREFIX}{}", held.event.id);
             self.git
                 .update_refs(target, &[(name, Some(tip.clone()))])
                 .await
-                .map_err(|error| error.to_string())?;
+                .map_err(|error| ReleaseFailure::Failed(error.to_string()))?;
         }
-        self.sink
-            .release(held)
-            .await
-            .map_err(|error| error.to_string())
+        self.sink.release(held).await.map_err(|error| match error {
+            ReleaseError::Refused(reason) => ReleaseFailure::Refused(reason),
+            error => ReleaseFailure::Failed(error.to_string()),
+        })
     }
 
     /// Runs a sweep of `repo` claimed from the store ([`PurgatoryStore::claim_sweep`] or
@@ -382,12 +423,17 @@ impl SyncContext for GitSyncContext {
         let now = self.clock.unix_time();
         let satisfied = lock(&self.store).begin_release(repo, now, self.expiry);
         let mut released = Vec::new();
+        let mut refused = Vec::new();
         let mut failed = Vec::new();
         let mut last_error = None;
         for held in satisfied {
             match self.release_one(&target, &held).await {
                 Ok(()) => released.push(held.event.id),
-                Err(reason) => {
+                Err(ReleaseFailure::Refused(reason)) => {
+                    self.refused_by_store(&held, &reason);
+                    refused.push(held.event.id);
+                }
+                Err(ReleaseFailure::Failed(reason)) => {
                     tracing::warn!(id = %held.event.id, %reason, "releasing a purgatory event failed");
                     last_error = Some(reason);
                     failed.push(held.event.id);
@@ -397,6 +443,7 @@ impl SyncContext for GitSyncContext {
         let sweep = {
             let mut store = lock(&self.store);
             store.finish_release(repo, &released);
+            store.refuse_release(repo, &refused);
             store.abort_release(&failed);
             store.claim_sweep(repo)
         };

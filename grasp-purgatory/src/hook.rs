@@ -45,7 +45,11 @@ use crate::store::{AddError, Inserted};
 /// a NIP-01 prefixed reason and its [`Refusal`](grasp_sync_core::store::Refusal):
 /// `invalid:` for malformed refs or tips (for good), `rate-limited:` when purgatory is
 /// full (see [`HeldLimits`](crate::HeldLimits)) and `error:` when its journal cannot be
-/// written (for now); the sync engine retries those two later, so nothing is lost.
+/// written (for now); the sync engine retries those two later, so nothing is lost. An
+/// event the inner store says it would refuse for good
+/// ([`EventStore::known_refusal`]: a relay store, an event over the relay's NIP-11
+/// limits) gets that refusal at once and is not held: its git data would be fetched
+/// for an event that can never be served.
 #[derive(Debug)]
 pub struct PurgatoryGate<S> {
     inner: S,
@@ -70,6 +74,11 @@ impl<S: EventStore> EventStore for PurgatoryGate<S> {
         if !is_held_kind(event.kind.as_u16()) || self.inner.contains(&event.id).await? {
             self.purgatory.track_announcement(event);
             return self.inner.ingest(event).await;
+        }
+        // An event the store will never take is not held (nor its data fetched):
+        // the sync hears the store's refusal now.
+        if let Some(refusal) = self.inner.known_refusal(event).await {
+            return Ok(refusal);
         }
         Ok(match self.purgatory.add(event.clone(), Origin::Synced) {
             Ok(Inserted::New | Inserted::Replaced { .. }) => IngestOutcome::Stored,
@@ -115,6 +124,10 @@ impl<S: EventStore> EventStore for PurgatoryGate<S> {
             return Ok(true);
         }
         self.inner.contains(id).await
+    }
+
+    async fn known_refusal(&self, event: &Event) -> Option<IngestOutcome> {
+        self.inner.known_refusal(event).await
     }
 
     async fn negentropy_items(

@@ -79,6 +79,9 @@ pub enum Removal {
     Expired,
     /// A newer state of the same author and repository replaced it.
     Replaced,
+    /// Its git data arrived, and the sink refused it for good
+    /// ([`ReleaseError::Refused`](crate::ReleaseError::Refused)).
+    Refused,
 }
 
 impl Removal {
@@ -87,6 +90,7 @@ impl Removal {
             Removal::Released => "released",
             Removal::Expired => "expired",
             Removal::Replaced => "replaced",
+            Removal::Refused => "refused",
         }
     }
 }

@@ -209,7 +209,9 @@ pub use repos::{
 pub use serve::{ServedRepository, Serving};
 pub use service::{Purgatory, PurgatoryBuildError, PurgatoryBuilder};
 pub use sink::{ChannelSink, PurgatoryOutput, ReleaseError, ReleaseSink, StoreSink};
-pub use status::{HeldRepository, HeldState, PurgatoryStatus, MAX_LISTED_REPOSITORIES};
+pub use status::{
+    HeldRepository, HeldState, PurgatoryStatus, ReleaseRefusal, MAX_LISTED_REPOSITORIES,
+};
 pub use store::{AddError, Cap, HeldLimits, Inserted, PurgatoryStore};
 pub use sync::{
     serve_queued_identifier, sync_identifier, sync_identifier_from_url, sync_identifier_next_url,

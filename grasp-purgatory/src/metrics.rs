@@ -23,6 +23,7 @@ pub(crate) struct Metrics {
     pub(crate) events_released: IntCounter,
     pub(crate) events_expired: IntCounter,
     pub(crate) events_refused: IntCounterVec,
+    pub(crate) events_refused_by_store: IntCounter,
     pub(crate) url_refusals: IntCounterVec,
     pub(crate) stale_refs_removed: IntCounter,
     pub(crate) clone_urls_skipped: IntCounterVec,
@@ -84,6 +85,12 @@ impl Metrics {
                 ),
                 &["reason"],
             )?,
+            events_refused_by_store: IntCounter::new(
+                "purgatory_events_refused_by_store_total",
+                "Events whose git data arrived but that the store they are released to (the \
+                 own relay) refused for good (over its limits, against its policy): dropped \
+                 from purgatory, not offered again",
+            )?,
             url_refusals: IntCounterVec::new(
                 Opts::new(
                     "purgatory_clone_url_refusals_total",
@@ -138,6 +145,7 @@ impl Metrics {
         registry.register(Box::new(self.events_released.clone()))?;
         registry.register(Box::new(self.events_expired.clone()))?;
         registry.register(Box::new(self.events_refused.clone()))?;
+        registry.register(Box::new(self.events_refused_by_store.clone()))?;
         registry.register(Box::new(self.url_refusals.clone()))?;
         registry.register(Box::new(self.stale_refs_removed.clone()))?;
         registry.register(Box::new(self.clone_urls_skipped.clone()))?;

@@ -1,22 +1,31 @@
 //! Where released and expired events go.
 
 use async_trait::async_trait;
-use grasp_sync_core::store::{EventStore, IngestOutcome};
+use grasp_sync_core::store::{EventStore, IngestOutcome, Refusal};
 use tokio::sync::mpsc;
 
 use crate::held::HeldEvent;
 
-/// Why a released event could not be handed over; it stays in purgatory and is offered
-/// again after the next fetch or check.
+/// Why a released event could not be handed over: it stays in purgatory and is offered
+/// again after the next fetch or check, unless the sink refused it for good.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReleaseError {
     /// The receiving side is gone.
     #[error("the release sink is closed")]
     Closed,
-    /// The receiving store failed or refused the event.
+    /// The receiving store failed or refused the event for now: it stays held and is
+    /// offered again.
     #[error("the release sink failed: {0}")]
     Failed(String),
+    /// The receiving store refused the event for good (its limits or its policy will
+    /// never take it: [`Refusal::ForGood`], e.g. a relay's `OK false "invalid: event too
+    /// large"`): purgatory drops it (journaled as `refused`, counted in
+    /// `purgatory_events_refused_by_store_total`, named in
+    /// [`PurgatoryStatus::last_store_refusal`](crate::PurgatoryStatus::last_store_refusal))
+    /// instead of offering it again for ever.
+    #[error("the release sink refused the event for good: {0}")]
+    Refused(String),
 }
 
 /// Receives events whose git data is present, and events that expired.
@@ -83,7 +92,9 @@ impl ReleaseSink for ChannelSink {
 }
 
 /// A sink that stores released events in an [`EventStore`] (for example the relay's
-/// database) and logs expired ones.
+/// database) and logs expired ones. The store's refusal for good
+/// ([`Refusal::ForGood`]) is [`ReleaseError::Refused`]: the event is dropped; any other
+/// refusal or failure is [`ReleaseError::Failed`]: it is offered again.
 #[derive(Debug)]
 pub struct StoreSink<S> {
     store: S,
@@ -100,6 +111,10 @@ impl<S> StoreSink<S> {
 impl<S: EventStore> ReleaseSink for StoreSink<S> {
     async fn release(&self, held: &HeldEvent) -> Result<(), ReleaseError> {
         match self.store.ingest(&held.event).await {
+            Ok(IngestOutcome::Rejected {
+                reason,
+                refusal: Refusal::ForGood,
+            }) => Err(ReleaseError::Refused(reason)),
             Ok(IngestOutcome::Rejected { reason, .. }) => Err(ReleaseError::Failed(reason)),
             Ok(_) => Ok(()),
             Err(error) => Err(ReleaseError::Failed(error.to_string())),

@@ -9,6 +9,11 @@ use crate::serve::ServedRepository;
 use std::fmt;
 
 use grasp_sync_core::job::PurgatoryProgress;
+use grasp_sync_core::nip34::RepoRef;
+use grasp_sync_core::relay_text::RelayText;
+use nostr::prelude::{EventId, Kind, Timestamp};
+
+use crate::held::HeldEvent;
 use grasp_sync_core::purgatory::NotFetchable;
 
 /// The most repositories [`PurgatoryStatus::not_fetchable`] and
@@ -102,6 +107,12 @@ pub struct PurgatoryStatus {
     /// repository, per author, in total) or the journal could not be written
     /// (`purgatory_events_refused_total` by reason). Malformed events are not counted.
     pub events_refused: u64,
+    /// Events whose git data arrived but that the sink's store (the own relay) refused
+    /// for good, since the purgatory was built: dropped from purgatory, accounted for,
+    /// not offered again (`purgatory_events_refused_by_store_total`).
+    pub events_refused_by_store: u64,
+    /// The last of those, in one line (`kind 30618 <id> of 30617:<owner>:<d>: <reason>`).
+    pub last_store_refusal: Option<ReleaseRefusal>,
     /// Repositories (`30617:<owner>:<identifier>`) in the sync queue (waiting, backing
     /// off or being synced).
     pub identifiers_queued: usize,
@@ -177,6 +188,52 @@ pub struct PurgatoryStatus {
     pub reconciliations: u64,
     /// Served refs written (created, moved or deleted) since the purgatory was built.
     pub refs_updated: u64,
+}
+
+/// A released event the sink's store refused for good ([`ReleaseError::Refused`]):
+/// which event, of which repository, why (the store's words, clipped and cleaned) and
+/// when. Shown as one line: `kind 30618 <event id> of 30617:<owner>:<d>: <reason>`.
+///
+/// [`ReleaseError::Refused`]: crate::ReleaseError::Refused
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReleaseRefusal {
+    /// The event's kind.
+    pub kind: Kind,
+    /// The event's id.
+    pub id: EventId,
+    /// Its repository.
+    pub repo: RepoRef,
+    /// The store's reason, clipped and cleaned.
+    pub reason: RelayText,
+    /// When it was refused (wall clock).
+    pub at: Timestamp,
+}
+
+impl ReleaseRefusal {
+    /// `held` refused for `reason` at `at`.
+    pub fn new(held: &HeldEvent, reason: &str, at: Timestamp) -> Self {
+        ReleaseRefusal {
+            kind: held.event.kind,
+            id: held.event.id,
+            repo: held.repo.clone(),
+            reason: RelayText::new(reason),
+            at,
+        }
+    }
+}
+
+impl fmt::Display for ReleaseRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "kind {} {} of {}: {}",
+            self.kind.as_u16(),
+            self.id,
+            self.repo,
+            self.reason
+        )
+    }
 }
 
 impl PurgatoryStatus {

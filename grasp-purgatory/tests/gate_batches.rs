@@ -104,3 +104,74 @@ async fn passed_events_reach_the_inner_store_as_one_batch_and_held_ones_purgator
     let again = answers(&gate, &batch).await;
     assert_eq!(again, vec![Duplicate; 4]);
 }
+
+/// A memory store that says in advance it refuses every state (30618), as a relay store
+/// does for a state over its relay's NIP-11 message limit.
+#[derive(Default)]
+struct RefusingStates {
+    inner: MemoryEventStore,
+}
+
+#[async_trait]
+impl EventStore for RefusingStates {
+    async fn ingest(&self, event: &Event) -> Result<IngestOutcome, StoreError> {
+        match self.known_refusal(event).await {
+            Some(refusal) => Ok(refusal),
+            None => self.inner.ingest(event).await,
+        }
+    }
+
+    async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
+        self.inner.contains(id).await
+    }
+
+    async fn known_refusal(&self, event: &Event) -> Option<IngestOutcome> {
+        (event.kind == Kind::Custom(30618))
+            .then(|| IngestOutcome::refused_for_good("invalid: over the relay's limit"))
+    }
+
+    async fn negentropy_items(
+        &self,
+        filter: &Filter,
+    ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
+        self.inner.negentropy_items(filter).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_state_the_inner_store_would_refuse_is_refused_at_once_and_not_held() {
+    let (sink, _output) = ChannelSink::new();
+    let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
+        .announcements(Arc::new(MemoryAnnouncements::new()))
+        .repo_locator(Arc::new(OneRepo("/memory".into())))
+        .git_backend(Arc::new(MemoryGit::default()))
+        .sink(Arc::new(sink))
+        .build()
+        .unwrap();
+    let store = Arc::new(RefusingStates::default());
+    let gate = PurgatoryGate::new(store.clone(), purgatory.clone());
+    let owner = Keys::generate();
+    let repo_state = state(&owner, "alpha", &[&oid(2)], 1_700_000_002);
+    let pr = pull_request(&Keys::generate(), &owner.public_key(), "alpha", &oid(1));
+
+    let refused = IngestOutcome::refused_for_good("invalid: over the relay's limit");
+    assert_eq!(gate.ingest(&repo_state).await.unwrap(), refused);
+    assert_eq!(gate.known_refusal(&repo_state).await, Some(refused.clone()));
+    let batch = [&repo_state, &pr];
+    let outcomes: Vec<IngestOutcome> = gate
+        .ingest_many(&batch)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(outcomes, vec![refused, Stored]);
+    assert!(
+        !purgatory.contains(&repo_state.id),
+        "not held: its data is never fetched"
+    );
+    assert!(
+        purgatory.contains(&pr.id),
+        "what the store may take is held"
+    );
+}

@@ -10,10 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use events::memory_git::{MemoryGit, OneRepo};
-use grasp_purgatory::{ChannelSink, MemoryAnnouncements, Origin, Purgatory, PurgatoryStatus};
+use grasp_purgatory::{
+    ChannelSink, MemoryAnnouncements, Origin, Purgatory, PurgatoryStatus, StoreSink,
+};
 use grasp_sync_core::purgatory::throttle_key;
 use grasp_sync_test_support::ids::oid;
-use grasp_sync_test_support::nip34::{pull_request, Announcement};
+use grasp_sync_test_support::nip34::{pull_request, state, Announcement};
 use grasp_sync_tokio::TokioClock;
 use nostr::prelude::*;
 use tokio::sync::watch;
@@ -154,4 +156,99 @@ async fn the_status_follows_events_from_held_to_released_and_expired() {
     purgatory.shutdown();
     run.await.unwrap().unwrap();
     assert_eq!(purgatory.status_now(), *status.borrow());
+}
+
+/// A store that refuses every repository state for good, as strfry answers a state over
+/// its event size (`OK false "invalid: event too large: …"`), and takes anything else.
+#[derive(Default)]
+struct RefusingStates {
+    inner: grasp_sync_core::store::MemoryEventStore,
+}
+
+#[async_trait::async_trait]
+impl grasp_sync_core::store::EventStore for RefusingStates {
+    async fn ingest(
+        &self,
+        event: &Event,
+    ) -> Result<grasp_sync_core::store::IngestOutcome, grasp_sync_core::store::StoreError> {
+        if event.kind == Kind::Custom(30618) {
+            return Ok(grasp_sync_core::store::IngestOutcome::rejected(
+                "invalid: event too large: 102356",
+            ));
+        }
+        self.inner.ingest(event).await
+    }
+
+    async fn contains(&self, id: &EventId) -> Result<bool, grasp_sync_core::store::StoreError> {
+        self.inner.contains(id).await
+    }
+
+    async fn negentropy_items(
+        &self,
+        filter: &Filter,
+    ) -> Result<Vec<(EventId, Timestamp)>, grasp_sync_core::store::StoreError> {
+        self.inner.negentropy_items(filter).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_released_event_the_store_refuses_for_good_is_dropped_counted_and_named() {
+    let git = Arc::new(MemoryGit::default());
+    let announcements = Arc::new(MemoryAnnouncements::new());
+    let store = Arc::new(RefusingStates::default());
+    let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
+        .announcements(announcements.clone())
+        .repo_locator(Arc::new(OneRepo("/memory".into())))
+        .git_backend(git.clone())
+        .sink(Arc::new(StoreSink::new(store.clone())))
+        .build()
+        .unwrap();
+    let mut status = purgatory.status();
+    let run = events::spawn_run(&purgatory);
+    let owner = Keys::generate();
+    let url = format!("https://{HOST}/big.git");
+    announcements
+        .add(Announcement::new("big").clone_urls(&[&url]).sign(&owner))
+        .unwrap();
+    git.serve(&url, [oid(1), oid(2)]);
+    let refused = state(&owner, "big", &[&oid(1)], 1_700_000_000);
+    let pr = pull_request(&Keys::generate(), &owner.public_key(), "big", &oid(2));
+    purgatory
+        .add_state(refused.clone(), Origin::Synced)
+        .unwrap();
+    purgatory.add_pr(pr.clone(), Origin::Synced).unwrap();
+
+    // Fetched, released: the PR is taken, the state refused for good and dropped, not
+    // offered again; everything is accounted for.
+    let settled = until(&mut status, Duration::from_secs(10), |s| {
+        s.all_accounted && s.events_held == 0
+    })
+    .await;
+    assert_eq!(settled.events_released, 1);
+    assert_eq!(settled.events_refused_by_store, 1);
+    let line = settled.last_store_refusal.as_ref().map(ToString::to_string);
+    assert_eq!(
+        line.as_deref(),
+        Some(
+            format!(
+                "kind 30618 {} of 30617:{}:big: invalid: event too large: 102356",
+                refused.id,
+                owner.public_key().to_hex()
+            )
+            .as_str()
+        )
+    );
+    assert!(
+        store.inner.ids().contains(&pr.id),
+        "the PR reached the store"
+    );
+    assert!(!purgatory.contains(&refused.id));
+    // Not offered again: one fetch, and nothing more after a long while.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let later = purgatory.status_now();
+    assert_eq!(later.events_refused_by_store, 1);
+    assert_eq!(git.log().len(), 1, "{:?}", git.log());
+    purgatory.shutdown();
+    run.await.unwrap().unwrap();
 }

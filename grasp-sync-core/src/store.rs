@@ -109,8 +109,8 @@ impl Refusal {
 }
 
 /// An event the store refused for good, as the sync keeps the last one for
-/// its status: which event, from which relay, and why. Shown as one line:
-/// `kind 30618 <event id> from <relay>: <reason>`.
+/// its status: which event, from which relay, why, and when. Shown as one
+/// line: `kind 30618 <event id> from <relay>: <reason>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StoreRefusal {
@@ -123,16 +123,19 @@ pub struct StoreRefusal {
     /// The store's reason (a relay store's `OK` text), clipped and cleaned
     /// ([`RelayText`]): it is the store relay's own words.
     pub reason: RelayText,
+    /// When the refusal came (wall clock).
+    pub at: Timestamp,
 }
 
 impl StoreRefusal {
-    /// `event`, from `relay`, refused for `reason`.
-    pub fn new(event: &Event, relay: &RelayUrl, reason: &str) -> Self {
+    /// `event`, from `relay`, refused for `reason` at `at`.
+    pub fn new(event: &Event, relay: &RelayUrl, reason: &str, at: Timestamp) -> Self {
         StoreRefusal {
             kind: event.kind,
             id: event.id,
             relay: relay.clone(),
             reason: RelayText::new(reason),
+            at,
         }
     }
 }
@@ -215,6 +218,19 @@ pub trait EventStore: Send + Sync {
     /// verifying events it already has).
     async fn contains(&self, id: &EventId) -> Result<bool, StoreError>;
 
+    /// What the store would answer for `event` without being offered it,
+    /// when it knows already: a refusal for good by limits it states (a
+    /// relay store: the relay's NIP-11 limits, an event over them is never
+    /// sent). `None`: it may take it, and only offering it tells. A store in
+    /// front of this one that holds events before handing them over (a
+    /// purgatory gate) asks first, so an event this store can never take is
+    /// refused at once (the sync counts it and says why), not held and its
+    /// git data fetched for nothing. The default knows nothing in advance.
+    async fn known_refusal(&self, event: &Event) -> Option<IngestOutcome> {
+        let _ = event;
+        None
+    }
+
     /// The `(id, created_at)` of every stored event matching `filter`, for
     /// the local side of a NIP-77 reconciliation.
     async fn negentropy_items(
@@ -237,6 +253,10 @@ impl<T: EventStore + ?Sized> EventStore for std::sync::Arc<T> {
 
     async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
         (**self).contains(id).await
+    }
+
+    async fn known_refusal(&self, event: &Event) -> Option<IngestOutcome> {
+        (**self).known_refusal(event).await
     }
 
     async fn negentropy_items(

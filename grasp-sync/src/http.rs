@@ -25,7 +25,7 @@ use tokio::sync::{watch, Semaphore};
 use tracing::{debug, info, warn};
 
 use crate::page;
-use crate::status_json::{purgatory_json, status_json};
+use crate::status_json::status_document;
 
 /// The statuses `/status` reports.
 #[derive(Clone)]
@@ -37,13 +37,11 @@ pub struct Statuses {
 }
 
 impl Statuses {
-    /// The `/status` document: the sync's status, purgatory's under `purgatory`.
+    /// The `/status` document: the sync's status, purgatory's under `purgatory`
+    /// ([`status_document`]).
     fn json(&self) -> serde_json::Value {
-        let mut json = status_json(&self.sync.borrow());
-        if let Some(purgatory) = &self.purgatory {
-            json["purgatory"] = purgatory_json(&purgatory.borrow());
-        }
-        json
+        let purgatory = self.purgatory.as_ref().map(watch::Receiver::borrow);
+        status_document(&self.sync.borrow(), purgatory.as_deref())
     }
 }
 

@@ -147,10 +147,7 @@ fn summary_json(
     purgatory: Option<&PurgatoryStatus>,
     outcome: Outcome,
 ) -> serde_json::Value {
-    let mut json = status_json::status_json(sync);
-    if let Some(purgatory) = purgatory {
-        json["purgatory"] = status_json::purgatory_json(purgatory);
-    }
+    let mut json = status_json::status_document(sync, purgatory);
     json["outcome"] = outcome.label().into();
     json["exit_code"] = outcome.code().into();
     json["unreachable_relays"] = unreachable(sync)

@@ -5,6 +5,29 @@ use grasp_sync_tokio::core::engine::LiveMode;
 use grasp_sync_tokio::{RelayStatus, SyncStatus};
 use serde_json::{json, Value};
 
+/// The `/status` document (also the `--once` JSON summary's base): the sync's `status`
+/// and, with `--git-root`, `purgatory`'s under `purgatory`. What the own relay refused
+/// for good is counted and named at the top whichever way the event took: the sync's
+/// refusals (an event handed to the own relay, or one the purgatory gate knew the own
+/// relay would refuse) and purgatory's (a state or PR refused when released), in
+/// `store_refused` and, the later of the two, `last_store_refusal` (one line).
+pub fn status_document(status: &SyncStatus, purgatory: Option<&PurgatoryStatus>) -> Value {
+    let mut json = status_json(status);
+    let Some(purgatory) = purgatory else {
+        return json;
+    };
+    json["purgatory"] = purgatory_json(purgatory);
+    json["store_refused"] =
+        (status.engine.store_refused + purgatory.events_refused_by_store).into();
+    let sync_at = status.last_store_refusal.as_ref().map(|refusal| refusal.at);
+    if let Some(refusal) = &purgatory.last_store_refusal {
+        if sync_at.is_none_or(|at| at <= refusal.at) {
+            json["last_store_refusal"] = refusal.to_string().into();
+        }
+    }
+    json
+}
+
 /// `status` as a JSON object.
 pub fn status_json(status: &SyncStatus) -> Value {
     json!({
@@ -78,6 +101,8 @@ pub fn purgatory_json(status: &PurgatoryStatus) -> Value {
         "events_released": status.events_released,
         "events_expired": status.events_expired,
         "events_refused": status.events_refused,
+        "events_refused_by_store": status.events_refused_by_store,
+        "last_store_refusal": status.last_store_refusal.as_ref().map(ToString::to_string),
         "bytes_held": status.bytes_held,
         "journal_bytes": status.journal_bytes,
         "journal_records_rejected": status.journal_records_rejected,
@@ -156,7 +181,12 @@ mod tests {
         let relay = RelayUrl::parse("ws://127.0.0.1:7000").unwrap();
         let reason = "invalid: event of 200000 bytes over the own relay's message limit";
         status.engine.store_refused = 1;
-        status.last_store_refusal = Some(StoreRefusal::new(&state, &relay, reason));
+        status.last_store_refusal = Some(StoreRefusal::new(
+            &state,
+            &relay,
+            reason,
+            nostr::prelude::Timestamp::from_secs(1_700_000_000),
+        ));
         let document = status_json(&status);
         assert_eq!(document["store_refused"], json!(1));
         assert_eq!(
@@ -166,6 +196,66 @@ mod tests {
                 state.id
             ))
         );
+    }
+
+    #[test]
+    fn refusals_by_the_own_relay_are_counted_and_the_later_named_whichever_way_they_took() {
+        use grasp_purgatory::{hold_event, Origin, ReleaseRefusal};
+        use grasp_sync_tokio::core::store::StoreRefusal;
+        use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Kind, RelayUrl, Timestamp};
+        let keys = Keys::generate();
+        let state = |content: &str| {
+            EventBuilder::new(Kind::Custom(30618), content)
+                .tag(nostr::prelude::Tag::identifier("repo"))
+                .finalize(&keys)
+                .unwrap()
+        };
+        let (synced, released) = (state("a"), state("b"));
+        let relay = RelayUrl::parse("ws://127.0.0.1:7000").unwrap();
+        let mut sync = SyncStatus::default();
+        sync.engine.store_refused = 1;
+        sync.last_store_refusal = Some(StoreRefusal::new(
+            &synced,
+            &relay,
+            "invalid: event of 204366 bytes over the own relay's message limit",
+            Timestamp::from_secs(1_700_000_000),
+        ));
+        let held = hold_event(released.clone(), Origin::Synced, Timestamp::from_secs(0)).unwrap();
+        let mut purgatory = PurgatoryStatus::default();
+        purgatory.events_refused_by_store = 2;
+        purgatory.last_store_refusal = Some(ReleaseRefusal::new(
+            &held,
+            "invalid: event too large: 102356",
+            Timestamp::from_secs(1_700_000_100),
+        ));
+        let document = status_document(&sync, Some(&purgatory));
+        assert_eq!(document["store_refused"], json!(3));
+        let later = format!(
+            "kind 30618 {} of 30617:{}:repo: invalid: event too large: 102356",
+            released.id,
+            keys.public_key().to_hex()
+        );
+        assert_eq!(document["last_store_refusal"], json!(later));
+        assert_eq!(document["purgatory"]["last_store_refusal"], json!(later));
+        assert_eq!(document["purgatory"]["events_refused_by_store"], json!(2));
+        // The sync's is later: it is named.
+        purgatory.last_store_refusal = Some(ReleaseRefusal::new(
+            &held,
+            "invalid: event too large: 102356",
+            Timestamp::from_secs(1_600_000_000),
+        ));
+        let document = status_document(&sync, Some(&purgatory));
+        assert!(document["last_store_refusal"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!(
+                "kind 30618 {} from ws://127.0.0.1:7000: ",
+                synced.id
+            )));
+        // Without purgatory: the sync's alone.
+        let document = status_document(&sync, None);
+        assert_eq!(document["store_refused"], json!(1));
+        assert!(document.get("purgatory").is_none());
     }
 
     #[test]

@@ -154,6 +154,8 @@ impl Purgatory {
             events_released: metrics.events_released.get(),
             events_expired: metrics.events_expired.get(),
             events_refused: metrics.events_refused_total(),
+            events_refused_by_store: metrics.events_refused_by_store.get(),
+            last_store_refusal: shared.ctx.last_store_refusal(),
             identifiers_queued,
             identifiers_ready: held.ready,
             identifiers_syncing: held.syncing,

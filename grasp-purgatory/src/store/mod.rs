@@ -387,7 +387,22 @@ impl PurgatoryStore {
         self.forget_if_empty(repo);
     }
 
-    /// The sink refused these events: they stay held and will be offered again.
+    /// The sink refused these events for good: they leave purgatory, not offered again.
+    pub fn refuse_release(&mut self, repo: &RepoRef, refused: &[EventId]) {
+        if refused.is_empty() {
+            return;
+        }
+        for id in refused {
+            self.releasing.remove(id);
+        }
+        self.take_where(repo, Removal::Refused, |held| {
+            refused.contains(&held.event.id)
+        });
+        self.forget_if_empty(repo);
+    }
+
+    /// The sink failed or refused these events for now: they stay held and will be
+    /// offered again.
     pub fn abort_release(&mut self, ids: &[EventId]) {
         for id in ids {
             self.releasing.remove(id);

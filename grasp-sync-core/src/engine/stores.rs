@@ -13,7 +13,7 @@ use nostr::prelude::{Event, EventId, Filter, RelayUrl, Timestamp};
 use tracing::{debug, warn};
 
 use super::{Command, EngineConfig, EngineStats};
-use crate::clock::Instant;
+use crate::clock::{Instant, Now};
 use crate::model::BatchId;
 use crate::nip34::is_root_kind;
 use crate::recent::RecentIds;
@@ -242,7 +242,7 @@ impl StoreTracker {
     /// awaited (counted as ignored).
     pub(crate) fn answer(
         &mut self,
-        now: Instant,
+        now: Now,
         id: &EventId,
         verdict: StoreVerdict,
         config: &EngineConfig,
@@ -278,7 +278,7 @@ impl StoreTracker {
                     let backoff = config.health.store_backoff;
                     let delay = Retry::fail_in(&mut self.refusals, backoff);
                     debug!(%id, reason, ?delay, "store refused for now; retrying");
-                    self.retry_at = Some(now + delay);
+                    self.retry_at = Some(now.instant + delay);
                 }
                 None
             }
@@ -287,7 +287,12 @@ impl StoreTracker {
                 stats.store_refused += 1;
                 let done = self.take_in_flight(id)?;
                 warn!(id = %done.event.id, kind = done.event.kind.as_u16(), relay = %done.relay, reason, "store refused event; not downloading it again");
-                self.last_refusal = Some(StoreRefusal::new(&done.event, &done.relay, &reason));
+                self.last_refusal = Some(StoreRefusal::new(
+                    &done.event,
+                    &done.relay,
+                    &reason,
+                    now.unix,
+                ));
                 self.remember_refused(&done.event, config.caps.refused_memory);
                 Some((done, StoreVerdict::Refused(reason)))
             }
@@ -494,7 +499,13 @@ mod tests {
         assert_eq!(tracker.in_flight(), 3, "far below the count cap");
         assert!(!tracker.keeps_up(&config), "3 × 40 kB wait: past the bytes");
         let mut stats = EngineStats::default();
-        let settled = tracker.answer(now, &first, StoreVerdict::Stored, &config, &mut stats);
+        let settled = tracker.answer(
+            Now::new(now, Timestamp::from_secs(0)),
+            &first,
+            StoreVerdict::Stored,
+            &config,
+            &mut stats,
+        );
         assert!(settled.is_some());
         assert!(tracker.keeps_up(&config), "one stored gives its bytes back");
     }
@@ -515,9 +526,9 @@ mod tests {
         let (note_id, state_id) = (note.id, state.id);
         let mut tracker = StoreTracker::default();
         let mut stats = EngineStats::default();
-        let now = Instant::ZERO;
-        tracker.hand_over(note, &relay, None, now);
-        tracker.hand_over(state, &relay, None, now);
+        let now = Now::new(Instant::ZERO, Timestamp::from_secs(1_700_000_000));
+        tracker.hand_over(note, &relay, None, now.instant);
+        tracker.hand_over(state, &relay, None, now.instant);
         tracker.answer(
             now,
             &note_id,
@@ -537,6 +548,7 @@ mod tests {
         assert_eq!(stats.store_refused, 1);
         let last = tracker.last_refusal().expect("kept");
         assert_eq!((last.kind, last.id), (Kind::Custom(30618), state_id));
+        assert_eq!(last.at, now.unix);
         let line = last.to_string();
         assert!(
             line.starts_with(&format!(

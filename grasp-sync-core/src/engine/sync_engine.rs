@@ -1215,7 +1215,7 @@ impl SyncEngine {
         let verdict = StoreVerdict::of(outcome);
         let settled = self
             .stores
-            .answer(now.instant, id, verdict, &self.config, &mut self.stats);
+            .answer(now, id, verdict, &self.config, &mut self.stats);
         let Some((done, verdict)) = settled else {
             return;
         };

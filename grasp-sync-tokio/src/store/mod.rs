@@ -270,6 +270,14 @@ impl EventStore for RelayStore {
         Ok(!items.is_empty())
     }
 
+    /// An event over the relay's NIP-11 limits is refused for good, as
+    /// [`EventStore::ingest`] would refuse it (without sending it).
+    async fn known_refusal(&self, event: &Event) -> Option<IngestOutcome> {
+        let limits = self.limits.current().await;
+        limits::over_limits(&limits, event, event_frame(event).len())
+            .map(IngestOutcome::refused_for_good)
+    }
+
     async fn negentropy_items(
         &self,
         filter: &Filter,
