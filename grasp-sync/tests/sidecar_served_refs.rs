@@ -25,10 +25,12 @@ mod git_support;
 mod http;
 #[path = "common/own_front.rs"]
 mod own_front;
+#[path = "common/served.rs"]
+mod served;
 #[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -41,6 +43,7 @@ use grasp_sync_test_support::nip34::{sign, tag, Announcement};
 use http::{free_port, get};
 use nostr::prelude::*;
 use own_front::OwnFront;
+use served::{served_at, Served};
 use support::{connect_client, NostrRsRelay, TestRelay, TestRelayConfig};
 use tokio::process::{Child, Command};
 
@@ -62,77 +65,6 @@ const WITH_STRANGER: Range<usize> = 15..20;
 const TAGGED_EVERY: usize = 4;
 /// `--reconcile-interval` of the second test.
 const RECONCILE_INTERVAL_SECS: u64 = 5;
-
-/// What a repository serves to git clients: where `HEAD` points and the refs under
-/// `refs/heads/`, `refs/tags/` and `refs/nostr/`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Served {
-    /// The ref `HEAD` names (`refs/heads/main`), if it is a symref to a served ref.
-    head: Option<String>,
-    /// Ref name → object id.
-    refs: BTreeMap<String, String>,
-}
-
-impl Served {
-    /// What a repository whose newest authorized state is `state` serves, before PRs:
-    /// its `refs/heads/*` and `refs/tags/*` tags and its `HEAD` (`ref: <name>`).
-    fn of_state(state: &Event) -> Served {
-        let mut served = Served::default();
-        for tag in state.tags.iter() {
-            let (name, Some(value)) = (tag.kind(), tag.content()) else {
-                continue;
-            };
-            if name == "HEAD" {
-                served.head = value.strip_prefix("ref: ").map(str::to_owned);
-            } else if name.starts_with("refs/heads/") || name.starts_with("refs/tags/") {
-                served.refs.insert(name.to_owned(), value.to_owned());
-            }
-        }
-        served
-    }
-
-    /// Whether any served ref points at `oid`.
-    fn names_commit(&self, oid: &str) -> bool {
-        self.refs.values().any(|value| value == oid)
-    }
-}
-
-/// What `git ls-remote --symref <url>` shows, `None` when git cannot list the repository
-/// (not served, or missing).
-async fn served_at(url: &str, cwd: &Path) -> Option<Served> {
-    let listing = tokio_git_command(cwd)
-        .args(["ls-remote", "--symref", url])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(30), listing)
-        .await
-        .ok()?
-        .ok()?;
-    if !output.status.success() {
-        return None;
-    }
-    let mut served = Served::default();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Some((value, name)) = line.split_once('\t') else {
-            continue;
-        };
-        if name == "HEAD" {
-            if let Some(target) = value.strip_prefix("ref: ") {
-                served.head = Some(target.to_owned());
-            }
-            continue;
-        }
-        let listed = ["refs/heads/", "refs/tags/", "refs/nostr/"]
-            .iter()
-            .any(|prefix| name.starts_with(prefix));
-        if listed && !name.ends_with("^{}") {
-            served.refs.insert(name.to_owned(), value.to_owned());
-        }
-    }
-    Some(served)
-}
 
 /// How a repository of a data set is made.
 #[derive(Debug, Clone, Copy, Default)]
