@@ -447,8 +447,9 @@ enum Refused {
 }
 
 /// The sidecar `--once` with strfry at its defaults as the own relay and a state of
-/// `ref_count` refs: exit 0, `/status` names the state, where it came from and a reason
-/// `reason` accepts in one line, strfry holds the announcement, not the state.
+/// `ref_count` refs: exit 0, its summary (the `/status` document) names the state, where
+/// it came from and a reason `reason` accepts in one line, strfry holds the announcement,
+/// not the state; then a sidecar that keeps running says the same on `/status`.
 async fn refused_by_strfry(ref_count: usize, refused: Refused, reason: impl Fn(&str) -> bool) {
     let Some(bin) = strfry_binary() else { return };
     let started = Instant::now();
@@ -500,4 +501,39 @@ async fn refused_by_strfry(ref_count: usize, refused: Refused, reason: impl Fn(&
     let held = own.ids();
     assert!(held.contains(&repository.announcement.id));
     assert!(!held.contains(&state.id));
+
+    // Served live on `/status` too (the same document), by a sidecar that keeps running.
+    let metrics_port = free_port();
+    let mut serving = spawn_sidecar(
+        own.url().as_str(),
+        remote.url().as_str(),
+        &root,
+        metrics_port,
+        &[],
+        &[],
+    );
+    let deadline = Instant::now() + Duration::from_secs(TIMEOUT_SECS);
+    let live = loop {
+        let status = get(metrics_port, "/status")
+            .await
+            .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok())
+            .unwrap_or_default();
+        if let Some(line) = status["last_store_refusal"].as_str() {
+            break line.to_owned();
+        }
+        if let Ok(Some(exit)) = serving.try_wait() {
+            panic!("grasp-sync exited ({exit})");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/status never names it: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    serving.start_kill().unwrap();
+    let _ = serving.wait().await;
+    assert!(
+        live.strip_prefix(&named).is_some_and(&reason),
+        "/status: {live:?}"
+    );
 }
