@@ -55,7 +55,8 @@
 //! `purgatory_domain_requests_total` (the `domain` series of idle domains are removed),
 //! plus `purgatory_events_held`, `purgatory_events_released_total`,
 //! `purgatory_events_expired_total`, `purgatory_events_refused_total{reason}`,
-//! `purgatory_clone_url_refusals_total{reason}`,
+//! `purgatory_events_refused_by_store_total` (released events the sink's store refused
+//! for good, dropped), `purgatory_clone_url_refusals_total{reason}`,
 //! `purgatory_clone_urls_skipped_total{reason}`, `purgatory_repositories_created_total`
 //! and `purgatory_stale_refs_removed_total`.
 //!
