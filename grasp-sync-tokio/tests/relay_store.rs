@@ -8,7 +8,9 @@
 //! so an event held back shows as a failure, not as a slow retry. An event
 //! whose frame is over the relay's NIP-11 `max_message_length` (a state of
 //! 2 000 refs to strfry) is refused for good and never sent: sent, it would
-//! drop the connection and every event in flight on it.
+//! drop the connection and every event in flight on it. One nostr-rs-relay
+//! refuses with `NOTICE "event exceeded max size"` and no `OK` (its NIP-11
+//! states no limit) is refused for good at once, not left to time out.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -229,4 +231,33 @@ async fn an_event_over_the_relay_s_stated_message_limit_is_refused_for_good_and_
         1,
         "the document was asked once"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_the_relay_refuses_by_a_size_notice_is_refused_for_good_not_timed_out() {
+    // nostr-rs-relay with a 64 KiB event limit: it answers a larger event
+    // `NOTICE "event exceeded max size"` and no `OK`, and its NIP-11 states no limit.
+    let relay = NostrRsRelay::start_with_config("[limits]\nmax_event_bytes = 65536\n").await;
+    let store = RelayStore::new(relay.url(), STORE_TIMEOUT);
+    let state = large_state(1_000);
+    let frame = grasp_sync_core::engine::event_frame(&state).len();
+    assert!(frame > 65_536, "{frame}");
+    let notes = notes(50);
+    let mut batch: Vec<&Event> = notes.iter().collect();
+    batch.insert(25, &state);
+    let answers = tokio::time::timeout(STEP, store.ingest_many(&batch))
+        .await
+        .expect("answered within the step, not left to the store's timeout");
+    let expected = format!(
+        "invalid: event exceeded max size (the own relay's NOTICE, taken for the largest \
+         event in flight: {frame} bytes)"
+    );
+    for (n, answer) in answers.into_iter().enumerate() {
+        let answer = answer.expect("the store answered");
+        if n == 25 {
+            assert_eq!(answer, IngestOutcome::refused_for_good(expected.clone()));
+        } else {
+            assert_eq!(answer, IngestOutcome::Stored, "event {n} of the batch");
+        }
+    }
 }

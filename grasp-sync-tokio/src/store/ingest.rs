@@ -10,18 +10,24 @@
 //! get its answer. A connection that fails, closes, or leaves the oldest
 //! event unanswered for the timeout is dropped: every event waiting on it is
 //! answered with the failure (the engine retries), and the next event
-//! reconnects.
+//! reconnects. A relay that refuses an event for its size with a `NOTICE`
+//! instead of an `OK` (nostr-rs-relay: `"event exceeded max size"`, and its
+//! NIP-11 states no limit) has that refusal taken for the largest event in
+//! flight ([`InFlight::largest`]): it is refused for good, not left to time
+//! out with every event on the connection, for ever.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use grasp_sync_core::engine::{classify, Prefix};
+use grasp_sync_core::relay_text::RelayText;
 use grasp_sync_core::store::{IngestOutcome, StoreError};
 use nostr::prelude::{EventId, RelayMessage, RelayUrl};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
+use tracing::warn;
 
 use super::query::connect;
 use super::{Reply, Socket, INGEST_WINDOW};
@@ -41,10 +47,17 @@ pub(super) struct Ingest {
 /// a sidecar's CPU).
 const ANSWERS_READ_BUFFER: usize = 8 * 1024;
 
+/// An event sent and not answered yet: its frame's length and who waits.
+#[derive(Debug)]
+struct Waiting {
+    frame_len: usize,
+    replies: Vec<Reply<IngestOutcome>>,
+}
+
 /// The events sent and not answered yet.
 #[derive(Debug, Default)]
 struct InFlight {
-    replies: HashMap<EventId, Vec<Reply<IngestOutcome>>>,
+    replies: HashMap<EventId, Waiting>,
     /// Send order, for the oldest deadline (answered ids are skipped).
     sent: VecDeque<(EventId, Instant)>,
 }
@@ -52,6 +65,18 @@ struct InFlight {
 impl InFlight {
     fn len(&self) -> usize {
         self.replies.len()
+    }
+
+    /// The unanswered event with the longest frame, and its length: the one a
+    /// relay's size `NOTICE` is taken for. The frame the relay refused was
+    /// over its limit, and this one is at least as long, so it is over it too
+    /// (and if it is another one, that one's own `NOTICE` comes later and is
+    /// taken for it).
+    fn largest(&self) -> Option<(EventId, usize)> {
+        self.replies
+            .iter()
+            .map(|(id, waiting)| (*id, waiting.frame_len))
+            .max_by_key(|(id, len)| (*len, *id))
     }
 
     /// When the oldest unanswered event times out.
@@ -66,15 +91,16 @@ impl InFlight {
     }
 
     fn answer(&mut self, id: &EventId, outcome: IngestOutcome) {
-        for reply in self.replies.remove(id).into_iter().flatten() {
+        let waiting = self.replies.remove(id);
+        for reply in waiting.into_iter().flat_map(|waiting| waiting.replies) {
             let _ = reply.send(Ok(outcome.clone()));
         }
     }
 
     /// Answers every waiting event with `error`.
     fn fail_all(&mut self, error: &StoreError) {
-        for (_, replies) in self.replies.drain() {
-            for reply in replies {
+        for (_, waiting) in self.replies.drain() {
+            for reply in waiting.replies {
                 let _ = reply.send(Err(error.clone()));
             }
         }
@@ -154,9 +180,13 @@ pub(super) async fn serve(relay: RelayUrl, timeout: Duration, mut ingests: mpsc:
             }
             answer = next_answer(&mut socket), if in_flight.len() > 0 => {
                 let answered = match answer {
-                    Ok(Some((id, outcome))) => {
+                    Ok(Some(Answer::Ok(id, outcome))) => {
                         window.on_answer(&outcome);
                         in_flight.answer(&id, outcome);
+                        Ok(())
+                    }
+                    Ok(Some(Answer::TooLarge(notice))) => {
+                        refuse_largest(&mut in_flight, &relay, &notice);
                         Ok(())
                     }
                     Ok(None) => Ok(()),
@@ -196,11 +226,15 @@ async fn feed_batch(
 ) -> Result<usize, StoreError> {
     let mut fed = 0;
     for Ingest { id, frame, reply } in batch {
-        if let Some(replies) = in_flight.replies.get_mut(&id) {
-            replies.push(reply);
+        if let Some(waiting) = in_flight.replies.get_mut(&id) {
+            waiting.replies.push(reply);
             continue;
         }
-        in_flight.replies.insert(id, vec![reply]);
+        let waiting = Waiting {
+            frame_len: frame.len(),
+            replies: vec![reply],
+        };
+        in_flight.replies.insert(id, waiting);
         in_flight.sent.push_back((id, Instant::now()));
         ws.feed(Message::Text(frame.into()))
             .await
@@ -253,11 +287,42 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// The next `OK` on the connection (`None` for any other message); pending
-/// for ever without a connection.
-async fn next_answer(
-    socket: &mut Option<Socket>,
-) -> Result<Option<(EventId, IngestOutcome)>, StoreError> {
+/// What the relay answered on the ingest connection.
+#[derive(Debug, PartialEq)]
+enum Answer {
+    /// An `OK` for an event.
+    Ok(EventId, IngestOutcome),
+    /// A `NOTICE` refusing a message for its size, which names no event.
+    TooLarge(String),
+}
+
+/// Whether a `NOTICE` refuses a message for its size (nostr-rs-relay:
+/// `"event exceeded max size"`).
+fn is_size_notice(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
+    ["exceeded max size", "too large", "too big", "too long"]
+        .iter()
+        .any(|words| text.contains(words))
+}
+
+/// Answers the largest event in flight ([`InFlight::largest`]) with the
+/// relay's size `notice`, refused for good.
+fn refuse_largest(in_flight: &mut InFlight, relay: &RelayUrl, notice: &str) {
+    let Some((id, frame_len)) = in_flight.largest() else {
+        return;
+    };
+    let notice = RelayText::new(notice);
+    warn!(%relay, %id, frame_len, %notice, "the store relay refused an event for its size by a NOTICE; taken for the largest event in flight");
+    let reason = format!(
+        "invalid: {notice} (the own relay's NOTICE, taken for the largest event in flight: \
+         {frame_len} bytes)"
+    );
+    in_flight.answer(&id, IngestOutcome::refused_for_good(reason));
+}
+
+/// The next `OK` or size `NOTICE` on the connection (`None` for any other
+/// message); pending for ever without a connection.
+async fn next_answer(socket: &mut Option<Socket>) -> Result<Option<Answer>, StoreError> {
     let Some(ws) = socket.as_mut() else {
         return std::future::pending().await;
     };
@@ -267,7 +332,10 @@ async fn next_answer(
                 event_id,
                 status,
                 message,
-            }) => Some((event_id, outcome(status, &message))),
+            }) => Some(Answer::Ok(event_id, outcome(status, &message))),
+            Ok(RelayMessage::Notice(message)) if is_size_notice(&message) => {
+                Some(Answer::TooLarge(message.into_owned()))
+            }
             _ => None,
         }),
         Some(Ok(Message::Close(_))) | None => {
@@ -365,7 +433,11 @@ mod tests {
         );
         for (id, offset) in [(a, 0), (b, 5)] {
             let (reply, _answer) = tokio::sync::oneshot::channel();
-            in_flight.replies.insert(id, vec![reply]);
+            let waiting = Waiting {
+                frame_len: 100,
+                replies: vec![reply],
+            };
+            in_flight.replies.insert(id, waiting);
             in_flight
                 .sent
                 .push_back((id, start + Duration::from_secs(offset)));
@@ -379,5 +451,38 @@ mod tests {
         );
         in_flight.answer(&b, IngestOutcome::Stored);
         assert_eq!(in_flight.deadline(timeout), None);
+    }
+
+    #[test]
+    fn a_size_notice_is_taken_for_the_largest_event_in_flight() {
+        assert!(is_size_notice("event exceeded max size"));
+        assert!(is_size_notice("ERROR: event too large"));
+        assert!(!is_size_notice("rate limited"));
+        assert!(!is_size_notice("could not parse command"));
+        let relay = RelayUrl::parse("ws://127.0.0.1:7000").unwrap();
+        let mut in_flight = InFlight::default();
+        let mut answers = Vec::new();
+        for (byte, frame_len) in [(0u8, 500), (1, 90_000), (2, 300)] {
+            let id = EventId::from_byte_array([byte; 32]);
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let waiting = Waiting {
+                frame_len,
+                replies: vec![reply],
+            };
+            in_flight.replies.insert(id, waiting);
+            in_flight.sent.push_back((id, Instant::now()));
+            answers.push(answer);
+        }
+        refuse_largest(&mut in_flight, &relay, "event exceeded max size");
+        assert_eq!(in_flight.len(), 2);
+        let mut large = answers.remove(1);
+        assert_eq!(
+            large.try_recv().unwrap().unwrap(),
+            IngestOutcome::refused_for_good(
+                "invalid: event exceeded max size (the own relay's NOTICE, taken for the \
+                 largest event in flight: 90000 bytes)"
+            )
+        );
+        assert!(answers.iter_mut().all(|answer| answer.try_recv().is_err()));
     }
 }

@@ -81,6 +81,14 @@ impl NostrRsRelay {
     /// Starts a relay with an empty database on a free port of 127.0.0.1 and waits
     /// (bounded) until it accepts a WebSocket connection.
     pub async fn start() -> NostrRsRelay {
+        NostrRsRelay::start_with_config("").await
+    }
+
+    /// [`NostrRsRelay::start`] with `extra` appended to its configuration: TOML sections
+    /// other than `[info]`, `[database]`, `[network]` and `[options]`, e.g.
+    /// `"[limits]\nmax_event_bytes = 65536\n"` (an event over it is answered
+    /// `NOTICE "event exceeded max size"`, no `OK`).
+    pub async fn start_with_config(extra: &str) -> NostrRsRelay {
         let binary = nostr_rs_relay_binary();
         let dir = std::env::temp_dir().join(format!(
             "nostr-rs-relay-{}-{}",
@@ -90,7 +98,8 @@ impl NostrRsRelay {
         std::fs::create_dir_all(&dir).expect("relay directory");
         let port = grasp_sync_test_support::net::free_port();
         let config = dir.join("config.toml");
-        std::fs::write(&config, config_toml(port, &dir)).expect("relay config");
+        let toml = format!("{}\n{extra}", config_toml(port, &dir));
+        std::fs::write(&config, toml).expect("relay config");
         let log = std::fs::File::create(dir.join("relay.log")).expect("relay log");
         let child = Command::new(&binary)
             .arg("--config")
