@@ -2,10 +2,12 @@
 //! `planning` (re-planning after one new root event among 100k repos / 1M
 //! root events / 1k relays versus a full recompute), `memory` (bytes per
 //! tracked root event in the sync indexes at the same scale),
-//! `engine_input` (the engine's cost per input against its relays) and
+//! `engine_input` (the engine's cost per input against its relays),
 //! `throughput` (historic sync of 100k events from relay processes, against
-//! nostr-sdk and `Event::verify`; re-sync bytes). This library holds what
-//! they share.
+//! nostr-sdk and `Event::verify`; re-sync bytes), `req_relay` (a REQ-only
+//! relay against a NIP-77 one, on a busy machine) and `strfry_sync` (the
+//! field's 4 000 repositories from real strfry relays, beside `strfry sync`).
+//! This library holds what they share.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
