@@ -94,15 +94,7 @@ fn tell(world: &mut World, relay: &str, limits: RelayLimits) {
 }
 
 fn assert_exact(world: &World, own_events: &[Event]) {
-    let expected = world.expected(own_events, &[]);
-    let stored = world.stored();
-    let missing = expected.difference(&stored).count();
-    let extra = stored.difference(&expected).count();
-    assert!(
-        missing == 0 && extra == 0,
-        "missing {missing}, extra {extra}\n{}",
-        world.dump()
-    );
+    world.assert_exact(own_events);
 }
 
 fn run_idle(world: &mut World) {

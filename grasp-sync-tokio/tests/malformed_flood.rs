@@ -9,10 +9,9 @@ mod support;
 
 use std::time::Duration;
 
-use nostr::prelude::*;
 use support::{
-    counter_value, loopback_engine_config, manager_into, sign, tag, FaultPlan, Nip77Refusal,
-    TestRelay, TestRelayConfig,
+    counter_value, flooding_remote, loopback_engine_config, manager_into, wait_until_held,
+    FaultPlan, TestRelay, TestRelayConfig,
 };
 
 /// Announcements on the flooding relay (each preceded by a garbage frame).
@@ -29,25 +28,7 @@ async fn a_relay_flooding_malformed_frames_is_cut_off_like_a_forged_flood() {
         garbage: 1.0,
         ..FaultPlan::none(11)
     };
-    let remote = TestRelay::start(
-        TestRelayConfig {
-            nip77: Nip77Refusal::NegErr,
-            ..TestRelayConfig::default()
-        }
-        .with_faults(flood),
-    )
-    .await;
-    let stranger = Keys::generate();
-    let announcements: Vec<Event> = (0..EVENTS)
-        .map(|n| {
-            let tags = vec![
-                Tag::identifier(format!("repo-{n}")),
-                tag(&["relays", own.url().as_str(), remote.url().as_str()]),
-            ];
-            sign(&stranger, 30617, "", tags, 1_700_000_000 + n as u64)
-        })
-        .collect();
-    remote.add_events(&announcements).await;
+    let (remote, announcements) = flooding_remote(&own, flood, EVENTS).await;
 
     let mut config = loopback_engine_config();
     config.identity.bootstrap_relays = vec![remote.url()];
@@ -85,18 +66,7 @@ async fn a_relay_flooding_malformed_frames_is_cut_off_like_a_forged_flood() {
 
     // The flood stops: the relay's announcements sync on its next connection.
     remote.stop_faults();
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let held = own.event_ids().await;
-        if announcements.iter().all(|event| held.contains(&event.id)) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the announcements synced after the flood"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until_held(&own, &announcements, DEADLINE).await;
     shutdown.shutdown();
     let summary = tokio::time::timeout(Duration::from_secs(5), run)
         .await

@@ -896,6 +896,20 @@ impl World {
 
     /// Every subscription-limit violation seen by a relay configured with a
     /// limit: `(relay, most open, its limit)`.
+    /// Panics unless the own relay holds exactly what `own_events` and the
+    /// relays make expected ([`World::expected`]), with the world's dump.
+    pub fn assert_exact(&self, own_events: &[Event]) {
+        let expected = self.expected(own_events, &[]);
+        let stored = self.stored();
+        let missing = expected.difference(&stored).count();
+        let extra = stored.difference(&expected).count();
+        assert!(
+            missing == 0 && extra == 0,
+            "missing {missing}, extra {extra}\n{}",
+            self.dump()
+        );
+    }
+
     pub fn max_open(&self, relay: &RelayUrl) -> usize {
         self.relays[relay].max_open_subscriptions_seen()
     }

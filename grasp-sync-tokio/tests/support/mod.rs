@@ -35,6 +35,7 @@
 mod client;
 mod endless;
 mod faults;
+mod flood;
 mod inject;
 mod nip34;
 mod nostr_rs_relay;
@@ -44,6 +45,7 @@ mod rng;
 
 pub use client::{connect_client, try_connect_client, Client, RecvError, RECV_TIMEOUT};
 pub use faults::{FaultCounts, FaultPlan, NIP01_PREFIXES};
+pub use flood::{flooding_remote, wait_until_held};
 pub use grasp_sync_test_support::strfry::{strfry_binary, Strfry, StrfrySync, STRFRY_VERSION};
 pub use nip34::{announcement, loopback_engine_config, manager_into, sign, sign_notes, tag};
 pub use nostr_rs_relay::{nostr_rs_relay_binary, NostrRsRelay, NOSTR_RS_RELAY_VERSION};
