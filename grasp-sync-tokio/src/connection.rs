@@ -128,20 +128,6 @@ pub(crate) struct Dialer {
     pub(crate) shared_budget: SharedBudget,
 }
 
-/// The TLS configuration for `wss://`: rustls with ring and the webpki roots
-/// (tokio-tungstenite enables no crypto provider by itself).
-pub(crate) fn tls_config() -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
-    let roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
-}
-
 /// A handle to one relay's connection: opens it (a driver task per
 /// connection), closes it, queues messages for it.
 pub(crate) struct WsTransport {

@@ -76,6 +76,7 @@ mod nip11;
 mod resolve;
 mod status;
 mod store;
+mod tls;
 
 pub use clock::TokioClock;
 pub use connection::{ConnectionConfig, DEFAULT_MAX_MESSAGE_BYTES};

@@ -95,8 +95,8 @@ pub(crate) async fn fetch_store_limits(
         stream
             .set_nodelay(true)
             .map_err(|error| Nip11Error::Request(error.to_string()))?;
-        let tls = crate::connection::tls_config()
-            .map_err(|error| Nip11Error::Request(error.to_string()))?;
+        let tls =
+            crate::tls::tls_config().map_err(|error| Nip11Error::Request(error.to_string()))?;
         fetch_document_over(relay, stream, tls).await
     };
     tokio::time::timeout(timeout, fetch)

@@ -14,10 +14,11 @@ use tokio::sync::{mpsc, watch};
 
 use super::SyncManager;
 use crate::budget::SharedBudget;
-use crate::connection::{tls_config, ConnectionConfig, Dialer};
+use crate::connection::{ConnectionConfig, Dialer};
 use crate::metrics::Metrics;
 use crate::resolve::{AddressCheck, Resolver, SystemResolver};
 use crate::status::SyncStatus;
+use crate::tls::tls_config;
 
 /// Why the manager could not be built.
 #[derive(Debug, thiserror::Error)]
