@@ -71,6 +71,10 @@ pub const ENV_VARIABLES: &[(&str, &str)] = &[
         "every served repository is reconciled at least this often, jittered by 10% (3600)",
     ),
     (
+        "NGIT_PURGATORY_RECONCILE_CONCURRENCY",
+        "reconciliations running at once (each runs a few git processes); the due ones wait, owners in turn (4)",
+    ),
+    (
         "NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY",
         "1: the GRASP server creates repositories, purgatory waits for them (0)",
     ),
@@ -215,6 +219,9 @@ impl PurgatoryConfig {
         if let Some(secs) = number("NGIT_PURGATORY_RECONCILE_INTERVAL_SECS")? {
             self.reconcile.interval = Duration::from_secs(secs.max(1));
         }
+        if let Some(n) = number("NGIT_PURGATORY_RECONCILE_CONCURRENCY")? {
+            self.reconcile.concurrency = clamp_usize(n.max(1));
+        }
         if let Some(n) = number("NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY")? {
             self.repositories_managed_externally = n != 0;
         }
@@ -299,6 +306,7 @@ mod tests {
                 ("NGIT_PURGATORY_MAX_HELD_BYTES_PER_AUTHOR", "2000"),
                 ("NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY", "1"),
                 ("NGIT_PURGATORY_RECONCILE_INTERVAL_SECS", "90"),
+                ("NGIT_PURGATORY_RECONCILE_CONCURRENCY", "2"),
                 ("NGIT_PURGATORY_MAX_CLONE_URLS", "4"),
                 ("NGIT_PURGATORY_GIT_MAX_MEMORY_BYTES", "0"),
                 ("NGIT_PURGATORY_ALLOW_OLD_GIT", "1"),
@@ -326,11 +334,12 @@ mod tests {
         );
         assert!(config.repositories_managed_externally);
         assert_eq!(config.reconcile.interval, Duration::from_secs(90));
+        assert_eq!(config.reconcile.concurrency, 2);
         assert_eq!(config.max_clone_urls, 4);
         assert_eq!(config.git.max_memory_bytes, None);
         assert!(config.git.allow_old_git);
         assert!(config.git.keep_proxy_env);
-        assert_eq!(ENV_VARIABLES.len(), 20);
+        assert_eq!(ENV_VARIABLES.len(), 21);
     }
 
     #[test]

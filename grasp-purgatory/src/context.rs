@@ -3,7 +3,7 @@
 //! git, behind the trait the sync functions drive. Everything is per repository
 //! (`30617:<owner>:<identifier>`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -13,6 +13,7 @@ use grasp_sync_core::clock::Clock;
 use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::purgatory::{OwnService, RepositoryData, SyncContext, SyncContextError};
 use grasp_sync_core::url_policy::CloneUrl;
+use nostr::prelude::PublicKey;
 
 use crate::git::{GitBackend, GitError, NOSTR_REF_PREFIX, PURGATORY_REF_PREFIX};
 use crate::held::{HeldEvent, HeldKind};
@@ -60,9 +61,10 @@ pub struct GitSyncContext {
     refusals: Option<UrlRefusals>,
     /// The host whose held events this context works for, if it is not our store's.
     host: Option<HostHeld>,
-    /// Repositories that released events since the service last asked
-    /// ([`GitSyncContext::take_released`]): their served refs are reconciled next.
-    released_in: Mutex<BTreeSet<RepoRef>>,
+    /// Repositories that released events since the service last asked, with the
+    /// authors of those events ([`GitSyncContext::take_released`]): their served refs,
+    /// and those of the repositories the authors maintain, are reconciled next.
+    released_in: Mutex<BTreeMap<RepoRef, BTreeSet<PublicKey>>>,
     /// The last released event the sink refused for good.
     last_store_refusal: Mutex<Option<ReleaseRefusal>>,
 }
@@ -117,7 +119,7 @@ impl GitSyncContext {
             metrics: None,
             refusals: None,
             host: None,
-            released_in: Mutex::new(BTreeSet::new()),
+            released_in: Mutex::new(BTreeMap::new()),
             last_store_refusal: Mutex::new(None),
         }
     }
@@ -133,8 +135,9 @@ impl GitSyncContext {
         self
     }
 
-    /// The repositories that released events since the last call.
-    pub(crate) fn take_released(&self) -> BTreeSet<RepoRef> {
+    /// The repositories that released events since the last call, each with the
+    /// authors of the events released.
+    pub(crate) fn take_released(&self) -> BTreeMap<RepoRef, BTreeSet<PublicKey>> {
         std::mem::take(
             &mut *self
                 .released_in
@@ -245,10 +248,13 @@ impl GitSyncContext {
         if sweep {
             self.sweep_refs(repo).await;
         }
+        // The host does not say whose events it released: no author, read by the
+        // service as "any of the repository's maintainers".
         self.released_in
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(repo.clone());
+            .entry(repo.clone())
+            .or_default();
         if let Some(metrics) = &self.metrics {
             metrics.events_released.inc_by(released as u64);
         }
@@ -423,12 +429,16 @@ impl SyncContext for GitSyncContext {
         let now = self.clock.unix_time();
         let satisfied = lock(&self.store).begin_release(repo, now, self.expiry);
         let mut released = Vec::new();
+        let mut authors = BTreeSet::new();
         let mut refused = Vec::new();
         let mut failed = Vec::new();
         let mut last_error = None;
         for held in satisfied {
             match self.release_one(&target, &held).await {
-                Ok(()) => released.push(held.event.id),
+                Ok(()) => {
+                    released.push(held.event.id);
+                    authors.insert(held.event.pubkey);
+                }
                 Err(ReleaseFailure::Refused(reason)) => {
                     self.refused_by_store(&held, &reason);
                     refused.push(held.event.id);
@@ -455,7 +465,9 @@ impl SyncContext for GitSyncContext {
             self.released_in
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(repo.clone());
+                .entry(repo.clone())
+                .or_default()
+                .extend(authors);
         }
         if let Some(metrics) = &self.metrics {
             metrics.events_released.inc_by(released.len() as u64);

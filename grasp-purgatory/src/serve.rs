@@ -14,7 +14,7 @@ use grasp_sync_core::purgatory::{
     maintainer_set, needed_objects, newest_authorized_state, reconciliation, Reconciliation,
     ServedState,
 };
-use nostr::prelude::{Event, EventId, Timestamp};
+use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
 
 use crate::git::GitBackend;
 use crate::repos::{
@@ -62,6 +62,8 @@ pub(crate) struct Reconciled {
     pub(crate) to_fetch: Vec<Event>,
     /// Whether the local repository was created by this reconciliation.
     pub(crate) created_repository: bool,
+    /// The repository's maintainer set as read; `None` when nobody announces it.
+    pub(crate) maintainers: Option<Vec<PublicKey>>,
 }
 
 /// What a repository should serve, as read from the store.
@@ -72,6 +74,8 @@ struct Wanted {
     newest_event: Option<Event>,
     /// Each pull request and update, with its tip.
     pull_requests: Vec<(Event, GitOid)>,
+    /// The maintainer set whose states count.
+    maintainers: Vec<PublicKey>,
 }
 
 impl Wanted {
@@ -191,6 +195,7 @@ impl Reconciler {
             refs_updated: plan.changes.len(),
             to_fetch: wanted.to_fetch(&plan),
             created_repository,
+            maintainers: Some(wanted.maintainers),
         })
     }
 
@@ -223,6 +228,7 @@ impl Reconciler {
             newest,
             newest_event,
             pull_requests,
+            maintainers,
         }))
     }
 
@@ -275,6 +281,7 @@ impl Reconciled {
             refs_updated: 0,
             to_fetch: Vec::new(),
             created_repository: false,
+            maintainers: None,
         }
     }
 
@@ -289,6 +296,7 @@ impl Reconciled {
             refs_updated: 0,
             to_fetch: Vec::new(),
             created_repository: false,
+            maintainers: Some(wanted.maintainers.clone()),
         }
     }
 }

@@ -15,82 +15,22 @@ mod support;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use async_trait::async_trait;
-use grasp_purgatory::{
-    GitFetcher, GitFetcherConfig, HeldEvent, MemoryAnnouncements, NpubLayout, Origin, Purgatory,
-    ReleaseError, ReleaseSink, Serving,
-};
-use grasp_sync_core::url_policy::CloneUrlPolicy;
+use grasp_purgatory::{MemoryAnnouncements, NpubLayout, Origin, Purgatory, Serving};
 use grasp_sync_test_support::nip34::{sign, tag, Announcement};
-use grasp_sync_tokio::TokioClock;
 use nostr::prelude::*;
-use support::{git, pairs, until, GitHttpServer, SourceRepo, TempDir, SETTLE};
+use support::{
+    git, pairs, served, serving_builder, state, until, GitHttpServer, SourceRepo, TempDir, SETTLE,
+    T0,
+};
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// Another host on loopback: a contributor's git server.
 const OTHER_HOST: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
-const T0: u64 = 1_700_000_000;
-
-fn policy() -> CloneUrlPolicy {
-    CloneUrlPolicy::new()
-        .allow_http(true)
-        .allow_local_addresses(true)
-}
-
-/// The relay the released events reach, read back as the store.
-struct RelaySink(Arc<MemoryAnnouncements>);
-
-#[async_trait]
-impl ReleaseSink for RelaySink {
-    async fn release(&self, held: &HeldEvent) -> Result<(), ReleaseError> {
-        self.0.add_event(held.event.clone());
-        Ok(())
-    }
-}
 
 /// A purgatory over `relay`, with its git root in `dir`, reconciling every `interval`.
 fn purgatory(relay: &Arc<MemoryAnnouncements>, root: &std::path::Path, interval: u64) -> Purgatory {
-    Purgatory::builder()
-        .clock(Arc::new(TokioClock::new()))
-        .announcements(Arc::clone(relay) as _)
-        .repos_root(root)
-        .git_backend(Arc::new(GitFetcher::new(GitFetcherConfig {
-            fetch_timeout: Duration::from_secs(20),
-            policy: policy(),
-            ..GitFetcherConfig::default()
-        })))
-        .clone_policy(policy())
-        .immediate_delay(Duration::from_millis(10))
-        .reconcile_interval(Duration::from_secs(interval))
-        .sink(Arc::new(RelaySink(Arc::clone(relay))))
-        .build()
-        .unwrap()
-}
-
-/// A state of `identifier` by `keys` at `T0 + at`: `refs` (name, commit), `HEAD` at
-/// `refs/heads/main`.
-fn state(keys: &Keys, identifier: &str, refs: &[(&str, &str)], at: u64) -> Event {
-    let mut tags = vec![
-        Tag::identifier(identifier),
-        tag(&["HEAD", "ref: refs/heads/main"]),
-    ];
-    tags.extend(refs.iter().map(|(name, oid)| tag(&[name, oid])));
-    sign(keys, 30618, "", tags, T0 + at)
-}
-
-/// Every branch and tag (and `refs/nostr/*`) the repository serves, as `ls-remote`
-/// lists them, and `HEAD`'s target.
-fn served(repo: &std::path::Path) -> (Vec<(String, String)>, String) {
-    let listing = git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"]);
-    let refs = listing
-        .lines()
-        .filter(|line| !line.starts_with("refs/purgatory/"))
-        .filter_map(|line| line.split_once(' '))
-        .map(|(name, oid)| (name.to_owned(), oid.to_owned()))
-        .collect();
-    (refs, git(repo, &["symbolic-ref", "HEAD"]))
+    serving_builder(relay, root, interval).build().unwrap()
 }
 
 /// One repository announced by `owner` on `relay`, its upstream (two commits on

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use grasp_sync_core::clock::{Clock, Instant};
 use grasp_sync_core::nip34::{parse_announcement, RepoRef, KIND_REPO_ANNOUNCEMENT};
-use grasp_sync_core::purgatory::{ReconcileSchedule, SyncQueue, SyncQueueEntry};
+use grasp_sync_core::purgatory::{MaintainerIndex, ReconcileSchedule, SyncQueue, SyncQueueEntry};
 use nostr::prelude::{Event, EventId};
 use tokio::sync::{watch, Notify};
 
@@ -54,6 +54,9 @@ pub(super) struct Shared {
     pub(super) reconciler: Reconciler,
     /// When each served repository is reconciled next.
     pub(super) schedule: Mutex<ReconcileSchedule>,
+    /// Which served repositories list each key as a maintainer (as their last
+    /// reconciliation found): a released state makes only those due.
+    pub(super) maintainers: Mutex<MaintainerIndex>,
     /// How each served repository stood after its last reconciliation.
     pub(super) served: Mutex<BTreeMap<RepoRef, ServedRepository>>,
     /// When every announcement of the source was last listed (the served repositories).

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use grasp_sync_core::clock::{Clock, SystemClock};
-use grasp_sync_core::purgatory::{OwnService, ReconcileSchedule, SyncQueue};
+use grasp_sync_core::purgatory::{MaintainerIndex, OwnService, ReconcileSchedule, SyncQueue};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use prometheus::Registry;
 use tokio::sync::{watch, Notify};
@@ -291,6 +291,18 @@ impl PurgatoryBuilder {
         self
     }
 
+    /// How many reconciliations run at once (default
+    /// [`DEFAULT_RECONCILE_CONCURRENCY`], at least 1): each runs a few git processes
+    /// (`init`, `cat-file`, `for-each-ref`, `symbolic-ref`, `update-ref`), so this bounds
+    /// them however many repositories are due (at start, after a release). The due ones
+    /// wait, their owners taking turns. Also `NGIT_PURGATORY_RECONCILE_CONCURRENCY`.
+    ///
+    /// [`DEFAULT_RECONCILE_CONCURRENCY`]: grasp_sync_core::purgatory::DEFAULT_RECONCILE_CONCURRENCY
+    pub fn reconcile_concurrency(mut self, concurrency: usize) -> Self {
+        self.config.reconcile.concurrency = concurrency.max(1);
+        self
+    }
+
     /// Journals every event entering and leaving purgatory to `path`, and replays it on
     /// build (see [`crate::journal`]): nothing accepted is lost to a crash.
     pub fn persist_to(mut self, path: impl Into<PathBuf>) -> Self {
@@ -389,6 +401,7 @@ impl PurgatoryBuilder {
                 attempts: Mutex::new(BTreeMap::new()),
                 reconciler,
                 schedule: Mutex::new(ReconcileSchedule::new(self.config.reconcile)),
+                maintainers: Mutex::new(MaintainerIndex::new()),
                 served: Mutex::new(BTreeMap::new()),
                 listed_at: Mutex::new(None),
                 listed: Mutex::new(false),

@@ -5,10 +5,11 @@
 //!
 //! [`ReconcileSchedule`]: grasp_sync_core::purgatory::ReconcileSchedule
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use grasp_sync_core::nip34::RepoRef;
-use nostr::prelude::Event;
+use nostr::prelude::{Event, PublicKey};
 
 use super::api::{lock_plain, Purgatory};
 use crate::held::Origin;
@@ -49,29 +50,53 @@ impl Purgatory {
         });
     }
 
-    /// Repositories that released events are reconciled at once, with those of the
-    /// same identifier ([`ReconcileSchedule::released`]).
-    ///
-    /// [`ReconcileSchedule::released`]: grasp_sync_core::purgatory::ReconcileSchedule::released
+    /// Repositories that released events are reconciled at once, with the repositories
+    /// whose maintainer set lists an author of the events released (a co-maintainer's
+    /// state counts for each of them); no other: a release by anyone of an identifier
+    /// shared by thousands of announcements starts a handful of reconciliations. A
+    /// release whose authors are not known (a host's) counts as one by each of the
+    /// repository's maintainers.
     pub(super) fn reconcile_released(&self) {
         let released = self.shared.ctx.take_released();
         if released.is_empty() {
             return;
         }
+        let due = self.concerned_by(&released);
         let now = self.shared.clock.now();
-        let mut schedule = lock_plain(&self.shared.schedule);
-        for repo in &released {
-            schedule.released(repo, now);
-        }
+        lock_plain(&self.shared.schedule).released(&due, now);
     }
 
-    /// Starts a reconciliation task for every repository due.
+    /// The repositories whose served refs `released` (repositories, with the authors
+    /// of their released events) can change.
+    fn concerned_by(&self, released: &BTreeMap<RepoRef, BTreeSet<PublicKey>>) -> BTreeSet<RepoRef> {
+        let index = lock_plain(&self.shared.maintainers);
+        let mut due = BTreeSet::new();
+        for (repo, authors) in released {
+            due.insert(repo.clone());
+            let keys: Vec<PublicKey> = if authors.is_empty() {
+                index.maintainers_of(repo).to_vec()
+            } else {
+                authors.iter().copied().collect()
+            };
+            for key in &keys {
+                due.extend(index.listing(repo.identifier(), key).cloned());
+            }
+        }
+        due
+    }
+
+    /// Starts reconciliations of the repositories due, as many as the pool has
+    /// places ([`ReconcileSchedule::take_due`]); the rest start as these end.
+    ///
+    /// [`ReconcileSchedule::take_due`]: grasp_sync_core::purgatory::ReconcileSchedule::take_due
     pub(super) fn start_reconciliations(&self) {
         let now = self.shared.clock.now();
         let due = lock_plain(&self.shared.schedule).take_due(now);
         for key in due {
             let Ok(repo) = RepoRef::parse(&key) else {
-                lock_plain(&self.shared.schedule).forget(&key);
+                let mut schedule = lock_plain(&self.shared.schedule);
+                schedule.finished(&key, now, false);
+                schedule.forget(&key);
                 continue;
             };
             let purgatory = self.clone();
@@ -98,6 +123,16 @@ impl Purgatory {
         }
     }
 
+    /// Records `repo`'s maintainer set as its reconciliation read it (`None`: nobody
+    /// announces it any more).
+    fn record_maintainers(&self, repo: &RepoRef, maintainers: Option<&[PublicKey]>) {
+        let mut index = lock_plain(&self.shared.maintainers);
+        match maintainers {
+            Some(set) => index.record(repo, set),
+            None => index.forget(repo),
+        }
+    }
+
     /// One reconciliation of `repo`; its outcome recorded, the events it needs held,
     /// its next one scheduled.
     async fn reconcile_one(&self, repo: RepoRef) {
@@ -114,6 +149,7 @@ impl Purgatory {
                     shared.metrics.repositories_created.inc();
                 }
                 self.fetch_for_reconciliation(&repo, reconciled.to_fetch);
+                self.record_maintainers(&repo, reconciled.maintainers.as_deref());
                 reconciled.serving
             }
             Err(reason) => {

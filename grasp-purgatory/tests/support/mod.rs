@@ -4,6 +4,7 @@
 //! sockets bound to `127.0.0.1` / `::1` only, and tears them down on `Drop`.
 //!
 //! * [`TempDir`]: a unique temporary directory removed on drop.
+//! * [`CountingGit`]: a git program that logs its invocations (peak concurrency).
 //! * [`git`](fn@git), [`git_with_input`], [`fetch_by_sha`]: run the `git` CLI with an isolated
 //!   environment (no system or user config, no prompts, `safe.directory=*`).
 //! * [`SourceRepo`]: a bare repository that tests put commits into.
@@ -13,11 +14,14 @@
 //! * [`StallingProxy`]: passes a server's first bytes on, then stalls.
 //! * [`closed_port_url`]: a URL where nothing listens.
 //! * [`until`](fn@until), [`pairs`]: waiting on a purgatory's status, ref listings to compare.
+//! * [`RelaySink`], [`state`], [`served`]: the relay released events reach, states, and
+//!   what a local repository serves.
 //!
 //! Items are `pub` so that any test file including `mod support;` can use them; not
 //! every test uses every item, hence the module-wide `allow`s.
 #![allow(dead_code, unreachable_pub)]
 
+mod counting_git;
 mod daemon;
 mod git;
 mod hanging;
@@ -25,10 +29,13 @@ mod http;
 mod net;
 mod process;
 mod repo;
+mod served;
 mod stalling;
 mod status;
 mod tempdir;
 
+#[allow(unused_imports)]
+pub use counting_git::{peak_rss_bytes, CountingGit};
 #[allow(unused_imports)]
 pub use daemon::GitDaemon;
 #[allow(unused_imports)]
@@ -44,6 +51,10 @@ pub use http::{GitHttpServer, GitHttpServerBuilder, HttpStats, RequestRecord};
 pub use net::{closed_port_url, free_port, wait_for_tcp, wait_for_tcp_refused};
 #[allow(unused_imports)]
 pub use repo::SourceRepo;
+#[allow(unused_imports)]
+pub use served::{
+    loopback_policy, served, serving_builder, serving_builder_with_git, state, RelaySink, T0,
+};
 #[allow(unused_imports)]
 pub use stalling::StallingProxy;
 #[allow(unused_imports)]

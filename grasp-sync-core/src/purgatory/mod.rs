@@ -17,7 +17,9 @@
 //! - [`newest_authorized_state`], [`served_ref_plan`], [`pull_request_ref_changes`]:
 //!   what a served repository's refs must be, and [`reconciliation`]: what one
 //!   reconciliation writes and fetches (module `serving`).
-//! - [`ReconcileSchedule`]: when each served repository is reconciled next.
+//! - [`ReconcileSchedule`]: when each served repository is reconciled next, and which
+//!   due ones start (a bounded pool, owners in turn); [`MaintainerIndex`]: which
+//!   repositories a released state's author maintains.
 //! - [`SyncQueue`] / [`SyncQueueEntry`]: when each repository is synced next
 //!   (debounce of 3 min for user-submitted events, 500 ms for events that
 //!   arrived by sync; backoff 20 s, 40 s, 80 s, then 2 min).
@@ -81,6 +83,7 @@ mod accounting;
 mod context;
 mod fate;
 mod git_version;
+mod maintainer_index;
 mod own_service;
 mod queue;
 mod reconcile;
@@ -101,9 +104,10 @@ pub use fate::{held_event_fate, HeldFate};
 pub use git_version::{
     git_version_verdict, parse_git_version, GitVersion, GitVersionVerdict, MIN_GIT_FOR_DNS_PIN,
 };
+pub use maintainer_index::MaintainerIndex;
 pub use own_service::{OwnService, OwnServiceError};
 pub use queue::{SyncQueue, SyncQueueConfig, SyncQueueEntry};
-pub use reconcile::{ReconcileConfig, ReconcileSchedule};
+pub use reconcile::{ReconcileConfig, ReconcileSchedule, DEFAULT_RECONCILE_CONCURRENCY};
 pub use repository::{
     home_repository, maintainer_set, select_repository, EventSource, RepositoryData,
     MAX_REPOSITORY_MAINTAINERS,

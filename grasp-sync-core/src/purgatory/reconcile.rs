@@ -1,5 +1,5 @@
 //! When each served repository is reconciled next (GRASP-02: missing git data is
-//! pulled at least once an hour, whether or not an event arrives).
+//! pulled at least once an hour, whether or not an event arrives), and how many at once.
 //!
 //! A reconciliation compares what a repository serves with what it should
 //! ([`serving`](super::serving)) and fetches what is missing. [`ReconcileSchedule`]
@@ -8,15 +8,25 @@
 //! serves its newest state is due again after the interval, jittered by up to ±10 %
 //! per repository so that thousands of them do not all start in one second; one that
 //! is behind is due again after the shorter retry; an event or a release that concerns
-//! it makes it due at once. Pure: time is an argument.
+//! it makes it due at once.
+//!
+//! Due is not running: at most [`ReconcileConfig::concurrency`] reconciliations run at
+//! once (each runs several git processes), whatever anybody announces. The due ones
+//! wait in one queue per owner and are started one owner at a time, round-robin, so
+//! that 2 000 announcements by strangers delay an honest owner's repository by one
+//! turn of the ring, never by their count times the owner's position in key order.
+//! Pure: time is an argument.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::clock::Instant;
 use crate::nip34::RepoRef;
 
-/// How often repositories are reconciled.
+/// How many reconciliations run at once by default.
+pub const DEFAULT_RECONCILE_CONCURRENCY: usize = 4;
+
+/// How often repositories are reconciled, and how many at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReconcileConfig {
     /// A repository serving its newest state is reconciled again after this long
@@ -25,6 +35,8 @@ pub struct ReconcileConfig {
     /// A repository that is behind (objects missing, refs not applied) is reconciled
     /// again after this long, or the interval if shorter.
     pub behind_retry: Duration,
+    /// The most reconciliations running at once (at least 1).
+    pub concurrency: usize,
 }
 
 impl Default for ReconcileConfig {
@@ -32,6 +44,7 @@ impl Default for ReconcileConfig {
         ReconcileConfig {
             interval: Duration::from_secs(3600),
             behind_retry: Duration::from_secs(300),
+            concurrency: DEFAULT_RECONCILE_CONCURRENCY,
         }
     }
 }
@@ -60,12 +73,92 @@ fn jitter(interval: Duration, key: &str) -> Duration {
     interval.saturating_mul(per_mille) / 1000
 }
 
-/// When each repository (keyed by its coordinate's text) is reconciled next.
+/// The owner part of a repository key (`30617:<owner>:<identifier>`): the unit the
+/// ready queue is fair between. A key of another shape is its own owner.
+fn owner_of(key: &str) -> &str {
+    let mut parts = key.splitn(3, ':');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(_), Some(owner), Some(_)) => owner,
+        _ => key,
+    }
+}
+
+/// Repositories due and not started yet: a queue per owner, and the ring of owners
+/// whose turn comes next.
+#[derive(Clone, Debug, Default)]
+struct ReadyRing {
+    /// Each owner's due repositories, first due first.
+    queues: HashMap<String, VecDeque<String>>,
+    /// Owners with a non-empty queue, in turn order.
+    turns: VecDeque<String>,
+    /// Every key in a queue.
+    members: BTreeSet<String>,
+}
+
+impl ReadyRing {
+    /// Queues `key` behind its owner's other ready repositories (once).
+    fn push(&mut self, key: String) {
+        if !self.members.insert(key.clone()) {
+            return;
+        }
+        let owner = owner_of(&key).to_owned();
+        let queue = self.queues.entry(owner.clone()).or_default();
+        if queue.is_empty() {
+            self.turns.push_back(owner);
+        }
+        queue.push_back(key);
+    }
+
+    /// The next owner's first repository; that owner goes to the back of the ring.
+    fn pop(&mut self) -> Option<String> {
+        let owner = self.turns.pop_front()?;
+        let queue = self.queues.get_mut(&owner)?;
+        let key = queue.pop_front()?;
+        if queue.is_empty() {
+            self.queues.remove(&owner);
+        } else {
+            self.turns.push_back(owner);
+        }
+        self.members.remove(&key);
+        Some(key)
+    }
+
+    /// Takes `key` out of its owner's queue.
+    fn remove(&mut self, key: &str) {
+        if !self.members.remove(key) {
+            return;
+        }
+        let owner = owner_of(key).to_owned();
+        let Some(queue) = self.queues.get_mut(&owner) else {
+            return;
+        };
+        queue.retain(|queued| queued != key);
+        if queue.is_empty() {
+            self.queues.remove(&owner);
+            self.turns.retain(|turn| *turn != owner);
+        }
+    }
+
+    fn contains(&self, key: &str) -> bool {
+        self.members.contains(key)
+    }
+
+    fn len(&self) -> usize {
+        self.members.len()
+    }
+}
+
+/// When each repository (keyed by its coordinate's text) is reconciled next, and which
+/// due ones start now.
 #[derive(Clone, Debug, Default)]
 pub struct ReconcileSchedule {
     config: ReconcileConfig,
-    /// Repositories waiting, with when they are due.
-    due: BTreeMap<String, Instant>,
+    /// Repositories waiting for their time, with when they are due.
+    due: HashMap<String, Instant>,
+    /// The same, by time.
+    by_time: BTreeSet<(Instant, String)>,
+    /// Repositories due, waiting for a free place in the pool.
+    ready: ReadyRing,
     /// Repositories being reconciled now.
     running: BTreeSet<String>,
     /// Running repositories that something concerned meanwhile: due again at once.
@@ -88,8 +181,8 @@ impl ReconcileSchedule {
 
     /// A repository that is served: due at once if it is new to the schedule.
     pub fn track(&mut self, key: &str, now: Instant) {
-        if !self.running.contains(key) {
-            self.due.entry(key.to_owned()).or_insert(now);
+        if !self.is_tracked(key) {
+            self.set_due(key, now);
         }
     }
 
@@ -98,46 +191,44 @@ impl ReconcileSchedule {
     pub fn due_now(&mut self, key: &str, now: Instant) {
         if self.running.contains(key) {
             self.again.insert(key.to_owned());
-        } else {
-            self.due
-                .entry(key.to_owned())
-                .and_modify(|at| *at = (*at).min(now))
-                .or_insert(now);
+        } else if !self.ready.contains(key) {
+            let at = self.due.get(key).map_or(now, |at| (*at).min(now));
+            self.set_due(key, at);
         }
     }
 
-    /// Events of `repo` were released: `repo` is due at once, and so is every tracked
-    /// repository of the same identifier (a co-maintainer's state may count for each
-    /// repository whose maintainer set lists them; the reconciliation decides).
-    pub fn released(&mut self, repo: &RepoRef, now: Instant) {
-        let same_identifier: Vec<String> = self
-            .due
-            .keys()
-            .chain(&self.running)
-            .filter(|key| {
-                RepoRef::parse(key).is_ok_and(|other| other.identifier() == repo.identifier())
-            })
-            .cloned()
-            .collect();
-        self.due_now(&repo.to_string(), now);
-        for key in same_identifier {
-            self.due_now(&key, now);
+    /// Events were released whose served refs can change only these repositories
+    /// (the released events' own, and the repositories whose maintainer set lists a
+    /// released state's author): each is due at once.
+    pub fn released<'a>(&mut self, repos: impl IntoIterator<Item = &'a RepoRef>, now: Instant) {
+        for repo in repos {
+            self.due_now(&repo.to_string(), now);
         }
     }
 
-    /// The repositories due at `now`, in key order, now running.
+    /// The repositories to start at `now`: those due, at most as many as the pool has
+    /// free places, one owner at a time; now running.
     pub fn take_due(&mut self, now: Instant) -> Vec<String> {
-        let ready: Vec<String> = self
-            .due
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in &ready {
-            self.due.remove(key);
-            self.running.insert(key.clone());
+        while let Some((at, key)) = self.by_time.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.by_time.remove(&(at, key.clone()));
+            self.due.remove(&key);
+            self.ready.push(key);
         }
-        ready
+        let free = self
+            .config
+            .concurrency
+            .max(1)
+            .saturating_sub(self.running.len());
+        let mut started = Vec::new();
+        while started.len() < free {
+            let Some(key) = self.ready.pop() else { break };
+            self.running.insert(key.clone());
+            started.push(key);
+        }
+        started
     }
 
     /// The reconciliation of `key` ended; `behind` when the repository does not serve
@@ -149,38 +240,59 @@ impl ReconcileSchedule {
         } else {
             now + self.config.delay(key, behind)
         };
-        self.due.insert(key.to_owned(), at);
+        self.set_due(key, at);
     }
 
     /// The repository is no longer served (its announcement is gone).
     pub fn forget(&mut self, key: &str) {
-        self.due.remove(key);
+        self.unset_due(key);
+        self.ready.remove(key);
         self.again.remove(key);
     }
 
     /// Whether the repository is waiting for, or running, a reconciliation.
     pub fn is_tracked(&self, key: &str) -> bool {
-        self.due.contains_key(key) || self.running.contains(key)
+        self.due.contains_key(key) || self.ready.contains(key) || self.running.contains(key)
     }
 
     /// How many repositories are due at `now` or running.
     pub fn due_or_running(&self, now: Instant) -> usize {
-        self.running.len() + self.due.values().filter(|at| **at <= now).count()
+        let waiting_due = self.by_time.iter().take_while(|(at, _)| *at <= now).count();
+        self.running.len() + self.ready.len() + waiting_due
     }
 
-    /// When the next repository is due.
+    /// How many reconciliations run now.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// When the loop must look again: the next repository due, or `None` when nothing
+    /// waits for a time (repositories waiting for a place start when one ends).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.due.values().min().copied()
+        self.by_time.first().map(|(at, _)| *at)
     }
 
     /// How many repositories are tracked.
     pub fn len(&self) -> usize {
-        self.due.len() + self.running.len()
+        self.due.len() + self.ready.len() + self.running.len()
     }
 
     /// Whether no repository is tracked.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// `key` waits until `at` (replacing when it waited until before).
+    fn set_due(&mut self, key: &str, at: Instant) {
+        self.unset_due(key);
+        self.due.insert(key.to_owned(), at);
+        self.by_time.insert((at, key.to_owned()));
+    }
+
+    fn unset_due(&mut self, key: &str) {
+        if let Some(at) = self.due.remove(key) {
+            self.by_time.remove(&(at, key.to_owned()));
+        }
     }
 }
 
@@ -192,6 +304,7 @@ mod tests {
         ReconcileSchedule::new(ReconcileConfig {
             interval: Duration::from_secs(interval),
             behind_retry: Duration::from_secs(retry),
+            concurrency: 4,
         })
     }
 
@@ -260,32 +373,81 @@ mod tests {
         let short = ReconcileConfig {
             interval: Duration::from_secs(60),
             behind_retry: Duration::from_secs(300),
+            concurrency: 1,
         };
         assert!(short.delay("x", true) <= Duration::from_secs(66));
     }
 
     #[test]
-    fn a_release_makes_the_repository_and_those_of_its_identifier_due() {
+    fn a_release_makes_only_the_repositories_named_due() {
         let key = |identifier: &str| {
             RepoRef::new(nostr::key::Keys::generate().public_key(), identifier).expect("valid")
         };
-        let (owner, maintainer, other) = (key("r"), key("r"), key("s"));
+        let (owner, maintainer, stranger) = (key("r"), key("r"), key("r"));
         let mut schedule = schedule(3600, 300);
         let start = Instant::ZERO;
-        for repo in [&owner, &maintainer, &other] {
+        for repo in [&owner, &maintainer, &stranger] {
             schedule.track(&repo.to_string(), start);
         }
         schedule.take_due(start);
-        for repo in [&owner, &maintainer, &other] {
+        for repo in [&owner, &maintainer, &stranger] {
             schedule.finished(&repo.to_string(), start, false);
         }
         let later = start + Duration::from_secs(10);
-        schedule.released(&owner, later);
+        schedule.released([&owner, &maintainer], later);
         let mut due = schedule.take_due(later);
         due.sort();
         let mut expected = vec![owner.to_string(), maintainer.to_string()];
         expected.sort();
-        assert_eq!(due, expected, "not the repository of another identifier");
+        assert_eq!(
+            due, expected,
+            "not the stranger's repository of the same identifier"
+        );
+    }
+
+    #[test]
+    fn at_most_the_pool_runs_and_owners_take_turns() {
+        let mut schedule = schedule(3600, 300);
+        let start = Instant::ZERO;
+        // One stranger with 100 repositories whose keys sort first, then an honest owner.
+        for n in 0..100 {
+            schedule.track(&format!("30617:0000:x{n:03}"), start);
+        }
+        schedule.track("30617:ffff:honest", start);
+        let first = schedule.take_due(start);
+        assert_eq!(first.len(), 4, "the pool's size: {first:?}");
+        assert!(
+            first.contains(&"30617:ffff:honest".to_owned()),
+            "the honest owner's turn comes in the first round: {first:?}"
+        );
+        assert!(schedule.take_due(start).is_empty(), "the pool is full");
+        assert_eq!(schedule.due_or_running(start), 101);
+        assert_eq!(schedule.poll_timeout(), None, "the ready wait for a place");
+        schedule.finished(&first[0], start, false);
+        assert_eq!(schedule.take_due(start).len(), 1, "one place freed");
+        assert_eq!(schedule.running(), 4);
+        assert_eq!(schedule.len(), 101);
+    }
+
+    #[test]
+    fn a_ready_repository_forgotten_or_made_due_again_is_started_once() {
+        let mut schedule = ReconcileSchedule::new(ReconcileConfig {
+            concurrency: 1,
+            ..ReconcileConfig::default()
+        });
+        let start = Instant::ZERO;
+        for key in ["30617:a:r", "30617:b:r", "30617:c:r"] {
+            schedule.track(key, start);
+        }
+        assert_eq!(schedule.take_due(start), vec!["30617:a:r".to_owned()]);
+        schedule.due_now("30617:b:r", start);
+        schedule.track("30617:b:r", start);
+        schedule.forget("30617:c:r");
+        schedule.finished("30617:a:r", start, false);
+        assert_eq!(schedule.take_due(start), vec!["30617:b:r".to_owned()]);
+        schedule.finished("30617:b:r", start, false);
+        assert!(schedule.take_due(start).is_empty(), "c was forgotten");
+        assert_eq!(schedule.len(), 2);
     }
 
     #[test]
