@@ -21,7 +21,7 @@ use crate::host::{HostHeld, HostPurgatory};
 use crate::metrics::Metrics;
 use crate::refusals::UrlRefusals;
 use crate::repos::{
-    create_bare_repository, home_of, repository_data, Announcements, CreateRepoError, RepoLocator,
+    create_bare_repository, homes_of, repository_data, Announcements, CreateRepoError, RepoLocator,
 };
 use crate::sink::{ReleaseError, ReleaseSink};
 use crate::status::ReleaseRefusal;
@@ -349,22 +349,22 @@ impl SyncContext for GitSyncContext {
         Ok(data)
     }
 
-    async fn move_to_home_repository(
+    async fn move_to_home_repositories(
         &self,
         repo: &RepoRef,
-    ) -> Result<Option<RepoRef>, SyncContextError> {
+    ) -> Result<Vec<RepoRef>, SyncContextError> {
         if self.host.is_some() {
             // The host's events are the host's to move: nothing is moved here.
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        let home = home_of(self.announcements.as_ref(), repo)
+        let homes = homes_of(self.announcements.as_ref(), repo)
             .await
             .map_err(|error| Self::processing_error(repo, error))?;
-        if let Some(home) = &home {
-            let moved = lock(&self.store).move_repository(repo, home);
-            tracing::info!(%repo, %home, moved, "held events moved to the repository whose maintainers list their author");
+        if !homes.is_empty() {
+            let moved = lock(&self.store).spread_repository(repo, &homes);
+            tracing::info!(%repo, homes = homes.len(), moved, "held events held for every repository whose maintainers list their author");
         }
-        Ok(home)
+        Ok(homes)
     }
 
     fn collect_needed_oids(&self, repo: &RepoRef) -> BTreeSet<GitOid> {

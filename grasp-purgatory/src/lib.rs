@@ -203,7 +203,7 @@ pub use held::{
 pub use hook::PurgatoryGate;
 pub use host::HostPurgatory;
 pub use repos::{
-    create_bare_repository, home_of, repository_data, AnnouncementError, Announcements,
+    create_bare_repository, homes_of, repository_data, AnnouncementError, Announcements,
     CreateRepoError, DatabaseAnnouncements, MemoryAnnouncements, NpubLayout, RepoLocator,
     MAX_FILE_NAME_BYTES,
 };

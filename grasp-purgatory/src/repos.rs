@@ -16,7 +16,7 @@ use grasp_sync_core::nip34::{
     KIND_PULL_REQUEST_UPDATE, KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE,
 };
 use grasp_sync_core::purgatory::{
-    home_repository, maintainer_set, select_repository, RepositoryData,
+    home_repositories, maintainer_set, select_repository, RepositoryData,
 };
 use nostr::prelude::{Event, EventId, Filter, Kind, PublicKey, SingleLetterTag, ToBech32};
 use nostr_database::NostrDatabase;
@@ -232,17 +232,15 @@ pub async fn repository_data(
     Ok(select_repository(repo, known))
 }
 
-/// The repository the held events keyed `held` belong to when `held`'s author has not
-/// announced it: the announcement of the same identifier whose maintainer set lists the
-/// author ([`home_repository`]; announcements in the order of their authors' keys, so
-/// the answer is the same every time). `None` when there is none.
-pub async fn home_of(
+/// The repositories the held events keyed `held` belong to when `held`'s author has
+/// not announced it: every announcement of the same identifier whose maintainer set
+/// lists the author ([`home_repositories`], in key order). Empty when there is none.
+pub async fn homes_of(
     source: &dyn Announcements,
     held: &RepoRef,
-) -> Result<Option<RepoRef>, AnnouncementError> {
-    let mut candidates = parse_all(&source.announcements(held.identifier()).await?);
-    candidates.sort_by_key(|announcement| *announcement.repo.pubkey());
-    Ok(home_repository(held, &candidates))
+) -> Result<Vec<RepoRef>, AnnouncementError> {
+    let candidates = parse_all(&source.announcements(held.identifier()).await?);
+    Ok(home_repositories(held, &candidates))
 }
 
 /// Parses announcement events, skipping (and logging) any that do not parse.
@@ -400,9 +398,9 @@ mod tests {
             .is_none());
         // A maintainer without an announcement of their own belongs to the owner's.
         let silent = RepoRef::new(Keys::generate().public_key(), "r").unwrap();
-        assert_eq!(home_of(&default, &silent).await.unwrap(), None);
+        assert!(homes_of(&default, &silent).await.unwrap().is_empty());
         let listed = RepoRef::new(co.public_key(), "s").unwrap();
-        assert_eq!(home_of(&default, &listed).await.unwrap(), None);
+        assert!(homes_of(&default, &listed).await.unwrap().is_empty());
     }
 
     #[test]

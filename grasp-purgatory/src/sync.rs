@@ -241,8 +241,9 @@ pub enum SyncOutcome {
     /// case that changes.
     NotFetchable(NotFetchable),
     /// Nobody announced the repository, but its author is in the maintainer set of
-    /// this one, which took its held events (they are synced under it from now on).
-    MovedTo(RepoRef),
+    /// these repositories, each of which took a copy of its held events (synced under
+    /// each from now on, released with the first that has their objects).
+    MovedTo(Vec<RepoRef>),
     /// Fetching was tried and more is needed: retry after backoff.
     Retry {
         /// The last failure of this attempt (a fetch error, a server lacking the
@@ -323,9 +324,9 @@ pub async fn sync_identifier(
     let data = match ctx.fetch_repository_data(repo).await {
         Ok(data) => data,
         Err(SyncContextError::UnknownRepository { .. }) => {
-            report.outcome = match ctx.move_to_home_repository(repo).await {
-                Ok(Some(home)) => SyncOutcome::MovedTo(home),
-                Ok(None) => SyncOutcome::NotFetchable(NotFetchable::NoAnnouncement),
+            report.outcome = match ctx.move_to_home_repositories(repo).await {
+                Ok(homes) if !homes.is_empty() => SyncOutcome::MovedTo(homes),
+                Ok(_) => SyncOutcome::NotFetchable(NotFetchable::NoAnnouncement),
                 Err(error) => SyncOutcome::Retry {
                     last_error: Some(error.to_string()),
                 },

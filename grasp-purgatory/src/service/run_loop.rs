@@ -185,9 +185,12 @@ impl Purgatory {
         if let SyncOutcome::NotFetchable(reason) = &report.outcome {
             tracing::info!(%repo, %reason, "purgatory events not fetchable; waiting");
         }
-        if let SyncOutcome::MovedTo(home) = &report.outcome {
-            self.queue()
-                .enqueue(&home.to_string(), shared.clock.now(), Duration::ZERO);
+        if let SyncOutcome::MovedTo(homes) = &report.outcome {
+            let now = shared.clock.now();
+            let mut queue = self.queue();
+            for home in homes {
+                queue.enqueue(&home.to_string(), now, Duration::ZERO);
+            }
         }
         // Noted before the sync is marked finished, so no status sees it finished
         // without its verdict.

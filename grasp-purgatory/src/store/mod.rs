@@ -7,6 +7,16 @@
 //! [`crate::journal`]). A repository state is addressable: a newer state of the same
 //! author and repository replaces the held one, an older one is ignored. Holding obeys
 //! the [`HeldLimits`].
+//!
+//! One event may be held for several repositories at once, a copy in each: a
+//! co-maintainer's state counts for every repository whose maintainer set lists them
+//! ([`PurgatoryStore::spread_repository`]), and a reconciliation may hold a released
+//! event again for a repository that lacks its objects. Each copy is fetched, released
+//! or expired with its repository; the event counts once against its author and the
+//! total, and its copies beyond the first have a budget of their own (the total's
+//! bytes again), so neither the author nor anybody else loses room to them. The first
+//! copy released releases the event: the others leave with it (each repository's
+//! served refs then follow its own reconciliation).
 
 mod limits;
 mod sweeps;
@@ -67,6 +77,10 @@ pub struct PurgatoryStore {
     by_repo: BTreeMap<RepoRef, Vec<HeldEvent>>,
     /// Every held event's id, with its bytes (those of its journal record).
     ids: HashMap<EventId, usize>,
+    /// Events held for more than one repository: how many copies beyond the first.
+    copies: HashMap<EventId, usize>,
+    /// The bytes of those extra copies (bounded by [`HeldLimits::total_bytes`] again).
+    copy_bytes: usize,
     by_author: HashMap<PublicKey, Usage>,
     /// Bytes held per repository (its event count is `by_repo`'s).
     repo_bytes: HashMap<RepoRef, usize>,
@@ -109,9 +123,21 @@ impl PurgatoryStore {
 
     /// Holds `held`, replacing an older state of the same author and repository. Refuses
     /// it when a limit is reached or the journal cannot take it; then nothing changed.
+    ///
+    /// An event already held for another repository is held for this one too, as a
+    /// copy ([`PurgatoryStore::spread_repository`]); for the same repository it is a
+    /// duplicate.
     pub fn insert(&mut self, held: HeldEvent) -> Result<Inserted, AddError> {
         if self.ids.contains_key(&held.event.id) {
-            return Ok(Inserted::Duplicate);
+            if self.holds(&held.repo, &held.event.id) {
+                return Ok(Inserted::Duplicate);
+            }
+            return Ok(match self.place_copy(held) {
+                Placed::Held => Inserted::New,
+                Placed::Replaced(old) => Inserted::Replaced { old },
+                Placed::Superseded => Inserted::Superseded,
+                Placed::Refused => Inserted::Duplicate,
+            });
         }
         let events = self.events(&held.repo);
         let older = match &held.kind {
@@ -227,9 +253,14 @@ impl PurgatoryStore {
         self.by_repo.get(repo).map_or(&[], Vec::as_slice)
     }
 
-    /// Every held event, by repository.
+    /// Every held event once (the first copy of one held for several repositories),
+    /// by repository.
     pub fn iter(&self) -> impl Iterator<Item = &HeldEvent> {
-        self.by_repo.values().flatten()
+        let mut seen = HashSet::new();
+        self.by_repo
+            .values()
+            .flatten()
+            .filter(move |held| seen.insert(held.event.id))
     }
 
     /// The repositories with held events.
@@ -299,13 +330,17 @@ impl PurgatoryStore {
             .collect()
     }
 
-    /// Moves the held events of `from` (a repository nobody announced) to `to` (the
-    /// repository whose maintainer set lists `from`'s author): their objects are fetched
-    /// into `to` and they are applied there. A state replaces an older one of the same
-    /// author held for `to`, and is dropped if a newer one is. Events being released
-    /// stay. Returns how many moved. Not journaled: a replay holds them under `from`
-    /// again, and the next sync moves them again.
-    pub fn move_repository(&mut self, from: &RepoRef, to: &RepoRef) -> usize {
+    /// Holds the events of `from` (those not being released) for every repository of
+    /// `to` instead: the first takes them, each other one a copy (a co-maintainer's
+    /// state counts for every repository listing them, each fetching it from its own
+    /// clone URLs; no one of them decides for the others). In each repository a newer
+    /// state of the same author wins, as on insertion; a copy that the repository's
+    /// limits or the copies' budget cannot take is not made (logged). Returns how many
+    /// events left `from`.
+    pub fn spread_repository(&mut self, from: &RepoRef, to: &[RepoRef]) -> usize {
+        if to.is_empty() {
+            return 0;
+        }
         let releasing = &self.releasing;
         let Some(events) = self.by_repo.get_mut(from) else {
             return 0;
@@ -314,27 +349,87 @@ impl PurgatoryStore {
             .into_iter()
             .partition(|held| !releasing.contains(&held.event.id));
         *events = staying;
-        self.forget_if_empty(from);
         let moved = moving.len();
-        for mut held in moving {
+        for held in moving {
             let bytes = self.bytes_of(&held.event.id);
-            self.take_repo_bytes(from, bytes);
-            let to_bytes = self.repo_bytes.entry(to.clone()).or_default();
-            *to_bytes = to_bytes.saturating_add(bytes);
-            held.repo = to.clone();
-            let target = self.events(to);
-            if matches!(held.kind, HeldKind::State { .. }) && has_newer_state(target, &held) {
+            let mut placed = false;
+            for home in to {
+                let mut copy = held.clone();
+                copy.repo = home.clone();
+                let outcome = if placed {
+                    self.place_copy(copy)
+                } else {
+                    self.place_original(copy, bytes)
+                };
+                placed |= matches!(outcome, Placed::Held | Placed::Replaced(_));
+            }
+            if placed {
+                self.take_repo_bytes(from, bytes);
+            } else {
                 self.forget_event(&held, Removal::Replaced);
-                continue;
             }
-            if let Some(index) = older_state_index(target, &held) {
-                if let Some(old) = self.by_repo.get_mut(to).map(|events| events.remove(index)) {
-                    self.forget_event(&old, Removal::Replaced);
-                }
-            }
-            self.by_repo.entry(to.clone()).or_default().push(held);
         }
+        self.forget_if_empty(from);
         moved
+    }
+
+    /// Puts `held` (already counted as an event, no longer in any repository) in its
+    /// repository, where a newer state of its author may supersede it.
+    fn place_original(&mut self, held: HeldEvent, bytes: usize) -> Placed {
+        let target = self.events(&held.repo);
+        if matches!(held.kind, HeldKind::State { .. }) && has_newer_state(target, &held) {
+            return Placed::Superseded;
+        }
+        let replaced = self.replace_older(&held);
+        let to_bytes = self.repo_bytes.entry(held.repo.clone()).or_default();
+        *to_bytes = to_bytes.saturating_add(bytes);
+        self.by_repo
+            .entry(held.repo.clone())
+            .or_default()
+            .push(held);
+        replaced.map_or(Placed::Held, Placed::Replaced)
+    }
+
+    /// Holds a copy of an event held elsewhere for `held.repo` too, within the
+    /// repository's limits and the copies' budget.
+    fn place_copy(&mut self, held: HeldEvent) -> Placed {
+        let bytes = self.bytes_of(&held.event.id);
+        let target = self.events(&held.repo);
+        if matches!(held.kind, HeldKind::State { .. }) && has_newer_state(target, &held) {
+            return Placed::Superseded;
+        }
+        let limits = self.limits;
+        let repo_bytes = self.repo_bytes.get(&held.repo).copied().unwrap_or(0);
+        let full = target.len() >= limits.per_repository
+            || repo_bytes.saturating_add(bytes) > limits.per_repository_bytes
+            || self.copy_bytes.saturating_add(bytes) > limits.total_bytes;
+        if full {
+            tracing::debug!(repo = %held.repo, id = %held.event.id, "no room for a copy of a held event");
+            return Placed::Refused;
+        }
+        let replaced = self.replace_older(&held);
+        *self.copies.entry(held.event.id).or_default() += 1;
+        self.copy_bytes = self.copy_bytes.saturating_add(bytes);
+        let to_bytes = self.repo_bytes.entry(held.repo.clone()).or_default();
+        *to_bytes = to_bytes.saturating_add(bytes);
+        self.by_repo
+            .entry(held.repo.clone())
+            .or_default()
+            .push(held);
+        replaced.map_or(Placed::Held, Placed::Replaced)
+    }
+
+    /// Drops the older state of `held`'s author that `held.repo` holds, if any.
+    fn replace_older(&mut self, held: &HeldEvent) -> Option<EventId> {
+        let index = older_state_index(self.events(&held.repo), held)?;
+        let old = self.by_repo.get_mut(&held.repo)?.remove(index);
+        self.forget_event(&old, Removal::Replaced);
+        Some(old.event.id)
+    }
+
+    /// Whether `repo` holds the event `id`.
+    fn holds(&self, repo: &RepoRef, id: &EventId) -> bool {
+        self.events(repo).iter().any(|held| held.event.id == *id)
     }
 
     /// Records that these objects exist in the local repository of `repo`.
@@ -385,6 +480,33 @@ impl PurgatoryStore {
             released.contains(&held.event.id)
         });
         self.forget_if_empty(repo);
+        self.drop_other_copies(released);
+    }
+
+    /// The events `ids` were released from one repository: their copies held for
+    /// other repositories leave too (each repository's reconciliation holds the event
+    /// again if it still lacks the objects).
+    fn drop_other_copies(&mut self, ids: &[EventId]) {
+        let copied: Vec<EventId> = ids
+            .iter()
+            .filter(|id| self.ids.contains_key(*id))
+            .copied()
+            .collect();
+        if copied.is_empty() {
+            return;
+        }
+        let repos: Vec<RepoRef> = self
+            .by_repo
+            .iter()
+            .filter(|(_, events)| events.iter().any(|held| copied.contains(&held.event.id)))
+            .map(|(repo, _)| repo.clone())
+            .collect();
+        for repo in repos {
+            self.take_where(&repo, Removal::Released, |held| {
+                copied.contains(&held.event.id)
+            });
+            self.forget_if_empty(&repo);
+        }
     }
 
     /// The sink refused these events for good: they leave purgatory, not offered again.
@@ -428,8 +550,13 @@ impl PurgatoryStore {
             if due.is_empty() {
                 continue;
             }
+            let taken =
+                self.take_where(&repo, Removal::Expired, |held| due.contains(&held.event.id));
+            // An event held for several repositories expires once, with its last copy.
             expired.extend(
-                self.take_where(&repo, Removal::Expired, |held| due.contains(&held.event.id)),
+                taken
+                    .into_iter()
+                    .filter(|held| !self.ids.contains_key(&held.event.id)),
             );
             self.forget_if_empty(&repo);
         }
@@ -446,7 +573,13 @@ impl PurgatoryStore {
     /// Starts compacting the journal to the events held now (see
     /// [`Journal::begin_compaction`]); `None` without a journal.
     pub(crate) fn begin_compaction(&mut self) -> Option<Snapshot> {
-        let live: Vec<&HeldEvent> = self.by_repo.values().flatten().collect();
+        let mut seen = HashSet::new();
+        let live: Vec<&HeldEvent> = self
+            .by_repo
+            .values()
+            .flatten()
+            .filter(|held| seen.insert(held.event.id))
+            .collect();
         let journal = self.journal.as_mut()?;
         Some(journal.begin_compaction(live))
     }
@@ -508,7 +641,19 @@ impl PurgatoryStore {
     /// Forgets a removed event's id and author count, notes that its repository owes a
     /// sweep, and journals its removal (a failed write is logged: replaying would hold
     /// it again, and release or expire it again).
+    /// A copy of an event held for several repositories only leaves its repository.
     fn forget_event(&mut self, held: &HeldEvent, why: Removal) {
+        if let Some(copies) = self.copies.get_mut(&held.event.id) {
+            *copies -= 1;
+            if *copies == 0 {
+                self.copies.remove(&held.event.id);
+            }
+            let bytes = self.bytes_of(&held.event.id);
+            self.copy_bytes = self.copy_bytes.saturating_sub(bytes);
+            self.take_repo_bytes(&held.repo, bytes);
+            self.sweeps.request(held.repo.clone());
+            return;
+        }
         let bytes = self.ids.remove(&held.event.id).unwrap_or(0);
         self.total.remove(bytes);
         self.take_repo_bytes(&held.repo, bytes);
@@ -572,6 +717,18 @@ impl PurgatoryStore {
             self.repo_bytes.remove(repo);
         }
     }
+}
+
+/// What placing an event in a repository did.
+enum Placed {
+    /// It is held there.
+    Held,
+    /// It is held there, in place of this older state of its author.
+    Replaced(EventId),
+    /// A newer state of its author is held there: it is not.
+    Superseded,
+    /// The repository's limits or the copies' budget had no room.
+    Refused,
 }
 
 fn same_address(a: &HeldEvent, b: &HeldEvent) -> bool {

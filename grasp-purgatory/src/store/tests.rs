@@ -505,7 +505,7 @@ fn moving_a_repository_moves_its_bytes() {
         .insert(large_pr(&Keys::generate(), &owner, "from", 1, 100_000))
         .unwrap();
     let (from, to) = (repo(&owner, "from"), repo(&owner, "to"));
-    assert_eq!(store.move_repository(&from, &to), 1);
+    assert_eq!(store.spread_repository(&from, std::slice::from_ref(&to)), 1);
     // "from" is empty again, "to" holds the 100 kB.
     store
         .insert(large_pr(&Keys::generate(), &owner, "from", 2, 100_000))
@@ -517,4 +517,75 @@ fn moving_a_repository_moves_its_bytes() {
             ..
         })
     ));
+}
+
+#[test]
+fn a_co_maintainers_state_is_held_for_every_home_and_released_with_the_first() {
+    let (co, victim, stranger) = (Keys::generate(), Keys::generate(), Keys::generate());
+    let mut store = PurgatoryStore::new();
+    let held_state = held(state(&co, "r", &[&ids::oid(1)], 10), 0);
+    let id = held_state.event.id;
+    store.insert(held_state).unwrap();
+    let (own, victims, strangers) = (repo(&co, "r"), repo(&victim, "r"), repo(&stranger, "r"));
+    assert_eq!(
+        store.spread_repository(&own, &[strangers.clone(), victims.clone()]),
+        1
+    );
+    assert!(!store.has_pending(&own));
+    assert!(store.has_pending(&victims) && store.has_pending(&strangers));
+    assert_eq!(store.len(), 1, "one event, two copies");
+    assert_eq!(store.iter().count(), 1);
+    let bytes = store.bytes();
+    // The victim's repository has the objects: released from there, wherever the
+    // stranger's copy stands.
+    store.mark_present(&victims, [oid(1)]);
+    assert!(store.begin_release(&strangers, NOW, EXPIRY).is_empty());
+    let released = store.begin_release(&victims, NOW, EXPIRY);
+    assert_eq!(released.len(), 1);
+    store.finish_release(&victims, &[id]);
+    assert!(
+        store.is_empty(),
+        "the stranger's copy left with the release"
+    );
+    assert!(!store.has_pending(&strangers));
+    assert_eq!(store.bytes(), 0, "{bytes} bytes held before");
+    // Held again for the stranger's repository alone (its reconciliation), it is
+    // theirs to fetch; a second hold for the victim's is a copy, not a duplicate.
+    let mut again = held(state(&co, "r", &[&ids::oid(1)], 10), 0);
+    again.repo = strangers.clone();
+    assert_eq!(store.insert(again.clone()).unwrap(), Inserted::New);
+    assert_eq!(store.insert(again.clone()).unwrap(), Inserted::Duplicate);
+    again.repo = victims.clone();
+    assert_eq!(store.insert(again).unwrap(), Inserted::New);
+    assert_eq!(store.len(), 1);
+}
+
+#[test]
+fn copies_expire_once_and_never_count_twice_against_their_author() {
+    let (co, victim, stranger) = (Keys::generate(), Keys::generate(), Keys::generate());
+    let limits = HeldLimits {
+        per_author: 1,
+        ..HeldLimits::default()
+    };
+    let mut store = PurgatoryStore::with_limits(limits);
+    store
+        .insert(held(state(&co, "r", &[&ids::oid(1)], 10), 100))
+        .unwrap();
+    let homes = [repo(&victim, "r"), repo(&stranger, "r")];
+    store.spread_repository(&repo(&co, "r"), &homes);
+    // The author's one event is held twice, and counts once.
+    assert!(matches!(
+        store.insert(held(state(&co, "s", &[&ids::oid(2)], 10), 100)),
+        Err(AddError::Full {
+            cap: Cap::Author,
+            ..
+        })
+    ));
+    let expired = store.take_expired(expiry_of(100), EXPIRY);
+    assert_eq!(expired.len(), 1, "one event expired, not one per copy");
+    assert!(store.is_empty());
+    assert_eq!(store.bytes(), 0);
+    store
+        .insert(held(state(&co, "s", &[&ids::oid(2)], 10), 100))
+        .unwrap();
 }

@@ -144,14 +144,15 @@ pub trait SyncContext: Send + Sync {
     /// Our own service's hosts: clone URLs there are never fetched from.
     fn own_service(&self) -> &OwnService;
 
-    /// `repo` has no announcement: when its author is in the maintainer set of another
-    /// repository of the same identifier ([`home_repository`](super::home_repository)),
-    /// that repository takes `repo`'s held events (a co-maintainer's state is applied
-    /// to the repository listing them) and is returned; `None` otherwise.
-    async fn move_to_home_repository(
+    /// `repo` has no announcement: every repository of the same identifier whose
+    /// maintainer set holds its author ([`home_repositories`](super::home_repositories))
+    /// takes `repo`'s held events, each its own copy (a co-maintainer's state counts
+    /// for every repository listing them, each fetching and releasing it on its own);
+    /// they are returned, none when no repository lists the author.
+    async fn move_to_home_repositories(
         &self,
         repo: &RepoRef,
-    ) -> Result<Option<RepoRef>, SyncContextError>;
+    ) -> Result<Vec<RepoRef>, SyncContextError>;
 }
 
 /// One call of [`SyncContext::fetch_oids`] on a [`MemorySyncContext`].
@@ -189,7 +190,7 @@ struct MemoryState {
     remotes: HashMap<String, Remote>,
     fetches: Vec<FetchCall>,
     /// The repository each unannounced one belongs to.
-    homes: HashMap<RepoRef, RepoRef>,
+    homes: HashMap<RepoRef, Vec<RepoRef>>,
 }
 
 impl MemoryState {
@@ -348,10 +349,14 @@ impl MemorySyncContext {
         self.lock().remotes.insert(url.to_owned(), remote);
     }
 
-    /// Makes `home` the repository `repo`'s held events belong to
-    /// ([`SyncContext::move_to_home_repository`]).
+    /// Makes `home` one of the repositories `repo`'s held events belong to
+    /// ([`SyncContext::move_to_home_repositories`]).
     pub fn set_home(&self, repo: &RepoRef, home: &RepoRef) {
-        self.lock().homes.insert(repo.clone(), home.clone());
+        self.lock()
+            .homes
+            .entry(repo.clone())
+            .or_default()
+            .push(home.clone());
     }
 
     /// Every fetch so far, in call order.
@@ -438,17 +443,24 @@ impl SyncContext for MemorySyncContext {
         &self.own_service
     }
 
-    async fn move_to_home_repository(
+    async fn move_to_home_repositories(
         &self,
         repo: &RepoRef,
-    ) -> Result<Option<RepoRef>, SyncContextError> {
+    ) -> Result<Vec<RepoRef>, SyncContextError> {
         let mut state = self.lock();
-        let Some(home) = state.homes.get(repo).cloned() else {
-            return Ok(None);
-        };
+        let homes = state.homes.get(repo).cloned().unwrap_or_default();
+        if homes.is_empty() {
+            return Ok(homes);
+        }
         let moved = state.pending.remove(repo).unwrap_or_default();
-        state.pending.entry(home.clone()).or_default().extend(moved);
-        Ok(Some(home))
+        for home in &homes {
+            state
+                .pending
+                .entry(home.clone())
+                .or_default()
+                .extend(moved.iter().cloned());
+        }
+        Ok(homes)
     }
 }
 

@@ -11,9 +11,9 @@
 //! sync and none of its effects; nothing here reads a clock (every
 //! time-dependent method takes `now`), spawns a task or does I/O.
 //!
-//! - [`select_repository`], [`maintainer_set`], [`home_repository`]: which
+//! - [`select_repository`], [`maintainer_set`], [`home_repositories`]: which
 //!   announcements speak for a repository, whose states count for it, and which
-//!   repository a maintainer without an announcement belongs to.
+//!   repositories a maintainer without an announcement belongs to.
 //! - [`newest_authorized_state`], [`served_ref_plan`], [`pull_request_ref_changes`]:
 //!   what a served repository's refs must be, and [`reconciliation`]: what one
 //!   reconciliation writes and fetches (module `serving`).
@@ -109,8 +109,8 @@ pub use own_service::{OwnService, OwnServiceError};
 pub use queue::{SyncQueue, SyncQueueConfig, SyncQueueEntry};
 pub use reconcile::{ReconcileConfig, ReconcileSchedule, DEFAULT_RECONCILE_CONCURRENCY};
 pub use repository::{
-    home_repository, maintainer_set, select_repository, EventSource, RepositoryData,
-    MAX_REPOSITORY_MAINTAINERS,
+    home_repositories, maintainer_set, select_repository, AnnouncementsByAuthor, EventSource,
+    RepositoryData, MAX_REPOSITORY_MAINTAINERS,
 };
 pub use serving::{
     is_served_ref, needed_objects, newest_authorized_state, pull_request_ref_changes,

@@ -9,9 +9,16 @@
 //! `maintainers` tag, recursively), nothing else. Anybody may announce the same
 //! identifier; such an announcement contributes no URL, and the git data is
 //! fetched into the owner's repository only. A maintainer who has not announced
-//! the repository belongs to the one that lists them ([`home_repository`]).
+//! the repository belongs to every repository that lists them
+//! ([`home_repositories`]): no one of them, least of all a stranger listing them, decides
+//! for the others.
+//!
+//! Each answer reads the announcements of one identifier once, through an index by
+//! author ([`AnnouncementsByAuthor`]): a maintainer set costs at most
+//! [`MAX_REPOSITORY_MAINTAINERS`] lookups, and the homes of a held event one set per
+//! announcement, whatever order or number the announcements come in.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use nostr::key::PublicKey;
 
@@ -99,12 +106,51 @@ impl RepositoryData {
 /// `announcements` may hold any authors and identifiers; only those of `repo`'s
 /// identifier count, the first of each author.
 pub fn maintainer_set(repo: &RepoRef, announcements: &[RepoAnnouncement]) -> Vec<PublicKey> {
-    let announcement_of = |author: &PublicKey| {
-        announcements.iter().find(|announcement| {
-            announcement.repo.identifier() == repo.identifier()
-                && announcement.repo.pubkey() == author
-        })
-    };
+    AnnouncementsByAuthor::new(repo.identifier(), announcements).maintainer_set(repo)
+}
+
+/// The announcements of one identifier, the first of each author, by author.
+#[derive(Debug)]
+pub struct AnnouncementsByAuthor<'a> {
+    by_author: HashMap<PublicKey, &'a RepoAnnouncement>,
+}
+
+impl<'a> AnnouncementsByAuthor<'a> {
+    /// Indexes the announcements of `identifier` among `announcements` (any authors
+    /// and identifiers; the first of each author counts).
+    pub fn new(identifier: &str, announcements: &'a [RepoAnnouncement]) -> Self {
+        let mut by_author = HashMap::new();
+        for announcement in announcements {
+            if announcement.repo.identifier() == identifier {
+                by_author
+                    .entry(*announcement.repo.pubkey())
+                    .or_insert(announcement);
+            }
+        }
+        AnnouncementsByAuthor { by_author }
+    }
+
+    /// The announcement by `author`, if any.
+    pub fn of(&self, author: &PublicKey) -> Option<&'a RepoAnnouncement> {
+        self.by_author.get(author).copied()
+    }
+
+    /// Each author's announcement, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &'a RepoAnnouncement> + '_ {
+        self.by_author.values().copied()
+    }
+
+    /// [`maintainer_set`] of `repo` (of the indexed identifier).
+    pub fn maintainer_set(&self, repo: &RepoRef) -> Vec<PublicKey> {
+        maintainer_set_by(repo, |author| self.of(author))
+    }
+}
+
+/// The breadth-first walk of [`maintainer_set`], reading announcements by author.
+fn maintainer_set_by<'a>(
+    repo: &RepoRef,
+    announcement_of: impl Fn(&PublicKey) -> Option<&'a RepoAnnouncement>,
+) -> Vec<PublicKey> {
     let mut set = vec![*repo.pubkey()];
     let mut next = 0;
     while next < set.len() {
@@ -143,17 +189,12 @@ pub fn select_repository(
         .into_iter()
         .filter(|announcement| announcement.repo.identifier() == repo.identifier())
         .collect();
-    same_identifier
+    let index = AnnouncementsByAuthor::new(repo.identifier(), &same_identifier);
+    index.of(repo.pubkey())?;
+    let selected = index
+        .maintainer_set(repo)
         .iter()
-        .find(|announcement| announcement.repo.pubkey() == repo.pubkey())?;
-    let selected = maintainer_set(repo, &same_identifier)
-        .iter()
-        .filter_map(|key| {
-            same_identifier
-                .iter()
-                .find(|announcement| announcement.repo.pubkey() == key)
-                .cloned()
-        })
+        .filter_map(|key| index.of(key).cloned())
         .collect();
     Some(RepositoryData {
         announcements: selected,
@@ -161,17 +202,22 @@ pub fn select_repository(
     })
 }
 
-/// The repository a held event keyed `held` belongs to when its author has not
-/// announced it: the first of `candidates` (announcements of the same identifier, in
-/// the caller's order) whose [`maintainer_set`] holds the author. A co-maintainer's
-/// state is applied to the repository that lists them. `None` when no candidate does.
-pub fn home_repository(held: &RepoRef, candidates: &[RepoAnnouncement]) -> Option<RepoRef> {
-    candidates
+/// The repositories a held event keyed `held` belongs to when its author has not
+/// announced it: every repository of `candidates` (announcements of any identifiers,
+/// the first of each author counting) whose [`maintainer_set`] holds the author, in
+/// key order. A co-maintainer's state counts for each repository that lists them, each
+/// deciding for itself; empty when none does. One maintainer set per announcement of
+/// the identifier, each at most [`MAX_REPOSITORY_MAINTAINERS`] lookups.
+pub fn home_repositories(held: &RepoRef, candidates: &[RepoAnnouncement]) -> Vec<RepoRef> {
+    let index = AnnouncementsByAuthor::new(held.identifier(), candidates);
+    let mut homes: Vec<RepoRef> = index
         .iter()
-        .filter(|announcement| announcement.repo.identifier() == held.identifier())
         .map(|announcement| &announcement.repo)
-        .find(|repo| *repo != held && maintainer_set(repo, candidates).contains(held.pubkey()))
+        .filter(|repo| *repo != held && index.maintainer_set(repo).contains(held.pubkey()))
         .cloned()
+        .collect();
+    homes.sort();
+    homes
 }
 
 #[cfg(test)]
@@ -272,13 +318,44 @@ mod tests {
         ];
         let held = RepoRef::new(maintainer, "r").expect("valid");
         assert_eq!(
-            home_repository(&held, &all),
-            Some(RepoRef::new(owner, "r").expect("valid"))
+            home_repositories(&held, &all),
+            vec![RepoRef::new(owner, "r").expect("valid")]
         );
         let unlisted = RepoRef::new(Keys::generate().public_key(), "r").expect("valid");
-        assert_eq!(home_repository(&unlisted, &all), None);
+        assert_eq!(home_repositories(&unlisted, &all), Vec::<RepoRef>::new());
         let other_identifier = RepoRef::new(maintainer, "s").expect("valid");
-        assert_eq!(home_repository(&other_identifier, &all), None);
+        assert_eq!(
+            home_repositories(&other_identifier, &all),
+            Vec::<RepoRef>::new()
+        );
+    }
+
+    #[test]
+    fn a_maintainer_listed_by_a_stranger_too_belongs_to_both_repositories() {
+        let (owner, maintainer) = (Keys::generate().public_key(), Keys::generate().public_key());
+        // Whatever the stranger's key compares as.
+        let strangers: Vec<PublicKey> = (0..8).map(|_| Keys::generate().public_key()).collect();
+        let mut all = vec![announce(
+            &owner,
+            "r",
+            "https://owner.example/r.git",
+            &[maintainer],
+        )];
+        for stranger in &strangers {
+            all.push(announce(
+                stranger,
+                "r",
+                "https://withholds.example/r.git",
+                &[maintainer],
+            ));
+        }
+        let held = RepoRef::new(maintainer, "r").expect("valid");
+        let homes = home_repositories(&held, &all);
+        assert_eq!(homes.len(), 9, "{homes:?}");
+        assert!(homes.contains(&RepoRef::new(owner, "r").expect("valid")));
+        let mut sorted = homes.clone();
+        sorted.sort();
+        assert_eq!(homes, sorted, "in key order, the same every time");
     }
 
     #[test]
