@@ -20,7 +20,7 @@ use super::ours::{identifier, Layer1Verdict, Ours};
 use super::outbox::Outbox;
 use super::own_relay::{OwnOutcome, OwnSession};
 use super::relay_session::{Arrived, Ctx, NegFailure, RelaySession};
-use super::relay_slots::{Admission, RelaySlots, Service, SlotRules};
+use super::relay_slots::{Admission, RelaySlots, SlotRules};
 use super::relays::Relays;
 use super::stats::{HeldBytes, SyncPlusCounts};
 use super::stores::{Handover, StoreTracker};
@@ -648,7 +648,6 @@ impl SyncEngine {
             return;
         };
         if self.admit_ours(now, relay, &event) {
-            self.slots.note_delivered(relay);
             self.store(now, relay, event, batch);
         }
     }
@@ -1166,6 +1165,9 @@ impl SyncEngine {
                 }
                 cx.stores
                     .hand_over(event.clone(), relay, batch, now.instant);
+                // No other relay delivered it lately: the relay earns its
+                // slot.
+                self.slots.note_unique_delivery(relay, now.instant);
                 self.emit(Command::Store {
                     relay: relay.clone(),
                     event,
@@ -1369,7 +1371,9 @@ impl SyncEngine {
         SlotRules {
             max_relays: caps.max_relays,
             per_author: caps.max_relays_per_author,
+            per_network: caps.max_relays_per_network,
             trial: caps.relay_trial_period,
+            earn_window: caps.relay_earn_window,
         }
     }
 
@@ -1419,6 +1423,7 @@ impl SyncEngine {
                 }
                 Admission::TotalFull => left.total_full += 1,
                 Admission::AuthorFull => left.author_full += 1,
+                Admission::NetworkFull => left.network_full += 1,
                 Admission::Benched => left.benched += 1,
             }
             waiting.push(relay);
@@ -1456,6 +1461,9 @@ impl SyncEngine {
             } else {
                 debug!(%repo, %author, left_out = left.author_full, cap = caps.max_relays_per_author, "the author's relays hold its share of the slots");
             }
+        }
+        if left.network_full > 0 {
+            debug!(%repo, left_out = left.network_full, cap = caps.max_relays_per_network, "the relays' networks (domains, address blocks) hold their share of the slots");
         }
         if left.benched > 0 {
             debug!(%repo, left_out = left.benched, "relays that yielded their slot lately wait for their turn");
@@ -1534,10 +1542,11 @@ impl SyncEngine {
         gained
     }
 
-    /// Relays that served nothing of ours in their trial period yield their
-    /// slots ([`RelaySlots::yielding`]), one at a time, to the relays
-    /// waiting longest that only the total cap keeps out. A relay that
-    /// serves never yields, however many wait.
+    /// Relays that have not earned their slot (no unique delivery within
+    /// the earn window) and whose trial period is over yield their slots
+    /// ([`RelaySlots::yielding`]), one at a time, to the relays waiting
+    /// longest that only the total cap keeps out. Answering EOSE keeps no
+    /// slot; delivering what no other relay did keeps it.
     fn yield_slots_to_waiting(&mut self, now: Instant) {
         let rules = self.slot_rules();
         let waiting: Vec<RepoRef> = self.over_cap.keys().cloned().collect();
@@ -1545,7 +1554,7 @@ impl SyncEngine {
             while self.waits_for_a_free_slot(&repo, now) {
                 let yielding = self
                     .slots
-                    .yielding(now, rules, |relay| self.relay_service(relay))
+                    .yielding(now, rules, |relay| self.is_dead(relay))
                     .cloned();
                 let Some(relay) = yielding else {
                     return;
@@ -1576,15 +1585,10 @@ impl SyncEngine {
         })
     }
 
-    /// What the engine knows of `relay`'s service: confirmed, or dead.
-    fn relay_service(&self, relay: &RelayUrl) -> Service {
-        Service {
-            confirmed: self
-                .relays
-                .state(relay)
-                .is_some_and(|state| self.relay_confirmed(relay, state)),
-            dead: self.health_state(relay, self.last_now()) == HealthState::Dead,
-        }
+    /// `true` if `relay` fails to connect for long enough to count as
+    /// dead: a unique delivery before keeps it no slot.
+    fn is_dead(&self, relay: &RelayUrl) -> bool {
+        self.health_state(relay, self.last_now()) == HealthState::Dead
     }
 
     /// `relay` yields its slot: it is benched, forgotten (the driver closes
@@ -1596,7 +1600,7 @@ impl SyncEngine {
         let first = self.yielded_relays.len() < REFUSED_RELAYS_REMEMBERED
             && self.yielded_relays.insert(relay.clone());
         if first {
-            info!(%relay, author = ?author, "relay served nothing of ours in its trial period; it yields its slot to one waiting");
+            info!(%relay, author = ?author, "relay delivered nothing of ours that no other relay did, within its trial period and earn window; it yields its slot to one waiting");
         } else {
             debug!(%relay, author = ?author, "relay yields its slot again");
         }
@@ -2172,6 +2176,8 @@ struct LeftOut {
     total_full: usize,
     /// Waiting: the author holds its share.
     author_full: usize,
+    /// Waiting: the relay's network holds its share.
+    network_full: usize,
     /// Waiting: yielded a slot lately.
     benched: usize,
 }
@@ -2179,7 +2185,11 @@ struct LeftOut {
 impl LeftOut {
     /// How many relays were left out, whatever the reason.
     fn count(&self) -> usize {
-        self.over_announcement + self.total_full + self.author_full + self.benched
+        self.over_announcement
+            + self.total_full
+            + self.author_full
+            + self.network_full
+            + self.benched
     }
 }
 
