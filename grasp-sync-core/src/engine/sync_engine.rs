@@ -24,7 +24,7 @@ use super::relay_slots::{Admission, RelaySlots, SlotRules};
 use super::relays::Relays;
 use super::stats::{HeldBytes, SyncPlusCounts};
 use super::stores::{Handover, StoreTracker};
-use super::sync_plus::{Joined, RepoRelays};
+use super::sync_plus::{Joined, RepoRelays, Role};
 use super::timer_table::{EngineTimer, TimerTable};
 use super::{
     Command, ConfigError, EngineConfig, EngineStats, RelayActivity, RelayLimits, RelayReport,
@@ -913,16 +913,13 @@ impl SyncEngine {
     /// `key` takes part in `repo` (the owner, a maintainer, or the author
     /// of an event admitted to its conversation); over the cap it is
     /// counted.
-    fn join(&mut self, repo: &RepoRef, key: PublicKey) {
-        if self
-            .repo_relays
-            .add_participant(repo, key, &self.config.sync_plus)
-            == Joined::OverCap
-        {
+    fn join(&mut self, repo: &RepoRef, key: PublicKey, role: Role) {
+        let joined = (self.repo_relays).add_participant(repo, key, role, &self.config.sync_plus);
+        if matches!(joined, Joined::OverCap | Joined::Displacing) {
             self.stats.sync_plus_participants_over_cap += 1;
             let count = self.stats.sync_plus_participants_over_cap;
             if count == 1 || count % 1_000 == 0 {
-                warn!(%repo, cap = self.config.sync_plus.max_participants_per_repo, not_remembered = count, "Sync+ participants not remembered: the repository has as many as it may");
+                warn!(%repo, cap = self.config.sync_plus.max_participants_per_repo, not_remembered = count, "Sync+ participants not remembered: the repository has as many as it may; the lowest-ranked give way to those who brought as much");
             } else {
                 debug!(%repo, "participant not remembered: the repository has as many as it may");
             }
@@ -950,7 +947,7 @@ impl SyncEngine {
             repos.extend(self.repos.repos_of_root_event(id));
         }
         for repo in repos {
-            self.join(&repo, event.pubkey);
+            self.join(&repo, event.pubkey, Role::Author);
         }
     }
 
@@ -1085,9 +1082,13 @@ impl SyncEngine {
         let (relays, left_out) = self.relays_within_caps(&announcement.repo, allowed, now);
         self.note_left_out(&announcement.repo, left_out);
         self.set_repo_relays(&announcement.repo, relays, now);
-        self.join(&announcement.repo, *announcement.repo.pubkey());
+        self.join(
+            &announcement.repo,
+            *announcement.repo.pubkey(),
+            Role::Maintainer,
+        );
         for maintainer in announcement.maintainers {
-            self.join(&announcement.repo, maintainer);
+            self.join(&announcement.repo, maintainer, Role::Maintainer);
         }
     }
 
