@@ -101,6 +101,9 @@ pub struct SyncEngine {
     /// one), longest waiting first: every relay they list within the
     /// per-announcement cap.
     over_cap: IndexMap<RepoRef, Vec<RelayUrl>>,
+    /// Repositories some of whose Sync+ outbox relays wait for a slot
+    /// ([`SyncEngine::outbox_within_slots`]): listed again each Sync+ pass.
+    outbox_waiting: IndexSet<RepoRef>,
     /// The slots of relays taken from announcements: whose, since when,
     /// whether they served ([`RelaySlots`]).
     slots: RelaySlots,
@@ -153,6 +156,7 @@ impl SyncEngine {
             deadlines: DeadlineTable::default(),
             refused_relays: Default::default(),
             over_cap: IndexMap::new(),
+            outbox_waiting: IndexSet::new(),
             slots: RelaySlots::default(),
             yielded_relays: HashSet::new(),
             history_planned: 0,
@@ -990,6 +994,9 @@ impl SyncEngine {
     fn sync_plus_pass(&mut self, now: Now) {
         self.stats.sync_plus_passes += 1;
         self.repo_relays.next_pass(&self.config.sync_plus);
+        for repo in std::mem::take(&mut self.outbox_waiting) {
+            self.list_repo_relays(&repo);
+        }
         self.plan_repo_relay_changes(now);
     }
 
@@ -1493,16 +1500,17 @@ impl SyncEngine {
     }
 
     /// Lists `repo`'s relays in the repository index — announced, and this
-    /// pass's Sync+ outbox relays ([`RepoRelays::relays_of`]) — and
-    /// registers those not tracked yet. A held repository lists none (it is
-    /// no Layers 2+3 item); its announced relays are registered, for
-    /// Layer 1.
+    /// pass's Sync+ outbox relays ([`RepoRelays::relays_of`]) that hold a
+    /// slot ([`SyncEngine::outbox_within_slots`]) — and registers those not
+    /// tracked yet. A held repository lists none (it is no Layers 2+3
+    /// item); its announced relays are registered, for Layer 1.
     fn list_repo_relays(&mut self, repo: &RepoRef) {
         let relays = if self.held.is_held(repo) {
             self.repos.set_repo_relays(repo, std::iter::empty());
             self.repo_relays.announced(repo).to_vec()
         } else {
             let relays = self.repo_relays.relays_of(repo);
+            let relays = self.outbox_within_slots(repo, relays);
             self.repos.set_repo_relays(repo, relays.iter().cloned());
             relays
         };
@@ -1512,6 +1520,45 @@ impl SyncEngine {
                 self.register_relay(relay, false);
             }
         }
+    }
+
+    /// Of `repo`'s relays, those that hold a slot or need none: announced
+    /// ones (their slots were granted with the announcement,
+    /// [`SyncEngine::relays_within_caps`]) and relays tracked already; a
+    /// Sync+ outbox relay not tracked yet takes a slot like an announced one
+    /// ([`RelaySlots::admission`], charged to `repo`'s owner and the
+    /// relay's network), so it yields like one. One refused waits: `repo` is
+    /// listed again at the next Sync+ pass.
+    fn outbox_within_slots(&mut self, repo: &RepoRef, relays: Vec<RelayUrl>) -> Vec<RelayUrl> {
+        let now = self.last_now();
+        let rules = self.slot_rules();
+        let author = *repo.pubkey();
+        let mut tracked = self.relays.tracked_count();
+        let mut refused = 0;
+        let mut kept = Vec::with_capacity(relays.len());
+        for relay in relays {
+            let needs_slot = self.relays.state(&relay).is_none()
+                && !self.repo_relays.announced(repo).contains(&relay);
+            if !needs_slot {
+                kept.push(relay);
+                continue;
+            }
+            match self.slots.admission(&relay, &author, tracked, rules, now) {
+                Admission::Granted => {
+                    self.slots.grant(relay.clone(), author, now);
+                    tracked += 1;
+                    kept.push(relay);
+                }
+                _ => refused += 1,
+            }
+        }
+        if refused == 0 {
+            self.outbox_waiting.shift_remove(repo);
+        } else if self.outbox_waiting.insert(repo.clone()) {
+            self.stats.relays_over_cap += refused;
+            debug!(%repo, left_out = refused, "Sync+ outbox relays wait for a slot");
+        }
+        kept
     }
 
     /// Gives relays waiting for a slot another chance, longest waiting
