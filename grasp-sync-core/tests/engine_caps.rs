@@ -383,6 +383,143 @@ fn an_honest_relay_keeps_its_slot_however_many_junk_relays_wait() {
     assert!(took.is_some(), "{}", world.dump());
 }
 
+/// Announcements of ours by `keys.len()` keys, `per_key` each, every one
+/// listing one relay that runs and answers every request with an EOSE and
+/// nothing else (it holds no event): the relay of key `k`'s `n`th
+/// announcement is `ws://junk-{k}-{n}.{domain(k)}.sim`. Returns the
+/// announcements and the relays.
+fn eose_junk(
+    keys: &[Keys],
+    per_key: usize,
+    domain: impl Fn(usize) -> String,
+    at: u64,
+) -> (Vec<Event>, Vec<sim::relay::SimRelay>) {
+    let own = own_url();
+    let (mut announcements, mut relays) = (Vec::new(), Vec::new());
+    for (k, key) in keys.iter().enumerate() {
+        for n in 0..per_key {
+            let name = format!("junk-{k}-{n}.{}", domain(k));
+            let relay = relay_url(&name);
+            let at = at + announcements.len() as u64;
+            announcements.push(events::announcement(
+                key,
+                &format!("junk-{n}"),
+                &[&own, &relay],
+                at,
+            ));
+            relays.push(sim_relay(&name, Vec::new()));
+        }
+    }
+    (announcements, relays)
+}
+
+/// How many relays the engine tracks whose host ends in `suffix`.
+fn tracked_under(world: &World, suffix: &str) -> usize {
+    world
+        .engine
+        .relay_reports()
+        .into_iter()
+        .filter(|report| {
+            report
+                .relay
+                .as_str()
+                .trim_end_matches('/')
+                .ends_with(suffix)
+        })
+        .count()
+}
+
+/// Issue 45, item 3: one server behind `*.evil.sim` answers EOSE to
+/// everything; 20 keys × 50 announcements list 1 000 of its names, the
+/// whole default [`Caps::max_relays`]. Every junk relay answers, so each
+/// would "serve" and, before slots were shared per network and earned by
+/// unique deliveries, hold its slot for good: the honest repository's relay
+/// waited forever. Now the domain holds its share
+/// ([`Caps::max_relays_per_network`], 100) and the honest relay, listed
+/// after the flood, is admitted and its issue synced within N = 2 minutes
+/// of virtual time (it takes one connection and one sync).
+#[test]
+fn eose_answering_junk_relays_of_one_domain_do_not_keep_an_honest_relay_out() {
+    let keys: Vec<Keys> = (0..20).map(|_| Keys::generate()).collect();
+    let at = UNIX_ORIGIN - 10_000;
+    let (junk, mut relays) = eose_junk(&keys, 50, |_| "evil".to_owned(), at);
+    assert_eq!(relays.len(), 1_000);
+    let (honest, sim) = honest_repository(at + 2_000);
+    relays.push(sim);
+    let mut world = World::new(config(), relays, junk);
+    index_repositories(&mut world, 1_000);
+    world.run_for(Duration::from_secs(60), STEPS);
+    let caps = world.engine.config().caps.clone();
+    let now = world.clock();
+    world
+        .engine
+        .handle_own_events(now, [honest.announcement.clone()]);
+    let took = time_to_sync(
+        &mut world,
+        &honest.relay,
+        &honest.issue.id,
+        Duration::from_secs(120),
+    );
+    assert!(took.is_some(), "{:?}", world.engine.stats());
+    assert_eq!(
+        tracked_under(&world, ".evil.sim"),
+        caps.max_relays_per_network,
+        "one domain's relays take its share of the slots, no more"
+    );
+    // And it keeps its slot: it delivered what no other relay did.
+    world.run_for(caps.relay_trial_period * 3, STEPS);
+    assert!(is_connected(&world, &honest.relay), "{}", world.dump());
+    assert!(!forgotten(&world, &honest.relay).1);
+}
+
+/// Issue 45, item 3, the slots earned: junk relays spread over as many
+/// domains and keys as fill every slot within every share, each answering
+/// EOSE to everything. Answering keeps no slot: a relay that delivered
+/// nothing no other relay did yields, once its trial period is over, to
+/// the honest relay waiting, which is admitted and synced within the trial
+/// period plus two disconnect checks (10 min + 2 min at the defaults).
+/// Caps scaled down (100 slots, 10 per author and per domain) to keep the
+/// run short; the rules are those of the defaults.
+#[test]
+fn eose_answering_junk_relays_yield_their_slots_to_an_honest_relay() {
+    let mut config = config();
+    config.caps.max_relays = 100;
+    config.caps.max_relays_per_author = 10;
+    config.caps.max_relays_per_network = 10;
+    let keys: Vec<Keys> = (0..10).map(|_| Keys::generate()).collect();
+    let at = UNIX_ORIGIN - 10_000;
+    let (junk, mut relays) = eose_junk(&keys, 10, |k| format!("evil{k}"), at);
+    let (honest, sim) = honest_repository(at + 2_000);
+    relays.push(sim);
+    let mut world = World::new(config, relays, junk);
+    index_repositories(&mut world, 100);
+    world.run_for(Duration::from_secs(60), STEPS);
+    let caps = world.engine.config().caps.clone();
+    assert_eq!(
+        world.engine.relay_reports().len(),
+        caps.max_relays,
+        "{}",
+        world.dump()
+    );
+    let confirmed = world
+        .engine
+        .relay_reports()
+        .into_iter()
+        .filter(|report| report.historic_confirmed)
+        .count();
+    assert_eq!(confirmed, caps.max_relays, "every junk relay answers");
+    let now = world.clock();
+    world
+        .engine
+        .handle_own_events(now, [honest.announcement.clone()]);
+    let bound =
+        caps.relay_trial_period + 2 * world.engine.config().timeouts.disconnect_check_interval;
+    let took = time_to_sync(&mut world, &honest.relay, &honest.issue.id, bound);
+    assert!(took.is_some(), "{}", world.dump());
+    assert!(world.engine.stats().relays_evicted >= 1);
+    assert_eq!(world.engine.relay_reports().len(), caps.max_relays);
+}
+
 #[test]
 fn root_events_of_too_many_unannounced_repositories_are_counted_not_indexed() {
     let user = Keys::generate();

@@ -497,3 +497,51 @@ fn a_flood_stays_within_the_caps_and_every_participant_is_reached_over_passes() 
     assert!(stats.sync_plus_list_relays_left_out >= 1_500 - 32);
     assert!(stats.sync_plus_passes > 1);
 }
+
+/// Issue 45, item 3: Sync+ outbox relays hold slots like announced ones.
+/// They counted toward `Caps::max_relays` without holding one, so a
+/// repository's participants could bring in relays beyond its owner's share
+/// and none of them ever yielded. Now an outbox relay not tracked yet takes
+/// a slot charged to the repository's owner (and its network): with a
+/// share of 5, the announced relay and 4 of the participant's 10 outbox
+/// relays are tracked, the rest wait, and what the admitted ones hold is
+/// synced.
+#[test]
+fn sync_plus_outbox_relays_hold_slots_within_the_owner_s_share() {
+    let owner = Keys::generate();
+    let user = Keys::generate();
+    let a = relay_url("a");
+    let announcement = events::announcement(&owner, "alpha", &[&own_url(), &a], at(0));
+    let repo = repo_ref(&owner, "alpha");
+    let issue = events::root(&user, 1621, &repo, "issue", at(1));
+    let outboxes: Vec<RelayUrl> = (0..10).map(|n| relay_url(&format!("out{n}"))).collect();
+    let list: Vec<&RelayUrl> = outboxes.iter().collect();
+    let on_a = vec![
+        announcement.clone(),
+        issue.clone(),
+        events::relay_list(&user, &list, &[], at(2)),
+    ];
+    let first_reply = events::reply(&user, &issue.id, "only on out0", at(3));
+    let mut relays = vec![sim_relay("a", on_a)];
+    for n in 0..10 {
+        let held = if n == 0 {
+            vec![first_reply.clone()]
+        } else {
+            Vec::new()
+        };
+        relays.push(sim_relay(&format!("out{n}"), held));
+    }
+    let mut cfg = config();
+    cfg.caps.max_relays_per_author = 5;
+    let share = cfg.caps.max_relays_per_author;
+    let mut world = World::new(cfg, relays, vec![announcement]);
+    sync_until_complete(&mut world, &[issue, first_reply]);
+    world.run_for(Duration::from_secs(120), STEPS);
+    let tracked: Vec<RelayUrl> = (world.engine.relay_reports().into_iter())
+        .map(|report| report.relay)
+        .filter(|relay| *relay != own_url())
+        .collect();
+    assert_eq!(tracked.len(), share, "{tracked:?}");
+    assert!(tracked.contains(&a));
+    assert!(world.engine.stats().relays_over_cap >= (outboxes.len() + 1 - share) as u64);
+}

@@ -321,16 +321,32 @@ pub struct Caps {
     /// until the author's relays free a slot. Default: 50
     /// (`NGIT_SYNC_MAX_RELAYS_PER_AUTHOR`).
     pub max_relays_per_author: usize,
+    /// Relays of one network may hold, of [`Caps::max_relays`]: a network
+    /// is a host name's registrable domain (`*.evil.example` is one), an
+    /// IPv4 literal's /24 or an IPv6 literal's /48. One server answering
+    /// under every name of a domain cannot take every slot, however many
+    /// keys list it. A relay over it waits (counted in
+    /// [`EngineStats::relays_over_cap`](super::EngineStats::relays_over_cap))
+    /// until a relay of its network frees a slot. Default: 100
+    /// (`NGIT_SYNC_MAX_RELAYS_PER_DOMAIN`).
+    pub max_relays_per_network: usize,
     /// How long a relay taken from an announcement may hold its slot
-    /// without serving anything of ours (delivering an event of ours, or
-    /// having its historic sync confirmed) while another relay waits for a
-    /// slot: after it, the relay yields its slot (counted in
-    /// [`EngineStats::relays_evicted`](super::EngineStats::relays_evicted))
-    /// and waits as long again before it may take one back. A relay that
-    /// serves never yields. Checked every
-    /// [`Timeouts::disconnect_check_interval`]. Default: 10 min
+    /// without earning it (see [`Caps::relay_earn_window`]) while another
+    /// relay waits for a slot: after it, the relay yields its slot (counted
+    /// in [`EngineStats::relays_evicted`](super::EngineStats::relays_evicted))
+    /// and waits as long again before it may take one back. Checked every
+    /// [`Timeouts::disconnect_check_interval`], so a relay waiting only for
+    /// a free slot is admitted within this plus two checks of the listing
+    /// while some slot is not earned. Default: 10 min
     /// (`NGIT_SYNC_RELAY_TRIAL_SECS`).
     pub relay_trial_period: Duration,
+    /// How long a relay keeps its slot after delivering an event of ours
+    /// that no other relay delivered first (a unique delivery). Answering
+    /// EOSE, or serving what other relays served already, earns nothing: a
+    /// relay that has not earned its slot within this window yields it to
+    /// one waiting once its trial period is over. Default: 24 h
+    /// (`NGIT_SYNC_RELAY_EARN_WINDOW_SECS`).
+    pub relay_earn_window: Duration,
     /// Repositories tracked that no announcement of ours names (root events
     /// may arrive before their announcement). Root events of further such
     /// repositories are counted in
@@ -372,7 +388,9 @@ impl Default for Caps {
             max_relays_per_announcement: 20,
             max_relays: 1_000,
             max_relays_per_author: 50,
+            max_relays_per_network: 100,
             relay_trial_period: Duration::from_secs(10 * 60),
+            relay_earn_window: Duration::from_secs(24 * 60 * 60),
             max_unannounced_repos: 10_000,
             received_ids_per_relay: 20_000,
             sent_replies_per_relay: 20_000,
@@ -522,6 +540,7 @@ impl EngineConfig {
             ("historic_slots", self.limits.historic_slots),
             ("max_relays", self.caps.max_relays),
             ("max_relays_per_author", self.caps.max_relays_per_author),
+            ("max_relays_per_network", self.caps.max_relays_per_network),
             (
                 "max_unconfirmed_store_bytes",
                 self.caps.max_unconfirmed_store_bytes,

@@ -20,11 +20,11 @@ use super::ours::{identifier, Layer1Verdict, Ours};
 use super::outbox::Outbox;
 use super::own_relay::{OwnOutcome, OwnSession};
 use super::relay_session::{Arrived, Ctx, NegFailure, RelaySession};
-use super::relay_slots::{Admission, RelaySlots, Service, SlotRules};
+use super::relay_slots::{Admission, RelaySlots, SlotRules};
 use super::relays::Relays;
 use super::stats::{HeldBytes, SyncPlusCounts};
 use super::stores::{Handover, StoreTracker};
-use super::sync_plus::{Joined, RepoRelays};
+use super::sync_plus::{Joined, RepoRelays, Role};
 use super::timer_table::{EngineTimer, TimerTable};
 use super::{
     Command, ConfigError, EngineConfig, EngineStats, RelayActivity, RelayLimits, RelayReport,
@@ -101,6 +101,9 @@ pub struct SyncEngine {
     /// one), longest waiting first: every relay they list within the
     /// per-announcement cap.
     over_cap: IndexMap<RepoRef, Vec<RelayUrl>>,
+    /// Repositories some of whose Sync+ outbox relays wait for a slot
+    /// ([`SyncEngine::outbox_within_slots`]): listed again each Sync+ pass.
+    outbox_waiting: IndexSet<RepoRef>,
     /// The slots of relays taken from announcements: whose, since when,
     /// whether they served ([`RelaySlots`]).
     slots: RelaySlots,
@@ -153,6 +156,7 @@ impl SyncEngine {
             deadlines: DeadlineTable::default(),
             refused_relays: Default::default(),
             over_cap: IndexMap::new(),
+            outbox_waiting: IndexSet::new(),
             slots: RelaySlots::default(),
             yielded_relays: HashSet::new(),
             history_planned: 0,
@@ -648,7 +652,6 @@ impl SyncEngine {
             return;
         };
         if self.admit_ours(now, relay, &event) {
-            self.slots.note_delivered(relay);
             self.store(now, relay, event, batch);
         }
     }
@@ -914,16 +917,13 @@ impl SyncEngine {
     /// `key` takes part in `repo` (the owner, a maintainer, or the author
     /// of an event admitted to its conversation); over the cap it is
     /// counted.
-    fn join(&mut self, repo: &RepoRef, key: PublicKey) {
-        if self
-            .repo_relays
-            .add_participant(repo, key, &self.config.sync_plus)
-            == Joined::OverCap
-        {
+    fn join(&mut self, repo: &RepoRef, key: PublicKey, role: Role) {
+        let joined = (self.repo_relays).add_participant(repo, key, role, &self.config.sync_plus);
+        if matches!(joined, Joined::OverCap | Joined::Displacing) {
             self.stats.sync_plus_participants_over_cap += 1;
             let count = self.stats.sync_plus_participants_over_cap;
             if count == 1 || count % 1_000 == 0 {
-                warn!(%repo, cap = self.config.sync_plus.max_participants_per_repo, not_remembered = count, "Sync+ participants not remembered: the repository has as many as it may");
+                warn!(%repo, cap = self.config.sync_plus.max_participants_per_repo, not_remembered = count, "Sync+ participants not remembered: the repository has as many as it may; the lowest-ranked give way to those who brought as much");
             } else {
                 debug!(%repo, "participant not remembered: the repository has as many as it may");
             }
@@ -951,7 +951,7 @@ impl SyncEngine {
             repos.extend(self.repos.repos_of_root_event(id));
         }
         for repo in repos {
-            self.join(&repo, event.pubkey);
+            self.join(&repo, event.pubkey, Role::Author);
         }
     }
 
@@ -994,6 +994,9 @@ impl SyncEngine {
     fn sync_plus_pass(&mut self, now: Now) {
         self.stats.sync_plus_passes += 1;
         self.repo_relays.next_pass(&self.config.sync_plus);
+        for repo in std::mem::take(&mut self.outbox_waiting) {
+            self.list_repo_relays(&repo);
+        }
         self.plan_repo_relay_changes(now);
     }
 
@@ -1086,9 +1089,13 @@ impl SyncEngine {
         let (relays, left_out) = self.relays_within_caps(&announcement.repo, allowed, now);
         self.note_left_out(&announcement.repo, left_out);
         self.set_repo_relays(&announcement.repo, relays, now);
-        self.join(&announcement.repo, *announcement.repo.pubkey());
+        self.join(
+            &announcement.repo,
+            *announcement.repo.pubkey(),
+            Role::Maintainer,
+        );
         for maintainer in announcement.maintainers {
-            self.join(&announcement.repo, maintainer);
+            self.join(&announcement.repo, maintainer, Role::Maintainer);
         }
     }
 
@@ -1166,6 +1173,9 @@ impl SyncEngine {
                 }
                 cx.stores
                     .hand_over(event.clone(), relay, batch, now.instant);
+                // No other relay delivered it lately: the relay earns its
+                // slot.
+                self.slots.note_unique_delivery(relay, now.instant);
                 self.emit(Command::Store {
                     relay: relay.clone(),
                     event,
@@ -1369,7 +1379,9 @@ impl SyncEngine {
         SlotRules {
             max_relays: caps.max_relays,
             per_author: caps.max_relays_per_author,
+            per_network: caps.max_relays_per_network,
             trial: caps.relay_trial_period,
+            earn_window: caps.relay_earn_window,
         }
     }
 
@@ -1419,6 +1431,7 @@ impl SyncEngine {
                 }
                 Admission::TotalFull => left.total_full += 1,
                 Admission::AuthorFull => left.author_full += 1,
+                Admission::NetworkFull => left.network_full += 1,
                 Admission::Benched => left.benched += 1,
             }
             waiting.push(relay);
@@ -1457,6 +1470,9 @@ impl SyncEngine {
                 debug!(%repo, %author, left_out = left.author_full, cap = caps.max_relays_per_author, "the author's relays hold its share of the slots");
             }
         }
+        if left.network_full > 0 {
+            debug!(%repo, left_out = left.network_full, cap = caps.max_relays_per_network, "the relays' networks (domains, address blocks) hold their share of the slots");
+        }
         if left.benched > 0 {
             debug!(%repo, left_out = left.benched, "relays that yielded their slot lately wait for their turn");
         }
@@ -1484,16 +1500,17 @@ impl SyncEngine {
     }
 
     /// Lists `repo`'s relays in the repository index — announced, and this
-    /// pass's Sync+ outbox relays ([`RepoRelays::relays_of`]) — and
-    /// registers those not tracked yet. A held repository lists none (it is
-    /// no Layers 2+3 item); its announced relays are registered, for
-    /// Layer 1.
+    /// pass's Sync+ outbox relays ([`RepoRelays::relays_of`]) that hold a
+    /// slot ([`SyncEngine::outbox_within_slots`]) — and registers those not
+    /// tracked yet. A held repository lists none (it is no Layers 2+3
+    /// item); its announced relays are registered, for Layer 1.
     fn list_repo_relays(&mut self, repo: &RepoRef) {
         let relays = if self.held.is_held(repo) {
             self.repos.set_repo_relays(repo, std::iter::empty());
             self.repo_relays.announced(repo).to_vec()
         } else {
             let relays = self.repo_relays.relays_of(repo);
+            let relays = self.outbox_within_slots(repo, relays);
             self.repos.set_repo_relays(repo, relays.iter().cloned());
             relays
         };
@@ -1503,6 +1520,45 @@ impl SyncEngine {
                 self.register_relay(relay, false);
             }
         }
+    }
+
+    /// Of `repo`'s relays, those that hold a slot or need none: announced
+    /// ones (their slots were granted with the announcement,
+    /// [`SyncEngine::relays_within_caps`]) and relays tracked already; a
+    /// Sync+ outbox relay not tracked yet takes a slot like an announced one
+    /// ([`RelaySlots::admission`], charged to `repo`'s owner and the
+    /// relay's network), so it yields like one. One refused waits: `repo` is
+    /// listed again at the next Sync+ pass.
+    fn outbox_within_slots(&mut self, repo: &RepoRef, relays: Vec<RelayUrl>) -> Vec<RelayUrl> {
+        let now = self.last_now();
+        let rules = self.slot_rules();
+        let author = *repo.pubkey();
+        let mut tracked = self.relays.tracked_count();
+        let mut refused = 0;
+        let mut kept = Vec::with_capacity(relays.len());
+        for relay in relays {
+            let needs_slot = self.relays.state(&relay).is_none()
+                && !self.repo_relays.announced(repo).contains(&relay);
+            if !needs_slot {
+                kept.push(relay);
+                continue;
+            }
+            match self.slots.admission(&relay, &author, tracked, rules, now) {
+                Admission::Granted => {
+                    self.slots.grant(relay.clone(), author, now);
+                    tracked += 1;
+                    kept.push(relay);
+                }
+                _ => refused += 1,
+            }
+        }
+        if refused == 0 {
+            self.outbox_waiting.shift_remove(repo);
+        } else if self.outbox_waiting.insert(repo.clone()) {
+            self.stats.relays_over_cap += refused;
+            debug!(%repo, left_out = refused, "Sync+ outbox relays wait for a slot");
+        }
+        kept
     }
 
     /// Gives relays waiting for a slot another chance, longest waiting
@@ -1534,10 +1590,11 @@ impl SyncEngine {
         gained
     }
 
-    /// Relays that served nothing of ours in their trial period yield their
-    /// slots ([`RelaySlots::yielding`]), one at a time, to the relays
-    /// waiting longest that only the total cap keeps out. A relay that
-    /// serves never yields, however many wait.
+    /// Relays that have not earned their slot (no unique delivery within
+    /// the earn window) and whose trial period is over yield their slots
+    /// ([`RelaySlots::yielding`]), one at a time, to the relays waiting
+    /// longest that only the total cap keeps out. Answering EOSE keeps no
+    /// slot; delivering what no other relay did keeps it.
     fn yield_slots_to_waiting(&mut self, now: Instant) {
         let rules = self.slot_rules();
         let waiting: Vec<RepoRef> = self.over_cap.keys().cloned().collect();
@@ -1545,7 +1602,7 @@ impl SyncEngine {
             while self.waits_for_a_free_slot(&repo, now) {
                 let yielding = self
                     .slots
-                    .yielding(now, rules, |relay| self.relay_service(relay))
+                    .yielding(now, rules, |relay| self.is_dead(relay))
                     .cloned();
                 let Some(relay) = yielding else {
                     return;
@@ -1576,15 +1633,10 @@ impl SyncEngine {
         })
     }
 
-    /// What the engine knows of `relay`'s service: confirmed, or dead.
-    fn relay_service(&self, relay: &RelayUrl) -> Service {
-        Service {
-            confirmed: self
-                .relays
-                .state(relay)
-                .is_some_and(|state| self.relay_confirmed(relay, state)),
-            dead: self.health_state(relay, self.last_now()) == HealthState::Dead,
-        }
+    /// `true` if `relay` fails to connect for long enough to count as
+    /// dead: a unique delivery before keeps it no slot.
+    fn is_dead(&self, relay: &RelayUrl) -> bool {
+        self.health_state(relay, self.last_now()) == HealthState::Dead
     }
 
     /// `relay` yields its slot: it is benched, forgotten (the driver closes
@@ -1596,7 +1648,7 @@ impl SyncEngine {
         let first = self.yielded_relays.len() < REFUSED_RELAYS_REMEMBERED
             && self.yielded_relays.insert(relay.clone());
         if first {
-            info!(%relay, author = ?author, "relay served nothing of ours in its trial period; it yields its slot to one waiting");
+            info!(%relay, author = ?author, "relay delivered nothing of ours that no other relay did, within its trial period and earn window; it yields its slot to one waiting");
         } else {
             debug!(%relay, author = ?author, "relay yields its slot again");
         }
@@ -2172,6 +2224,8 @@ struct LeftOut {
     total_full: usize,
     /// Waiting: the author holds its share.
     author_full: usize,
+    /// Waiting: the relay's network holds its share.
+    network_full: usize,
     /// Waiting: yielded a slot lately.
     benched: usize,
 }
@@ -2179,7 +2233,11 @@ struct LeftOut {
 impl LeftOut {
     /// How many relays were left out, whatever the reason.
     fn count(&self) -> usize {
-        self.over_announcement + self.total_full + self.author_full + self.benched
+        self.over_announcement
+            + self.total_full
+            + self.author_full
+            + self.network_full
+            + self.benched
     }
 }
 

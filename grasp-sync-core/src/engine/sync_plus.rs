@@ -16,8 +16,23 @@
 //! pass ([`RepoRelays::next_pass`]) the selection moves on through what is
 //! over the per-pass caps, so every participant and relay is reached over
 //! successive passes.
+//!
+//! Fair, never first come:
+//! - participants are ranked by what they brought ([`Participants`]): the
+//!   owner and maintainers first, then contributors by the events of theirs
+//!   admitted, then by arrival. A repository at its cap remembers a
+//!   newcomer in place of the lowest-ranked participant who brought no
+//!   more, so sockpuppets arriving first cannot keep a contributor out;
+//! - the global outbox cap is shared: each pass every repository with
+//!   outbox relays may take its share of the cap (the cap over those
+//!   repositories, at least one), in an order that starts where the cap
+//!   ran out the pass before; only then do repositories take what the
+//!   shares left over. Repositories listing many relays cannot hold the
+//!   cap, and every repository is reached within
+//!   `⌈repositories with outbox relays / max_relays⌉` passes.
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use indexmap::{IndexMap, IndexSet};
 use nostr::prelude::{Event, EventId, PublicKey, RelayUrl, Timestamp};
@@ -53,6 +68,13 @@ pub(crate) struct RepoRelays {
     participants_moved: bool,
     /// Outbox relays chosen but kept out by the global cap since then.
     kept_out: u64,
+    /// New outbox relays one repository may take of the global cap between
+    /// passes: its share as the last pass found it
+    /// ([`RepoRelays::next_pass`]).
+    share: usize,
+    /// Where the next pass starts choosing: the first repository the
+    /// global cap kept out of its share in the last pass.
+    rotation: usize,
 }
 
 /// What changed since the last [`RepoRelays::take_changes`].
@@ -76,8 +98,8 @@ pub(crate) struct RepoRelayChanges {
 #[derive(Debug, Default)]
 struct RepoEntry {
     announced: Vec<RelayUrl>,
-    /// In the order they joined (owner and maintainers first).
-    participants: IndexSet<PublicKey>,
+    /// Ranked by what they brought.
+    participants: Participants,
     /// Where this pass's window of participants starts.
     participant_offset: usize,
     /// Where this pass's window of the chosen participants' relays starts.
@@ -89,6 +111,126 @@ struct RepoEntry {
     chosen: Vec<PublicKey>,
     /// The outbox relays chosen this pass (admitted under the global cap).
     outbox: Vec<RelayUrl>,
+}
+
+/// How someone takes part in a repository
+/// ([`RepoRelays::add_participant`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Its owner or a maintainer its announcement names.
+    Maintainer,
+    /// The author of an event admitted to its conversation (once per
+    /// event).
+    Author,
+}
+
+/// What a participant brought to a repository: how they rank. Compared
+/// field by field: a maintainer above every contributor, then more events
+/// above fewer, then the earlier arrival above the later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Standing {
+    maintainer: bool,
+    /// Events of theirs admitted to the repository's conversation.
+    events: u64,
+    /// Arrival order, reversed: of equals, the earlier ranks higher.
+    earlier: Reverse<u64>,
+}
+
+impl Standing {
+    /// What counts against a newcomer at the cap: the role and the events,
+    /// not the arrival.
+    fn contribution(&self) -> (bool, u64) {
+        (self.maintainer, self.events)
+    }
+}
+
+/// What noting a participant did ([`Participants::note`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Noted {
+    /// New, remembered.
+    New,
+    /// New, remembered in place of this participant, forgotten: the lowest
+    /// ranked, who brought no more than the newcomer.
+    Displacing(PublicKey),
+    /// Known: their standing rose.
+    Known,
+    /// New, not remembered: at the cap, everyone brought more.
+    OverCap,
+}
+
+/// A repository's participants, ranked by what they brought ([`Standing`]).
+#[derive(Debug, Default)]
+struct Participants {
+    standing: HashMap<PublicKey, Standing>,
+    /// The same, lowest first.
+    ranked: BTreeSet<(Standing, PublicKey)>,
+    /// Participants noted new so far (the next arrival's order).
+    arrivals: u64,
+}
+
+impl Participants {
+    fn len(&self) -> usize {
+        self.standing.len()
+    }
+
+    /// Notes that `key` takes part as `role`: a known participant's
+    /// standing rises (a maintainer stays one; an author's events count
+    /// one more); a new one is remembered while fewer than `cap` are, and
+    /// at the cap in place of the lowest-ranked participant if that one
+    /// brought no more ([`Standing::contribution`]).
+    fn note(&mut self, key: PublicKey, role: Role, cap: usize) -> Noted {
+        if let Some(&old) = self.standing.get(&key) {
+            let mut raised = old;
+            match role {
+                Role::Maintainer => raised.maintainer = true,
+                Role::Author => raised.events = raised.events.saturating_add(1),
+            }
+            self.ranked.remove(&(old, key));
+            self.ranked.insert((raised, key));
+            self.standing.insert(key, raised);
+            return Noted::Known;
+        }
+        let standing = Standing {
+            maintainer: role == Role::Maintainer,
+            events: u64::from(role == Role::Author),
+            earlier: Reverse(self.arrivals),
+        };
+        let mut noted = Noted::New;
+        if self.len() >= cap {
+            let Some(&(lowest, low_key)) = self.ranked.first() else {
+                return Noted::OverCap;
+            };
+            if standing.contribution() < lowest.contribution() {
+                return Noted::OverCap;
+            }
+            self.ranked.remove(&(lowest, low_key));
+            self.standing.remove(&low_key);
+            noted = Noted::Displacing(low_key);
+        }
+        self.arrivals += 1;
+        self.standing.insert(key, standing);
+        self.ranked.insert((standing, key));
+        noted
+    }
+
+    /// Who is chosen this pass, `take` of them: the top quarter by rank
+    /// always (maintainers and the main contributors), the rest a window of
+    /// the others in rank order from `offset`, wrapping around.
+    fn choose(&self, offset: usize, take: usize) -> Vec<PublicKey> {
+        let ranked: Vec<PublicKey> = self.ranked.iter().rev().map(|(_, key)| *key).collect();
+        if ranked.len() <= take {
+            return ranked;
+        }
+        let leading = take / 4;
+        let others = &ranked[leading..];
+        let rotating = (0..take - leading).map(|step| others[(offset + step) % others.len()]);
+        ranked[..leading].iter().copied().chain(rotating).collect()
+    }
+
+    /// How far the window of [`Participants::choose`] moves each turn.
+    fn window_step(take: usize) -> usize {
+        take - take / 4
+    }
 }
 
 /// A participant's relay lists: the newest NIP-65 list and GRASP list.
@@ -123,10 +265,16 @@ pub(crate) enum Joined {
     Chosen,
     /// New, remembered for a later pass.
     Waiting,
-    /// Known already (or Sync+ is off, or the repository is not ours).
+    /// Known already (their contribution counted), or Sync+ is off, or the
+    /// repository is not ours.
     Known,
+    /// New, remembered in place of the lowest-ranked participant, who
+    /// brought no more and is forgotten: the repository has
+    /// [`SyncPlusConfig::max_participants_per_repo`].
+    Displacing,
     /// Not remembered: the repository has
-    /// [`SyncPlusConfig::max_participants_per_repo`] already.
+    /// [`SyncPlusConfig::max_participants_per_repo`] already, each of whom
+    /// brought more.
     OverCap,
 }
 
@@ -140,6 +288,7 @@ impl RepoRelays {
             } else {
                 Vec::new()
             },
+            share: config.relays_per_pass,
             ..RepoRelays::default()
         }
     }
@@ -218,29 +367,37 @@ impl RepoRelays {
         self.repos[position].announced = relays;
     }
 
-    /// Adds `key` to `repo`'s participants (the owner, a maintainer, or the
-    /// author of an event admitted to its conversation).
+    /// Notes that `key` takes part in `repo` as `role` (the owner or a
+    /// maintainer, or the author of an event admitted to its
+    /// conversation): ranked by what they brought ([`Participants::note`]);
+    /// a newcomer is chosen at once while this pass chose fewer than
+    /// [`SyncPlusConfig::participants_per_pass`].
     pub(crate) fn add_participant(
         &mut self,
         repo: &RepoRef,
         key: PublicKey,
+        role: Role,
         config: &SyncPlusConfig,
     ) -> Joined {
         if !self.enabled {
             return Joined::Known;
         }
-        let Some((position, _, entry)) = self.repos.get_full_mut(repo) else {
+        let Some(position) = self.repos.get_index_of(repo) else {
             return Joined::Known;
         };
-        if entry.participants.contains(&key) {
-            return Joined::Known;
-        }
-        if entry.participants.len() >= config.max_participants_per_repo {
-            return Joined::OverCap;
-        }
-        entry.participants.insert(key);
+        let cap = config.max_participants_per_repo;
+        let displaced = match self.repos[position].participants.note(key, role, cap) {
+            Noted::Known => return Joined::Known,
+            Noted::OverCap => return Joined::OverCap,
+            Noted::New => None,
+            Noted::Displacing(displaced) => Some(displaced),
+        };
         self.participant_of.entry(key).or_default().push(position);
-        if entry.chosen.len() < config.participants_per_pass {
+        if let Some(displaced) = displaced {
+            self.forget_participant(position, &displaced, config);
+        }
+        let entry = &mut self.repos[position];
+        let joined = if entry.chosen.len() < config.participants_per_pass {
             entry.chosen.push(key);
             self.newly_chosen.push((position, key));
             // Their lists may be known already (read for another
@@ -251,6 +408,30 @@ impl RepoRelays {
             Joined::Chosen
         } else {
             Joined::Waiting
+        };
+        if displaced.is_some() {
+            Joined::Displacing
+        } else {
+            joined
+        }
+    }
+
+    /// `key` no longer takes part in the repository at `position`: out of
+    /// its chosen (its relays go), and their relay lists are forgotten once
+    /// they take part nowhere.
+    fn forget_participant(&mut self, position: usize, key: &PublicKey, config: &SyncPlusConfig) {
+        if let Some(positions) = self.participant_of.get_mut(key) {
+            positions.retain(|&other| other != position);
+            if positions.is_empty() {
+                self.participant_of.remove(key);
+                self.lists.remove(key);
+            }
+        }
+        let entry = &mut self.repos[position];
+        let before = entry.chosen.len();
+        entry.chosen.retain(|chosen| chosen != key);
+        if entry.chosen.len() != before {
+            self.choose_relays(position, config);
         }
     }
 
@@ -325,7 +506,9 @@ impl RepoRelays {
     /// pass takes) and the relay window starts over. So every participant's
     /// lists are read and every relay they list is reached, over at most
     /// `⌈participants / participants_per_pass⌉ × ⌈relays of a window /
-    /// relays admitted per pass⌉` passes.
+    /// relays admitted per pass⌉` passes. Then every repository chooses its
+    /// outbox relays afresh under its share of the global cap
+    /// ([`RepoRelays::choose_all`]).
     pub(crate) fn next_pass(&mut self, config: &SyncPlusConfig) {
         if !self.enabled {
             return;
@@ -339,23 +522,66 @@ impl RepoRelays {
             } else if entry.admitted > 0 || candidates == 0 {
                 entry.relay_offset = 0;
                 let count = entry.participants.len();
-                if count > config.participants_per_pass {
+                let take = config.participants_per_pass;
+                if count > take {
                     entry.participant_offset =
-                        (entry.participant_offset + config.participants_per_pass) % count;
-                    entry.chosen = window(
-                        &entry.participants,
-                        entry.participant_offset,
-                        config.participants_per_pass,
-                    )
-                    .copied()
-                    .collect();
+                        (entry.participant_offset + Participants::window_step(take)) % count;
+                    entry.chosen = entry.participants.choose(entry.participant_offset, take);
                     self.participants_moved = true;
                 }
             }
             // Nothing admitted though relays wait (the global cap is full):
             // the same window waits for room.
-            self.choose_relays(position, config);
         }
+        self.choose_all(config);
+    }
+
+    /// Every repository chooses its outbox relays afresh, the global cap
+    /// ([`SyncPlusConfig::max_relays`]) shared: first each takes up to its
+    /// share of new relays ([`fair_share`] of the cap over the repositories
+    /// that have outbox relays), in an order starting where the cap ran out
+    /// last pass; then, in the same order, each takes what the shares left
+    /// over, up to its window. The first repository the cap kept out of its
+    /// share leads the next pass, so each is reached in turn.
+    fn choose_all(&mut self, config: &SyncPlusConfig) {
+        let count = self.repos.len();
+        if count == 0 {
+            return;
+        }
+        let before: Vec<Vec<RelayUrl>> = (self.repos.values_mut())
+            .map(|entry| std::mem::take(&mut entry.outbox))
+            .collect();
+        self.outbox.clear();
+        let active = (0..count)
+            .filter(|&position| !self.candidates(position).is_empty())
+            .count();
+        self.share = fair_share(config.max_relays, active);
+        let start = self.rotation % count;
+        let order: Vec<usize> = (0..count).map(|step| (start + step) % count).collect();
+        let mut first_kept_out = None;
+        for &position in &order {
+            let choice = self.admit_window(position, self.share, config);
+            if choice.kept_out > 0 && first_kept_out.is_none() {
+                first_kept_out = Some(position);
+            }
+            self.repos[position].outbox = choice.relays;
+        }
+        for &position in &order {
+            for relay in std::mem::take(&mut self.repos[position].outbox) {
+                self.release_outbox(&relay);
+            }
+            let choice = self.admit_window(position, config.relays_per_pass, config);
+            self.kept_out += choice.kept_out as u64;
+            self.repos[position].outbox = choice.relays;
+        }
+        for (position, old) in before.into_iter().enumerate() {
+            let entry = &mut self.repos[position];
+            entry.admitted = entry.outbox.len();
+            if entry.outbox != old {
+                self.changed.insert(position);
+            }
+        }
+        self.rotation = first_kept_out.unwrap_or(start);
     }
 
     /// What changed since the last call, and forgets it.
@@ -455,41 +681,63 @@ impl RepoRelays {
         candidates
     }
 
-    /// Chooses the repository at `position`'s outbox relays for this pass:
-    /// of its candidates ([`RepoRelays::candidates`]), a window of
-    /// [`SyncPlusConfig::relays_per_pass`] from its relay offset, each
-    /// admitted if another repository chose it already or the outbox relays
-    /// are fewer than [`SyncPlusConfig::max_relays`]. A change, and how
-    /// many the global cap kept out, are recorded for
+    /// Chooses the repository at `position`'s outbox relays again between
+    /// passes (a list or a participant changed): up to its share of new
+    /// relays as the last pass found it ([`RepoRelays::admit_window`]). A
+    /// change, and how many the global cap kept out, are recorded for
     /// [`RepoRelays::take_changes`].
     fn choose_relays(&mut self, position: usize, config: &SyncPlusConfig) {
-        let candidates = self.candidates(position);
-        let offset = self.repos[position].relay_offset;
-        let wanted: Vec<RelayUrl> = (candidates.iter().skip(offset))
-            .take(config.relays_per_pass)
-            .map(|relay| (*relay).clone())
-            .collect();
         let old = std::mem::take(&mut self.repos[position].outbox);
         for relay in &old {
             self.release_outbox(relay);
         }
-        let mut over_cap = 0;
-        let mut chosen = Vec::new();
-        for relay in wanted {
-            if self.outbox.contains_key(&relay) || self.outbox.len() < config.max_relays {
-                *self.outbox.entry(relay.clone()).or_insert(0) += 1;
-                chosen.push(relay);
-            } else {
-                over_cap += 1;
-            }
-        }
-        if chosen != old {
+        let choice = self.admit_window(position, self.share, config);
+        if choice.relays != old {
             self.changed.insert(position);
         }
-        self.kept_out += over_cap;
+        self.kept_out += choice.kept_out as u64;
         let entry = &mut self.repos[position];
-        entry.admitted = chosen.len();
-        entry.outbox = chosen;
+        entry.admitted = choice.relays.len();
+        entry.outbox = choice.relays;
+    }
+
+    /// Admits, of the repository at `position`'s candidates
+    /// ([`RepoRelays::candidates`]), the window of
+    /// [`SyncPlusConfig::relays_per_pass`] from its relay offset, in order,
+    /// until one is refused: a relay another repository chose already
+    /// costs nothing; a new one needs room under
+    /// [`SyncPlusConfig::max_relays`] and is one of at most `new_limit`.
+    /// What is admitted is a prefix of the window, so the next pass moves
+    /// the window on by as many. The caller sets the repository's outbox.
+    fn admit_window(
+        &mut self,
+        position: usize,
+        new_limit: usize,
+        config: &SyncPlusConfig,
+    ) -> Choice {
+        let offset = self.repos[position].relay_offset;
+        let wanted: Vec<RelayUrl> = (self.candidates(position).into_iter().skip(offset))
+            .take(config.relays_per_pass)
+            .cloned()
+            .collect();
+        let mut choice = Choice::default();
+        let mut new = 0;
+        for (n, relay) in wanted.iter().enumerate() {
+            let known = self.outbox.contains_key(relay);
+            if !known {
+                let cap_full = self.outbox.len() >= config.max_relays;
+                if cap_full || new >= new_limit {
+                    if cap_full {
+                        choice.kept_out = wanted.len() - n;
+                    }
+                    break;
+                }
+                new += 1;
+            }
+            *self.outbox.entry(relay.clone()).or_insert(0) += 1;
+            choice.relays.push(relay.clone());
+        }
+        choice
     }
 
     /// One repository fewer chooses `relay`.
@@ -503,10 +751,21 @@ impl RepoRelays {
     }
 }
 
-/// `take` items of `items` from `offset` on, wrapping around, each once.
-fn window<T>(items: &IndexSet<T>, offset: usize, take: usize) -> impl Iterator<Item = &T> {
-    let len = items.len();
-    (0..take.min(len)).filter_map(move |step| items.get_index((offset + step) % len))
+/// What [`RepoRelays::admit_window`] admitted of a repository's window.
+#[derive(Debug, Default)]
+struct Choice {
+    /// The outbox relays admitted, a prefix of the window.
+    relays: Vec<RelayUrl>,
+    /// Relays of the window the global cap kept out.
+    kept_out: usize,
+}
+
+/// New outbox relays each of `active` repositories may take of a global cap
+/// of `max_relays` before any takes more: an equal share, at least one (so
+/// with more repositories than the cap, the pass reaches `max_relays` of
+/// them and the next pass the following ones).
+fn fair_share(max_relays: usize, active: usize) -> usize {
+    (max_relays / active.max(1)).max(1)
 }
 
 #[cfg(test)]

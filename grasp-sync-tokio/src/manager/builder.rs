@@ -80,7 +80,9 @@ struct EnvSettings {
     max_message_bytes: Option<u64>,
     max_relays: Option<u64>,
     max_relays_per_author: Option<u64>,
+    max_relays_per_network: Option<u64>,
     relay_trial_period: Option<Duration>,
+    relay_earn_window: Option<Duration>,
     /// `NGIT_SYNC_DISABLE_NEGENTROPY`: `Some(true)` turns NIP-77 off.
     disable_negentropy: Option<bool>,
     sync_plus: SyncPlusSettings,
@@ -160,7 +162,10 @@ impl EnvSettings {
             max_message_bytes: env_number("NGIT_SYNC_MAX_MESSAGE_BYTES")?,
             max_relays: env_number("NGIT_SYNC_MAX_RELAYS")?,
             max_relays_per_author: env_number("NGIT_SYNC_MAX_RELAYS_PER_AUTHOR")?,
+            max_relays_per_network: env_number("NGIT_SYNC_MAX_RELAYS_PER_DOMAIN")?,
             relay_trial_period: env_number("NGIT_SYNC_RELAY_TRIAL_SECS")?.map(Duration::from_secs),
+            relay_earn_window: env_number("NGIT_SYNC_RELAY_EARN_WINDOW_SECS")?
+                .map(Duration::from_secs),
             disable_negentropy: env_switch(env, "NGIT_SYNC_DISABLE_NEGENTROPY")?,
             sync_plus: SyncPlusSettings::read(env)?,
         })
@@ -194,8 +199,14 @@ impl EnvSettings {
         if let Some(relays) = self.max_relays_per_author {
             config.caps.max_relays_per_author = usize::try_from(relays).unwrap_or(usize::MAX);
         }
+        if let Some(relays) = self.max_relays_per_network {
+            config.caps.max_relays_per_network = usize::try_from(relays).unwrap_or(usize::MAX);
+        }
         if let Some(period) = self.relay_trial_period {
             config.caps.relay_trial_period = period;
+        }
+        if let Some(window) = self.relay_earn_window {
+            config.caps.relay_earn_window = window;
         }
         if let Some(disable) = self.disable_negentropy {
             config.negentropy = !disable;
@@ -500,8 +511,10 @@ impl SyncManagerBuilder {
     /// (`Caps::max_bad_events`) and `NGIT_SYNC_MAX_MESSAGE_BYTES`
     /// ([`ConnectionConfig::max_message_size`] and `max_frame_size`), and the
     /// relay slots: `NGIT_SYNC_MAX_RELAYS` (`Caps::max_relays`),
-    /// `NGIT_SYNC_MAX_RELAYS_PER_AUTHOR` (`Caps::max_relays_per_author`) and
-    /// `NGIT_SYNC_RELAY_TRIAL_SECS` (`Caps::relay_trial_period`),
+    /// `NGIT_SYNC_MAX_RELAYS_PER_AUTHOR` (`Caps::max_relays_per_author`),
+    /// `NGIT_SYNC_MAX_RELAYS_PER_DOMAIN` (`Caps::max_relays_per_network`),
+    /// `NGIT_SYNC_RELAY_TRIAL_SECS` (`Caps::relay_trial_period`) and
+    /// `NGIT_SYNC_RELAY_EARN_WINDOW_SECS` (`Caps::relay_earn_window`),
     /// `NGIT_SYNC_DISABLE_NEGENTROPY` (a switch like the next: on turns
     /// NIP-77 off, `EngineConfig::negentropy`), and GRASP-03 Sync+ (`SyncPlusConfig`): `NGIT_SYNC_PLUS_ENABLED` (a
     /// switch: `1` / `0`, or `true` / `false` like the reference GRASP
@@ -694,7 +707,9 @@ mod tests {
             max_message_bytes: Some(4_000),
             max_relays: Some(300),
             max_relays_per_author: Some(12),
+            max_relays_per_network: Some(7),
             relay_trial_period: Some(Duration::from_secs(90)),
+            relay_earn_window: Some(Duration::from_secs(3_600)),
             disable_negentropy: None,
             sync_plus: SyncPlusSettings::default(),
         };
@@ -726,9 +741,17 @@ mod tests {
             (
                 config.caps.max_relays,
                 config.caps.max_relays_per_author,
-                config.caps.relay_trial_period
+                config.caps.max_relays_per_network,
+                config.caps.relay_trial_period,
+                config.caps.relay_earn_window
             ),
-            (300, 12, Duration::from_secs(90))
+            (
+                300,
+                12,
+                7,
+                Duration::from_secs(90),
+                Duration::from_secs(3_600)
+            )
         );
         let mut connection = ConnectionConfig::default();
         env.apply_connection(&mut connection);
