@@ -1,10 +1,8 @@
 //! The bridge: the sync's store over the relay's database (delivering synced
-//! events to its live subscribers), the write policy that reports accepted
-//! announcements and root events to the sync, purgatory's announcements.
+//! events to its live subscribers), the relay's database wrapped to report
+//! the announcements and root events it stores to the sync, purgatory's
+//! announcements.
 
-use std::future::Future;
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
@@ -16,42 +14,55 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::convert::{event_from_r44, event_to_r44, filter_to_r44, id_to_r44, item_from_r44};
+use crate::report::{self, Handoff, ReportingDatabase};
 
-/// Kinds the sync must hear about when the relay accepts them.
-const OWN_KINDS: [u16; 4] = [30617, 1617, 1618, 1621];
-/// Accepted events waiting to be handed to the sync.
-const ACCEPTED_QUEUE: usize = 4096;
+/// Stored events waiting to be handed to the sync, by default.
+const REPORT_QUEUE: usize = 4096;
 
 /// Ties one relay-builder relay to the sync. See the [crate docs](crate).
 #[derive(Debug)]
 pub struct Bridge {
     database: Arc<dyn r44::NostrDatabase>,
-    accepted: mpsc::Sender<Event>,
-    pending: Mutex<Option<mpsc::Receiver<Event>>>,
+    handoff: Arc<Handoff>,
+    pending: Mutex<Option<mpsc::Receiver<r44::Event>>>,
 }
 
 impl Bridge {
-    /// A bridge over the relay's `database` (the one given to its builder).
+    /// A bridge over the relay's `database`; give the relay
+    /// [`Bridge::database`] (this one, reporting what it stores).
     pub fn new(database: Arc<dyn r44::NostrDatabase>) -> Self {
-        let (accepted, pending) = mpsc::channel(ACCEPTED_QUEUE);
+        Bridge::with_report_queue(database, REPORT_QUEUE)
+    }
+
+    /// A bridge holding up to `capacity` stored events (at least one) for
+    /// the sync (4096 with [`Bridge::new`]). When the sync falls further
+    /// behind, the relay still stores at full speed and the overflow is
+    /// re-read from the database once the sync reads again.
+    pub fn with_report_queue(database: Arc<dyn r44::NostrDatabase>, capacity: usize) -> Self {
+        let (handoff, pending) = Handoff::new(capacity);
         Bridge {
             database,
-            accepted,
+            handoff,
             pending: Mutex::new(Some(pending)),
         }
     }
 
-    /// The relay's write policy: accepts what the relay would, and reports
-    /// accepted announcements and root events to the sync. Wrap it in your
-    /// own policy if the relay refuses some events.
-    pub fn write_policy(&self) -> ForwardAccepted {
-        ForwardAccepted {
-            accepted: self.accepted.clone(),
-        }
+    /// The database to give the relay's builder
+    /// ([`RelayBuilder::database`](r44::RelayBuilder::database)): the
+    /// relay's own, reporting each announcement and root event (30617,
+    /// 1617, 1618, 1621) the relay **stored** (after all its write policies
+    /// and its duplicate and deletion checks) to the sync, without ever
+    /// making the relay wait.
+    pub fn database(&self) -> Arc<dyn r44::NostrDatabase> {
+        Arc::new(ReportingDatabase::new(
+            self.database.clone(),
+            self.handoff.clone(),
+        ))
     }
 
     /// The sync's store: saves into the relay's database and delivers each
-    /// new event to the relay's live subscribers.
+    /// new event to the relay's live subscribers (the sync is not told of
+    /// its own writes).
     pub fn store(&self, relay: r44::LocalRelay) -> RelayBuilderStore {
         RelayBuilderStore {
             database: self.database.clone(),
@@ -66,58 +77,33 @@ impl Bridge {
         }
     }
 
-    /// Hands what the write policy reports to `own_events` (the manager's
-    /// [`own_events_sender`](grasp_sync_tokio::SyncManager::own_events_sender)).
-    /// Call it once, inside the runtime.
+    /// Hands what the relay stores to `own_events` (the manager's
+    /// [`own_events_sender`](grasp_sync_tokio::SyncManager::own_events_sender)),
+    /// in the order stored; what overflowed the queue follows, re-read from
+    /// the database. Call it once, inside the runtime.
     pub fn forward_accepted_to(&self, own_events: mpsc::Sender<Event>) {
         let pending = self
             .pending
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        let Some(mut accepted) = pending else {
+        let Some(queue) = pending else {
             warn!("forward_accepted_to called twice; the first call forwards");
             return;
         };
-        tokio::spawn(async move {
-            while let Some(event) = accepted.recv().await {
-                if own_events.send(event).await.is_err() {
-                    return;
-                }
-            }
-        });
+        tokio::spawn(report::forward(
+            self.handoff.clone(),
+            queue,
+            self.database.clone(),
+            own_events,
+        ));
     }
-}
 
-/// The relay's write policy reporting accepted events to the sync.
-#[derive(Debug, Clone)]
-pub struct ForwardAccepted {
-    accepted: mpsc::Sender<Event>,
-}
-
-type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-impl r44::WritePolicy for ForwardAccepted {
-    fn admit_event<'a>(
-        &'a self,
-        event: &'a r44::Event,
-        _addr: &'a SocketAddr,
-    ) -> Boxed<'a, r44::PolicyResult> {
-        Box::pin(async move {
-            if OWN_KINDS.contains(&event.kind.as_u16()) {
-                match event_from_r44(event) {
-                    Ok(event) => {
-                        // Waits for room rather than dropping: the sync
-                        // must hear of every accepted announcement.
-                        if self.accepted.send(event).await.is_err() {
-                            warn!("the sync stopped; accepted event not reported");
-                        }
-                    }
-                    Err(error) => warn!(%error, "accepted event not reported to the sync"),
-                }
-            }
-            r44::PolicyResult::Accept
-        })
+    /// How many stored events overflowed the queue while the sync was not
+    /// reading, since the bridge was made: each was re-read from the
+    /// database and reported, none lost.
+    pub fn overflowed_reports(&self) -> u64 {
+        self.handoff.overflowed()
     }
 }
 

@@ -7,9 +7,11 @@
 //! - [`Bridge::store`]: the sync's [`EventStore`](grasp_sync_core::store::EventStore) over the relay's
 //!   database; a synced event is saved **and** delivered to the relay's
 //!   live subscribers.
-//! - [`Bridge::write_policy`]: a write policy for the relay that hands every
-//!   announcement and root event it accepts (30617, 1617, 1618, 1621) to the
-//!   sync (the in-process self-subscription).
+//! - [`Bridge::database`]: the relay's database, to give its builder: it
+//!   hands every announcement and root event the relay **stored** (30617,
+//!   1617, 1618, 1621; after the relay's write policies, duplicate and
+//!   deletion checks) to the sync (the in-process self-subscription), and
+//!   never makes the relay wait for the sync.
 //! - [`Bridge::announcements`]: purgatory's source of clone URLs, the
 //!   relay's database.
 //! - [`supported_grasps`]: what the host's NIP-11 document lists in
@@ -27,12 +29,8 @@
 //!     events: true,
 //!     max_events: None,
 //! }));
-//! let bridge = Bridge::new(database.clone());
-//! let relay = r44::LocalRelay::new(
-//!     r44::RelayBuilder::default()
-//!         .database(database)
-//!         .write_policy(bridge.write_policy()),
-//! );
+//! let bridge = Bridge::new(database);
+//! let relay = r44::LocalRelay::new(r44::RelayBuilder::default().database(bridge.database()));
 //! // Purgatory: states and PRs wait for their commits in /srv/git.
 //! let purgatory = Purgatory::builder()
 //!     .announcements(Arc::new(bridge.announcements()))
@@ -59,10 +57,12 @@
 mod bridge;
 pub mod convert;
 mod grasps;
+mod report;
 
-pub use bridge::{Bridge, ForwardAccepted, RelayBuilderAnnouncements, RelayBuilderStore};
+pub use bridge::{Bridge, RelayBuilderAnnouncements, RelayBuilderStore};
 pub use convert::ConvertError;
 pub use grasps::supported_grasps;
+pub use report::ReportingDatabase;
 
 /// The relay builder's types (nostr 0.44), under one name.
 pub mod r44 {

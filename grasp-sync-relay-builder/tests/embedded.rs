@@ -25,12 +25,11 @@ async fn synced_events_reach_the_embedding_relays_subscribers() {
         events: true,
         max_events: None,
     }));
-    let bridge = Bridge::new(database.clone());
+    let bridge = Bridge::new(database);
     let relay = r44::LocalRelay::new(
         r44::RelayBuilder::default()
             .addr(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
-            .database(database)
-            .write_policy(bridge.write_policy()),
+            .database(bridge.database()),
     );
     // Binds and spawns its accept loop.
     relay.run().await.expect("the relay listens");
@@ -85,7 +84,7 @@ async fn synced_events_reach_the_embedding_relays_subscribers() {
         )
         .await;
     // The repository's announcement is published to the embedding relay:
-    // the write policy reports it to the sync.
+    // the bridge reports it to the sync once stored.
     let mut publisher = connect_client(&url).await;
     let (accepted, message) = publisher.publish(&alpha).await;
     assert!(accepted, "{message}");

@@ -305,7 +305,7 @@ fn introduce(world: &World, data: &dataset::DataSet, expected: usize, setup: Dur
 }
 
 /// The maintainers publish their announcements to the own relay: the relay
-/// accepts them and its write policy hands them to the sync.
+/// stores them and its bridge hands them to the sync.
 async fn publish_announcements(own: &RelayUrl, announcements: &[Event]) -> Result<(), String> {
     let mut client = relay_support::try_connect_client(own).await?;
     for announcement in announcements {

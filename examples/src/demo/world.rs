@@ -51,8 +51,7 @@ impl OwnRelay {
         let relay = r44::LocalRelay::new(
             r44::RelayBuilder::default()
                 .addr(LOCALHOST)
-                .database(database.clone())
-                .write_policy(bridge.write_policy()),
+                .database(bridge.database()),
         );
         relay
             .run()
