@@ -351,9 +351,19 @@ impl PurgatoryStore {
         *events = staying;
         let moved = moving.len();
         for held in moving {
-            let bytes = self.bytes_of(&held.event.id);
-            let mut placed = false;
+            let id = held.event.id;
+            let bytes = self.bytes_of(&id);
+            // Held elsewhere too (it arrived again for its own repository): the copy
+            // leaving `from` was one of several.
+            let elsewhere = self.copies.get(&id).copied().unwrap_or(0) > 0;
+            if elsewhere {
+                self.drop_copy_count(&id, bytes);
+            }
+            let mut placed = elsewhere;
             for home in to {
+                if self.holds(home, &id) {
+                    continue;
+                }
                 let mut copy = held.clone();
                 copy.repo = home.clone();
                 let outcome = if placed {
@@ -425,6 +435,17 @@ impl PurgatoryStore {
         let old = self.by_repo.get_mut(&held.repo)?.remove(index);
         self.forget_event(&old, Removal::Replaced);
         Some(old.event.id)
+    }
+
+    /// One copy of the event `id` (of `bytes`) fewer.
+    fn drop_copy_count(&mut self, id: &EventId, bytes: usize) {
+        if let Some(copies) = self.copies.get_mut(id) {
+            *copies = copies.saturating_sub(1);
+            if *copies == 0 {
+                self.copies.remove(id);
+            }
+            self.copy_bytes = self.copy_bytes.saturating_sub(bytes);
+        }
     }
 
     /// Whether `repo` holds the event `id`.
@@ -643,13 +664,9 @@ impl PurgatoryStore {
     /// it again, and release or expire it again).
     /// A copy of an event held for several repositories only leaves its repository.
     fn forget_event(&mut self, held: &HeldEvent, why: Removal) {
-        if let Some(copies) = self.copies.get_mut(&held.event.id) {
-            *copies -= 1;
-            if *copies == 0 {
-                self.copies.remove(&held.event.id);
-            }
+        if self.copies.contains_key(&held.event.id) {
             let bytes = self.bytes_of(&held.event.id);
-            self.copy_bytes = self.copy_bytes.saturating_sub(bytes);
+            self.drop_copy_count(&held.event.id, bytes);
             self.take_repo_bytes(&held.repo, bytes);
             self.sweeps.request(held.repo.clone());
             return;

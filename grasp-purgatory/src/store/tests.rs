@@ -589,3 +589,24 @@ fn copies_expire_once_and_never_count_twice_against_their_author() {
         .insert(held(state(&co, "s", &[&ids::oid(2)], 10), 100))
         .unwrap();
 }
+
+#[test]
+fn a_state_arriving_again_for_its_author_spreads_to_no_home_twice() {
+    let (co, victim) = (Keys::generate(), Keys::generate());
+    let mut store = PurgatoryStore::new();
+    let event = state(&co, "r", &[&ids::oid(1)], 10);
+    let (own, victims) = (repo(&co, "r"), repo(&victim, "r"));
+    store.insert(held(event.clone(), 0)).unwrap();
+    store.spread_repository(&own, std::slice::from_ref(&victims));
+    // The same event from another relay: held for its author's repository again,
+    // then spread again.
+    assert_eq!(store.insert(held(event.clone(), 0)).unwrap(), Inserted::New);
+    store.spread_repository(&own, std::slice::from_ref(&victims));
+    assert_eq!(store.events(&victims).len(), 1, "one copy per repository");
+    assert!(!store.has_pending(&own));
+    store.mark_present(&victims, [oid(1)]);
+    let released = store.begin_release(&victims, NOW, EXPIRY);
+    store.finish_release(&victims, &[released[0].event.id]);
+    assert!(store.is_empty());
+    assert_eq!(store.bytes(), 0);
+}
