@@ -1,7 +1,8 @@
 //! The caps on what strangers make us do, against real relays on
 //! 127.0.0.1: an announcement listing 1 000 relays leads to at most the
 //! configured number of connections, and the refused rest is counted; junk
-//! relays that serve nothing yield their slots to an honest one.
+//! relays that serve nothing, or answer EOSE and deliver nothing no other
+//! relay did, yield their slots to an honest one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -147,6 +148,100 @@ async fn junk_relays_yield_their_slots_to_an_honest_relay() {
     })
     .await
     .expect("the honest relay is synced and junk relays yield their slots");
+    shutdown.shutdown();
+    let summary = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(summary.engine.relays_evicted >= 1, "{summary:?}");
+    assert!(honest.connections_seen() >= 1);
+}
+
+/// Issue 45, item 3, against real relays: junk relays that answer every
+/// request (one real, empty relay behind 12 listed URLs, its paths telling
+/// them apart) take every slot, and each one's sync is confirmed. Answering
+/// EOSE used to count as serving, and a serving relay never yielded: the
+/// honest relay announced afterwards waited forever. Now a slot is kept
+/// only by delivering what no other relay did: the junk relays yield once
+/// their trial period (2 s here) is over, and the honest relay is synced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eose_answering_junk_relays_yield_their_slots_to_an_honest_relay() {
+    let own = TestRelay::start(TestRelayConfig::default()).await;
+    let junk_server = TestRelay::start(TestRelayConfig::default()).await;
+    let honest = TestRelay::start(TestRelayConfig::default()).await;
+    let base_url = junk_server.url().as_str().trim_end_matches('/').to_owned();
+    let base = Timestamp::now().as_secs() - 1_000;
+    let own_url = own.url();
+    // 3 keys × 4 announcements, one junk relay each.
+    let mut flood = Vec::new();
+    for k in 0..3 {
+        let key = Keys::generate();
+        for n in 0..4 {
+            let junk = RelayUrl::parse(&format!("{base_url}/junk-{k}-{n}")).unwrap();
+            let at = base + flood.len() as u64;
+            flood.push(announcement(
+                &key,
+                &format!("junk-{n}"),
+                &[&own_url, &junk],
+                at,
+            ));
+        }
+    }
+    own.add_events(&flood).await;
+    let owner = Keys::generate();
+    let honest_url = honest.url();
+    let ours = announcement(&owner, "honest", &[&own_url, &honest_url], base + 100);
+    let issue = root(
+        &owner,
+        1621,
+        &coordinate(&owner.public_key(), "honest"),
+        "issue",
+        base + 101,
+    );
+    honest.add_events(&[ours.clone(), issue.clone()]).await;
+
+    // Ten slots for twelve junk relays. Every relay here is on 127.0.0.1,
+    // one network: its share is lifted so that only earning is at stake.
+    let mut config = loopback_engine_config();
+    config.caps.max_relays = 10;
+    config.caps.max_relays_per_network = 1_000;
+    config.caps.relay_trial_period = Duration::from_secs(2);
+    config.timeouts.disconnect_check_interval = Duration::from_millis(500);
+    let manager = SyncManager::builder()
+        .own_relay(own.url())
+        .engine_config(config)
+        .store(Arc::new(RelayStore::new(
+            own.url(),
+            Duration::from_secs(10),
+        )))
+        .build()
+        .unwrap();
+    let registry = manager.registry().clone();
+    let mut status = manager.status();
+    let shutdown = manager.shutdown_handle();
+    let run = tokio::spawn(manager.run());
+    tokio::time::timeout(WAIT, async {
+        status
+            .wait_for(|status| status.historic_sync_complete && status.relays_connected >= 10)
+            .await
+            .map(|_| ())
+    })
+    .await
+    .expect("junk relays fill every slot and answer")
+    .expect("manager running");
+    // The honest repository is announced only now (live to the sync).
+    own.publish(&ours).await;
+    let evicted = || counter_value(&registry, "grasp_sync_refused_total", "relays_evicted");
+    tokio::time::timeout(WAIT, async {
+        loop {
+            if own.event_ids().await.contains(&issue.id) && evicted() >= 1.0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the honest relay is admitted and synced, junk relays yielding");
     shutdown.shutdown();
     let summary = tokio::time::timeout(Duration::from_secs(5), run)
         .await
