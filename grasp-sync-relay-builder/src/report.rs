@@ -200,7 +200,7 @@ impl r44::NostrDatabase for ReportingDatabase {
 
 /// Hands the queued reports, and the re-reads of what overflowed, to the
 /// sync's `own_events`, waiting for room there (only this task waits, never
-/// the relay). Ends when the sync stops reading.
+/// the relay). Ends when the sync drops its receiver.
 pub(crate) async fn forward(
     handoff: Arc<Handoff>,
     mut queue: mpsc::Receiver<r44::Event>,
@@ -214,6 +214,7 @@ pub(crate) async fn forward(
                 Some(event) => report(&event, &own_events).await,
                 None => return,
             },
+            () = own_events.closed() => false,
             () = handoff.lagged.notified() => match handoff.take_missed() {
                 Some(missed) => match reread(missed, database.as_ref(), &own_events).await {
                     Ok(delivered) => delivered,
