@@ -8,6 +8,7 @@ use grasp_sync_core::purgatory::{
 };
 
 use crate::git::GitFetcherConfig;
+use crate::serve::DEFAULT_MAX_PULL_REQUEST_TIPS;
 use crate::store::HeldLimits;
 
 /// The environment variables [`PurgatoryConfig::apply_env`] reads, with the setting each
@@ -79,6 +80,10 @@ pub const ENV_VARIABLES: &[(&str, &str)] = &[
         "distinct clone URLs one attempt of a repository tries; the rest are counted and left out (32)",
     ),
     (
+        "NGIT_PURGATORY_MAX_PULL_REQUEST_TIPS",
+        "pull request tips served per repository (refs/nostr/<id>), the newest; the rest are left out and logged (10000)",
+    ),
+    (
         "NGIT_PURGATORY_GIT_MAX_MEMORY_BYTES",
         "data memory of each git process (prlimit --data), 0 for no limit (2147483648)",
     ),
@@ -125,6 +130,10 @@ pub struct PurgatoryConfig {
     /// attempt of a repository tries ([`DEFAULT_MAX_CLONE_URLS`], 32): the rest are
     /// counted (`purgatory_clone_urls_skipped_total{reason="over_cap"}`) and left out.
     pub max_clone_urls: usize,
+    /// The most pull request tips (`refs/nostr/<event id>`) served per repository: the
+    /// newest by `created_at` ([`DEFAULT_MAX_PULL_REQUEST_TIPS`], 10 000). Anybody may
+    /// open pull requests; this bounds what one reconciliation checks and writes.
+    pub max_pull_request_tips: usize,
 }
 
 impl Default for PurgatoryConfig {
@@ -141,6 +150,7 @@ impl Default for PurgatoryConfig {
             persist_path: None,
             reconcile: ReconcileConfig::default(),
             max_clone_urls: DEFAULT_MAX_CLONE_URLS,
+            max_pull_request_tips: DEFAULT_MAX_PULL_REQUEST_TIPS,
         }
     }
 }
@@ -221,6 +231,9 @@ impl PurgatoryConfig {
         if let Some(n) = number("NGIT_PURGATORY_MAX_CLONE_URLS")? {
             self.max_clone_urls = clamp_usize(n.max(1));
         }
+        if let Some(n) = number("NGIT_PURGATORY_MAX_PULL_REQUEST_TIPS")? {
+            self.max_pull_request_tips = clamp_usize(n.max(1));
+        }
         if let Some(bytes) = number("NGIT_PURGATORY_GIT_MAX_MEMORY_BYTES")? {
             self.git.max_memory_bytes = (bytes > 0).then_some(bytes);
         }
@@ -274,6 +287,7 @@ mod tests {
         assert!(config.own_service.is_empty());
         assert_eq!(config.reconcile.interval, Duration::from_secs(3600));
         assert_eq!(config.max_clone_urls, 32);
+        assert_eq!(config.max_pull_request_tips, 10_000);
         assert_eq!(config.git.max_memory_bytes, Some(2 * 1024 * 1024 * 1024));
         assert!(!config.git.allow_old_git);
         assert!(!config.git.keep_proxy_env);
@@ -300,6 +314,7 @@ mod tests {
                 ("NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY", "1"),
                 ("NGIT_PURGATORY_RECONCILE_INTERVAL_SECS", "90"),
                 ("NGIT_PURGATORY_MAX_CLONE_URLS", "4"),
+                ("NGIT_PURGATORY_MAX_PULL_REQUEST_TIPS", "100000"),
                 ("NGIT_PURGATORY_GIT_MAX_MEMORY_BYTES", "0"),
                 ("NGIT_PURGATORY_ALLOW_OLD_GIT", "1"),
                 ("NGIT_PURGATORY_GIT_PROXY", "1"),
@@ -327,10 +342,11 @@ mod tests {
         assert!(config.repositories_managed_externally);
         assert_eq!(config.reconcile.interval, Duration::from_secs(90));
         assert_eq!(config.max_clone_urls, 4);
+        assert_eq!(config.max_pull_request_tips, 100_000);
         assert_eq!(config.git.max_memory_bytes, None);
         assert!(config.git.allow_old_git);
         assert!(config.git.keep_proxy_env);
-        assert_eq!(ENV_VARIABLES.len(), 20);
+        assert_eq!(ENV_VARIABLES.len(), 21);
     }
 
     #[test]

@@ -207,7 +207,7 @@ pub use repos::{
     CreateRepoError, DatabaseAnnouncements, MemoryAnnouncements, NpubLayout, RepoLocator,
     MAX_FILE_NAME_BYTES,
 };
-pub use serve::{ServedRepository, Serving};
+pub use serve::{ServedRepository, Serving, DEFAULT_MAX_PULL_REQUEST_TIPS};
 pub use service::{Purgatory, PurgatoryBuildError, PurgatoryBuilder};
 pub use sink::{ChannelSink, PurgatoryOutput, ReleaseError, ReleaseSink, StoreSink};
 pub use status::{

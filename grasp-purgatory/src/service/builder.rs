@@ -291,6 +291,16 @@ impl PurgatoryBuilder {
         self
     }
 
+    /// The most pull request tips (`refs/nostr/<event id>`) served per repository, the
+    /// newest by `created_at` (default
+    /// [`DEFAULT_MAX_PULL_REQUEST_TIPS`](crate::DEFAULT_MAX_PULL_REQUEST_TIPS), at least
+    /// 1); older ones are left out and logged. Also
+    /// `NGIT_PURGATORY_MAX_PULL_REQUEST_TIPS`.
+    pub fn max_pull_request_tips(mut self, max: usize) -> Self {
+        self.config.max_pull_request_tips = max.max(1);
+        self
+    }
+
     /// Journals every event entering and leaving purgatory to `path`, and replays it on
     /// build (see [`crate::journal`]): nothing accepted is lost to a crash.
     pub fn persist_to(mut self, path: impl Into<PathBuf>) -> Self {
@@ -336,6 +346,7 @@ impl PurgatoryBuilder {
             Arc::clone(&locator),
             Arc::clone(&git),
             self.config.repositories_managed_externally,
+            self.config.max_pull_request_tips,
         );
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
         let context = GitSyncContext::new(ContextParts {
