@@ -6,8 +6,13 @@
 //! timeout. Keyed per /24 (per /48 for IPv6, tested in the core's `throttle_key`), they
 //! are one throttle of 5, and the honest repository on another block is fetched at once.
 //!
+//! The same with host names: 32 names of 32 registrable domains (`git.evil<n>.test`),
+//! each resolving to one of those addresses. Keyed by name they were 32 throttles; a
+//! name is now throttled by the address block it resolves to as well.
+//!
 //! Real git over http against real sockets on 127.0.0.2–127.0.0.33 (Linux routes all of
-//! 127.0.0.0/8 to the loopback interface); the honest server listens on 127.0.1.1.
+//! 127.0.0.0/8 to the loopback interface); the honest server listens on 127.0.1.1. Names
+//! resolve through the test's resolver (`.test` never resolves through DNS).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod events;
@@ -18,8 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use grasp_purgatory::{
-    ChannelSink, GitFetcher, GitFetcherConfig, MemoryAnnouncements, Origin, Purgatory,
-    PurgatoryOutput,
+    ChannelSink, MemoryAnnouncements, Origin, Purgatory, PurgatoryOutput, StaticResolver,
 };
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use grasp_sync_test_support::nip34::{pull_request, Announcement};
@@ -41,14 +45,41 @@ const HONEST_WITHIN: Duration = Duration::from_secs(30);
 /// The honest server's address: another /24 than the attackers'.
 const HONEST_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 1, 1));
 
+/// How the attacker's clone URLs name the hanging servers.
+#[derive(Clone, Copy, Debug)]
+enum Naming {
+    /// `http://127.0.0.<n>:<port>/…`.
+    Addresses,
+    /// `http://git.evil<n>.test:<port>/…`, each name resolving to `127.0.0.<n>`.
+    Names,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundred_repositories_of_hanging_urls_in_one_slash_24_leave_room_for_an_honest_fetch() {
+    honest_fetch_beside_hanging_ones(Naming::Addresses).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hanging_names_of_32_domains_in_one_slash_24_leave_room_for_an_honest_fetch() {
+    honest_fetch_beside_hanging_ones(Naming::Names).await;
+}
+
+/// The exploit of the module doc with the attacker's URLs named by `naming`; panics
+/// unless the honest event is released within [`HONEST_WITHIN`] and the hanging
+/// servers saw at most one throttle's worth (5) of connections.
+async fn honest_fetch_beside_hanging_ones(naming: Naming) {
     let dir = TempDir::new("purgatory-fetch-fairness");
     let mut hanging = Vec::new();
+    let mut resolver = StaticResolver::new().with("honest.test", [HONEST_ADDRESS]);
     for last in 0..URLS_PER_REPOSITORY {
         let address = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + last));
+        resolver = resolver.with(&format!("git.evil{last}.test"), [address]);
         hanging.push(HangingServer::start_on(address).await);
     }
+    let url_of = |n: usize, server: &HangingServer, path: &str| match naming {
+        Naming::Addresses => server.http_url(path),
+        Naming::Names => format!("http://git.evil{n}.test:{}/{path}", server.addr().port()),
+    };
     let accepted =
         |hanging: &[HangingServer]| hanging.iter().map(HangingServer::accepted).sum::<usize>();
     let source = SourceRepo::create(dir.join("served/honest.git"));
@@ -58,11 +89,6 @@ async fn hundred_repositories_of_hanging_urls_in_one_slash_24_leave_room_for_an_
     let policy = CloneUrlPolicy::new()
         .allow_http(true)
         .allow_local_addresses(true);
-    let fetcher = GitFetcher::new(GitFetcherConfig {
-        policy: policy.clone(),
-        fetch_timeout: FETCH_TIMEOUT,
-        ..GitFetcherConfig::default()
-    });
     let announcements = Arc::new(MemoryAnnouncements::new());
     let attackers: Vec<Keys> = (0..ATTACKER_KEYS).map(|_| Keys::generate()).collect();
     let mut attacker_repositories = Vec::new();
@@ -71,7 +97,8 @@ async fn hundred_repositories_of_hanging_urls_in_one_slash_24_leave_room_for_an_
             let identifier = format!("r{n}");
             let urls: Vec<String> = hanging
                 .iter()
-                .map(|server| server.http_url(&format!("{identifier}.git")))
+                .enumerate()
+                .map(|(n, server)| url_of(n, server, &format!("{identifier}.git")))
                 .collect();
             announcements
                 .add(
@@ -84,7 +111,13 @@ async fn hundred_repositories_of_hanging_urls_in_one_slash_24_leave_room_for_an_
         }
     }
     let owner = Keys::generate();
-    let honest_url = honest_server.url("honest.git");
+    let honest_url = match naming {
+        Naming::Addresses => honest_server.url("honest.git"),
+        Naming::Names => format!(
+            "http://honest.test:{}/honest.git",
+            honest_server.addr().port()
+        ),
+    };
     announcements
         .add(
             Announcement::new("honest")
@@ -97,7 +130,7 @@ async fn hundred_repositories_of_hanging_urls_in_one_slash_24_leave_room_for_an_
     let purgatory = Purgatory::builder()
         .announcements(announcements)
         .repos_root(dir.join("repos"))
-        .git_backend(Arc::new(fetcher.clone()))
+        .resolver(Arc::new(resolver))
         .clone_policy(policy)
         .fetch_timeout(FETCH_TIMEOUT)
         .registry(registry.clone())
@@ -130,8 +163,8 @@ async fn hundred_repositories_of_hanging_urls_in_one_slash_24_leave_room_for_an_
                 "result",
                 "retry",
             );
-            let fetching = fetcher.fetch_processes_spawned() as f64;
-            attempts + fetching >= ATTACKER_REPOSITORIES as f64 || accepted(&hanging) >= 16
+            // Those that got no slot end their first attempt waiting in a queue.
+            attempts + 5.0 >= ATTACKER_REPOSITORIES as f64 || accepted(&hanging) >= 16
         },
     )
     .await;

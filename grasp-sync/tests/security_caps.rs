@@ -227,6 +227,10 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
             size(p.max_pull_request_tips),
         ),
         (
+            "PurgatoryConfig::attempt_deadline",
+            duration(p.attempt_deadline),
+        ),
+        (
             "ThrottleConfig::max_concurrent",
             count(p.throttle.max_concurrent),
         ),
