@@ -8,7 +8,9 @@ use grasp_sync_core::purgatory::{
 };
 
 use crate::git::GitFetcherConfig;
+use crate::serve::DEFAULT_MAX_PULL_REQUEST_TIPS;
 use crate::store::HeldLimits;
+use crate::throttle_manager::DEFAULT_ATTEMPT_DEADLINE;
 
 /// The environment variables [`PurgatoryConfig::apply_env`] reads, with the setting each
 /// one sets.
@@ -83,6 +85,14 @@ pub const ENV_VARIABLES: &[(&str, &str)] = &[
         "distinct clone URLs one attempt of a repository tries; the rest are counted and left out (32)",
     ),
     (
+        "NGIT_PURGATORY_ATTEMPT_DEADLINE_SECS",
+        "how long one attempt of a repository starts fetches of its clone URLs in turn; the rest wait in their domains' queues (120)",
+    ),
+    (
+        "NGIT_PURGATORY_MAX_PULL_REQUEST_TIPS",
+        "pull request tips served per repository (refs/nostr/<id>), the newest; the rest are left out and logged (10000)",
+    ),
+    (
         "NGIT_PURGATORY_GIT_MAX_MEMORY_BYTES",
         "data memory of each git process (prlimit --data), 0 for no limit (2147483648)",
     ),
@@ -129,6 +139,15 @@ pub struct PurgatoryConfig {
     /// attempt of a repository tries ([`DEFAULT_MAX_CLONE_URLS`], 32): the rest are
     /// counted (`purgatory_clone_urls_skipped_total{reason="over_cap"}`) and left out.
     pub max_clone_urls: usize,
+    /// The most pull request tips (`refs/nostr/<event id>`) served per repository: the
+    /// newest by `created_at` ([`DEFAULT_MAX_PULL_REQUEST_TIPS`], 10 000). Anybody may
+    /// open pull requests; this bounds what one reconciliation checks and writes.
+    pub max_pull_request_tips: usize,
+    /// How long one attempt of a repository starts fetches of its clone URLs, one after
+    /// another ([`DEFAULT_ATTEMPT_DEADLINE`], 120 s): 32 URLs that hang for the whole
+    /// fetch timeout keep an attempt for this and one timeout, not 32 timeouts. The
+    /// URLs not tried by then wait in their domains' queues.
+    pub attempt_deadline: Duration,
 }
 
 impl Default for PurgatoryConfig {
@@ -145,6 +164,8 @@ impl Default for PurgatoryConfig {
             persist_path: None,
             reconcile: ReconcileConfig::default(),
             max_clone_urls: DEFAULT_MAX_CLONE_URLS,
+            max_pull_request_tips: DEFAULT_MAX_PULL_REQUEST_TIPS,
+            attempt_deadline: DEFAULT_ATTEMPT_DEADLINE,
         }
     }
 }
@@ -228,6 +249,12 @@ impl PurgatoryConfig {
         if let Some(n) = number("NGIT_PURGATORY_MAX_CLONE_URLS")? {
             self.max_clone_urls = clamp_usize(n.max(1));
         }
+        if let Some(secs) = number("NGIT_PURGATORY_ATTEMPT_DEADLINE_SECS")? {
+            self.attempt_deadline = Duration::from_secs(secs);
+        }
+        if let Some(n) = number("NGIT_PURGATORY_MAX_PULL_REQUEST_TIPS")? {
+            self.max_pull_request_tips = clamp_usize(n.max(1));
+        }
         if let Some(bytes) = number("NGIT_PURGATORY_GIT_MAX_MEMORY_BYTES")? {
             self.git.max_memory_bytes = (bytes > 0).then_some(bytes);
         }
@@ -281,6 +308,8 @@ mod tests {
         assert!(config.own_service.is_empty());
         assert_eq!(config.reconcile.interval, Duration::from_secs(3600));
         assert_eq!(config.max_clone_urls, 32);
+        assert_eq!(config.max_pull_request_tips, 10_000);
+        assert_eq!(config.attempt_deadline, Duration::from_secs(120));
         assert_eq!(config.git.max_memory_bytes, Some(2 * 1024 * 1024 * 1024));
         assert!(!config.git.allow_old_git);
         assert!(!config.git.keep_proxy_env);
@@ -308,6 +337,8 @@ mod tests {
                 ("NGIT_PURGATORY_RECONCILE_INTERVAL_SECS", "90"),
                 ("NGIT_PURGATORY_RECONCILE_CONCURRENCY", "2"),
                 ("NGIT_PURGATORY_MAX_CLONE_URLS", "4"),
+                ("NGIT_PURGATORY_MAX_PULL_REQUEST_TIPS", "100000"),
+                ("NGIT_PURGATORY_ATTEMPT_DEADLINE_SECS", "30"),
                 ("NGIT_PURGATORY_GIT_MAX_MEMORY_BYTES", "0"),
                 ("NGIT_PURGATORY_ALLOW_OLD_GIT", "1"),
                 ("NGIT_PURGATORY_GIT_PROXY", "1"),
@@ -336,10 +367,12 @@ mod tests {
         assert_eq!(config.reconcile.interval, Duration::from_secs(90));
         assert_eq!(config.reconcile.concurrency, 2);
         assert_eq!(config.max_clone_urls, 4);
+        assert_eq!(config.max_pull_request_tips, 100_000);
+        assert_eq!(config.attempt_deadline, Duration::from_secs(30));
         assert_eq!(config.git.max_memory_bytes, None);
         assert!(config.git.allow_old_git);
         assert!(config.git.keep_proxy_env);
-        assert_eq!(ENV_VARIABLES.len(), 21);
+        assert_eq!(ENV_VARIABLES.len(), 23);
     }
 
     #[test]

@@ -194,8 +194,8 @@ mod throttle_manager;
 pub use config::{EnvError, PurgatoryConfig};
 pub use context::{ContextParts, GitSyncContext, SharedStore};
 pub use git::{
-    check_git_version, FetchReport, GitBackend, GitError, GitFetcher, GitFetcherConfig,
-    GitVersionError, PinnedUrl, Resolver, StaticResolver, SystemResolver,
+    check_git_version, CachedResolver, FetchReport, GitBackend, GitError, GitFetcher,
+    GitFetcherConfig, GitVersionError, PinnedUrl, Resolver, StaticResolver, SystemResolver,
 };
 pub use held::{
     hold_event, hold_pull_request, hold_state, is_held_kind, HeldEvent, HeldKind, HoldError, Origin,
@@ -207,7 +207,7 @@ pub use repos::{
     CreateRepoError, DatabaseAnnouncements, MemoryAnnouncements, NpubLayout, RepoLocator,
     MAX_FILE_NAME_BYTES,
 };
-pub use serve::{ServedRepository, Serving};
+pub use serve::{ServedRepository, Serving, DEFAULT_MAX_PULL_REQUEST_TIPS};
 pub use service::{Purgatory, PurgatoryBuildError, PurgatoryBuilder};
 pub use sink::{ChannelSink, PurgatoryOutput, ReleaseError, ReleaseSink, StoreSink};
 pub use status::{
@@ -218,7 +218,7 @@ pub use sync::{
     serve_queued_identifier, sync_identifier, sync_identifier_from_url, sync_identifier_next_url,
     FromUrl, SyncOutcome, SyncReport, MAX_SINGLE_FETCHES,
 };
-pub use throttle_manager::{DomainStep, ThrottleManager};
+pub use throttle_manager::{DomainStep, Slot, ThrottleManager, DEFAULT_ATTEMPT_DEADLINE};
 
 pub use grasp_sync_core as core;
 /// The nostr crate we build on (0.45), whole: its modules

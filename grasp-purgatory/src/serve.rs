@@ -6,6 +6,7 @@
 //! decisions are the core's ([`newest_authorized_state`], [`reconciliation`]); this
 //! module only reads and executes.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -87,14 +88,16 @@ impl Wanted {
             .collect()
     }
 
-    /// The events `plan` asks objects to be fetched for.
+    /// The events `plan` asks objects to be fetched for (one set look-up per pull
+    /// request: linear in their number).
     fn to_fetch(&self, plan: &Reconciliation) -> Vec<Event> {
         let state = self.newest_event.iter().filter(|_| plan.fetch_state);
+        let asked: HashSet<&EventId> = plan.fetch_pull_requests.iter().collect();
         let pull_requests = self
             .pull_requests
             .iter()
             .map(|(event, _)| event)
-            .filter(|event| plan.fetch_pull_requests.contains(&event.id));
+            .filter(|event| asked.contains(&event.id));
         state.chain(pull_requests).cloned().collect()
     }
 
@@ -113,6 +116,28 @@ impl Wanted {
     }
 }
 
+/// The default [`PurgatoryConfig::max_pull_request_tips`](crate::PurgatoryConfig):
+/// 10 000 pull request tips served per repository.
+pub const DEFAULT_MAX_PULL_REQUEST_TIPS: usize = 10_000;
+
+/// The newest `max` of `pull_requests` (by `created_at`, ties to the lowest id), in
+/// that order, and how many were left out. Anybody may open pull requests on any
+/// repository: the tips one reconciliation checks and writes stay bounded however many
+/// a stranger publishes, and the newest are the ones still being worked on.
+fn newest_pull_requests(
+    mut pull_requests: Vec<(Event, GitOid)>,
+    max: usize,
+) -> (Vec<(Event, GitOid)>, usize) {
+    pull_requests.sort_unstable_by(|(a, _), (b, _)| {
+        b.created_at
+            .cmp(&a.created_at)
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    let left_out = pull_requests.len().saturating_sub(max);
+    pull_requests.truncate(max);
+    (pull_requests, left_out)
+}
+
 /// Reads what a repository should serve and makes it so.
 pub(crate) struct Reconciler {
     source: Arc<dyn Announcements>,
@@ -121,30 +146,37 @@ pub(crate) struct Reconciler {
     /// Whether the GRASP server manages the git root: it creates the repositories and
     /// applies states itself; we still write objects and pull request tips.
     managed_externally: bool,
+    /// The most pull request tips served per repository, the newest
+    /// ([`newest_pull_requests`]).
+    max_pull_request_tips: usize,
 }
 
 impl std::fmt::Debug for Reconciler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reconciler")
             .field("managed_externally", &self.managed_externally)
+            .field("max_pull_request_tips", &self.max_pull_request_tips)
             .finish_non_exhaustive()
     }
 }
 
 impl Reconciler {
     /// A reconciler reading from `source` and writing the repositories `locator` finds,
-    /// through `git`.
+    /// through `git`, serving at most `max_pull_request_tips` pull request tips per
+    /// repository.
     pub(crate) fn new(
         source: Arc<dyn Announcements>,
         locator: Arc<dyn RepoLocator>,
         git: Arc<dyn GitBackend>,
         managed_externally: bool,
+        max_pull_request_tips: usize,
     ) -> Self {
         Reconciler {
             source,
             locator,
             git,
             managed_externally,
+            max_pull_request_tips,
         }
     }
 
@@ -224,6 +256,16 @@ impl Reconciler {
                 Some((event, tip))
             })
             .collect();
+        let (pull_requests, left_out) =
+            newest_pull_requests(pull_requests, self.max_pull_request_tips);
+        if left_out > 0 {
+            tracing::info!(
+                %repo,
+                left_out,
+                max = self.max_pull_request_tips,
+                "pull requests past the cap of tips served per repository left out (the newest are served)"
+            );
+        }
         Ok(Some(Wanted {
             newest,
             newest_event,
@@ -310,4 +352,35 @@ pub struct ServedRepository {
     pub serving: Serving,
     /// When that was (unix time).
     pub reconciled_at: Timestamp,
+}
+
+#[cfg(test)]
+mod tests {
+    use grasp_sync_test_support::ids::coordinate;
+    use grasp_sync_test_support::nip34::{sign, tag};
+    use nostr::prelude::Keys;
+
+    use super::*;
+
+    /// 5 pull requests, created at 1..=5, a cap of 3: the three newest are kept, newest
+    /// first, and two are counted as left out.
+    #[test]
+    fn the_newest_pull_requests_are_kept_and_the_rest_counted() {
+        let owner = Keys::generate();
+        let pull_requests: Vec<(Event, GitOid)> = (1..=5u64)
+            .map(|n| {
+                let tip = format!("{n:040x}");
+                let a = coordinate(&owner.public_key(), "r");
+                let tags = vec![tag(&["a", &a]), tag(&["c", &tip])];
+                let event = sign(&Keys::generate(), 1618, "", tags, n);
+                (event, GitOid::parse(&tip).unwrap())
+            })
+            .collect();
+        let (kept, left_out) = newest_pull_requests(pull_requests.clone(), 3);
+        assert_eq!(left_out, 2);
+        let kept: Vec<u64> = kept.iter().map(|(e, _)| e.created_at.as_secs()).collect();
+        assert_eq!(kept, vec![5, 4, 3]);
+        let (all, none) = newest_pull_requests(pull_requests, 10);
+        assert_eq!((all.len(), none), (5, 0));
+    }
 }

@@ -4,8 +4,11 @@
 //! only the owner's announcement and those of the maintainers it lists give clone URLs.
 //!
 //! Domains here are throttle keys ([`throttle_key`]): the subdomains of one registrable
-//! domain share one throttle. One attempt tries at most
-//! [`ThrottleManager::max_clone_urls`] distinct URLs, chosen once per attempt.
+//! domain share one throttle, and a host name also takes a slot of the address block it
+//! resolves to. One attempt tries at most [`ThrottleManager::max_clone_urls`] distinct
+//! URLs, chosen once per attempt, and starts fetches for at most
+//! [`ThrottleManager::attempt_deadline`]; the URLs left then wait in their domains'
+//! queues.
 //!
 //! The main sync ([`sync_identifier`]) tries every clone URL whose domain has capacity,
 //! then leaves the repository in the queue of each throttled domain that still has
@@ -27,6 +30,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
+use grasp_sync_core::clock::Instant;
 use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::purgatory::{
     candidate_urls, missing_repository_action, next_url, select_candidates, throttle_key,
@@ -36,7 +40,7 @@ use grasp_sync_core::purgatory::{
 use grasp_sync_core::url_policy::CloneUrl;
 
 use crate::git::MAX_OIDS_PER_FETCH;
-use crate::throttle_manager::ThrottleManager;
+use crate::throttle_manager::{Slot, ThrottleManager};
 
 /// When a server lacks some of the objects asked for, at most this many are then asked
 /// for one at a time in one attempt (each a request in its own throttle slot).
@@ -48,6 +52,9 @@ pub const MAX_SINGLE_FETCHES: usize = 16;
 pub enum FromUrl {
     /// The domain had no capacity; nothing was fetched (the URL is not tried yet).
     Throttled,
+    /// The domain had capacity, but the address block its host name resolves to (this
+    /// throttle key) had none; nothing was fetched (the URL is not tried yet).
+    BlockThrottled(String),
     /// Nothing was left to fetch, or there is no local repository to fetch into.
     NothingToDo,
     /// The fetches ran and obtained this many objects.
@@ -94,22 +101,40 @@ pub async fn sync_identifier_next_url(
     next_url(&candidates, domain, tried, |d| manager.is_throttled(d))
 }
 
-/// One request for `oids` from `url` in a slot of its domain (its [`throttle_key`]);
-/// `None` when the domain has no capacity (nothing was asked).
+/// What [`fetch_in_slot`] did.
+enum InSlot {
+    /// The request ran.
+    Ran(Result<Vec<GitOid>, SyncContextError>),
+    /// The domain had no capacity: nothing was asked.
+    DomainFull,
+    /// The address block (this key) had no capacity: nothing was asked.
+    BlockFull(String),
+}
+
+/// One request for `oids` from `url` in a slot of its domain (its [`throttle_key`]) and,
+/// for a host name, of the address block it resolves to; nothing is asked when either
+/// has no capacity.
 async fn fetch_in_slot(
     ctx: &dyn SyncContext,
     target: &Path,
     url: &CloneUrl,
     oids: &[GitOid],
     manager: &ThrottleManager,
-) -> Option<Result<Vec<GitOid>, SyncContextError>> {
+) -> InSlot {
     let domain = throttle_key(url.domain());
-    if !manager.try_start_request(&domain) {
-        return None;
+    if manager.is_throttled(&domain) {
+        // Not even a name look-up for a domain that is full.
+        return InSlot::DomainFull;
+    }
+    let block = manager.address_block(url).await;
+    match manager.try_start_request_in(&domain, block.as_deref()) {
+        Slot::Started => {}
+        Slot::BlockFull => return InSlot::BlockFull(block.unwrap_or_default()),
+        _ => return InSlot::DomainFull,
     }
     let result = ctx.fetch_oids(target, url, oids).await;
-    manager.complete_request(&domain);
-    Some(result)
+    manager.complete_request_in(&domain, block.as_deref());
+    InSlot::Ran(result)
 }
 
 /// Asks for each of `oids` on its own (at most [`MAX_SINGLE_FETCHES`]), each in a slot
@@ -125,11 +150,11 @@ async fn fetch_one_by_one(
     let mut fetched = 0;
     for oid in oids.iter().take(MAX_SINGLE_FETCHES) {
         match fetch_in_slot(ctx, target, url, std::slice::from_ref(oid), manager).await {
-            None => break,
-            Some(Ok(got)) => fetched += got.len(),
-            Some(Err(SyncContextError::ObjectsMissing { .. })) => {}
-            Some(Err(error)) if fetched == 0 => return FromUrl::Failed(error),
-            Some(Err(_)) => break,
+            InSlot::DomainFull | InSlot::BlockFull(_) => break,
+            InSlot::Ran(Ok(got)) => fetched += got.len(),
+            InSlot::Ran(Err(SyncContextError::ObjectsMissing { .. })) => {}
+            InSlot::Ran(Err(error)) if fetched == 0 => return FromUrl::Failed(error),
+            InSlot::Ran(Err(_)) => break,
         }
     }
     FromUrl::Fetched(fetched)
@@ -164,13 +189,14 @@ pub async fn sync_identifier_from_url(
     }
     tracing::debug!(%repo, %url, oids = needed.len(), "fetching");
     let outcome = match fetch_in_slot(ctx, &target, url, &needed, manager).await {
-        None => return FromUrl::Throttled,
-        Some(Ok(fetched)) => FromUrl::Fetched(fetched.len()),
-        Some(Err(SyncContextError::ObjectsMissing { reason, .. })) => {
+        InSlot::DomainFull => return FromUrl::Throttled,
+        InSlot::BlockFull(block) => return FromUrl::BlockThrottled(block),
+        InSlot::Ran(Ok(fetched)) => FromUrl::Fetched(fetched.len()),
+        InSlot::Ran(Err(SyncContextError::ObjectsMissing { reason, .. })) => {
             tracing::debug!(%repo, %url, %reason, "the server lacks some objects; asking one at a time");
             fetch_one_by_one(ctx, &target, url, &needed, manager).await
         }
-        Some(Err(error)) => {
+        InSlot::Ran(Err(error)) => {
             tracing::debug!(%repo, %url, %error, "fetch failed");
             return FromUrl::Failed(error);
         }
@@ -205,6 +231,10 @@ pub async fn serve_queued_identifier(
         return;
     };
     let outcome = sync_identifier_from_url(ctx, &repo, &url, manager).await;
+    if let FromUrl::BlockThrottled(block) = &outcome {
+        manager.wait_for_block(domain, key, block);
+        return;
+    }
     let tried_url = (!matches!(outcome, FromUrl::Throttled)).then_some(url.as_str());
     manager.finish_serving(domain, key, tried_url);
 }
@@ -373,17 +403,23 @@ async fn fetch_from_every_domain(
     let mut tried: HashSet<String> = HashSet::new();
     let mut deferred: HashSet<String> = HashSet::new();
     let mut last_error = None;
+    let started = manager.now();
     loop {
         if is_complete(ctx, repo).await {
             tracing::info!(%repo, "purgatory sync complete");
             return SyncOutcome::Complete;
+        }
+        if is_past_deadline(started, manager) {
+            tracing::debug!(%repo, tried = tried.len(), "attempt deadline passed; the other URLs wait in their domains' queues");
+            last_error.get_or_insert_with(|| "the attempt's deadline passed".to_owned());
+            break;
         }
         let skip: HashSet<String> = tried.union(&deferred).cloned().collect();
         let Some(url) = next_url(candidates, None, &skip, |d| manager.is_throttled(d)) else {
             break;
         };
         match sync_identifier_from_url(ctx, repo, &url, manager).await {
-            FromUrl::Throttled => {
+            FromUrl::Throttled | FromUrl::BlockThrottled(_) => {
                 deferred.insert(url.as_str().to_owned());
                 continue;
             }
@@ -400,6 +436,14 @@ async fn fetch_from_every_domain(
     }
     enqueue_with_throttled_domains(repo, candidates, &tried, manager);
     SyncOutcome::Retry { last_error }
+}
+
+/// Whether an attempt that started at `started` may start no more fetches: its
+/// [`ThrottleManager::attempt_deadline`] passed. A repository listing 32 URLs that each
+/// hang for the whole fetch timeout keeps its attempt (and its held events' progress)
+/// for the deadline and one fetch timeout at most, not 32 timeouts.
+fn is_past_deadline(started: Instant, manager: &ThrottleManager) -> bool {
+    manager.now().saturating_duration_since(started) >= manager.attempt_deadline()
 }
 
 /// Leaves `repo` with each domain that still has URLs not tried for it. The main loop

@@ -7,16 +7,44 @@
 //! deadline passed) records a trigger and wakes [`ThrottleManager::step_ready`]; the
 //! driver (the purgatory's loop) drains the resulting [`QueueStep`]s with
 //! [`ThrottleManager::poll_step`] and serves them.
+//!
+//! A host name is throttled twice: by its name's key (its registrable domain) and by the
+//! address block it resolves to ([`address_block_key`]: IPv4 /24, IPv6 /48), so names
+//! of many domains pointing at one server share that server's throttle too. A request
+//! starts only when both have capacity ([`ThrottleManager::try_start_request_in`]). A
+//! repository waits in its name's queue; when only the block is full, its turn ends
+//! with [`ThrottleManager::wait_for_block`], and the block's next completion (or the
+//! moment its per-minute window frees) looks at that queue again.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
-use grasp_sync_core::clock::Clock;
-use grasp_sync_core::purgatory::{DomainThrottles, QueueStep, ThrottleConfig};
-use grasp_sync_core::url_policy::CloneUrlPolicy;
+use grasp_sync_core::clock::{Clock, Instant};
+use grasp_sync_core::purgatory::{address_block_key, DomainThrottles, QueueStep, ThrottleConfig};
+use grasp_sync_core::url_policy::{CloneUrl, CloneUrlPolicy};
+use nostr::types::url::Url;
 use tokio::sync::Notify;
 
+use crate::git::Resolver;
 use crate::metrics::Metrics;
+
+/// The default [`ThrottleManager::attempt_deadline`]: 120 s.
+pub const DEFAULT_ATTEMPT_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Whether a request could start in its slots, from
+/// [`ThrottleManager::try_start_request_in`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Slot {
+    /// It started: a slot of the domain (and of the block) is taken.
+    Started,
+    /// The domain (the host's name) is at one of its limits.
+    DomainFull,
+    /// The domain had room, the address block the host resolves to did not.
+    BlockFull,
+}
 
 /// What one domain's queue should do next, from [`ThrottleManager::poll_step`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +74,16 @@ pub struct ThrottleManager {
     metrics: Metrics,
     /// Wakes the driver when a domain was triggered.
     steps: Notify,
+    /// Resolves host names to their address block; the fetches resolve through the same
+    /// one (see [`CachedResolver`](crate::CachedResolver)).
+    resolver: Arc<dyn Resolver>,
+    /// How long one attempt of a repository starts new fetches of its URLs in turn.
+    attempt_deadline: Duration,
+    /// Per address block, the domains whose queue waits for it to free.
+    waiting_on_block: Mutex<BTreeMap<String, BTreeSet<String>>>,
+    /// Wake-ups decided outside a domain's own queue (a block's window), served first
+    /// by [`ThrottleManager::poll_step`].
+    pending: Mutex<VecDeque<DomainStep>>,
 }
 
 impl std::fmt::Debug for ThrottleManager {
@@ -57,14 +95,16 @@ impl std::fmt::Debug for ThrottleManager {
 }
 
 impl ThrottleManager {
-    /// A manager applying `config` to every domain; candidate URLs pass `policy`, at
-    /// most `max_clone_urls` of them per attempt.
+    /// A manager applying `config` to every domain and address block; candidate URLs
+    /// pass `policy`, at most `max_clone_urls` of them per attempt; host names are
+    /// resolved to their address block through `resolver`.
     pub(crate) fn new(
         config: ThrottleConfig,
         clock: Arc<dyn Clock>,
         policy: CloneUrlPolicy,
         max_clone_urls: usize,
         metrics: Metrics,
+        resolver: Arc<dyn Resolver>,
     ) -> Self {
         ThrottleManager {
             throttles: Mutex::new(DomainThrottles::new(config)),
@@ -74,7 +114,48 @@ impl ThrottleManager {
             max_clone_urls,
             metrics,
             steps: Notify::new(),
+            resolver,
+            attempt_deadline: DEFAULT_ATTEMPT_DEADLINE,
+            waiting_on_block: Mutex::new(BTreeMap::new()),
+            pending: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// This manager with one attempt of a repository starting fetches for at most
+    /// `deadline` ([`ThrottleManager::attempt_deadline`]).
+    pub(crate) fn with_attempt_deadline(mut self, deadline: Duration) -> Self {
+        self.attempt_deadline = deadline;
+        self
+    }
+
+    /// How long one attempt of a repository starts new fetches of its URLs, one after
+    /// another ([`PurgatoryConfig::attempt_deadline`](crate::PurgatoryConfig)): then the
+    /// URLs not tried yet are left to their domains' queues, which try them in turns
+    /// beside other repositories', and the attempt ends.
+    pub fn attempt_deadline(&self) -> Duration {
+        self.attempt_deadline
+    }
+
+    /// Now, on the purgatory's clock.
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// The throttle key of the address block `url`'s host name resolves to (its first
+    /// address, the one a fetch is pinned to); `None` for an IP literal (its own key is
+    /// already its block) or a name that does not resolve (its fetch fails before
+    /// connecting).
+    pub async fn address_block(&self, url: &CloneUrl) -> Option<String> {
+        if url.domain().parse::<IpAddr>().is_ok() {
+            return None;
+        }
+        let port = Url::parse(url.as_str())
+            .ok()
+            .and_then(|parsed| parsed.port_or_known_default())
+            .unwrap_or(9418);
+        let addresses = self.resolver.resolve(url.domain(), port).await.ok()?;
+        let first = addresses.first()?;
+        Some(address_block_key(first.ip()))
     }
 
     /// The clone-URL policy candidate URLs pass.
@@ -137,29 +218,113 @@ impl ThrottleManager {
     /// Takes a request slot of `domain` if it has capacity; on success a waiting
     /// identifier may take the next slot.
     pub fn try_start_request(&self, domain: &str) -> bool {
-        let started = self
-            .lock()
-            .entry(domain)
-            .try_start_request(self.clock.now());
-        if started {
-            let metrics = &self.metrics;
-            metrics.domain_requests.with_label_values(&[domain]).inc();
-            metrics.domain_in_flight.with_label_values(&[domain]).inc();
+        self.try_start_request_in(domain, None) == Slot::Started
+    }
+
+    /// Takes a request slot of `domain` and, for a host name, of the address `block` it
+    /// resolves to: both or neither. On success a waiting identifier may take the next
+    /// slot.
+    pub fn try_start_request_in(&self, domain: &str, block: Option<&str>) -> Slot {
+        let now = self.clock.now();
+        let slot = {
+            let mut throttles = self.lock();
+            if throttles.is_throttled(domain, now) {
+                Slot::DomainFull
+            } else if block.is_some_and(|block| throttles.is_throttled(block, now)) {
+                Slot::BlockFull
+            } else {
+                let started = throttles.entry(domain).try_start_request(now);
+                if let (true, Some(block)) = (started, block) {
+                    throttles.entry(block).try_start_request(now);
+                }
+                if started {
+                    Slot::Started
+                } else {
+                    Slot::DomainFull
+                }
+            }
+        };
+        if slot == Slot::Started {
+            for key in std::iter::once(domain).chain(block) {
+                let metrics = &self.metrics;
+                metrics.domain_requests.with_label_values(&[key]).inc();
+                metrics.domain_in_flight.with_label_values(&[key]).inc();
+            }
             self.trigger(domain);
         }
-        started
+        slot
     }
 
     /// Gives back a request slot of `domain`, so its queue may move.
     pub fn complete_request(&self, domain: &str) {
-        if let Some(throttle) = self.lock().get_mut(domain) {
-            throttle.complete_request(self.clock.now());
+        self.complete_request_in(domain, None);
+    }
+
+    /// Gives back the slots [`ThrottleManager::try_start_request_in`] took, so the
+    /// domain's queue, and those waiting for the block, may move.
+    pub fn complete_request_in(&self, domain: &str, block: Option<&str>) {
+        let now = self.clock.now();
+        {
+            let mut throttles = self.lock();
+            for key in std::iter::once(domain).chain(block) {
+                if let Some(throttle) = throttles.get_mut(key) {
+                    throttle.complete_request(now);
+                }
+            }
         }
-        self.metrics
-            .domain_in_flight
-            .with_label_values(&[domain])
-            .dec();
+        for key in std::iter::once(domain).chain(block) {
+            self.metrics
+                .domain_in_flight
+                .with_label_values(&[key])
+                .dec();
+        }
         self.trigger(domain);
+        if let Some(block) = block {
+            self.wake_waiting_on(block);
+        }
+    }
+
+    /// A served identifier of `domain`'s queue could not start because the address
+    /// `block` was full: its turn ends without a URL tried, and the queue is looked at
+    /// again when the block frees (a completion, or its per-minute window), not at once.
+    pub fn wait_for_block(&self, domain: &str, identifier: &str, block: &str) {
+        let now = self.clock.now();
+        let (has_room, frees_at) = {
+            let mut throttles = self.lock();
+            if let Some(throttle) = throttles.get_mut(domain) {
+                throttle.mark_identifier_not_in_progress(identifier);
+            }
+            let has_room = !throttles.is_throttled(block, now);
+            let frees_at = throttles
+                .get(block)
+                .and_then(|throttle| throttle.window_frees_at(now));
+            (has_room, frees_at)
+        };
+        if has_room {
+            // It freed meanwhile: no completion is coming to say so.
+            self.trigger(domain);
+            return;
+        }
+        lock_any(&self.waiting_on_block)
+            .entry(block.to_owned())
+            .or_default()
+            .insert(domain.to_owned());
+        if let Some(at) = frees_at {
+            lock_any(&self.pending).push_back(DomainStep {
+                domain: domain.to_owned(),
+                step: QueueStep::WakeAt(at),
+            });
+            self.steps.notify_one();
+        }
+        tracing::debug!(%domain, %block, %identifier, "waiting for a full address block");
+    }
+
+    /// Looks again at the queues waiting for `block`.
+    fn wake_waiting_on(&self, block: &str) {
+        let waiting = lock_any(&self.waiting_on_block).remove(block);
+        for domain in waiting.into_iter().flatten() {
+            self.trigger(&domain);
+        }
     }
 
     /// Puts `identifier` in `domain`'s queue (merging the URLs already tried), to be
@@ -220,6 +385,9 @@ impl ThrottleManager {
     /// triggered domain has anything to do. Drain it after every
     /// [`ThrottleManager::step_ready`].
     pub fn poll_step(&self) -> Option<DomainStep> {
+        if let Some(step) = lock_any(&self.pending).pop_front() {
+            return Some(step);
+        }
         loop {
             let domain = self.triggered().pop_front()?;
             match self.lock().next_step(&domain, self.clock.now()) {
@@ -236,14 +404,15 @@ impl ThrottleManager {
     }
 
     fn lock(&self) -> MutexGuard<'_, DomainThrottles> {
-        self.throttles
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock_any(&self.throttles)
     }
 
     fn triggered(&self) -> MutexGuard<'_, VecDeque<String>> {
-        self.triggered
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock_any(&self.triggered)
     }
+}
+
+/// Locks `mutex`, taking over a poisoned one (every update here leaves it consistent).
+fn lock_any<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

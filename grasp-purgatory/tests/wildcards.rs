@@ -1,8 +1,10 @@
 //! Wildcard subdomains cannot take every fetch slot: 500 clone URLs on 500 subdomains
 //! of one domain, all pointing at a server that accepts TCP and never answers, share
-//! one per-domain throttle (5 in flight), and each repository tries at most 32 of them
-//! per attempt; an honest repository on another host is fetched at once. Real git over
-//! http, names resolved by the test's resolver (`.test` never resolves through DNS).
+//! one per-domain throttle (5 in flight), and each announcement gives at most 32 of
+//! them (`MAX_ANNOUNCEMENT_CLONE_URLS`); an honest repository on another host (another
+//! /24: hosts of one address block share a throttle too) is fetched at once. Real git
+//! over http, names resolved by the test's resolver (`.test` never resolves through
+//! DNS).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod events;
@@ -23,6 +25,8 @@ use prometheus::Registry;
 use support::{counter, GitHttpServer, HangingServer, SourceRepo, TempDir};
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+/// The honest server's address: another /24 than the hanging server's.
+const HONEST_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 1, 1));
 const SUBDOMAINS: usize = 500;
 const ATTACKER_REPOSITORIES: usize = 20;
 /// How long one git command may run: far longer than the honest fetch may take.
@@ -37,7 +41,7 @@ async fn five_hundred_wildcard_subdomains_at_a_hanging_server_leave_room_for_an_
     let hanging = HangingServer::start().await;
     let source = SourceRepo::create(dir.join("served/honest.git"));
     let tip = source.commit("honest work");
-    let honest_server = GitHttpServer::start(dir.join("served"), LOOPBACK).await;
+    let honest_server = GitHttpServer::start(dir.join("served"), HONEST_ADDRESS).await;
 
     let evil_names: Vec<String> = (0..SUBDOMAINS).map(|i| format!("s{i}.evil.test")).collect();
     let resolver = evil_names
@@ -45,7 +49,7 @@ async fn five_hundred_wildcard_subdomains_at_a_hanging_server_leave_room_for_an_
         .fold(StaticResolver::new(), |resolver, name| {
             resolver.with(name, [LOOPBACK])
         })
-        .with("honest.test", [LOOPBACK]);
+        .with("honest.test", [HONEST_ADDRESS]);
     let evil_urls: Vec<String> = evil_names
         .iter()
         .map(|name| format!("http://{name}:{}/r.git", hanging.addr().port()))
@@ -60,7 +64,7 @@ async fn five_hundred_wildcard_subdomains_at_a_hanging_server_leave_room_for_an_
         .allow_local_addresses(true);
     let fetcher = GitFetcher::new(GitFetcherConfig {
         policy: policy.clone(),
-        resolver: Arc::new(resolver),
+        resolver: Arc::new(resolver.clone()),
         fetch_timeout: FETCH_TIMEOUT,
         ..GitFetcherConfig::default()
     });
@@ -87,6 +91,7 @@ async fn five_hundred_wildcard_subdomains_at_a_hanging_server_leave_room_for_an_
         .announcements(announcements)
         .repos_root(dir.join("repos"))
         .git_backend(Arc::new(fetcher.clone()))
+        .resolver(Arc::new(resolver))
         .clone_policy(policy)
         .fetch_timeout(FETCH_TIMEOUT)
         .registry(registry.clone())
@@ -147,14 +152,19 @@ async fn five_hundred_wildcard_subdomains_at_a_hanging_server_leave_room_for_an_
         "the subdomains share one throttle of 5: {} connections",
         hanging.accepted()
     );
-    assert!(
-        counter(
-            &registry,
-            "purgatory_clone_urls_skipped_total",
-            "reason",
-            "over_cap",
-        ) >= (SUBDOMAINS - 32) as f64,
-        "the URLs past the cap are counted"
+    // An announcement's clone URLs past the first 32 are not even read
+    // (`MAX_ANNOUNCEMENT_CLONE_URLS`), so no attempt sees more than the per-attempt cap.
+    let listed = Announcement::new("r")
+        .clone_urls(&evil_urls)
+        .sign(&attackers[0]);
+    let parsed = grasp_sync_core::nip34::parse_announcement(&listed).unwrap();
+    assert_eq!(
+        parsed.clone_urls.len(),
+        grasp_sync_core::nip34::MAX_ANNOUNCEMENT_CLONE_URLS
+    );
+    assert_eq!(
+        parsed.skipped.len(),
+        SUBDOMAINS - grasp_sync_core::nip34::MAX_ANNOUNCEMENT_CLONE_URLS
     );
     purgatory.shutdown();
     run.await.unwrap().unwrap();

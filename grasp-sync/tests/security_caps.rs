@@ -223,6 +223,14 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
         ),
         ("PurgatoryConfig::max_clone_urls", size(p.max_clone_urls)),
         (
+            "PurgatoryConfig::max_pull_request_tips",
+            size(p.max_pull_request_tips),
+        ),
+        (
+            "PurgatoryConfig::attempt_deadline",
+            duration(p.attempt_deadline),
+        ),
+        (
             "ThrottleConfig::max_concurrent",
             count(p.throttle.max_concurrent),
         ),
@@ -250,6 +258,10 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
         (
             "grasp_sync_core::nip34::MAX_PULL_REQUEST_CLONE_URLS",
             size(grasp_sync_core::nip34::MAX_PULL_REQUEST_CLONE_URLS),
+        ),
+        (
+            "grasp_sync_core::nip34::MAX_ANNOUNCEMENT_CLONE_URLS",
+            size(grasp_sync_core::nip34::MAX_ANNOUNCEMENT_CLONE_URLS),
         ),
         (
             "grasp_purgatory::MAX_FILE_NAME_BYTES",

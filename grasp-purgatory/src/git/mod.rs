@@ -67,5 +67,8 @@ pub use fetch::{
 pub use init::{hidden_refs_value, HIDE_REFS_KEYS};
 pub use policy::PinnedUrl;
 pub use refs::{LocalRefs, NOSTR_REF_PREFIX, PURGATORY_REF_PREFIX};
-pub use resolve::{Resolver, StaticResolver, SystemResolver, RESOLVE_TIMEOUT};
+pub use resolve::{
+    CachedResolver, Resolver, StaticResolver, SystemResolver, RESOLVE_CACHE_ENTRIES,
+    RESOLVE_CACHE_TTL, RESOLVE_TIMEOUT,
+};
 pub use version::{check_git_version, GitVersionError};

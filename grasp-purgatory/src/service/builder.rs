@@ -15,7 +15,10 @@ use tokio::sync::{watch, Notify};
 use super::api::{Purgatory, Shared};
 use crate::config::{EnvError, PurgatoryConfig};
 use crate::context::{ContextParts, GitSyncContext, SharedStore};
-use crate::git::{check_git_version, GitBackend, GitFetcher, GitVersionError, Resolver};
+use crate::git::{
+    check_git_version, CachedResolver, GitBackend, GitFetcher, GitFetcherConfig, GitVersionError,
+    Resolver,
+};
 use crate::host::HostPurgatory;
 use crate::metrics::Metrics;
 use crate::refusals::EventRefusalLog;
@@ -303,6 +306,24 @@ impl PurgatoryBuilder {
         self
     }
 
+    /// How long one attempt of a repository starts fetches of its clone URLs one after
+    /// another (default 120 s); the URLs not tried by then wait in their domains'
+    /// queues. Also `NGIT_PURGATORY_ATTEMPT_DEADLINE_SECS`.
+    pub fn attempt_deadline(mut self, deadline: Duration) -> Self {
+        self.config.attempt_deadline = deadline;
+        self
+    }
+
+    /// The most pull request tips (`refs/nostr/<event id>`) served per repository, the
+    /// newest by `created_at` (default
+    /// [`DEFAULT_MAX_PULL_REQUEST_TIPS`](crate::DEFAULT_MAX_PULL_REQUEST_TIPS), at least
+    /// 1); older ones are left out and logged. Also
+    /// `NGIT_PURGATORY_MAX_PULL_REQUEST_TIPS`.
+    pub fn max_pull_request_tips(mut self, max: usize) -> Self {
+        self.config.max_pull_request_tips = max.max(1);
+        self
+    }
+
     /// Journals every event entering and leaving purgatory to `path`, and replays it on
     /// build (see [`crate::journal`]): nothing accepted is lost to a crash.
     pub fn persist_to(mut self, path: impl Into<PathBuf>) -> Self {
@@ -334,9 +355,20 @@ impl PurgatoryBuilder {
             (None, Some(_)) => Arc::new(ChannelSink::new().0),
             (None, None) => return Err(PurgatoryBuildError::Missing("a release sink")),
         };
-        let git = self
-            .git
-            .unwrap_or_else(|| Arc::new(GitFetcher::new(self.config.git.clone())));
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
+        // The throttle keys a host name by the address block it resolves to, and the
+        // fetch connects to what the name resolves to: one cache gives both the same
+        // answer (a fetcher given by the caller resolves on its own).
+        let resolver: Arc<dyn Resolver> = Arc::new(CachedResolver::new(
+            Arc::clone(&self.config.git.resolver),
+            Arc::clone(&clock),
+        ));
+        let git = self.git.unwrap_or_else(|| {
+            Arc::new(GitFetcher::new(GitFetcherConfig {
+                resolver: Arc::clone(&resolver),
+                ..self.config.git.clone()
+            }))
+        });
         let metrics = Metrics::new()?;
         if let Some(registry) = &self.registry {
             metrics.register(registry)?;
@@ -348,8 +380,8 @@ impl PurgatoryBuilder {
             Arc::clone(&locator),
             Arc::clone(&git),
             self.config.repositories_managed_externally,
+            self.config.max_pull_request_tips,
         );
-        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
         let context = GitSyncContext::new(ContextParts {
             store: Arc::clone(&store),
             announcements,
@@ -367,13 +399,17 @@ impl PurgatoryBuilder {
         };
         let ctx = Arc::new(context.with_metrics(metrics.clone()));
         let wake = Arc::new(Notify::new());
-        let manager = Arc::new(ThrottleManager::new(
-            self.config.throttle,
-            Arc::clone(&clock),
-            self.config.git.policy.clone(),
-            self.config.max_clone_urls,
-            metrics.clone(),
-        ));
+        let manager = Arc::new(
+            ThrottleManager::new(
+                self.config.throttle,
+                Arc::clone(&clock),
+                self.config.git.policy.clone(),
+                self.config.max_clone_urls,
+                metrics.clone(),
+                resolver,
+            )
+            .with_attempt_deadline(self.config.attempt_deadline),
+        );
         let (shutdown, _) = watch::channel(false);
         let (status, _) = watch::channel(PurgatoryStatus::default());
         let persist_path = match (&self.host, &self.config.persist_path) {

@@ -11,7 +11,9 @@ use nostr::prelude::Keys;
 use nostr::prelude::PublicKey;
 
 use super::*;
-use grasp_sync_core::clock::SystemClock;
+use crate::git::StaticResolver;
+use crate::throttle_manager::DomainStep;
+use grasp_sync_core::clock::{Clock, SystemClock};
 
 const ONE: &str = "https://example.com/repo.git";
 const TWO: &str = "https://other.com/repo.git";
@@ -56,13 +58,96 @@ fn manager() -> ThrottleManager {
 }
 
 fn manager_with(config: ThrottleConfig) -> ThrottleManager {
+    manager_resolving(config, StaticResolver::new())
+}
+
+/// A manager whose host names resolve through `resolver`.
+fn manager_resolving(config: ThrottleConfig, resolver: StaticResolver) -> ThrottleManager {
     ThrottleManager::new(
         config,
         Arc::new(SystemClock::new()),
         CloneUrlPolicy::new(),
         grasp_sync_core::purgatory::DEFAULT_MAX_CLONE_URLS,
         crate::metrics::Metrics::new().unwrap(),
+        Arc::new(resolver),
     )
+}
+
+/// Two names of two registrable domains, pointing into one /24.
+const NAMED_ONE: &str = "https://git.one.test/repo.git";
+const NAMED_TWO: &str = "https://git.two.test/repo.git";
+const BLOCK: &str = "203.0.113.0/24";
+
+fn one_block() -> StaticResolver {
+    StaticResolver::new()
+        .with("git.one.test", ["203.0.113.1".parse().unwrap()])
+        .with("git.two.test", ["203.0.113.2".parse().unwrap()])
+}
+
+/// Names are throttled by the address block they resolve to as well as by their name:
+/// with the block full (5 requests to `git.one.test`), a request to `git.two.test`, a
+/// domain of its own, does not start either.
+#[tokio::test]
+async fn names_of_other_domains_in_a_full_address_block_fetch_nothing() {
+    let ctx = context(&[NAMED_TWO], &[oid(1)]);
+    ctx.set_remote(NAMED_TWO, [oid(1)]);
+    let manager = manager_resolving(ThrottleConfig::default(), one_block());
+    let one = CloneUrlPolicy::new().check(NAMED_ONE).unwrap();
+    assert_eq!(manager.address_block(&one).await.as_deref(), Some(BLOCK));
+    for _ in 0..5 {
+        assert_eq!(
+            manager.try_start_request_in("one.test", Some(BLOCK)),
+            Slot::Started
+        );
+    }
+    let two = CloneUrlPolicy::new().check(NAMED_TWO).unwrap();
+    let outcome = sync_identifier_from_url(ctx.as_ref(), &repo(), &two, &manager).await;
+    assert!(
+        matches!(&outcome, FromUrl::BlockThrottled(block) if block == BLOCK),
+        "{outcome:?}"
+    );
+    assert!(ctx.fetch_log().is_empty());
+    assert_eq!(manager.in_flight("two.test"), 0);
+    manager.complete_request_in("one.test", Some(BLOCK));
+    let outcome = sync_identifier_from_url(ctx.as_ref(), &repo(), &two, &manager).await;
+    assert!(matches!(outcome, FromUrl::Fetched(1)), "{outcome:?}");
+}
+
+/// A queued repository whose block is full waits without spinning: its domain's queue
+/// yields nothing more until the block's next completion, then serves it.
+#[tokio::test]
+async fn a_queue_waiting_for_a_full_block_moves_when_the_block_frees() {
+    let ctx = context(&[NAMED_TWO], &[oid(1)]);
+    ctx.set_remote(NAMED_TWO, [oid(1)]);
+    let manager = manager_resolving(ThrottleConfig::default(), one_block());
+    for _ in 0..5 {
+        manager.try_start_request_in("one.test", Some(BLOCK));
+    }
+    while manager.poll_step().is_some() {}
+    let key = repo().to_string();
+    manager.enqueue_identifier("two.test", &key, HashSet::new());
+    let step = manager
+        .poll_step()
+        .expect("the queue serves the repository");
+    assert_eq!(step.step, QueueStep::Serve(key.clone()));
+    serve_queued_identifier(ctx.as_ref(), "two.test", &key, &manager).await;
+    assert!(ctx.fetch_log().is_empty());
+    assert_eq!(
+        manager.poll_step(),
+        None,
+        "no busy retry while the block is full"
+    );
+    manager.complete_request_in("one.test", Some(BLOCK));
+    let steps: Vec<DomainStep> = std::iter::from_fn(|| manager.poll_step()).collect();
+    assert!(
+        steps
+            .iter()
+            .any(|s| s.domain == "two.test" && s.step == QueueStep::Serve(key.clone())),
+        "{steps:?}"
+    );
+    serve_queued_identifier(ctx.as_ref(), "two.test", &key, &manager).await;
+    assert_eq!(ctx.fetch_log().len(), 1);
+    assert_eq!(ctx.released(&repo()), 1);
 }
 
 fn tried(urls: &[&str]) -> HashSet<String> {
@@ -455,5 +540,130 @@ async fn objects_beyond_one_fetch_are_asked_for_again_in_the_same_attempt() {
         asked,
         vec![256, 256, 88],
         "one server, asked until it gave all"
+    );
+}
+
+/// A context whose every fetch takes `fetch_takes` of `clock`'s time (a server that
+/// hangs until the fetch timeout), otherwise the in-memory one.
+struct Hanging {
+    inner: Arc<MemorySyncContext>,
+    clock: Arc<grasp_sync_core::clock::ManualClock>,
+    fetch_takes: std::time::Duration,
+}
+
+#[async_trait::async_trait]
+impl SyncContext for Hanging {
+    async fn fetch_repository_data(
+        &self,
+        repo: &RepoRef,
+    ) -> Result<RepositoryData, SyncContextError> {
+        self.inner.fetch_repository_data(repo).await
+    }
+
+    fn collect_needed_oids(&self, repo: &RepoRef) -> std::collections::BTreeSet<GitOid> {
+        self.inner.collect_needed_oids(repo)
+    }
+
+    fn oid_exists(&self, repo: &RepoRef, oid: &GitOid) -> bool {
+        self.inner.oid_exists(repo, oid)
+    }
+
+    async fn fetch_oids(
+        &self,
+        repo_path: &Path,
+        url: &CloneUrl,
+        oids: &[GitOid],
+    ) -> Result<Vec<GitOid>, SyncContextError> {
+        self.clock.advance(self.fetch_takes);
+        self.inner.fetch_oids(repo_path, url, oids).await
+    }
+
+    async fn process_satisfiable_events(&self, repo: &RepoRef) -> Result<usize, SyncContextError> {
+        self.inner.process_satisfiable_events(repo).await
+    }
+
+    fn has_pending_events(&self, repo: &RepoRef) -> bool {
+        self.inner.has_pending_events(repo)
+    }
+
+    fn find_target_repo(&self, repo: &RepoRef) -> Option<std::path::PathBuf> {
+        self.inner.find_target_repo(repo)
+    }
+
+    fn creates_repositories(&self) -> bool {
+        self.inner.creates_repositories()
+    }
+
+    async fn create_target_repo(
+        &self,
+        repo: &RepoRef,
+    ) -> Result<std::path::PathBuf, SyncContextError> {
+        self.inner.create_target_repo(repo).await
+    }
+
+    fn own_service(&self) -> &grasp_sync_core::purgatory::OwnService {
+        self.inner.own_service()
+    }
+
+    async fn move_to_home_repository(
+        &self,
+        repo: &RepoRef,
+    ) -> Result<Option<RepoRef>, SyncContextError> {
+        self.inner.move_to_home_repository(repo).await
+    }
+}
+
+/// 32 clone URLs on 32 domains, each hanging for a 60 s fetch timeout (virtual time):
+/// one attempt starts fetches for the 120 s deadline (2 of them), then leaves the other
+/// 30 URLs to their domains' queues, instead of holding the attempt for 32 minutes.
+#[tokio::test]
+async fn an_attempt_of_hanging_urls_stops_at_its_deadline() {
+    let urls: Vec<String> = (0..32)
+        .map(|n| format!("https://git.d{n}.test/repo.git"))
+        .collect();
+    let url_refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let inner = context(&url_refs, &[oid(1)]);
+    for url in &urls {
+        inner.set_remote_error(url, "the connection timed out");
+    }
+    let clock = Arc::new(grasp_sync_core::clock::ManualClock::new(
+        nostr::prelude::Timestamp::from_secs(1_750_000_000),
+    ));
+    let ctx = Hanging {
+        inner: Arc::clone(&inner),
+        clock: Arc::clone(&clock),
+        fetch_takes: std::time::Duration::from_secs(60),
+    };
+    let manager = ThrottleManager::new(
+        ThrottleConfig::default(),
+        clock.clone(),
+        CloneUrlPolicy::new(),
+        grasp_sync_core::purgatory::DEFAULT_MAX_CLONE_URLS,
+        crate::metrics::Metrics::new().unwrap(),
+        Arc::new(StaticResolver::new()),
+    )
+    .with_attempt_deadline(std::time::Duration::from_secs(120));
+    let started = clock.now();
+    let report = sync_identifier(&ctx, &repo(), &manager).await;
+    assert!(
+        matches!(report.outcome, SyncOutcome::Retry { .. }),
+        "{report:?}"
+    );
+    assert_eq!(
+        inner.fetch_log().len(),
+        2,
+        "fetches started before the deadline"
+    );
+    assert_eq!(
+        clock.now().saturating_duration_since(started),
+        std::time::Duration::from_secs(120)
+    );
+    let key = repo().to_string();
+    let waiting = (2..32)
+        .filter(|n| manager.queued(&format!("d{n}.test")).contains(&key))
+        .count();
+    assert_eq!(
+        waiting, 30,
+        "the untried URLs wait in their domains' queues"
     );
 }

@@ -1,4 +1,5 @@
-//! A TCP server on 127.0.0.1 that accepts connections and never answers.
+//! A TCP server on a loopback address (127.0.0.1 unless told) that accepts connections
+//! and never answers.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,9 +26,16 @@ pub struct HangingServer {
 impl HangingServer {
     /// Binds a free port on 127.0.0.1 and starts accepting on a tokio task.
     pub async fn start() -> HangingServer {
-        let listener = TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0))
+        Self::start_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).await
+    }
+
+    /// Binds a free port on the loopback address `ip` (any of 127.0.0.0/8 on Linux) and
+    /// starts accepting on a tokio task. Panics if `ip` is not loopback.
+    pub async fn start_on(ip: IpAddr) -> HangingServer {
+        assert!(ip.is_loopback(), "tests only bind loopback, not {ip}");
+        let listener = TcpListener::bind(SocketAddr::new(ip, 0))
             .await
-            .expect("binding 127.0.0.1:0");
+            .unwrap_or_else(|e| panic!("binding {ip}:0: {e}"));
         let addr = listener
             .local_addr()
             .expect("local address of the listener");

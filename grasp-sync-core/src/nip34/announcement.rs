@@ -11,6 +11,13 @@ use super::{
 };
 use crate::url_policy::MAX_URL_LEN;
 
+/// The most clone URLs read from one announcement: purgatory normalises and checks
+/// every one of them on each attempt of the repository (and of every repository whose
+/// maintainer set lists the author), so a stranger's announcement of ten thousand
+/// `clone` values must not multiply that work. The rest are recorded as skipped
+/// ([`SkipReason::TooMany`]). An honest announcement lists a handful.
+pub const MAX_ANNOUNCEMENT_CLONE_URLS: usize = 32;
+
 /// What a repository announcement (kind 30617) says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RepoAnnouncement {
@@ -19,8 +26,9 @@ pub struct RepoAnnouncement {
     /// Relays from every `relays` tag, normalised by [`RelayUrl::parse`], de-duplicated,
     /// in order of appearance. Not yet checked against a relay URL policy.
     pub relays: Vec<RelayUrl>,
-    /// Clone URLs from every `clone` tag, trimmed, de-duplicated, in order of appearance.
-    /// Not yet checked: apply a clone URL policy before use.
+    /// Clone URLs from every `clone` tag, trimmed, de-duplicated, in order of appearance,
+    /// at most [`MAX_ANNOUNCEMENT_CLONE_URLS`]. Not yet checked: apply a clone URL policy
+    /// before use.
     pub clone_urls: Vec<String>,
     /// Public keys from every `maintainers` tag, de-duplicated, in order of appearance
     /// (the author is not added).
@@ -90,6 +98,14 @@ impl AnnouncementLists {
 
     fn read_clone_url(&mut self, value: &str) -> Result<(), SkipReason> {
         let url = check_url_text(value)?;
+        if self.clone_urls.contains(url) {
+            return Ok(());
+        }
+        if self.clone_urls.len() >= MAX_ANNOUNCEMENT_CLONE_URLS {
+            return Err(SkipReason::TooMany {
+                max: MAX_ANNOUNCEMENT_CLONE_URLS,
+            });
+        }
         self.clone_urls.insert(url.to_owned());
         Ok(())
     }
@@ -255,6 +271,34 @@ mod tests {
             announcement.clone_urls,
             vec!["ext::sh -c touch% /tmp/pwned"]
         );
+    }
+
+    /// A stranger's announcement of 10 000 clone values keeps the first
+    /// [`MAX_ANNOUNCEMENT_CLONE_URLS`]; each value past the cap is recorded as skipped.
+    #[test]
+    fn clone_urls_past_the_cap_are_skipped_and_counted() {
+        let urls: Vec<String> = (0..10_000)
+            .map(|n| format!("https://s{n}.evil.example/r.git"))
+            .collect();
+        let mut tag = vec!["clone"];
+        tag.extend(urls.iter().map(String::as_str));
+        // A repetition of a kept URL is no new URL: not skipped.
+        let again = ["clone", urls[0].as_str()];
+        let event = signed_event(KIND_REPO_ANNOUNCEMENT, &[&["d", "r"], &tag, &again]);
+        let announcement = parse_announcement(&event).unwrap();
+        assert_eq!(
+            announcement.clone_urls,
+            urls[..MAX_ANNOUNCEMENT_CLONE_URLS].to_vec()
+        );
+        assert_eq!(
+            announcement.skipped.len(),
+            10_000 - MAX_ANNOUNCEMENT_CLONE_URLS
+        );
+        assert!(announcement.skipped.iter().all(|s| s.index == 1
+            && s.reason
+                == SkipReason::TooMany {
+                    max: MAX_ANNOUNCEMENT_CLONE_URLS
+                }));
     }
 
     #[test]

@@ -27,7 +27,7 @@ use nostr::event::{Event, EventId, Kind, Tag};
 use nostr::key::PublicKey;
 use nostr::types::Timestamp;
 
-pub use announcement::{parse_announcement, RepoAnnouncement};
+pub use announcement::{parse_announcement, RepoAnnouncement, MAX_ANNOUNCEMENT_CLONE_URLS};
 pub use git_oid::{GitOid, GitOidError};
 pub use references::{
     pull_request_clone_urls, pull_request_tip, referenced_root_ids, root_event_repo_refs,

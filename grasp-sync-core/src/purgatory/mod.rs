@@ -118,7 +118,9 @@ pub use serving::{
     PULL_REQUEST_REF_PREFIX, SERVED_REF_PREFIXES,
 };
 pub use throttle::{DomainThrottle, DomainThrottles, QueueStep, ThrottleConfig};
-pub use throttle_key::{throttle_key, SHARED_SECOND_LEVEL};
+pub use throttle_key::{
+    address_block_key, throttle_key, IPV4_BLOCK_BITS, IPV6_BLOCK_BITS, SHARED_SECOND_LEVEL,
+};
 pub use url_select::{
     candidate_urls, next_url, select_candidates, throttled_domains_with_untried_urls,
     CandidateSelection, CandidateUrls, ThrottledDomainInfo, DEFAULT_MAX_CLONE_URLS,

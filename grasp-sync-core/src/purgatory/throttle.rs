@@ -237,6 +237,20 @@ impl DomainThrottle {
         }
     }
 
+    /// When a request may start again, when at `now` only the per-minute window
+    /// holds it back and nothing is in flight (so no completion will come to say so);
+    /// `None` otherwise. For a throttle others wait on without queueing in it (an
+    /// address block a host name resolves to).
+    pub fn window_frees_at(&self, now: Instant) -> Option<Instant> {
+        if self.in_flight > 0 || self.below_rate_limit(now) {
+            return None;
+        }
+        let max = self.config.max_per_minute as usize;
+        let freeing = self.request_times.len().checked_sub(max)?;
+        let start = self.request_times.get(freeing)?;
+        Some(start.saturating_add(self.config.window))
+    }
+
     /// The URLs of this domain already tried for `identifier` (empty when not
     /// queued).
     pub fn get_tried_urls(&self, identifier: &str) -> HashSet<String> {
