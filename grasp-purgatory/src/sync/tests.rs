@@ -605,11 +605,11 @@ impl SyncContext for Hanging {
         self.inner.own_service()
     }
 
-    async fn move_to_home_repository(
+    async fn move_to_home_repositories(
         &self,
         repo: &RepoRef,
-    ) -> Result<Option<RepoRef>, SyncContextError> {
-        self.inner.move_to_home_repository(repo).await
+    ) -> Result<Vec<RepoRef>, SyncContextError> {
+        self.inner.move_to_home_repositories(repo).await
     }
 }
 
