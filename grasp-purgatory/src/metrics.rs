@@ -23,6 +23,7 @@ pub(crate) struct Metrics {
     pub(crate) events_released: IntCounter,
     pub(crate) events_expired: IntCounter,
     pub(crate) events_refused: IntCounterVec,
+    pub(crate) events_evicted: IntCounterVec,
     pub(crate) events_refused_by_store: IntCounter,
     pub(crate) url_refusals: IntCounterVec,
     pub(crate) stale_refs_removed: IntCounter,
@@ -82,6 +83,15 @@ impl Metrics {
                     "Events refused by purgatory, by reason (repository_full, author_full, \
                      total_full, repository_bytes_full, author_bytes_full, total_bytes_full, \
                      journal)",
+                ),
+                &["reason"],
+            )?,
+            events_evicted: IntCounterVec::new(
+                Opts::new(
+                    "purgatory_events_evicted_total",
+                    "Events dropped from a full purgatory to make room for another author's \
+                     event, their author holding the most, by the limit reached (the reasons \
+                     of purgatory_events_refused_total)",
                 ),
                 &["reason"],
             )?,
@@ -145,6 +155,7 @@ impl Metrics {
         registry.register(Box::new(self.events_released.clone()))?;
         registry.register(Box::new(self.events_expired.clone()))?;
         registry.register(Box::new(self.events_refused.clone()))?;
+        registry.register(Box::new(self.events_evicted.clone()))?;
         registry.register(Box::new(self.events_refused_by_store.clone()))?;
         registry.register(Box::new(self.url_refusals.clone()))?;
         registry.register(Box::new(self.stale_refs_removed.clone()))?;
@@ -162,6 +173,14 @@ impl Metrics {
         // An error only means the series did not exist.
         let _ = self.domain_in_flight.remove_label_values(&[domain]);
         let _ = self.domain_requests.remove_label_values(&[domain]);
+    }
+
+    /// How many events were evicted, over every reason.
+    pub(crate) fn events_evicted_total(&self) -> u64 {
+        Cap::ALL
+            .iter()
+            .map(|cap| self.events_evicted.with_label_values(&[cap.label()]).get())
+            .sum()
     }
 
     /// How many events were refused, over every reason.
