@@ -297,7 +297,9 @@ fn each_limit_refuses_the_heaviest_authors_event_beyond_it_and_holds_nothing() {
     let evicted = store.take_evictions();
     assert_eq!(evicted.len(), 1);
     assert_eq!(evicted[0].cap, Cap::Total);
-    assert_eq!(evicted[0].held.event.pubkey, contributor.public_key());
+    // Both hold two: either is the heaviest.
+    let victim = evicted[0].held.event.pubkey;
+    assert!(victim == contributor.public_key() || victim == author.public_key());
     assert_eq!(store.len(), 4);
     assert!(store.contains(&newcomer.event.id));
     // A newer state replacing a held one never is, even at the total.
