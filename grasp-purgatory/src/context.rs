@@ -274,9 +274,31 @@ impl GitSyncContext {
     /// [`PurgatoryStore::claim_sweeps`]) and marks it finished; returns how many refs it
     /// deleted.
     pub(crate) async fn sweep_refs(&self, repo: &RepoRef) -> usize {
+        // Asked before the refs are listed: an event leaving meanwhile owes another.
+        let prune = lock(&self.store).take_prune(repo);
         let removed = self.delete_stale_refs(repo).await;
+        if prune && removed > 0 {
+            self.prune_unreachable(repo).await;
+        }
         lock(&self.store).sweep_finished(repo);
         removed
+    }
+
+    /// Deletes the objects of `repo`'s local repository that its swept refs kept:
+    /// those fetched for events that left purgatory unreleased. Failures are logged.
+    async fn prune_unreachable(&self, repo: &RepoRef) {
+        let Some(target) = self.locator.locate(repo) else {
+            return;
+        };
+        match self.git.prune_unreachable(&target).await {
+            Ok(()) => {
+                tracing::debug!(%repo, "unreachable objects pruned");
+                if let Some(metrics) = &self.metrics {
+                    metrics.repositories_pruned.inc();
+                }
+            }
+            Err(error) => tracing::warn!(%repo, %error, "pruning unreachable objects failed"),
+        }
     }
 
     /// Deletes the `refs/purgatory/*` of `repo`'s local repository that no held event of

@@ -27,6 +27,7 @@ pub(crate) struct Metrics {
     pub(crate) events_refused_by_store: IntCounter,
     pub(crate) url_refusals: IntCounterVec,
     pub(crate) stale_refs_removed: IntCounter,
+    pub(crate) repositories_pruned: IntCounter,
     pub(crate) clone_urls_skipped: IntCounterVec,
     pub(crate) repositories_created: IntCounter,
     pub(crate) reconciliations: IntCounter,
@@ -109,6 +110,11 @@ impl Metrics {
                 ),
                 &["reason"],
             )?,
+            repositories_pruned: IntCounter::new(
+                "purgatory_repositories_pruned_total",
+                "Times a local repository's unreachable objects were deleted (git gc \
+                 --prune=now) after events of it left purgatory unreleased",
+            )?,
             stale_refs_removed: IntCounter::new(
                 "purgatory_stale_refs_removed_total",
                 "refs/purgatory/* deleted because no held event needs them any more",
@@ -159,6 +165,7 @@ impl Metrics {
         registry.register(Box::new(self.events_refused_by_store.clone()))?;
         registry.register(Box::new(self.url_refusals.clone()))?;
         registry.register(Box::new(self.stale_refs_removed.clone()))?;
+        registry.register(Box::new(self.repositories_pruned.clone()))?;
         registry.register(Box::new(self.clone_urls_skipped.clone()))?;
         registry.register(Box::new(self.repositories_created.clone()))?;
         registry.register(Box::new(self.reconciliations.clone()))?;

@@ -107,6 +107,9 @@ pub struct PurgatoryStore {
     journal: Option<Journal>,
     /// Repositories whose stale `refs/purgatory/*` must still be deleted.
     sweeps: RefSweeps,
+    /// Repositories an event left unreleased (expired, evicted, refused): once their
+    /// refs are swept, the objects fetched for it are unreachable and are pruned.
+    prunes: BTreeSet<RepoRef>,
 }
 
 impl PurgatoryStore {
@@ -703,6 +706,9 @@ impl PurgatoryStore {
         }
         // Its refs may be needed by nothing any more.
         self.sweeps.request(held.repo.clone());
+        if matches!(why, Removal::Expired | Removal::Evicted | Removal::Refused) {
+            self.prunes.insert(held.repo.clone());
+        }
         if let Some(journal) = &mut self.journal {
             if let Err(error) = journal.removed(&held.event.id, why) {
                 tracing::warn!(id = %held.event.id, %error, "journaling a purgatory removal failed");
@@ -728,6 +734,12 @@ impl PurgatoryStore {
     /// [`PurgatoryStore::sweep_finished`] for each.
     pub fn claim_sweeps(&mut self) -> Vec<RepoRef> {
         self.sweeps.claim_all()
+    }
+
+    /// Whether the sweep of `repo` starting now must also prune its unreachable objects
+    /// (an event of it left unreleased since the last one); the answer is given once.
+    pub fn take_prune(&mut self, repo: &RepoRef) -> bool {
+        self.prunes.remove(repo)
     }
 
     /// A claimed sweep of `repo` finished.
