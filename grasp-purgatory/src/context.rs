@@ -14,6 +14,7 @@ use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::purgatory::{OwnService, RepositoryData, SyncContext, SyncContextError};
 use grasp_sync_core::url_policy::CloneUrl;
 
+use crate::disk::{objects_bytes, DiskLimits, DiskUsage, QuotaError};
 use crate::git::{GitBackend, GitError, NOSTR_REF_PREFIX, PURGATORY_REF_PREFIX};
 use crate::held::{HeldEvent, HeldKind};
 use crate::host::{HostHeld, HostPurgatory};
@@ -65,6 +66,8 @@ pub struct GitSyncContext {
     released_in: Mutex<BTreeSet<RepoRef>>,
     /// The last released event the sink refused for good.
     last_store_refusal: Mutex<Option<ReleaseRefusal>>,
+    /// Bytes of objects of the local repositories used, against the disk quotas.
+    disk: Mutex<DiskUsage>,
 }
 
 impl std::fmt::Debug for GitSyncContext {
@@ -119,7 +122,52 @@ impl GitSyncContext {
             host: None,
             released_in: Mutex::new(BTreeSet::new()),
             last_store_refusal: Mutex::new(None),
+            disk: Mutex::new(DiskUsage::new(DiskLimits::default())),
         }
+    }
+
+    /// Refuses fetches into (and the creation of) the local repositories of an owner
+    /// whose repositories, or all, hold these quotas of objects.
+    pub fn with_disk_limits(self, limits: DiskLimits) -> Self {
+        GitSyncContext {
+            disk: Mutex::new(DiskUsage::new(limits)),
+            ..self
+        }
+    }
+
+    fn disk(&self) -> std::sync::MutexGuard<'_, DiskUsage> {
+        self.disk.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Measures the objects of `repo`'s local repository at `path` again.
+    fn measure(&self, repo: &RepoRef, path: &Path) {
+        let bytes = objects_bytes(path);
+        let total = {
+            let mut disk = self.disk();
+            disk.record(repo, path, bytes);
+            disk.total()
+        };
+        if let Some(metrics) = &self.metrics {
+            metrics
+                .git_objects_bytes
+                .set(i64::try_from(total).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Whether objects may be fetched into `repo`'s local repository (or it created):
+    /// a refusal is logged and counted.
+    fn check_quota(&self, repo: &RepoRef) -> Result<(), QuotaError> {
+        let checked = self.disk().check(repo.pubkey());
+        if let Err(error) = &checked {
+            tracing::warn!(%repo, %error, "disk quota reached: no fetch into the repository");
+            if let Some(metrics) = &self.metrics {
+                metrics
+                    .disk_quota_refusals
+                    .with_label_values(&[error.label()])
+                    .inc();
+            }
+        }
+        checked
     }
 
     /// Works for `host`'s held events instead of the store's: the objects needed are
@@ -293,6 +341,7 @@ impl GitSyncContext {
         match self.git.prune_unreachable(&target).await {
             Ok(()) => {
                 tracing::debug!(%repo, "unreachable objects pruned");
+                self.measure(repo, &target);
                 if let Some(metrics) = &self.metrics {
                     metrics.repositories_pruned.inc();
                 }
@@ -405,7 +454,16 @@ impl SyncContext for GitSyncContext {
         url: &CloneUrl,
         oids: &[GitOid],
     ) -> Result<Vec<GitOid>, SyncContextError> {
-        let report = match self.git.fetch(repo_path, url.as_str(), oids).await {
+        let repo = self.disk().repository_at(repo_path).cloned();
+        if let Some(repo) = &repo {
+            self.check_quota(repo)
+                .map_err(|error| Self::processing_error(repo, error))?;
+        }
+        let fetched = self.git.fetch(repo_path, url.as_str(), oids).await;
+        if let Some(repo) = &repo {
+            self.measure(repo, repo_path);
+        }
+        let report = match fetched {
             Ok(report) => report,
             Err(error) => {
                 if let Some(refusals) = &self.refusals {
@@ -496,7 +554,11 @@ impl SyncContext for GitSyncContext {
     }
 
     fn find_target_repo(&self, repo: &RepoRef) -> Option<PathBuf> {
-        self.locator.locate(repo)
+        let path = self.locator.locate(repo)?;
+        if !self.disk().is_measured(&path) {
+            self.measure(repo, &path);
+        }
+        Some(path)
     }
 
     fn creates_repositories(&self) -> bool {
@@ -515,10 +577,18 @@ impl SyncContext for GitSyncContext {
             tracing::debug!(%repo, "no place for the local repository");
             return Err(SyncContextError::NoPlaceForRepository { repo: repo.clone() });
         };
-        if create_bare_repository(self.git.as_ref(), &path)
+        if !path.is_dir() {
+            self.check_quota(repo)
+                .map_err(|error| SyncContextError::CreateRepository {
+                    repo: repo.clone(),
+                    reason: error.to_string(),
+                })?;
+        }
+        let created = create_bare_repository(self.git.as_ref(), &path)
             .await
-            .map_err(failed)?
-        {
+            .map_err(failed)?;
+        self.measure(repo, &path);
+        if created {
             tracing::info!(%repo, path = %path.display(), "created the local repository");
             if let Some(metrics) = &self.metrics {
                 metrics.repositories_created.inc();

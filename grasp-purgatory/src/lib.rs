@@ -177,6 +177,7 @@
 
 pub mod config;
 mod context;
+mod disk;
 pub mod git;
 mod held;
 mod hook;
@@ -196,6 +197,7 @@ mod throttle_manager;
 
 pub use config::{EnvError, PurgatoryConfig};
 pub use context::{ContextParts, GitSyncContext, SharedStore};
+pub use disk::{DiskLimits, QuotaError};
 pub use git::{
     check_git_version, FetchReport, GitBackend, GitError, GitFetcher, GitFetcherConfig,
     GitVersionError, PinnedUrl, Resolver, StaticResolver, SystemResolver,

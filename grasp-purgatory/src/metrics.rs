@@ -28,6 +28,8 @@ pub(crate) struct Metrics {
     pub(crate) url_refusals: IntCounterVec,
     pub(crate) stale_refs_removed: IntCounter,
     pub(crate) repositories_pruned: IntCounter,
+    pub(crate) disk_quota_refusals: IntCounterVec,
+    pub(crate) git_objects_bytes: IntGauge,
     pub(crate) clone_urls_skipped: IntCounterVec,
     pub(crate) repositories_created: IntCounter,
     pub(crate) reconciliations: IntCounter,
@@ -110,6 +112,19 @@ impl Metrics {
                 ),
                 &["reason"],
             )?,
+            disk_quota_refusals: IntCounterVec::new(
+                Opts::new(
+                    "purgatory_disk_quota_refusals_total",
+                    "Fetches into (or creations of) local repositories refused because the \
+                     git root or the owner's repositories hold their quota of objects, by \
+                     quota (total, author)",
+                ),
+                &["quota"],
+            )?,
+            git_objects_bytes: IntGauge::new(
+                "purgatory_git_objects_bytes",
+                "Bytes of objects of the local repositories purgatory used, as last measured",
+            )?,
             repositories_pruned: IntCounter::new(
                 "purgatory_repositories_pruned_total",
                 "Times a local repository's unreachable objects were deleted (git gc \
@@ -166,6 +181,8 @@ impl Metrics {
         registry.register(Box::new(self.url_refusals.clone()))?;
         registry.register(Box::new(self.stale_refs_removed.clone()))?;
         registry.register(Box::new(self.repositories_pruned.clone()))?;
+        registry.register(Box::new(self.disk_quota_refusals.clone()))?;
+        registry.register(Box::new(self.git_objects_bytes.clone()))?;
         registry.register(Box::new(self.clone_urls_skipped.clone()))?;
         registry.register(Box::new(self.repositories_created.clone()))?;
         registry.register(Box::new(self.reconciliations.clone()))?;
