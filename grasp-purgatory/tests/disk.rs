@@ -160,7 +160,9 @@ async fn fetches_and_repositories_over_the_disk_quotas_are_refused_and_counted()
     let fetched = hold(&heavy, "h", &[&big_a], 1);
     assert_eq!(next_released(&mut output).await, fetched);
     let refused = hold(&heavy, "h", &[&second], 2);
+    // (Asked again at once rather than after the backoff of the sync that just ended.)
     events::eventually("the author quota refuses", Duration::from_secs(30), || {
+        purgatory.trigger_immediate_sync("h");
         refusals("author") >= 1.0
     })
     .await;
