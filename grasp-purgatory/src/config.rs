@@ -7,6 +7,7 @@ use grasp_sync_core::purgatory::{
     OwnService, ReconcileConfig, SyncQueueConfig, ThrottleConfig, DEFAULT_MAX_CLONE_URLS,
 };
 
+use crate::disk::DiskLimits;
 use crate::git::GitFetcherConfig;
 use crate::serve::DEFAULT_MAX_PULL_REQUEST_TIPS;
 use crate::store::HeldLimits;
@@ -69,6 +70,14 @@ pub const ENV_VARIABLES: &[(&str, &str)] = &[
         "bytes of the events held per author (16777216)",
     ),
     (
+        "NGIT_PURGATORY_MAX_DISK_BYTES",
+        "bytes of git objects of the repositories under the git root, 0 for no limit (68719476736)",
+    ),
+    (
+        "NGIT_PURGATORY_MAX_DISK_BYTES_PER_AUTHOR",
+        "bytes of git objects of one owner's repositories, 0 for no limit (4294967296)",
+    ),
+    (
         "NGIT_PURGATORY_RECONCILE_INTERVAL_SECS",
         "every served repository is reconciled at least this often, jittered by 10% (3600)",
     ),
@@ -125,6 +134,9 @@ pub struct PurgatoryConfig {
     /// The most events (and bytes of them) held per repository, per author and in
     /// total.
     pub limits: HeldLimits,
+    /// The most bytes of git objects the local repositories hold, in total and per
+    /// owner: fetches (and creations) beyond are refused.
+    pub disk: DiskLimits,
     /// Our own service's hosts: clone URLs there are never fetched from.
     pub own_service: OwnService,
     /// Whether someone else (a GRASP server) creates the repositories under the git
@@ -159,6 +171,7 @@ impl Default for PurgatoryConfig {
             expiry: Duration::from_secs(30 * 60),
             git: GitFetcherConfig::default(),
             limits: HeldLimits::default(),
+            disk: DiskLimits::default(),
             own_service: OwnService::new(),
             repositories_managed_externally: false,
             persist_path: None,
@@ -237,6 +250,12 @@ impl PurgatoryConfig {
         if let Some(n) = number("NGIT_PURGATORY_MAX_HELD_BYTES_PER_AUTHOR")? {
             self.limits.per_author_bytes = clamp_usize(n);
         }
+        if let Some(bytes) = number("NGIT_PURGATORY_MAX_DISK_BYTES")? {
+            self.disk.total_bytes = (bytes > 0).then_some(bytes);
+        }
+        if let Some(bytes) = number("NGIT_PURGATORY_MAX_DISK_BYTES_PER_AUTHOR")? {
+            self.disk.per_author_bytes = (bytes > 0).then_some(bytes);
+        }
         if let Some(secs) = number("NGIT_PURGATORY_RECONCILE_INTERVAL_SECS")? {
             self.reconcile.interval = Duration::from_secs(secs.max(1));
         }
@@ -304,6 +323,8 @@ mod tests {
         assert_eq!(config.expiry, Duration::from_secs(1800));
         assert_eq!(config.git.max_pack_bytes, Some(512 * 1024 * 1024));
         assert_eq!(config.limits, HeldLimits::default());
+        assert_eq!(config.disk.total_bytes, Some(64 * 1024 * 1024 * 1024));
+        assert_eq!(config.disk.per_author_bytes, Some(4 * 1024 * 1024 * 1024));
         assert!(!config.repositories_managed_externally);
         assert!(config.own_service.is_empty());
         assert_eq!(config.reconcile.interval, Duration::from_secs(3600));
@@ -333,6 +354,8 @@ mod tests {
                 ("NGIT_PURGATORY_MAX_HELD_BYTES", "5000"),
                 ("NGIT_PURGATORY_MAX_HELD_BYTES_PER_REPOSITORY", "3000"),
                 ("NGIT_PURGATORY_MAX_HELD_BYTES_PER_AUTHOR", "2000"),
+                ("NGIT_PURGATORY_MAX_DISK_BYTES", "0"),
+                ("NGIT_PURGATORY_MAX_DISK_BYTES_PER_AUTHOR", "1000000"),
                 ("NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY", "1"),
                 ("NGIT_PURGATORY_RECONCILE_INTERVAL_SECS", "90"),
                 ("NGIT_PURGATORY_RECONCILE_CONCURRENCY", "2"),
@@ -363,6 +386,13 @@ mod tests {
                 total_bytes: 5000,
             }
         );
+        assert_eq!(
+            config.disk,
+            DiskLimits {
+                total_bytes: None,
+                per_author_bytes: Some(1_000_000),
+            }
+        );
         assert!(config.repositories_managed_externally);
         assert_eq!(config.reconcile.interval, Duration::from_secs(90));
         assert_eq!(config.reconcile.concurrency, 2);
@@ -372,7 +402,7 @@ mod tests {
         assert_eq!(config.git.max_memory_bytes, None);
         assert!(config.git.allow_old_git);
         assert!(config.git.keep_proxy_env);
-        assert_eq!(ENV_VARIABLES.len(), 23);
+        assert_eq!(ENV_VARIABLES.len(), 25);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use grasp_sync_core::purgatory::{OwnService, RepositoryData, SyncContext, SyncCo
 use grasp_sync_core::url_policy::CloneUrl;
 use nostr::prelude::PublicKey;
 
+use crate::disk::{objects_bytes, DiskLimits, DiskUsage, QuotaError};
 use crate::git::{GitBackend, GitError, NOSTR_REF_PREFIX, PURGATORY_REF_PREFIX};
 use crate::held::{HeldEvent, HeldKind};
 use crate::host::{HostHeld, HostPurgatory};
@@ -67,6 +68,8 @@ pub struct GitSyncContext {
     released_in: Mutex<BTreeMap<RepoRef, BTreeSet<PublicKey>>>,
     /// The last released event the sink refused for good.
     last_store_refusal: Mutex<Option<ReleaseRefusal>>,
+    /// Bytes of objects of the local repositories used, against the disk quotas.
+    disk: Mutex<DiskUsage>,
 }
 
 impl std::fmt::Debug for GitSyncContext {
@@ -121,7 +124,52 @@ impl GitSyncContext {
             host: None,
             released_in: Mutex::new(BTreeMap::new()),
             last_store_refusal: Mutex::new(None),
+            disk: Mutex::new(DiskUsage::new(DiskLimits::default())),
         }
+    }
+
+    /// Refuses fetches into (and the creation of) the local repositories of an owner
+    /// whose repositories, or all, hold these quotas of objects.
+    pub fn with_disk_limits(self, limits: DiskLimits) -> Self {
+        GitSyncContext {
+            disk: Mutex::new(DiskUsage::new(limits)),
+            ..self
+        }
+    }
+
+    fn disk(&self) -> std::sync::MutexGuard<'_, DiskUsage> {
+        self.disk.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Measures the objects of `repo`'s local repository at `path` again.
+    fn measure(&self, repo: &RepoRef, path: &Path) {
+        let bytes = objects_bytes(path);
+        let total = {
+            let mut disk = self.disk();
+            disk.record(repo, path, bytes);
+            disk.total()
+        };
+        if let Some(metrics) = &self.metrics {
+            metrics
+                .git_objects_bytes
+                .set(i64::try_from(total).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Whether objects may be fetched into `repo`'s local repository (or it created):
+    /// a refusal is logged and counted.
+    fn check_quota(&self, repo: &RepoRef) -> Result<(), QuotaError> {
+        let checked = self.disk().check(repo.pubkey());
+        if let Err(error) = &checked {
+            tracing::warn!(%repo, %error, "disk quota reached: no fetch into the repository");
+            if let Some(metrics) = &self.metrics {
+                metrics
+                    .disk_quota_refusals
+                    .with_label_values(&[error.label()])
+                    .inc();
+            }
+        }
+        checked
     }
 
     /// Works for `host`'s held events instead of the store's: the objects needed are
@@ -280,9 +328,32 @@ impl GitSyncContext {
     /// [`PurgatoryStore::claim_sweeps`]) and marks it finished; returns how many refs it
     /// deleted.
     pub(crate) async fn sweep_refs(&self, repo: &RepoRef) -> usize {
+        // Asked before the refs are listed: an event leaving meanwhile owes another.
+        let prune = lock(&self.store).take_prune(repo);
         let removed = self.delete_stale_refs(repo).await;
+        if prune && removed > 0 {
+            self.prune_unreachable(repo).await;
+        }
         lock(&self.store).sweep_finished(repo);
         removed
+    }
+
+    /// Deletes the objects of `repo`'s local repository that its swept refs kept:
+    /// those fetched for events that left purgatory unreleased. Failures are logged.
+    async fn prune_unreachable(&self, repo: &RepoRef) {
+        let Some(target) = self.locator.locate(repo) else {
+            return;
+        };
+        match self.git.prune_unreachable(&target).await {
+            Ok(()) => {
+                tracing::debug!(%repo, "unreachable objects pruned");
+                self.measure(repo, &target);
+                if let Some(metrics) = &self.metrics {
+                    metrics.repositories_pruned.inc();
+                }
+            }
+            Err(error) => tracing::warn!(%repo, %error, "pruning unreachable objects failed"),
+        }
     }
 
     /// Deletes the `refs/purgatory/*` of `repo`'s local repository that no held event of
@@ -389,7 +460,16 @@ impl SyncContext for GitSyncContext {
         url: &CloneUrl,
         oids: &[GitOid],
     ) -> Result<Vec<GitOid>, SyncContextError> {
-        let report = match self.git.fetch(repo_path, url.as_str(), oids).await {
+        let repo = self.disk().repository_at(repo_path).cloned();
+        if let Some(repo) = &repo {
+            self.check_quota(repo)
+                .map_err(|error| Self::processing_error(repo, error))?;
+        }
+        let fetched = self.git.fetch(repo_path, url.as_str(), oids).await;
+        if let Some(repo) = &repo {
+            self.measure(repo, repo_path);
+        }
+        let report = match fetched {
             Ok(report) => report,
             Err(error) => {
                 if let Some(refusals) = &self.refusals {
@@ -486,7 +566,11 @@ impl SyncContext for GitSyncContext {
     }
 
     fn find_target_repo(&self, repo: &RepoRef) -> Option<PathBuf> {
-        self.locator.locate(repo)
+        let path = self.locator.locate(repo)?;
+        if !self.disk().is_measured(&path) {
+            self.measure(repo, &path);
+        }
+        Some(path)
     }
 
     fn creates_repositories(&self) -> bool {
@@ -505,10 +589,18 @@ impl SyncContext for GitSyncContext {
             tracing::debug!(%repo, "no place for the local repository");
             return Err(SyncContextError::NoPlaceForRepository { repo: repo.clone() });
         };
-        if create_bare_repository(self.git.as_ref(), &path)
+        if !path.is_dir() {
+            self.check_quota(repo)
+                .map_err(|error| SyncContextError::CreateRepository {
+                    repo: repo.clone(),
+                    reason: error.to_string(),
+                })?;
+        }
+        let created = create_bare_repository(self.git.as_ref(), &path)
             .await
-            .map_err(failed)?
-        {
+            .map_err(failed)?;
+        self.measure(repo, &path);
+        if created {
             tracing::info!(%repo, path = %path.display(), "created the local repository");
             if let Some(metrics) = &self.metrics {
                 metrics.repositories_created.inc();

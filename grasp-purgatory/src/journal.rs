@@ -82,6 +82,9 @@ pub enum Removal {
     /// Its git data arrived, and the sink refused it for good
     /// ([`ReleaseError::Refused`](crate::ReleaseError::Refused)).
     Refused,
+    /// Purgatory was full and its author held the most: it made room for another
+    /// author's event.
+    Evicted,
 }
 
 impl Removal {
@@ -91,6 +94,7 @@ impl Removal {
             Removal::Expired => "expired",
             Removal::Replaced => "replaced",
             Removal::Refused => "refused",
+            Removal::Evicted => "evicted",
         }
     }
 }

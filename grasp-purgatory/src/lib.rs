@@ -13,8 +13,10 @@
 //! same identifier takes no part.
 //!
 //! Bounded and crash-safe: events held are limited in number and in bytes per
-//! repository, per author and in total ([`HeldLimits`]; beyond them an event is refused
-//! with [`AddError::Full`], logged and counted); every event entering and leaving is
+//! repository, per author and in total ([`HeldLimits`]; beyond its author's share an
+//! event is refused with [`AddError::Full`], logged and counted; a full repository or
+//! purgatory evicts the oldest event of the author who holds the most instead of
+//! refusing a lighter newcomer); every event entering and leaving is
 //! appended to a journal that is replayed on start, skipping and reporting a damaged
 //! record, and compacted before it outgrows the held bytes ([`journal`]); `refs/purgatory/*` no held event needs are
 //! deleted; one request to a host takes one slot of its domain's throttle; fetched packs
@@ -55,6 +57,7 @@
 //! `purgatory_domain_requests_total` (the `domain` series of idle domains are removed),
 //! plus `purgatory_events_held`, `purgatory_events_released_total`,
 //! `purgatory_events_expired_total`, `purgatory_events_refused_total{reason}`,
+//! `purgatory_events_evicted_total{reason}`,
 //! `purgatory_events_refused_by_store_total` (released events the sink's store refused
 //! for good, dropped), `purgatory_clone_url_refusals_total{reason}`,
 //! `purgatory_clone_urls_skipped_total{reason}`, `purgatory_repositories_created_total`
@@ -174,6 +177,7 @@
 
 pub mod config;
 mod context;
+mod disk;
 pub mod git;
 mod held;
 mod hook;
@@ -193,6 +197,7 @@ mod throttle_manager;
 
 pub use config::{EnvError, PurgatoryConfig};
 pub use context::{ContextParts, GitSyncContext, SharedStore};
+pub use disk::{DiskLimits, QuotaError};
 pub use git::{
     check_git_version, CachedResolver, FetchReport, GitBackend, GitError, GitFetcher,
     GitFetcherConfig, GitVersionError, PinnedUrl, Resolver, StaticResolver, SystemResolver,

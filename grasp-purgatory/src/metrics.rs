@@ -23,9 +23,13 @@ pub(crate) struct Metrics {
     pub(crate) events_released: IntCounter,
     pub(crate) events_expired: IntCounter,
     pub(crate) events_refused: IntCounterVec,
+    pub(crate) events_evicted: IntCounterVec,
     pub(crate) events_refused_by_store: IntCounter,
     pub(crate) url_refusals: IntCounterVec,
     pub(crate) stale_refs_removed: IntCounter,
+    pub(crate) repositories_pruned: IntCounter,
+    pub(crate) disk_quota_refusals: IntCounterVec,
+    pub(crate) git_objects_bytes: IntGauge,
     pub(crate) clone_urls_skipped: IntCounterVec,
     pub(crate) repositories_created: IntCounter,
     pub(crate) reconciliations: IntCounter,
@@ -85,6 +89,15 @@ impl Metrics {
                 ),
                 &["reason"],
             )?,
+            events_evicted: IntCounterVec::new(
+                Opts::new(
+                    "purgatory_events_evicted_total",
+                    "Events dropped from a full purgatory to make room for another author's \
+                     event, their author holding the most, by the limit reached (the reasons \
+                     of purgatory_events_refused_total)",
+                ),
+                &["reason"],
+            )?,
             events_refused_by_store: IntCounter::new(
                 "purgatory_events_refused_by_store_total",
                 "Events whose git data arrived but that the store they are released to (the \
@@ -98,6 +111,24 @@ impl Metrics {
                      (policy, forbidden_address, unresolvable)",
                 ),
                 &["reason"],
+            )?,
+            disk_quota_refusals: IntCounterVec::new(
+                Opts::new(
+                    "purgatory_disk_quota_refusals_total",
+                    "Fetches into (or creations of) local repositories refused because the \
+                     git root or the owner's repositories hold their quota of objects, by \
+                     quota (total, author)",
+                ),
+                &["quota"],
+            )?,
+            git_objects_bytes: IntGauge::new(
+                "purgatory_git_objects_bytes",
+                "Bytes of objects of the local repositories purgatory used, as last measured",
+            )?,
+            repositories_pruned: IntCounter::new(
+                "purgatory_repositories_pruned_total",
+                "Times a local repository's unreachable objects were deleted (git gc \
+                 --prune=now) after events of it left purgatory unreleased",
             )?,
             stale_refs_removed: IntCounter::new(
                 "purgatory_stale_refs_removed_total",
@@ -145,9 +176,13 @@ impl Metrics {
         registry.register(Box::new(self.events_released.clone()))?;
         registry.register(Box::new(self.events_expired.clone()))?;
         registry.register(Box::new(self.events_refused.clone()))?;
+        registry.register(Box::new(self.events_evicted.clone()))?;
         registry.register(Box::new(self.events_refused_by_store.clone()))?;
         registry.register(Box::new(self.url_refusals.clone()))?;
         registry.register(Box::new(self.stale_refs_removed.clone()))?;
+        registry.register(Box::new(self.repositories_pruned.clone()))?;
+        registry.register(Box::new(self.disk_quota_refusals.clone()))?;
+        registry.register(Box::new(self.git_objects_bytes.clone()))?;
         registry.register(Box::new(self.clone_urls_skipped.clone()))?;
         registry.register(Box::new(self.repositories_created.clone()))?;
         registry.register(Box::new(self.reconciliations.clone()))?;
@@ -162,6 +197,14 @@ impl Metrics {
         // An error only means the series did not exist.
         let _ = self.domain_in_flight.remove_label_values(&[domain]);
         let _ = self.domain_requests.remove_label_values(&[domain]);
+    }
+
+    /// How many events were evicted, over every reason.
+    pub(crate) fn events_evicted_total(&self) -> u64 {
+        Cap::ALL
+            .iter()
+            .map(|cap| self.events_evicted.with_label_values(&[cap.label()]).get())
+            .sum()
     }
 
     /// How many events were refused, over every reason.

@@ -107,6 +107,10 @@ pub struct PurgatoryStatus {
     /// repository, per author, in total) or the journal could not be written
     /// (`purgatory_events_refused_total` by reason). Malformed events are not counted.
     pub events_refused: u64,
+    /// Events dropped from a full purgatory since it was built to make room for another
+    /// author's event, their author holding the most
+    /// (`purgatory_events_evicted_total` by reason).
+    pub events_evicted: u64,
     /// Events whose git data arrived but that the sink's store (the own relay) refused
     /// for good, since the purgatory was built: dropped from purgatory, accounted for,
     /// not offered again (`purgatory_events_refused_by_store_total`).

@@ -72,13 +72,11 @@ async fn an_event_beyond_a_limit_is_refused_explicitly_counted_and_accepted_once
         .unwrap();
     let run = events::spawn_run(&purgatory);
     let owner = Keys::generate();
+    // One contributor, who holds the most: their events beyond a limit are refused (a
+    // lighter author's would evict theirs; see tests/fair_purgatory.rs).
+    let contributor = Keys::generate();
     let pr = |identifier: &str, tip: u8| {
-        pull_request(
-            &Keys::generate(),
-            &owner.public_key(),
-            identifier,
-            &oid(tip),
-        )
+        pull_request(&contributor, &owner.public_key(), identifier, &oid(tip))
     };
 
     // Two of repository "a" fit; the third is refused, not held.
@@ -205,10 +203,11 @@ async fn large_events_filling_the_byte_budget_are_refused_and_counted() {
         .build()
         .unwrap();
     let owner = Keys::generate();
+    let contributor = Keys::generate();
     let large = |n: u8| {
         let a = format!("30617:{}:r{n}", owner.public_key().to_hex());
         let tags = vec![tag(&["a", &a]), tag(&["c", &oid(n)])];
-        sign(&Keys::generate(), 1618, &"x".repeat(300_000), tags, 1)
+        sign(&contributor, 1618, &"x".repeat(300_000), tags, 1)
     };
     // Three events of 300 kB fit in 1 MB, far below the count limits; the fourth not.
     for n in 0..3 {

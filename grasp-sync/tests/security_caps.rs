@@ -204,6 +204,14 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
             "HeldLimits::per_author_bytes",
             size(p.limits.per_author_bytes),
         ),
+        (
+            "DiskLimits::total_bytes",
+            p.disk.total_bytes.map_or("none".to_owned(), count),
+        ),
+        (
+            "DiskLimits::per_author_bytes",
+            p.disk.per_author_bytes.map_or("none".to_owned(), count),
+        ),
         ("PurgatoryConfig::expiry", duration(p.expiry)),
         (
             "GitFetcherConfig::fetch_timeout",
@@ -355,6 +363,7 @@ const NOT_CAPS: &[(&str, &[&str])] = &[
             "throttle",
             "git",
             "limits",
+            "disk",
             // The operator's own choices.
             "own_service",
             "repositories_managed_externally",
@@ -379,6 +388,7 @@ const NOT_CAPS: &[(&str, &[&str])] = &[
         ],
     ),
     ("HeldLimits", &[]),
+    ("DiskLimits", &[]),
     ("ThrottleConfig", &[]),
 ];
 
@@ -421,6 +431,7 @@ fn struct_fields() -> BTreeMap<&'static str, BTreeSet<String>> {
         ("PurgatoryConfig", debug_fields(&format!("{p:#?}"))),
         ("GitFetcherConfig", debug_fields(&format!("{:#?}", p.git))),
         ("HeldLimits", debug_fields(&format!("{:#?}", p.limits))),
+        ("DiskLimits", debug_fields(&format!("{:#?}", p.disk))),
         (
             "ThrottleConfig",
             debug_fields(&format!("{:#?}", p.throttle)),

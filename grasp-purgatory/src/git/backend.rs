@@ -51,6 +51,14 @@ pub trait GitBackend: Send + Sync {
     /// `refs/purgatory/` are hidden from fetches and pushes
     /// ([`HIDE_REFS_KEYS`](super::HIDE_REFS_KEYS)).
     async fn init_bare(&self, repo: &Path) -> Result<(), GitError>;
+
+    /// Deletes the objects of the repository at `repo` that no ref reaches (those
+    /// fetched for events that left purgatory unreleased, once their refs were
+    /// swept). The default does nothing (a backend that keeps no objects).
+    async fn prune_unreachable(&self, repo: &Path) -> Result<(), GitError> {
+        let _ = repo;
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -82,6 +90,10 @@ impl GitBackend for GitFetcher {
 
     async fn init_bare(&self, repo: &Path) -> Result<(), GitError> {
         GitFetcher::init_bare(self, repo).await
+    }
+
+    async fn prune_unreachable(&self, repo: &Path) -> Result<(), GitError> {
+        GitFetcher::prune_unreachable(self, repo).await
     }
 
     async fn local_refs(&self, repo: &Path) -> Result<LocalRefs, GitError> {

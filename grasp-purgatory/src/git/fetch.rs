@@ -265,6 +265,13 @@ impl GitFetcher {
         super::init::init_bare(&self.runner, repo).await
     }
 
+    /// Deletes the objects no ref of `repo` reaches, with no fetch into it running
+    /// meanwhile (see [`GitBackend::prune_unreachable`](super::GitBackend::prune_unreachable)).
+    pub async fn prune_unreachable(&self, repo: &Path) -> Result<(), GitError> {
+        let _only_one = self.repo_locks.lock(repo).await;
+        super::init::prune_unreachable(&self.runner, repo).await
+    }
+
     /// One `git fetch` of `oids` from the pinned `url`, the only one into `repo` while
     /// it runs; when it fails (cut off by the timeout or the pack limit, refused by
     /// `fsck`, anything), the temporary files it left in `objects/pack/` are removed.

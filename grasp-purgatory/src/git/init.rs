@@ -19,7 +19,9 @@ pub fn hidden_refs_value() -> &'static str {
 }
 
 /// Runs `git init --bare` in the existing (empty) directory `repo` (`HEAD` at
-/// `refs/heads/main`), then hides `refs/purgatory` ([`HIDE_REFS_KEYS`]).
+/// `refs/heads/main`), without any template (an empty `--template=`: no sample hooks,
+/// no `description`, no `info/exclude`, whatever the machine's git ships), then hides
+/// `refs/purgatory` ([`HIDE_REFS_KEYS`]).
 pub(super) async fn init_bare(runner: &GitRunner, repo: &Path) -> Result<(), GitError> {
     let mut command = runner.command(repo);
     command.args([
@@ -27,6 +29,7 @@ pub(super) async fn init_bare(runner: &GitRunner, repo: &Path) -> Result<(), Git
         "init.defaultBranch=main",
         "init",
         "--bare",
+        "--template=",
         "--quiet",
         ".",
     ]);
@@ -36,5 +39,27 @@ pub(super) async fn init_bare(runner: &GitRunner, repo: &Path) -> Result<(), Git
         command.args(["config", "--add", key, hidden_refs_value()]);
         runner.run(command, "config", None).await?;
     }
+    Ok(())
+}
+
+/// Deletes the objects of `repo` that no ref reaches any more (`git gc --prune=now`):
+/// those fetched for events that left purgatory unreleased, once their
+/// `refs/purgatory/*` were swept. Packs are rewritten without them and loose ones
+/// deleted; the caller holds the repository's fetch lock, and a push in flight is safe
+/// (git receives into a quarantine directory until its refs are updated).
+pub(super) async fn prune_unreachable(runner: &GitRunner, repo: &Path) -> Result<(), GitError> {
+    let mut command = runner.command(repo);
+    command.args([
+        "-c",
+        "gc.autoDetach=false",
+        "-c",
+        "gc.reflogExpire=now",
+        "-c",
+        "gc.reflogExpireUnreachable=now",
+        "gc",
+        "--prune=now",
+        "--quiet",
+    ]);
+    runner.run(command, "gc", None).await?;
     Ok(())
 }

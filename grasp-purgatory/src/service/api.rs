@@ -21,7 +21,7 @@ use crate::refusals::EventRefusalLog;
 use crate::serve::{Reconciler, ServedRepository};
 use crate::sink::ReleaseSink;
 use crate::status::PurgatoryStatus;
-use crate::store::{AddError, Inserted};
+use crate::store::{AddError, Eviction, Inserted};
 use crate::sync::SyncOutcome;
 use crate::tasks::Tasks;
 use crate::throttle_manager::ThrottleManager;
@@ -85,8 +85,10 @@ pub(super) struct Shared {
 /// objects in its owner's repository, fetched from the clone URLs of the owner's
 /// announcement and of the maintainers it lists; another author announcing the same
 /// identifier takes no part. How many events are held is limited
-/// ([`HeldLimits`](crate::HeldLimits)); an event beyond a limit is refused
-/// ([`AddError::Full`]), logged and counted, never dropped after being accepted.
+/// ([`HeldLimits`](crate::HeldLimits)): an event beyond its author's share is refused
+/// ([`AddError::Full`]), logged and counted; when a repository or the whole purgatory
+/// is full, the author who holds the most loses their oldest event (journaled, logged
+/// and counted as evicted), so a newcomer is never refused outright.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -181,19 +183,20 @@ impl Purgatory {
         }
         let repo = held.repo.clone();
         let delay = self.delay_of(held.origin);
-        let inserted = {
+        let (inserted, evicted) = {
             let mut store = lock(&self.shared.store);
             let inserted = store.insert(held);
             if matches!(inserted, Ok(Inserted::New | Inserted::Replaced { .. })) {
                 self.queue()
                     .enqueue(&repo.to_string(), self.shared.clock.now(), delay);
             }
-            inserted
+            (inserted, store.take_evictions())
         };
         // A replaced older state's refs are owed a sweep by the store; the loop runs it.
         if let Err(error) = &inserted {
             self.count_refusal(&repo, error);
         }
+        self.count_evictions(&evicted);
         self.shared.wake.notify_one();
         self.update_gauges();
         self.publish_if_settled();
@@ -284,6 +287,22 @@ impl Purgatory {
         if let Some(refused) = shared.refusal_log.due(reason, shared.clock.now()) {
             tracing::warn!(%repo, reason, %error, refused, "purgatory refused events (count since the last warning)");
         }
+    }
+
+    /// Counts the events evicted to make room (each was logged by the store), and
+    /// forgets what was kept for their repositories if nothing of them is held any more.
+    fn count_evictions(&self, evicted: &[Eviction]) {
+        if evicted.is_empty() {
+            return;
+        }
+        for eviction in evicted {
+            self.shared
+                .metrics
+                .events_evicted
+                .with_label_values(&[eviction.cap.label()])
+                .inc();
+        }
+        self.forget_released();
     }
 
     /// Sweeps these repositories' stale `refs/purgatory/*` soon (from the run loop).

@@ -221,6 +221,14 @@ impl PurgatoryBuilder {
         self
     }
 
+    /// The most bytes of git objects the local repositories hold, in total and per
+    /// owner ([`DiskLimits`](crate::DiskLimits)): a fetch into (or the creation of) a
+    /// repository beyond is refused, logged and counted.
+    pub fn disk_limits(mut self, limits: crate::DiskLimits) -> Self {
+        self.config.disk = limits;
+        self
+    }
+
     /// Fetches in flight per domain.
     pub fn domain_concurrent(mut self, max: u32) -> Self {
         self.config.throttle.max_concurrent = max.max(1);
@@ -397,7 +405,11 @@ impl PurgatoryBuilder {
             Some(host) => context.for_host(Arc::clone(host)),
             None => context,
         };
-        let ctx = Arc::new(context.with_metrics(metrics.clone()));
+        let ctx = Arc::new(
+            context
+                .with_metrics(metrics.clone())
+                .with_disk_limits(self.config.disk),
+        );
         let wake = Arc::new(Notify::new());
         let manager = Arc::new(
             ThrottleManager::new(

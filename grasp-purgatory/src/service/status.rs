@@ -154,6 +154,7 @@ impl Purgatory {
             events_released: metrics.events_released.get(),
             events_expired: metrics.events_expired.get(),
             events_refused: metrics.events_refused_total(),
+            events_evicted: metrics.events_evicted_total(),
             events_refused_by_store: metrics.events_refused_by_store.get(),
             last_store_refusal: shared.ctx.last_store_refusal(),
             identifiers_queued,

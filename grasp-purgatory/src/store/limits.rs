@@ -2,10 +2,18 @@
 //! a limit is reached (or because it could not be journaled).
 
 /// The most events purgatory holds, and the most bytes of them, per repository, per
-/// author and in total. An event beyond a limit is refused with [`AddError::Full`] (and
-/// counted), never accepted and dropped later. A newer state replacing a held one is
-/// never refused for the counts (they stay), only when it would take the bytes past a
-/// byte limit.
+/// author and in total.
+///
+/// The per-author limits are each author's share: an event beyond them is refused with
+/// [`AddError::Full`] (and counted). At a repository or total limit purgatory makes
+/// room instead, fairly per author: it evicts the oldest event of the author who holds
+/// the most, if they hold more than the newcomer's author, and refuses the newcomer
+/// otherwise (an author at the top is the one who loses). Pull requests only evict pull
+/// requests, and a repository's states (its maintainers') evict its pull requests when
+/// it is full, so strangers' pull requests never lock a maintainer's state out. Every
+/// eviction is journaled, logged and counted (`purgatory_events_evicted_total`). A newer
+/// state replacing a held one is never refused for the counts (they stay), only when it
+/// would take the bytes past a byte limit.
 ///
 /// An event's bytes are those of its journal record (its JSON and about a hundred
 /// bytes more), whether a journal is kept or not; the journal itself is compacted

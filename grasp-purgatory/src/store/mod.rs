@@ -19,6 +19,7 @@
 //! served refs then follow its own reconciliation).
 
 mod limits;
+mod shares;
 mod sweeps;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -32,6 +33,7 @@ pub use limits::{AddError, Cap, HeldLimits};
 
 use crate::held::{HeldEvent, HeldKind};
 use crate::journal::{added_line, Journal, Removal, Snapshot, WrittenSnapshot};
+use shares::{Shares, Weight};
 use sweeps::RefSweeps;
 
 /// What [`PurgatoryStore::insert`] did.
@@ -71,17 +73,41 @@ impl Usage {
     }
 }
 
+/// A held event's bytes (those of its journal record), arrival sequence and repository.
+#[derive(Clone, Debug)]
+struct Entry {
+    bytes: usize,
+    seq: u64,
+    repo: RepoRef,
+}
+
+/// An event purgatory dropped to make room for another (see [`PurgatoryStore::insert`]).
+#[derive(Clone, Debug)]
+pub struct Eviction {
+    /// The dropped event.
+    pub held: HeldEvent,
+    /// The cap that was reached: its author held more of it than the newcomer's.
+    pub cap: Cap,
+}
+
 /// Events waiting for git data, by repository.
 #[derive(Debug, Default)]
 pub struct PurgatoryStore {
     by_repo: BTreeMap<RepoRef, Vec<HeldEvent>>,
-    /// Every held event's id, with its bytes (those of its journal record).
-    ids: HashMap<EventId, usize>,
+    /// Every held event's id, with its bytes, arrival sequence and repository.
+    ids: HashMap<EventId, Entry>,
     /// Events held for more than one repository: how many copies beyond the first.
     copies: HashMap<EventId, usize>,
     /// The bytes of those extra copies (bounded by [`HeldLimits::total_bytes`] again).
     copy_bytes: usize,
-    by_author: HashMap<PublicKey, Usage>,
+    /// What each author holds, all kinds together.
+    by_author: Shares,
+    /// What each author holds in pull requests (and updates) alone.
+    pull_requests: Shares,
+    /// The arrival sequence of the next event held.
+    next_seq: u64,
+    /// Events evicted since [`PurgatoryStore::take_evictions`] was last called.
+    evicted: Vec<Eviction>,
     /// Bytes held per repository (its event count is `by_repo`'s).
     repo_bytes: HashMap<RepoRef, usize>,
     /// Everything held.
@@ -95,6 +121,9 @@ pub struct PurgatoryStore {
     journal: Option<Journal>,
     /// Repositories whose stale `refs/purgatory/*` must still be deleted.
     sweeps: RefSweeps,
+    /// Repositories an event left unreleased (expired, evicted, refused): once their
+    /// refs are swept, the objects fetched for it are unreachable and are pruned.
+    prunes: BTreeSet<RepoRef>,
 }
 
 impl PurgatoryStore {
@@ -121,12 +150,23 @@ impl PurgatoryStore {
         self.journal = Some(journal);
     }
 
-    /// Holds `held`, replacing an older state of the same author and repository. Refuses
-    /// it when a limit is reached or the journal cannot take it; then nothing changed.
+    /// Holds `held`, replacing an older state of the same author and repository.
+    ///
+    /// When a repository or total limit is reached, room is made by evicting, never by
+    /// refusing a newcomer outright: the victim is the oldest event of the author who
+    /// holds the most (by the limit's unit, events or bytes), provided they hold more
+    /// than `held`'s author. An author at the top is the one refused. A pull request
+    /// only evicts pull requests, so maintainers' states keep their room; a state
+    /// evicts a pull request of its own repository when that repository is full. The
+    /// evicted events are journaled and left for [`PurgatoryStore::take_evictions`].
+    ///
+    /// Refuses `held` when its author reached their own limits, when nothing may be
+    /// evicted for it, or when the journal cannot take it; then nothing but the
+    /// evictions already made changed.
     ///
     /// An event already held for another repository is held for this one too, as a
     /// copy ([`PurgatoryStore::spread_repository`]); for the same repository it is a
-    /// duplicate.
+    /// duplicate. A copy evicts nothing: it needs room of its own.
     pub fn insert(&mut self, held: HeldEvent) -> Result<Inserted, AddError> {
         if self.ids.contains_key(&held.event.id) {
             if self.holds(&held.repo, &held.event.id) {
@@ -152,7 +192,8 @@ impl PurgatoryStore {
         let replacing = older
             .and_then(|index| self.events(&held.repo).get(index))
             .map(|old| self.bytes_of(&old.event.id));
-        self.check_limits(&held, bytes, replacing)?;
+        self.check_own_share(&held, bytes, replacing)?;
+        self.make_room(&held, bytes, replacing)?;
         if let Some(journal) = &mut self.journal {
             journal.added_record(record).map_err(AddError::Journal)?;
         }
@@ -167,11 +208,20 @@ impl PurgatoryStore {
             }
             None => Inserted::New,
         };
-        self.ids.insert(held.event.id, bytes);
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.saturating_add(1);
+        let entry = Entry {
+            bytes,
+            seq,
+            repo: held.repo.clone(),
+        };
+        self.ids.insert(held.event.id, entry);
         self.by_author
-            .entry(held.event.pubkey)
-            .or_default()
-            .add(bytes);
+            .add(held.event.pubkey, seq, held.event.id, bytes);
+        if is_pull_request(&held) {
+            self.pull_requests
+                .add(held.event.pubkey, seq, held.event.id, bytes);
+        }
         let repo_bytes = self.repo_bytes.entry(held.repo.clone()).or_default();
         *repo_bytes = repo_bytes.saturating_add(bytes);
         self.total.add(bytes);
@@ -182,60 +232,214 @@ impl PurgatoryStore {
         Ok(outcome)
     }
 
-    /// Which limit holding `held` (of `bytes`) would break, if any. An event that
-    /// replaces one of `replacing` bytes keeps the counts, so only the bytes are checked,
-    /// net of the replaced event's.
-    fn check_limits(
+    /// Refuses `held` (of `bytes`) when its author reached their own limits, or when it
+    /// is larger alone than a repository's or the whole byte budget: no eviction
+    /// would make room for it.
+    fn check_own_share(
         &self,
         held: &HeldEvent,
         bytes: usize,
         replacing: Option<usize>,
     ) -> Result<(), AddError> {
         let limits = self.limits;
-        let author = self
-            .by_author
-            .get(&held.event.pubkey)
-            .copied()
-            .unwrap_or_default();
-        let repository = Usage {
-            events: self.events(&held.repo).len(),
-            bytes: self.repo_bytes.get(&held.repo).copied().unwrap_or(0),
-        };
-        let grows_to = |held_bytes: usize| {
-            held_bytes
-                .saturating_sub(replacing.unwrap_or(0))
-                .saturating_add(bytes)
-        };
-        let counts = [
-            (Cap::Repository, repository.events, limits.per_repository),
-            (Cap::Author, author.events, limits.per_author),
-            (Cap::Total, self.total.events, limits.total),
-        ];
-        let sizes = [
-            (
-                Cap::RepositoryBytes,
-                repository.bytes,
-                limits.per_repository_bytes,
-            ),
-            (Cap::AuthorBytes, author.bytes, limits.per_author_bytes),
-            (Cap::TotalBytes, self.total.bytes, limits.total_bytes),
-        ];
-        let count_full = counts
-            .into_iter()
-            .filter(|_| replacing.is_none())
-            .find(|(_, held_events, limit)| held_events >= limit);
-        let bytes_full = sizes
-            .into_iter()
-            .find(|(_, held_bytes, limit)| grows_to(*held_bytes) > *limit);
-        match count_full.or(bytes_full) {
-            Some((cap, _, limit)) => Err(AddError::Full { cap, limit }),
+        let oversized = [
+            (Cap::RepositoryBytes, limits.per_repository_bytes),
+            (Cap::TotalBytes, limits.total_bytes),
+        ]
+        .into_iter()
+        .find(|(_, limit)| bytes > *limit);
+        let reached = oversized
+            .or_else(|| self.reached(held, bytes, replacing, &[Cap::Author, Cap::AuthorBytes]));
+        match reached {
+            Some((cap, limit)) => Err(AddError::Full { cap, limit }),
             None => Ok(()),
         }
     }
 
+    /// Evicts, one event at a time, until `held` (of `bytes`) fits the repository and
+    /// total limits; refuses it when a limit is reached and nothing may be evicted.
+    fn make_room(
+        &mut self,
+        held: &HeldEvent,
+        bytes: usize,
+        replacing: Option<usize>,
+    ) -> Result<(), AddError> {
+        const ROOM: [Cap; 4] = [
+            Cap::Repository,
+            Cap::Total,
+            Cap::RepositoryBytes,
+            Cap::TotalBytes,
+        ];
+        while let Some((cap, limit)) = self.reached(held, bytes, replacing, &ROOM) {
+            let victim = match cap {
+                Cap::Repository | Cap::RepositoryBytes => {
+                    self.repository_victim(held, weight_of(cap))
+                }
+                _ => self.total_victim(held, weight_of(cap)),
+            };
+            let Some(victim) = victim else {
+                return Err(AddError::Full { cap, limit });
+            };
+            if !self.evict(&victim, cap) {
+                // Nothing held under that id any more: stop rather than loop.
+                return Err(AddError::Full { cap, limit });
+            }
+        }
+        Ok(())
+    }
+
+    /// The first of `caps` that holding `held` (of `bytes`) would break, with its
+    /// limit. An event that replaces one of `replacing` bytes keeps the counts, so only
+    /// the bytes are checked, net of the replaced event's.
+    fn reached(
+        &self,
+        held: &HeldEvent,
+        bytes: usize,
+        replacing: Option<usize>,
+        caps: &[Cap],
+    ) -> Option<(Cap, usize)> {
+        caps.iter().copied().find_map(|cap| {
+            let (usage, limit) = self.usage_and_limit(held, cap);
+            let full = match weight_of(cap) {
+                Weight::Events => replacing.is_none() && usage.events >= limit,
+                Weight::Bytes => {
+                    usage
+                        .bytes
+                        .saturating_sub(replacing.unwrap_or(0))
+                        .saturating_add(bytes)
+                        > limit
+                }
+            };
+            full.then_some((cap, limit))
+        })
+    }
+
+    /// What `held`'s repository, author or everything holds, by `cap`, and its limit.
+    fn usage_and_limit(&self, held: &HeldEvent, cap: Cap) -> (Usage, usize) {
+        let limits = self.limits;
+        let repository = || Usage {
+            events: self.events(&held.repo).len(),
+            bytes: self.repo_bytes.get(&held.repo).copied().unwrap_or(0),
+        };
+        let author = || self.by_author.usage(&held.event.pubkey);
+        match cap {
+            Cap::Repository => (repository(), limits.per_repository),
+            Cap::RepositoryBytes => (repository(), limits.per_repository_bytes),
+            Cap::Author => (author(), limits.per_author),
+            Cap::AuthorBytes => (author(), limits.per_author_bytes),
+            Cap::Total => (self.total, limits.total),
+            Cap::TotalBytes => (self.total, limits.total_bytes),
+        }
+    }
+
+    /// Whom to evict from `held`'s full repository: a pull request of the author who
+    /// holds the most pull requests there (by `weight`), oldest first. For a state
+    /// (its repository's maintainers' room), whoever that author is; for a pull
+    /// request, only an author who holds more than `held`'s. A state is never evicted
+    /// here. Linear in the repository's held events, which its limit bounds.
+    fn repository_victim(&self, held: &HeldEvent, weight: Weight) -> Option<EventId> {
+        let events = self.events(&held.repo);
+        let mut held_by: HashMap<PublicKey, Usage> = HashMap::new();
+        for pull_request in events.iter().filter(|event| is_pull_request(event)) {
+            held_by
+                .entry(pull_request.event.pubkey)
+                .or_default()
+                .add(self.bytes_of(&pull_request.event.id));
+        }
+        let newcomer = match held.kind {
+            HeldKind::State { .. } => None,
+            HeldKind::PullRequest { .. } => Some((
+                held.event.pubkey,
+                held_by
+                    .get(&held.event.pubkey)
+                    .copied()
+                    .unwrap_or_default()
+                    .weighed(weight),
+            )),
+        };
+        let mut candidates: Vec<(usize, PublicKey)> = held_by
+            .iter()
+            .map(|(author, usage)| (usage.weighed(weight), *author))
+            .filter(|(heavy, author)| match newcomer {
+                Some((newcomer, own)) => *author != newcomer && *heavy > own,
+                None => true,
+            })
+            .collect();
+        candidates.sort_unstable_by(|a, b| b.cmp(a));
+        candidates.into_iter().find_map(|(_, author)| {
+            events
+                .iter()
+                .filter(|event| is_pull_request(event) && event.event.pubkey == author)
+                .map(|event| event.event.id)
+                .find(|id| !self.releasing.contains(id))
+        })
+    }
+
+    /// Whom to evict when purgatory is full: the oldest event of the author who holds
+    /// the most (by `weight`), if they hold more than `held`'s author. A pull request
+    /// weighs and evicts pull requests only, so strangers' pull requests never take a
+    /// maintainer's state's room; a state weighs and evicts events of any kind.
+    fn total_victim(&self, held: &HeldEvent, weight: Weight) -> Option<EventId> {
+        let shares = match held.kind {
+            HeldKind::State { .. } => &self.by_author,
+            HeldKind::PullRequest { .. } => &self.pull_requests,
+        };
+        let own = shares.usage(&held.event.pubkey).weighed(weight);
+        shares
+            .heaviest(weight)
+            .take_while(|(_, heavy)| *heavy > own)
+            .filter(|(author, _)| *author != held.event.pubkey)
+            .find_map(|(author, _)| {
+                shares
+                    .oldest_of(&author)
+                    .find(|id| !self.releasing.contains(id))
+            })
+    }
+
+    /// Drops the held event `id` to make room, because `cap` was reached: from every
+    /// repository holding it (a copy alone would free nothing). Whether it was held.
+    fn evict(&mut self, id: &EventId, cap: Cap) -> bool {
+        let repos = self.repositories_holding(id);
+        let mut evicted = false;
+        for repo in repos {
+            let taken = self.take_where(&repo, Removal::Evicted, |held| held.event.id == *id);
+            self.forget_if_empty(&repo);
+            for held in taken {
+                evicted = true;
+                // One eviction per event, reported with its last copy.
+                if !self.ids.contains_key(&held.event.id) {
+                    tracing::info!(id = %held.event.id, author = %held.event.pubkey, %repo, reason = cap.label(), "purgatory evicted an event of its heaviest author to make room");
+                    self.evicted.push(Eviction { held, cap });
+                }
+            }
+        }
+        evicted
+    }
+
+    /// The repositories holding the event `id`: the one it was held for, and when it
+    /// has copies, each holding one (a scan, made only for copied events).
+    fn repositories_holding(&self, id: &EventId) -> Vec<RepoRef> {
+        let recorded = self.ids.get(id).map(|entry| entry.repo.clone());
+        match recorded {
+            Some(repo) if !self.copies.contains_key(id) && self.holds(&repo, id) => vec![repo],
+            Some(_) => self
+                .by_repo
+                .iter()
+                .filter(|(_, events)| events.iter().any(|held| held.event.id == *id))
+                .map(|(repo, _)| repo.clone())
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// The events evicted since the last call, each with the cap that was reached.
+    pub fn take_evictions(&mut self) -> Vec<Eviction> {
+        std::mem::take(&mut self.evicted)
+    }
+
     /// The bytes the held event `id` counts (0 if it is not held).
     fn bytes_of(&self, id: &EventId) -> usize {
-        self.ids.get(id).copied().unwrap_or(0)
+        self.ids.get(id).map_or(0, |entry| entry.bytes)
     }
 
     /// Whether the event with this id is held.
@@ -393,6 +597,9 @@ impl PurgatoryStore {
         let replaced = self.replace_older(&held);
         let to_bytes = self.repo_bytes.entry(held.repo.clone()).or_default();
         *to_bytes = to_bytes.saturating_add(bytes);
+        if let Some(entry) = self.ids.get_mut(&held.event.id) {
+            entry.repo = held.repo.clone();
+        }
         self.by_repo
             .entry(held.repo.clone())
             .or_default()
@@ -669,18 +876,24 @@ impl PurgatoryStore {
             self.drop_copy_count(&held.event.id, bytes);
             self.take_repo_bytes(&held.repo, bytes);
             self.sweeps.request(held.repo.clone());
+            if matches!(why, Removal::Expired | Removal::Evicted | Removal::Refused) {
+                self.prunes.insert(held.repo.clone());
+            }
             return;
         }
-        let bytes = self.ids.remove(&held.event.id).unwrap_or(0);
-        self.total.remove(bytes);
-        self.take_repo_bytes(&held.repo, bytes);
+        if let Some(entry) = self.ids.remove(&held.event.id) {
+            let (bytes, id, author) = (entry.bytes, held.event.id, held.event.pubkey);
+            self.total.remove(bytes);
+            self.take_repo_bytes(&held.repo, bytes);
+            self.by_author.remove(author, entry.seq, id, bytes);
+            if is_pull_request(held) {
+                self.pull_requests.remove(author, entry.seq, id, bytes);
+            }
+        }
         // Its refs may be needed by nothing any more.
         self.sweeps.request(held.repo.clone());
-        if let Some(usage) = self.by_author.get_mut(&held.event.pubkey) {
-            usage.remove(bytes);
-            if usage.events == 0 {
-                self.by_author.remove(&held.event.pubkey);
-            }
+        if matches!(why, Removal::Expired | Removal::Evicted | Removal::Refused) {
+            self.prunes.insert(held.repo.clone());
         }
         if let Some(journal) = &mut self.journal {
             if let Err(error) = journal.removed(&held.event.id, why) {
@@ -707,6 +920,12 @@ impl PurgatoryStore {
     /// [`PurgatoryStore::sweep_finished`] for each.
     pub fn claim_sweeps(&mut self) -> Vec<RepoRef> {
         self.sweeps.claim_all()
+    }
+
+    /// Whether the sweep of `repo` starting now must also prune its unreachable objects
+    /// (an event of it left unreleased since the last one); the answer is given once.
+    pub fn take_prune(&mut self, repo: &RepoRef) -> bool {
+        self.prunes.remove(repo)
     }
 
     /// A claimed sweep of `repo` finished.
@@ -746,6 +965,18 @@ enum Placed {
     Superseded,
     /// The repository's limits or the copies' budget had no room.
     Refused,
+}
+
+fn is_pull_request(held: &HeldEvent) -> bool {
+    matches!(held.kind, HeldKind::PullRequest { .. })
+}
+
+/// What `cap` counts: events or bytes.
+fn weight_of(cap: Cap) -> Weight {
+    match cap {
+        Cap::Repository | Cap::Author | Cap::Total => Weight::Events,
+        Cap::RepositoryBytes | Cap::AuthorBytes | Cap::TotalBytes => Weight::Bytes,
+    }
 }
 
 fn same_address(a: &HeldEvent, b: &HeldEvent) -> bool {

@@ -240,7 +240,7 @@ fn an_expired_event_is_not_released_even_with_its_objects_present() {
 }
 
 #[test]
-fn each_limit_refuses_the_event_beyond_it_and_holds_nothing() {
+fn each_limit_refuses_the_heaviest_authors_event_beyond_it_and_holds_nothing() {
     let limits = HeldLimits {
         per_repository: 2,
         per_author: 3,
@@ -249,9 +249,17 @@ fn each_limit_refuses_the_event_beyond_it_and_holds_nothing() {
     };
     let mut store = PurgatoryStore::with_limits(limits);
     let owner = Keys::generate();
-    store.insert(pr(&owner, "r", 1)).unwrap();
-    store.insert(pr(&owner, "r", 2)).unwrap();
-    let third = pr(&owner, "r", 3);
+    let contributor = Keys::generate();
+    let pr_by = |author: &Keys, identifier: &str, tip: u8| {
+        held(
+            pull_request(author, &owner.public_key(), identifier, &ids::oid(tip)),
+            0,
+        )
+    };
+    store.insert(pr_by(&contributor, "r", 1)).unwrap();
+    store.insert(pr_by(&contributor, "r", 2)).unwrap();
+    // The repository is full of the contributor's own: theirs is the one refused.
+    let third = pr_by(&contributor, "r", 3);
     let third_id = third.event.id;
     assert!(matches!(
         store.insert(third),
@@ -262,29 +270,38 @@ fn each_limit_refuses_the_event_beyond_it_and_holds_nothing() {
     ));
     assert!(!store.contains(&third_id));
     assert_eq!(store.len(), 2);
+    assert!(store.take_evictions().is_empty());
 
     // One author across repositories.
     let author = Keys::generate();
     for identifier in ["a", "b", "c"] {
         store
-            .insert(held(
-                pull_request(&author, &owner.public_key(), identifier, &ids::oid(4)),
-                0,
-            ))
+            .insert(pr_by(&author, identifier, 4))
             .unwrap_or_else(|error| panic!("{identifier}: {error}"));
         if store.len() == 4 {
             break;
         }
     }
     assert_eq!(store.len(), 4);
-    // The total is reached: anything new is refused.
+    // The total is reached: the heaviest author's next event is refused...
     assert!(matches!(
-        store.insert(pr(&Keys::generate(), "z", 5)),
+        store.insert(pr_by(&contributor, "z", 5)),
         Err(AddError::Full {
             cap: Cap::Total,
             limit: 4
         })
     ));
+    // ...and a newcomer's evicts the oldest of an author who holds more.
+    let newcomer = pr(&owner, "z", 5);
+    assert_eq!(store.insert(newcomer.clone()).unwrap(), Inserted::New);
+    let evicted = store.take_evictions();
+    assert_eq!(evicted.len(), 1);
+    assert_eq!(evicted[0].cap, Cap::Total);
+    // Both hold two: either is the heaviest.
+    let victim = evicted[0].held.event.pubkey;
+    assert!(victim == contributor.public_key() || victim == author.public_key());
+    assert_eq!(store.len(), 4);
+    assert!(store.contains(&newcomer.event.id));
     // A newer state replacing a held one never is, even at the total.
     let mut states = PurgatoryStore::with_limits(HeldLimits { total: 1, ..limits });
     states
@@ -400,15 +417,23 @@ fn large_events_fill_the_byte_budget_and_the_next_is_refused_until_room_frees() 
     };
     let mut store = PurgatoryStore::with_limits(limits);
     let owner = Keys::generate();
+    let heavy = Keys::generate();
     // Four events of 100 kB each, by four authors into four repositories: 400 kB and a
     // few hundred bytes of JSON.
     for n in 0..4u8 {
-        let event = large_pr(&Keys::generate(), &owner, &format!("r{n}"), n, EVENT);
+        let author = if n == 0 {
+            heavy.clone()
+        } else {
+            Keys::generate()
+        };
+        let event = large_pr(&author, &owner, &format!("r{n}"), n, EVENT);
         store.insert(event).unwrap();
     }
     assert_eq!(store.len(), 4);
     assert!(store.bytes() > 4 * EVENT && store.bytes() < 4 * EVENT + 4 * 1000);
-    let fifth = large_pr(&Keys::generate(), &owner, "r4", 4, EVENT);
+    // One author holds a little more than the others: their next is refused...
+    store.insert(large_pr(&heavy, &owner, "h", 8, 10)).unwrap();
+    let fifth = large_pr(&heavy, &owner, "r4", 4, EVENT);
     let refusal = store.insert(fifth.clone());
     assert!(
         matches!(
@@ -425,14 +450,22 @@ fn large_events_fill_the_byte_budget_and_the_next_is_refused_until_room_frees() 
         Some(Some("total_bytes_full"))
     );
     assert!(!store.contains(&fifth.event.id));
-    // A small event still fits.
-    store.insert(pr(&owner, "small", 9)).unwrap();
-    // Room frees when one expires.
+    assert!(store.take_evictions().is_empty());
+    // Room frees when one is released.
     let r0 = repo(&owner, "r0");
     store.mark_present(&r0, [oid(0)]);
     let released = store.begin_release(&r0, NOW, EXPIRY);
     store.finish_release(&r0, &[released[0].event.id]);
     assert_eq!(store.insert(fifth).unwrap(), Inserted::New);
+    // A newcomer with nothing held evicts the oldest event of the heaviest author.
+    let newcomer = large_pr(&Keys::generate(), &owner, "n", 7, EVENT);
+    assert_eq!(store.insert(newcomer).unwrap(), Inserted::New);
+    let evicted = store.take_evictions();
+    assert!(!evicted.is_empty());
+    assert_eq!(evicted[0].cap, Cap::TotalBytes);
+    assert_eq!(evicted[0].held.event.pubkey, heavy.public_key());
+    assert_eq!(evicted[0].held.identifier(), "h", "the oldest of theirs");
+    assert!(store.bytes() <= 450_000);
 }
 
 #[test]
@@ -442,21 +475,26 @@ fn the_byte_budgets_per_repository_and_author_refuse_and_a_growing_state_too() {
         per_author_bytes: 150_000,
         ..HeldLimits::default()
     };
-    let mut store = PurgatoryStore::with_limits(limits);
+    let mut store = PurgatoryStore::with_limits(HeldLimits {
+        per_author_bytes: HeldLimits::default().per_author_bytes,
+        ..limits
+    });
     let owner = Keys::generate();
+    let contributor = Keys::generate();
     store
-        .insert(large_pr(&Keys::generate(), &owner, "r", 1, 100_000))
+        .insert(large_pr(&contributor, &owner, "r", 1, 100_000))
         .unwrap();
     store
-        .insert(large_pr(&Keys::generate(), &owner, "r", 2, 100_000))
+        .insert(large_pr(&Keys::generate(), &owner, "r", 2, 60_000))
         .unwrap();
     assert!(matches!(
-        store.insert(large_pr(&Keys::generate(), &owner, "r", 3, 100_000)),
+        store.insert(large_pr(&contributor, &owner, "r", 3, 100_000)),
         Err(AddError::Full {
             cap: Cap::RepositoryBytes,
             ..
         })
     ));
+    let mut store = PurgatoryStore::with_limits(limits);
     let author = Keys::generate();
     store
         .insert(large_pr(&author, &owner, "a", 4, 100_000))
@@ -501,8 +539,9 @@ fn moving_a_repository_moves_its_bytes() {
     };
     let mut store = PurgatoryStore::with_limits(limits);
     let owner = Keys::generate();
+    let contributor = Keys::generate();
     store
-        .insert(large_pr(&Keys::generate(), &owner, "from", 1, 100_000))
+        .insert(large_pr(&contributor, &owner, "from", 1, 100_000))
         .unwrap();
     let (from, to) = (repo(&owner, "from"), repo(&owner, "to"));
     assert_eq!(store.spread_repository(&from, std::slice::from_ref(&to)), 1);
@@ -511,7 +550,7 @@ fn moving_a_repository_moves_its_bytes() {
         .insert(large_pr(&Keys::generate(), &owner, "from", 2, 100_000))
         .unwrap();
     assert!(matches!(
-        store.insert(large_pr(&Keys::generate(), &owner, "to", 3, 100_000)),
+        store.insert(large_pr(&contributor, &owner, "to", 3, 100_000)),
         Err(AddError::Full {
             cap: Cap::RepositoryBytes,
             ..
