@@ -822,8 +822,8 @@ impl SyncEngine {
     }
 
     /// Drops relays that are neither bootstrap nor listed by any repository,
-    /// then gives the slots freed, and those of relays that served nothing
-    /// in their trial period, to relays waiting for one.
+    /// then gives the slots freed, and those of relays that have not earned
+    /// theirs ([`RelaySlots::yielding`]), to relays waiting for one.
     fn check_disconnects(&mut self, now: Instant) {
         let unwanted: Vec<RelayUrl> = self
             .relays
