@@ -341,7 +341,8 @@ pub struct Caps {
     /// (`NGIT_SYNC_RELAY_TRIAL_SECS`).
     pub relay_trial_period: Duration,
     /// How long a relay keeps its slot after delivering an event of ours
-    /// that no other relay delivered first (a unique delivery). Answering
+    /// that no other relay delivered first (a unique delivery: the store
+    /// took it as new, stored or held, from this relay's copy). Answering
     /// EOSE, or serving what other relays served already, earns nothing: a
     /// relay that has not earned its slot within this window yields it to
     /// one waiting once its trial period is over. Default: 24 h
