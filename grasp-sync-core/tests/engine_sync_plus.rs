@@ -14,6 +14,9 @@
 //! - A flood (2 000 participants, one with 1 500 relays in its list) stays
 //!   within the caps at every step, and every participant is still reached
 //!   over successive passes.
+//! - Outbox relays hold relay slots within the owner's share, and
+//!   repositories with many outbox relays announced first do not keep an
+//!   honest repository's outbox out of the shared cap (issue 45).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod sim;
@@ -544,4 +547,72 @@ fn sync_plus_outbox_relays_hold_slots_within_the_owner_s_share() {
     assert_eq!(tracked.len(), share, "{tracked:?}");
     assert!(tracked.contains(&a));
     assert!(world.engine.stats().relays_over_cap >= (outboxes.len() + 1 - share) as u64);
+}
+
+/// Issue 45, item 5, in the engine: 9 repositories, announced first, each
+/// with an owner whose relay list names 24 junk outbox relays (216, over
+/// the 200 of the global Sync+ cap); then an honest repository whose
+/// owner's outbox holds a comment found nowhere else. First come, the junk
+/// repositories held the cap every pass and the comment never arrived.
+/// Shared, it arrives within K = 1 pass (plus a sync).
+#[test]
+fn junk_repositories_placed_first_do_not_keep_an_honest_outbox_out() {
+    let a = relay_url("a");
+    let mut on_a = Vec::new();
+    let mut relays = Vec::new();
+    let mut junk_announcements = Vec::new();
+    for n in 0..9 {
+        let owner = Keys::generate();
+        let announcement =
+            events::announcement(&owner, &format!("junk{n}"), &[&own_url(), &a], at(n));
+        let outboxes: Vec<RelayUrl> = (0..24)
+            .map(|r| relay_url(&format!("junk{n}-{r}")))
+            .collect();
+        on_a.push(events::relay_list(
+            &owner,
+            &outboxes.iter().collect::<Vec<_>>(),
+            &[],
+            at(100 + n),
+        ));
+        for r in 0..24 {
+            relays.push(sim_relay(&format!("junk{n}-{r}"), Vec::new()));
+        }
+        on_a.push(announcement.clone());
+        junk_announcements.push(announcement);
+    }
+    let owner = Keys::generate();
+    let honest_out = relay_url("honest-out");
+    let announcement = events::announcement(&owner, "honest", &[&own_url(), &a], at(200));
+    let repo = repo_ref(&owner, "honest");
+    let issue = events::root(&owner, 1621, &repo, "issue", at(201));
+    let only_there = events::reply(&owner, &issue.id, "only on my outbox", at(202));
+    on_a.extend([
+        announcement.clone(),
+        issue.clone(),
+        events::relay_list(&owner, &[&honest_out], &[], at(203)),
+    ]);
+    relays.push(sim_relay("honest-out", vec![only_there.clone()]));
+    relays.push(sim_relay("a", on_a));
+    let cfg = config();
+    let pass = cfg.sync_plus.pass_interval;
+    let mut world = World::new(cfg, relays, junk_announcements);
+    world.run_for(Duration::from_secs(120), STEPS);
+    assert!(
+        world.engine.sync_plus_counts().outbox_relays >= 200,
+        "the junk repositories fill the cap: {:?}",
+        world.engine.sync_plus_counts()
+    );
+    // The honest repository is announced after them.
+    let now = world.clock();
+    world.engine.handle_own_events(now, [announcement]);
+    let deadline = world.now + pass + Duration::from_secs(120);
+    let synced = world.run_until(50 * STEPS, |w| {
+        w.now > deadline || w.stored().contains(&only_there.id)
+    });
+    assert!(
+        synced && world.stored().contains(&only_there.id),
+        "within one pass: {:?}",
+        world.engine.sync_plus_counts()
+    );
+    assert!(world.engine.sync_plus_counts().outbox_relays <= 200);
 }

@@ -170,7 +170,7 @@ impl Metrics {
             refused: IntCounterVec::new(
                 Opts::new(
                     name("refused_total"),
-                    "Work refused by a policy or a cap, by reason: relay_policy, resolved_address, relays_over_cap, relays_evicted (a relay that served nothing of ours in its trial period yielded its slot), negentropy_session_cut, root_events_over_cap, not_ours (Layer 1 events not stored: not ours), sync_plus_participants_over_cap, sync_plus_list_relays_left_out (write relays of a relay list over the cap or refused by the policy), sync_plus_relays_over_cap (outbox relays over the global Sync+ cap)",
+                    "Work refused by a policy or a cap, by reason: relay_policy, resolved_address, relays_over_cap, relays_evicted (a relay that delivered nothing of ours no other relay did, past its trial period, yielded its slot), negentropy_session_cut, root_events_over_cap, not_ours (Layer 1 events not stored: not ours), sync_plus_participants_over_cap, sync_plus_list_relays_left_out (write relays of a relay list over the cap or refused by the policy), sync_plus_relays_over_cap (outbox relays over the global Sync+ cap)",
                 ),
                 &["reason"],
             )?,

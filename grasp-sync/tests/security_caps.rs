@@ -52,6 +52,14 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
             duration(e.caps.relay_trial_period),
         ),
         (
+            "Caps::max_relays_per_network",
+            size(e.caps.max_relays_per_network),
+        ),
+        (
+            "Caps::relay_earn_window",
+            duration(e.caps.relay_earn_window),
+        ),
+        (
             "Caps::max_unannounced_repos",
             size(e.caps.max_unannounced_repos),
         ),

@@ -341,7 +341,8 @@ pub struct Caps {
     /// (`NGIT_SYNC_RELAY_TRIAL_SECS`).
     pub relay_trial_period: Duration,
     /// How long a relay keeps its slot after delivering an event of ours
-    /// that no other relay delivered first (a unique delivery). Answering
+    /// that no other relay delivered first (a unique delivery: the store
+    /// took it as new, stored or held, from this relay's copy). Answering
     /// EOSE, or serving what other relays served already, earns nothing: a
     /// relay that has not earned its slot within this window yields it to
     /// one waiting once its trial period is over. Default: 24 h
@@ -430,11 +431,17 @@ pub struct SyncPlusConfig {
     /// Outbox relays Sync+ syncs from in total, over every repository
     /// (one chosen by several repositories counts once; one an
     /// announcement lists is not an outbox relay of that repository).
-    /// Default: 200
+    /// Shared: each pass every repository with outbox relays first takes
+    /// up to this over their number (at least one), in an order that starts
+    /// where the cap ran out the pass before, so each is reached within
+    /// `⌈those repositories / max_relays⌉` passes. Default: 200
     /// (`NGIT_SYNC_PLUS_MAX_RELAYS`).
     pub max_relays: usize,
-    /// Participants remembered per repository (the first ones admitted are
-    /// kept; later ones are counted and left out). Default: 1 000.
+    /// Participants remembered per repository, ranked by what they brought
+    /// (the owner and maintainers, then contributors by events admitted,
+    /// then arrival). At the cap a newcomer takes the place of the
+    /// lowest-ranked participant who brought no more; one who brought less
+    /// than all is counted and left out. Default: 1 000.
     pub max_participants_per_repo: usize,
     /// Write relays read from one relay list, in its order (the rest are
     /// counted and left out). Default: 32.

@@ -245,7 +245,8 @@ impl RelaySlots {
     }
 
     /// Notes that `relay` delivered, at `now`, an event of ours no other
-    /// relay had delivered: it earns its slot for an earn window.
+    /// relay had delivered (the store took it as new, from this relay's
+    /// copy): it earns its slot for an earn window.
     pub(crate) fn note_unique_delivery(&mut self, relay: &RelayUrl, now: Instant) {
         if let Some(slot) = self.slots.get_mut(relay) {
             slot.last_unique = Some(now);

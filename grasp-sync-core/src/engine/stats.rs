@@ -152,13 +152,16 @@ pub struct EngineStats {
     pub relays_refused: u64,
     /// Relay URLs from announcements not synced because of
     /// [`Caps::max_relays_per_announcement`](super::Caps::max_relays_per_announcement),
-    /// [`Caps::max_relays`](super::Caps::max_relays) or
-    /// [`Caps::max_relays_per_author`](super::Caps::max_relays_per_author)
-    /// (those under the last two wait for a slot).
+    /// [`Caps::max_relays`](super::Caps::max_relays),
+    /// [`Caps::max_relays_per_author`](super::Caps::max_relays_per_author) or
+    /// [`Caps::max_relays_per_network`](super::Caps::max_relays_per_network)
+    /// (those under the last three wait for a slot), and Sync+ outbox
+    /// relays waiting for a slot (once per repository while they wait).
     pub relays_over_cap: u64,
-    /// Relays that yielded their slot to one waiting: they served nothing
-    /// of ours within
-    /// [`Caps::relay_trial_period`](super::Caps::relay_trial_period). They
+    /// Relays that yielded their slot to one waiting: past their
+    /// [`Caps::relay_trial_period`](super::Caps::relay_trial_period), they
+    /// delivered no event of ours that no other relay delivered within
+    /// [`Caps::relay_earn_window`](super::Caps::relay_earn_window). They
     /// wait for a slot again like any relay over the cap.
     pub relays_evicted: u64,
     /// Events handed to the store as new that came from a relay only Sync+ brought in
@@ -166,7 +169,8 @@ pub struct EngineStats {
     /// GRASP-03 adds.
     pub sync_plus_events: u64,
     /// Participants not remembered: over
-    /// [`SyncPlusConfig::max_participants_per_repo`](super::SyncPlusConfig::max_participants_per_repo).
+    /// [`SyncPlusConfig::max_participants_per_repo`](super::SyncPlusConfig::max_participants_per_repo),
+    /// a newcomer left out or the lowest-ranked participant it displaced.
     pub sync_plus_participants_over_cap: u64,
     /// Write relays of a relay list not read: over
     /// [`SyncPlusConfig::max_relays_per_list`](super::SyncPlusConfig::max_relays_per_list)

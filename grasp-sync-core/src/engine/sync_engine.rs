@@ -822,8 +822,8 @@ impl SyncEngine {
     }
 
     /// Drops relays that are neither bootstrap nor listed by any repository,
-    /// then gives the slots freed, and those of relays that served nothing
-    /// in their trial period, to relays waiting for one.
+    /// then gives the slots freed, and those of relays that have not earned
+    /// theirs ([`RelaySlots::yielding`]), to relays waiting for one.
     fn check_disconnects(&mut self, now: Instant) {
         let unwanted: Vec<RelayUrl> = self
             .relays
@@ -1173,9 +1173,6 @@ impl SyncEngine {
                 }
                 cx.stores
                     .hand_over(event.clone(), relay, batch, now.instant);
-                // No other relay delivered it lately: the relay earns its
-                // slot.
-                self.slots.note_unique_delivery(relay, now.instant);
                 self.emit(Command::Store {
                     relay: relay.clone(),
                     event,
@@ -1238,6 +1235,11 @@ impl SyncEngine {
             if let Some(session) = self.relays.get_mut(&done.relay) {
                 session.event_stored();
             }
+        }
+        if matches!(verdict, StoreVerdict::Stored | StoreVerdict::Held) {
+            // New to the store, and this relay's copy was the one handed
+            // over: no other relay delivered it first. It earns its slot.
+            self.slots.note_unique_delivery(&done.relay, now.instant);
         }
         if verdict == StoreVerdict::Held {
             if let Some(repo) = announced_repo(done.event.event()) {
