@@ -100,9 +100,14 @@ impl Purgatory {
                 continue;
             };
             let purgatory = self.clone();
-            self.shared
-                .tasks
-                .spawn(async move { purgatory.reconcile_one(repo).await });
+            let slot = PoolSlot {
+                unfinished: Some(self.clone()),
+                key,
+            };
+            self.shared.tasks.spawn(async move {
+                purgatory.reconcile_one(repo).await;
+                slot.finished();
+            });
         }
     }
 
@@ -189,6 +194,35 @@ impl Purgatory {
             let behind = served.values().filter(|r| r.serving.is_behind()).count();
             shared.metrics.repositories_behind.set(behind as i64);
         }
+        shared.wake.notify_one();
+    }
+}
+
+/// A running reconciliation's place in the pool: given back (the repository retried
+/// after the behind delay) if the reconciliation ends without finishing, a panic or an
+/// abort, so no lost task shrinks the pool for good. A reconciliation that finishes
+/// gives its place back itself.
+struct PoolSlot {
+    /// The purgatory, until the reconciliation finished (and gave its place back).
+    unfinished: Option<Purgatory>,
+    key: String,
+}
+
+impl PoolSlot {
+    /// The reconciliation finished and gave its place back itself.
+    fn finished(mut self) {
+        self.unfinished.take();
+    }
+}
+
+impl Drop for PoolSlot {
+    fn drop(&mut self) {
+        let Some(purgatory) = self.unfinished.take() else {
+            return;
+        };
+        let shared = &purgatory.shared;
+        let now = shared.clock.now();
+        lock_plain(&shared.schedule).finished(&self.key, now, true);
         shared.wake.notify_one();
     }
 }
