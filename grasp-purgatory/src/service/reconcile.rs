@@ -1,9 +1,13 @@
 //! The loop's reconciliations: which repositories are served (every announcement of the
 //! source, listed at start and every few minutes, and those the gate sees arrive), when
-//! each is reconciled (the core's [`ReconcileSchedule`]), and what a reconciliation's
-//! outcome changes (events held for their objects, the status, the metrics).
+//! each is reconciled and how many at once (the core's [`ReconcileSchedule`]: a pool of
+//! `reconcile_concurrency` places, owners in turn), which repositories a release makes
+//! due (the core's [`MaintainerIndex`], recorded by each reconciliation), and what a
+//! reconciliation's outcome changes (events held for their objects, the status, the
+//! metrics).
 //!
 //! [`ReconcileSchedule`]: grasp_sync_core::purgatory::ReconcileSchedule
+//! [`MaintainerIndex`]: grasp_sync_core::purgatory::MaintainerIndex
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
