@@ -1,9 +1,13 @@
 //! The loop's reconciliations: which repositories are served (every announcement of the
 //! source, listed at start and every few minutes, and those the gate sees arrive), when
-//! each is reconciled (the core's [`ReconcileSchedule`]), and what a reconciliation's
-//! outcome changes (events held for their objects, the status, the metrics).
+//! each is reconciled and how many at once (the core's [`ReconcileSchedule`]: a pool of
+//! `reconcile_concurrency` places, owners in turn), which repositories a release makes
+//! due (the core's [`MaintainerIndex`], recorded by each reconciliation), and what a
+//! reconciliation's outcome changes (events held for their objects, the status, the
+//! metrics).
 //!
 //! [`ReconcileSchedule`]: grasp_sync_core::purgatory::ReconcileSchedule
+//! [`MaintainerIndex`]: grasp_sync_core::purgatory::MaintainerIndex
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -100,9 +104,14 @@ impl Purgatory {
                 continue;
             };
             let purgatory = self.clone();
-            self.shared
-                .tasks
-                .spawn(async move { purgatory.reconcile_one(repo).await });
+            let slot = PoolSlot {
+                unfinished: Some(self.clone()),
+                key,
+            };
+            self.shared.tasks.spawn(async move {
+                purgatory.reconcile_one(repo).await;
+                slot.finished();
+            });
         }
     }
 
@@ -189,6 +198,35 @@ impl Purgatory {
             let behind = served.values().filter(|r| r.serving.is_behind()).count();
             shared.metrics.repositories_behind.set(behind as i64);
         }
+        shared.wake.notify_one();
+    }
+}
+
+/// A running reconciliation's place in the pool: given back (the repository retried
+/// after the behind delay) if the reconciliation ends without finishing, a panic or an
+/// abort, so no lost task shrinks the pool for good. A reconciliation that finishes
+/// gives its place back itself.
+struct PoolSlot {
+    /// The purgatory, until the reconciliation finished (and gave its place back).
+    unfinished: Option<Purgatory>,
+    key: String,
+}
+
+impl PoolSlot {
+    /// The reconciliation finished and gave its place back itself.
+    fn finished(mut self) {
+        self.unfinished.take();
+    }
+}
+
+impl Drop for PoolSlot {
+    fn drop(&mut self) {
+        let Some(purgatory) = self.unfinished.take() else {
+            return;
+        };
+        let shared = &purgatory.shared;
+        let now = shared.clock.now();
+        lock_plain(&shared.schedule).finished(&self.key, now, true);
         shared.wake.notify_one();
     }
 }
