@@ -295,3 +295,65 @@ async fn a_branch_moved_by_hand_is_put_back_within_one_interval_with_no_new_even
     purgatory.shutdown();
     run.await.unwrap().unwrap();
 }
+
+/// A repository serves at most `max_pull_request_tips` pull request tips, the newest:
+/// five pull requests (created at 1 to 5) whose commits are all in the local repository,
+/// a cap of 3, and only the three newest get a `refs/nostr/<id>`, however many a
+/// stranger publishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_newest_pull_request_tips_up_to_the_cap_are_served() {
+    let dir = TempDir::new("serving-pr-cap");
+    let root = dir.join("root");
+    let owner = Keys::generate();
+    let relay = Arc::new(MemoryAnnouncements::new());
+    relay
+        .add(
+            Announcement::new("r")
+                .clone_urls(["https://git.example.com/r.git"])
+                .sign(&owner),
+        )
+        .unwrap();
+    // The commits arrived by a push: nothing needs fetching.
+    let path = local(&root, &owner, "r");
+    let local_repo = SourceRepo::create(&path);
+    let stranger = Keys::generate();
+    let coordinate = format!("30617:{}:r", owner.public_key().to_hex());
+    let mut pull_requests = Vec::new();
+    for at in 1..=5u64 {
+        let tip = local_repo.commit_unreferenced(&format!("pull request {at}"));
+        let tags = vec![tag(&["a", &coordinate]), tag(&["c", &tip])];
+        let pr = sign(&stranger, 1618, "", tags, T0 + at);
+        relay.add_event(pr.clone());
+        pull_requests.push((pr.id, tip));
+    }
+    let purgatory = Purgatory::builder()
+        .clock(Arc::new(TokioClock::new()))
+        .announcements(Arc::clone(&relay) as _)
+        .repos_root(&root)
+        .clone_policy(policy())
+        .max_pull_request_tips(3)
+        .sink(Arc::new(RelaySink(Arc::clone(&relay))))
+        .build()
+        .unwrap();
+    let run = events::spawn_run(&purgatory);
+    let mut status = purgatory.status();
+    until(&mut status, SETTLE, |s| {
+        s.all_accounted && s.reconciliations >= 1
+    })
+    .await;
+    let newest: Vec<(String, String)> = pull_requests[2..]
+        .iter()
+        .map(|(id, tip)| (format!("refs/nostr/{id}"), tip.clone()))
+        .collect();
+    let mut served_tips: Vec<(String, String)> = served(&path)
+        .0
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("refs/nostr/"))
+        .collect();
+    served_tips.sort();
+    let mut expected = newest;
+    expected.sort();
+    assert_eq!(served_tips, expected, "the three newest tips, nothing else");
+    purgatory.shutdown();
+    run.await.unwrap().unwrap();
+}

@@ -268,6 +268,22 @@ fn code_defaults() -> BTreeMap<&'static str, String> {
             duration(grasp_purgatory::git::RESOLVE_TIMEOUT),
         ),
         (
+            "grasp_purgatory::git::RESOLVE_CACHE_TTL",
+            duration(grasp_purgatory::git::RESOLVE_CACHE_TTL),
+        ),
+        (
+            "grasp_purgatory::git::RESOLVE_CACHE_ENTRIES",
+            size(grasp_purgatory::git::RESOLVE_CACHE_ENTRIES),
+        ),
+        (
+            "grasp_sync_core::purgatory::IPV4_BLOCK_BITS",
+            count(grasp_sync_core::purgatory::IPV4_BLOCK_BITS),
+        ),
+        (
+            "grasp_sync_core::purgatory::IPV6_BLOCK_BITS",
+            count(grasp_sync_core::purgatory::IPV6_BLOCK_BITS),
+        ),
+        (
             "grasp_sync_core::purgatory::MAX_REPOSITORY_MAINTAINERS",
             size(grasp_sync_core::purgatory::MAX_REPOSITORY_MAINTAINERS),
         ),

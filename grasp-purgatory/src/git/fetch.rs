@@ -12,10 +12,10 @@ use grasp_sync_core::nip34::GitOid;
 use grasp_sync_core::purgatory::RefChange;
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use tokio::process::Command;
-use tokio::sync::Semaphore;
 
 use super::connectivity;
 use super::error::GitError;
+use super::permits::FairPermits;
 use super::policy::{check_url, PinnedUrl};
 use super::process::{GitRunner, ProcessLimits};
 use super::refs::{purgatory_refs, purgatory_refspec, update_refs, LocalRefs};
@@ -58,7 +58,9 @@ pub struct GitFetcherConfig {
     /// ([`SystemResolver`] by default; replace it to pin names, or in tests).
     pub resolver: Arc<dyn Resolver>,
     /// Git fetches running at once across all domains (16): a bound on processes
-    /// however many domains the announcements name.
+    /// however many domains the announcements name. Shared round-robin per owner (the
+    /// directory a repository sits in: its owner's npub under the GRASP layout), never
+    /// first come.
     pub max_concurrent_fetches: usize,
     /// The largest pack one fetch may write, in bytes ([`DEFAULT_MAX_PACK_BYTES`]);
     /// `None`: no limit. Enforced by the kernel: git runs under
@@ -104,6 +106,13 @@ impl Default for GitFetcherConfig {
     }
 }
 
+/// Whose turn a fetch into the repository at `repo` takes: the directory it sits in
+/// (`<git root>/<owner npub>/<identifier>.git`), or the repository itself when it has
+/// none.
+fn owner_of(repo: &Path) -> String {
+    repo.parent().unwrap_or(repo).to_string_lossy().into_owned()
+}
+
 /// What one [`GitFetcher::fetch`] obtained.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FetchReport {
@@ -129,7 +138,7 @@ pub struct GitFetcher {
     config: Arc<GitFetcherConfig>,
     runner: GitRunner,
     fetches: Arc<AtomicU64>,
-    permits: Arc<Semaphore>,
+    permits: FairPermits,
     repo_locks: Arc<RepoLocks>,
 }
 
@@ -137,7 +146,7 @@ impl GitFetcher {
     /// A fetcher with this configuration.
     pub fn new(config: GitFetcherConfig) -> Self {
         GitFetcher {
-            permits: Arc::new(Semaphore::new(config.max_concurrent_fetches.max(1))),
+            permits: FairPermits::new(config.max_concurrent_fetches),
             runner: GitRunner::new(
                 config.git_program.clone(),
                 config.fetch_timeout,
@@ -191,7 +200,7 @@ impl GitFetcher {
             return Err(GitError::NothingToFetch);
         }
         let url = self.check_url(url).await?;
-        let _permit = self.permits.acquire().await.ok();
+        let _permit = self.permits.acquire(&owner_of(repo)).await;
         let asked = &oids[..oids.len().min(MAX_OIDS_PER_FETCH)];
         let error = match self.fetch_once(repo, &url, asked).await {
             Ok(()) => None,

@@ -50,6 +50,7 @@ mod connectivity;
 mod error;
 mod fetch;
 mod init;
+mod permits;
 mod policy;
 mod process;
 mod refs;
