@@ -326,13 +326,8 @@ async fn only_the_newest_pull_request_tips_up_to_the_cap_are_served() {
         relay.add_event(pr.clone());
         pull_requests.push((pr.id, tip));
     }
-    let purgatory = Purgatory::builder()
-        .clock(Arc::new(TokioClock::new()))
-        .announcements(Arc::clone(&relay) as _)
-        .repos_root(&root)
-        .clone_policy(policy())
+    let purgatory = serving_builder(&relay, &root, 3600)
         .max_pull_request_tips(3)
-        .sink(Arc::new(RelaySink(Arc::clone(&relay))))
         .build()
         .unwrap();
     let run = events::spawn_run(&purgatory);
