@@ -79,7 +79,7 @@ pub const ENV_VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "NGIT_PURGATORY_RECONCILE_INTERVAL_SECS",
-        "every served repository is reconciled at least this often, jittered by 10% (3600)",
+        "every served repository is reconciled at least this often, jittered by 10%; one left behind (objects that never come) is retried after 300 s, doubling up to this (3600)",
     ),
     (
         "NGIT_PURGATORY_RECONCILE_CONCURRENCY",

@@ -7,8 +7,11 @@
 //! so a restart never waits a whole interval for repositories that are behind; one that
 //! serves its newest state is due again after the interval, jittered by up to ±10 %
 //! per repository so that thousands of them do not all start in one second; one that
-//! is behind is due again after the shorter retry; an event or a release that concerns
-//! it makes it due at once.
+//! is behind is due again after a retry that doubles with each reconciliation it stays
+//! behind (5 min, 10 min, 20 min, … never longer than the interval), so a state whose
+//! objects never come costs a few reconciliations an hour, not twelve; catching up, or
+//! an event or a release that concerns it, starts the retry over, and the event or
+//! release makes it due at once.
 //!
 //! Due is not running: at most [`ReconcileConfig::concurrency`] reconciliations run at
 //! once (each runs several git processes), whatever anybody announces. The due ones
@@ -33,7 +36,8 @@ pub struct ReconcileConfig {
     /// (jittered by up to ±10 %). GRASP-02 asks for at least hourly.
     pub interval: Duration,
     /// A repository that is behind (objects missing, refs not applied) is reconciled
-    /// again after this long, or the interval if shorter.
+    /// again after this long the first time, then after twice as long each time it is
+    /// still behind, never longer than the (jittered) interval.
     pub behind_retry: Duration,
     /// The most reconciliations running at once (at least 1).
     pub concurrency: usize,
@@ -52,14 +56,24 @@ impl Default for ReconcileConfig {
 impl ReconcileConfig {
     /// How long after a reconciliation of the repository keyed `key` the next one is
     /// due: the interval jittered by a fixed fraction of ±10 % derived from the key,
-    /// or (`behind`) the retry, at most that.
+    /// or (`behind`) the first retry, at most that.
     pub fn delay(&self, key: &str, behind: bool) -> Duration {
-        let jittered = jitter(self.interval, key);
         if behind {
-            self.behind_retry.min(jittered)
+            self.behind_delay(key, 0)
         } else {
-            jittered
+            jitter(self.interval, key)
         }
+    }
+
+    /// How long after a reconciliation that left the repository keyed `key` behind the
+    /// next one is due, when the `behind_before` reconciliations just before this one
+    /// left it behind too: [`behind_retry`](Self::behind_retry) doubled that many
+    /// times, at most the interval jittered as in [`delay`](Self::delay).
+    pub fn behind_delay(&self, key: &str, behind_before: u32) -> Duration {
+        let factor = 1_u32.checked_shl(behind_before).unwrap_or(u32::MAX);
+        self.behind_retry
+            .saturating_mul(factor)
+            .min(jitter(self.interval, key))
     }
 }
 
@@ -163,6 +177,9 @@ pub struct ReconcileSchedule {
     running: BTreeSet<String>,
     /// Running repositories that something concerned meanwhile: due again at once.
     again: BTreeSet<String>,
+    /// How many reconciliations in a row left each repository behind since it last
+    /// caught up or something concerned it (absent: none): its retry doubles with each.
+    behind_streak: HashMap<String, u32>,
 }
 
 impl ReconcileSchedule {
@@ -189,6 +206,7 @@ impl ReconcileSchedule {
     /// Something concerning the repository happened (an event released, a new
     /// announcement): it is due at once, or again right after the running one.
     pub fn due_now(&mut self, key: &str, now: Instant) {
+        self.behind_streak.remove(key);
         if self.running.contains(key) {
             self.again.insert(key.to_owned());
         } else if !self.ready.contains(key) {
@@ -232,15 +250,31 @@ impl ReconcileSchedule {
     }
 
     /// The reconciliation of `key` ended; `behind` when the repository does not serve
-    /// its newest state yet. Schedules the next one.
+    /// its newest state yet. Schedules the next one: at once if something concerned
+    /// it meanwhile (its retry starts over), else after the interval, or after a retry
+    /// that doubles with each reconciliation in a row that left it behind
+    /// ([`ReconcileConfig::behind_delay`]).
     pub fn finished(&mut self, key: &str, now: Instant, behind: bool) {
         self.running.remove(key);
         let at = if self.again.remove(key) {
             now
         } else {
-            now + self.config.delay(key, behind)
+            now + self.next_delay(key, behind)
         };
         self.set_due(key, at);
+    }
+
+    /// The delay after a reconciliation of `key` that left it `behind` or not, counting
+    /// it in the repository's behind streak (a caught-up repository's streak ends).
+    fn next_delay(&mut self, key: &str, behind: bool) -> Duration {
+        if !behind {
+            self.behind_streak.remove(key);
+            return self.config.delay(key, false);
+        }
+        let streak = self.behind_streak.entry(key.to_owned()).or_insert(0);
+        let delay = self.config.behind_delay(key, *streak);
+        *streak = streak.saturating_add(1);
+        delay
     }
 
     /// The repository is no longer served (its announcement is gone).
@@ -248,6 +282,7 @@ impl ReconcileSchedule {
         self.unset_due(key);
         self.ready.remove(key);
         self.again.remove(key);
+        self.behind_streak.remove(key);
     }
 
     /// Whether the repository is waiting for, or running, a reconciliation.
@@ -357,6 +392,129 @@ mod tests {
         let later = start + Duration::from_secs(10);
         schedule.due_now("a", later);
         assert_eq!(schedule.take_due(later), vec!["a".to_owned()]);
+    }
+
+    /// Runs `key`'s next reconciliation when it is due, ending `behind` or not, and
+    /// returns how long after the previous one it was due, with when it ended.
+    fn run_when_due(
+        schedule: &mut ReconcileSchedule,
+        key: &str,
+        now: Instant,
+        behind: bool,
+    ) -> (Duration, Instant) {
+        let at = schedule.poll_timeout().expect("due again");
+        assert_eq!(schedule.take_due(at), vec![key.to_owned()]);
+        schedule.finished(key, at, behind);
+        (at.saturating_duration_since(now), at)
+    }
+
+    #[test]
+    fn a_repository_that_stays_behind_is_retried_after_a_growing_delay_capped_at_the_interval() {
+        let mut schedule = schedule(3600, 300);
+        let key = "30617:owner:r";
+        let cap = schedule.config().delay(key, false);
+        let mut now = Instant::from_secs(1000);
+        schedule.track(key, now);
+        assert_eq!(schedule.take_due(now), vec![key.to_owned()]);
+        schedule.finished(key, now, true);
+        let mut waits = Vec::new();
+        for _ in 0..7 {
+            let (wait, at) = run_when_due(&mut schedule, key, now, true);
+            waits.push(wait);
+            now = at;
+        }
+        let secs = |n: u64| Duration::from_secs(n);
+        assert_eq!(
+            waits,
+            vec![secs(300), secs(600), secs(1200), secs(2400), cap, cap, cap],
+            "doubling, never longer than the jittered interval ({cap:?})"
+        );
+        assert!(cap <= secs(3960), "GRASP-02: about hourly at most");
+
+        // Caught up: the next time it falls behind, the retry starts over.
+        let (_, at) = run_when_due(&mut schedule, key, now, false);
+        now = at;
+        let (wait, at) = run_when_due(&mut schedule, key, now, true);
+        assert_eq!(wait, cap, "serving its newest state: the interval");
+        now = at;
+        let (wait, at) = run_when_due(&mut schedule, key, now, true);
+        assert_eq!(wait, secs(300), "behind again after catching up: 300 s");
+        now = at;
+        let (wait, at) = run_when_due(&mut schedule, key, now, true);
+        assert_eq!(wait, secs(600));
+        now = at;
+
+        // A new event or a release concerning it: due at once, then 300 s again.
+        let event = now + secs(5);
+        schedule.due_now(key, event);
+        let (wait, at) = run_when_due(&mut schedule, key, now, true);
+        assert_eq!(wait, secs(5), "an event makes it due at once");
+        now = at;
+        let (wait, at) = run_when_due(&mut schedule, key, now, true);
+        assert_eq!(wait, secs(300), "the event started the retry over");
+        now = at;
+
+        // Concerned while running: due at once after it, and the retry starts over.
+        schedule.finished(key, now, true);
+        let at = schedule.poll_timeout().expect("due");
+        assert_eq!(schedule.take_due(at), vec![key.to_owned()]);
+        schedule.due_now(key, at);
+        schedule.finished(key, at, true);
+        assert_eq!(schedule.poll_timeout(), Some(at), "concerned while running");
+        now = at;
+        let (_, at) = run_when_due(&mut schedule, key, now, true);
+        now = at;
+        let (wait, _) = run_when_due(&mut schedule, key, now, true);
+        assert_eq!(
+            wait,
+            secs(300),
+            "first retry after the event's reconciliation"
+        );
+    }
+
+    #[test]
+    fn each_repository_backs_off_on_its_own_and_a_forgotten_one_starts_over() {
+        let mut schedule = schedule(3600, 300);
+        let start = Instant::ZERO;
+        for key in ["30617:a:r", "30617:b:r"] {
+            schedule.track(key, start);
+        }
+        schedule.take_due(start);
+        schedule.finished("30617:a:r", start, true);
+        schedule.finished("30617:b:r", start, true);
+        // a stays behind twice more; b catches up.
+        let t1 = start + Duration::from_secs(300);
+        schedule.take_due(t1);
+        schedule.finished("30617:a:r", t1, true);
+        schedule.finished("30617:b:r", t1, false);
+        let t2 = t1 + Duration::from_secs(600);
+        assert_eq!(schedule.take_due(t2), vec!["30617:a:r".to_owned()]);
+        schedule.finished("30617:a:r", t2, true);
+        assert_eq!(
+            schedule.poll_timeout(),
+            Some(t2 + Duration::from_secs(1200)),
+            "a's third retry, whatever b did"
+        );
+        schedule.forget("30617:a:r");
+        schedule.track("30617:a:r", t2);
+        schedule.take_due(t2);
+        schedule.finished("30617:a:r", t2, true);
+        assert_eq!(
+            schedule.poll_timeout(),
+            Some(t2 + Duration::from_secs(300)),
+            "forgotten, then served again: the retry starts over"
+        );
+    }
+
+    #[test]
+    fn the_behind_delay_doubles_without_overflowing_and_never_passes_the_interval() {
+        let config = ReconcileConfig::default();
+        let cap = config.delay("k", false);
+        let secs: Vec<Duration> = (0..6).map(|n| config.behind_delay("k", n)).collect();
+        assert_eq!(secs[..4], [300, 600, 1200, 2400].map(Duration::from_secs));
+        assert_eq!(secs[4..], [cap, cap]);
+        assert_eq!(config.behind_delay("k", u32::MAX), cap);
+        assert_eq!(config.delay("k", true), Duration::from_secs(300));
     }
 
     #[test]
