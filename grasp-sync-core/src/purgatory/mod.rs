@@ -29,8 +29,9 @@
 //!
 //! The queue and the throttles key what they schedule by an opaque string
 //! (the spec's "identifier"); purgatory uses the repository coordinate's text.
-//! - [`RepositoryData::oids_to_ask`]: which objects a clone URL is asked for (a
-//!   pull request's own `clone` URL only for that pull request's tip).
+//! - [`UrlSources`] (built once per attempt) / [`RepositoryData::oids_to_ask`]: which
+//!   objects a clone URL is asked for (a pull request's own `clone` URL only for that
+//!   pull request's tip).
 //! - [`select_candidates`] / [`candidate_urls`], [`next_url`],
 //!   [`throttled_domains_with_untried_urls`]: which clone URL to try next (at most
 //!   [`DEFAULT_MAX_CLONE_URLS`] per attempt by default), never one on our own service
@@ -110,7 +111,7 @@ pub use queue::{SyncQueue, SyncQueueConfig, SyncQueueEntry};
 pub use reconcile::{ReconcileConfig, ReconcileSchedule, DEFAULT_RECONCILE_CONCURRENCY};
 pub use repository::{
     home_repositories, maintainer_set, select_repository, AnnouncementsByAuthor, EventSource,
-    RepositoryData, MAX_REPOSITORY_MAINTAINERS,
+    RepositoryData, UrlSources, MAX_REPOSITORY_MAINTAINERS,
 };
 pub use serving::{
     is_served_ref, needed_objects, newest_authorized_state, pull_request_ref_changes,

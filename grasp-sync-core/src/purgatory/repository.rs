@@ -18,7 +18,7 @@
 //! [`MAX_REPOSITORY_MAINTAINERS`] lookups, and the homes of a held event one set per
 //! announcement, whatever order or number the announcements come in.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use nostr::key::PublicKey;
 
@@ -72,24 +72,83 @@ impl RepositoryData {
     /// repository's announcements; from a URL only held events name, the missing
     /// objects of those events (a contributor's fork has the pull request's commit,
     /// not the repository's branches). URLs are compared as `policy` normalises them.
+    ///
+    /// Runs the policy on every listed URL: for several URLs of one attempt, build
+    /// [`UrlSources`] once and ask it instead.
     pub fn oids_to_ask(
         &self,
         url: &CloneUrl,
         missing: &BTreeSet<GitOid>,
         policy: &CloneUrlPolicy,
     ) -> BTreeSet<GitOid> {
-        let is_url = |raw: &String| policy.check(raw).is_ok_and(|checked| checked == *url);
-        let announced = self
+        UrlSources::new(self, policy).oids_to_ask(url, missing)
+    }
+}
+
+/// What each clone URL of a repository is a source for, normalised once: built from
+/// its [`RepositoryData`] and the clone-URL policy at the start of an attempt, then
+/// asked once per URL tried, each answer a lookup. The policy runs once per listed
+/// URL, not once per listed URL for each URL tried.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UrlSources {
+    /// The URLs the repository's announcements list: sources of every object.
+    announced: HashSet<CloneUrl>,
+    /// The missing objects of each held event that names URLs of its own.
+    event_missing: Vec<BTreeSet<GitOid>>,
+    /// Each URL held events name, with those events (indices into `event_missing`),
+    /// each once.
+    named_by: HashMap<CloneUrl, Vec<usize>>,
+}
+
+impl UrlSources {
+    /// The URLs of `data` as `policy` normalises them (those it refuses are sources of
+    /// nothing), with what each is a source for.
+    pub fn new(data: &RepositoryData, policy: &CloneUrlPolicy) -> Self {
+        let announced = data
             .announcements
             .iter()
-            .any(|announcement| announcement.clone_urls.iter().any(is_url));
-        if announced {
+            .flat_map(|announcement| &announcement.clone_urls)
+            .filter_map(|raw| policy.check(raw).ok())
+            .collect();
+        let mut named_by: HashMap<CloneUrl, Vec<usize>> = HashMap::new();
+        for (index, source) in data.event_sources.iter().enumerate() {
+            for url in source
+                .clone_urls
+                .iter()
+                .filter_map(|raw| policy.check(raw).ok())
+            {
+                let events = named_by.entry(url).or_default();
+                if events.last() != Some(&index) {
+                    events.push(index);
+                }
+            }
+        }
+        UrlSources {
+            announced,
+            event_missing: data
+                .event_sources
+                .iter()
+                .map(|source| source.missing.clone())
+                .collect(),
+            named_by,
+        }
+    }
+
+    /// Which of `missing` to ask `url` for: all of them from a URL the announcements
+    /// list; from a URL only held events name, the objects of `missing` those events
+    /// lacked; nothing from any other URL. The same answer as
+    /// [`RepositoryData::oids_to_ask`] on the data this was built from.
+    pub fn oids_to_ask(&self, url: &CloneUrl, missing: &BTreeSet<GitOid>) -> BTreeSet<GitOid> {
+        if self.announced.contains(url) {
             return missing.clone();
         }
-        self.event_sources
+        let Some(events) = self.named_by.get(url) else {
+            return BTreeSet::new();
+        };
+        events
             .iter()
-            .filter(|source| source.clone_urls.iter().any(is_url))
-            .flat_map(|source| source.missing.iter())
+            .filter_map(|index| self.event_missing.get(*index))
+            .flatten()
             .filter(|oid| missing.contains(*oid))
             .cloned()
             .collect()
@@ -390,6 +449,96 @@ mod tests {
         );
         data.event_sources[0].clone_urls = vec!["https://owner.example/r.git".to_owned()];
         assert_eq!(ask(&data, "https://owner.example/r.git"), missing);
+    }
+
+    /// The answer before [`UrlSources`]: the policy run on every listed URL for each
+    /// URL asked about.
+    fn oids_to_ask_by_scanning(
+        data: &RepositoryData,
+        url: &CloneUrl,
+        missing: &BTreeSet<GitOid>,
+        policy: &CloneUrlPolicy,
+    ) -> BTreeSet<GitOid> {
+        let is_url = |raw: &String| policy.check(raw).is_ok_and(|checked| checked == *url);
+        if data
+            .announcements
+            .iter()
+            .any(|announcement| announcement.clone_urls.iter().any(is_url))
+        {
+            return missing.clone();
+        }
+        data.event_sources
+            .iter()
+            .filter(|source| source.clone_urls.iter().any(is_url))
+            .flat_map(|source| source.missing.iter())
+            .filter(|oid| missing.contains(*oid))
+            .cloned()
+            .collect()
+    }
+
+    #[test]
+    fn url_sources_built_once_answer_as_the_scan_did_for_every_url() {
+        let policy = CloneUrlPolicy::new();
+        let owner = Keys::generate().public_key();
+        let oid = |n: u8| GitOid::parse(&format!("{n:02x}").repeat(20)).expect("hex");
+        // Hosts spelt in both cases, URLs listed twice, by announcements and events
+        // alike, URLs the policy refuses, objects some events share.
+        let host = |n: usize| {
+            if n % 2 == 0 {
+                format!("https://h{}.example/r.git", n % 7)
+            } else {
+                format!("https://H{}.EXAMPLE/r.git", n % 7)
+            }
+        };
+        let mut announcement = announce(&owner, "r", &host(0), &[]);
+        announcement.clone_urls.extend([
+            host(1),
+            host(7),
+            "ext::sh -c evil".to_owned(),
+            "git@github.com:a/b.git".to_owned(),
+        ]);
+        let event_sources: Vec<EventSource> = (0..12_u8)
+            .map(|n| EventSource {
+                missing: BTreeSet::from([oid(n), oid(n % 3 + 100)]),
+                clone_urls: (0..3)
+                    .map(|k| host(usize::from(n) + k))
+                    .chain(["file:///etc".to_owned(), host(usize::from(n))])
+                    .collect(),
+            })
+            .collect();
+        let data = RepositoryData {
+            announcements: vec![announcement],
+            event_sources,
+        };
+        let sources = UrlSources::new(&data, &policy);
+        let missing: BTreeSet<GitOid> = (0..8).chain(100..102).map(oid).collect();
+        let asked: Vec<CloneUrl> = (0..14)
+            .map(host)
+            .chain(["https://elsewhere.example/r.git".to_owned()])
+            .filter_map(|raw| policy.check(&raw).ok())
+            .collect();
+        let mut kinds = BTreeSet::new();
+        for url in &asked {
+            let answer = sources.oids_to_ask(url, &missing);
+            assert_eq!(
+                answer,
+                oids_to_ask_by_scanning(&data, url, &missing, &policy),
+                "{url}"
+            );
+            assert_eq!(answer, data.oids_to_ask(url, &missing, &policy), "{url}");
+            kinds.insert(if answer == missing {
+                "all"
+            } else if answer.is_empty() {
+                "none"
+            } else {
+                "some"
+            });
+        }
+        assert_eq!(
+            kinds,
+            BTreeSet::from(["all", "none", "some"]),
+            "every kind of answer checked"
+        );
     }
 
     #[test]
