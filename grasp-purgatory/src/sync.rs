@@ -35,7 +35,7 @@ use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::purgatory::{
     candidate_urls, missing_repository_action, next_url, select_candidates, throttle_key,
     throttled_domains_with_untried_urls, CandidateUrls, MissingRepository, NotFetchable,
-    SyncContext, SyncContextError,
+    SyncContext, SyncContextError, UrlSources,
 };
 use grasp_sync_core::url_policy::CloneUrl;
 
@@ -161,11 +161,37 @@ async fn fetch_one_by_one(
 }
 
 /// Fetches the objects `repo` still needs from `url`, within `url`'s domain limits (one
-/// slot per request), and releases the events they satisfy.
+/// slot per request), and releases the events they satisfy. Reads the repository's
+/// clone URLs for this one URL; an attempt that tries several reads them once
+/// ([`sync_identifier`]).
 pub async fn sync_identifier_from_url(
     ctx: &dyn SyncContext,
     repo: &RepoRef,
     url: &CloneUrl,
+    manager: &ThrottleManager,
+) -> FromUrl {
+    if ctx.find_target_repo(repo).is_none() || ctx.collect_needed_oids(repo).is_empty() {
+        // Nothing to ask for, or nowhere to put it: the clone URLs need no reading.
+        tracing::debug!(%repo, "nothing to fetch, or no local repository to fetch into");
+        return FromUrl::NothingToDo;
+    }
+    match ctx.fetch_repository_data(repo).await {
+        Ok(data) => {
+            let sources = UrlSources::new(&data, manager.policy());
+            fetch_from_url(ctx, repo, url, &sources, manager).await
+        }
+        Err(error) => FromUrl::Failed(error),
+    }
+}
+
+/// [`sync_identifier_from_url`] with what each clone URL of `repo` is a source for
+/// (`sources`, built once per attempt): a lookup per URL, not the policy run again on
+/// every URL the repository lists.
+async fn fetch_from_url(
+    ctx: &dyn SyncContext,
+    repo: &RepoRef,
+    url: &CloneUrl,
+    sources: &UrlSources,
     manager: &ThrottleManager,
 ) -> FromUrl {
     let Some(target) = ctx.find_target_repo(repo) else {
@@ -177,13 +203,7 @@ pub async fn sync_identifier_from_url(
         return FromUrl::NothingToDo;
     }
     // A URL only a pull request names is asked for that pull request's tip alone.
-    let needed: Vec<GitOid> = match ctx.fetch_repository_data(repo).await {
-        Ok(data) => data
-            .oids_to_ask(url, &missing, manager.policy())
-            .into_iter()
-            .collect(),
-        Err(error) => return FromUrl::Failed(error),
-    };
+    let needed: Vec<GitOid> = sources.oids_to_ask(url, &missing).into_iter().collect();
     if needed.is_empty() {
         return FromUrl::NothingToDo;
     }
@@ -387,17 +407,21 @@ pub async fn sync_identifier(
         report.outcome = outcome;
         return report;
     }
-    report.outcome = fetch_from_every_domain(ctx, repo, &selection.urls, manager).await;
+    let sources = UrlSources::new(&data, manager.policy());
+    report.outcome = fetch_from_every_domain(ctx, repo, &selection.urls, &sources, manager).await;
     report
 }
 
 /// The fetching part of [`sync_identifier`]: every untried URL of `candidates` (chosen
-/// once for the attempt) of every domain with capacity, then the throttled domains'
-/// queues.
+/// once for the attempt) of every domain with capacity, each asked for what `sources`
+/// (read once for the attempt) says it is a source for, then the throttled domains'
+/// queues. An event held during the attempt gets its own attempt (holding it queues
+/// the repository).
 async fn fetch_from_every_domain(
     ctx: &dyn SyncContext,
     repo: &RepoRef,
     candidates: &CandidateUrls,
+    sources: &UrlSources,
     manager: &ThrottleManager,
 ) -> SyncOutcome {
     let mut tried: HashSet<String> = HashSet::new();
@@ -418,7 +442,7 @@ async fn fetch_from_every_domain(
         let Some(url) = next_url(candidates, None, &skip, |d| manager.is_throttled(d)) else {
             break;
         };
-        match sync_identifier_from_url(ctx, repo, &url, manager).await {
+        match fetch_from_url(ctx, repo, &url, sources, manager).await {
             FromUrl::Throttled | FromUrl::BlockThrottled(_) => {
                 deferred.insert(url.as_str().to_owned());
                 continue;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use grasp_sync_core::nip34::{GitOid, RepoAnnouncement, RepoRef};
 use grasp_sync_core::purgatory::{
-    MemorySyncContext, NotFetchable, QueueStep, RepositoryData, ThrottleConfig,
+    FetchCall, MemorySyncContext, NotFetchable, QueueStep, RepositoryData, ThrottleConfig,
 };
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use nostr::prelude::Keys;
@@ -540,6 +540,59 @@ async fn objects_beyond_one_fetch_are_asked_for_again_in_the_same_attempt() {
         asked,
         vec![256, 256, 88],
         "one server, asked until it gave all"
+    );
+}
+
+#[tokio::test]
+async fn one_attempt_over_many_urls_reads_and_normalises_the_clone_urls_once() {
+    // Twelve servers that lack the objects (each tried once), and a pull request's fork
+    // that has its tip: what each URL is asked for comes from one reading of the
+    // repository's URLs, not one per URL tried (the policy run on every listed URL).
+    let urls: Vec<String> = (0..12)
+        .map(|n| format!("https://host{n}.test/repo.git"))
+        .collect();
+    let url_refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let inner = context(&url_refs, &[oid(1)]);
+    inner.add_pending_event(&repo(), [oid(2)]);
+    let mut data = repository(&url_refs);
+    data.event_sources
+        .push(grasp_sync_core::purgatory::EventSource {
+            missing: [oid(2)].into(),
+            clone_urls: vec!["https://FORK.test/repo.git".to_owned()],
+        });
+    inner.add_repository(&repo(), data);
+    inner.set_remote("https://fork.test/repo.git", [oid(2)]);
+    let manager = manager();
+    let ctx = FreesASlot {
+        inner: inner.as_ref(),
+        manager: &manager,
+        domain: "unused.test",
+        free_on: 0,
+        reads: std::sync::atomic::AtomicUsize::new(0),
+        asks_at_most: usize::MAX,
+    };
+    let report = sync_identifier(&ctx, &repo(), &manager).await;
+    assert!(
+        matches!(report.outcome, SyncOutcome::Retry { .. }),
+        "{report:?}"
+    );
+    let log = inner.fetch_log();
+    assert_eq!(log.len(), 13, "every URL tried once: {log:?}");
+    let fork: Vec<&FetchCall> = log
+        .iter()
+        .filter(|call| call.url == "https://fork.test/repo.git")
+        .collect();
+    assert_eq!(fork.len(), 1);
+    assert_eq!(fork[0].oids, vec![oid(2)], "the fork only for its own tip");
+    assert!(log
+        .iter()
+        .filter(|call| call.url != "https://fork.test/repo.git")
+        .all(|call| call.oids.len() == 2));
+    assert_eq!(inner.released(&repo()), 1, "the pull request came");
+    assert_eq!(
+        ctx.reads.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the repository's clone URLs read once for the attempt's 13 URLs"
     );
 }
 
