@@ -444,3 +444,46 @@ async fn events_arriving_through_sync_enter_purgatory_and_reach_the_store_when_r
     purgatory.shutdown();
     run.await.unwrap().unwrap();
 }
+
+/// A state whose objects never come keeps its repository behind (issue 45, item 6): the
+/// repository is reconciled again after 300 s, 600 s, 1 200 s, 2 400 s, then hourly (the
+/// interval, GRASP-02), not every 300 s; each reconciliation holds the state again once
+/// it expired. Before, two hours held 24 reconciliations, one every 300 s.
+#[tokio::test(start_paused = true)]
+async fn a_repository_behind_for_objects_that_never_come_is_reconciled_ever_less_often() {
+    let world = world(MemoryGit::default(), |b| b).await;
+    world.repo_r(None);
+    world
+        .announcements
+        .add_event(state(&world.owner, "r", &[&oid(1)], T0));
+    let mut reconciled_at = Vec::new();
+    let mut seen = 0;
+    let start = Instant::now();
+    while Instant::now() - start < Duration::from_secs(2 * 3600) {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let now = world.purgatory.status().borrow().reconciliations;
+        if now > seen {
+            seen = now;
+            reconciled_at.push((Instant::now() - start).as_secs());
+        }
+    }
+    let status = world.purgatory.status().borrow().clone();
+    assert_eq!(status.repositories_behind, 1, "{status:?}");
+    let gaps: Vec<u64> = reconciled_at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        seen <= 6,
+        "reconciliations in two hours: {seen}, at {reconciled_at:?}"
+    );
+    for (gap, least) in gaps.iter().zip([300, 600, 1200, 2400]) {
+        assert!(
+            (least..least + 30).contains(gap),
+            "gaps {gaps:?} (reconciled at {reconciled_at:?})"
+        );
+    }
+    assert!(
+        world.git.log().len() >= 10,
+        "the state is still fetched for while held: {}",
+        world.git.log().len()
+    );
+    world.stop().await;
+}
