@@ -415,7 +415,7 @@ pub async fn sync_identifier(
 /// The fetching part of [`sync_identifier`]: every untried URL of `candidates` (chosen
 /// once for the attempt) of every domain with capacity, each asked for what `sources`
 /// (read once for the attempt) says it is a source for, then the throttled domains'
-/// queues. An event held during the attempt gets its own attempt (holding it queues
+/// queues. An event held during the attempt is fetched by a later one (holding it queues
 /// the repository).
 async fn fetch_from_every_domain(
     ctx: &dyn SyncContext,
