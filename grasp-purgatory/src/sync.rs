@@ -214,7 +214,8 @@ async fn fetch_from_url(
         InSlot::Ran(Ok(fetched)) => FromUrl::Fetched(fetched.len()),
         InSlot::Ran(Err(SyncContextError::ObjectsMissing { reason, .. })) => {
             tracing::debug!(%repo, %url, %reason, "the server lacks some objects; asking one at a time");
-            fetch_one_by_one(ctx, &target, url, &needed, manager).await
+            let ordered = sources.one_at_a_time_order(url, &needed);
+            fetch_one_by_one(ctx, &target, url, &ordered, manager).await
         }
         InSlot::Ran(Err(error)) => {
             tracing::debug!(%repo, %url, %error, "fetch failed");

@@ -720,3 +720,45 @@ async fn an_attempt_of_hanging_urls_stops_at_its_deadline() {
         "the untried URLs wait in their domains' queues"
     );
 }
+
+#[tokio::test]
+async fn strangers_pull_requests_said_to_be_elsewhere_do_not_push_an_honest_tip_out_of_the_one_at_a_time_requests(
+) {
+    // Forty junk pull requests name tips that exist nowhere and clone URLs of their
+    // own; an honest pull request names the repository's URL. The server refuses the
+    // request for all of them together, and only MAX_SINGLE_FETCHES are then asked one
+    // at a time: the honest tip must be among them, wherever it sorts.
+    let honest_tip = oid(250);
+    let ctx = context(&[ONE], &[honest_tip.clone()]);
+    let mut data = repository(&[ONE]);
+    data.event_sources
+        .push(grasp_sync_core::purgatory::EventSource {
+            missing: [honest_tip.clone()].into(),
+            clone_urls: vec![ONE.to_owned()],
+        });
+    for n in 1..=40 {
+        ctx.add_pending_event(&repo(), [oid(n)]);
+        data.event_sources
+            .push(grasp_sync_core::purgatory::EventSource {
+                missing: [oid(n)].into(),
+                clone_urls: vec![format!("https://junk{n}.test/repo.git")],
+            });
+    }
+    ctx.add_repository(&repo(), data);
+    ctx.set_remote_strict(ONE, [honest_tip.clone()]);
+    let mut throttle = ThrottleConfig::default();
+    throttle.max_per_minute = 1_000;
+    throttle.max_concurrent = 1_000;
+    let manager = manager_with(throttle);
+    let url = CloneUrlPolicy::new().check(ONE).unwrap();
+    let outcome = sync_identifier_from_url(ctx.as_ref(), &repo(), &url, &manager).await;
+    assert!(matches!(outcome, FromUrl::Fetched(1)), "{outcome:?}");
+    let asked_alone: Vec<GitOid> = ctx
+        .fetch_log()
+        .iter()
+        .filter(|call| call.oids.len() == 1)
+        .flat_map(|call| call.oids.clone())
+        .collect();
+    assert_eq!(asked_alone.first(), Some(&honest_tip), "{asked_alone:?}");
+    assert!(!ctx.collect_needed_oids(&repo()).contains(&honest_tip));
+}

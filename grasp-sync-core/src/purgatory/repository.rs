@@ -153,6 +153,36 @@ impl UrlSources {
             .cloned()
             .collect()
     }
+
+    /// The order in which to ask `url` for `needed` one object at a time (a server
+    /// refused them together): first the objects no held event says live elsewhere (a
+    /// state's, a pull request naming no URL of its own), then those of events naming
+    /// `url`, last those of events naming only other URLs. Only so many are asked per attempt, so a stranger's pull requests
+    /// whose tips are said to be elsewhere (and often exist nowhere) cannot push an
+    /// honest event's objects past them. Each group keeps `needed`'s order.
+    pub fn one_at_a_time_order(&self, url: &CloneUrl, needed: &[GitOid]) -> Vec<GitOid> {
+        let named_here: HashSet<&GitOid> = self
+            .named_by
+            .get(url)
+            .into_iter()
+            .flatten()
+            .filter_map(|index| self.event_missing.get(*index))
+            .flatten()
+            .collect();
+        let said_elsewhere: HashSet<&GitOid> = self.event_missing.iter().flatten().collect();
+        let rank = |oid: &GitOid| {
+            if named_here.contains(oid) {
+                1
+            } else if said_elsewhere.contains(oid) {
+                2
+            } else {
+                0
+            }
+        };
+        let mut ordered = needed.to_vec();
+        ordered.sort_by_key(|oid| rank(oid));
+        ordered
+    }
 }
 
 /// The maintainer set of `repo`, the keys whose states count for it: the owner, the
