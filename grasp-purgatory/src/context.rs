@@ -512,6 +512,7 @@ impl SyncContext for GitSyncContext {
         let mut authors = BTreeSet::new();
         let mut refused = Vec::new();
         let mut failed = Vec::new();
+        let mut stale = BTreeSet::new();
         let mut last_error = None;
         for held in satisfied {
             match self.release_one(&target, &held).await {
@@ -527,6 +528,7 @@ impl SyncContext for GitSyncContext {
                     tracing::warn!(id = %held.event.id, %reason, "releasing a purgatory event failed");
                     last_error = Some(reason);
                     failed.push(held.event.id);
+                    stale.extend(held.needed_oids());
                 }
             }
         }
@@ -535,6 +537,7 @@ impl SyncContext for GitSyncContext {
             store.finish_release(repo, &released);
             store.refuse_release(repo, &refused);
             store.abort_release(&failed);
+            store.forget_present(repo, &stale);
             store.claim_sweep(repo)
         };
         if sweep {

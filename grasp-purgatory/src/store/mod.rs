@@ -668,6 +668,22 @@ impl PurgatoryStore {
         self.present.entry(repo.clone()).or_default().extend(oids);
     }
 
+    /// Forgets that these objects were seen in the local repository of `repo`: a
+    /// release that named them failed (the repository was damaged by hand, objects
+    /// removed), so the next attempt looks again and fetches what is gone, instead of
+    /// retrying the release on a stale answer until the event expires.
+    pub fn forget_present<'a>(
+        &mut self,
+        repo: &RepoRef,
+        oids: impl IntoIterator<Item = &'a GitOid>,
+    ) {
+        if let Some(present) = self.present.get_mut(repo) {
+            for oid in oids {
+                present.remove(oid);
+            }
+        }
+    }
+
     /// Whether `oid` was seen present in `repo`'s local repository at the last check.
     pub fn is_known_present(&self, repo: &RepoRef, oid: &GitOid) -> bool {
         self.present

@@ -649,3 +649,23 @@ fn a_state_arriving_again_for_its_author_spreads_to_no_home_twice() {
     assert!(store.is_empty());
     assert_eq!(store.bytes(), 0);
 }
+
+#[test]
+fn objects_a_failed_release_named_are_looked_for_again() {
+    // Seen present, then removed by hand: the release fails; the objects are missing
+    // again (fetched at the next attempt), and the event is not offered for release on
+    // the stale answer.
+    let keys = Keys::generate();
+    let r = repo(&keys, "r");
+    let mut store = PurgatoryStore::new();
+    store.insert(pr(&keys, "r", 1)).unwrap();
+    store.mark_present(&r, [oid(1)]);
+    let satisfied = store.begin_release(&r, NOW, EXPIRY);
+    assert_eq!(satisfied.len(), 1);
+    let failed = [satisfied[0].event.id];
+    store.abort_release(&failed);
+    store.forget_present(&r, &satisfied[0].needed_oids());
+    assert_eq!(store.missing_oids(&r), BTreeSet::from([oid(1)]));
+    assert!(store.begin_release(&r, NOW, EXPIRY).is_empty());
+    assert!(store.has_pending(&r));
+}
