@@ -729,7 +729,7 @@ async fn strangers_pull_requests_said_to_be_elsewhere_do_not_push_an_honest_tip_
     // request for all of them together, and only MAX_SINGLE_FETCHES are then asked one
     // at a time: the honest tip must be among them, wherever it sorts.
     let honest_tip = oid(250);
-    let ctx = context(&[ONE], &[honest_tip.clone()]);
+    let ctx = context(&[ONE], std::slice::from_ref(&honest_tip));
     let mut data = repository(&[ONE]);
     data.event_sources
         .push(grasp_sync_core::purgatory::EventSource {
