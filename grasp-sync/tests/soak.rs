@@ -7,16 +7,21 @@
 //! repository serves exactly its newest authorized state (read the way a git client
 //! reads it, through `git http-backend` over the git root) with every object its refs
 //! name, and the sidecar's peak memory and open files stay flat once every kind of
-//! traffic has run: every hour after the first [`WARM_UP_HOURS`] peaks within
-//! [`FLAT_FACTOR`] of the warm-up's peak (hour 1 alone starts from an empty server
-//! with no outage and nothing to damage; hours 3 and 4 bring the first relay and git
-//! server outages).
+//! traffic has run: after the first [`WARM_UP_HOURS`] (hour 1 alone starts from an
+//! empty server with no outage and nothing to damage; hours 3 and 4 bring the first
+//! relay and git server outages), the peak of the later half of the hours is within
+//! [`FLAT_FACTOR`] of the peak of the earlier half. Open files in a 100 ms sample are
+//! mostly the pipes of git processes in flight, bounded by the fetch permits and the
+//! reconcile pool but rising towards that bound as more repositories have work, so
+//! the warm-up itself is no baseline for them: a leak shows as growth within the
+//! steady hours. Both ratios, and those against the warm-up, are printed.
 //!
 //! The sidecar runs on the wall clock, so time is compressed through its settings:
 //! one simulated hour is `SOAK_SECS_PER_HOUR` real seconds (default 5) plus the time
 //! the hour's setup takes; relay backoff and the reconcile interval are set in
 //! proportion. The purgatory's fetch backoff (20 s to 120 s) and its retry of a
-//! repository still behind (300 s) are not configurable, so expiry (90 s), the git
+//! repository still behind (300 s, doubling to the reconcile interval) are not
+//! configurable, so expiry (90 s), the git
 //! timeout (5 s) and the time allowed to converge at the end (`SOAK_SETTLE_SECS`,
 //! 360 s) are real seconds (see [`spawn_sidecar`]). `SOAK_HOURS` simulated hours
 //! (default 24) run:
@@ -591,7 +596,10 @@ async fn a_day_of_traffic_churn_damage_and_exploits_leaves_every_honest_reposito
         })
     };
     let warm_up = peak_of(&hours[..WARM_UP_HOURS.min(hours.len())]);
-    let later = peak_of(&hours[WARM_UP_HOURS.min(hours.len())..]);
+    let steady = &hours[WARM_UP_HOURS.min(hours.len())..];
+    let later = peak_of(steady);
+    let (earlier_half, later_half) = steady.split_at(steady.len() / 2);
+    let (earlier_half, later_half) = (peak_of(earlier_half), peak_of(later_half));
     let first = hours[0];
     let ratio = |later: u64, base: u64| later as f64 / base.max(1) as f64;
     println!(
@@ -607,6 +615,15 @@ async fn a_day_of_traffic_churn_damage_and_exploits_leaves_every_honest_reposito
         later.fds,
         ratio(later.fds as u64, warm_up.fds as u64),
         ratio(later.fds as u64, first.fds as u64),
+    );
+    println!(
+        "steady hours, earlier half -> later half: {} -> {} KiB ({:.2}x), {} -> {} fds ({:.2}x)",
+        earlier_half.rss_kib,
+        later_half.rss_kib,
+        ratio(later_half.rss_kib, earlier_half.rss_kib),
+        earlier_half.fds,
+        later_half.fds,
+        ratio(later_half.fds as u64, earlier_half.fds as u64),
     );
     let sidecar_log = std::fs::read_to_string(&log).unwrap_or_default();
     if let Some(keep) = std::env::var_os("SOAK_KEEP_LOG") {
@@ -626,18 +643,18 @@ async fn a_day_of_traffic_churn_damage_and_exploits_leaves_every_honest_reposito
         wrong.join("\n"),
         tail(&sidecar_log, 60)
     );
-    // Flat once every kind of traffic has run.
+    // Flat once every kind of traffic has run: no growth within the steady hours.
     assert!(
-        ratio(later.rss_kib, warm_up.rss_kib) <= FLAT_FACTOR,
-        "peak RSS grew from {} KiB in hours 1-{WARM_UP_HOURS} to {} KiB",
-        warm_up.rss_kib,
-        later.rss_kib
+        ratio(later_half.rss_kib, earlier_half.rss_kib) <= FLAT_FACTOR,
+        "peak RSS grew from {} KiB in the earlier steady hours to {} KiB in the later",
+        earlier_half.rss_kib,
+        later_half.rss_kib
     );
     assert!(
-        ratio(later.fds as u64, warm_up.fds as u64) <= FLAT_FACTOR,
-        "peak open files grew from {} in hours 1-{WARM_UP_HOURS} to {}",
-        warm_up.fds,
-        later.fds
+        ratio(later_half.fds as u64, earlier_half.fds as u64) <= FLAT_FACTOR,
+        "peak open files grew from {} in the earlier steady hours to {} in the later",
+        earlier_half.fds,
+        later_half.fds
     );
 }
 
