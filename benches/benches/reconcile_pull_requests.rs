@@ -13,7 +13,7 @@
 //! `GRASP_BENCH_PR_TIPS=10000` measures another count (default 100 000). The purgatory
 //! serves at most `NGIT_PURGATORY_MAX_PULL_REQUEST_TIPS` tips per repository (10 000
 //! by default); the bench raises it to the count measured, so every tip is checked.
-//! CI only builds this.
+//! Under `cargo test` it runs once with 100 tips.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -31,8 +31,15 @@ use nostr::prelude::{Keys, ToBech32};
 /// Pull request tips in the repository unless `GRASP_BENCH_PR_TIPS` says otherwise.
 const DEFAULT_TIPS: usize = 100_000;
 
+/// Pull request tips under `cargo test` (no `--bench` argument): the bench's code runs
+/// once, quickly, on a debug build.
+const TEST_MODE_TIPS: usize = 100;
+
 /// The count of pull request tips to measure.
 fn tips() -> usize {
+    if !std::env::args().any(|arg| arg == "--bench") {
+        return TEST_MODE_TIPS;
+    }
     std::env::var("GRASP_BENCH_PR_TIPS")
         .ok()
         .and_then(|value| value.trim().parse().ok())
