@@ -14,7 +14,7 @@
 //! * [`StallingProxy`]: passes a server's first bytes on, then stalls.
 //! * [`closed_port_url`]: a URL where nothing listens.
 //! * [`until`](fn@until), [`pairs`]: waiting on a purgatory's status, ref listings to compare.
-//! * [`RelaySink`], [`state`], [`served`]: the relay released events reach, states, and
+//! * [`RelaySink`], [`state`], [`served()`]: the relay released events reach, states, and
 //!   what a local repository serves.
 //!
 //! Items are `pub` so that any test file including `mod support;` can use them; not
