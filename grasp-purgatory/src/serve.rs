@@ -203,14 +203,15 @@ impl Reconciler {
         let needed: Vec<GitOid> = needed_objects(wanted.newest.as_ref(), &tips)
             .into_iter()
             .collect();
-        let present = self
-            .git
-            .existing(&target, &needed)
-            .await
-            .map_err(|e| e.to_string())?;
+        // The refs first: the presence check reuses them (one git process less).
         let local = self
             .git
             .local_refs(&target)
+            .await
+            .map_err(|e| e.to_string())?;
+        let present = self
+            .git
+            .existing_given_refs(&target, &needed, &local)
             .await
             .map_err(|e| e.to_string())?;
         let plan = reconciliation(

@@ -30,6 +30,10 @@
 //! from the ref files every 5 ms; confirmed with `git ls-remote` at the end). It
 //! reports p50, p99 and the maximum.
 //!
+//! `GRASP_BENCH_KEEP=1` keeps each run's directory (the sidecar's log, the git
+//! processes' log `counting-git/starts.log`, the git root); `GRASP_BENCH_SIDECAR_LOG`
+//! sets the sidecar's `RUST_LOG` (default `warn`).
+//!
 //! Needs strfry (`$STRFRY_BIN`, else `.ci/install-strfry`): without it the program
 //! prints one line and exits 0. Under `cargo test` (no `--bench` argument) it does
 //! nothing.
@@ -85,6 +89,10 @@ impl RunDir {
 
 impl Drop for RunDir {
     fn drop(&mut self) {
+        if std::env::var_os("GRASP_BENCH_KEEP").is_some() {
+            println!("kept {}", self.0.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }

@@ -25,6 +25,18 @@ pub trait GitBackend: Send + Sync {
     /// Which of `oids` exist in the repository at `repo`.
     async fn existing(&self, repo: &Path, oids: &[GitOid]) -> Result<BTreeSet<GitOid>, GitError>;
 
+    /// [`GitBackend::existing`] in a repository whose refs `refs` the caller just read
+    /// (a reconciliation): the default ignores them.
+    async fn existing_given_refs(
+        &self,
+        repo: &Path,
+        oids: &[GitOid],
+        refs: &LocalRefs,
+    ) -> Result<BTreeSet<GitOid>, GitError> {
+        let _ = refs;
+        self.existing(repo, oids).await
+    }
+
     /// Points refs at objects (`Some`) or deletes them (`None`).
     async fn update_refs(
         &self,
@@ -74,6 +86,15 @@ impl GitBackend for GitFetcher {
 
     async fn existing(&self, repo: &Path, oids: &[GitOid]) -> Result<BTreeSet<GitOid>, GitError> {
         GitFetcher::existing(self, repo, oids).await
+    }
+
+    async fn existing_given_refs(
+        &self,
+        repo: &Path,
+        oids: &[GitOid],
+        refs: &LocalRefs,
+    ) -> Result<BTreeSet<GitOid>, GitError> {
+        GitFetcher::existing_given_refs(self, repo, oids, refs).await
     }
 
     async fn update_refs(

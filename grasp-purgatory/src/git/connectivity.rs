@@ -28,11 +28,30 @@ pub(super) async fn existing(
     repo: &Path,
     oids: &[GitOid],
 ) -> Result<BTreeSet<GitOid>, GitError> {
+    existing_given_refs(runner, repo, oids, None).await
+}
+
+/// [`existing`], with the objects the repository's refs point at already read
+/// (`at_refs`, by a caller that listed the refs anyway: one `for-each-ref` less);
+/// `None` reads them when needed.
+pub(super) async fn existing_given_refs(
+    runner: &GitRunner,
+    repo: &Path,
+    oids: &[GitOid],
+    at_refs: Option<&HashSet<GitOid>>,
+) -> Result<BTreeSet<GitOid>, GitError> {
     let exist = objects_exist(runner, repo, oids).await?;
     if exist.is_empty() {
         return Ok(exist);
     }
-    let at_refs = ref_targets(runner, repo).await?;
+    let read;
+    let at_refs = match at_refs {
+        Some(at_refs) => at_refs,
+        None => {
+            read = ref_targets(runner, repo).await?;
+            &read
+        }
+    };
     let (mut connected, to_walk): (BTreeSet<GitOid>, BTreeSet<GitOid>) =
         exist.into_iter().partition(|oid| at_refs.contains(oid));
     let to_walk: Vec<GitOid> = to_walk.into_iter().collect();

@@ -2,7 +2,7 @@
 //! request per call, the pack checked (`fsck`) and limited in size, the whole command
 //! limited in time.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -235,6 +235,18 @@ impl GitFetcher {
         oids: &[GitOid],
     ) -> Result<BTreeSet<GitOid>, GitError> {
         connectivity::existing(&self.runner, repo, oids).await
+    }
+
+    /// [`GitFetcher::existing`] in a repository whose refs `refs` were just read (one
+    /// `for-each-ref` less).
+    pub async fn existing_given_refs(
+        &self,
+        repo: &Path,
+        oids: &[GitOid],
+        refs: &LocalRefs,
+    ) -> Result<BTreeSet<GitOid>, GitError> {
+        let at_refs: HashSet<GitOid> = refs.refs.values().cloned().collect();
+        connectivity::existing_given_refs(&self.runner, repo, oids, Some(&at_refs)).await
     }
 
     /// Sets refs in the repository at `repo` (`git update-ref --stdin`): `Some(oid)`

@@ -34,12 +34,32 @@ pub(super) async fn init_bare(runner: &GitRunner, repo: &Path) -> Result<(), Git
         ".",
     ]);
     runner.run(command, "init", None).await?;
-    for key in HIDE_REFS_KEYS {
-        let mut command = runner.command(repo);
-        command.args(["config", "--add", key, hidden_refs_value()]);
-        runner.run(command, "config", None).await?;
-    }
-    Ok(())
+    hide_purgatory_refs(repo).await
+}
+
+/// Appends [`HIDE_REFS_KEYS`] to the configuration of the repository `init_bare` just
+/// made (its `config` file, written by git a moment ago and by nobody else yet): the
+/// file write of what two `git config --add` processes would do.
+async fn hide_purgatory_refs(repo: &Path) -> Result<(), GitError> {
+    use tokio::io::AsyncWriteExt as _;
+    let section: String = HIDE_REFS_KEYS
+        .iter()
+        .map(|key| {
+            let (section, name) = key.split_once('.').unwrap_or((key, ""));
+            format!("[{section}]\n\t{name} = {}\n", hidden_refs_value())
+        })
+        .collect();
+    let io = |source| GitError::Io {
+        operation: "config",
+        source,
+    };
+    let mut config = tokio::fs::OpenOptions::new()
+        .append(true)
+        .open(repo.join("config"))
+        .await
+        .map_err(io)?;
+    config.write_all(section.as_bytes()).await.map_err(io)?;
+    config.flush().await.map_err(io)
 }
 
 /// Deletes the objects of `repo` that no ref reaches any more (`git gc --prune=now`):

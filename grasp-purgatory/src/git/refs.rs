@@ -74,8 +74,8 @@ pub struct LocalRefs {
     pub head: Option<String>,
 }
 
-/// Reads every ref (`git for-each-ref`) and `HEAD`'s target (`git symbolic-ref`) of the
-/// repository at `repo`. Lines git would never print (a name with a space, an object id
+/// Reads every ref (`git for-each-ref`) and `HEAD`'s target (its file, else `git
+/// symbolic-ref`) of the repository at `repo`. Lines git would never print (a name with a space, an object id
 /// that is not hex) are skipped.
 pub(super) async fn local_refs(runner: &GitRunner, repo: &Path) -> Result<LocalRefs, GitError> {
     let mut command = runner.command(repo);
@@ -88,16 +88,51 @@ pub(super) async fn local_refs(runner: &GitRunner, repo: &Path) -> Result<LocalR
             Some((name.to_owned(), GitOid::parse(oid).ok()?))
         })
         .collect();
-    let mut command = runner.command(repo);
-    command.args(["symbolic-ref", "-q", "HEAD"]);
-    let head = match runner.run(command, "symbolic-ref", None).await {
-        Ok(output) => Some(String::from_utf8_lossy(&output.stdout).trim().to_owned())
-            .filter(|head| head.starts_with("refs/")),
-        // Exit 1: HEAD is detached.
-        Err(GitError::Failed { .. }) => None,
-        Err(error) => return Err(error),
+    let head = match head_in_file(repo) {
+        Some(head) => head,
+        None => head_by_git(runner, repo).await?,
     };
     Ok(LocalRefs { refs, head })
+}
+
+/// `HEAD`'s target as the bare repository `repo`'s `HEAD` file states it, without a
+/// process: `Some(Some(ref))` for `ref: refs/…`, `Some(None)` when it is detached (an
+/// object id); `None` when the file does not say (missing, unreadable, or the
+/// placeholder a reftable repository keeps there): ask git.
+fn head_in_file(repo: &Path) -> Option<Option<String>> {
+    let text = std::fs::read_to_string(repo.join("HEAD")).ok()?;
+    head_of_file_text(&text)
+}
+
+/// What a `HEAD` file's text says (see [`head_in_file`]).
+fn head_of_file_text(text: &str) -> Option<Option<String>> {
+    let text = text.trim_end_matches(['\n', '\r']);
+    if let Some(target) = text.strip_prefix("ref: ") {
+        let plain = target.starts_with("refs/")
+            && target != REFTABLE_HEAD_PLACEHOLDER
+            && !target.contains(char::is_whitespace);
+        return plain.then(|| Some(target.to_owned()));
+    }
+    GitOid::parse(text).ok().map(|_| None)
+}
+
+/// What a repository with the reftable ref backend keeps in its `HEAD` file (the real
+/// `HEAD` is in the reftable).
+const REFTABLE_HEAD_PLACEHOLDER: &str = "refs/heads/.invalid";
+
+/// `HEAD`'s target by `git symbolic-ref` (`None` when it is detached).
+async fn head_by_git(runner: &GitRunner, repo: &Path) -> Result<Option<String>, GitError> {
+    let mut command = runner.command(repo);
+    command.args(["symbolic-ref", "-q", "HEAD"]);
+    match runner.run(command, "symbolic-ref", None).await {
+        Ok(output) => Ok(
+            Some(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+                .filter(|head| head.starts_with("refs/")),
+        ),
+        // Exit 1: HEAD is detached.
+        Err(GitError::Failed { .. }) => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 /// Applies `changes` in one `git update-ref --stdin` transaction, each with its old
@@ -132,5 +167,31 @@ fn transaction_line(change: &RefChange) -> String {
         (Some(old), Some(new)) => format!("update {name} {new} {old}\n"),
         (Some(old), None) => format!("delete {name} {old}\n"),
         (None, None) => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_file_says_its_target_or_that_it_is_detached_or_nothing() {
+        assert_eq!(
+            head_of_file_text("ref: refs/heads/main\n"),
+            Some(Some("refs/heads/main".to_owned()))
+        );
+        let detached = format!("{}\n", "a".repeat(40));
+        assert_eq!(head_of_file_text(&detached), Some(None));
+        // Git is asked: the reftable placeholder, anything odd.
+        for text in [
+            "ref: refs/heads/.invalid\n",
+            "ref: HEAD\n",
+            "ref: refs/heads/a b\n",
+            "",
+            "garbage",
+            "ref: ",
+        ] {
+            assert_eq!(head_of_file_text(text), None, "{text:?}");
+        }
     }
 }
