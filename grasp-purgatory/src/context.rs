@@ -262,6 +262,19 @@ impl GitSyncContext {
         Ok(present)
     }
 
+    /// Checks which of the objects `repo`'s held events need and purgatory does not
+    /// know present (a fetch marks what it brought) are in `target` now (a push may have
+    /// brought them), and records them: no git process when every object is known.
+    async fn check_unknown_present(&self, repo: &RepoRef, target: &Path) -> Result<(), GitError> {
+        let unknown: Vec<GitOid> = lock(&self.store).missing_oids(repo).into_iter().collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let present = self.git.existing(target, &unknown).await?;
+        lock(&self.store).mark_present(repo, present);
+        Ok(())
+    }
+
     /// The host's satisfied events of `repo` released by the host (its local repository
     /// is `target`); their stale refs swept, the repository noted for reconciliation.
     async fn release_for_host(
@@ -309,14 +322,39 @@ impl GitSyncContext {
         Ok(released)
     }
 
-    /// Writes the PR tip ref (if any) and hands the event to the sink.
-    async fn release_one(&self, target: &Path, held: &HeldEvent) -> Result<(), ReleaseFailure> {
-        if let HeldKind::PullRequest { tip, .. } = &held.kind {
-            let name = format!("{NOSTR_REF_PREFIX}{}", held.event.id);
-            self.git
-                .update_refs(target, &[(name, Some(tip.clone()))])
-                .await
-                .map_err(|error| ReleaseFailure::Failed(error.to_string()))?;
+    /// Writes the `refs/nostr/<id>` tip ref of every pull request (and update) of
+    /// `releasing` in one `update-ref` transaction, before any of them is published:
+    /// one git process for the batch, not one per event. `Err` names why it failed
+    /// (those events then fail to release and stay held).
+    async fn write_pull_request_tips(
+        &self,
+        target: &Path,
+        releasing: &[HeldEvent],
+    ) -> Result<(), String> {
+        let tips: Vec<(String, Option<GitOid>)> = releasing
+            .iter()
+            .filter_map(|held| match &held.kind {
+                HeldKind::PullRequest { tip, .. } => Some((
+                    format!("{NOSTR_REF_PREFIX}{}", held.event.id),
+                    Some(tip.clone()),
+                )),
+                _ => None,
+            })
+            .collect();
+        self.git
+            .update_refs(target, &tips)
+            .await
+            .map_err(|error| error.to_string())
+    }
+
+    /// Hands `held` to the sink, unless its tip ref could not be written (`tips`).
+    async fn release_one(
+        &self,
+        held: &HeldEvent,
+        tips: &Result<(), String>,
+    ) -> Result<(), ReleaseFailure> {
+        if let (HeldKind::PullRequest { .. }, Err(reason)) = (&held.kind, tips) {
+            return Err(ReleaseFailure::Failed(reason.clone()));
         }
         self.sink.release(held).await.map_err(|error| match error {
             ReleaseError::Refused(reason) => ReleaseFailure::Refused(reason),
@@ -493,6 +531,10 @@ impl SyncContext for GitSyncContext {
         if let Some(metrics) = &self.metrics {
             metrics.oids_fetched.inc_by(report.present.len() as u64);
         }
+        if let (Some(repo), None) = (&repo, &self.host) {
+            // The fetch checked them: the release that follows runs no check of its own.
+            lock(&self.store).mark_present(repo, report.present.iter().cloned());
+        }
         Ok(report.present.into_iter().collect())
     }
 
@@ -503,7 +545,7 @@ impl SyncContext for GitSyncContext {
         if let Some(host) = &self.host {
             return self.release_for_host(host, repo, &target).await;
         }
-        self.refresh_present(repo, &target)
+        self.check_unknown_present(repo, &target)
             .await
             .map_err(|error| Self::processing_error(repo, error))?;
         let now = self.clock.unix_time();
@@ -514,8 +556,9 @@ impl SyncContext for GitSyncContext {
         let mut failed = Vec::new();
         let mut stale = BTreeSet::new();
         let mut last_error = None;
+        let tips = self.write_pull_request_tips(&target, &satisfied).await;
         for held in satisfied {
-            match self.release_one(&target, &held).await {
+            match self.release_one(&held, &tips).await {
                 Ok(()) => {
                     released.push(held.event.id);
                     authors.insert(held.event.pubkey);

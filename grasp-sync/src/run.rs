@@ -131,6 +131,13 @@ async fn run(settings: Settings) -> Result<ExitCode, String> {
             .await
             .map_err(|error| format!("cannot serve on {addr}: {error}"))?;
     }
+    if let Some(purgatory) = &purgatory {
+        purgatory.pause_fetches(HISTORIC_FETCH_PAUSE);
+        tokio::spawn(resume_fetches_when_historic_sync_completes(
+            status.clone(),
+            purgatory.clone(),
+        ));
+    }
     let run = tokio::spawn(manager.run());
     let purgatory_run = purgatory
         .clone()
@@ -166,6 +173,26 @@ async fn run(settings: Settings) -> Result<ExitCode, String> {
         "stopped"
     );
     Ok(code)
+}
+
+/// The longest purgatory's fetches wait for the first historic sync at start: it brings
+/// a repository's events in waves (its state first, its pull requests a moment later),
+/// and fetching at the first wave would fetch again at the next (see
+/// [`grasp_purgatory::Purgatory::pause_fetches`]). A sync still running after this
+/// (relays slow to answer) lets fetches start anyway.
+const HISTORIC_FETCH_PAUSE: Duration = Duration::from_secs(60);
+
+/// Resumes `purgatory`'s fetches once the sync says its historic sync is complete
+/// (the first time: a later one, for a new repository, pauses nothing).
+async fn resume_fetches_when_historic_sync_completes(
+    mut status: watch::Receiver<grasp_sync_tokio::SyncStatus>,
+    purgatory: grasp_purgatory::Purgatory,
+) {
+    let _ = status
+        .wait_for(|status| status.historic_sync_complete)
+        .await;
+    info!("historic sync complete: purgatory fetches");
+    purgatory.resume_fetches();
 }
 
 /// The own relay must accept a connection: without it nothing can be read

@@ -11,6 +11,7 @@ use grasp_sync_core::purgatory::{MaintainerIndex, ReconcileSchedule, SyncQueue, 
 use nostr::prelude::{Event, EventId};
 use tokio::sync::{watch, Notify};
 
+use super::pause::FetchPause;
 use crate::config::PurgatoryConfig;
 use crate::context::{lock, GitSyncContext, SharedStore};
 use crate::held::{hold_event, HeldEvent, HoldError, Origin};
@@ -70,6 +71,8 @@ pub(super) struct Shared {
     /// holds, as far as the scheduler knows (the status lists them). Locked after the
     /// queue.
     pub(super) scheduled: Mutex<BTreeSet<RepoRef>>,
+    /// Fetches held back while a historic sync brings events in waves.
+    pub(super) fetch_pause: FetchPause,
 }
 
 /// Holds events until their git objects are present, fetching them from the
@@ -256,6 +259,25 @@ impl Purgatory {
             return;
         };
         self.track_repository(&announcement.repo);
+    }
+
+    /// Holds every fetch back for `max` at most, or until [`Purgatory::resume_fetches`]:
+    /// for a host whose historic sync is about to bring events in waves (a
+    /// repository's state first, its pull requests and their updates a moment later).
+    /// Events are held and repositories reconciled meanwhile; each repository then
+    /// needs one fetch per clone URL for all of its events, where fetching at the first
+    /// wave would fetch again at the next and spend the host's politeness budget twice.
+    /// The sidecar pauses for at most 60 s at start, until its historic sync is
+    /// complete.
+    pub fn pause_fetches(&self, max: Duration) {
+        self.shared.fetch_pause.pause(self.shared.clock.now(), max);
+        self.shared.wake.notify_one();
+    }
+
+    /// Ends a [`Purgatory::pause_fetches`]: the repositories waiting start now.
+    pub fn resume_fetches(&self) {
+        self.shared.fetch_pause.resume();
+        self.shared.wake.notify_one();
     }
 
     /// Serves `repo` from now on: it is reconciled at once if it is new, then at least

@@ -13,6 +13,7 @@ use prometheus::Registry;
 use tokio::sync::{watch, Notify};
 
 use super::api::{Purgatory, Shared};
+use super::pause::FetchPause;
 use crate::config::{EnvError, PurgatoryConfig};
 use crate::context::{ContextParts, GitSyncContext, SharedStore};
 use crate::git::{
@@ -455,6 +456,7 @@ impl PurgatoryBuilder {
                 listed: Mutex::new(false),
                 host: self.host,
                 scheduled: Mutex::new(BTreeSet::new()),
+                fetch_pause: FetchPause::default(),
                 config: self.config,
             }),
         };

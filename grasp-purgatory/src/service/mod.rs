@@ -7,6 +7,7 @@
 //! - [`run_loop`]: [`Purgatory::run`], starting and finishing identifier syncs.
 //! - [`domain_queues`]: serving the throttle manager's steps.
 //! - [`expiry`]: dropping and reporting events that waited too long.
+//! - [`pause`]: fetches held back while a historic sync brings a repository's events.
 //! - [`persistence`]: the journal: replayed at build, compacted and synced by the loop.
 //! - [`reconcile`]: the served repositories' reconciliations (listing, schedule,
 //!   outcomes; the work itself is [`crate::serve`]).
@@ -16,6 +17,7 @@ mod api;
 mod builder;
 mod domain_queues;
 mod expiry;
+mod pause;
 mod persistence;
 mod reconcile;
 mod run_loop;

@@ -37,7 +37,9 @@ impl Purgatory {
             self.expire().await;
             self.forget_released();
             self.shared.manager.forget_idle_domains();
-            self.start_ready();
+            if !self.shared.fetch_pause.is_paused(self.shared.clock.now()) {
+                self.start_ready();
+            }
             self.list_repositories_if_due();
             self.reconcile_released();
             self.start_reconciliations();
@@ -89,9 +91,14 @@ impl Purgatory {
     fn next_wake(&self, wakes: &DomainWakes) -> tokio::time::Instant {
         let now = self.shared.clock.now();
         let latest = tokio_deadline(now, now + self.shared.config.loop_interval);
-        let queue = self.queue().poll_timeout();
+        // While fetches are paused, the ready queue waits for the pause's end.
+        let pause = self.shared.fetch_pause.deadline();
+        let queue = match pause {
+            Some(_) => None,
+            None => self.queue().poll_timeout(),
+        };
         let reconcile = super::api::lock_plain(&self.shared.schedule).poll_timeout();
-        match [queue, wakes.poll_timeout(), reconcile]
+        match [queue, wakes.poll_timeout(), reconcile, pause]
             .into_iter()
             .flatten()
             .min()
