@@ -263,6 +263,7 @@ async fn an_object_already_present_is_never_fetched() {
         Vec::<(String, Vec<String>)>::new(),
         "no fetch for an event whose objects are present"
     );
+    assert_eq!(world.owner_server.stats().fetches(), 0);
 
     purgatory.add(world.update(&pr), Origin::Synced).unwrap();
     released(&purgatory, 2).await;
