@@ -11,15 +11,17 @@
 //! object id that is not hex, a state with a malformed ref tag or a pull request without a
 //! valid tip is refused with a [`HoldError`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use grasp_sync_core::nip34::{
-    parse_repo_state, pull_request_clone_urls, pull_request_tip, root_event_repo_refs, GitOid,
-    Nip34Error, RepoRef, KIND_PULL_REQUEST, KIND_PULL_REQUEST_UPDATE, KIND_REPO_STATE,
+    parse_repo_state, pull_request_clone_urls, pull_request_tip, referenced_root_ids,
+    root_event_repo_refs, GitOid, Nip34Error, RepoRef, KIND_PULL_REQUEST, KIND_PULL_REQUEST_UPDATE,
+    KIND_REPO_STATE,
 };
-use grasp_sync_core::purgatory::{held_event_fate, HeldFate};
-use nostr::prelude::{Event, Timestamp};
+use grasp_sync_core::purgatory::{held_event_fate, EventSource, HeldFate};
+use indexmap::IndexMap;
+use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
 
 /// Who handed an event to purgatory; decides how long sync waits before fetching.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -199,6 +201,64 @@ pub fn hold_event(event: Event, origin: Origin, now: Timestamp) -> Result<HeldEv
     }
 }
 
+/// The pull request whose family `held` belongs to, among the held `pull_requests` (by
+/// id, with their authors): a pull request's own id; for an update, the held pull
+/// request it refers to (`E` tag) when the same author wrote both (only the author
+/// updates a pull request, so nobody else's update is asked of their fork); `None` for
+/// anything else (a state, an update whose pull request is not held).
+fn pull_request_family(
+    held: &HeldEvent,
+    pull_requests: &HashMap<EventId, PublicKey>,
+) -> Option<EventId> {
+    match held.event.kind.as_u16() {
+        KIND_PULL_REQUEST => Some(held.event.id),
+        KIND_PULL_REQUEST_UPDATE => referenced_root_ids(&held.event)
+            .value
+            .into_iter()
+            .find(|id| pull_requests.get(id) == Some(&held.event.pubkey)),
+        _ => None,
+    }
+}
+
+/// Where the objects of `events` (the held events of one repository) may be fetched
+/// from besides the repository's clone URLs: one source per pull request with its
+/// updates (its family, [`pull_request_family`]), whose clone URLs (every member's
+/// `clone` tags) are sources for every member's objects not `present`, so that one
+/// fetch from the contributor's fork asks for the pull request's commit and its updates'
+/// together, and an update naming no URL of its own is fetched from its pull request's.
+/// An update whose pull request is not held stands alone. Sources with no URL or nothing
+/// missing are left out; the order is that of the events.
+pub(crate) fn event_sources(
+    events: &[HeldEvent],
+    present: impl Fn(&GitOid) -> bool,
+) -> Vec<EventSource> {
+    let pull_requests: HashMap<EventId, PublicKey> = events
+        .iter()
+        .filter(|held| held.event.kind.as_u16() == KIND_PULL_REQUEST)
+        .map(|held| (held.event.id, held.event.pubkey))
+        .collect();
+    let mut families: IndexMap<EventId, EventSource> = IndexMap::new();
+    for held in events {
+        let HeldKind::PullRequest { tip, clone_urls } = &held.kind else {
+            continue;
+        };
+        let family = pull_request_family(held, &pull_requests).unwrap_or(held.event.id);
+        let source = families.entry(family).or_default();
+        if !present(tip) {
+            source.missing.insert(tip.clone());
+        }
+        for url in clone_urls {
+            if !source.clone_urls.contains(url) {
+                source.clone_urls.push(url.clone());
+            }
+        }
+    }
+    families
+        .into_values()
+        .filter(|source| !source.clone_urls.is_empty() && !source.missing.is_empty())
+        .collect()
+}
+
 /// Whether events of this kind wait in purgatory for git data.
 pub fn is_held_kind(kind: u16) -> bool {
     matches!(
@@ -279,5 +339,66 @@ mod tests {
             hold_event(note, Origin::Synced, NOW),
             Err(HoldError::UnsupportedKind { kind: 1 })
         ));
+    }
+
+    /// A pull request naming `url` (if any) proposing `tip`, by `author`.
+    fn held_pr(author: &Keys, owner: &Keys, tip: &str, url: Option<&str>) -> HeldEvent {
+        let a = format!("30617:{}:r", owner.public_key().to_hex());
+        let mut tags = vec![tag(&["a", &a]), tag(&["c", tip])];
+        tags.extend(url.map(|url| tag(&["clone", url])));
+        hold_event(sign(author, 1618, "", tags, 1), Origin::Synced, NOW).unwrap()
+    }
+
+    /// An update of `pr` by `author` moving it to `tip`, naming `url` (if any).
+    fn held_update(author: &Keys, pr: &HeldEvent, tip: &str, url: Option<&str>) -> HeldEvent {
+        let mut tags = vec![
+            tag(&["E", &pr.event.id.to_hex()]),
+            tag(&["a", &pr.repo.to_string()]),
+            tag(&["c", tip]),
+        ];
+        tags.extend(url.map(|url| tag(&["clone", url])));
+        hold_event(sign(author, 1619, "", tags, 2), Origin::Synced, NOW).unwrap()
+    }
+
+    fn oids(values: &[String]) -> BTreeSet<GitOid> {
+        values.iter().map(|v| GitOid::parse(v).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_pull_request_and_its_updates_are_one_source_for_all_their_commits() {
+        let (author, owner) = (Keys::generate(), Keys::generate());
+        let pr = held_pr(&author, &owner, &oid(1), Some("https://fork.example/a.git"));
+        let named = held_update(&author, &pr, &oid(2), Some("https://other.example/a.git"));
+        let unnamed = held_update(&author, &pr, &oid(3), None);
+        let sources = event_sources(&[pr, named, unnamed], |_| false);
+        assert_eq!(sources.len(), 1, "{sources:?}");
+        assert_eq!(sources[0].missing, oids(&[oid(1), oid(2), oid(3)]));
+        assert_eq!(
+            sources[0].clone_urls,
+            vec!["https://fork.example/a.git", "https://other.example/a.git"]
+        );
+        // What is present is not asked for.
+        let pr = held_pr(&author, &owner, &oid(1), Some("https://fork.example/a.git"));
+        let update = held_update(&author, &pr, &oid(2), None);
+        let present = GitOid::parse(&oid(1)).unwrap();
+        let sources = event_sources(&[pr, update], |oid| *oid == present);
+        assert_eq!(sources[0].missing, oids(&[oid(2)]));
+    }
+
+    #[test]
+    fn an_update_by_someone_else_or_of_a_pull_request_not_held_stands_alone() {
+        let (author, owner, stranger) = (Keys::generate(), Keys::generate(), Keys::generate());
+        let pr = held_pr(&author, &owner, &oid(1), Some("https://fork.example/a.git"));
+        let strangers = held_update(&stranger, &pr, &oid(2), None);
+        let sources = event_sources(&[pr.clone(), strangers.clone()], |_| false);
+        assert_eq!(sources.len(), 1);
+        assert_eq!(
+            sources[0].missing,
+            oids(&[oid(1)]),
+            "the fork is not asked for a stranger's commit"
+        );
+        // The pull request released (not held): its update names no URL, so no source.
+        let alone = held_update(&author, &pr, &oid(3), None);
+        assert!(event_sources(&[alone, strangers], |_| false).is_empty());
     }
 }

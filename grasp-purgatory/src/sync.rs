@@ -27,7 +27,7 @@
 //!
 //! [`QueueStep::Serve`]: grasp_sync_core::purgatory::QueueStep::Serve
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 
 use grasp_sync_core::clock::Instant;
@@ -35,7 +35,7 @@ use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::purgatory::{
     candidate_urls, missing_repository_action, next_url, select_candidates, throttle_key,
     throttled_domains_with_untried_urls, CandidateUrls, MissingRepository, NotFetchable,
-    SyncContext, SyncContextError, UrlSources,
+    RepositoryData, SyncContext, SyncContextError, UrlSources,
 };
 use grasp_sync_core::url_policy::CloneUrl;
 
@@ -372,6 +372,7 @@ pub async fn sync_identifier(
         tracing::info!(%repo, "purgatory sync complete");
         return report;
     }
+    let read_for = ctx.collect_needed_oids(repo);
     let data = match ctx.fetch_repository_data(repo).await {
         Ok(data) => data,
         Err(SyncContextError::UnknownRepository { .. }) => {
@@ -408,21 +409,82 @@ pub async fn sync_identifier(
         report.outcome = outcome;
         return report;
     }
-    let sources = UrlSources::new(&data, manager.policy());
-    report.outcome = fetch_from_every_domain(ctx, repo, &selection.urls, &sources, manager).await;
+    let urls = AttemptUrls::new(&data, selection.urls, read_for, manager);
+    report.outcome = fetch_from_every_domain(ctx, repo, urls, manager).await;
     report
 }
 
-/// The fetching part of [`sync_identifier`]: every untried URL of `candidates` (chosen
-/// once for the attempt) of every domain with capacity, each asked for what `sources`
-/// (read once for the attempt) says it is a source for, then the throttled domains'
-/// queues. An event held during the attempt is fetched by a later one (holding it queues
-/// the repository).
+/// The clone URLs one attempt tries and what each is a source for, as read when the
+/// repository needed `read_for`.
+struct AttemptUrls {
+    /// The URLs to try, grouped by domain.
+    candidates: CandidateUrls,
+    /// What each URL is a source for.
+    sources: UrlSources,
+    /// The objects the repository needed when these were read.
+    read_for: BTreeSet<GitOid>,
+}
+
+impl AttemptUrls {
+    /// The URLs of `data` (already chosen: `candidates`) as read when the repository
+    /// needed `read_for`.
+    fn new(
+        data: &RepositoryData,
+        candidates: CandidateUrls,
+        read_for: BTreeSet<GitOid>,
+        manager: &ThrottleManager,
+    ) -> Self {
+        AttemptUrls {
+            candidates,
+            sources: UrlSources::new(data, manager.policy()),
+            read_for,
+        }
+    }
+
+    /// Whether the repository now needs objects these URLs were not read for: events
+    /// held since (an update of a pull request whose fetch was in flight) name URLs, or
+    /// make URLs sources of objects, that this reading does not know of.
+    fn is_stale(&self, missing: &BTreeSet<GitOid>) -> bool {
+        !missing.is_subset(&self.read_for)
+    }
+
+    /// The URLs read again for the events held now, or `None` when the repository's data
+    /// cannot be read (the attempt goes on with what it has).
+    async fn reread(
+        ctx: &dyn SyncContext,
+        repo: &RepoRef,
+        manager: &ThrottleManager,
+    ) -> Option<Self> {
+        let read_for = ctx.collect_needed_oids(repo);
+        match ctx.fetch_repository_data(repo).await {
+            Ok(data) => {
+                let candidates = candidate_urls(
+                    &data,
+                    manager.policy(),
+                    ctx.own_service(),
+                    manager.max_clone_urls(),
+                );
+                Some(AttemptUrls::new(&data, candidates, read_for, manager))
+            }
+            Err(error) => {
+                tracing::debug!(%repo, %error, "reading the clone urls again failed");
+                None
+            }
+        }
+    }
+}
+
+/// The fetching part of [`sync_identifier`]: every untried URL of `urls` (chosen for
+/// the attempt) of every domain with capacity, each asked for every missing object it is
+/// a source for, then the throttled domains' queues. Events held during the attempt
+/// (while a fetch was in flight) make it read the URLs again before the next fetch, so
+/// the URLs not tried yet are asked for their objects in the same request as the rest;
+/// those of a URL already tried wait for the next attempt (holding them queued the
+/// repository).
 async fn fetch_from_every_domain(
     ctx: &dyn SyncContext,
     repo: &RepoRef,
-    candidates: &CandidateUrls,
-    sources: &UrlSources,
+    mut urls: AttemptUrls,
     manager: &ThrottleManager,
 ) -> SyncOutcome {
     let mut tried: HashSet<String> = HashSet::new();
@@ -439,11 +501,17 @@ async fn fetch_from_every_domain(
             last_error.get_or_insert_with(|| "the attempt's deadline passed".to_owned());
             break;
         }
+        if urls.is_stale(&ctx.collect_needed_oids(repo)) {
+            tracing::debug!(%repo, "events were held during the attempt; reading the clone urls again");
+            if let Some(fresh) = AttemptUrls::reread(ctx, repo, manager).await {
+                urls = fresh;
+            }
+        }
         let skip: HashSet<String> = tried.union(&deferred).cloned().collect();
-        let Some(url) = next_url(candidates, None, &skip, |d| manager.is_throttled(d)) else {
+        let Some(url) = next_url(&urls.candidates, None, &skip, |d| manager.is_throttled(d)) else {
             break;
         };
-        match fetch_from_url(ctx, repo, &url, sources, manager).await {
+        match fetch_from_url(ctx, repo, &url, &urls.sources, manager).await {
             FromUrl::Throttled | FromUrl::BlockThrottled(_) => {
                 deferred.insert(url.as_str().to_owned());
                 continue;
@@ -459,7 +527,7 @@ async fn fetch_from_every_domain(
         }
         tried.insert(url.as_str().to_owned());
     }
-    enqueue_with_throttled_domains(repo, candidates, &tried, manager);
+    enqueue_with_throttled_domains(repo, &urls.candidates, &tried, manager);
     SyncOutcome::Retry { last_error }
 }
 

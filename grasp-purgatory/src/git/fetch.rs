@@ -186,6 +186,11 @@ impl GitFetcher {
     /// repository at `repo` with one git request, keeping them under
     /// `refs/purgatory/<oid>`, and reports which are present afterwards.
     ///
+    /// Never asks for an object the repository already has (with its whole history,
+    /// [`GitFetcher::existing`]): they are looked up first, under the repository's lock,
+    /// so a fetch that waited for another one into the same repository asks only for
+    /// what that one did not bring, and none runs when everything is present.
+    ///
     /// Returns an error without spawning anything when the URL is refused; the timeout
     /// error when git runs too long; [`GitError::PackTooLarge`] when the server sends
     /// more than the pack limit. A server that lacks some of the ids refuses the whole
@@ -201,7 +206,21 @@ impl GitFetcher {
         }
         let url = self.check_url(url).await?;
         let _permit = self.permits.acquire(&owner_of(repo)).await;
-        let asked = &oids[..oids.len().min(MAX_OIDS_PER_FETCH)];
+        let _only_fetch = self.repo_locks.lock(repo).await;
+        let already = self.existing(repo, oids).await?;
+        let absent: Vec<GitOid> = oids
+            .iter()
+            .filter(|oid| !already.contains(*oid))
+            .cloned()
+            .collect();
+        if absent.is_empty() {
+            tracing::debug!(url = %url.url(), oids = oids.len(), "every object asked for is present: nothing fetched");
+            return Ok(FetchReport {
+                present: already,
+                ..FetchReport::default()
+            });
+        }
+        let asked = &absent[..absent.len().min(MAX_OIDS_PER_FETCH)];
         let error = match self.fetch_once(repo, &url, asked).await {
             Ok(()) => None,
             Err(GitError::Failed { stderr, .. }) if lacks_some(&stderr) => {
@@ -293,8 +312,8 @@ impl GitFetcher {
         super::init::prune_unreachable(&self.runner, repo).await
     }
 
-    /// One `git fetch` of `oids` from the pinned `url`, the only one into `repo` while
-    /// it runs; when it fails (cut off by the timeout or the pack limit, refused by
+    /// One `git fetch` of `oids` from the pinned `url` (the caller holds `repo`'s lock:
+    /// it is the only fetch into `repo` while it runs); when it fails (cut off by the timeout or the pack limit, refused by
     /// `fsck`, anything), the temporary files it left in `objects/pack/` are removed.
     async fn fetch_once(
         &self,
@@ -302,7 +321,6 @@ impl GitFetcher {
         url: &PinnedUrl,
         oids: &[GitOid],
     ) -> Result<(), GitError> {
-        let _only_fetch = self.repo_locks.lock(repo).await;
         let before = temporary_files(repo);
         let result = self.run_fetch(repo, url, oids).await;
         let Err(error) = result else {

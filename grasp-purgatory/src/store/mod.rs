@@ -511,27 +511,14 @@ impl PurgatoryStore {
             .collect()
     }
 
-    /// The held events of `repo` that name clone URLs of their own (pull requests'
-    /// `clone` tags), each with its objects not known to be present.
+    /// The clone URLs the held pull requests of `repo` name (`clone` tags), one source
+    /// per pull request with its updates, each with its objects not known to be present
+    /// (see [`crate::held::event_sources`]).
     pub fn event_sources(&self, repo: &RepoRef) -> Vec<EventSource> {
         let present = self.present.get(repo);
-        self.events(repo)
-            .iter()
-            .filter_map(|held| match &held.kind {
-                HeldKind::PullRequest { clone_urls, .. } if !clone_urls.is_empty() => {
-                    Some(EventSource {
-                        missing: held
-                            .needed_oids()
-                            .into_iter()
-                            .filter(|oid| !present.is_some_and(|present| present.contains(oid)))
-                            .collect(),
-                        clone_urls: clone_urls.clone(),
-                    })
-                }
-                _ => None,
-            })
-            .filter(|source| !source.missing.is_empty())
-            .collect()
+        crate::held::event_sources(self.events(repo), |oid| {
+            present.is_some_and(|present| present.contains(oid))
+        })
     }
 
     /// Holds the events of `from` (those not being released) for every repository of

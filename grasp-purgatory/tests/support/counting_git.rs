@@ -1,6 +1,7 @@
 //! A `git` that counts: a wrapper script around the real git that appends a line when
 //! each invocation starts and ends, so a test measures how many git processes ran at
-//! once, for real (the service runs it as its git program).
+//! once, for real (the service runs it as its git program). The arguments of every
+//! `git fetch` are logged too, so a test sees which object ids each fetch asked for.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 pub struct CountingGit {
     program: PathBuf,
     log: PathBuf,
+    fetch_log: PathBuf,
 }
 
 impl CountingGit {
@@ -18,23 +20,31 @@ impl CountingGit {
         let real = real_git();
         let program = dir.join("counting-git");
         let log = dir.join("invocations.log");
+        let fetch_log = dir.join("fetches.log");
         // `$EPOCHREALTIME` (bash 5) needs no process of its own; one `echo` of a short
         // line to a file opened for appending is one write, whole.
         let script = format!(
             "#!/bin/bash\n\
              echo \"+ $EPOCHREALTIME\" >> '{log}'\n\
+             for arg in \"$@\"; do [ \"$arg\" = fetch ] && echo \"$*\" >> '{fetch_log}' && break; done\n\
              '{real}' \"$@\"\n\
              status=$?\n\
              echo \"- $EPOCHREALTIME\" >> '{log}'\n\
              exit $status\n",
             log = log.display(),
+            fetch_log = fetch_log.display(),
             real = real.display(),
         );
         std::fs::write(&program, script).expect("write the wrapper");
         std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))
             .expect("make the wrapper executable");
         std::fs::write(&log, "").expect("create the log");
-        CountingGit { program, log }
+        std::fs::write(&fetch_log, "").expect("create the fetch log");
+        CountingGit {
+            program,
+            log,
+            fetch_log,
+        }
     }
 
     /// The program to run as git.
@@ -60,9 +70,31 @@ impl CountingGit {
         usize::try_from(peak).unwrap_or(0)
     }
 
+    /// Every `git fetch` since the last [`CountingGit::reset`], in order: the URL it
+    /// fetched from (the argument after `--`) and the object ids it asked for (its
+    /// refspecs `<oid>:refs/purgatory/<oid>`).
+    pub fn fetches(&self) -> Vec<(String, Vec<String>)> {
+        let text = std::fs::read_to_string(&self.fetch_log).expect("read the fetch log");
+        text.lines()
+            .map(|line| {
+                let mut after = line
+                    .split_whitespace()
+                    .skip_while(|arg| *arg != "--")
+                    .skip(1);
+                let url = after.next().unwrap_or_default().to_owned();
+                let oids = after
+                    .filter_map(|arg| arg.split_once(":refs/purgatory/"))
+                    .map(|(oid, _)| oid.to_owned())
+                    .collect();
+                (url, oids)
+            })
+            .collect()
+    }
+
     /// Forgets the invocations so far.
     pub fn reset(&self) {
         std::fs::write(&self.log, "").expect("truncate the log");
+        std::fs::write(&self.fetch_log, "").expect("truncate the fetch log");
     }
 
     /// Each logged moment in microseconds, and whether it is a start.
