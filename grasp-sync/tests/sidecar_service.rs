@@ -341,7 +341,10 @@ async fn help_names_every_variable_and_exit_code_and_bad_values_are_one_line() {
         ("NGIT_SYNC_SUMMARY_JSON", "1"),
         ("NGIT_PURGATORY_HOST_MAX_CONCURRENT", "0"),
         ("NGIT_PURGATORY_HOST_MAX_PER_MINUTE", "lots"),
-        ("NGIT_PURGATORY_HOST_LIMITS", "git.example.org=fast\nsecond line"),
+        (
+            "NGIT_PURGATORY_HOST_LIMITS",
+            "git.example.org=fast\nsecond line",
+        ),
         ("NGIT_PURGATORY_HOST_LIMITS", "git.example.org=120/10"),
     ] {
         let output = Command::new(BIN)
