@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use grasp_sync_core::purgatory::{
-    OwnService, ReconcileConfig, SyncQueueConfig, ThrottleConfig, DEFAULT_MAX_CLONE_URLS,
+    HostLimitError, HostLimits, OwnService, ReconcileConfig, SyncQueueConfig, ThrottleConfig,
+    DEFAULT_MAX_CLONE_URLS,
 };
 
 use crate::disk::DiskLimits;
@@ -21,12 +22,24 @@ pub const ENV_VARIABLES: &[(&str, &str)] = &[
         "longest sleep of the main sync loop (1000)",
     ),
     (
+        "NGIT_PURGATORY_HOST_MAX_CONCURRENT",
+        "fetches in flight per host (per registrable domain, and per address block a host name resolves to), at least 1 (5)",
+    ),
+    (
+        "NGIT_PURGATORY_HOST_MAX_PER_MINUTE",
+        "fetches started per host per minute (per registrable domain, and per address block a host name resolves to), at least 1 (30)",
+    ),
+    (
+        "NGIT_PURGATORY_HOST_LIMITS",
+        "per-host overrides, comma-separated HOST=PER_MINUTE/CONCURRENT or HOST=unlimited: the exact host gets a throttle of its own with these limits, not charged to its address block (none)",
+    ),
+    (
         "NGIT_SYNC_DOMAIN_CONCURRENT",
-        "fetches in flight per domain (5)",
+        "the spec's name of NGIT_PURGATORY_HOST_MAX_CONCURRENT, which wins when both are set (5)",
     ),
     (
         "NGIT_SYNC_DOMAIN_RATE_LIMIT",
-        "fetches started per domain per minute (30)",
+        "the spec's name of NGIT_PURGATORY_HOST_MAX_PER_MINUTE, which wins when both are set (30)",
     ),
     (
         "NGIT_SYNC_DEFAULT_DELAY_SECS",
@@ -124,8 +137,14 @@ pub struct PurgatoryConfig {
     pub loop_interval: Duration,
     /// Debounce delays and backoff of the sync queue.
     pub queue: SyncQueueConfig,
-    /// Per-domain limits.
+    /// Per-host limits of git fetches: per registrable domain, and per address block a
+    /// host name resolves to (5 in flight, 30 a minute;
+    /// `NGIT_PURGATORY_HOST_MAX_CONCURRENT`, `NGIT_PURGATORY_HOST_MAX_PER_MINUTE`).
     pub throttle: ThrottleConfig,
+    /// The operator's per-host overrides of [`PurgatoryConfig::throttle`] (none;
+    /// `NGIT_PURGATORY_HOST_LIMITS`): an overridden host is throttled on its own with its
+    /// override's limits and takes no slot of its address block (see [`HostLimits`]).
+    pub host_limits: HostLimits,
     /// How long an event may wait for its git data before it is dropped and reported
     /// (30 min, as GRASP-01 asks).
     pub expiry: Duration,
@@ -168,6 +187,7 @@ impl Default for PurgatoryConfig {
             loop_interval: Duration::from_secs(1),
             queue: SyncQueueConfig::default(),
             throttle: ThrottleConfig::default(),
+            host_limits: HostLimits::new(),
             expiry: Duration::from_secs(30 * 60),
             git: GitFetcherConfig::default(),
             limits: HeldLimits::default(),
@@ -183,20 +203,43 @@ impl Default for PurgatoryConfig {
     }
 }
 
-/// An environment variable held something that is not a number.
+/// An environment variable held something it cannot.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("environment variable {name} is not a whole number: {value:?}")]
-pub struct EnvError {
-    /// The variable.
-    pub name: &'static str,
-    /// Its value.
-    pub value: String,
+#[non_exhaustive]
+pub enum EnvError {
+    /// A number's variable held something that is not a whole number.
+    #[error("environment variable {name} is not a whole number: {value:?}")]
+    NotANumber {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// `NGIT_PURGATORY_HOST_LIMITS` held an entry that is not an override.
+    #[error("environment variable {name}: {source}")]
+    HostLimits {
+        /// The variable.
+        name: &'static str,
+        /// What is wrong with it.
+        #[source]
+        source: HostLimitError,
+    },
+}
+
+impl EnvError {
+    /// The variable at fault.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EnvError::NotANumber { name, .. } | EnvError::HostLimits { name, .. } => name,
+        }
+    }
 }
 
 impl PurgatoryConfig {
     /// Applies the variables of [`ENV_VARIABLES`] found by `lookup` (use
     /// `|name| std::env::var(name).ok()` for the process environment). Unset variables
-    /// keep the current value; a value that is not a whole number is an error.
+    /// keep the current value; a value that is not a whole number (or, for
+    /// `NGIT_PURGATORY_HOST_LIMITS`, not a list of overrides) is an error.
     pub fn apply_env(mut self, lookup: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
         let number = |name: &'static str| -> Result<Option<u64>, EnvError> {
             match lookup(name) {
@@ -205,17 +248,34 @@ impl PurgatoryConfig {
                     .trim()
                     .parse()
                     .map(Some)
-                    .map_err(|_| EnvError { name, value }),
+                    .map_err(|_| EnvError::NotANumber { name, value }),
             }
         };
         if let Some(ms) = number("NGIT_SYNC_LOOP_INTERVAL_MS")? {
             self.loop_interval = Duration::from_millis(ms.max(1));
         }
-        if let Some(n) = number("NGIT_SYNC_DOMAIN_CONCURRENT")? {
-            self.throttle.max_concurrent = clamp_u32(n.max(1));
+        // The spec's names first: the purgatory's own win when both are set.
+        for name in [
+            "NGIT_SYNC_DOMAIN_CONCURRENT",
+            "NGIT_PURGATORY_HOST_MAX_CONCURRENT",
+        ] {
+            if let Some(n) = number(name)? {
+                self.throttle.max_concurrent = clamp_u32(n.max(1));
+            }
         }
-        if let Some(n) = number("NGIT_SYNC_DOMAIN_RATE_LIMIT")? {
-            self.throttle.max_per_minute = clamp_u32(n.max(1));
+        for name in [
+            "NGIT_SYNC_DOMAIN_RATE_LIMIT",
+            "NGIT_PURGATORY_HOST_MAX_PER_MINUTE",
+        ] {
+            if let Some(n) = number(name)? {
+                self.throttle.max_per_minute = clamp_u32(n.max(1));
+            }
+        }
+        let name = "NGIT_PURGATORY_HOST_LIMITS";
+        if let Some(text) = lookup(name) {
+            self.host_limits = text
+                .parse()
+                .map_err(|source| EnvError::HostLimits { name, source })?;
         }
         if let Some(secs) = number("NGIT_SYNC_DEFAULT_DELAY_SECS")? {
             self.queue.default_delay = Duration::from_secs(secs);
@@ -341,8 +401,9 @@ mod tests {
         let config = PurgatoryConfig::default()
             .apply_env(env(&[
                 ("NGIT_SYNC_LOOP_INTERVAL_MS", "250"),
-                ("NGIT_SYNC_DOMAIN_CONCURRENT", "2"),
-                ("NGIT_SYNC_DOMAIN_RATE_LIMIT", " 12 "),
+                ("NGIT_PURGATORY_HOST_MAX_CONCURRENT", "2"),
+                ("NGIT_PURGATORY_HOST_MAX_PER_MINUTE", " 12 "),
+                ("NGIT_PURGATORY_HOST_LIMITS", "git.example.org=120/10"),
                 ("NGIT_SYNC_DEFAULT_DELAY_SECS", "60"),
                 ("NGIT_SYNC_IMMEDIATE_DELAY_MS", "100"),
                 ("NGIT_PURGATORY_EXPIRY_SECS", "600"),
@@ -370,6 +431,7 @@ mod tests {
         assert_eq!(config.loop_interval, Duration::from_millis(250));
         assert_eq!(config.throttle.max_concurrent, 2);
         assert_eq!(config.throttle.max_per_minute, 12);
+        assert_eq!(config.host_limits.to_string(), "git.example.org=120/10");
         assert_eq!(config.queue.default_delay, Duration::from_secs(60));
         assert_eq!(config.queue.immediate_delay, Duration::from_millis(100));
         assert_eq!(config.expiry, Duration::from_secs(600));
@@ -402,7 +464,7 @@ mod tests {
         assert_eq!(config.git.max_memory_bytes, None);
         assert!(config.git.allow_old_git);
         assert!(config.git.keep_proxy_env);
-        assert_eq!(ENV_VARIABLES.len(), 25);
+        assert_eq!(ENV_VARIABLES.len(), 28);
     }
 
     #[test]
@@ -410,6 +472,47 @@ mod tests {
         let error = PurgatoryConfig::default()
             .apply_env(env(&[("NGIT_SYNC_DOMAIN_RATE_LIMIT", "lots")]))
             .unwrap_err();
-        assert_eq!(error.name, "NGIT_SYNC_DOMAIN_RATE_LIMIT");
+        assert_eq!(error.name(), "NGIT_SYNC_DOMAIN_RATE_LIMIT");
+    }
+
+    #[test]
+    fn the_per_host_limits_default_to_five_and_thirty_and_the_purgatory_s_names_win() {
+        let config = PurgatoryConfig::default().apply_env(env(&[])).unwrap();
+        assert_eq!(config.throttle.max_concurrent, 5);
+        assert_eq!(config.throttle.max_per_minute, 30);
+        assert!(config.host_limits.is_empty());
+        let config = PurgatoryConfig::default()
+            .apply_env(env(&[
+                ("NGIT_SYNC_DOMAIN_CONCURRENT", "2"),
+                ("NGIT_SYNC_DOMAIN_RATE_LIMIT", "12"),
+                ("NGIT_PURGATORY_HOST_MAX_CONCURRENT", "3"),
+                ("NGIT_PURGATORY_HOST_MAX_PER_MINUTE", "0"),
+                (
+                    "NGIT_PURGATORY_HOST_LIMITS",
+                    "git.example.org=120/10, git.mine.example=unlimited",
+                ),
+            ]))
+            .unwrap();
+        assert_eq!(config.throttle.max_concurrent, 3);
+        assert_eq!(config.throttle.max_per_minute, 1, "at least 1");
+        assert_eq!(
+            config.host_limits.to_string(),
+            "git.example.org=120/10,git.mine.example=unlimited"
+        );
+    }
+
+    #[test]
+    fn a_bad_host_limit_names_the_variable_and_the_entry_in_one_line() {
+        let error = PurgatoryConfig::default()
+            .apply_env(env(&[(
+                "NGIT_PURGATORY_HOST_LIMITS",
+                "git.example.org=fast",
+            )]))
+            .unwrap_err();
+        assert_eq!(error.name(), "NGIT_PURGATORY_HOST_LIMITS");
+        let message = error.to_string();
+        assert!(message.contains("git.example.org"), "{message}");
+        assert!(message.contains("\"fast\""), "{message}");
+        assert!(!message.contains('\n'), "{message}");
     }
 }

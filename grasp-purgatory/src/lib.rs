@@ -216,7 +216,8 @@ pub use serve::{ServedRepository, Serving, DEFAULT_MAX_PULL_REQUEST_TIPS};
 pub use service::{Purgatory, PurgatoryBuildError, PurgatoryBuilder};
 pub use sink::{ChannelSink, PurgatoryOutput, ReleaseError, ReleaseSink, StoreSink};
 pub use status::{
-    HeldRepository, HeldState, PurgatoryStatus, ReleaseRefusal, MAX_LISTED_REPOSITORIES,
+    HeldRepository, HeldState, PurgatoryStatus, ReleaseRefusal, ThrottledHost, MAX_LISTED_HOSTS,
+    MAX_LISTED_REPOSITORIES,
 };
 pub use store::{AddError, Cap, HeldLimits, Inserted, PurgatoryStore};
 pub use sync::{

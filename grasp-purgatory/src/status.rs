@@ -4,6 +4,7 @@
 //! (see [`Purgatory::status`](crate::Purgatory::status) for an example).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use crate::serve::ServedRepository;
 use std::fmt;
@@ -14,11 +15,44 @@ use grasp_sync_core::relay_text::RelayText;
 use nostr::prelude::{EventId, Kind, Timestamp};
 
 use crate::held::HeldEvent;
-use grasp_sync_core::purgatory::NotFetchable;
+use grasp_sync_core::purgatory::{HostLimit, NotFetchable};
 
 /// The most repositories [`PurgatoryStatus::not_fetchable`] and
 /// [`PurgatoryStatus::still_waiting`] list each (the counts cover all of them).
 pub const MAX_LISTED_REPOSITORIES: usize = 32;
+
+/// The most throttles [`PurgatoryStatus::throttled_hosts`] lists (the count covers all
+/// of them).
+pub const MAX_LISTED_HOSTS: usize = 32;
+
+/// One per-host fetch throttle in a [`PurgatoryStatus`]: its limits, what it has in
+/// flight and queued, and how long its queue needs to drain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ThrottledHost {
+    /// The throttle key: a registrable domain (`example.org`, shared by its subdomains),
+    /// an address block (`203.0.113.0/24`, `2001:db8:1::/48`: IP literals, and the
+    /// addresses host names resolve to), or a host the operator gave limits of its own
+    /// ([`HostLimits`](grasp_sync_core::purgatory::HostLimits)).
+    pub key: String,
+    /// Its limits: fetches started per minute and in flight, or unlimited.
+    pub limit: HostLimit,
+    /// Whether [`ThrottledHost::limit`] is an operator's override (else the default,
+    /// [`PurgatoryConfig::throttle`](crate::PurgatoryConfig::throttle)).
+    pub overridden: bool,
+    /// Fetches in flight.
+    pub in_flight: u32,
+    /// Fetches started within the last window (60 s).
+    pub started_in_window: usize,
+    /// Repositories waiting in (or being served from) its queue.
+    pub queued: usize,
+    /// How long its queue needs to drain, estimated from the repositories waiting their
+    /// turn, the per-minute limit and the window
+    /// ([`DomainThrottle::drain_estimate`](grasp_sync_core::purgatory::DomainThrottle::drain_estimate):
+    /// 60 s · ⌊(n − 1) / r⌋ for n waiting at r a minute and an empty window; fetch time
+    /// not counted).
+    pub drain_estimate: Duration,
+}
 
 /// Where a held repository stands, as the status reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,6 +167,12 @@ pub struct PurgatoryStatus {
     pub fetches_in_flight: u32,
     /// Git fetches in flight per clone-URL domain (only domains with one or more).
     pub fetches_by_domain: BTreeMap<String, u32>,
+    /// The per-host fetch throttles with a fetch in flight or within their window, or a
+    /// repository queued (at most [`MAX_LISTED_HOSTS`], the most queued first), each with
+    /// its limits, whether they are an operator's override, and its queue's drain time.
+    pub throttled_hosts: Vec<ThrottledHost>,
+    /// Those throttles in total.
+    pub throttled_hosts_total: usize,
     /// Git objects fetched into local repositories since the purgatory was built.
     pub oids_fetched: u64,
     /// Nothing can move right now: no identifier is ready, syncing or waiting for a

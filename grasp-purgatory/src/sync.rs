@@ -3,9 +3,11 @@
 //! "identifier" is a repository coordinate `30617:<owner>:<identifier>` ([`RepoRef`]):
 //! only the owner's announcement and those of the maintainers it lists give clone URLs.
 //!
-//! Domains here are throttle keys ([`throttle_key`]): the subdomains of one registrable
-//! domain share one throttle, and a host name also takes a slot of the address block it
-//! resolves to. One attempt tries at most [`ThrottleManager::max_clone_urls`] distinct
+//! Domains here are throttle keys ([`ThrottleManager::throttle_key`]): the subdomains of
+//! one registrable domain share one throttle, and a host name also takes a slot of the
+//! address block it resolves to, unless the operator gave the host limits of its own
+//! ([`HostLimits`](grasp_sync_core::purgatory::HostLimits): then it is a key of its own
+//! and takes no block slot). One attempt tries at most [`ThrottleManager::max_clone_urls`] distinct
 //! URLs, chosen once per attempt, and starts fetches for at most
 //! [`ThrottleManager::attempt_deadline`]; the URLs left then wait in their domains'
 //! queues.
@@ -33,7 +35,7 @@ use std::path::Path;
 use grasp_sync_core::clock::Instant;
 use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::purgatory::{
-    candidate_urls, missing_repository_action, next_url, select_candidates, throttle_key,
+    missing_repository_action, next_url, select_candidates_keyed,
     throttled_domains_with_untried_urls, CandidateUrls, MissingRepository, NotFetchable,
     RepositoryData, SyncContext, SyncContextError, UrlSources,
 };
@@ -73,12 +75,16 @@ async fn candidates_if_needed(
         return None;
     }
     match ctx.fetch_repository_data(repo).await {
-        Ok(data) => Some(candidate_urls(
-            &data,
-            manager.policy(),
-            ctx.own_service(),
-            manager.max_clone_urls(),
-        )),
+        Ok(data) => Some(
+            select_candidates_keyed(
+                &data,
+                manager.policy(),
+                ctx.own_service(),
+                manager.max_clone_urls(),
+                manager.host_limits(),
+            )
+            .urls,
+        ),
         Err(error) => {
             tracing::debug!(%repo, %error, "no repository data");
             None
@@ -111,9 +117,10 @@ enum InSlot {
     BlockFull(String),
 }
 
-/// One request for `oids` from `url` in a slot of its domain (its [`throttle_key`]) and,
-/// for a host name, of the address block it resolves to; nothing is asked when either
-/// has no capacity.
+/// One request for `oids` from `url` in a slot of its domain (its
+/// [`ThrottleManager::throttle_key`]) and, for a host name without an operator's
+/// override, of the address block it resolves to; nothing is asked when either has no
+/// capacity.
 async fn fetch_in_slot(
     ctx: &dyn SyncContext,
     target: &Path,
@@ -121,7 +128,7 @@ async fn fetch_in_slot(
     oids: &[GitOid],
     manager: &ThrottleManager,
 ) -> InSlot {
-    let domain = throttle_key(url.domain());
+    let domain = manager.throttle_key(url);
     if manager.is_throttled(&domain) {
         // Not even a name look-up for a domain that is full.
         return InSlot::DomainFull;
@@ -392,11 +399,12 @@ pub async fn sync_identifier(
             return report;
         }
     };
-    let selection = select_candidates(
+    let selection = select_candidates_keyed(
         &data,
         manager.policy(),
         ctx.own_service(),
         manager.max_clone_urls(),
+        manager.host_limits(),
     );
     report.own_service_urls_skipped = selection.own_service;
     report.urls_over_cap = selection.over_cap;

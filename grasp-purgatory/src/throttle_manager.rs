@@ -22,13 +22,16 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use grasp_sync_core::clock::{Clock, Instant};
-use grasp_sync_core::purgatory::{address_block_key, DomainThrottles, QueueStep, ThrottleConfig};
+use grasp_sync_core::purgatory::{
+    address_block_key, DomainThrottles, HostLimit, HostLimits, QueueStep, ThrottleConfig,
+};
 use grasp_sync_core::url_policy::{CloneUrl, CloneUrlPolicy};
 use nostr::types::url::Url;
 use tokio::sync::Notify;
 
 use crate::git::Resolver;
 use crate::metrics::Metrics;
+use crate::status::{ThrottledHost, MAX_LISTED_HOSTS};
 
 /// The default [`ThrottleManager::attempt_deadline`]: 120 s.
 pub const DEFAULT_ATTEMPT_DEADLINE: Duration = Duration::from_secs(120);
@@ -66,6 +69,8 @@ pub struct DomainStep {
 /// coordinate (`30617:<owner>:<identifier>`).
 pub struct ThrottleManager {
     throttles: Mutex<DomainThrottles>,
+    /// The operator's per-host overrides (the throttles' own, read without their lock).
+    host_limits: HostLimits,
     /// Domains whose queue should be looked at, one entry per trigger, oldest first.
     triggered: Mutex<VecDeque<String>>,
     clock: Arc<dyn Clock>,
@@ -108,6 +113,7 @@ impl ThrottleManager {
     ) -> Self {
         ThrottleManager {
             throttles: Mutex::new(DomainThrottles::new(config)),
+            host_limits: HostLimits::new(),
             triggered: Mutex::new(VecDeque::new()),
             clock,
             policy,
@@ -119,6 +125,17 @@ impl ThrottleManager {
             waiting_on_block: Mutex::new(BTreeMap::new()),
             pending: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// This manager with the operator's per-host overrides: an overridden host is a
+    /// throttle key of its own, with the override's limits, and takes no slot of its
+    /// address block (see [`HostLimits`]).
+    pub(crate) fn with_host_limits(mut self, host_limits: HostLimits) -> Self {
+        let config = *lock_any(&self.throttles).config();
+        self.throttles =
+            Mutex::new(DomainThrottles::new(config).with_host_limits(host_limits.clone()));
+        self.host_limits = host_limits;
+        self
     }
 
     /// This manager with one attempt of a repository starting fetches for at most
@@ -141,12 +158,29 @@ impl ThrottleManager {
         self.clock.now()
     }
 
+    /// The operator's per-host overrides.
+    pub fn host_limits(&self) -> &HostLimits {
+        &self.host_limits
+    }
+
+    /// The throttle key of `url`'s host: the host itself when the operator gave it
+    /// limits of its own, else its registrable domain or address block
+    /// ([`HostLimits::throttle_key`]).
+    pub fn throttle_key(&self, url: &CloneUrl) -> String {
+        self.host_limits.throttle_key(url.domain())
+    }
+
     /// The throttle key of the address block `url`'s host name resolves to (its first
-    /// address, the one a fetch is pinned to); `None` for an IP literal (its own key is
-    /// already its block) or a name that does not resolve (its fetch fails before
-    /// connecting).
+    /// address, the one a fetch is pinned to), which its fetch takes a slot of too;
+    /// `None` for an IP literal (its own key is already its block), a host whose key has
+    /// an operator's override ([`HostLimits::charges_address_block`]) or a name that
+    /// does not resolve (its fetch fails before connecting).
     pub async fn address_block(&self, url: &CloneUrl) -> Option<String> {
-        if url.domain().parse::<IpAddr>().is_ok() {
+        if url.domain().parse::<IpAddr>().is_ok()
+            || !self
+                .host_limits
+                .charges_address_block(&self.throttle_key(url))
+        {
             return None;
         }
         let port = Url::parse(url.as_str())
@@ -186,6 +220,48 @@ impl ThrottleManager {
             .filter(|throttle| throttle.in_flight() > 0)
             .map(|throttle| (throttle.domain().to_owned(), throttle.in_flight()))
             .collect()
+    }
+
+    /// The throttles with a fetch in flight, a fetch started within their window or a
+    /// repository queued, for the status: the [`MAX_LISTED_HOSTS`] with the most queued
+    /// (then the most in flight, then by key), and how many there are in all.
+    pub fn throttled_hosts(&self) -> (Vec<ThrottledHost>, usize) {
+        let now = self.clock.now();
+        let throttles = self.lock();
+        let default = *throttles.config();
+        let mut hosts: Vec<ThrottledHost> = throttles
+            .iter()
+            .filter(|throttle| {
+                throttle.in_flight() > 0
+                    || throttle.queued_len() > 0
+                    || throttle.requests_in_window(now) > 0
+            })
+            .map(|throttle| {
+                let overridden = self.host_limits.limit_for_key(throttle.domain());
+                ThrottledHost {
+                    key: throttle.domain().to_owned(),
+                    limit: overridden.unwrap_or(HostLimit::Limited {
+                        max_per_minute: default.max_per_minute,
+                        max_concurrent: default.max_concurrent,
+                    }),
+                    overridden: overridden.is_some(),
+                    in_flight: throttle.in_flight(),
+                    started_in_window: throttle.requests_in_window(now),
+                    queued: throttle.queued_len(),
+                    drain_estimate: throttle.drain_estimate(now),
+                }
+            })
+            .collect();
+        drop(throttles);
+        let total = hosts.len();
+        hosts.sort_by(|a, b| {
+            b.queued
+                .cmp(&a.queued)
+                .then(b.in_flight.cmp(&a.in_flight))
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        hosts.truncate(MAX_LISTED_HOSTS);
+        (hosts, total)
     }
 
     /// Every identifier waiting in (or being served from) the queue of a throttled

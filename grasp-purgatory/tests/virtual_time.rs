@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use events::memory_git::{MemoryGit, OneRepo};
 use grasp_purgatory::{
-    ChannelSink, MemoryAnnouncements, Origin, Purgatory, PurgatoryGate, PurgatoryOutput, StoreSink,
+    ChannelSink, MemoryAnnouncements, Origin, Purgatory, PurgatoryGate, PurgatoryOutput,
+    StaticResolver, StoreSink,
 };
 use grasp_sync_core::nip34::RepoRef;
 use grasp_sync_core::store::{EventStore, IngestOutcome, MemoryEventStore};
@@ -163,6 +164,103 @@ async fn a_burst_of_fifty_identifiers_never_exceeds_five_in_flight_or_thirty_a_m
     assert_eq!(world.purgatory.held(), 0);
     assert_eq!(world.purgatory.queue_len(), 0);
     world.stop().await;
+}
+
+/// Adds 40 repositories on [`HOST`] (each fetch taking 1 s) and returns when (after
+/// the adds) the last of their events was released, with the status 5 s in.
+async fn forty_on_one_host(
+    configure: impl FnOnce(grasp_purgatory::PurgatoryBuilder) -> grasp_purgatory::PurgatoryBuilder,
+) -> (Duration, grasp_purgatory::PurgatoryStatus, usize) {
+    let git = MemoryGit::with_delay(Duration::from_secs(1));
+    // A name of the documentation block: no look-up leaves the test.
+    let resolver = StaticResolver::new().with(HOST, ["203.0.113.1".parse().unwrap()]);
+    let mut world = world(git, |b| configure(b.resolver(Arc::new(resolver)))).await;
+    let start = Instant::now();
+    for i in 0..40u8 {
+        let url = format!("https://{HOST}/r{i}.git");
+        world.announce(&format!("r{i}"), &[&url]);
+        world.git.serve(&url, [oid(i)]);
+        world.add_pr(&format!("r{i}"), &oid(i), Origin::Synced);
+    }
+    let purgatory = world.purgatory.clone();
+    let (outputs, status) = tokio::join!(world.outputs(40, Duration::from_secs(600)), async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        purgatory.status_now()
+    });
+    assert!(outputs.iter().all(|(_, o)| released(o)));
+    let last = outputs.iter().map(|(at, _)| *at - start).max().unwrap();
+    let log = world.git.log();
+    assert_eq!(log.len(), 40, "one fetch per repository: {log:#?}");
+    let max_in_flight = world.git.max_in_flight(HOST);
+    world.stop().await;
+    (last, status, max_in_flight)
+}
+
+/// The default per-host limits (30 a minute, 5 in flight) hold 40 repositories on one
+/// host to a floor of one window for the last ten; an operator's override for that host
+/// (120 a minute, 10 in flight) releases every one well within it, and `unlimited` in
+/// the time of one fetch. The status names the throttle, its limits and whether they
+/// are an override, and estimates its queue's drain.
+#[tokio::test(start_paused = true)]
+async fn forty_repositories_on_one_host_finish_at_the_override_s_floor_not_the_default_s() {
+    let (last, status, in_flight) = forty_on_one_host(|b| b).await;
+    assert!(last >= Duration::from_secs(60), "default: last at {last:?}");
+    assert!(last < Duration::from_secs(70), "default: last at {last:?}");
+    assert_eq!(in_flight, 5);
+    // The name's registrable domain, and the address block it resolves to.
+    assert_eq!(status.throttled_hosts_total, 2, "{status:#?}");
+    let block = status
+        .throttled_hosts
+        .iter()
+        .find(|host| host.key == "203.0.113.0/24")
+        .unwrap();
+    assert_eq!(block.limit.to_string(), "30/5");
+    let host = &status.throttled_hosts[0];
+    assert_eq!(host.key, "example.com");
+    assert_eq!(host.limit.to_string(), "30/5");
+    assert!(!host.overridden);
+    assert!(host.queued >= 10, "{host:?}");
+    // 30 started by now and 10 or more waiting: the last waits for the window.
+    assert!(
+        host.drain_estimate > Duration::from_secs(45)
+            && host.drain_estimate <= Duration::from_secs(60),
+        "{host:?}"
+    );
+
+    let limits = "git.example.com=120/10".parse().unwrap();
+    let (last, status, in_flight) = forty_on_one_host(|b| b.host_limits(limits)).await;
+    assert!(last < Duration::from_secs(10), "120/10: last at {last:?}");
+    assert_eq!(in_flight, 10);
+    // Its own key, and no address block.
+    assert_eq!(status.throttled_hosts_total, 1, "{status:#?}");
+    let host = &status.throttled_hosts[0];
+    assert_eq!(host.key, "git.example.com");
+    assert_eq!(host.limit.to_string(), "120/10");
+    assert!(host.overridden);
+    assert_eq!(host.drain_estimate, Duration::ZERO, "{host:?}");
+
+    let limits = "git.example.com=unlimited".parse().unwrap();
+    let (last, status, in_flight) = forty_on_one_host(|b| b.host_limits(limits)).await;
+    assert!(last < Duration::from_secs(3), "unlimited: last at {last:?}");
+    assert_eq!(in_flight, 40);
+    assert_eq!(status.throttled_hosts[0].limit.to_string(), "unlimited");
+
+    // An override of another host changes nothing here.
+    let limits = "git.other.example=unlimited".parse().unwrap();
+    let (last, _, in_flight) = forty_on_one_host(|b| b.host_limits(limits)).await;
+    assert!(last >= Duration::from_secs(60), "{last:?}");
+    assert_eq!(in_flight, 5);
+}
+
+/// The settings of the default per-host limits move the floor: 40 a minute and 8 in
+/// flight release 40 repositories within the first window.
+#[tokio::test(start_paused = true)]
+async fn the_per_host_rate_and_concurrency_are_settings() {
+    let (last, status, in_flight) =
+        forty_on_one_host(|b| b.host_max_per_minute(40).host_max_concurrent(8)).await;
+    assert!(last < Duration::from_secs(10), "{last:?}");
+    assert_eq!(in_flight, 8);
+    assert_eq!(status.throttled_hosts[0].limit.to_string(), "40/8");
 }
 
 #[tokio::test(start_paused = true)]

@@ -6,11 +6,30 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
+use grasp_purgatory::core::purgatory::{HostLimitError, HostLimits, HostOverride};
 use nostr::prelude::RelayUrl;
 
 /// The environment variable of `--git-root-managed-externally`: purgatory's own
 /// (`grasp_purgatory::config::ENV_VARIABLES`), read here by the command line only.
 pub(crate) const ENV_MANAGED_EXTERNALLY: &str = "NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY";
+
+/// The environment variable of `--host-max-concurrent` (purgatory's own too).
+pub(crate) const ENV_HOST_MAX_CONCURRENT: &str = "NGIT_PURGATORY_HOST_MAX_CONCURRENT";
+
+/// The environment variable of `--host-max-per-minute` (purgatory's own too).
+pub(crate) const ENV_HOST_MAX_PER_MINUTE: &str = "NGIT_PURGATORY_HOST_MAX_PER_MINUTE";
+
+/// The environment variable of `--host-limit` (purgatory's own too).
+pub(crate) const ENV_HOST_LIMITS: &str = "NGIT_PURGATORY_HOST_LIMITS";
+
+/// Purgatory's variables the command line reads as its flags' twins: purgatory's
+/// `apply_env` leaves them to it (the flag wins, and a bad value is reported once).
+pub(crate) const FLAG_VARIABLES: &[&str] = &[
+    ENV_MANAGED_EXTERNALLY,
+    ENV_HOST_MAX_CONCURRENT,
+    ENV_HOST_MAX_PER_MINUTE,
+    ENV_HOST_LIMITS,
+];
 
 /// GRASP-02 proactive sync next to a relay you already run (strfry,
 /// nostr-rs-relay, khatru, a nostr-relay-builder relay): reads the
@@ -135,6 +154,43 @@ pub(crate) struct Args {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub(crate) reconcile_interval: Option<u64>,
+    /// Git fetches in flight per host: per registrable domain (its
+    /// subdomains share it) and per address block (IPv4 /24, IPv6 /48) a host
+    /// name resolves to. At least 1. Needs --git-root. [default: 5]
+    #[arg(
+        long,
+        value_name = "N",
+        env = ENV_HOST_MAX_CONCURRENT,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub(crate) host_max_concurrent: Option<u32>,
+    /// Git fetches started per host within a minute, per registrable domain
+    /// and per address block like --host-max-concurrent: a queue of n
+    /// repositories on one host drains in about 60 s × ⌊(n − 1) / N⌋. At
+    /// least 1. Needs --git-root. [default: 30]
+    #[arg(
+        long,
+        value_name = "N",
+        env = ENV_HOST_MAX_PER_MINUTE,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub(crate) host_max_per_minute: Option<u32>,
+    /// Limits of one host instead of the above (repeatable), e.g.
+    /// `git.example.org=120/10` (fetches per minute / in flight) or
+    /// `git.mine.example=unlimited` (no cap of its own; the 16 git fetch
+    /// processes shared by all hosts still bound it). The exact host (every
+    /// port, no subdomain) gets a throttle of its own and takes no slot of
+    /// its address block; an override of a registrable domain covers its
+    /// subdomains together. Only for servers you run or that agreed: anyone
+    /// may list clone URLs on them. Needs --git-root.
+    #[arg(
+        long = "host-limit",
+        value_name = "HOST=PER_MINUTE/CONCURRENT|HOST=unlimited",
+        env = ENV_HOST_LIMITS,
+        value_delimiter = ',',
+        value_parser = host_override
+    )]
+    pub(crate) host_limits: Vec<HostOverride>,
     /// Let purgatory fetch over plain `http://` and `git://` (https only
     /// otherwise).
     #[arg(long, env = "NGIT_PURGATORY_ALLOW_INSECURE_CLONE_URLS", value_parser = switch)]
@@ -172,6 +228,13 @@ pub(crate) struct Args {
     pub(crate) log_json: bool,
 }
 
+/// One `--host-limit`: `HOST=PER_MINUTE/CONCURRENT` or `HOST=unlimited`.
+fn host_override(value: &str) -> Result<HostOverride, String> {
+    value
+        .parse()
+        .map_err(|error: HostLimitError| error.to_string())
+}
+
 /// A switch's value: `1` / `0` (any whole number: not 0 is on), or `true` /
 /// `false` in any case (what clap gives a switch named on the command line, and
 /// what the reference GRASP server's `NGIT_SYNC_PLUS_ENABLED` takes).
@@ -193,6 +256,12 @@ pub(crate) struct Settings {
     pub(crate) git_root: Option<PathBuf>,
     pub(crate) git_root_managed_externally: bool,
     pub(crate) reconcile_interval: Option<std::time::Duration>,
+    /// `None`: purgatory's default (5).
+    pub(crate) host_max_concurrent: Option<u32>,
+    /// `None`: purgatory's default (30).
+    pub(crate) host_max_per_minute: Option<u32>,
+    /// `None`: no `--host-limit` given.
+    pub(crate) host_limits: Option<HostLimits>,
     pub(crate) allow_insecure_clone_urls: bool,
     pub(crate) service_urls: Vec<RelayUrl>,
     pub(crate) bootstrap_relays: Vec<RelayUrl>,
@@ -207,6 +276,31 @@ pub(crate) struct Settings {
     pub(crate) once: bool,
     pub(crate) timeout: std::time::Duration,
     pub(crate) summary_json: bool,
+}
+
+/// The first per-host fetch flag given, with its variable: they set purgatory, which
+/// runs only with `--git-root`.
+fn purgatory_only_flag(args: &Args) -> Option<String> {
+    [
+        (
+            args.host_max_concurrent.is_some(),
+            "--host-max-concurrent",
+            ENV_HOST_MAX_CONCURRENT,
+        ),
+        (
+            args.host_max_per_minute.is_some(),
+            "--host-max-per-minute",
+            ENV_HOST_MAX_PER_MINUTE,
+        ),
+        (
+            !args.host_limits.is_empty(),
+            "--host-limit",
+            ENV_HOST_LIMITS,
+        ),
+    ]
+    .into_iter()
+    .find(|(given, _, _)| *given)
+    .map(|(_, flag, variable)| format!("{flag} ({variable})"))
 }
 
 /// Checks the flags; the error is one line for the user.
@@ -227,6 +321,11 @@ pub(crate) fn settings(args: &Args) -> Result<Settings, String> {
                 .to_owned(),
         );
     }
+    if args.git_root.is_none() {
+        if let Some(flag) = purgatory_only_flag(args) {
+            return Err(format!("{flag} needs --git-root"));
+        }
+    }
     if args.summary_json && !args.once {
         return Err("--summary-json (NGIT_SYNC_SUMMARY_JSON) needs --once".to_owned());
     }
@@ -234,11 +333,25 @@ pub(crate) fn settings(args: &Args) -> Result<Settings, String> {
         RelayUrl::parse(value)
             .map_err(|error| format!("{flag} {value:?} is not a relay URL: {error}"))
     };
+    let host_limits = match args.host_limits.as_slice() {
+        [] => None,
+        entries => Some(
+            entries
+                .iter()
+                .try_fold(HostLimits::new(), |limits, entry| {
+                    limits.with(entry.clone())
+                })
+                .map_err(|error| format!("--host-limit ({ENV_HOST_LIMITS}): {error}"))?,
+        ),
+    };
     Ok(Settings {
         own_relay: url("--own-relay", &args.own_relay)?,
         git_root: args.git_root.clone(),
         git_root_managed_externally: args.git_root_managed_externally,
         reconcile_interval: args.reconcile_interval.map(std::time::Duration::from_secs),
+        host_max_concurrent: args.host_max_concurrent,
+        host_max_per_minute: args.host_max_per_minute,
+        host_limits,
         allow_insecure_clone_urls: args.allow_insecure_clone_urls,
         service_urls: args
             .service_urls
@@ -332,6 +445,74 @@ mod tests {
         assert_eq!(settings.index_relays.len(), 2);
         let error = parse(&["--index-relay", "not a url"]).unwrap().unwrap_err();
         assert!(error.contains("--index-relay"), "{error}");
+    }
+
+    #[test]
+    fn per_host_fetch_limits_are_flags_with_their_overrides() {
+        let root = std::env::temp_dir();
+        let root = root.to_str().unwrap();
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["grasp-sync", "--own-relay", "ws://127.0.0.1:1"];
+            argv.extend_from_slice(extra);
+            Args::try_parse_from(argv).map_err(|error| error.to_string())
+        };
+        let given = settings(
+            &parse(&[
+                "--git-root",
+                root,
+                "--host-max-concurrent",
+                "8",
+                "--host-max-per-minute",
+                "60",
+                "--host-limit",
+                "git.example.org=120/10",
+                "--host-limit",
+                "git.mine.example=unlimited,203.0.113.7=10/1",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(given.host_max_concurrent, Some(8));
+        assert_eq!(given.host_max_per_minute, Some(60));
+        assert_eq!(
+            given.host_limits.unwrap().to_string(),
+            "git.example.org=120/10,git.mine.example=unlimited,203.0.113.7=10/1"
+        );
+        // Unless the variables are set where the test runs: purgatory's defaults.
+        if FLAG_VARIABLES
+            .iter()
+            .all(|name| std::env::var_os(name).is_none())
+        {
+            let none = settings(&parse(&["--git-root", root]).unwrap()).unwrap();
+            assert_eq!(none.host_max_concurrent, None);
+            assert_eq!(none.host_max_per_minute, None);
+            assert!(none.host_limits.is_none());
+        }
+        for bad in [
+            &["--host-max-concurrent", "0"][..],
+            &["--host-max-per-minute", "lots"],
+            &["--host-limit", "git.example.org=fast"],
+            &["--host-limit", "*.example.org=1/1"],
+            &["--host-limit", "git.example.org=0/1"],
+        ] {
+            let error = parse(bad).unwrap_err();
+            assert!(error.contains(bad[0]), "{error}");
+        }
+        let error = settings(
+            &parse(&[
+                "--git-root",
+                root,
+                "--host-limit",
+                "a.example=1/1,A.example=2/2",
+            ])
+            .unwrap(),
+        )
+        .unwrap_err();
+        assert!(error.contains("given twice"), "{error}");
+        assert!(!error.contains('\n'), "{error}");
+        let error = settings(&parse(&["--host-limit", "a.example=1/1"]).unwrap()).unwrap_err();
+        assert!(error.contains("--host-limit"), "{error}");
+        assert!(error.contains("needs --git-root"), "{error}");
     }
 
     #[test]

@@ -347,6 +347,7 @@ fn purgatory(page: &mut String, purgatory: &Value) {
             page.push_str("</tbody></table>");
         }
     }
+    throttled_hosts(page, purgatory);
     for (key, title) in [
         ("still_waiting", "Still on their way"),
         ("not_fetchable", "Not fetchable"),
@@ -370,6 +371,43 @@ fn purgatory(page: &mut String, purgatory: &Value) {
         }
         page.push_str("</tbody></table>");
     }
+}
+
+/// The per-host fetch throttles: limits (and whether an operator's override), in
+/// flight, started in the window, queued, and how long the queue needs to drain.
+fn throttled_hosts(page: &mut String, purgatory: &Value) {
+    let Some(hosts) = purgatory["throttled_hosts"]
+        .as_array()
+        .filter(|hosts| !hosts.is_empty())
+    else {
+        return;
+    };
+    let _ = write!(
+        page,
+        "<h2>Hosts fetched from ({} active)</h2><table><thead><tr><th>host</th>\
+         <th>limit (per minute/in flight)</th><th>in flight</th><th>started this minute</th>\
+         <th>queued</th><th>drains in</th></tr></thead><tbody>",
+        number(&purgatory["throttled_hosts_total"])
+    );
+    for host in hosts {
+        let source = if host["override"].as_bool().unwrap_or(false) {
+            " (override)"
+        } else {
+            ""
+        };
+        let _ = write!(
+            page,
+            "<tr><td class=\"url\">{}</td><td>{}{source}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{} s</td></tr>",
+            escape(&text(&host["host"])),
+            escape(&text(&host["limit"])),
+            number(&host["in_flight"]),
+            number(&host["started_in_window"]),
+            number(&host["queued"]),
+            number(&host["drain_secs"]),
+        );
+    }
+    page.push_str("</tbody></table>");
 }
 
 /// The sync method as the spec names it.
@@ -480,6 +518,7 @@ mod tests {
             }],
             "purgatory": {
                 "fetches_by_domain": { hostile: 2 },
+                "throttled_hosts": [{ "host": hostile, "limit": hostile, "override": true }],
                 "still_waiting": [{ "repo": hostile, "events": 1, "state": hostile }],
                 "not_fetchable": [{ "repo": hostile, "events": 1, "state": hostile }],
                 "served": [{ "repo": hostile, "serving": hostile, "state": hostile, "reason": hostile }],
@@ -566,6 +605,27 @@ mod tests {
             page.contains("<b class=\"warn\">3</b><span>left out by its caps</span>"),
             "{page}"
         );
+    }
+
+    #[test]
+    fn each_throttled_host_shows_its_limit_override_queue_and_drain_time() {
+        let status = json!({
+            "purgatory": {
+                "throttled_hosts_total": 2,
+                "throttled_hosts": [
+                    { "host": "example.com", "limit": "30/5", "override": false,
+                      "in_flight": 5, "started_in_window": 30, "queued": 10, "drain_secs": 60 },
+                    { "host": "git.mine.example", "limit": "unlimited", "override": true,
+                      "in_flight": 16, "started_in_window": 400, "queued": 0, "drain_secs": 0 },
+                ],
+            },
+        });
+        let page = render(&status);
+        assert!(page.contains("Hosts fetched from (2 active)"), "{page}");
+        assert!(page.contains("<td>30/5</td>"), "{page}");
+        assert!(page.contains("<td>unlimited (override)</td>"), "{page}");
+        assert!(page.contains("<td class=\"n\">60 s</td>"), "{page}");
+        assert!(!render(&json!({ "purgatory": {} })).contains("Hosts fetched from"));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use grasp_sync_tokio::core::url_policy::CloneUrlPolicy;
 use grasp_sync_tokio::RelayStore;
 use nostr::prelude::{Event, Filter};
 
-use crate::cli::{Settings, ENV_MANAGED_EXTERNALLY};
+use crate::cli::{Settings, FLAG_VARIABLES};
 
 /// The own relay as purgatory's source of announcements, states and pull requests.
 struct OwnRelayAnnouncements {
@@ -46,11 +46,12 @@ pub(crate) fn build(
         .allow_local_addresses(settings.allow_local_addresses)
         .allow_http(settings.allow_insecure_clone_urls)
         .allow_git_protocol(settings.allow_insecure_clone_urls);
-    // `NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY` is the command line's (the
-    // twin of `--git-root-managed-externally`): the flag wins over it.
+    // `NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY` and the per-host fetch limits'
+    // variables are the command line's (the twins of its flags): the flag wins over
+    // them.
     let config = PurgatoryConfig::default()
         .apply_env(|name| {
-            (name != ENV_MANAGED_EXTERNALLY)
+            (!FLAG_VARIABLES.contains(&name))
                 .then(|| std::env::var(name).ok())
                 .flatten()
         })
@@ -58,6 +59,18 @@ pub(crate) fn build(
     let mut builder = Purgatory::builder().config(config);
     if let Some(interval) = settings.reconcile_interval {
         builder = builder.reconcile_interval(interval);
+    }
+    if let Some(max) = settings.host_max_concurrent {
+        builder = builder.host_max_concurrent(max);
+    }
+    if let Some(per_minute) = settings.host_max_per_minute {
+        builder = builder.host_max_per_minute(per_minute);
+    }
+    if let Some(limits) = &settings.host_limits {
+        for entry in limits.iter() {
+            tracing::info!(%entry, "per-host fetch limit");
+        }
+        builder = builder.host_limits(limits.clone());
     }
     let purgatory = builder
         .announcements(Arc::new(OwnRelayAnnouncements {

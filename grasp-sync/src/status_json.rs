@@ -1,6 +1,7 @@
 //! The sync's status as JSON, for `/status` and the `--once` report.
 
-use grasp_purgatory::{HeldRepository, PurgatoryStatus, ServedRepository, Serving};
+use grasp_purgatory::core::purgatory::HostLimit;
+use grasp_purgatory::{HeldRepository, PurgatoryStatus, ServedRepository, Serving, ThrottledHost};
 use grasp_sync_tokio::core::engine::LiveMode;
 use grasp_sync_tokio::{RelayStatus, SyncStatus};
 use serde_json::{json, Value};
@@ -114,6 +115,8 @@ pub fn purgatory_json(status: &PurgatoryStatus) -> Value {
         "still_waiting": status.still_waiting.iter().map(held_json).collect::<Vec<_>>(),
         "fetches_in_flight": status.fetches_in_flight,
         "fetches_by_domain": status.fetches_by_domain,
+        "throttled_hosts": status.throttled_hosts.iter().map(throttled_host_json).collect::<Vec<_>>(),
+        "throttled_hosts_total": status.throttled_hosts_total,
         "oids_fetched": status.oids_fetched,
         "repositories_created": status.repositories_created,
         "clone_urls_skipped_own_service": status.clone_urls_skipped_own_service,
@@ -155,6 +158,31 @@ fn served_json(repository: &ServedRepository) -> Value {
     })
 }
 
+/// One per-host fetch throttle: its key, its limits (`max_per_minute` and
+/// `max_concurrent` null when unlimited) and whether they are an operator's override,
+/// what it has in flight, started within the window and queued, and the estimated
+/// seconds until its queue drains.
+fn throttled_host_json(host: &ThrottledHost) -> Value {
+    let (per_minute, concurrent) = match host.limit {
+        HostLimit::Limited {
+            max_per_minute,
+            max_concurrent,
+        } => (Some(max_per_minute), Some(max_concurrent)),
+        _ => (None, None),
+    };
+    json!({
+        "host": host.key,
+        "limit": host.limit.to_string(),
+        "max_per_minute": per_minute,
+        "max_concurrent": concurrent,
+        "override": host.overridden,
+        "in_flight": host.in_flight,
+        "started_in_window": host.started_in_window,
+        "queued": host.queued,
+        "drain_secs": host.drain_estimate.as_secs(),
+    })
+}
+
 fn held_json(repository: &HeldRepository) -> Value {
     json!({
         "repo": repository.repo,
@@ -166,6 +194,13 @@ fn held_json(repository: &HeldRepository) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn purgatory_s_status_lists_its_throttled_hosts() {
+        let json = purgatory_json(&PurgatoryStatus::default());
+        assert_eq!(json["throttled_hosts"], json!([]));
+        assert_eq!(json["throttled_hosts_total"], json!(0));
+    }
 
     #[test]
     fn the_store_s_last_refusal_for_good_is_one_line_naming_the_event_relay_and_reason() {

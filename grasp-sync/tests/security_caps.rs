@@ -388,8 +388,10 @@ const NOT_CAPS: &[(&str, &[&str])] = &[
             "git",
             "limits",
             "disk",
-            // The operator's own choices.
+            // The operator's own choices (per-host overrides of the throttle: under
+            // "What you must still do as an operator").
             "own_service",
+            "host_limits",
             "repositories_managed_externally",
             "persist_path",
             // How often served repositories are reconciled: a schedule, not a bound

@@ -303,6 +303,9 @@ async fn help_names_every_variable_and_exit_code_and_bad_values_are_one_line() {
         "NGIT_PURGATORY_GIT_ROOT",
         "NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY",
         "NGIT_PURGATORY_ALLOW_INSECURE_CLONE_URLS",
+        "NGIT_PURGATORY_HOST_MAX_CONCURRENT",
+        "NGIT_PURGATORY_HOST_MAX_PER_MINUTE",
+        "NGIT_PURGATORY_HOST_LIMITS",
         "NGIT_SYNC_METRICS_ADDR",
         "NGIT_SYNC_ALLOW_LOCAL_ADDRESSES",
         "NGIT_SYNC_ONCE",
@@ -336,6 +339,13 @@ async fn help_names_every_variable_and_exit_code_and_bad_values_are_one_line() {
         ("NGIT_USER_INDEX_RELAYS", "not a relay"),
         ("NGIT_PURGATORY_GIT_ROOT_MANAGED_EXTERNALLY", "1"),
         ("NGIT_SYNC_SUMMARY_JSON", "1"),
+        ("NGIT_PURGATORY_HOST_MAX_CONCURRENT", "0"),
+        ("NGIT_PURGATORY_HOST_MAX_PER_MINUTE", "lots"),
+        (
+            "NGIT_PURGATORY_HOST_LIMITS",
+            "git.example.org=fast\nsecond line",
+        ),
+        ("NGIT_PURGATORY_HOST_LIMITS", "git.example.org=120/10"),
     ] {
         let output = Command::new(BIN)
             .args(["--own-relay", &own])

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use grasp_sync_core::clock::{Clock, SystemClock};
-use grasp_sync_core::purgatory::{MaintainerIndex, OwnService, ReconcileSchedule, SyncQueue};
+use grasp_sync_core::purgatory::{
+    HostLimits, MaintainerIndex, OwnService, ReconcileSchedule, SyncQueue,
+};
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use prometheus::Registry;
 use tokio::sync::{watch, Notify};
@@ -230,15 +232,43 @@ impl PurgatoryBuilder {
         self
     }
 
-    /// Fetches in flight per domain.
-    pub fn domain_concurrent(mut self, max: u32) -> Self {
+    /// Fetches in flight per domain: [`PurgatoryBuilder::host_max_concurrent`].
+    pub fn domain_concurrent(self, max: u32) -> Self {
+        self.host_max_concurrent(max)
+    }
+
+    /// Fetches started per domain per minute: [`PurgatoryBuilder::host_max_per_minute`].
+    pub fn domain_rate_limit(self, per_minute: u32) -> Self {
+        self.host_max_per_minute(per_minute)
+    }
+
+    /// Git fetches in flight per host (default 5, at least 1): per registrable domain
+    /// (its subdomains share it), and per address block a host name resolves to (IPv4
+    /// /24, IPv6 /48). A host given limits of its own ([`PurgatoryBuilder::host_limits`])
+    /// has its override's instead. Also `NGIT_PURGATORY_HOST_MAX_CONCURRENT`.
+    pub fn host_max_concurrent(mut self, max: u32) -> Self {
         self.config.throttle.max_concurrent = max.max(1);
         self
     }
 
-    /// Fetches started per domain per minute.
-    pub fn domain_rate_limit(mut self, per_minute: u32) -> Self {
+    /// Git fetches started per host within a 60 s window (default 30, at least 1), per
+    /// registrable domain and per address block as [`PurgatoryBuilder::host_max_concurrent`].
+    /// A queue of `n` repositories on one host drains in about 60 s · ⌊(n − 1) / this⌋.
+    /// Also `NGIT_PURGATORY_HOST_MAX_PER_MINUTE`.
+    pub fn host_max_per_minute(mut self, per_minute: u32) -> Self {
         self.config.throttle.max_per_minute = per_minute.max(1);
+        self
+    }
+
+    /// The operator's per-host overrides, replacing any set before: each host named
+    /// (exactly, every port) is throttled under a key of its own with its override's
+    /// limits (`unlimited`: no cap of its own) and takes no slot of the address block
+    /// it resolves to; see [`HostLimits`] for how an override combines with the
+    /// registrable-domain and address-block keys. Only for hosts you run or that agreed:
+    /// anyone may list a clone URL on them. Also `NGIT_PURGATORY_HOST_LIMITS`
+    /// (`git.example.org=120/10,git.mine.example=unlimited`).
+    pub fn host_limits(mut self, limits: HostLimits) -> Self {
+        self.config.host_limits = limits;
         self
     }
 
@@ -421,7 +451,8 @@ impl PurgatoryBuilder {
                 metrics.clone(),
                 resolver,
             )
-            .with_attempt_deadline(self.config.attempt_deadline),
+            .with_attempt_deadline(self.config.attempt_deadline)
+            .with_host_limits(self.config.host_limits.clone()),
         );
         let (shutdown, _) = watch::channel(false);
         let (status, _) = watch::channel(PurgatoryStatus::default());

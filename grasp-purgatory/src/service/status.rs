@@ -97,6 +97,7 @@ impl Purgatory {
         let waiting_keys = shared.manager.queued_identifiers();
         let fetches_by_domain = shared.manager.in_flight_by_domain();
         let fetches_in_flight: u32 = fetches_by_domain.values().sum();
+        let (throttled_hosts, throttled_hosts_total) = shared.manager.throttled_hosts();
         let attempts = self.last_attempts();
         let mut held = HeldTally::default();
         let (bytes_held, journal_bytes);
@@ -163,6 +164,8 @@ impl Purgatory {
             identifiers_waiting_for_domain: waiting_keys.len(),
             fetches_in_flight,
             fetches_by_domain,
+            throttled_hosts,
+            throttled_hosts_total,
             oids_fetched: metrics.oids_fetched.get(),
             nothing_ready: held.ready == 0
                 && held.syncing == 0

@@ -113,6 +113,51 @@ async fn names_of_other_domains_in_a_full_address_block_fetch_nothing() {
     assert!(matches!(outcome, FromUrl::Fetched(1)), "{outcome:?}");
 }
 
+/// A host the operator gave limits of its own is a throttle key of its own and takes no
+/// slot of its address block: with the block full (5 requests to `git.one.test`), the
+/// overridden `git.two.test` fetches, under its own key, and the block stays at 5. A
+/// stranger's name pointing at the same server (`evil.test`) still waits for the block.
+#[tokio::test]
+async fn an_overridden_host_fetches_beside_a_full_address_block() {
+    let resolver = one_block().with("evil.test", ["203.0.113.2".parse().unwrap()]);
+    let manager = manager_resolving(ThrottleConfig::default(), resolver)
+        .with_host_limits("git.two.test=120/10".parse().unwrap());
+    let two = CloneUrlPolicy::new().check(NAMED_TWO).unwrap();
+    assert_eq!(manager.throttle_key(&two), "git.two.test");
+    assert_eq!(manager.address_block(&two).await, None);
+    let evil = CloneUrlPolicy::new()
+        .check("https://evil.test/r.git")
+        .unwrap();
+    assert_eq!(manager.throttle_key(&evil), "evil.test");
+    assert_eq!(manager.address_block(&evil).await.as_deref(), Some(BLOCK));
+    for _ in 0..5 {
+        manager.try_start_request_in("one.test", Some(BLOCK));
+    }
+    let ctx = context(&[NAMED_TWO], &[oid(1)]);
+    ctx.set_remote(NAMED_TWO, [oid(1)]);
+    let outcome = sync_identifier_from_url(ctx.as_ref(), &repo(), &two, &manager).await;
+    assert!(matches!(outcome, FromUrl::Fetched(1)), "{outcome:?}");
+    assert_eq!(manager.in_flight(BLOCK), 5);
+    let (hosts, total) = manager.throttled_hosts();
+    assert_eq!(total, 3, "{hosts:?}");
+    let two = hosts.iter().find(|h| h.key == "git.two.test").unwrap();
+    assert!(two.overridden);
+    assert_eq!(two.limit.to_string(), "120/10");
+    assert_eq!(two.started_in_window, 1);
+    let block = hosts.iter().find(|h| h.key == BLOCK).unwrap();
+    assert!(!block.overridden);
+    assert_eq!(block.limit.to_string(), "30/5");
+    assert_eq!(block.in_flight, 5);
+
+    let ctx = context(&["https://evil.test/r.git"], &[oid(2)]);
+    ctx.set_remote("https://evil.test/r.git", [oid(2)]);
+    let outcome = sync_identifier_from_url(ctx.as_ref(), &repo(), &evil, &manager).await;
+    assert!(
+        matches!(&outcome, FromUrl::BlockThrottled(block) if block == BLOCK),
+        "{outcome:?}"
+    );
+}
+
 /// A queued repository whose block is full waits without spinning: its domain's queue
 /// yields nothing more until the block's next completion, then serves it.
 #[tokio::test]

@@ -25,7 +25,8 @@
 //!   arrived by sync; backoff 20 s, 40 s, 80 s, then 2 min).
 //! - [`DomainThrottle`] / [`DomainThrottles`]: per-domain limits (5 in
 //!   flight, 30 per minute) and the round-robin queue of repositories waiting
-//!   for a throttled domain. One request to a host takes one slot.
+//!   for a throttled domain. One request to a host takes one slot. [`HostLimits`]:
+//!   the operator's per-host overrides of those limits.
 //!
 //! The queue and the throttles key what they schedule by an opaque string
 //! (the spec's "identifier"); purgatory uses the repository coordinate's text.
@@ -84,6 +85,7 @@ mod accounting;
 mod context;
 mod fate;
 mod git_version;
+mod host_limits;
 mod maintainer_index;
 mod own_service;
 mod queue;
@@ -105,6 +107,7 @@ pub use fate::{held_event_fate, HeldFate};
 pub use git_version::{
     git_version_verdict, parse_git_version, GitVersion, GitVersionVerdict, MIN_GIT_FOR_DNS_PIN,
 };
+pub use host_limits::{HostLimit, HostLimitError, HostLimits, HostOverride};
 pub use maintainer_index::MaintainerIndex;
 pub use own_service::{OwnService, OwnServiceError};
 pub use queue::{SyncQueue, SyncQueueConfig, SyncQueueEntry};
@@ -123,8 +126,9 @@ pub use throttle_key::{
     address_block_key, throttle_key, IPV4_BLOCK_BITS, IPV6_BLOCK_BITS, SHARED_SECOND_LEVEL,
 };
 pub use url_select::{
-    candidate_urls, next_url, select_candidates, throttled_domains_with_untried_urls,
-    CandidateSelection, CandidateUrls, ThrottledDomainInfo, DEFAULT_MAX_CLONE_URLS,
+    candidate_urls, next_url, select_candidates, select_candidates_keyed,
+    throttled_domains_with_untried_urls, CandidateSelection, CandidateUrls, ThrottledDomainInfo,
+    DEFAULT_MAX_CLONE_URLS,
 };
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use indexmap::IndexMap;
 
+use super::host_limits::HostLimits;
 use crate::clock::Instant;
 
 /// What a domain's queue should do next; see `DomainThrottle::next_step`.
@@ -142,7 +143,7 @@ impl DomainThrottle {
     }
 
     /// Requests started within the window ending at `now`.
-    pub(crate) fn requests_in_window(&self, now: Instant) -> usize {
+    pub fn requests_in_window(&self, now: Instant) -> usize {
         let now = self.effective_now(now);
         self.request_times
             .iter()
@@ -301,6 +302,54 @@ impl DomainThrottle {
         self.queue.keys().map(String::as_str)
     }
 
+    /// How many identifiers are queued (being served or waiting their turn).
+    pub fn queued_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// How many queued identifiers wait for their turn (not being served).
+    pub fn waiting_len(&self) -> usize {
+        self.queue
+            .values()
+            .filter(|queued| !queued.in_progress)
+            .count()
+    }
+
+    /// An estimate at `now` of how long this domain's queue needs to drain: until the
+    /// last identifier waiting its turn ([`DomainThrottle::waiting_len`]) may start its
+    /// request under the per-minute limit.
+    ///
+    /// It counts one request per waiting identifier and nothing else arriving, and
+    /// takes requests to end at once (the concurrency limit does not bind; a slow server
+    /// adds its fetch time per round). Requests then start in rounds of
+    /// `max_per_minute`, each one window after the round before: with the `w` requests
+    /// already in the window and `n` waiting, the last one is request `m = w + n - 1`
+    /// of the sequence, which starts `⌊m / r⌋` windows after request `m mod r` (one in
+    /// the window, or now). With an empty window that is `window · ⌊(n - 1) / r⌋`:
+    /// 40 waiting at 30 a minute drain in 60 s, at 120 a minute at once. Zero when
+    /// nothing waits.
+    pub fn drain_estimate(&self, now: Instant) -> Duration {
+        let Some(last) = self.waiting_len().checked_sub(1) else {
+            return Duration::ZERO;
+        };
+        let now = self.effective_now(now);
+        let in_window: Vec<Instant> = self
+            .request_times
+            .iter()
+            .copied()
+            .filter(|&start| self.counts_at(start, now))
+            .collect();
+        let rate = usize::try_from(self.config.max_per_minute)
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let index = in_window.len().saturating_add(last);
+        let rounds = u32::try_from(index / rate).unwrap_or(u32::MAX);
+        let first = in_window.get(index % rate).copied().unwrap_or(now);
+        first
+            .saturating_add(self.config.window.saturating_mul(rounds))
+            .saturating_duration_since(now)
+    }
+
     /// Whether the throttle holds nothing worth keeping at `now`: no request
     /// in flight or in the window, and no identifier queued.
     pub(crate) fn is_idle(&self, now: Instant) -> bool {
@@ -327,10 +376,12 @@ impl DomainThrottle {
     }
 }
 
-/// The throttles of all domains, created on demand with one config.
+/// The throttles of all domains, created on demand with one config, or an operator's
+/// override of it for the keys [`HostLimits`] names.
 #[derive(Clone, Debug, Default)]
 pub struct DomainThrottles {
     config: ThrottleConfig,
+    host_limits: HostLimits,
     throttles: IndexMap<String, DomainThrottle>,
 }
 
@@ -339,13 +390,26 @@ impl DomainThrottles {
     pub fn new(config: ThrottleConfig) -> Self {
         DomainThrottles {
             config,
+            host_limits: HostLimits::new(),
             throttles: IndexMap::new(),
         }
     }
 
-    /// The limits each domain gets.
+    /// These throttles, with the keys `host_limits` overrides created with the
+    /// override's limits instead of the default config.
+    pub fn with_host_limits(mut self, host_limits: HostLimits) -> Self {
+        self.host_limits = host_limits;
+        self
+    }
+
+    /// The limits each domain without an override gets.
     pub fn config(&self) -> &ThrottleConfig {
         &self.config
+    }
+
+    /// The operator's per-host overrides.
+    pub fn host_limits(&self) -> &HostLimits {
+        &self.host_limits
     }
 
     /// Whether `domain` has no capacity at `now`. A domain never seen is not
@@ -368,7 +432,7 @@ impl DomainThrottles {
 
     /// The throttle of `domain`, created if missing.
     pub fn entry(&mut self, domain: &str) -> &mut DomainThrottle {
-        let config = self.config;
+        let config = self.host_limits.config_for_key(domain, self.config);
         self.throttles
             .entry(domain.to_owned())
             .or_insert_with(|| DomainThrottle::new(domain, config))

@@ -4,7 +4,8 @@
 //! [`select_candidates`] (and [`candidate_urls`], its URLs only) turns a
 //! repository's announcements into the clone URLs we may fetch, at most a cap of them
 //! per attempt ([`DEFAULT_MAX_CLONE_URLS`]), grouped by the throttle they share
-//! ([`throttle_key`]: subdomains of one registrable domain share one), never one on
+//! ([`throttle_key`](super::throttle_key): subdomains of one registrable domain share one; an operator's
+//! [`HostLimits`] override makes a host a key of its own), never one on
 //! our own service ([`OwnService`]); [`next_url`] and
 //! [`throttled_domains_with_untried_urls`] choose among them. Everything keeps
 //! the order in which URLs first appear in the announcements, so the same
@@ -20,9 +21,9 @@ use std::collections::HashSet;
 use indexmap::IndexMap;
 
 use super::accounting::NotFetchable;
+use super::host_limits::HostLimits;
 use super::own_service::OwnService;
 use super::repository::RepositoryData;
-use super::throttle_key::throttle_key;
 use crate::url_policy::{CloneUrl, CloneUrlPolicy};
 
 /// The default cap on the distinct clone URLs one attempt of a repository may try
@@ -30,7 +31,7 @@ use crate::url_policy::{CloneUrl, CloneUrlPolicy};
 /// ([`CandidateSelection::over_cap`]) and left out.
 pub const DEFAULT_MAX_CLONE_URLS: usize = 32;
 
-/// Clone URLs that passed the policy, grouped by throttle key ([`throttle_key`]:
+/// Clone URLs that passed the policy, grouped by throttle key ([`HostLimits::throttle_key`]:
 /// the "domain" of the per-domain throttle), in first-appearance order (both the keys
 /// and the URLs within a key).
 pub type CandidateUrls = IndexMap<String, Vec<CloneUrl>>;
@@ -89,6 +90,19 @@ pub fn select_candidates(
     own: &OwnService,
     max_urls: usize,
 ) -> CandidateSelection {
+    select_candidates_keyed(data, policy, own, max_urls, &HostLimits::new())
+}
+
+/// [`select_candidates`] with the URLs grouped by the keys `host_limits` gives
+/// ([`HostLimits::throttle_key`]: an overridden host is a key of its own), the keys the
+/// throttles that fetch them use.
+pub fn select_candidates_keyed(
+    data: &RepositoryData,
+    policy: &CloneUrlPolicy,
+    own: &OwnService,
+    max_urls: usize,
+    host_limits: &HostLimits,
+) -> CandidateSelection {
     let mut kept = 0usize;
     let mut selection = CandidateSelection::default();
     for raw in data.clone_urls() {
@@ -106,7 +120,7 @@ pub fn select_candidates(
             selection.own_service += 1;
             continue;
         }
-        let key = throttle_key(url.domain());
+        let key = host_limits.throttle_key(url.domain());
         if selection
             .urls
             .get(&key)

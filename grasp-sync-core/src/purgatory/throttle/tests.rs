@@ -311,3 +311,83 @@ fn next_step_of_a_domain_without_a_throttle_is_idle() {
         QueueStep::Idle
     );
 }
+
+/// A throttle of `per_minute` a minute with `waiting` identifiers queued.
+fn queue_of(per_minute: u32, waiting: usize) -> DomainThrottle {
+    let config = ThrottleConfig {
+        max_per_minute: per_minute,
+        max_concurrent: u32::MAX,
+        ..ThrottleConfig::default()
+    };
+    let mut throttle = DomainThrottle::new("d", config);
+    for n in 0..waiting {
+        throttle.enqueue_identifier(&format!("r{n}"), HashSet::new());
+    }
+    throttle
+}
+
+#[test]
+fn the_drain_estimate_is_one_window_per_round_of_the_per_minute_limit() {
+    let secs = Duration::from_secs;
+    let now = Instant::from_secs(1000);
+    assert_eq!(queue_of(30, 0).drain_estimate(now), Duration::ZERO);
+    assert_eq!(queue_of(30, 1).drain_estimate(now), Duration::ZERO);
+    assert_eq!(queue_of(30, 30).drain_estimate(now), Duration::ZERO);
+    // 60 · ⌊(n − 1) / r⌋ with an empty window.
+    assert_eq!(queue_of(30, 31).drain_estimate(now), secs(60));
+    assert_eq!(queue_of(30, 40).drain_estimate(now), secs(60));
+    assert_eq!(queue_of(30, 61).drain_estimate(now), secs(120));
+    assert_eq!(queue_of(120, 40).drain_estimate(now), Duration::ZERO);
+    assert_eq!(
+        queue_of(u32::MAX, 10_000).drain_estimate(now),
+        Duration::ZERO
+    );
+    assert_eq!(queue_of(1, 3).drain_estimate(now), secs(120));
+
+    // Requests already in the window take their share of the first round: 28 started
+    // 10 s ago, 3 waiting: two start now, the third when the first of the 28 leaves.
+    let mut throttle = queue_of(30, 0);
+    for _ in 0..28 {
+        assert!(throttle.try_start_request(Instant::from_secs(990)));
+        throttle.complete_request(Instant::from_secs(990));
+    }
+    for n in 0..3 {
+        throttle.enqueue_identifier(&format!("r{n}"), HashSet::new());
+    }
+    assert_eq!(throttle.drain_estimate(now), secs(50));
+    // Being served is not waiting.
+    assert_eq!(throttle.next_ready_identifier().as_deref(), Some("r0"));
+    assert_eq!(throttle.waiting_len(), 2);
+    assert_eq!(throttle.queued_len(), 3);
+    assert_eq!(throttle.drain_estimate(now), Duration::ZERO);
+    // Once the window has passed, nothing in it counts.
+    throttle.enqueue_identifier("r3", HashSet::new());
+    assert_eq!(
+        throttle.drain_estimate(Instant::from_secs(1051)),
+        Duration::ZERO
+    );
+    // Time running backwards is the latest instant a change saw (the last start).
+    assert_eq!(
+        throttle.drain_estimate(Instant::ZERO),
+        throttle.drain_estimate(Instant::from_secs(990))
+    );
+}
+
+#[test]
+fn an_overridden_key_is_created_with_the_override_s_limits() {
+    let limits: HostLimits = "git.example.org=120/10,git.mine.example=unlimited"
+        .parse()
+        .unwrap();
+    let mut throttles = DomainThrottles::new(ThrottleConfig::default()).with_host_limits(limits);
+    let config = *throttles.entry("git.example.org").config();
+    assert_eq!((config.max_per_minute, config.max_concurrent), (120, 10));
+    let config = *throttles.entry("example.org").config();
+    assert_eq!((config.max_per_minute, config.max_concurrent), (30, 5));
+    let now = Instant::ZERO;
+    let mine = throttles.entry("git.mine.example");
+    for _ in 0..10_000 {
+        assert!(mine.try_start_request(now));
+    }
+    assert!(!throttles.is_throttled("git.mine.example", now));
+    assert_eq!(throttles.host_limits().len(), 2);
+}

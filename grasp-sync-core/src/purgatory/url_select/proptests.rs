@@ -2,6 +2,7 @@ use proptest::prelude::*;
 
 use super::super::test_support::repository;
 use super::*;
+use crate::purgatory::throttle_key;
 
 fn url() -> impl Strategy<Value = String> {
     (0u8..4, 0u8..3).prop_map(|(host, path)| format!("https://h{host}.example/{path}.git"))

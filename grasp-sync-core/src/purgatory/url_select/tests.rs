@@ -298,3 +298,30 @@ fn urls_past_the_cap_are_left_out_and_counted() {
     assert_eq!(kept[31], "https://s31.evil.example/r.git");
     assert_eq!(selection.not_fetchable(), None);
 }
+
+#[test]
+fn an_overridden_host_is_grouped_under_its_own_key() {
+    let refs = [
+        "https://git.example.org/r.git",
+        "https://ci.example.org/r.git",
+        "https://git.example.org/mirror.git",
+    ];
+    let limits: HostLimits = "git.example.org=120/10".parse().unwrap();
+    let selection = select_candidates_keyed(
+        &repository(&[&refs]),
+        &policy(),
+        &OwnService::new(),
+        DEFAULT_MAX_CLONE_URLS,
+        &limits,
+    );
+    assert_eq!(
+        selection.urls.keys().collect::<Vec<_>>(),
+        vec!["git.example.org", "example.org"]
+    );
+    assert_eq!(selection.urls["git.example.org"].len(), 2);
+    // Without the override, one registrable domain: one key.
+    assert_eq!(
+        candidates(&refs).keys().collect::<Vec<_>>(),
+        vec!["example.org"]
+    );
+}
