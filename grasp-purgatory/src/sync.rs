@@ -466,12 +466,14 @@ impl AttemptUrls {
         let read_for = ctx.collect_needed_oids(repo);
         match ctx.fetch_repository_data(repo).await {
             Ok(data) => {
-                let candidates = candidate_urls(
+                let candidates = select_candidates_keyed(
                     &data,
                     manager.policy(),
                     ctx.own_service(),
                     manager.max_clone_urls(),
-                );
+                    manager.host_limits(),
+                )
+                .urls;
                 Some(AttemptUrls::new(&data, candidates, read_for, manager))
             }
             Err(error) => {

@@ -65,6 +65,31 @@ impl ProcessLimits {
     }
 }
 
+/// `program` as a path: a bare name (`git`) is looked up in the directories of `path`
+/// once, here, rather than by every spawn. The standard library starts a child with
+/// `posix_spawn` (the parent's memory is not copied) only when the program is a path
+/// and the child's environment sets `PATH`, as ours does; a bare name makes it
+/// `fork` the whole process for every git it runs, a cost that grows with the
+/// process's memory, so with the repositories served (measured: the kernel time per
+/// git process doubled from 400 to 1 000 repositories). A name found nowhere is kept
+/// (the spawn then reports it missing).
+pub(super) fn on_path(program: PathBuf, path: Option<&std::ffi::OsStr>) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    if program.components().count() != 1 || program.is_absolute() {
+        return program;
+    }
+    let executable = |candidate: &Path| {
+        std::fs::metadata(candidate)
+            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    };
+    path.into_iter()
+        .flat_map(std::env::split_paths)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(&program))
+        .find(|candidate| executable(candidate))
+        .unwrap_or(program)
+}
+
 /// Most of git's standard output kept (queries only print a line per id).
 const MAX_STDOUT: usize = 16 * 1024 * 1024;
 
@@ -88,7 +113,7 @@ impl GitRunner {
     /// variables only if `keep_proxy`.
     pub(super) fn new(program: PathBuf, timeout: Duration, keep_proxy: bool) -> Self {
         GitRunner {
-            program,
+            program: on_path(program, std::env::var_os("PATH").as_deref()),
             timeout,
             env: Arc::new(passed_environment(
                 |name| std::env::var_os(name),
@@ -125,7 +150,10 @@ impl GitRunner {
         if args.is_empty() {
             return self.command(repo);
         }
-        let mut command = Command::new(prlimit);
+        let mut command = Command::new(on_path(
+            prlimit.to_path_buf(),
+            std::env::var_os("PATH").as_deref(),
+        ));
         command.args(args).arg("--").arg(&self.program);
         self.configure(&mut command, repo);
         command
@@ -313,4 +341,45 @@ pub(super) fn last_lines(stderr: &[u8]) -> String {
         .filter(|line| !line.trim().is_empty())
         .collect();
     lines[lines.len().saturating_sub(KEPT_LINES)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    /// A bare name is found in the first directory of `PATH` holding an executable of
+    /// that name (so the spawn can use `posix_spawn`); a path, or a name found nowhere,
+    /// is kept.
+    #[test]
+    fn a_bare_program_name_is_resolved_once_on_path() {
+        let base = std::env::temp_dir().join(format!("on-path-{}", std::process::id()));
+        let (empty, plain, bin) = (base.join("empty"), base.join("plain"), base.join("bin"));
+        for dir in [&empty, &plain, &bin] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        // Not executable: skipped.
+        std::fs::write(plain.join("git"), "").unwrap();
+        std::fs::write(bin.join("git"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(bin.join("git"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path =
+            std::env::join_paths(["relative/dir".as_ref(), empty.as_path(), &plain, &bin]).unwrap();
+        assert_eq!(on_path("git".into(), Some(&path)), bin.join("git"));
+        assert_eq!(
+            on_path("nowhere".into(), Some(&path)),
+            PathBuf::from("nowhere")
+        );
+        assert_eq!(on_path("git".into(), None), PathBuf::from("git"));
+        assert_eq!(
+            on_path("/usr/local/bin/git".into(), Some(&path)),
+            PathBuf::from("/usr/local/bin/git")
+        );
+        assert_eq!(
+            on_path("./git".into(), Some(&path)),
+            PathBuf::from("./git"),
+            "a relative path is the operator's"
+        );
+        let _ = std::fs::remove_dir_all(&base);
+    }
 }
