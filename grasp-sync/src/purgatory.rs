@@ -83,6 +83,9 @@ pub(crate) fn build(
         .persist_to(root.join("purgatory.journal"))
         .own_service(own_service(settings)?)
         .repositories_managed_externally(settings.git_root_managed_externally)
+        // The sync's self-subscription reports every announcement the own relay
+        // serves (`run`'s `on_own_announcement`).
+        .announcements_followed(true)
         .build()
         .map_err(|error| error.to_string())?;
     Ok(Some(purgatory))

@@ -114,6 +114,12 @@ async fn run(settings: Settings) -> Result<ExitCode, String> {
     for url in &settings.index_relays {
         builder = builder.index_relay(url.clone());
     }
+    if let Some(purgatory) = &purgatory {
+        // Every announcement the own relay serves, by whatever path it came, is
+        // served by purgatory from now on: no listing of every announcement again.
+        let purgatory = purgatory.clone();
+        builder = builder.on_own_announcement(move |event| purgatory.track_announcement(event));
+    }
     let manager = builder
         .from_env()
         .map_err(|error| error.to_string())?

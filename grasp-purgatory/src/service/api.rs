@@ -64,6 +64,9 @@ pub(super) struct Shared {
     pub(super) listed_at: Mutex<Option<Instant>>,
     /// Whether every announcement was listed once (until then, "done" is not known).
     pub(super) listed: Mutex<bool>,
+    /// Whether the host reports every announcement it serves: then the listing is read
+    /// once, not every few minutes.
+    pub(super) announcements_followed: bool,
     /// The host whose held events the scheduler works for, if it keeps its own
     /// purgatory (then the store holds nothing).
     pub(super) host: Option<Arc<dyn HostPurgatory>>,

@@ -82,6 +82,9 @@ pub struct PurgatoryBuilder {
     registry: Option<Registry>,
     clock: Option<Arc<dyn Clock>>,
     host: Option<Arc<dyn HostPurgatory>>,
+    /// Whether the host tells purgatory of every announcement it serves
+    /// ([`PurgatoryBuilder::announcements_followed`]).
+    announcements_followed: bool,
 }
 
 impl std::fmt::Debug for PurgatoryBuilder {
@@ -104,6 +107,7 @@ impl PurgatoryBuilder {
             registry: None,
             clock: None,
             host: None,
+            announcements_followed: false,
         }
     }
 
@@ -363,6 +367,18 @@ impl PurgatoryBuilder {
         self
     }
 
+    /// Whether the host tells purgatory of every announcement the relay serves, as it
+    /// is stored ([`Purgatory::track_announcement`]: the sidecar does it from its sync's
+    /// self-subscription to the own relay). Then the source's announcements are listed
+    /// once, at start, and kept up to date by those calls: a new announcement costs its
+    /// own reconciliation's few queries, not a listing of every announcement. By
+    /// default (`false`) the listing is read again every 5 minutes, to find
+    /// repositories announced by a path purgatory does not see.
+    pub fn announcements_followed(mut self, followed: bool) -> Self {
+        self.announcements_followed = followed;
+        self
+    }
+
     /// Journals every event entering and leaving purgatory to `path`, and replays it on
     /// build (see [`crate::journal`]): nothing accepted is lost to a crash.
     pub fn persist_to(mut self, path: impl Into<PathBuf>) -> Self {
@@ -485,6 +501,7 @@ impl PurgatoryBuilder {
                 served: Mutex::new(BTreeMap::new()),
                 listed_at: Mutex::new(None),
                 listed: Mutex::new(false),
+                announcements_followed: self.announcements_followed,
                 host: self.host,
                 scheduled: Mutex::new(BTreeSet::new()),
                 fetch_pause: FetchPause::default(),

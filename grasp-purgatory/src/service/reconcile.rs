@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use grasp_sync_core::clock::Instant;
 use grasp_sync_core::nip34::RepoRef;
 use nostr::prelude::{Event, PublicKey};
 
@@ -25,13 +26,13 @@ const LIST_INTERVAL: Duration = Duration::from_secs(300);
 
 impl Purgatory {
     /// Lists the served repositories when due (at start, then every
-    /// [`LIST_INTERVAL`]), on a task of its own.
+    /// [`LIST_INTERVAL`] unless the host reports every announcement it serves), on a
+    /// task of its own.
     pub(super) fn list_repositories_if_due(&self) {
         let now = self.shared.clock.now();
-        let every = LIST_INTERVAL.min(self.shared.config.reconcile.interval);
         {
             let mut listed_at = lock_plain(&self.shared.listed_at);
-            if listed_at.is_some_and(|at| now.saturating_duration_since(at) < every) {
+            if !self.listing_due(*listed_at, now) {
                 return;
             }
             *listed_at = Some(now);
@@ -52,6 +53,21 @@ impl Purgatory {
                 }
             }
         });
+    }
+
+    /// Whether the served repositories are to be listed at `now`, last listed at
+    /// `listed_at` (`None`: never, or the last listing failed): at start; then every
+    /// [`LIST_INTERVAL`] (at most the reconciliation interval), unless the host reports
+    /// every announcement (then a listing is never read again).
+    fn listing_due(&self, listed_at: Option<Instant>, now: Instant) -> bool {
+        let Some(at) = listed_at else {
+            return true;
+        };
+        if self.shared.announcements_followed {
+            return false;
+        }
+        let every = LIST_INTERVAL.min(self.shared.config.reconcile.interval);
+        now.saturating_duration_since(at) >= every
     }
 
     /// Repositories that released events are reconciled at once, with the repositories

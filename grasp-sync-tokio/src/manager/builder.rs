@@ -9,10 +9,10 @@ use grasp_sync_core::clock::{Instant, Now};
 use grasp_sync_core::engine::{EngineConfig, SyncEngine};
 use grasp_sync_core::store::EventStore;
 use grasp_sync_core::url_policy::RelayUrlPolicy;
-use nostr::prelude::RelayUrl;
+use nostr::prelude::{Event, RelayUrl};
 use tokio::sync::{mpsc, watch};
 
-use super::SyncManager;
+use super::{OwnAnnouncementObserver, SyncManager};
 use crate::budget::SharedBudget;
 use crate::connection::{ConnectionConfig, Dialer};
 use crate::metrics::Metrics;
@@ -298,6 +298,7 @@ pub struct SyncManagerBuilder {
     registry: Option<prometheus::Registry>,
     metrics_prefix: String,
     resolver: Arc<dyn Resolver>,
+    own_announcements: Option<OwnAnnouncementObserver>,
 }
 
 impl std::fmt::Debug for SyncManagerBuilder {
@@ -330,6 +331,7 @@ impl SyncManagerBuilder {
             registry: None,
             metrics_prefix: crate::metrics::DEFAULT_PREFIX.to_owned(),
             resolver: Arc::new(SystemResolver),
+            own_announcements: None,
         }
     }
 
@@ -340,6 +342,21 @@ impl SyncManagerBuilder {
             self.service_relays.push(url.clone());
         }
         self.own_relay = Some(url);
+        self
+    }
+
+    /// Called with every announcement (30617) the own relay serves, as the
+    /// self-subscriber reads it (its history at start, then each one stored, by
+    /// whatever path: a sync, a push to the GRASP server, a user), and with those
+    /// handed in process ([`SyncManager::own_events_sender`]). It runs on the
+    /// manager's loop: keep it short (the sidecar hands the announcement to its
+    /// purgatory, which then serves that repository without listing every
+    /// announcement again).
+    pub fn on_own_announcement(
+        mut self,
+        observer: impl Fn(&Event) + Send + Sync + 'static,
+    ) -> Self {
+        self.own_announcements = Some(OwnAnnouncementObserver::new(observer));
         self
     }
 
@@ -615,6 +632,7 @@ impl SyncManagerBuilder {
             held: held_rx,
             shutdown_tx,
             status_tx,
+            own_announcements: self.own_announcements,
         })
     }
 }

@@ -113,6 +113,26 @@ pub struct SyncManager {
     held: mpsc::Receiver<held::HeldNote>,
     shutdown_tx: watch::Sender<bool>,
     status_tx: watch::Sender<SyncStatus>,
+    /// Told of every announcement the own relay serves, if set.
+    own_announcements: Option<OwnAnnouncementObserver>,
+}
+
+/// What [`SyncManagerBuilder::on_own_announcement`] calls with each announcement the own
+/// relay serves.
+#[derive(Clone)]
+pub(crate) struct OwnAnnouncementObserver(Arc<dyn Fn(&Event) + Send + Sync>);
+
+impl OwnAnnouncementObserver {
+    fn new(observer: impl Fn(&Event) + Send + Sync + 'static) -> Self {
+        OwnAnnouncementObserver(Arc::new(observer))
+    }
+
+    /// Tells the observer of `event` if it is an announcement.
+    pub(crate) fn saw(&self, event: &Event) {
+        if event.kind.as_u16() == grasp_sync_core::nip34::KIND_REPO_ANNOUNCEMENT {
+            (self.0)(event);
+        }
+    }
 }
 
 impl std::fmt::Debug for SyncManager {
@@ -184,6 +204,7 @@ impl SyncManager {
             held,
             shutdown_tx,
             status_tx,
+            own_announcements,
             ..
         } = self;
         let (runner, store_results) = Runner::start(
@@ -193,6 +214,7 @@ impl SyncManager {
             metrics,
             status_tx,
             shutdown_tx.subscribe(),
+            own_announcements,
         );
         runner
             .run(inbound, own_events, held, store_results, shutdown_tx)

@@ -24,6 +24,7 @@ use super::store_queue::StoreQueue;
 use super::store_worker::{StoreJob, StoreResult};
 use super::summary::Summary;
 use super::warn_once::WarnOnce;
+use super::OwnAnnouncementObserver;
 use crate::clock::TokioClock;
 use crate::connection::Dialer;
 use crate::inbound::{Inbound, Report};
@@ -47,6 +48,8 @@ pub(super) struct Runner {
     status: StatusFeed,
     /// Relays whose refused address was warned about.
     address_refusals: WarnOnce,
+    /// Told of every announcement the own relay serves, if set.
+    own_announcements: Option<OwnAnnouncementObserver>,
 }
 
 impl Runner {
@@ -59,6 +62,7 @@ impl Runner {
         metrics: Metrics,
         status: watch::Sender<SyncStatus>,
         shutdown: watch::Receiver<bool>,
+        own_announcements: Option<OwnAnnouncementObserver>,
     ) -> (Self, mpsc::Receiver<StoreResult>) {
         let (store, store_results) = StoreQueue::start(store, shutdown);
         let own_relay = engine.config().identity.own_relay.clone();
@@ -71,6 +75,7 @@ impl Runner {
             summary: Summary::default(),
             status: StatusFeed::new(status),
             address_refusals: WarnOnce::default(),
+            own_announcements,
         };
         (runner, store_results)
     }
@@ -154,6 +159,7 @@ impl Runner {
 
     /// Events the embedding relay accepted, for the self-subscriber.
     fn on_own_event(&mut self, event: nostr::prelude::Event) {
+        self.saw_own(&event);
         let now = self.clock_now();
         self.engine.handle_own_events(now, [event]);
     }
@@ -364,6 +370,14 @@ impl Runner {
         }
     }
 
+    /// Tells the observer of own announcements (if any) of `event`, which the own
+    /// relay serves.
+    fn saw_own(&self, event: &nostr::prelude::Event) {
+        if let Some(observer) = &self.own_announcements {
+            observer.saw(event);
+        }
+    }
+
     /// A report from the own relay's current connection, for the engine.
     /// Its bytes, attempts and NIP-11 limits are not relay sync's.
     fn on_own_report(&mut self, relay: &RelayUrl, report: Report) {
@@ -375,9 +389,13 @@ impl Runner {
                 subscription_id,
                 checked,
                 ..
-            } => self
-                .engine
-                .handle_checked_event(now, relay, &subscription_id, checked),
+            } => {
+                if let Ok(event) = &checked {
+                    self.saw_own(event.event());
+                }
+                self.engine
+                    .handle_checked_event(now, relay, &subscription_id, checked);
+            }
             Report::ConnectFailed(reason) | Report::AddressRefused(reason) => {
                 info!(%relay, reason, "own relay connection failed");
                 self.engine.handle_connect_failed(now, relay);
