@@ -698,3 +698,70 @@ async fn all_serve_their_state_within(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+/// A repository announced straight on the own relay after the start (a push to the GRASP
+/// server, a user publishing to it: not through the sync, so purgatory's gate never sees
+/// it) is served within seconds: the sync's self-subscription reads the announcement and
+/// hands it to purgatory, which lists the relay's announcements only once, at start. (The
+/// code before re-read every announcement every 5 minutes and found it then.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_announcement_stored_straight_on_the_own_relay_is_served_within_seconds() {
+    let dir = TempDir::new("sidecar-own-announcement");
+    let own = TestRelay::start(TestRelayConfig::default()).await;
+    let remote = TestRelay::start(TestRelayConfig::default()).await;
+    let upstream = GitHttpServer::start(dir.join("upstream"), LOOPBACK).await;
+    let places = Places {
+        own_relay: own.url().to_string(),
+        own_service: format!("http://127.0.0.1:{}", own.port()),
+        remote_relay: remote.url().to_string(),
+        upstream_dir: dir.join("upstream"),
+        upstream: &upstream,
+        forks_dir: dir.join("forks"),
+        forks: None,
+        contributor: Keys::generate(),
+        at: Timestamp::now().as_secs() - 600,
+    };
+    let owner = Keys::generate();
+    let synced = Repository::make(0, &owner, Shape::default(), &places);
+    remote.add_events(&synced.events()).await;
+    let root = dir.join("repos");
+    std::fs::create_dir(&root).unwrap();
+    let served_root = GitHttpServer::start(&root, LOOPBACK).await;
+    let log = dir.join("sidecar.log");
+    let mut child = spawn_sidecar(
+        &places.own_relay,
+        &places.remote_relay,
+        &root,
+        free_port(),
+        &[],
+        (
+            Stdio::null(),
+            Stdio::from(std::fs::File::create(&log).unwrap()),
+        ),
+    );
+    all_serve_their_state_within(
+        Duration::from_secs(60),
+        std::slice::from_ref(&synced),
+        &served_root,
+        &mut child,
+        &log,
+    )
+    .await;
+
+    // Stored on the own relay by another path: its announcement and state.
+    let pushed = Repository::make(1, &owner, Shape::default(), &places);
+    for event in pushed.events() {
+        own.publish(&event).await;
+    }
+    let served_in = all_serve_their_state_within(
+        Duration::from_secs(60),
+        std::slice::from_ref(&pushed),
+        &served_root,
+        &mut child,
+        &log,
+    )
+    .await;
+    eprintln!("the repository announced on the own relay served after {served_in:?}");
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
+}

@@ -86,7 +86,7 @@ pub(crate) fn run(bin: &Path) -> bool {
     .iter()
     .map(|arg| (*arg).to_owned())
     .collect();
-    let mut child = sidecar::spawn(&args, &[], &counting, &dir.path().join("sidecar.log"));
+    let mut child = sidecar::spawn(None, &args, &counting, &dir.path().join("sidecar.log"));
     let served: Vec<PathBuf> = data
         .repositories
         .iter()

@@ -117,6 +117,7 @@ fn part_chosen(part: &str) -> bool {
 /// One size of the `job` part.
 #[derive(Debug)]
 struct JobRun {
+    label: &'static str,
     repositories: usize,
     events: usize,
     floor: u64,
@@ -156,13 +157,18 @@ fn main() -> ExitCode {
     );
     let mut failed = false;
     if part_chosen("job") {
+        let sidecars = sidecars();
         let mut runs = Vec::new();
         for n in sizes() {
-            let run = job(&bin, n);
-            failed |= run.verdict != "exact";
-            runs.push(run);
+            for run in job(&bin, n, &sidecars) {
+                failed |= run.verdict != "exact";
+                runs.push(run);
+            }
         }
-        report_jobs(&runs);
+        for sidecar in &sidecars {
+            let these: Vec<&JobRun> = runs.iter().filter(|run| run.label == sidecar.label).collect();
+            report_jobs(sidecar.label, &these);
+        }
     }
     if part_chosen("live") {
         failed |= !live::run(&bin);
@@ -174,8 +180,33 @@ fn main() -> ExitCode {
     }
 }
 
-/// The `job` part at `n` repositories.
-fn job(bin: &Path, n: usize) -> JobRun {
+/// The sidecars the `job` part runs: ours (this build), and before it the baseline
+/// `GRASP_BENCH_BASELINE` names (a `grasp-sync` binary built from another commit), if
+/// any, on the same data in the same run.
+fn sidecars() -> Vec<Sidecar> {
+    let baseline = std::env::var_os("GRASP_BENCH_BASELINE").map(|path| Sidecar {
+        label: "baseline",
+        program: Some(PathBuf::from(path)),
+    });
+    baseline
+        .into_iter()
+        .chain([Sidecar {
+            label: "this build",
+            program: None,
+        }])
+        .collect()
+}
+
+/// A sidecar to run: a binary of its own, or this program as the sidecar.
+#[derive(Clone, Debug)]
+struct Sidecar {
+    label: &'static str,
+    program: Option<PathBuf>,
+}
+
+/// The `job` part at `n` repositories: the data set made once, then each of `sidecars`
+/// from a fresh own relay and an empty git root.
+fn job(bin: &Path, n: usize, sidecars: &[Sidecar]) -> Vec<JobRun> {
     let dir = RunDir::new(&format!("job-{n}"));
     let mut hosts = GitHosts::start(JOB_HOSTS, dir.path());
     let remote = Strfry::start_in(bin, dir.path(), "");
@@ -200,67 +231,82 @@ fn job(bin: &Path, n: usize) -> JobRun {
         data.events.len(),
         made.elapsed().as_secs_f64()
     );
-    let own = Strfry::start_at(bin, dir.path(), own_port, "");
-    let git_root = dir.path().join("git-root");
-    std::fs::create_dir_all(&git_root).expect("the git root");
-    let counting = CountingPath::install(dir.path());
-    let args: Vec<String> = [
-        "--own-relay",
-        &own_url,
-        "--bootstrap-relay",
-        &remote_url,
-        "--git-root",
-        &git_root.display().to_string(),
-        "--allow-local-addresses",
-        "--allow-insecure-clone-urls",
-        "--once",
-        "--timeout",
-        &TIMEOUT_SECS.to_string(),
-    ]
-    .iter()
-    .map(|arg| (*arg).to_owned())
-    .collect();
-    let own_before = pid_cpu(own.pid());
-    let cost = sidecar::run_once(&args, &[], &counting, &dir.path().join("sidecar.log"));
-    let own_cpu = pid_cpu(own.pid()) - own_before;
-    let fetches = hosts.fetches();
-    let verdict = served::check(&data, &git_root, &own);
-    println!(
-        "time to served {:.1} s (floor + 5 s = {} s); CPU {:.1} s (user {:.1}, sys {:.1}); peak RSS {:.0} MB; \
-         own relay CPU {:.1} s; git processes {}; fetches served {fetches}; exit {:?}; {verdict}",
-        cost.secs,
-        floor + 5,
-        cost.user + cost.sys,
-        cost.user,
-        cost.sys,
-        cost.peak_rss as f64 / 1e6,
-        own_cpu,
-        cost.git_processes,
-        cost.code,
-    );
-    let by_command: Vec<String> = counting
-        .by_command()
+    let mut runs = Vec::new();
+    for (k, sidecar) in sidecars.iter().enumerate() {
+        let own = Strfry::start_at(bin, dir.path(), own_port, "");
+        let base = dir.path().join(format!("run-{k}"));
+        let git_root = base.join("git-root");
+        std::fs::create_dir_all(&git_root).expect("the git root");
+        let counting = CountingPath::install(&base);
+        let args: Vec<String> = [
+            "--own-relay",
+            &own_url,
+            "--bootstrap-relay",
+            &remote_url,
+            "--git-root",
+            &git_root.display().to_string(),
+            "--allow-local-addresses",
+            "--allow-insecure-clone-urls",
+            "--once",
+            "--timeout",
+            &TIMEOUT_SECS.to_string(),
+        ]
         .iter()
-        .map(|(command, count)| format!("{command} {count}"))
+        .map(|arg| (*arg).to_owned())
         .collect();
-    println!("git processes by command: {}", by_command.join(", "));
-    if cost.code != Some(0) {
-        println!("the sidecar's last lines:\n{}", cost.log_tail);
+        let fetches_before = hosts.fetches();
+        let own_before = pid_cpu(own.pid());
+        let cost = sidecar::run_once(
+            sidecar.program.as_deref(),
+            &args,
+            &counting,
+            &base.join("sidecar.log"),
+        );
+        let own_cpu = pid_cpu(own.pid()) - own_before;
+        let fetches = hosts.fetches() - fetches_before;
+        let verdict = served::check(&data, &git_root, &own);
+        println!(
+            "{}: time to served {:.1} s (floor + 5 s = {} s); CPU {:.1} s (user {:.1}, sys {:.1}); \
+             peak RSS {:.0} MB; own relay CPU {:.1} s; git processes {}; fetches served {fetches}; \
+             exit {:?}; {verdict}",
+            sidecar.label,
+            cost.secs,
+            floor + 5,
+            cost.user + cost.sys,
+            cost.user,
+            cost.sys,
+            cost.peak_rss as f64 / 1e6,
+            own_cpu,
+            cost.git_processes,
+            cost.code,
+        );
+        let by_command: Vec<String> = counting
+            .by_command()
+            .iter()
+            .map(|(command, count)| format!("{command} {count}"))
+            .collect();
+        println!("  git processes by command: {}", by_command.join(", "));
+        if cost.code != Some(0) {
+            println!("the sidecar's last lines:\n{}", cost.log_tail);
+        }
+        runs.push(JobRun {
+            label: sidecar.label,
+            repositories: n,
+            events: data.events.len(),
+            floor,
+            cost,
+            own_cpu,
+            fetches,
+            verdict,
+        });
     }
-    JobRun {
-        repositories: n,
-        events: data.events.len(),
-        floor,
-        cost,
-        own_cpu,
-        fetches,
-        verdict,
-    }
+    runs
 }
 
 /// The table of the `job` part, with per-repository figures and their ratio to the
 /// first size's.
-fn report_jobs(runs: &[JobRun]) {
+fn report_jobs(label: &str, runs: &[&JobRun]) {
+    println!("\n### {label}");
     println!(
         "\n| repositories | events | time to served s | floor s | ÷ (floor + 5) | CPU s (user + sys) | \
          CPU ms / repo | peak RSS MB | own relay CPU s | own relay ms / repo | git processes | \
@@ -293,6 +339,7 @@ fn report_jobs(runs: &[JobRun]) {
         );
     }
     if let [first, .., last] = runs {
+        let (first, last) = (*first, *last);
         let per = |run: &JobRun, value: f64| value / run.repositories as f64;
         let ratio = |f: &dyn Fn(&JobRun) -> f64| per(last, f(last)) / per(first, f(first));
         println!(

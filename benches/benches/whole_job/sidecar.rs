@@ -153,15 +153,16 @@ impl CountingPath {
     }
 }
 
-/// The sidecar as a child: `args` its flags, `env` extra variables (every other
-/// `NGIT_*` removed), git counted by `git`.
+/// The sidecar as a child: `program` (this program run as the sidecar when `None`),
+/// `args` its flags, every `NGIT_*` variable removed, git counted by `git`.
 pub(crate) fn spawn(
+    program: Option<&Path>,
     args: &[String],
-    env: &[(String, String)],
     git: &CountingPath,
     log: &Path,
 ) -> std::process::Child {
-    let mut command = Command::new(std::env::current_exe().expect("this program"));
+    let exe = std::env::current_exe().expect("this program");
+    let mut command = Command::new(program.unwrap_or(&exe));
     command
         .env(AS_SIDECAR, "1")
         .env(
@@ -178,23 +179,20 @@ pub(crate) fn spawn(
             command.env_remove(name);
         }
     }
-    for (name, value) in env {
-        command.env(name, value);
-    }
     command.spawn().expect("running the sidecar")
 }
 
 /// Runs the sidecar to its exit (`--once`) and measures it.
 pub(crate) fn run_once(
+    program: Option<&Path>,
     args: &[String],
-    env: &[(String, String)],
     git: &CountingPath,
     log: &Path,
 ) -> Cost {
     let starts_before = git.starts();
     let (user_before, sys_before) = children_cpu();
     let started = Instant::now();
-    let mut child = spawn(args, env, git, log);
+    let mut child = spawn(program, args, git, log);
     let watching = Arc::new(AtomicBool::new(true));
     let peak = Arc::new(AtomicU64::new(0));
     let watcher = {

@@ -124,6 +124,11 @@ pub struct PurgatoryStore {
     /// Repositories an event left unreleased (expired, evicted, refused): once their
     /// refs are swept, the objects fetched for it are unreachable and are pruned.
     prunes: BTreeSet<RepoRef>,
+    /// No held event was held before this (`None`: none is held): until it plus the
+    /// expiry, [`PurgatoryStore::take_expired`] has nothing to look at. Lowered as events
+    /// are held, raised by each scan; an event leaving leaves it low, which costs one
+    /// scan at most.
+    earliest_held: Option<Timestamp>,
 }
 
 impl PurgatoryStore {
@@ -225,10 +230,7 @@ impl PurgatoryStore {
         let repo_bytes = self.repo_bytes.entry(held.repo.clone()).or_default();
         *repo_bytes = repo_bytes.saturating_add(bytes);
         self.total.add(bytes);
-        self.by_repo
-            .entry(held.repo.clone())
-            .or_default()
-            .push(held);
+        self.push_held(held);
         Ok(outcome)
     }
 
@@ -587,10 +589,7 @@ impl PurgatoryStore {
         if let Some(entry) = self.ids.get_mut(&held.event.id) {
             entry.repo = held.repo.clone();
         }
-        self.by_repo
-            .entry(held.repo.clone())
-            .or_default()
-            .push(held);
+        self.push_held(held);
         replaced.map_or(Placed::Held, Placed::Replaced)
     }
 
@@ -616,10 +615,7 @@ impl PurgatoryStore {
         self.copy_bytes = self.copy_bytes.saturating_add(bytes);
         let to_bytes = self.repo_bytes.entry(held.repo.clone()).or_default();
         *to_bytes = to_bytes.saturating_add(bytes);
-        self.by_repo
-            .entry(held.repo.clone())
-            .or_default()
-            .push(held);
+        self.push_held(held);
         replaced.map_or(Placed::Held, Placed::Replaced)
     }
 
@@ -764,7 +760,43 @@ impl PurgatoryStore {
 
     /// Removes and returns every held event that expired at `now` ([`held_event_fate`](grasp_sync_core::purgatory::held_event_fate):
     /// held `expiry` or longer), unless it is being released.
+    /// Costs nothing until the earliest held event can have expired (the loop asks at
+    /// every turn, and a scan looks at every held event).
     pub fn take_expired(&mut self, now: Timestamp, expiry: Duration) -> Vec<HeldEvent> {
+        if !self.may_have_expired(now, expiry) {
+            return Vec::new();
+        }
+        let expired = self.scan_expired(now, expiry);
+        self.earliest_held = self
+            .by_repo
+            .values()
+            .flatten()
+            .map(|held| held.held_since)
+            .min();
+        expired
+    }
+
+    /// Whether an event held since [`PurgatoryStore::earliest_held`] has expired at `now`.
+    fn may_have_expired(&self, now: Timestamp, expiry: Duration) -> bool {
+        self.earliest_held.is_some_and(|earliest| {
+            earliest.as_secs().saturating_add(expiry.as_secs()) <= now.as_secs()
+        })
+    }
+
+    /// Puts `held` with its repository's events.
+    fn push_held(&mut self, held: HeldEvent) {
+        self.earliest_held = Some(
+            self.earliest_held
+                .map_or(held.held_since, |earliest| earliest.min(held.held_since)),
+        );
+        self.by_repo
+            .entry(held.repo.clone())
+            .or_default()
+            .push(held);
+    }
+
+    /// Every held event expired at `now` (not being released), taken out.
+    fn scan_expired(&mut self, now: Timestamp, expiry: Duration) -> Vec<HeldEvent> {
         let repos: Vec<RepoRef> = self.by_repo.keys().cloned().collect();
         let mut expired = Vec::new();
         let none = BTreeSet::new();

@@ -222,6 +222,38 @@ fn expiry_takes_only_events_held_long_enough() {
     assert!(store.has_pending(&repo(&keys, "b")));
 }
 
+/// The loop asks for expired events at every turn: nothing is looked at before the
+/// earliest held event can have expired, and an event held later but since earlier (read
+/// back from the journal) still expires on time.
+#[test]
+fn expiry_waits_for_the_earliest_held_event_whatever_the_order_held() {
+    let keys = Keys::generate();
+    let mut store = PurgatoryStore::new();
+    store
+        .insert(held(
+            pull_request(&keys, &keys.public_key(), "late", &ids::oid(1)),
+            500,
+        ))
+        .unwrap();
+    assert!(store.take_expired(expiry_of(499), EXPIRY).is_empty());
+    store
+        .insert(held(
+            pull_request(&keys, &keys.public_key(), "early", &ids::oid(2)),
+            100,
+        ))
+        .unwrap();
+    let expired = store.take_expired(expiry_of(100), EXPIRY);
+    assert_eq!(expired.len(), 1);
+    assert_eq!(expired[0].identifier(), "early");
+    assert!(store.take_expired(expiry_of(499), EXPIRY).is_empty());
+    let expired = store.take_expired(expiry_of(500), EXPIRY);
+    assert_eq!(expired.len(), 1);
+    assert_eq!(expired[0].identifier(), "late");
+    assert!(store
+        .take_expired(Timestamp::from_secs(u64::MAX), EXPIRY)
+        .is_empty());
+}
+
 #[test]
 fn an_expired_event_is_not_released_even_with_its_objects_present() {
     let keys = Keys::generate();
