@@ -702,15 +702,16 @@ async fn all_serve_their_state_within(
 /// A repository announced straight on the own relay after the start (a push to the GRASP
 /// server, a user publishing to it: not through the sync, so purgatory's gate never sees
 /// it) is served within seconds: the sync's self-subscription reads the announcement and
-/// hands it to purgatory, which lists the relay's announcements only once, at start. (The
-/// code before re-read every announcement every 5 minutes and found it then.)
+/// hands it to purgatory, which lists the relay's announcements at start and then only
+/// once per reconciliation interval (an hour). (The code before re-read every
+/// announcement every 5 minutes and found it then.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_announcement_stored_straight_on_the_own_relay_is_served_within_seconds() {
     let dir = TempDir::new("sidecar-own-announcement");
     let own = TestRelay::start(TestRelayConfig::default()).await;
     let remote = TestRelay::start(TestRelayConfig::default()).await;
     let upstream = GitHttpServer::start(dir.join("upstream"), LOOPBACK).await;
-    let places = Places {
+    let mut places = Places {
         own_relay: own.url().to_string(),
         own_service: format!("http://127.0.0.1:{}", own.port()),
         remote_relay: remote.url().to_string(),
@@ -748,7 +749,8 @@ async fn an_announcement_stored_straight_on_the_own_relay_is_served_within_secon
     )
     .await;
 
-    // Stored on the own relay by another path: its announcement and state.
+    // Stored on the own relay by another path, now: its announcement and state.
+    places.at = Timestamp::now().as_secs();
     let pushed = Repository::make(1, &owner, Shape::default(), &places);
     for event in pushed.events() {
         own.publish(&event).await;

@@ -166,7 +166,10 @@ fn main() -> ExitCode {
             }
         }
         for sidecar in &sidecars {
-            let these: Vec<&JobRun> = runs.iter().filter(|run| run.label == sidecar.label).collect();
+            let these: Vec<&JobRun> = runs
+                .iter()
+                .filter(|run| run.label == sidecar.label)
+                .collect();
             report_jobs(sidecar.label, &these);
         }
     }

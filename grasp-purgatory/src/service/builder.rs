@@ -370,9 +370,11 @@ impl PurgatoryBuilder {
     /// Whether the host tells purgatory of every announcement the relay serves, as it
     /// is stored ([`Purgatory::track_announcement`]: the sidecar does it from its sync's
     /// self-subscription to the own relay). Then the source's announcements are listed
-    /// once, at start, and kept up to date by those calls: a new announcement costs its
-    /// own reconciliation's few queries, not a listing of every announcement. By
-    /// default (`false`) the listing is read again every 5 minutes, to find
+    /// at start and kept up to date by those calls: a new announcement costs its own
+    /// reconciliation's few queries, not a listing of every announcement. The listing
+    /// is read again once per reconciliation interval (an hour by default), for an
+    /// announcement stored with an old `created_at`, which a live subscription's
+    /// `since` hides. By default (`false`) it is read again every 5 minutes, to find
     /// repositories announced by a path purgatory does not see.
     pub fn announcements_followed(mut self, followed: bool) -> Self {
         self.announcements_followed = followed;

@@ -57,16 +57,21 @@ impl Purgatory {
 
     /// Whether the served repositories are to be listed at `now`, last listed at
     /// `listed_at` (`None`: never, or the last listing failed): at start; then every
-    /// [`LIST_INTERVAL`] (at most the reconciliation interval), unless the host reports
-    /// every announcement (then a listing is never read again).
+    /// [`LIST_INTERVAL`] (at most the reconciliation interval), or, when the host
+    /// reports every announcement it serves, once per reconciliation interval only: a
+    /// live subscription shows what is stored from now on, and this finds an
+    /// announcement stored with an old `created_at`, which a subscription's `since`
+    /// hides.
     fn listing_due(&self, listed_at: Option<Instant>, now: Instant) -> bool {
         let Some(at) = listed_at else {
             return true;
         };
-        if self.shared.announcements_followed {
-            return false;
-        }
-        let every = LIST_INTERVAL.min(self.shared.config.reconcile.interval);
+        let interval = self.shared.config.reconcile.interval;
+        let every = if self.shared.announcements_followed {
+            interval
+        } else {
+            LIST_INTERVAL.min(interval)
+        };
         now.saturating_duration_since(at) >= every
     }
 

@@ -384,7 +384,13 @@ impl Runner {
         let now = self.clock_now();
         match report {
             Report::Connected => self.engine.handle_connected(now, relay),
-            Report::Message(message, _) => self.engine.handle_relay_message(now, relay, *message),
+            Report::Message(message, _) => {
+                // The own relay's events are trusted: they come as plain messages.
+                if let nostr::prelude::RelayMessage::Event { event, .. } = message.as_ref() {
+                    self.saw_own(event);
+                }
+                self.engine.handle_relay_message(now, relay, *message);
+            }
             Report::Event {
                 subscription_id,
                 checked,
