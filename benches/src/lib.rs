@@ -5,8 +5,11 @@
 //! `engine_input` (the engine's cost per input against its relays),
 //! `throughput` (historic sync of 100k events from relay processes, against
 //! nostr-sdk and `Event::verify`; re-sync bytes), `req_relay` (a REQ-only
-//! relay against a NIP-77 one, on a busy machine) and `strfry_sync` (the
-//! field's 4 000 repositories from real strfry relays, beside `strfry sync`).
+//! relay against a NIP-77 one, on a busy machine), `strfry_sync` (the
+//! field's 4 000 repositories from real strfry relays, beside `strfry sync`) and
+//! `whole_job` (the sidecar's whole job, sync and git data, against real strfry
+//! relays and smart-HTTP git hosts at 400 and 1 000 repositories, and the live
+//! latency of a new state).
 //! This library holds what they share.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -568,17 +568,7 @@ async fn a_branch_moved_or_a_repository_deleted_by_hand_is_restored_within_one_i
     .await;
     let remote = TestRelay::start(TestRelayConfig::default()).await;
     let upstream = GitHttpServer::start(dir.join("upstream"), LOOPBACK).await;
-    let places = Places {
-        own_relay: own.url().to_string(),
-        own_service: format!("http://127.0.0.1:{}", own.port()),
-        remote_relay: remote.url().to_string(),
-        upstream_dir: dir.join("upstream"),
-        upstream: &upstream,
-        forks_dir: dir.join("forks"),
-        forks: None,
-        contributor: Keys::generate(),
-        at: Timestamp::now().as_secs() - 600,
-    };
+    let places = plain_places(&dir, &own, &remote, &upstream);
     let owner = Keys::generate();
     let repositories: Vec<Repository> = (0..3)
         .map(|n| Repository::make(n, &owner, Shape::default(), &places))
@@ -668,6 +658,27 @@ async fn a_branch_moved_or_a_repository_deleted_by_hand_is_restored_within_one_i
     let _ = child.wait().await;
 }
 
+/// The places of a run with no forks: the own relay (its HTTP front our own service),
+/// the remote, the upstream git server under `dir`; events made 10 minutes ago.
+fn plain_places<'a>(
+    dir: &TempDir,
+    own: &TestRelay,
+    remote: &TestRelay,
+    upstream: &'a GitHttpServer,
+) -> Places<'a> {
+    Places {
+        own_relay: own.url().to_string(),
+        own_service: format!("http://127.0.0.1:{}", own.port()),
+        remote_relay: remote.url().to_string(),
+        upstream_dir: dir.join("upstream"),
+        upstream,
+        forks_dir: dir.join("forks"),
+        forks: None,
+        contributor: Keys::generate(),
+        at: Timestamp::now().as_secs() - 600,
+    }
+}
+
 /// Waits (at most `deadline`) until every repository serves its state; returns how long
 /// it took. Panics naming the ones that do not, with the sidecar's log, or if the sidecar
 /// exits.
@@ -711,17 +722,7 @@ async fn an_announcement_stored_straight_on_the_own_relay_is_served_within_secon
     let own = TestRelay::start(TestRelayConfig::default()).await;
     let remote = TestRelay::start(TestRelayConfig::default()).await;
     let upstream = GitHttpServer::start(dir.join("upstream"), LOOPBACK).await;
-    let mut places = Places {
-        own_relay: own.url().to_string(),
-        own_service: format!("http://127.0.0.1:{}", own.port()),
-        remote_relay: remote.url().to_string(),
-        upstream_dir: dir.join("upstream"),
-        upstream: &upstream,
-        forks_dir: dir.join("forks"),
-        forks: None,
-        contributor: Keys::generate(),
-        at: Timestamp::now().as_secs() - 600,
-    };
+    let mut places = plain_places(&dir, &own, &remote, &upstream);
     let owner = Keys::generate();
     let synced = Repository::make(0, &owner, Shape::default(), &places);
     remote.add_events(&synced.events()).await;

@@ -6,14 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt as _, StreamExt as _};
-use grasp_sync_test_support::strfry::Strfry;
 use nostr::prelude::Timestamp;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::data::{dataset, new_state, owner_keys, push_commit, Places};
-use crate::hosts::GitHosts;
+use crate::data::{new_state, owner_keys, push_commit};
 use crate::sidecar::{self, CountingPath};
-use crate::RunDir;
+use crate::world::World;
 
 /// Repositories of the live part.
 const REPOSITORIES: usize = 200;
@@ -52,40 +50,13 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// Runs the part; `false` when a state was not served within [`PATIENCE`].
 pub(crate) fn run(bin: &Path) -> bool {
-    let dir = RunDir::new("live");
-    let hosts = GitHosts::start(HOSTS, dir.path());
-    let remote = Strfry::start_in(bin, dir.path(), "");
-    let own_port = grasp_sync_test_support::net::free_port();
-    let own_url = format!("ws://127.0.0.1:{own_port}");
-    let remote_url = remote.url().to_string();
-    let data = dataset(
-        REPOSITORIES,
-        &Places {
-            host_urls: &hosts.urls,
-            host_roots: &hosts.roots,
-            own_relay: &own_url,
-            own_port,
-            remote: &remote_url,
-        },
-    );
-    remote.import(&data.events);
-    let _own = Strfry::start_at(bin, dir.path(), own_port, "");
+    let world = World::make(bin, "live", HOSTS, REPOSITORIES);
+    let (data, hosts, dir) = (&world.data, &world.hosts, &world.dir);
+    let _own = world.own_relay(bin);
     let git_root = dir.path().join("git-root");
     std::fs::create_dir_all(&git_root).expect("the git root");
     let counting = CountingPath::install(dir.path());
-    let args: Vec<String> = [
-        "--own-relay",
-        &own_url,
-        "--bootstrap-relay",
-        &remote_url,
-        "--git-root",
-        &git_root.display().to_string(),
-        "--allow-local-addresses",
-        "--allow-insecure-clone-urls",
-    ]
-    .iter()
-    .map(|arg| (*arg).to_owned())
-    .collect();
+    let args = world.sidecar_args(&git_root, None);
     let mut child = sidecar::spawn(None, &args, &counting, &dir.path().join("sidecar.log"));
     let served: Vec<PathBuf> = data
         .repositories
@@ -139,7 +110,7 @@ pub(crate) fn run(bin: &Path) -> bool {
         .collect();
     let sent: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; REPOSITORIES]));
     let publisher = {
-        let (sent, remote_url) = (Arc::clone(&sent), remote_url.clone());
+        let (sent, remote_url) = (Arc::clone(&sent), world.remote.url().to_string());
         std::thread::spawn(move || publish(&remote_url, &states, &sent))
     };
     let mut seen: Vec<Option<Instant>> = vec![None; REPOSITORIES];
@@ -156,9 +127,7 @@ pub(crate) fn run(bin: &Path) -> bool {
             last_sent = *latest;
         }
         let all_sent = sent_now.iter().all(Option::is_some);
-        if (all_sent && seen.iter().all(Option::is_some))
-            || (all_sent && last_sent.elapsed() > PATIENCE)
-        {
+        if all_sent && (seen.iter().all(Option::is_some) || last_sent.elapsed() > PATIENCE) {
             break;
         }
         std::thread::sleep(Duration::from_millis(5));

@@ -39,7 +39,6 @@
 //! nothing.
 
 #[path = "../../../grasp-purgatory/tests/support/mod.rs"]
-#[allow(dead_code, unused_imports)]
 mod git_support;
 
 mod data;
@@ -47,16 +46,17 @@ mod hosts;
 mod live;
 mod served;
 mod sidecar;
+mod world;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use grasp_sync_benches::load_average;
-use grasp_sync_test_support::strfry::{find_strfry, Strfry};
+use grasp_sync_test_support::strfry::find_strfry;
 
-use data::{dataset, politeness_floor, Places, EVENTS_PER_REPOSITORY};
-use hosts::GitHosts;
+use data::{politeness_floor, EVENTS_PER_REPOSITORY};
 use sidecar::{pid_cpu, Cost, CountingPath};
+use world::World;
 
 /// Git hosts of the `job` part.
 const JOB_HOSTS: usize = 5;
@@ -210,54 +210,23 @@ struct Sidecar {
 /// The `job` part at `n` repositories: the data set made once, then each of `sidecars`
 /// from a fresh own relay and an empty git root.
 fn job(bin: &Path, n: usize, sidecars: &[Sidecar]) -> Vec<JobRun> {
-    let dir = RunDir::new(&format!("job-{n}"));
-    let mut hosts = GitHosts::start(JOB_HOSTS, dir.path());
-    let remote = Strfry::start_in(bin, dir.path(), "");
-    let own_port = grasp_sync_test_support::net::free_port();
-    let own_url = format!("ws://127.0.0.1:{own_port}");
-    let remote_url = remote.url().to_string();
-    let made = std::time::Instant::now();
-    let data = dataset(
-        n,
-        &Places {
-            host_urls: &hosts.urls,
-            host_roots: &hosts.roots,
-            own_relay: &own_url,
-            own_port,
-            remote: &remote_url,
-        },
-    );
-    remote.import(&data.events);
+    let mut world = World::make(bin, &format!("job-{n}"), JOB_HOSTS, n);
+    let data = &world.data;
     let floor = politeness_floor(&data.repositories, JOB_HOSTS, PER_MINUTE);
     println!(
         "\n## {n} repositories, {} events, {JOB_HOSTS} git hosts: made in {:.1} s; politeness floor {floor} s",
         data.events.len(),
-        made.elapsed().as_secs_f64()
+        world.made_in
     );
     let mut runs = Vec::new();
     for (k, sidecar) in sidecars.iter().enumerate() {
-        let own = Strfry::start_at(bin, dir.path(), own_port, "");
-        let base = dir.path().join(format!("run-{k}"));
+        let own = world.own_relay(bin);
+        let base = world.dir.path().join(format!("run-{k}"));
         let git_root = base.join("git-root");
         std::fs::create_dir_all(&git_root).expect("the git root");
         let counting = CountingPath::install(&base);
-        let args: Vec<String> = [
-            "--own-relay",
-            &own_url,
-            "--bootstrap-relay",
-            &remote_url,
-            "--git-root",
-            &git_root.display().to_string(),
-            "--allow-local-addresses",
-            "--allow-insecure-clone-urls",
-            "--once",
-            "--timeout",
-            &TIMEOUT_SECS.to_string(),
-        ]
-        .iter()
-        .map(|arg| (*arg).to_owned())
-        .collect();
-        let fetches_before = hosts.fetches();
+        let args = world.sidecar_args(&git_root, Some(TIMEOUT_SECS));
+        let fetches_before = world.hosts.fetches();
         let own_before = pid_cpu(own.pid());
         let cost = sidecar::run_once(
             sidecar.program.as_deref(),
@@ -266,8 +235,8 @@ fn job(bin: &Path, n: usize, sidecars: &[Sidecar]) -> Vec<JobRun> {
             &base.join("sidecar.log"),
         );
         let own_cpu = pid_cpu(own.pid()) - own_before;
-        let fetches = hosts.fetches() - fetches_before;
-        let verdict = served::check(&data, &git_root, &own);
+        let fetches = world.hosts.fetches() - fetches_before;
+        let verdict = served::check(&world.data, &git_root, &own);
         println!(
             "{}: time to served {:.1} s (floor + 5 s = {} s); CPU {:.1} s (user {:.1}, sys {:.1}); \
              peak RSS {:.0} MB; own relay CPU {:.1} s; git processes {}; fetches served {fetches}; \
@@ -295,7 +264,7 @@ fn job(bin: &Path, n: usize, sidecars: &[Sidecar]) -> Vec<JobRun> {
         runs.push(JobRun {
             label: sidecar.label,
             repositories: n,
-            events: data.events.len(),
+            events: world.data.events.len(),
             floor,
             cost,
             own_cpu,

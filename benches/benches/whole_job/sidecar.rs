@@ -139,7 +139,7 @@ impl CountingPath {
             *counts.entry(command.to_owned()).or_default() += 1;
         }
         let mut counts: Vec<(String, usize)> = counts.into_iter().collect();
-        counts.sort_by(|a, b| b.1.cmp(&a.1));
+        counts.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
         counts
     }
 
