@@ -8,12 +8,10 @@
 //!
 //! [`Purgatory::pause_fetches`]: super::Purgatory::pause_fetches
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use grasp_sync_core::clock::Instant;
-
-use super::api::lock_plain;
 
 /// Whether fetches wait, and until when at the latest.
 #[derive(Debug, Default)]
@@ -23,19 +21,24 @@ pub(super) struct FetchPause {
 }
 
 impl FetchPause {
+    /// The bound, locked (a panic elsewhere leaves it as it was).
+    fn until(&self) -> MutexGuard<'_, Option<Instant>> {
+        self.until.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Pauses fetches from `now` for `max` at most.
     pub(super) fn pause(&self, now: Instant, max: Duration) {
-        *lock_plain(&self.until) = Some(now + max);
+        *self.until() = Some(now + max);
     }
 
     /// Ends the pause.
     pub(super) fn resume(&self) {
-        *lock_plain(&self.until) = None;
+        *self.until() = None;
     }
 
     /// Whether fetches wait at `now` (a pause whose bound passed ends).
     pub(super) fn is_paused(&self, now: Instant) -> bool {
-        let mut until = lock_plain(&self.until);
+        let mut until = self.until();
         match *until {
             Some(at) if now < at => true,
             Some(_) => {
@@ -49,7 +52,7 @@ impl FetchPause {
 
     /// When the pause ends at the latest, while paused.
     pub(super) fn deadline(&self) -> Option<Instant> {
-        *lock_plain(&self.until)
+        *self.until()
     }
 }
 

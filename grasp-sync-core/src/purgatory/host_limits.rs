@@ -38,10 +38,10 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use indexmap::IndexMap;
 
-use super::throttle::ThrottleConfig;
 use super::throttle_key::throttle_key;
 use crate::url_policy::extract_domain;
 
@@ -50,6 +50,28 @@ const MAX_HOST_LEN: usize = 253;
 
 /// The most characters of a malformed entry an error message repeats.
 const MAX_QUOTED: usize = 80;
+
+/// Limits applied to each domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ThrottleConfig {
+    /// Requests in flight at once (5).
+    pub max_concurrent: u32,
+    /// Requests started within one [`ThrottleConfig::window`] (30).
+    pub max_per_minute: u32,
+    /// The sliding window of the per-minute limit (60 s).
+    pub window: Duration,
+}
+
+impl Default for ThrottleConfig {
+    fn default() -> Self {
+        ThrottleConfig {
+            max_concurrent: 5,
+            max_per_minute: 30,
+            window: Duration::from_secs(60),
+        }
+    }
+}
 
 /// The limits one host gets instead of the default [`ThrottleConfig`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -29,6 +29,7 @@ use std::time::Duration;
 use indexmap::IndexMap;
 
 use super::host_limits::HostLimits;
+pub use super::host_limits::ThrottleConfig;
 use crate::clock::Instant;
 
 /// What a domain's queue should do next; see `DomainThrottle::next_step`.
@@ -41,28 +42,6 @@ pub enum QueueStep {
     WakeAt(Instant),
     /// Nothing to do until a request completes or an identifier is queued.
     Idle,
-}
-
-/// Limits applied to each domain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ThrottleConfig {
-    /// Requests in flight at once (5).
-    pub max_concurrent: u32,
-    /// Requests started within one [`ThrottleConfig::window`] (30).
-    pub max_per_minute: u32,
-    /// The sliding window of the per-minute limit (60 s).
-    pub window: Duration,
-}
-
-impl Default for ThrottleConfig {
-    fn default() -> Self {
-        ThrottleConfig {
-            max_concurrent: 5,
-            max_per_minute: 30,
-            window: Duration::from_secs(60),
-        }
-    }
 }
 
 /// An identifier waiting in a domain's queue.
