@@ -514,8 +514,9 @@ impl PurgatoryStore {
     }
 
     /// The clone URLs the held pull requests of `repo` name (`clone` tags), one source
-    /// per pull request with its updates, each with its objects not known to be present
-    /// (see [`crate::held::event_sources`]).
+    /// per pull request with its updates (every URL any of them names is a source for
+    /// all their objects; an update naming none uses its pull request's), each with its
+    /// objects not known to be present.
     pub fn event_sources(&self, repo: &RepoRef) -> Vec<EventSource> {
         let present = self.present.get(repo);
         crate::held::event_sources(self.events(repo), |oid| {
