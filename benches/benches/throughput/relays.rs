@@ -145,14 +145,20 @@ pub(crate) fn cpu_seconds(path: &str) -> f64 {
 /// The sum of the two tick counts at `first` (counted from the field after the
 /// command name, `state`, as 0) of the `stat` file `path`, in seconds.
 pub(crate) fn stat_seconds(path: &str, first: usize) -> f64 {
+    stat_field_seconds(path, first) + stat_field_seconds(path, first + 1)
+}
+
+/// The tick count at `index` (counted as for [`stat_seconds`]) of the `stat` file
+/// `path`, in seconds: `utime` is 11, `stime` 12, `cutime` 13, `cstime` 14.
+pub(crate) fn stat_field_seconds(path: &str, index: usize) -> f64 {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
     // The command name (field 2) may hold spaces: count from its ')'.
     let after = text.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = fields[first..first + 2]
-        .iter()
-        .map(|field| field.parse::<f64>().expect("a CPU tick count"))
-        .sum();
+    let ticks: f64 = after
+        .split_whitespace()
+        .nth(index)
+        .and_then(|field| field.parse().ok())
+        .expect("a CPU tick count");
     ticks / ticks_per_second()
 }
 

@@ -40,6 +40,9 @@
 
 #[path = "../../../grasp-purgatory/tests/support/mod.rs"]
 mod git_support;
+#[path = "../throughput/relays.rs"]
+#[allow(dead_code, unused_imports)]
+mod relays;
 
 mod data;
 mod hosts;
@@ -55,7 +58,8 @@ use grasp_sync_benches::load_average;
 use grasp_sync_test_support::strfry::find_strfry;
 
 use data::{politeness_floor, EVENTS_PER_REPOSITORY};
-use sidecar::{pid_cpu, Cost, CountingPath};
+use relays::{cpu_seconds, run_base};
+use sidecar::{Cost, CountingPath};
 use world::World;
 
 /// Git hosts of the `job` part.
@@ -65,17 +69,13 @@ const PER_MINUTE: usize = 30;
 /// The sidecar's `--timeout`, seconds.
 const TIMEOUT_SECS: u64 = 3_600;
 
-/// A temporary directory under `/dev/shm` when there is one (or
-/// `GRASP_BENCH_DIR`), removed on drop.
+/// A temporary directory under the throughput benchmark's `run_base` (`GRASP_BENCH_DIR`,
+/// else `/dev/shm` when there is one), removed on drop unless `GRASP_BENCH_KEEP`.
 pub(crate) struct RunDir(PathBuf);
 
 impl RunDir {
     fn new(label: &str) -> RunDir {
-        let base = match std::env::var_os("GRASP_BENCH_DIR") {
-            Some(dir) => PathBuf::from(dir),
-            None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
-            None => std::env::temp_dir(),
-        };
+        let base = run_base();
         let dir = base.join(format!("whole-job-{label}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("a run directory");
@@ -148,7 +148,8 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    let _ = sidecar::ticks_per_second();
+    // Reads the clock tick rate (a `getconf` child) before any child is measured.
+    let _ = sidecar::children_cpu();
     println!(
         "whole_job: strfry {}; {} CPUs; load average {}",
         bin.display(),
@@ -227,14 +228,14 @@ fn job(bin: &Path, n: usize, sidecars: &[Sidecar]) -> Vec<JobRun> {
         let counting = CountingPath::install(&base);
         let args = world.sidecar_args(&git_root, Some(TIMEOUT_SECS));
         let fetches_before = world.hosts.fetches();
-        let own_before = pid_cpu(own.pid());
+        let own_before = cpu_seconds(&format!("/proc/{}/stat", own.pid()));
         let cost = sidecar::run_once(
             sidecar.program.as_deref(),
             &args,
             &counting,
             &base.join("sidecar.log"),
         );
-        let own_cpu = pid_cpu(own.pid()) - own_before;
+        let own_cpu = cpu_seconds(&format!("/proc/{}/stat", own.pid())) - own_before;
         let fetches = world.hosts.fetches() - fetches_before;
         let verdict = served::check(&world.data, &git_root, &own);
         println!(

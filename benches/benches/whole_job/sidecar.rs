@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::relays::stat_field_seconds;
+
 /// Set in the environment of this program run again as the sidecar.
 pub(crate) const AS_SIDECAR: &str = "GRASP_BENCH_AS_SIDECAR";
 
@@ -34,42 +36,12 @@ pub(crate) struct Cost {
     pub(crate) log_tail: String,
 }
 
-/// Clock ticks per second (`getconf CLK_TCK`).
-pub(crate) fn ticks_per_second() -> f64 {
-    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *TICKS.get_or_init(|| {
-        Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|out| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
-            .unwrap_or(100.0)
-    })
-}
-
-/// The fields after the command name of `/proc/<pid>/stat` (`state` is 0).
-fn stat_fields(path: &str) -> Vec<u64> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let after = text.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    after
-        .split_whitespace()
-        .map(|field| field.parse().unwrap_or(0))
-        .collect()
-}
-
 /// CPU seconds (user, system) of the children this process waited for.
-fn children_cpu() -> (f64, f64) {
-    let fields = stat_fields("/proc/self/stat");
-    let ticks = ticks_per_second();
-    let at = |i: usize| fields.get(i).copied().unwrap_or(0) as f64 / ticks;
-    (at(13), at(14))
-}
-
-/// CPU seconds (user + system) of the process `pid` itself.
-pub(crate) fn pid_cpu(pid: u32) -> f64 {
-    let fields = stat_fields(&format!("/proc/{pid}/stat"));
-    let ticks = ticks_per_second();
-    (fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0)) as f64 / ticks
+pub(crate) fn children_cpu() -> (f64, f64) {
+    (
+        stat_field_seconds("/proc/self/stat", 13),
+        stat_field_seconds("/proc/self/stat", 14),
+    )
 }
 
 /// `VmHWM` of `pid`, bytes (0 once it is gone).
