@@ -96,6 +96,7 @@ mod report;
 mod runtime;
 mod sent_replies;
 mod session;
+mod session_events;
 mod stats;
 mod stores;
 mod sync_engine;

@@ -102,9 +102,9 @@ pub(super) struct Ours {
     /// Per identifier of an announcement of ours: who may announce it and
     /// publish its state (each such announcement's author and the
     /// maintainers it lists).
-    pub(super) authors: HashMap<String, HashSet<PublicKey>>,
+    authors: HashMap<String, HashSet<PublicKey>>,
     /// Events waiting for an announcement of ours naming their author.
-    pub(super) candidates: Candidates,
+    candidates: Candidates,
 }
 
 /// What to do with a Layer 1 event from a remote relay.
@@ -124,6 +124,22 @@ pub(super) fn identifier(event: &Event) -> Option<String> {
 }
 
 impl Ours {
+    /// Who may announce the identifier `id` and publish its state, if an
+    /// announcement of ours names it.
+    pub(super) fn authors(&self, id: &str) -> Option<&HashSet<PublicKey>> {
+        self.authors.get(id)
+    }
+
+    /// The events waiting for an announcement of ours naming their author.
+    pub(super) fn candidates(&self) -> &Candidates {
+        &self.candidates
+    }
+
+    /// [`Ours::candidates`], to hold or take some.
+    pub(super) fn candidates_mut(&mut self) -> &mut Candidates {
+        &mut self.candidates
+    }
+
     /// Records that an announcement of ours (`event`, listing our service)
     /// exists: its author and maintainers may announce its identifier and
     /// publish its state. Returns the identifier.

@@ -55,11 +55,6 @@ impl Outbox {
         BatchId(self.next_batch)
     }
 
-    /// How many batch ids were handed out.
-    pub(crate) fn batches_issued(&self) -> u64 {
-        self.next_batch
-    }
-
     /// Records the time of an input (time never goes back).
     pub(crate) fn observe(&mut self, now: Now) {
         self.now = self.now.max(now.instant);

@@ -6,7 +6,7 @@
 //! catch-up point, and the batch window of the events it reports. Its
 //! methods are named like [`RelaySession`](super::relay_session::RelaySession)'s
 //! for the same inputs; what the engine must do after one (start the batch
-//! window, plan a history read now) is the answer, an [`OwnOutcome`].
+//! window, plan a history read now) is the answer, a session event ([`SessionEvent`](super::session_events::SessionEvent)).
 //!
 //! Without [`Identity::own_relay`](super::Identity::own_relay) (a
 //! relay that embeds the library) there is no connection: the embedder
@@ -20,6 +20,7 @@ use tracing::{debug, info, warn};
 
 use super::config::EngineConfig;
 use super::relay_session::{count_refused, Ctx};
+use super::session_events::{Noted, SessionEvent};
 use super::Command;
 use crate::clock::{Instant, Now};
 use crate::nip34::RepoRef;
@@ -55,28 +56,6 @@ enum OwnLink {
         /// Paging through the history; `None` once it was read completely.
         history: Option<Box<PaginationState>>,
     },
-}
-
-/// What the engine must act on after an input of the own relay.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-#[must_use]
-pub(super) struct OwnOutcome {
-    /// Events were queued for the self-subscriber's batch: its window
-    /// starts unless it runs already.
-    pub(super) queued: bool,
-    /// The history was read completely: what is queued is planned now, not
-    /// after the batch window.
-    pub(super) history_read: bool,
-}
-
-impl OwnOutcome {
-    /// Both outcomes, as of two inputs handled one after the other.
-    fn and(self, other: OwnOutcome) -> OwnOutcome {
-        OwnOutcome {
-            queued: self.queued || other.queued,
-            history_read: self.history_read || other.history_read,
-        }
-    }
 }
 
 /// The own relay as the self-subscriber sees it: its connection, history
@@ -281,7 +260,7 @@ impl OwnSession {
     /// in `dropped_oversized`, reconnected after the backoff.
     pub(super) fn message_too_large(&mut self, cx: &mut Ctx<'_>, now: Now, bytes: usize) {
         warn!(relay = %cx.relay, bytes, "own relay sent a message over the size limit");
-        cx.stats.dropped_oversized += 1;
+        cx.events.push(Noted::Oversized);
         self.closed(cx, now, "message over the size limit");
     }
 
@@ -324,15 +303,9 @@ impl OwnSession {
 
     /// A message from the own relay: the events of the self-subscription,
     /// the end of a history page, or a CLOSED (start over).
-    pub(super) fn on_message(
-        &mut self,
-        cx: &mut Ctx<'_>,
-        now: Now,
-        message: RelayMessage<'_>,
-    ) -> OwnOutcome {
+    pub(super) fn on_message(&mut self, cx: &mut Ctx<'_>, now: Now, message: RelayMessage<'_>) {
         if !matches!(self.link, OwnLink::Open { .. }) {
-            self.ignored(cx, "message while not connected");
-            return OwnOutcome::default();
+            return self.ignored(cx, "message while not connected");
         }
         match message {
             RelayMessage::Event {
@@ -351,9 +324,8 @@ impl OwnSession {
                     relay: cx.relay.clone(),
                 });
                 self.lost(cx, now, "self-subscription closed");
-                OwnOutcome::default()
             }
-            _ => OwnOutcome::default(),
+            _ => {}
         }
     }
 
@@ -364,49 +336,38 @@ impl OwnSession {
         cx: &mut Ctx<'_>,
         subscription_id: &SubscriptionId,
         checked: Result<VerifiedEvent, Refused>,
-    ) -> OwnOutcome {
+    ) {
         if !matches!(self.link, OwnLink::Open { .. }) {
-            self.ignored(cx, "event while not connected");
-            return OwnOutcome::default();
+            return self.ignored(cx, "event while not connected");
         }
         match checked {
             Ok(event) => self.on_event(cx, subscription_id, event.into_event()),
-            Err(refused) => {
-                self.refuse(cx, &refused);
-                OwnOutcome::default()
-            }
+            Err(refused) => self.refuse(cx, &refused),
         }
     }
 
     /// Several checked `EVENT`s, in the order they arrived
     /// ([`OwnSession::on_checked_event`] each).
-    pub(super) fn on_checked_events<S, I>(&mut self, cx: &mut Ctx<'_>, events: I) -> OwnOutcome
+    pub(super) fn on_checked_events<S, I>(&mut self, cx: &mut Ctx<'_>, events: I)
     where
         S: std::borrow::Borrow<SubscriptionId>,
         I: IntoIterator<Item = (S, Result<VerifiedEvent, Refused>)>,
     {
-        events
-            .into_iter()
-            .fold(OwnOutcome::default(), |outcome, (id, checked)| {
-                outcome.and(self.on_checked_event(cx, id.borrow(), checked))
-            })
+        for (id, checked) in events {
+            self.on_checked_event(cx, id.borrow(), checked);
+        }
     }
 
     /// An event the driver refused before it could be parsed, or found
     /// forged: counted like the engine's own refusals.
     pub(super) fn refuse(&mut self, cx: &mut Ctx<'_>, refused: &Refused) {
-        count_refused(cx.stats, cx.relay, refused);
+        count_refused(cx.events, cx.relay, refused);
     }
 
     /// An event of the self-subscription: counted on its history page,
     /// queued for the batch (not again when a page repeats it: `until` is
     /// inclusive). The own relay accepted it: it is not checked again.
-    fn on_event(
-        &mut self,
-        cx: &mut Ctx<'_>,
-        subscription_id: &SubscriptionId,
-        event: Event,
-    ) -> OwnOutcome {
+    fn on_event(&mut self, cx: &mut Ctx<'_>, subscription_id: &SubscriptionId, event: Event) {
         match subscription_id.as_str() {
             OWN_HISTORY => {
                 if let OwnLink::Open {
@@ -414,34 +375,31 @@ impl OwnSession {
                 } = &mut self.link
                 {
                     if !paging.on_event(event.id, event.created_at) {
-                        return OwnOutcome::default();
+                        return;
                     }
                 }
             }
             OWN_LIVE => {
                 if is_echo(cx, &event.id) {
-                    cx.stats.own_echoes += 1;
-                    return OwnOutcome::default();
+                    return cx.events.push(Noted::OwnEcho);
                 }
             }
             _ => {
-                self.ignored(cx, "event of an unknown subscription");
-                return OwnOutcome::default();
+                return self.ignored(cx, "event of an unknown subscription");
             }
         }
-        OwnOutcome {
-            queued: self.queue([event]),
-            history_read: false,
+        if self.queue([event]) {
+            cx.events.push(SessionEvent::OwnEventsQueued);
         }
     }
 
     /// The end of a history page: the next page, or the history is complete.
-    fn next_page(&mut self, cx: &mut Ctx<'_>, now: Now) -> OwnOutcome {
+    fn next_page(&mut self, cx: &mut Ctx<'_>, now: Now) {
         let OwnLink::Open {
             history: Some(paging),
         } = &mut self.link
         else {
-            return OwnOutcome::default();
+            return;
         };
         let id = SubscriptionId::new(OWN_HISTORY);
         let relay = cx.relay.clone();
@@ -452,12 +410,11 @@ impl OwnSession {
                     id,
                     filters: vec![filter],
                 });
-                OwnOutcome::default()
             }
             PageOutcome::Complete => {
                 self.link = OwnLink::Open { history: None };
                 cx.out.push(Command::Unsubscribe { relay, id });
-                self.history_read(now)
+                self.history_read(cx, now);
             }
         }
     }
@@ -469,18 +426,15 @@ impl OwnSession {
     /// The history read is one batch: what it brought is planned now, not
     /// after the batch window (which is for live events), so a start does
     /// not wait the window before the first event is synced.
-    fn history_read(&mut self, now: Now) -> OwnOutcome {
+    fn history_read(&mut self, cx: &mut Ctx<'_>, now: Now) {
         info!("own relay history read");
         self.caught_up_to = Some(now.unix);
-        OwnOutcome {
-            queued: false,
-            history_read: true,
-        }
+        cx.events.push(SessionEvent::OwnHistoryRead);
     }
 
     /// Counts and logs an input that does not fit the state.
     fn ignored(&self, cx: &mut Ctx<'_>, what: &str) {
-        cx.stats.inputs_ignored += 1;
+        cx.events.push(Noted::InputIgnored);
         debug!(what, "own relay input ignored in the current state");
     }
 }
@@ -490,5 +444,5 @@ impl OwnSession {
 /// an event still waiting for that answer is not an echo yet, and is queued
 /// (planning it twice is harmless, missing it is not).
 fn is_echo(cx: &Ctx<'_>, id: &EventId) -> bool {
-    cx.stores.stored_lately.contains(id)
+    cx.stores.stored_lately(id)
 }

@@ -17,7 +17,8 @@ use super::runtime::{
     RelayConn, Sub,
 };
 use super::session::{NegSession, SessionCaps, SessionError};
-use super::stats::{EngineStats, LiveMode, RelayActivity};
+use super::session_events::{Dropped, Noted, SessionEvent, SessionEvents};
+use super::stats::{LiveMode, RelayActivity};
 use super::stores::StoreTracker;
 use super::timer_table::{Deadline, Earliest, RelayTimer, TimerTable};
 use super::Command;
@@ -265,20 +266,89 @@ impl RelaySession {
         self.is_tracked() && self.is_idle() && self.health.should_attempt_connection(now, health)
     }
 
-    /// A connection attempt starts at `now`, given up after `timeout`.
-    pub(crate) fn connect_attempt(&mut self, now: Instant, timeout: std::time::Duration) {
-        self.link.start_connecting(now + timeout);
-    }
-
-    /// The connection attempt failed at `now`: `false` (nothing changed) if
-    /// no attempt was under way.
-    pub(crate) fn connect_failed(&mut self, now: Instant) -> bool {
-        if !self.is_connecting() {
+    /// Asks for a connection ([`Command::Connect`]) if one should be tried
+    /// at `now` ([`RelaySession::should_connect`]), given up after
+    /// `HealthConfig::connect_timeout`; `true` if it did.
+    pub(crate) fn connect_if_due(&mut self, cx: &mut Ctx<'_>, now: Instant) -> bool {
+        if !self.should_connect(now, &cx.config.health) {
             return false;
         }
-        self.link.close();
-        self.health.on_connect_failed(now);
+        let relay = cx.relay.clone();
+        debug!(%relay, "connecting");
+        let timeout = cx.config.health.connect_timeout();
+        self.link.start_connecting(now + timeout);
+        self.emit(cx, Command::Connect { relay, timeout });
         true
+    }
+
+    /// The connection attempt failed (or was given up) at `now`: the health
+    /// counts the failure and the retry waits for its backoff. An input
+    /// ignored if no attempt was under way.
+    pub(crate) fn on_connect_failed(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        if !self.is_connecting() {
+            return ignored(cx, "connect failure without an attempt");
+        }
+        self.link.close();
+        self.health.on_connect_failed(now.instant);
+        debug!(
+            relay = %cx.relay,
+            failures = self.health.consecutive_failures(),
+            next_attempt_at = ?self.retry_at(&cx.config.health),
+            "relay connection failed"
+        );
+        self.note_error("connection failed or timed out");
+    }
+
+    /// Gives up the connection attempt, past its timeout: the driver is
+    /// told to drop it ([`Command::Disconnect`]) and the attempt failed.
+    fn abandon_connect_attempt(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        debug!(relay = %cx.relay, "connection attempt timed out");
+        let relay = cx.relay.clone();
+        self.emit(cx, Command::Disconnect { relay });
+        self.on_connect_failed(cx, now);
+    }
+
+    /// The connection opened: a fresh start on a first connect or after a
+    /// long outage, a quick reconnect after a short one
+    /// ([`RelaySession::connected`] tells which), and
+    /// [`SessionEvent::Connected`] for the engine, which plans the relay's
+    /// items. `false` (and the connection dropped) for a relay not tracked;
+    /// ignored when connected already.
+    pub(crate) fn on_connected(&mut self, cx: &mut Ctx<'_>, now: Now) -> bool {
+        if self.is_connected() {
+            ignored(cx, "connected twice");
+            return false;
+        }
+        if !self.is_tracked() {
+            ignored(cx, "connected to a relay not tracked");
+            let relay = cx.relay.clone();
+            self.emit(cx, Command::Disconnect { relay });
+            return false;
+        }
+        match self.connected(now, cx.config.timeouts.quick_reconnect_window) {
+            Some(since) => self.quick_reconnect(cx, now, since),
+            None => self.fresh_start(cx, now),
+        }
+        cx.events.push(SessionEvent::Connected);
+        true
+    }
+
+    /// The connection dropped: an attempt in flight failed
+    /// ([`RelaySession::on_connect_failed`]); an open connection is lost —
+    /// the error noted, a large frame it was sending remembered
+    /// ([`RelaySession::learn_frame_budget`]), its bookkeeping closed
+    /// ([`RelaySession::connection_closed`]). Ignored while idle.
+    pub(crate) fn on_disconnected(&mut self, cx: &mut Ctx<'_>, now: Now) {
+        if self.is_connecting() {
+            return self.on_connect_failed(cx, now);
+        }
+        if !self.is_connected() {
+            return ignored(cx, "disconnected while not connected");
+        }
+        info!(relay = %cx.relay, "disconnected");
+        self.note_error("connection lost");
+        self.learn_frame_budget(cx, now.instant);
+        self.connection_closed(cx, now);
     }
 
     /// The connection opened at `now` (the relay is tracked and not
@@ -286,7 +356,7 @@ impl RelaySession {
     /// quick reconnect catches up from — the last connected moment minus
     /// `window` — or `None` for a fresh start (a first connect, or an outage
     /// longer than `window`).
-    pub(crate) fn connected(
+    fn connected(
         &mut self,
         now: Now,
         window: std::time::Duration,
@@ -412,6 +482,7 @@ impl RelaySession {
             Link::Open { since, .. } => {
                 self.health
                     .on_disconnected(since, now.instant, &cx.config.health);
+                cx.events.push(SessionEvent::Disconnected);
             }
             Link::Connecting { .. } => self.health.on_connect_failed(now.instant),
             Link::Idle => {}
@@ -607,7 +678,7 @@ impl RelaySession {
     /// [`Caps::max_bad_events`](super::Caps::max_bad_events) cuts the relay
     /// off ([`RelaySession::cut_off`]).
     pub(crate) fn refuse(&mut self, cx: &mut Ctx<'_>, now: Now, refused: Refused) {
-        count_refused(cx.stats, cx.relay, &refused);
+        count_refused(cx.events, cx.relay, &refused);
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
@@ -623,7 +694,7 @@ impl RelaySession {
     /// told of a failure (the interrupted failure run continues, so the
     /// backoff before the next connection grows with each cut).
     fn cut_off(&mut self, cx: &mut Ctx<'_>, now: Now) {
-        cx.stats.relays_cut_for_bad_events += 1;
+        cx.events.push(Noted::RelayCut);
         let refused = self.link.conn().map_or(0, |conn| conn.bad_events.count());
         warn!(
             relay = %cx.relay,
@@ -646,7 +717,7 @@ impl RelaySession {
     /// grows), so a relay that answers the same request with the same
     /// oversized message is asked again ever more rarely, not at once.
     pub(crate) fn message_too_large(&mut self, cx: &mut Ctx<'_>, now: Now, bytes: usize) {
-        cx.stats.dropped_oversized += 1;
+        cx.events.push(Noted::Oversized);
         if self.negentropy_waits_for_answer() {
             return self.negentropy_over_limit(cx, now, bytes);
         }
@@ -669,7 +740,7 @@ impl RelaySession {
     /// without counting a failure, and the next connection syncs every
     /// filter by REQ. Never "unreachable": the relay answered.
     fn negentropy_over_limit(&mut self, cx: &mut Ctx<'_>, now: Now, bytes: usize) {
-        cx.stats.negentropy_over_limit += 1;
+        cx.events.push(Noted::NegentropyOverLimit);
         self.learned.refuse_negentropy();
         warn!(
             relay = %cx.relay,
@@ -706,7 +777,7 @@ impl RelaySession {
             .get_or_insert_with(|| crate::recent::RecentIds::new(capacity));
         if lately.contains(&id) {
             self.events_received_again += 1;
-            cx.stats.events_received_again += 1;
+            cx.events.push(Noted::ReceivedAgain);
         } else {
             lately.insert(id, ());
         }
@@ -734,11 +805,11 @@ impl RelaySession {
                 retry,
             } => {
                 if !missing.is_empty() && !retry {
-                    cx.stats.fetch_missing += missing.len() as u64;
+                    cx.events.push(Noted::FetchMissing(missing.len() as u64));
                     warn!(relay = %cx.relay, missing = missing.len(), "relay did not return ids its negentropy set holds");
                 }
                 if retry && fruitless > 0 {
-                    cx.stats.fetch_retries += 1;
+                    cx.events.push(Noted::FetchRetry);
                 }
                 let again = if retry {
                     self.fetch_jobs(cx.config, &filter, &missing, fruitless)
@@ -763,7 +834,7 @@ impl RelaySession {
             crowded,
         } = page;
         if crowded > 0 {
-            cx.stats.crowded_seconds += crowded as u64;
+            cx.events.push(Noted::Crowded(crowded as u64));
             warn!(relay = %cx.relay, "a full page of events shares one second; events beyond the page may be missing");
         }
         self.batches.progress(batch, now.instant);
@@ -991,7 +1062,7 @@ impl RelaySession {
         let Some(budget) = self.learned.dropped_after_frame(len, now) else {
             return;
         };
-        cx.stats.frame_budget_lowered += 1;
+        cx.events.push(Noted::FrameBudgetLowered);
         warn!(relay = %cx.relay, frame = len, budget, "relay dropped the connection after a large frame; sending smaller frames");
     }
 
@@ -1002,7 +1073,7 @@ impl RelaySession {
         if !self.learned.recover_limits(now, cx.config) {
             return;
         }
-        cx.stats.learned_limits_raised += 1;
+        cx.events.push(Noted::LimitsRaised);
         debug!(
             relay = %cx.relay,
             subscriptions = self.learned.subscription_limit(cx.config),
@@ -1158,14 +1229,14 @@ impl RelaySession {
             NegFailure::Unanswered => self.learn_negentropy_refused(cx, "no answer to NEG-OPEN"),
             NegFailure::StoreCannotList(reason) => {
                 warn!(%relay, reason, "store could not list local items; syncing the filter by REQ");
-                cx.stats.local_items_failures += 1;
+                cx.events.push(Noted::LocalItemsFailed);
             }
             NegFailure::FrameTooSmall => {}
             NegFailure::CannotStart(error) => {
                 warn!(%relay, %error, "cannot start negentropy; using REQ");
             }
             NegFailure::Round(error) if error.is_cap() => {
-                cx.stats.negentropy_sessions_cut += 1;
+                cx.events.push(Noted::NegentropySessionCut);
                 warn!(%relay, %error, "negentropy session cut off; using REQ for this filter");
                 self.last_error = Some(error.to_string().into());
                 // A relay that keeps a session going is not reconciling.
@@ -1193,7 +1264,7 @@ impl RelaySession {
     /// Remembers that the relay refused NIP-77, warning once.
     fn learn_negentropy_refused(&mut self, cx: &mut Ctx<'_>, reason: &str) {
         if self.learned.refuse_negentropy() {
-            cx.stats.negentropy_refusals += 1;
+            cx.events.push(Noted::NegentropyRefused);
             warn!(relay = %cx.relay, reason, "relay refused NIP-77; falling back to REQ+EOSE");
             self.last_error = Some(format!("NIP-77 refused: {reason}").into());
         }
@@ -1259,7 +1330,7 @@ impl RelaySession {
                 need,
             } => {
                 debug!(relay = %cx.relay, missing = need.len(), "negentropy round finished");
-                cx.stats.negentropy_rounds += 1;
+                cx.events.push(Noted::NegentropyRound);
                 let relay = cx.relay.clone();
                 self.emit(
                     cx,
@@ -1323,8 +1394,8 @@ impl RelaySession {
     ) -> Vec<EventId> {
         let mut fetch = Vec::with_capacity(need.len());
         for id in need {
-            if cx.stores.stored_lately.contains(&id) || self.wait_for_store(cx, now, batch, &id) {
-                cx.stats.fetches_saved += 1;
+            if cx.stores.stored_lately(&id) || self.wait_for_store(cx, now, batch, &id) {
+                cx.events.push(Noted::FetchSaved);
             } else {
                 fetch.push(id);
             }
@@ -1532,7 +1603,7 @@ impl RelaySession {
         if let Some(uncovered) = started_polling {
             info!(relay = %cx.relay, uncovered, "live filters do not fit the relay's limits; polling the rest");
         }
-        cx.stats.consolidations += 1;
+        cx.events.push(Noted::Consolidated);
         for id in closing {
             self.unsubscribe(cx, &id);
         }
@@ -1694,7 +1765,7 @@ impl RelaySession {
         };
         let since = Timestamp::from_secs(from.as_secs().saturating_sub(window));
         debug!(relay = %cx.relay, filters = filters.len(), "polling live filters that do not fit");
-        cx.stats.uncovered_polls += 1;
+        cx.events.push(Noted::UncoveredPoll);
         let jobs = self.poll_jobs(&filters, since, cx.config);
         let batch = self.start_batch(
             cx,
@@ -1727,12 +1798,13 @@ impl RelaySession {
         let (fresh, held): (HashSet<EventId>, HashSet<EventId>) = items
             .root_events
             .iter()
-            .partition(|id| cx.stores.fresh_roots.take(id).is_some());
+            .partition(|id| cx.stores.take_fresh_root(id));
         let sent = self.reconciles_fresh_roots(cx.config);
         if sent {
-            cx.stats.fresh_roots_reconciled += fresh.len() as u64;
+            cx.events
+                .push(Noted::FreshRootsReconciled(fresh.len() as u64));
         } else {
-            cx.stats.fresh_roots_by_req += fresh.len() as u64;
+            cx.events.push(Noted::FreshRootsByReq(fresh.len() as u64));
         }
         let reconciled = PendingItems {
             repos: items.repos.clone(),
@@ -1820,6 +1892,7 @@ impl RelaySession {
             return None;
         }
         let batch = cx.out.batch_id();
+        cx.events.push(SessionEvent::BatchOpened(batch));
         self.batches
             .start(batch, purpose, items, method, jobs.len(), now);
         if let Some(conn) = self.link.conn_mut() {
@@ -2155,10 +2228,10 @@ impl RelaySession {
             return;
         };
         debug!(relay = %cx.relay, %batch, purpose = ?info.purpose(), "batch confirmed");
-        cx.stats.batches_confirmed += 1;
-        if matches!(info.purpose(), Purpose::Layer1 | Purpose::Items) {
-            cx.stats.history_reads_confirmed += 1;
-        }
+        cx.events.push(SessionEvent::BatchConfirmed {
+            batch,
+            history: matches!(info.purpose(), Purpose::Layer1 | Purpose::Items),
+        });
         self.work_confirmed();
         let Some(state) = self.state.as_mut() else {
             return;
@@ -2189,7 +2262,7 @@ impl RelaySession {
             return;
         };
         warn!(relay = %cx.relay, %batch, reason, "batch failed; its items will be planned again");
-        cx.stats.batches_failed += 1;
+        cx.events.push(SessionEvent::BatchFailed(batch));
         self.last_error = Some(format!("batch failed: {reason}").into());
         let mut closing = Vec::new();
         if let Some(conn) = self.link.conn_mut() {
@@ -2316,21 +2389,22 @@ impl RelaySession {
     /// the due `since` poll of live filters that do not fit
     /// ([`RelaySession::poll_uncovered`]), what is overdue
     /// ([`RelaySession::expire`]), the retries whose delay is over
-    /// ([`RelaySession::run_retries`]). What only the engine can do is
-    /// returned: a connection attempt past its timeout
-    /// ([`RelaySession::connect_timed_out`]), items to plan again. Firing
-    /// early or twice is harmless: each step checks the state again.
-    pub(crate) fn handle_timeout(&mut self, cx: &mut Ctx<'_>, now: Now) -> TimeoutOutcome {
+    /// ([`RelaySession::run_retries`]), then a connection attempt past its
+    /// timeout is given up ([`RelaySession::connect_timed_out`]). What only
+    /// the engine can do is returned: `true` when the relay's items are due
+    /// to be planned again (the engine holds the targets). Firing early or
+    /// twice is harmless: each step checks the state again.
+    pub(crate) fn handle_timeout(&mut self, cx: &mut Ctx<'_>, now: Now) -> bool {
         if self.poll_due(now.instant) {
             self.poll_uncovered(cx, now);
         }
         let connect_timed_out = self.connect_timed_out(now.instant);
         self.expire(cx, now);
         let replan = self.run_retries(cx, now);
-        TimeoutOutcome {
-            connect_timed_out,
-            replan,
+        if connect_timed_out {
+            self.abandon_connect_attempt(cx, now);
         }
+        replan
     }
 
     /// What is overdue on the relay at `now`, in order: REQs it dropped are
@@ -2390,7 +2464,7 @@ impl RelaySession {
             self.fail_batch(cx, now, batch, "a REQ resumed without an answer");
             return;
         }
-        cx.stats.reqs_resumed += 1;
+        cx.events.push(Noted::ReqResumed);
         debug!(relay = %cx.relay, %id, %batch, "REQ dropped by the relay without EOSE; resuming it where it was");
         self.unsubscribe(cx, id);
         let first = jobs.remove(0);
@@ -2548,18 +2622,6 @@ impl RelaySession {
     }
 }
 
-/// What the engine must do after a session fired its timers
-/// ([`RelaySession::handle_timeout`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct TimeoutOutcome {
-    /// The connection attempt is past its timeout: the engine disconnects
-    /// and counts the attempt failed.
-    pub(crate) connect_timed_out: bool,
-    /// The relay's items are due to be planned again (by the engine, which
-    /// holds the targets).
-    pub(crate) replan: bool,
-}
-
 /// What a refusal taught ([`RelaySession::learn_from_refusal`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Lesson {
@@ -2600,8 +2662,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) config: &'a EngineConfig,
     /// Where commands go.
     pub(crate) out: &'a mut Outbox,
-    /// The engine's counters.
-    pub(crate) stats: &'a mut EngineStats,
+    /// What the session tells the engine happened ([`SessionEvent`]).
+    pub(crate) events: &'a mut SessionEvents,
     /// Every event between `Command::Store` and the store's answer.
     pub(crate) stores: &'a mut StoreTracker,
     /// The repositories we sync (a confirmation counts only theirs).
@@ -2668,11 +2730,11 @@ impl Arrived {
 fn note_lesson(cx: &mut Ctx<'_>, lesson: Lesson) {
     let relay = cx.relay;
     if let Some(limit) = lesson.subscription_limit {
-        cx.stats.subscription_refusals += 1;
+        cx.events.push(Noted::SubscriptionRefused);
         warn!(%relay, limit, "relay refused a subscription; lowering its subscription limit");
     }
     if lesson.cooldown {
-        cx.stats.rate_limits += 1;
+        cx.events.push(Noted::RateLimited);
         info!(%relay, cooldown = ?cx.config.health.rate_limit_cooldown, "relay rate limited");
     }
     if lesson.rate_refused {
@@ -2680,17 +2742,18 @@ fn note_lesson(cx: &mut Ctx<'_>, lesson: Lesson) {
     }
 }
 
+/// Notes an input that does not fit the session's state (counted by the
+/// engine) and logs it at `debug`.
+fn ignored(cx: &mut Ctx<'_>, what: &str) {
+    cx.events.push(Noted::InputIgnored);
+    debug!(relay = %cx.relay, what, "input ignored in the current state");
+}
+
 /// Counts an event from `relay` refused before it could be stored, and
 /// logs it at `debug` (a relay sending many is logged once, when it is cut
 /// off: [`RelaySession::refuse`]).
-pub(crate) fn count_refused(stats: &mut EngineStats, relay: &RelayUrl, refused: &Refused) {
-    match refused {
-        Refused::Forged(_) => stats.dropped_forged += 1,
-        Refused::UnknownSubscription { .. } => stats.dropped_unknown_subscription += 1,
-        Refused::OffFilter { .. } => stats.dropped_off_filter += 1,
-        Refused::Oversized { .. } => stats.dropped_oversized += 1,
-        Refused::Malformed { .. } => stats.dropped_malformed += 1,
-    }
+pub(crate) fn count_refused(events: &mut SessionEvents, relay: &RelayUrl, refused: &Refused) {
+    events.push(Noted::Dropped(Dropped::of(refused)));
     debug!(%relay, %refused, "dropped event");
 }
 

@@ -21,11 +21,13 @@ static UNKNOWN: std::sync::LazyLock<RelaySession> = std::sync::LazyLock::new(Rel
 impl Relays {
     /// Starts tracking `relay` (its session is created if needed);
     /// registering a tracked relay as bootstrap marks it bootstrap, it never
-    /// unmarks.
-    pub(crate) fn register(&mut self, relay: RelayUrl, is_bootstrap: bool) {
-        if self.sessions.entry(relay).or_default().track(is_bootstrap) {
+    /// unmarks. `true` if the relay was not tracked before.
+    pub(crate) fn register(&mut self, relay: RelayUrl, is_bootstrap: bool) -> bool {
+        let new = self.sessions.entry(relay).or_default().track(is_bootstrap);
+        if new {
             self.tracked += 1;
         }
+        new
     }
 
     /// What `relay` confirmed, if it is tracked.
@@ -85,11 +87,6 @@ impl Relays {
         Some(session)
     }
 
-    /// Every session, with its relay.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&RelayUrl, &RelaySession)> {
-        self.sessions.iter()
-    }
-
     /// Every relay the engine knows.
     pub(crate) fn urls(&self) -> impl Iterator<Item = &RelayUrl> {
         self.sessions.keys()
@@ -109,14 +106,6 @@ impl Relays {
             .iter()
             .filter(|(_, session)| session.is_connected())
             .map(|(relay, _)| relay)
-    }
-
-    /// Remembers `error` as the last thing that went wrong with `relay`
-    /// (reported by `SyncEngine::relay_reports`).
-    pub(crate) fn note_error(&mut self, relay: &RelayUrl, error: impl Into<String>) {
-        if let Some(session) = self.sessions.get_mut(relay) {
-            session.note_error(&error.into());
-        }
     }
 
     /// The session of `relay` while its connection is open.

@@ -1,6 +1,8 @@
 //! What the engine reports about itself: counters, and what is open and
 //! waiting on each relay.
 
+use super::session_events::{Dropped, Noted, SessionEvent};
+
 /// What strangers' events make the engine hold beyond its queues, in bytes
 /// ([`SyncEngine::held_bytes`](super::SyncEngine::held_bytes)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -190,6 +192,65 @@ pub struct EngineStats {
     /// and [`Caps::max_unannounced_repos`](super::Caps::max_unannounced_repos)
     /// such repositories are tracked already.
     pub root_events_over_cap: u64,
+}
+
+impl EngineStats {
+    /// Counts what a session reported ([`SessionEvent`]): the one place a
+    /// session's doings become counters.
+    pub(crate) fn count(&mut self, event: &SessionEvent) {
+        match event {
+            SessionEvent::Connected
+            | SessionEvent::Disconnected
+            | SessionEvent::BatchOpened(_)
+            | SessionEvent::OwnHistoryRead
+            | SessionEvent::OwnEventsQueued => {}
+            SessionEvent::BatchConfirmed { history, .. } => {
+                self.batches_confirmed += 1;
+                if *history {
+                    self.history_reads_confirmed += 1;
+                }
+            }
+            SessionEvent::BatchFailed(_) => self.batches_failed += 1,
+            SessionEvent::Noted(noted) => self.count_noted(*noted),
+        }
+    }
+
+    /// Counts what a session noted only to be counted.
+    fn count_noted(&mut self, noted: Noted) {
+        let counter = match noted {
+            Noted::Dropped(dropped) => match dropped {
+                Dropped::Forged => &mut self.dropped_forged,
+                Dropped::UnknownSubscription => &mut self.dropped_unknown_subscription,
+                Dropped::OffFilter => &mut self.dropped_off_filter,
+                Dropped::Oversized => &mut self.dropped_oversized,
+                Dropped::Malformed => &mut self.dropped_malformed,
+            },
+            Noted::Oversized => &mut self.dropped_oversized,
+            Noted::RelayCut => &mut self.relays_cut_for_bad_events,
+            Noted::NegentropyOverLimit => &mut self.negentropy_over_limit,
+            Noted::ReceivedAgain => &mut self.events_received_again,
+            Noted::FetchMissing(ids) => return self.fetch_missing += ids,
+            Noted::FetchRetry => &mut self.fetch_retries,
+            Noted::Crowded(seconds) => return self.crowded_seconds += seconds,
+            Noted::FrameBudgetLowered => &mut self.frame_budget_lowered,
+            Noted::LimitsRaised => &mut self.learned_limits_raised,
+            Noted::LocalItemsFailed => &mut self.local_items_failures,
+            Noted::NegentropySessionCut => &mut self.negentropy_sessions_cut,
+            Noted::NegentropyRefused => &mut self.negentropy_refusals,
+            Noted::NegentropyRound => &mut self.negentropy_rounds,
+            Noted::FetchSaved => &mut self.fetches_saved,
+            Noted::Consolidated => &mut self.consolidations,
+            Noted::UncoveredPoll => &mut self.uncovered_polls,
+            Noted::FreshRootsReconciled(roots) => return self.fresh_roots_reconciled += roots,
+            Noted::FreshRootsByReq(roots) => return self.fresh_roots_by_req += roots,
+            Noted::ReqResumed => &mut self.reqs_resumed,
+            Noted::SubscriptionRefused => &mut self.subscription_refusals,
+            Noted::RateLimited => &mut self.rate_limits,
+            Noted::OwnEcho => &mut self.own_echoes,
+            Noted::InputIgnored => &mut self.inputs_ignored,
+        };
+        *counter += 1;
+    }
 }
 
 /// What Sync+ holds now (GRASP-03), as gauges.

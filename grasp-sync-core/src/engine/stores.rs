@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use nostr::prelude::{Event, EventId, Filter, RelayUrl, Timestamp};
 use tracing::{debug, warn};
 
-use super::{Command, EngineConfig, EngineStats};
+use super::{Command, EngineConfig};
 use crate::clock::{Instant, Now};
 use crate::model::BatchId;
 use crate::nip34::is_root_kind;
@@ -92,7 +92,7 @@ pub(crate) struct StoreTracker {
     /// The store's refusals for now in a row and their backoff
     /// ([`HealthConfig::store_backoff`](crate::health::HealthConfig::store_backoff));
     /// `None` once it takes or settles an event.
-    pub(super) refusals: Option<Retry>,
+    refusals: Option<Retry>,
     /// The store's last sign of life (an answer, or the first event handed
     /// to an idle store): with events waiting and no answer for the store
     /// timeout after it, the store is taken for stalled.
@@ -112,10 +112,13 @@ pub(crate) struct StoreTracker {
     held_order: VecDeque<EventId>,
     /// Stored (or held already) lately: not handed to the store again.
     /// Forgotten at the daily re-sync, which compares with the store itself.
-    pub(super) stored_lately: RecentIds,
+    stored_lately: RecentIds,
     /// Root events the store took as new lately: their replies are new to
     /// us too, so they are fetched by REQ without reconciling first.
-    pub(super) fresh_roots: RecentIds,
+    fresh_roots: RecentIds,
+    /// Whether the store was falling behind when last asked
+    /// ([`StoreTracker::pace_changed`]).
+    fell_behind: bool,
 }
 
 impl StoreTracker {
@@ -132,6 +135,31 @@ impl StoreTracker {
     /// The last event the store refused for good (its reason clipped).
     pub(crate) fn last_refusal(&self) -> Option<&StoreRefusal> {
         self.last_refusal.as_ref()
+    }
+
+    /// `true` if `id` was stored (or held already) lately: not handed to
+    /// the store again.
+    pub(crate) fn stored_lately(&self, id: &EventId) -> bool {
+        self.stored_lately.contains(id)
+    }
+
+    /// Marks `id` stored lately, as a store answer would (tests).
+    #[cfg(test)]
+    pub(crate) fn note_stored_lately(&mut self, id: EventId) {
+        self.stored_lately.insert(id, ());
+    }
+
+    /// `true` if `id` is a root event the store took as new lately; it is
+    /// taken (its replies are fetched once).
+    pub(crate) fn take_fresh_root(&mut self, id: &EventId) -> bool {
+        self.fresh_roots.take(id).is_some()
+    }
+
+    /// Forgets what was stored lately and the fresh root events: the daily
+    /// re-sync compares with the store itself.
+    pub(crate) fn forget_lately(&mut self) {
+        self.stored_lately.clear();
+        self.fresh_roots.clear();
     }
 
     /// Items matching `filter` of the events the store does not list but
@@ -165,6 +193,14 @@ impl StoreTracker {
     pub(crate) fn keeps_up(&self, config: &EngineConfig) -> bool {
         self.in_flight.len() < config.caps.max_unconfirmed_stores
             && self.in_flight_bytes < config.caps.max_unconfirmed_store_bytes
+    }
+
+    /// `true` once each time the store starts falling behind or catches up
+    /// again ([`StoreTracker::keeps_up`] changed since last asked): every
+    /// relay's work may start or wait.
+    pub(crate) fn pace_changed(&mut self, config: &EngineConfig) -> bool {
+        let fell_behind = !self.keeps_up(config);
+        std::mem::replace(&mut self.fell_behind, fell_behind) != fell_behind
     }
 
     /// What becomes of the verified event `id` about to be handed to the
@@ -237,26 +273,24 @@ impl StoreTracker {
     /// then refused for good; one refused for good is remembered (without
     /// its content, [`Caps::refused_memory`](super::Caps::refused_memory)
     /// at most); a stored one is stored lately (and a root event fresh).
-    /// Returns the event settled, with the final verdict (stored, a
-    /// duplicate, or refused for good), for its batches to count; `None` if it still waits or the answer was not
-    /// awaited (counted as ignored).
+    /// Answers what became of the event ([`Answered`]): settled with its
+    /// final verdict (stored, a duplicate, held, or refused for good) for
+    /// its batches to count, waiting for a retry, or not awaited; the
+    /// engine counts each.
     pub(crate) fn answer(
         &mut self,
         now: Now,
         id: &EventId,
         verdict: StoreVerdict,
         config: &EngineConfig,
-        stats: &mut EngineStats,
-    ) -> Option<(InFlight, StoreVerdict)> {
+    ) -> Answered {
         let Some(waiting) = self.in_flight.get_mut(id) else {
-            stats.inputs_ignored += 1;
             debug!(%id, "store answer for an event not waiting (already settled)");
-            return None;
+            return Answered::NotAwaited;
         };
         if waiting.retrying {
             // A late answer to an event already queued for a retry.
-            stats.inputs_ignored += 1;
-            return None;
+            return Answered::NotAwaited;
         }
         let verdict = match verdict {
             StoreVerdict::Unclear(reason) => {
@@ -272,7 +306,6 @@ impl StoreTracker {
         match verdict {
             StoreVerdict::Retry(reason) => {
                 waiting.retrying = true;
-                stats.store_retries += 1;
                 self.retry.push_back(*id);
                 if self.retry_at.is_none() {
                     let backoff = config.health.store_backoff;
@@ -280,12 +313,13 @@ impl StoreTracker {
                     debug!(%id, reason, ?delay, "store refused for now; retrying");
                     self.retry_at = Some(now.instant + delay);
                 }
-                None
+                Answered::Retrying
             }
             StoreVerdict::Refused(reason) | StoreVerdict::Unclear(reason) => {
                 self.refusals = None;
-                stats.store_refused += 1;
-                let done = self.take_in_flight(id)?;
+                let Some(done) = self.take_in_flight(id) else {
+                    return Answered::NotAwaited;
+                };
                 warn!(id = %done.event.id, kind = done.event.kind.as_u16(), relay = %done.relay, reason, "store refused event; not downloading it again");
                 self.last_refusal = Some(StoreRefusal::new(
                     &done.event,
@@ -294,27 +328,26 @@ impl StoreTracker {
                     now.unix,
                 ));
                 self.remember_refused(&done.event, config.caps.refused_memory);
-                Some((done, StoreVerdict::Refused(reason)))
+                Answered::Settled(done, StoreVerdict::Refused(reason))
             }
             StoreVerdict::Held => {
                 self.refusals = None;
-                stats.events_held += 1;
-                let done = self.take_in_flight(id)?;
+                let Some(done) = self.take_in_flight(id) else {
+                    return Answered::NotAwaited;
+                };
                 self.remember_held(&done.event, config.caps.refused_memory);
-                Some((done, StoreVerdict::Held))
+                Answered::Settled(done, StoreVerdict::Held)
             }
             StoreVerdict::Stored | StoreVerdict::Duplicate => {
                 self.refusals = None;
                 self.stored_lately.insert(*id, ());
-                let done = self.take_in_flight(id)?;
-                let stored = verdict == StoreVerdict::Stored;
-                if stored {
-                    if is_root_kind(done.event.kind) {
-                        self.fresh_roots.insert(*id, ());
-                    }
-                    stats.events_stored += 1;
+                let Some(done) = self.take_in_flight(id) else {
+                    return Answered::NotAwaited;
+                };
+                if verdict == StoreVerdict::Stored && is_root_kind(done.event.kind) {
+                    self.fresh_roots.insert(*id, ());
                 }
-                Some((done, verdict))
+                Answered::Settled(done, verdict)
             }
         }
     }
@@ -451,6 +484,20 @@ impl StoreTracker {
     }
 }
 
+/// What a store answer did to the event it answers
+/// ([`StoreTracker::answer`]).
+#[derive(Debug)]
+pub(crate) enum Answered {
+    /// Not awaited: already settled, or a late answer to an event queued
+    /// for a retry (an input ignored).
+    NotAwaited,
+    /// Refused for now: queued for a retry.
+    Retrying,
+    /// Settled: the event, with the final verdict (stored, a duplicate,
+    /// held, or refused for good), for its batches to count.
+    Settled(InFlight, StoreVerdict),
+}
+
 /// What becomes of a verified event about to be handed to the store
 /// ([`StoreTracker::handover`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -498,15 +545,13 @@ mod tests {
         }
         assert_eq!(tracker.in_flight(), 3, "far below the count cap");
         assert!(!tracker.keeps_up(&config), "3 × 40 kB wait: past the bytes");
-        let mut stats = EngineStats::default();
         let settled = tracker.answer(
             Now::new(now, Timestamp::from_secs(0)),
             &first,
             StoreVerdict::Stored,
             &config,
-            &mut stats,
         );
-        assert!(settled.is_some());
+        assert!(matches!(settled, Answered::Settled(..)));
         assert!(tracker.keeps_up(&config), "one stored gives its bytes back");
     }
 
@@ -525,17 +570,11 @@ mod tests {
         let (note, state) = (sign(1621, "an issue"), sign(30618, ""));
         let (note_id, state_id) = (note.id, state.id);
         let mut tracker = StoreTracker::default();
-        let mut stats = EngineStats::default();
         let now = Now::new(Instant::ZERO, Timestamp::from_secs(1_700_000_000));
         tracker.hand_over(note, &relay, None, now.instant);
         tracker.hand_over(state, &relay, None, now.instant);
-        tracker.answer(
-            now,
-            &note_id,
-            rejected("rate-limited: slow"),
-            &config,
-            &mut stats,
-        );
+        let retrying = tracker.answer(now, &note_id, rejected("rate-limited: slow"), &config);
+        assert!(matches!(retrying, Answered::Retrying));
         assert_eq!(
             tracker.last_refusal(),
             None,
@@ -543,9 +582,11 @@ mod tests {
         );
         // A relay's reason with a line break and 2 000 bytes more: one bounded line.
         let reason = format!("invalid: too large\n{}", "x".repeat(2_000));
-        let settled = tracker.answer(now, &state_id, rejected(&reason), &config, &mut stats);
-        assert!(settled.is_some());
-        assert_eq!(stats.store_refused, 1);
+        let settled = tracker.answer(now, &state_id, rejected(&reason), &config);
+        assert!(matches!(
+            settled,
+            Answered::Settled(_, StoreVerdict::Refused(_))
+        ));
         let last = tracker.last_refusal().expect("kept");
         assert_eq!((last.kind, last.id), (Kind::Custom(30618), state_id));
         assert_eq!(last.at, now.unix);

@@ -18,12 +18,13 @@ use super::deadlines::DeadlineTable;
 use super::held::{announced_repo, HeldRepos};
 use super::ours::{identifier, Layer1Verdict, Ours};
 use super::outbox::Outbox;
-use super::own_relay::{OwnOutcome, OwnSession};
+use super::own_relay::OwnSession;
 use super::relay_session::{Arrived, Ctx, NegFailure, RelaySession};
 use super::relay_slots::{Admission, RelaySlots, SlotRules};
 use super::relays::Relays;
+use super::session_events::{Reached, SessionEvents};
 use super::stats::{HeldBytes, SyncPlusCounts};
-use super::stores::{Handover, StoreTracker};
+use super::stores::{Answered, Handover, StoreTracker};
 use super::sync_plus::{Joined, RepoRelays, Role};
 use super::timer_table::{EngineTimer, TimerTable};
 use super::{
@@ -110,9 +111,11 @@ pub struct SyncEngine {
     /// Relays that yielded their slot, logged at `info` once each (then at
     /// `debug`).
     yielded_relays: HashSet<RelayUrl>,
-    /// [`EngineStats::history_reads_confirmed`] when the self-subscriber's
-    /// batch was last planned for a completed history read.
-    history_planned: u64,
+    /// What the sessions told of the input being handled, not taken yet
+    /// ([`SyncEngine::absorb`]).
+    events: SessionEvents,
+    /// What those events reached beyond their relay, not acted on yet.
+    reached: Reached,
     /// The commands for the driver, the ids handed out, the latest `now`.
     out: Outbox,
     /// The engine's own timers: the daily re-sync, the disconnect check, the
@@ -159,7 +162,8 @@ impl SyncEngine {
             outbox_waiting: IndexSet::new(),
             slots: RelaySlots::default(),
             yielded_relays: HashSet::new(),
-            history_planned: 0,
+            events: SessionEvents::default(),
+            reached: Reached::default(),
             out: Outbox::new(now.instant),
             timers,
             jitter,
@@ -354,13 +358,12 @@ impl SyncEngine {
 
     /// A refused event from a remote relay ([`SyncEngine::handle_refused_event`]).
     fn on_refused_event(&mut self, now: Now, relay: &RelayUrl, refused: Refused) {
-        let before = self.reach();
         let Some((session, mut cx)) = self.connected_session(relay) else {
             return self.ignored(relay, "message from a relay not connected");
         };
         session.heard(now.instant, None);
         session.refuse(&mut cx, now, refused);
-        self.maintain_after(now, Some(relay), before);
+        self.maintain_after(now, Some(relay));
     }
 
     /// A message from `relay` over the driver's size limit ended its
@@ -378,13 +381,12 @@ impl SyncEngine {
     /// An oversized message from a remote relay
     /// ([`SyncEngine::handle_message_too_large`]).
     fn on_message_too_large(&mut self, now: Now, relay: &RelayUrl, bytes: usize) {
-        let before = self.reach();
         let connected = self.relays.is_connected(relay);
         match self.session(relay) {
             Some((session, mut cx)) if connected => session.message_too_large(&mut cx, now, bytes),
             _ => return self.on_disconnected(now, relay),
         }
-        self.maintain_after(now, Some(relay), before);
+        self.maintain_after(now, Some(relay));
     }
 
     /// Timers: the self-subscriber batch window and connection, the
@@ -500,16 +502,14 @@ impl SyncEngine {
                 self.maintain(now);
             }
             RelayInput::Message(message) => {
-                let before = self.reach();
                 self.on_relay_message(now, relay, message);
-                self.maintain_after(now, Some(relay), before);
+                self.maintain_after(now, Some(relay));
             }
             RelayInput::CheckedEvents(events) => {
-                let before = self.reach();
                 for (subscription_id, checked) in events {
                     self.on_checked_event(now, relay, subscription_id.borrow(), checked);
                 }
-                self.maintain_after(now, Some(relay), before);
+                self.maintain_after(now, Some(relay));
             }
             RelayInput::Refused(refused) => self.on_refused_event(now, relay, refused),
             RelayInput::TooLarge(bytes) => self.on_message_too_large(now, relay, bytes),
@@ -518,8 +518,9 @@ impl SyncEngine {
     }
 
     /// An input on the own relay's connection, for its session; the
-    /// engine acts on what it answers ([`SyncEngine::own_outcome`]). Its
-    /// NIP-11 limits and pongs change nothing.
+    /// engine acts on the session events it queued
+    /// ([`SyncEngine::maintain_after`]). Its NIP-11 limits and pongs change
+    /// nothing.
     fn on_own_input<S: Borrow<SubscriptionId>>(
         &mut self,
         now: Now,
@@ -527,36 +528,18 @@ impl SyncEngine {
         input: RelayInput<'_, S>,
     ) {
         let (_, own, mut cx) = self.split(relay);
-        let outcome = match input {
+        match input {
             RelayInput::Message(message) => own.on_message(&mut cx, now, message),
             RelayInput::CheckedEvents(events) => own.on_checked_events(&mut cx, events),
-            RelayInput::Connected => {
-                own.connected(&mut cx);
-                OwnOutcome::default()
-            }
-            RelayInput::ConnectFailed => {
-                own.connect_failed(&mut cx, now);
-                OwnOutcome::default()
-            }
-            RelayInput::Disconnected => {
-                own.connection_closed(&mut cx, now);
-                OwnOutcome::default()
-            }
-            RelayInput::Refused(refused) => {
-                own.refuse(&mut cx, &refused);
-                OwnOutcome::default()
-            }
-            RelayInput::TooLarge(bytes) => {
-                own.message_too_large(&mut cx, now, bytes);
-                OwnOutcome::default()
-            }
-            RelayInput::SendFailed(error) => {
-                own.send_failed(&mut cx, now, error);
-                OwnOutcome::default()
-            }
-            RelayInput::Alive | RelayInput::Limits(_) => OwnOutcome::default(),
-        };
-        self.own_outcome(now, outcome);
+            RelayInput::Connected => own.connected(&mut cx),
+            RelayInput::ConnectFailed => own.connect_failed(&mut cx, now),
+            RelayInput::Disconnected => own.connection_closed(&mut cx, now),
+            RelayInput::Refused(refused) => own.refuse(&mut cx, &refused),
+            RelayInput::TooLarge(bytes) => own.message_too_large(&mut cx, now, bytes),
+            RelayInput::SendFailed(error) => own.send_failed(&mut cx, now, error),
+            RelayInput::Alive | RelayInput::Limits(_) => {}
+        }
+        self.maintain_after(now, None);
     }
 
     /// `relay`'s session with what its handlers are given ([`Ctx`]), if the
@@ -578,7 +561,7 @@ impl SyncEngine {
             relay,
             config: &self.config,
             out: &mut self.out,
-            stats: &mut self.stats,
+            events: &mut self.events,
             stores: &mut self.stores,
             repos: &self.repos,
             discovers,
@@ -667,34 +650,20 @@ impl SyncEngine {
 
     /// Starts tracking `relay` (bootstrap relays are never dropped).
     fn register_relay(&mut self, relay: RelayUrl, is_bootstrap: bool) {
-        self.relays.register(relay, is_bootstrap);
-    }
-
-    /// Starts a connection to every disconnected relay whose backoff allows.
-    fn connect_ready_relays(&mut self, now: Now) {
-        let ready: Vec<RelayUrl> = self
-            .relays
-            .iter()
-            .filter(|(_, session)| session.should_connect(now.instant, &self.config.health))
-            .map(|(relay, _)| relay.clone())
-            .collect();
-        let timeout = self.config.health.connect_timeout();
-        for relay in ready {
-            debug!(%relay, "connecting");
-            self.relays
-                .entry(relay.clone())
-                .connect_attempt(now.instant, timeout);
-            self.emit(Command::Connect { relay, timeout });
+        if self.relays.register(relay, is_bootstrap) {
+            self.reached.others = true;
         }
     }
 
-    /// Abandons `relay`'s connection attempt, past its timeout.
-    fn abandon_connect_attempt(&mut self, now: Now, relay: &RelayUrl) {
-        debug!(%relay, "connection attempt timed out");
-        self.emit(Command::Disconnect {
-            relay: relay.clone(),
-        });
-        self.on_connect_failed(now, relay);
+    /// Asks each relay's session to connect if its backoff allows
+    /// ([`RelaySession::connect_if_due`]).
+    fn connect_ready_relays(&mut self, now: Now) {
+        let relays: Vec<RelayUrl> = self.relays.urls().cloned().collect();
+        for relay in relays {
+            if let Some((session, mut cx)) = self.session(&relay) {
+                session.connect_if_due(&mut cx, now.instant);
+            }
+        }
     }
 
     /// A connection attempt failed.
@@ -703,24 +672,12 @@ impl SyncEngine {
     }
 
     /// A remote relay's connection attempt failed
-    /// (`RelaySession::connect_failed`).
+    /// ([`RelaySession::on_connect_failed`]).
     fn on_connect_failed(&mut self, now: Now, relay: &RelayUrl) {
-        let failed = self
-            .relays
-            .get_mut(relay)
-            .is_some_and(|session| session.connect_failed(now.instant));
-        if !failed {
-            return self.ignored(relay, "connect failure without an attempt");
+        match self.session(relay) {
+            Some((session, mut cx)) => session.on_connect_failed(&mut cx, now),
+            None => self.ignored(relay, "connect failure without an attempt"),
         }
-        let session = self.relays.view(relay);
-        debug!(
-            %relay,
-            failures = session.health().consecutive_failures(),
-            next_attempt_at = ?session.retry_at(&self.config.health),
-            "relay connection failed"
-        );
-        self.relays
-            .note_error(relay, "connection failed or timed out");
         self.maintain(now);
     }
 
@@ -731,27 +688,23 @@ impl SyncEngine {
         self.route(now, relay, Input::Connected);
     }
 
-    /// A remote relay's connection opened ([`SyncEngine::handle_connected`]).
+    /// A remote relay's connection opened ([`SyncEngine::handle_connected`]):
+    /// its session starts ([`RelaySession::on_connected`]), then the
+    /// engine plans its items.
     fn on_connected(&mut self, now: Now, relay: &RelayUrl) {
-        let window = self.config.timeouts.quick_reconnect_window;
-        if self.relays.is_connected(relay) {
-            return self.ignored(relay, "connected twice");
-        }
-        let Some((session, mut cx)) = self
-            .session(relay)
-            .filter(|(session, _)| session.is_tracked())
-        else {
-            self.ignored(relay, "connected to a relay not tracked");
-            self.emit(Command::Disconnect {
-                relay: relay.clone(),
-            });
-            return;
+        let opened = match self.session(relay) {
+            Some((session, mut cx)) => session.on_connected(&mut cx, now),
+            None => {
+                self.ignored(relay, "connected to a relay not tracked");
+                self.emit(Command::Disconnect {
+                    relay: relay.clone(),
+                });
+                false
+            }
         };
-        match session.connected(now, window) {
-            Some(since) => session.quick_reconnect(&mut cx, now, since),
-            None => session.fresh_start(&mut cx, now),
+        if opened {
+            self.plan_relay(now, relay);
         }
-        self.plan_relay(now, relay);
         self.maintain(now);
     }
 
@@ -763,23 +716,11 @@ impl SyncEngine {
     }
 
     /// A remote relay's connection dropped
-    /// ([`SyncEngine::handle_disconnected`]).
+    /// ([`SyncEngine::handle_disconnected`], [`RelaySession::on_disconnected`]).
     fn on_disconnected(&mut self, now: Now, relay: &RelayUrl) {
-        if self
-            .relays
-            .get(relay)
-            .is_some_and(RelaySession::is_connecting)
-        {
-            return self.on_connect_failed(now, relay);
-        }
-        if !self.relays.is_connected(relay) {
-            return self.ignored(relay, "disconnected while not connected");
-        }
-        info!(%relay, "disconnected");
-        if let Some((session, mut cx)) = self.session(relay) {
-            session.note_error("connection lost");
-            session.learn_frame_budget(&mut cx, now.instant);
-            session.connection_closed(&mut cx, now);
+        match self.session(relay) {
+            Some((session, mut cx)) => session.on_disconnected(&mut cx, now),
+            None => self.ignored(relay, "disconnected while not connected"),
         }
         self.maintain(now);
     }
@@ -797,20 +738,18 @@ impl SyncEngine {
 
     /// A sign of life from a remote relay ([`SyncEngine::handle_relay_alive`]).
     fn on_alive(&mut self, now: Now, relay: &RelayUrl) {
-        let before = self.reach();
         match self.relays.connected_mut(relay) {
             Some(session) => session.heard(now.instant, None),
             None => self.ignored(relay, "sign of life from a relay not connected"),
         }
-        self.maintain_after(now, Some(relay), before);
+        self.maintain_after(now, Some(relay));
     }
 
     /// The daily full re-sync of every connected relay.
     fn daily_sync(&mut self, now: Now) {
         // The re-sync compares with the store itself: what it lost (a
         // deletion, a restore) is stored again.
-        self.stores.stored_lately.clear();
-        self.stores.fresh_roots.clear();
+        self.stores.forget_lately();
         let connected: Vec<RelayUrl> = self.relays.connected().cloned().collect();
         for relay in connected {
             info!(%relay, "daily sync");
@@ -841,6 +780,7 @@ impl SyncEngine {
                 relay: relay.clone(),
             });
             self.relays.remove(&relay);
+            self.reached.others = true;
             self.slots.release(&relay);
             self.stats.relays_dropped += 1;
         }
@@ -1150,24 +1090,30 @@ impl SyncEngine {
         // relay dropped since.
         self.relays.entry(relay.clone());
         let only_sync_plus = self.only_sync_plus(relay);
+        let handover = self.stores.handover(&event.id);
+        match handover {
+            Handover::StoredLately => self.stats.already_stored += 1,
+            Handover::New => {
+                self.stats.events_accepted += 1;
+                if only_sync_plus {
+                    self.stats.sync_plus_events += 1;
+                }
+            }
+            Handover::Refused | Handover::OnItsWay => {}
+        }
         let Some((session, mut cx)) = self.session(relay) else {
             return;
         };
         // Whatever follows, the store has it, is asked for it or refused it.
         session.note_sent_reply(cx.config, &event);
-        match cx.stores.handover(&event.id) {
-            Handover::Refused => {}
-            Handover::StoredLately => cx.stats.already_stored += 1,
+        match handover {
+            Handover::Refused | Handover::StoredLately => {}
             Handover::OnItsWay => {
                 if let Some(batch) = batch {
                     session.wait_for_store(&mut cx, now, batch, &event.id);
                 }
             }
             Handover::New => {
-                cx.stats.events_accepted += 1;
-                if only_sync_plus {
-                    cx.stats.sync_plus_events += 1;
-                }
                 if let Some(batch) = batch {
                     session.count_store(&mut cx, now, batch, 1);
                 }
@@ -1202,12 +1148,11 @@ impl SyncEngine {
         I: IntoIterator<Item = (E, Result<IngestOutcome, StoreError>)>,
     {
         self.observe(now);
-        let before = self.reach();
         self.stores.alive(now.instant);
         for (id, outcome) in outcomes {
             self.on_store_outcome(now, id.borrow(), &outcome);
         }
-        self.maintain_after(now, None, before);
+        self.maintain_after(now, None);
     }
 
     /// One store answer: the tracker settles the event (or keeps it for a
@@ -1220,12 +1165,23 @@ impl SyncEngine {
         outcome: &Result<IngestOutcome, StoreError>,
     ) {
         let verdict = StoreVerdict::of(outcome);
-        let settled = self
-            .stores
-            .answer(now, id, verdict, &self.config, &mut self.stats);
-        let Some((done, verdict)) = settled else {
-            return;
+        let (done, verdict) = match self.stores.answer(now, id, verdict, &self.config) {
+            Answered::NotAwaited => {
+                self.stats.inputs_ignored += 1;
+                return;
+            }
+            Answered::Retrying => {
+                self.stats.store_retries += 1;
+                return;
+            }
+            Answered::Settled(done, verdict) => (done, verdict),
         };
+        match verdict {
+            StoreVerdict::Stored => self.stats.events_stored += 1,
+            StoreVerdict::Held => self.stats.events_held += 1,
+            StoreVerdict::Refused(_) => self.stats.store_refused += 1,
+            StoreVerdict::Duplicate | StoreVerdict::Retry(_) | StoreVerdict::Unclear(_) => {}
+        }
         for (relay, batch) in &done.batches {
             if let Some((session, mut cx)) = self.session(relay) {
                 session.count_store(&mut cx, now, *batch, -1);
@@ -1264,9 +1220,8 @@ impl SyncEngine {
     /// answers [`IngestOutcome::Held`] for its announcement.
     pub fn handle_repository_held(&mut self, now: Now, repo: RepoRef) {
         self.observe(now);
-        let before = self.reach();
         self.hold_repository(repo);
-        self.maintain_after(now, None, before);
+        self.maintain_after(now, None);
     }
 
     /// The host released `repo`'s announcement (its git data arrived): the
@@ -1280,10 +1235,9 @@ impl SyncEngine {
             return;
         }
         info!(%repo, "repository promoted; syncing the events that tag it");
-        let before = self.reach();
         self.list_repo_relays(&repo);
         self.plan_target_changes(now);
-        self.maintain_after(now, None, before);
+        self.maintain_after(now, None);
     }
 
     /// The host discarded these held events (they expired without their
@@ -1362,11 +1316,7 @@ impl SyncEngine {
             let Some((session, mut cx)) = self.session(&relay) else {
                 continue;
             };
-            let outcome = session.handle_timeout(&mut cx, now);
-            if outcome.connect_timed_out {
-                self.abandon_connect_attempt(now, &relay);
-            }
-            if outcome.replan {
+            if session.handle_timeout(&mut cx, now) {
                 self.plan_relay(now, &relay);
             }
             self.refresh_deadline(&relay);
@@ -1673,6 +1623,7 @@ impl SyncEngine {
             relay: relay.clone(),
         });
         self.relays.remove(relay);
+        self.reached.others = true;
     }
 
     /// `true` if a root event of `repo` may be indexed: the repository is
@@ -1794,7 +1745,7 @@ impl SyncEngine {
             }
         }
         let by_an_author = identifier(event)
-            .and_then(|id| self.ours.authors.get(&id))
+            .and_then(|id| self.ours.authors(&id))
             .is_some_and(|authors| authors.contains(&event.pubkey));
         if by_an_author {
             Layer1Verdict::Store
@@ -1835,10 +1786,10 @@ impl SyncEngine {
         let Some(id) = self.ours.accept(event) else {
             return;
         };
-        let Some(authors) = self.ours.authors.get(&id).cloned() else {
+        let Some(authors) = self.ours.authors(&id).cloned() else {
             return;
         };
-        let ready = self.ours.candidates.take(|candidate| {
+        let ready = self.ours.candidates_mut().take(|candidate| {
             identifier(candidate).as_deref() == Some(id.as_str())
                 && authors.contains(&candidate.pubkey)
         });
@@ -1862,7 +1813,7 @@ impl SyncEngine {
     /// [`MAX_CANDIDATE_BYTES`](super::MAX_CANDIDATE_BYTES) (counted
     /// in [`EngineStats::candidates_dropped`](super::EngineStats::candidates_dropped)).
     fn hold_candidate(&mut self, relay: &RelayUrl, event: &VerifiedEvent) {
-        if self.ours.candidates.holds(&event.id) {
+        if self.ours.candidates().holds(&event.id) {
             return;
         }
         self.stats.not_ours += 1;
@@ -1871,13 +1822,13 @@ impl SyncEngine {
         // Layer 1 sync (forgotten if it becomes ours).
         self.stores
             .remember_refused(event, self.config.caps.refused_memory);
-        let dropped = self.ours.candidates.hold(relay, event);
+        let dropped = self.ours.candidates_mut().hold(relay, event);
         if dropped > 0 {
             self.stats.candidates_dropped += dropped as u64;
             debug!(
                 dropped,
-                held = self.ours.candidates.len(),
-                bytes = self.ours.candidates.bytes(),
+                held = self.ours.candidates().len(),
+                bytes = self.ours.candidates().bytes(),
                 "oldest candidates dropped to stay within their caps"
             );
         }
@@ -1891,8 +1842,8 @@ impl SyncEngine {
     /// beyond its queues.
     pub fn held_bytes(&self) -> HeldBytes {
         HeldBytes {
-            candidates: self.ours.candidates.bytes(),
-            candidate_count: self.ours.candidates.len(),
+            candidates: self.ours.candidates().bytes(),
+            candidate_count: self.ours.candidates().len(),
             refused: self.stores.refused_bytes(),
             refused_count: self.stores.refused_count(),
             held_events: self.stores.held_count(),
@@ -1934,28 +1885,16 @@ impl SyncEngine {
     where
         I: IntoIterator<Item = Event>,
     {
-        let queued = self.own.queue(events);
-        self.own_outcome(
-            now,
-            OwnOutcome {
-                queued,
-                history_read: false,
-            },
-        );
+        if self.own.queue(events) {
+            self.start_own_batch_window(now);
+        }
     }
 
-    /// What the own relay's session answered: the batch window starts when
-    /// events were queued; a history read is planned now, not after the
-    /// window (`OwnSession::history_read`).
-    fn own_outcome(&mut self, now: Now, outcome: OwnOutcome) {
-        if outcome.queued {
-            let closes = now.instant + self.config.timeouts.batch_window;
-            self.timers.set_unless_set(EngineTimer::OwnBatch, closes);
-        }
-        if outcome.history_read && self.timers.is_set(EngineTimer::OwnBatch) {
-            self.process_own_batch(now);
-            self.maintain(now);
-        }
+    /// Events were queued for the self-subscriber: its batch window starts
+    /// unless it runs already.
+    fn start_own_batch_window(&mut self, now: Now) {
+        let closes = now.instant + self.config.timeouts.batch_window;
+        self.timers.set_unless_set(EngineTimer::OwnBatch, closes);
     }
 
     /// The own relay session's timers ([`OwnSession::handle_timeout`]).
@@ -1963,37 +1902,46 @@ impl SyncEngine {
         let Some(relay) = self.own.url().cloned() else {
             return;
         };
-        let mut cx = Ctx {
-            relay: &relay,
-            config: &self.config,
-            out: &mut self.out,
-            stats: &mut self.stats,
-            stores: &mut self.stores,
-            repos: &self.repos,
-            discovers: false,
-        };
-        self.own.handle_timeout(&mut cx, now);
+        let (_, own, mut cx) = self.split(&relay);
+        own.handle_timeout(&mut cx, now);
+        self.end_input(now);
     }
 
     // --- After every input ---------------------------------------------------
 
-    /// The current [`Reach`], taken before an input.
-    fn reach(&self) -> Reach {
-        Reach {
-            batches: self.out.batches_issued(),
-            batches_ended: self.stats.batches_confirmed + self.stats.batches_failed,
-            relays: self.relays.tracked_count(),
-            connections: self.relays.connected().count(),
-            store_keeps_up: self.stores.keeps_up(&self.config),
+    /// Takes the session events queued so far: each is counted
+    /// ([`EngineStats::count`]) and what it reaches beyond its relay is
+    /// gathered ([`Reached::note`]); events queued for the self-subscriber
+    /// start its batch window. A store that started falling behind or
+    /// caught up reaches every relay.
+    fn absorb(&mut self, now: Now) {
+        for event in self.events.take() {
+            self.stats.count(&event);
+            self.reached.note(&event);
+        }
+        if std::mem::take(&mut self.reached.own_queued) {
+            self.start_own_batch_window(now);
+        }
+        if self.stores.pace_changed(&self.config) {
+            self.reached.others = true;
         }
     }
 
-    /// After an input on `relay` (or on no relay: a store answer): only
-    /// `relay` is pumped unless the input reached further than it
-    /// (`before` differs from now), then everything is.
-    fn maintain_after(&mut self, now: Now, relay: Option<&RelayUrl>, before: Reach) {
+    /// The end of an input: what its last steps queued is counted; what
+    /// they reach beyond their relay was acted on by the steps themselves
+    /// (a completed history read waits for the next planning).
+    fn end_input(&mut self, now: Now) {
+        self.absorb(now);
+        self.reached.others = false;
+    }
+
+    /// After an input on `relay` (or on no relay: a store answer, the own
+    /// relay): only `relay` is pumped unless the input reached further than
+    /// it (its session events say so, or the engine added or dropped a
+    /// relay), then everything is.
+    fn maintain_after(&mut self, now: Now, relay: Option<&RelayUrl>) {
         self.plan_completed_history(now);
-        if self.reach() != before {
+        if self.reached.others {
             return self.maintain(now);
         }
         self.observe(now);
@@ -2001,6 +1949,7 @@ impl SyncEngine {
             self.pump(now, relay);
             self.refresh_deadline(relay);
         }
+        self.end_input(now);
     }
 
     /// After an input that may concern any relay: connect relays whose
@@ -2014,6 +1963,7 @@ impl SyncEngine {
             self.pump(now, &relay);
         }
         self.refresh_all_deadlines();
+        self.end_input(now);
     }
 
     /// Announcements and root events that came with a history read that
@@ -2023,13 +1973,12 @@ impl SyncEngine {
     /// own relay's history read is planned when read, too:
     /// `OwnSession::history_read`).
     fn plan_completed_history(&mut self, now: Now) {
-        let confirmed = self.stats.history_reads_confirmed;
-        if confirmed == self.history_planned {
-            return;
-        }
-        self.history_planned = confirmed;
-        if self.timers.is_set(EngineTimer::OwnBatch) {
+        self.absorb(now);
+        if std::mem::take(&mut self.reached.history_read)
+            && self.timers.is_set(EngineTimer::OwnBatch)
+        {
             self.process_own_batch(now);
+            self.reached.others = true;
         }
     }
 
@@ -2201,19 +2150,6 @@ impl SyncEngine {
     }
 }
 
-/// What an input on one relay can change for the others: batches created
-/// or ended (planning, confirmations), relays added or dropped, the store
-/// falling behind or catching up. Equal before and after an input → only
-/// its relay needs a look.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Reach {
-    batches: u64,
-    batches_ended: u64,
-    relays: usize,
-    connections: usize,
-    store_keeps_up: bool,
-}
-
 /// What [`SyncEngine::relays_within_caps`] left out of one announcement,
 /// by reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -2373,7 +2309,7 @@ mod tests {
         let keys = Keys::generate();
         let ours = announcement(&keys, "stored-by-us", &[&own()], &[]);
         let theirs = announcement(&keys, "published-to-the-relay", &[&own()], &[]);
-        engine.stores.stored_lately.insert(ours.id, ());
+        engine.stores.note_stored_lately(ours.id);
         let live = SubscriptionId::new("grasp-sync-own-live");
         let event = |event: &Event| RelayMessage::event(live.clone(), event.clone());
         engine.handle_relay_message(now(), &own(), event(&ours));
@@ -2498,7 +2434,7 @@ mod tests {
             let event = announcement(&keys, &format!("r{n}"), &[&remote()], &[]);
             engine.admit_ours(now(), &remote(), &verified(event));
         }
-        assert_eq!(engine.ours.candidates.len(), MAX_CANDIDATES);
+        assert_eq!(engine.ours.candidates().len(), MAX_CANDIDATES);
         assert_eq!(engine.stats().candidates_dropped, 10);
     }
 }
