@@ -32,16 +32,19 @@ use crate::model::{
 use crate::planner::RepoSyncIndex;
 use crate::relay_text::RelayText;
 use crate::screen::Refused;
+use crate::transport::TransportError;
 use crate::verified::VerifiedEvent;
 
 mod batches;
 mod learned;
 mod link;
+mod own_read;
 
 pub(crate) use batches::{Batch, Batches};
 
 pub(crate) use learned::Learned;
 use link::Link;
+use own_read::{OwnRead, OwnStep};
 
 /// Everything about one relay: what we learned about it (kept across
 /// connections), its open connection if any, and its counters.
@@ -90,6 +93,22 @@ pub(crate) struct RelaySession {
     /// Failed historic work in a row (batches closed or timed out, live
     /// subscriptions refused) and its backoff; `None` after a confirmation.
     work_retry: Option<Retry>,
+    /// A remote relay we sync from, or the own relay we read ourselves
+    /// back from: where the session differs, the role says.
+    role: Role,
+}
+
+/// What a session is for: where it differs, it asks its role.
+#[derive(Debug, Default)]
+enum Role {
+    /// A relay we sync from: planned work, its events to the store.
+    #[default]
+    Remote,
+    /// The own relay, read back by the self-subscriber: never tracked or
+    /// planned; on connect its self-subscription ([`OwnRead`]) opens, its
+    /// events go to the self-subscriber; it reconnects after
+    /// `HealthConfig::own_relay_backoff`.
+    Own(Box<OwnRead>),
 }
 
 /// What the engine asks a session, and the session's handlers: what the
@@ -109,6 +128,49 @@ impl RelaySession {
     }
 
     // --- What the engine asks and tells a session ----------------------------
+
+    /// The own relay's session ([`Role::Own`]): idle, its first connection
+    /// due at once.
+    pub(crate) fn own() -> Self {
+        RelaySession {
+            role: Role::Own(Box::default()),
+            ..RelaySession::default()
+        }
+    }
+
+    /// The own relay's self-subscription, if this is its session.
+    fn own_read(&self) -> Option<&OwnRead> {
+        match &self.role {
+            Role::Own(read) => Some(read),
+            Role::Remote => None,
+        }
+    }
+
+    /// `true` for the own relay's session.
+    fn is_own(&self) -> bool {
+        self.own_read().is_some()
+    }
+
+    /// The health timing the session's reconnects follow: the
+    /// configuration's, or for the own relay its own backoff
+    /// ([`OwnRead::health`]).
+    fn health_config(&self, config: &HealthConfig) -> HealthConfig {
+        match self.role {
+            Role::Own(_) => OwnRead::health(config),
+            Role::Remote => config.clone(),
+        }
+    }
+
+    /// `true` once the own relay's history was read completely on its open
+    /// connection (`false` for any other session).
+    pub(crate) fn own_history_read(&self) -> bool {
+        self.is_connected() && self.own_read().is_some_and(OwnRead::history_read)
+    }
+
+    /// The own relay's self-subscription filter ([`OwnRead::subscription_filter`]).
+    pub(crate) fn own_subscription_filter(&self, config: &EngineConfig) -> Option<Filter> {
+        Some(self.own_read()?.subscription_filter(config))
+    }
 
     /// What the relay confirmed, while the engine tracks the relay.
     pub(crate) fn state(&self) -> Option<&RelayState> {
@@ -263,7 +325,11 @@ impl RelaySession {
     /// allows (`RelayHealth::should_attempt_connection`: backoff over, not
     /// rate-limited).
     pub(crate) fn should_connect(&self, now: Instant, health: &HealthConfig) -> bool {
-        self.is_tracked() && self.is_idle() && self.health.should_attempt_connection(now, health)
+        (self.is_tracked() || self.is_own())
+            && self.is_idle()
+            && self
+                .health
+                .should_attempt_connection(now, &self.health_config(health))
     }
 
     /// Asks for a connection ([`Command::Connect`]) if one should be tried
@@ -319,6 +385,16 @@ impl RelaySession {
             ignored(cx, "connected twice");
             return false;
         }
+        if let Role::Own(read) = &mut self.role {
+            if !self.link.connect_deadline().is_some() {
+                ignored(cx, "connected without an attempt");
+                return false;
+            }
+            self.health.on_connected();
+            self.link.open(now.instant);
+            read.opened(cx);
+            return false;
+        }
         if !self.is_tracked() {
             ignored(cx, "connected to a relay not tracked");
             let relay = cx.relay.clone();
@@ -331,6 +407,24 @@ impl RelaySession {
         }
         cx.events.push(SessionEvent::Connected);
         true
+    }
+
+    /// The connection could not take a message: an attempt that could not
+    /// even start failed ([`RelaySession::on_connect_failed`]); an open
+    /// connection is dropped ([`Command::Disconnect`]) and closed, to be
+    /// reconnected after the backoff. Ignored while idle.
+    pub(crate) fn on_send_failed(&mut self, cx: &mut Ctx<'_>, now: Now, error: &TransportError) {
+        if self.is_connecting() {
+            return self.on_connect_failed(cx, now);
+        }
+        if !self.is_connected() {
+            return ignored(cx, "send failure while not connected");
+        }
+        warn!(relay = %cx.relay, %error, "cannot send to relay; reconnecting");
+        let relay = cx.relay.clone();
+        self.emit(cx, Command::Disconnect { relay });
+        self.note_error(&format!("send failed: {error}"));
+        self.connection_closed(cx, now);
     }
 
     /// The connection dropped: an attempt in flight failed
@@ -480,9 +574,12 @@ impl RelaySession {
     pub(crate) fn connection_closed(&mut self, cx: &mut Ctx<'_>, now: Now) {
         match self.close(now) {
             Link::Open { since, .. } => {
-                self.health
-                    .on_disconnected(since, now.instant, &cx.config.health);
-                cx.events.push(SessionEvent::Disconnected);
+                let health = self.health_config(&cx.config.health);
+                self.health.on_disconnected(since, now.instant, &health);
+                match &mut self.role {
+                    Role::Own(read) => read.lost(now),
+                    Role::Remote => cx.events.push(SessionEvent::Disconnected),
+                }
             }
             Link::Connecting { .. } => self.health.on_connect_failed(now.instant),
             Link::Idle => {}
@@ -565,6 +662,44 @@ impl RelaySession {
     }
 
     // --- Messages -------------------------------------------------------
+
+    /// A message of the own relay's self-subscription (its session only,
+    /// [`OwnRead::on_message`]); a CLOSED drops the connection to reconnect
+    /// after the backoff.
+    pub(crate) fn on_own_message(&mut self, cx: &mut Ctx<'_>, now: Now, message: RelayMessage<'_>) {
+        if !self.is_connected() {
+            return ignored(cx, "message while not connected");
+        }
+        let Role::Own(read) = &mut self.role else {
+            return ignored(cx, "own relay message for a remote relay");
+        };
+        if read.on_message(cx, now, message) == OwnStep::Reconnect {
+            let relay = cx.relay.clone();
+            self.emit(cx, Command::Disconnect { relay });
+            self.connection_closed(cx, now);
+        }
+    }
+
+    /// An `EVENT` of the own relay that the driver verified already (or
+    /// found forged, counted): for the self-subscriber
+    /// ([`OwnRead::on_event`]).
+    pub(crate) fn on_own_checked_event(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        subscription_id: &SubscriptionId,
+        checked: Result<VerifiedEvent, Refused>,
+    ) {
+        if !self.is_connected() {
+            return ignored(cx, "event while not connected");
+        }
+        let Role::Own(read) = &mut self.role else {
+            return ignored(cx, "own relay event for a remote relay");
+        };
+        match checked {
+            Ok(event) => read.on_event(cx, subscription_id, event.into_event()),
+            Err(refused) => count_refused(cx.events, cx.relay, &refused),
+        }
+    }
 
     /// A relay message other than EVENT (those go through
     /// [`RelaySession::admit`]): EOSE, CLOSED, NOTICE, a `rate-limited:`
@@ -718,6 +853,10 @@ impl RelaySession {
     /// oversized message is asked again ever more rarely, not at once.
     pub(crate) fn message_too_large(&mut self, cx: &mut Ctx<'_>, now: Now, bytes: usize) {
         cx.events.push(Noted::Oversized);
+        if self.is_own() {
+            warn!(relay = %cx.relay, bytes, "own relay sent a message over the size limit; reconnecting");
+            return self.connection_closed(cx, now);
+        }
         if self.negentropy_waits_for_answer() {
             return self.negentropy_over_limit(cx, now, bytes);
         }
@@ -2372,14 +2511,18 @@ impl RelaySession {
     /// a rate limit over, a connection stable, a failing relay dead), after
     /// `now` (`RelayHealth::poll_timeout`).
     pub(crate) fn health_changes_at(&self, now: Instant, health: &HealthConfig) -> Option<Instant> {
-        self.health
-            .poll_timeout(now, self.link.connected_since(), health)
+        self.health.poll_timeout(
+            now,
+            self.link.connected_since(),
+            &self.health_config(health),
+        )
     }
 
     /// When the next connection attempt is allowed, while the relay is idle
     /// (not connected, no attempt in flight).
     pub(crate) fn retry_at(&self, health: &HealthConfig) -> Option<Instant> {
-        self.is_idle().then(|| self.health.next_attempt_at(health))
+        self.is_idle()
+            .then(|| self.health.next_attempt_at(&self.health_config(health)))
     }
 
     // --- Timeouts -----------------------------------------------------------

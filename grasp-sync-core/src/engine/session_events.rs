@@ -33,8 +33,8 @@ pub(crate) enum SessionEvent {
     /// The own relay's history was read completely: what is queued for the
     /// self-subscriber is planned now.
     OwnHistoryRead,
-    /// Events were queued for the self-subscriber's batch window.
-    OwnEventsQueued,
+    /// An event the own relay serves, for the self-subscriber's batch.
+    OwnEvent(Box<nostr::prelude::Event>),
     /// Something only counted.
     Noted(Noted),
 }
@@ -156,8 +156,6 @@ pub(crate) struct Reached {
     /// A history read completed (a remote relay's or the own relay's):
     /// what the self-subscriber queued is planned now.
     pub(crate) history_read: bool,
-    /// Events were queued for the self-subscriber's batch window.
-    pub(crate) own_queued: bool,
 }
 
 impl Reached {
@@ -173,8 +171,7 @@ impl Reached {
                 self.history_read |= history;
             }
             SessionEvent::OwnHistoryRead => self.history_read = true,
-            SessionEvent::OwnEventsQueued => self.own_queued = true,
-            SessionEvent::Noted(_) => {}
+            SessionEvent::OwnEvent(_) | SessionEvent::Noted(_) => {}
         }
     }
 }
@@ -187,8 +184,9 @@ mod tests {
     fn only_what_spans_relays_reaches_the_others() {
         let mut reached = Reached::default();
         reached.note(&Noted::RateLimited.into());
-        reached.note(&SessionEvent::OwnEventsQueued);
-        assert!(!reached.others && !reached.history_read && reached.own_queued);
+        reached.note(&SessionEvent::OwnHistoryRead);
+        assert!(!reached.others && reached.history_read);
+        reached.history_read = false;
         reached.note(&SessionEvent::BatchConfirmed {
             batch: BatchId(1),
             history: false,

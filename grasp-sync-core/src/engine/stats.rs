@@ -203,7 +203,7 @@ impl EngineStats {
             | SessionEvent::Disconnected
             | SessionEvent::BatchOpened(_)
             | SessionEvent::OwnHistoryRead
-            | SessionEvent::OwnEventsQueued => {}
+            | SessionEvent::OwnEvent(_) => {}
             SessionEvent::BatchConfirmed { history, .. } => {
                 self.batches_confirmed += 1;
                 if *history {

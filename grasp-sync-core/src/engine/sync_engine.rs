@@ -18,11 +18,11 @@ use super::deadlines::DeadlineTable;
 use super::held::{announced_repo, HeldRepos};
 use super::ours::{identifier, Layer1Verdict, Ours};
 use super::outbox::Outbox;
-use super::own_relay::OwnSession;
-use super::relay_session::{Arrived, Ctx, NegFailure, RelaySession};
+use super::own_relay::OwnRelay;
+use super::relay_session::{count_refused, Arrived, Ctx, NegFailure, RelaySession};
 use super::relay_slots::{Admission, RelaySlots, SlotRules};
 use super::relays::Relays;
-use super::session_events::{Reached, SessionEvents};
+use super::session_events::{Reached, SessionEvent, SessionEvents};
 use super::stats::{HeldBytes, SyncPlusCounts};
 use super::stores::{Answered, Handover, StoreTracker};
 use super::sync_plus::{Joined, RepoRelays, Role};
@@ -86,7 +86,7 @@ pub struct SyncEngine {
     relays: Relays,
     /// The own relay's session: the self-subscriber's connection, its
     /// history read and batch ([`OwnSession`]).
-    own: OwnSession,
+    own: OwnRelay,
     /// Which Layer 1 events are ours to store, and those waiting to be.
     ours: Ours,
     stores: StoreTracker,
@@ -147,7 +147,7 @@ impl SyncEngine {
                 now.instant + config.sync_plus.pass_interval,
             );
         }
-        let own = OwnSession::new(config.identity.own_relay.clone(), now.instant);
+        let own = OwnRelay::new(config.identity.own_relay.clone());
         let mut engine = SyncEngine {
             repos: RepoSyncIndex::new(),
             repo_relays: RepoRelays::new(&config.sync_plus),
@@ -430,7 +430,7 @@ impl SyncEngine {
     pub fn poll_timeout(&self) -> Option<Instant> {
         [
             self.timers.earliest(),
-            self.own.next_deadline(),
+            self.own.next_deadline(self.last_now(), &self.config),
             self.stores
                 .next_deadline(self.config.timeouts.store_timeout),
             self.deadlines.first(),
@@ -528,15 +528,24 @@ impl SyncEngine {
         input: RelayInput<'_, S>,
     ) {
         let (_, own, mut cx) = self.split(relay);
+        let Some(session) = own.session_mut() else {
+            return;
+        };
         match input {
-            RelayInput::Message(message) => own.on_message(&mut cx, now, message),
-            RelayInput::CheckedEvents(events) => own.on_checked_events(&mut cx, events),
-            RelayInput::Connected => own.connected(&mut cx),
-            RelayInput::ConnectFailed => own.connect_failed(&mut cx, now),
-            RelayInput::Disconnected => own.connection_closed(&mut cx, now),
-            RelayInput::Refused(refused) => own.refuse(&mut cx, &refused),
-            RelayInput::TooLarge(bytes) => own.message_too_large(&mut cx, now, bytes),
-            RelayInput::SendFailed(error) => own.send_failed(&mut cx, now, error),
+            RelayInput::Message(message) => session.on_own_message(&mut cx, now, message),
+            RelayInput::CheckedEvents(events) => {
+                for (id, checked) in events {
+                    session.on_own_checked_event(&mut cx, id.borrow(), checked);
+                }
+            }
+            RelayInput::Connected => {
+                session.on_connected(&mut cx, now);
+            }
+            RelayInput::ConnectFailed => session.on_connect_failed(&mut cx, now),
+            RelayInput::Disconnected => session.on_disconnected(&mut cx, now),
+            RelayInput::Refused(refused) => count_refused(cx.events, cx.relay, &refused),
+            RelayInput::TooLarge(bytes) => session.message_too_large(&mut cx, now, bytes),
+            RelayInput::SendFailed(error) => session.on_send_failed(&mut cx, now, error),
             RelayInput::Alive | RelayInput::Limits(_) => {}
         }
         self.maintain_after(now, None);
@@ -552,10 +561,7 @@ impl SyncEngine {
     /// The engine borrowed apart for a handler of `relay`: the relays, the
     /// own relay's session, and what a session's handlers are given
     /// ([`Ctx`]).
-    fn split<'a>(
-        &'a mut self,
-        relay: &'a RelayUrl,
-    ) -> (&'a mut Relays, &'a mut OwnSession, Ctx<'a>) {
+    fn split<'a>(&'a mut self, relay: &'a RelayUrl) -> (&'a mut Relays, &'a mut OwnRelay, Ctx<'a>) {
         let discovers = self.discovers(relay);
         let cx = Ctx {
             relay,
@@ -1703,24 +1709,9 @@ impl SyncEngine {
     /// A remote relay's connection could not take a message
     /// ([`SyncEngine::handle_send_failed`]).
     fn on_send_failed(&mut self, now: Now, relay: &RelayUrl, error: &TransportError) {
-        if self
-            .relays
-            .get(relay)
-            .is_some_and(RelaySession::is_connecting)
-        {
-            // The connect itself could not be started.
-            return self.on_connect_failed(now, relay);
-        }
-        if !self.relays.is_connected(relay) {
-            return self.ignored(relay, "send failure while not connected");
-        }
-        warn!(%relay, %error, "cannot send to relay; reconnecting");
-        self.emit(Command::Disconnect {
-            relay: relay.clone(),
-        });
-        if let Some((session, mut cx)) = self.session(relay) {
-            session.note_error(&format!("send failed: {error}"));
-            session.connection_closed(&mut cx, now);
+        match self.session(relay) {
+            Some((session, mut cx)) => session.on_send_failed(&mut cx, now, error),
+            None => self.ignored(relay, "send failure while not connected"),
         }
         self.maintain(now);
     }
@@ -1897,13 +1888,17 @@ impl SyncEngine {
         self.timers.set_unless_set(EngineTimer::OwnBatch, closes);
     }
 
-    /// The own relay session's timers ([`OwnSession::handle_timeout`]).
+    /// The own relay session's timers (`RelaySession::handle_timeout`) and its reconnect once the backoff is over (`RelaySession::connect_if_due`).
     fn own_timeout(&mut self, now: Now) {
         let Some(relay) = self.own.url().cloned() else {
             return;
         };
         let (_, own, mut cx) = self.split(&relay);
-        own.handle_timeout(&mut cx, now);
+        if let Some(session) = own.session_mut() {
+            // The own relay is never planned: a re-plan is not its.
+            let _replan = session.handle_timeout(&mut cx, now);
+            session.connect_if_due(&mut cx, now.instant);
+        }
         self.end_input(now);
     }
 
@@ -1918,9 +1913,9 @@ impl SyncEngine {
         for event in self.events.take() {
             self.stats.count(&event);
             self.reached.note(&event);
-        }
-        if std::mem::take(&mut self.reached.own_queued) {
-            self.start_own_batch_window(now);
+            if let SessionEvent::OwnEvent(event) = event {
+                self.queue_own_events(now, [*event]);
+            }
         }
         if self.stores.pace_changed(&self.config) {
             self.reached.others = true;
