@@ -386,7 +386,7 @@ impl RelaySession {
             return false;
         }
         if let Role::Own(read) = &mut self.role {
-            if !self.link.connect_deadline().is_some() {
+            if !self.is_connecting() {
                 ignored(cx, "connected without an attempt");
                 return false;
             }
