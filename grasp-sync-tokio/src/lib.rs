@@ -77,10 +77,15 @@ mod resolve;
 mod status;
 mod store;
 mod tls;
+mod transport;
+mod websocket;
 
 pub use clock::TokioClock;
 pub use connection::{ConnectionConfig, DEFAULT_MAX_MESSAGE_BYTES};
 pub use database::DatabaseStore;
+/// The futures-util crate (0.3) whose `Sink`, `Stream` and `BoxFuture` the
+/// [`RelayTransport`] trait names.
+pub use futures_util;
 pub use grasp_sync_core as core;
 pub use grasp_sync_core::nip34::RepoRef;
 pub use manager::{
@@ -112,3 +117,7 @@ pub use prometheus;
 pub use resolve::{DialError, Resolver, StaticResolver, SystemResolver};
 pub use status::{RelayStatus, SyncStatus};
 pub use store::{RelayStore, INGEST_CONNECTIONS, INGEST_WINDOW};
+pub use transport::{
+    ConnectError, ConnectRequest, Incoming, RelayConnection, RelayTransport, SendError, TextFrame,
+};
+pub use websocket::WebSocketTransport;
