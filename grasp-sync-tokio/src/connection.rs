@@ -1,29 +1,29 @@
-//! One WebSocket connection to one relay: a driver task per connection that
-//! selects over the next frame, handing decoded reports to the manager
-//! ([`Delivery`]), outgoing messages, a ping timer and shutdown,
-//! and a [`WsTransport`] handle the manager executes the engine's commands
-//! on (connect, close, send a message).
+//! One connection to one relay, opened through the manager's
+//! [`RelayTransport`] (WebSocket by default): a driver task per connection
+//! that selects over the next frame, handing decoded reports to the manager
+//! ([`Delivery`]), outgoing messages and shutdown, and a
+//! [`ConnectionHandle`] the manager executes the engine's commands on
+//! (connect, close, send a message).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use grasp_sync_core::transport::TransportError;
 use nostr::prelude::{ClientMessage, RelayUrl};
 use tokio::sync::{mpsc, watch};
 
 use crate::budget::{InboundBudget, SharedBudget};
 use tokio::task::JoinSet;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use tokio_tungstenite::Connector;
 use tracing::debug;
 
 use crate::decode::{gather_texts, next_frame, spawn_decode, Pending, Screen, SharedSeen};
 use crate::delivery::Delivery;
 use crate::inbound::{Inbound, Report};
+use crate::transport::{
+    ConnectError, ConnectRequest, Incoming, RelayConnection, RelayTransport, TextFrame,
+};
 use grasp_sync_core::screen::{Requested, SizeLimits};
-use tokio_tungstenite::tungstenite::error::CapacityError;
 
 /// Reports of one connection decoding or waiting to be handed to the
 /// manager, at most (each also holds its share of the relay's byte
@@ -109,13 +109,15 @@ pub(crate) struct SentCounter {
     pub(crate) connects: Option<prometheus::IntCounter>,
 }
 
-/// What every connection needs: limits, TLS, where to report, shutdown.
+/// What every connection needs: limits, the transport, where to report,
+/// shutdown.
 #[derive(Clone)]
 pub(crate) struct Dialer {
     pub(crate) config: ConnectionConfig,
-    pub(crate) tls: Arc<rustls::ClientConfig>,
-    /// Resolves each relay once and checks its addresses.
-    pub(crate) address: crate::resolve::AddressCheck,
+    /// Opens the connections (the own relay's too).
+    pub(crate) transport: Arc<dyn RelayTransport>,
+    /// Whether the connections are the own relay's (told to the transport).
+    pub(crate) own_relay: bool,
     pub(crate) inbound: mpsc::Sender<Inbound>,
     pub(crate) shutdown: watch::Receiver<bool>,
     /// Signatures verified lately, shared by the relay connections; `None`
@@ -130,7 +132,7 @@ pub(crate) struct Dialer {
 
 /// A handle to one relay's connection: opens it (a driver task per
 /// connection), closes it, queues messages for it.
-pub(crate) struct WsTransport {
+pub(crate) struct ConnectionHandle {
     relay: RelayUrl,
     connector: Dialer,
     generation: u64,
@@ -145,9 +147,9 @@ pub(crate) struct WsTransport {
     requested: Arc<std::sync::Mutex<Requested>>,
 }
 
-impl std::fmt::Debug for WsTransport {
+impl std::fmt::Debug for ConnectionHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WsTransport")
+        f.debug_struct("ConnectionHandle")
             .field("relay", &self.relay)
             .field("generation", &self.generation)
             .field("open", &self.outgoing.is_some())
@@ -155,14 +157,14 @@ impl std::fmt::Debug for WsTransport {
     }
 }
 
-impl WsTransport {
+impl ConnectionHandle {
     /// A connection to `relay`, not opened yet.
     pub(crate) fn new(relay: RelayUrl, connector: Dialer, sent: SentCounter) -> Self {
         let budget = InboundBudget::new(
             connector.config.inbound_bytes_per_relay,
             connector.shared_budget.clone(),
         );
-        WsTransport {
+        ConnectionHandle {
             relay,
             connector,
             generation: 0,
@@ -274,12 +276,6 @@ impl WsTransport {
     }
 }
 
-/// Why a connection could not be opened.
-enum Failure {
-    Dial(crate::resolve::DialError),
-    Handshake(String),
-}
-
 /// The task of one connection: it reads the frames, starts their
 /// decoding, hands the reports on in order, and writes what is sent.
 struct Driver {
@@ -320,7 +316,7 @@ impl Driver {
     /// buffer more than the budgets in memory); meanwhile the reports
     /// decoded before are handed on, which gives their budget back once the
     /// manager handled them.
-    async fn report_frames(&mut self, texts: Vec<tokio_tungstenite::tungstenite::Utf8Bytes>) {
+    async fn report_frames(&mut self, texts: Vec<TextFrame>) {
         let size: usize = texts.iter().map(|text| text.len()).sum();
         let mut shutdown = self.connector.shutdown.clone();
         let acquire = self.budget.reserve(size);
@@ -342,50 +338,34 @@ impl Driver {
 
     async fn run(mut self, timeout: Duration) {
         let config = &self.connector.config;
-        let ws_config = WebSocketConfig::default()
-            .max_message_size(Some(config.max_message_size))
-            .max_frame_size(Some(config.max_frame_size));
-        let connector = Connector::Rustls(self.connector.tls.clone());
-        // NIP-11 is fetched alongside the handshake and reported whenever
+        let request = ConnectRequest::new(
+            self.relay.clone(),
+            timeout,
+            config.max_message_size,
+            config.max_frame_size,
+            config.ping_interval,
+            self.connector.own_relay,
+        );
+        // NIP-11 is fetched alongside the connection and reported whenever
         // (if ever) it answers: a stalling endpoint never holds the
         // connection up; the engine uses safe sizes until it knows better.
         self.spawn_nip11(timeout);
-        let address = self.connector.address.clone();
-        let relay = self.relay.clone();
-        let connecting = async move {
-            // One resolution, every address checked, the socket opened to a
-            // checked one; the handshake runs over that socket.
-            let stream = address
-                .connect(&relay, timeout)
-                .await
-                .map_err(Failure::Dial)?;
-            tokio_tungstenite::client_async_tls_with_config(
-                relay.as_str(),
-                stream,
-                Some(ws_config),
-                Some(connector),
-            )
-            .await
-            .map_err(|error| Failure::Handshake(error.to_string()))
-        };
+        let connecting = self.connector.transport.connect(request);
         let mut shutdown = self.connector.shutdown.clone();
-        let ws = tokio::select! {
+        let connection = tokio::select! {
             result = tokio::time::timeout(timeout, connecting) => result,
             _ = shutdown.changed() => return,
         };
-        let ws = match ws {
-            Ok(Ok((ws, _))) => Ok(ws),
-            Ok(Err(Failure::Dial(crate::resolve::DialError::Refused(error)))) => {
-                Err(Report::AddressRefused(error.to_string()))
-            }
-            Ok(Err(Failure::Dial(error))) => Err(Report::ConnectFailed(error.to_string())),
-            Ok(Err(Failure::Handshake(error))) => Err(Report::ConnectFailed(error)),
+        let connection = match connection {
+            Ok(Ok(connection)) => Ok(connection),
+            Ok(Err(ConnectError::AddressRefused(reason))) => Err(Report::AddressRefused(reason)),
+            Ok(Err(error)) => Err(Report::ConnectFailed(error.to_string())),
             Err(_) => Err(Report::ConnectFailed("connect timed out".into())),
         };
-        match ws {
-            Ok(ws) => {
+        match connection {
+            Ok(connection) => {
                 self.report(Report::Connected);
-                let reason = self.pump(ws, shutdown).await;
+                let reason = self.pump(connection, shutdown).await;
                 debug!(relay = %self.relay, reason, "connection closed");
                 if let Some(reason) = reason {
                     self.report(Report::Disconnected(reason));
@@ -401,18 +381,19 @@ impl Driver {
     fn spawn_nip11(&self, timeout: Duration) {
         let relay = self.relay.clone();
         let generation = self.generation;
-        let tls = self.connector.tls.clone();
-        let address = self.connector.address.clone();
+        let fetch = self
+            .connector
+            .transport
+            .relay_limits(relay.clone(), timeout);
         let inbound = self.connector.inbound.clone();
         let mut shutdown = self.connector.shutdown.clone();
         tokio::spawn(async move {
-            let fetch = crate::nip11::fetch_limits(&relay, &address, tls, timeout);
             let limits = tokio::select! {
                 limits = fetch => limits,
                 _ = shutdown.changed() => return,
             };
             match limits {
-                Ok(limits) => {
+                Some(limits) => {
                     let report = Inbound {
                         relay,
                         generation,
@@ -424,29 +405,25 @@ impl Driver {
                         _ = shutdown.changed() => {}
                     }
                 }
-                Err(error) => debug!(%relay, %error, "no NIP-11 limits"),
+                None => debug!(%relay, "no relay limits from the transport"),
             }
         });
     }
 
     /// Runs the open connection; returns why it ended, or `None` when we
-    /// closed it (shutdown or a `Disconnect` command) or the manager is
-    /// gone. Decoded reports are handed on between frames; past
-    /// [`DECODE_QUEUE`] waiting, no frame is read until the manager took
-    /// some.
+    /// closed it (shutdown or a `Disconnect` command), the manager is gone
+    /// or the message was too large (reported as such). Decoded reports are
+    /// handed on between frames; past [`DECODE_QUEUE`] waiting, no frame is
+    /// read until the manager took some. Nothing is read once the
+    /// connection reported its end.
     async fn pump(
         &mut self,
-        ws: tokio_tungstenite::WebSocketStream<
-            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-        >,
+        connection: RelayConnection,
         mut shutdown: watch::Receiver<bool>,
     ) -> Option<String> {
-        let (mut sink, mut stream) = ws.split();
+        let (mut sink, mut stream) = connection.into_parts();
         // A frame read while gathering text frames, handled next.
         let mut held = None;
-        let period = self.connector.config.ping_interval;
-        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        let mut awaiting_pong = false;
         loop {
             tokio::select! {
                 delivered = self.delivery.deliver_one(), if !self.delivery.is_empty() => {
@@ -456,28 +433,23 @@ impl Driver {
                     }
                 }
                 frame = next_frame(&mut stream, &mut held), if self.delivery.len() < DECODE_QUEUE => match frame {
-                    Some(Ok(Message::Text(text))) => {
+                    Some(Incoming::Text(text)) => {
                         let texts = gather_texts(text, &mut stream, &mut held);
                         self.report_frames(texts).await
                     }
-                    Some(Ok(Message::Pong(_))) => {
-                        awaiting_pong = false;
-                        self.report(Report::Alive);
-                    }
-                    Some(Ok(Message::Close(frame))) => return Some(format!("closed by relay: {frame:?}")),
-                    Some(Ok(_)) => {}
-                    Some(Err(WsError::Capacity(CapacityError::MessageTooLong { size, .. }))) => {
-                        // WebSocket cannot skip it: the connection is lost;
+                    Some(Incoming::Alive) => self.report(Report::Alive),
+                    Some(Incoming::Closed(reason)) => return Some(reason),
+                    Some(Incoming::TooLarge(size)) => {
+                        // The connection cannot read past it and is lost;
                         // the engine counts it and backs off.
                         self.report(Report::MessageTooLarge(size));
                         return None;
                     }
-                    Some(Err(error)) => return Some(error.to_string()),
                     None => return Some("connection ended".into()),
                 },
                 out = self.outgoing.recv() => match out {
                     Some(Outgoing::Text(text)) => {
-                        if let Err(error) = sink.send(Message::Text(text.into())).await {
+                        if let Err(error) = sink.send(text).await {
                             return Some(error.to_string());
                         }
                     }
@@ -486,15 +458,6 @@ impl Driver {
                         return None;
                     }
                 },
-                _ = ping.tick() => {
-                    if awaiting_pong {
-                        return Some("no pong within the ping interval".into());
-                    }
-                    awaiting_pong = true;
-                    if let Err(error) = sink.send(Message::Ping(Vec::new().into())).await {
-                        return Some(error.to_string());
-                    }
-                }
                 _ = shutdown.changed() => {
                     let _ = sink.close().await;
                     return None;

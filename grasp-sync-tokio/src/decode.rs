@@ -27,9 +27,9 @@ use grasp_sync_core::screen::{Refused, Requested, SizeLimits};
 use grasp_sync_core::verified::{AuthorKeys, Forged, IdChecked, SeenSignatures, VerifiedEvent};
 use nostr::prelude::RelayMessage;
 use tokio::task::JoinHandle;
-use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
 use crate::inbound::Report;
+use crate::transport::{Incoming, TextFrame};
 
 /// What verification remembers, shared by a manager's connections; `None`
 /// on a connection whose events are trusted (the own relay's).
@@ -85,11 +85,11 @@ pub(crate) struct Screen {
 
 /// Starts decoding `texts` (frames received together) in a task of its
 /// own; `screen` is `None` on a connection whose events are trusted.
-pub(crate) fn spawn_decode(texts: Vec<Utf8Bytes>, screen: Option<Screen>) -> Pending {
+pub(crate) fn spawn_decode(texts: Vec<TextFrame>, screen: Option<Screen>) -> Pending {
     Pending::Decoding(tokio::spawn(async move {
         texts
             .iter()
-            .map(|text| decode(text, screen.as_ref()))
+            .map(|text| decode(text.as_str(), screen.as_ref()))
             .collect()
     }))
 }
@@ -187,17 +187,17 @@ where
 /// [`FRAMES_PER_TASK`]), to decode in one task; a non-text frame met on the
 /// way is held for the next turn.
 pub(crate) fn gather_texts<S>(
-    first: Utf8Bytes,
+    first: TextFrame,
     stream: &mut S,
     held: &mut Held<S>,
-) -> Vec<Utf8Bytes>
+) -> Vec<TextFrame>
 where
-    S: futures_util::Stream<Item = Result<Message, WsError>> + Unpin,
+    S: futures_util::Stream<Item = Incoming> + Unpin,
 {
     let mut texts = vec![first];
     while texts.len() < FRAMES_PER_TASK {
         match stream.next().now_or_never() {
-            Some(Some(Ok(Message::Text(text)))) => texts.push(text),
+            Some(Some(Incoming::Text(text))) => texts.push(text),
             Some(other) => {
                 *held = Some(other);
                 break;

@@ -1,8 +1,10 @@
 //! # grasp-sync-tokio
 //!
 //! Runs the pure [`grasp_sync_core`] sync engine against real relays: one
-//! WebSocket driver task per relay connection (rustls for `wss://`, ping
-//! keep-alive, frame and message size limits), a self-subscription to the own
+//! driver task per relay connection, each opened through a
+//! [`RelayTransport`] ([`WebSocketTransport`] by default: rustls for
+//! `wss://`, ping keep-alive, frame and message size limits; a host plugs
+//! its own with [`SyncManagerBuilder::transport`]), a self-subscription to the own
 //! relay (or an in-process channel for relays that embed us), a store that
 //! publishes to the own relay and reports its `OK`, Prometheus metrics and a
 //! graceful shutdown. What is synced, stored or complete is the engine's
@@ -19,7 +21,8 @@
 //! relays share, [`ConnectionConfig::inbound_bytes_per_relay`] and
 //! [`ConnectionConfig::inbound_bytes_total`]: a connection reads its next
 //! message only once both have room); and closing a connection
-//! whose pong does not come back within the ping interval. Whether a relay is
+//! whose pong does not come back within the ping interval (the transport's
+//! duty: [`WebSocketTransport`] does it). Whether a relay is
 //! alive is otherwise the engine's (each pong is fed to
 //! `SyncEngine::handle_relay_alive`); the missed pong stays here because the
 //! ping is a WebSocket control frame the engine never sees, and the engine
@@ -77,10 +80,15 @@ mod resolve;
 mod status;
 mod store;
 mod tls;
+mod transport;
+mod websocket;
 
 pub use clock::TokioClock;
 pub use connection::{ConnectionConfig, DEFAULT_MAX_MESSAGE_BYTES};
 pub use database::DatabaseStore;
+/// The futures-util crate (0.3) whose `Sink`, `Stream` and `BoxFuture` the
+/// [`RelayTransport`] trait names.
+pub use futures_util;
 pub use grasp_sync_core as core;
 pub use grasp_sync_core::nip34::RepoRef;
 pub use manager::{
@@ -112,3 +120,7 @@ pub use prometheus;
 pub use resolve::{DialError, Resolver, StaticResolver, SystemResolver};
 pub use status::{RelayStatus, SyncStatus};
 pub use store::{RelayStore, INGEST_CONNECTIONS, INGEST_WINDOW};
+pub use transport::{
+    ConnectError, ConnectRequest, Incoming, RelayConnection, RelayTransport, SendError, TextFrame,
+};
+pub use websocket::WebSocketTransport;

@@ -19,6 +19,8 @@ use crate::metrics::Metrics;
 use crate::resolve::{AddressCheck, Resolver, SystemResolver};
 use crate::status::SyncStatus;
 use crate::tls::tls_config;
+use crate::transport::RelayTransport;
+use crate::websocket::WebSocketTransport;
 
 /// Why the manager could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -298,6 +300,8 @@ pub struct SyncManagerBuilder {
     registry: Option<prometheus::Registry>,
     metrics_prefix: String,
     resolver: Arc<dyn Resolver>,
+    /// The transport plugged in; WebSocket when `None`.
+    transport: Option<Arc<dyn RelayTransport>>,
     own_announcements: Option<OwnAnnouncementObserver>,
 }
 
@@ -331,6 +335,7 @@ impl SyncManagerBuilder {
             registry: None,
             metrics_prefix: crate::metrics::DEFAULT_PREFIX.to_owned(),
             resolver: Arc::new(SystemResolver),
+            transport: None,
             own_announcements: None,
         }
     }
@@ -491,6 +496,23 @@ impl SyncManagerBuilder {
         self
     }
 
+    /// How the manager reaches relays: every relay connection, the own
+    /// relay's self-subscription included, is opened through `transport`
+    /// (a pool of connections the host already runs, a proxy, an
+    /// in-process relay, a test double) instead of the default
+    /// [`WebSocketTransport`](crate::WebSocketTransport). What stays with
+    /// the manager and what is the transport's is said on
+    /// [`RelayTransport`]. With a transport plugged in, the
+    /// [`resolver`](SyncManagerBuilder::resolver) is not used (name
+    /// resolution and which addresses may be reached are the transport's);
+    /// the relay policy still decides which relay URLs from announcements
+    /// the engine connects to. An `Arc` of a transport is a transport too,
+    /// to share one.
+    pub fn transport(mut self, transport: impl RelayTransport) -> Self {
+        self.transport = Some(Arc::new(transport));
+        self
+    }
+
     /// Registers the metrics in `registry` (the host's) as well as in a
     /// private one.
     ///
@@ -605,6 +627,10 @@ impl SyncManagerBuilder {
         let ping_interval = connection
             .ping_interval
             .min(engine_config.liveness_probe_interval());
+        let transport: Arc<dyn RelayTransport> = match self.transport {
+            Some(transport) => transport,
+            None => Arc::new(WebSocketTransport::with_address(tls_config()?, address)),
+        };
         let dialer = Dialer {
             seen: Some(Arc::new(seen)),
             limits: engine_config.limits.size_limits(),
@@ -613,8 +639,8 @@ impl SyncManagerBuilder {
                 ..connection
             },
             shared_budget: SharedBudget::new(connection.inbound_bytes_total),
-            tls: tls_config()?,
-            address,
+            transport,
+            own_relay: false,
             inbound: inbound_tx,
             shutdown: shutdown_rx,
         };

@@ -18,7 +18,7 @@ use grasp_sync_core::transport::TransportError;
 use nostr::prelude::RelayUrl;
 use tokio::task::JoinSet;
 
-use crate::connection::{Dialer, SentCounter, WsTransport};
+use crate::connection::{ConnectionHandle, Dialer, SentCounter};
 use crate::metrics::Metrics;
 
 /// Largest WebSocket message or frame taken from the own relay. Its events
@@ -33,7 +33,7 @@ pub(crate) const OWN_RELAY_MAX_MESSAGE: usize = 16 * 1024 * 1024;
 pub(super) struct Connections {
     dialer: Dialer,
     /// Every relay's connection, the own relay's included.
-    transports: HashMap<RelayUrl, WsTransport>,
+    transports: HashMap<RelayUrl, ConnectionHandle>,
     /// The own relay's URL: its reports are the self-subscriber's.
     own: Option<RelayUrl>,
     /// Bytes sent on every connection.
@@ -87,7 +87,7 @@ impl Connections {
     /// Whether a report of connection `generation` to `relay` comes from
     /// its current connection (else it is stale).
     pub(super) fn is_current(&self, relay: &RelayUrl, generation: u64) -> bool {
-        self.transports.get(relay).map(WsTransport::generation) == Some(generation)
+        self.transports.get(relay).map(ConnectionHandle::generation) == Some(generation)
     }
 
     /// Bytes sent on every connection so far.
@@ -99,12 +99,12 @@ impl Connections {
     pub(super) fn take_tasks(&mut self) -> Vec<JoinSet<()>> {
         self.transports
             .values_mut()
-            .filter_map(WsTransport::take_tasks)
+            .filter_map(ConnectionHandle::take_tasks)
             .collect()
     }
 
     /// The connection of `relay`, created on first use.
-    fn transport(&mut self, relay: &RelayUrl) -> &mut WsTransport {
+    fn transport(&mut self, relay: &RelayUrl) -> &mut ConnectionHandle {
         let Connections {
             transports,
             dialer,
@@ -114,14 +114,14 @@ impl Connections {
         } = self;
         transports.entry(relay.clone()).or_insert_with(|| {
             let counter = sent_counter(sent, metrics, relay);
-            WsTransport::new(relay.clone(), dialer.clone(), counter)
+            ConnectionHandle::new(relay.clone(), dialer.clone(), counter)
         })
     }
 
     /// The own relay's connection: its events were accepted by it and are
     /// not verified again, its messages may be as large as
     /// [`OWN_RELAY_MAX_MESSAGE`], and its attempts are not relay sync's.
-    fn own_transport(&self, url: RelayUrl) -> WsTransport {
+    fn own_transport(&self, url: RelayUrl) -> ConnectionHandle {
         let sent = SentCounter {
             connects: None,
             ..sent_counter(&self.sent, &self.metrics, &url)
@@ -131,10 +131,11 @@ impl Connections {
         config.max_frame_size = config.max_frame_size.max(OWN_RELAY_MAX_MESSAGE);
         let dialer = Dialer {
             seen: None,
+            own_relay: true,
             config,
             ..self.dialer.clone()
         };
-        WsTransport::new(url, dialer, sent)
+        ConnectionHandle::new(url, dialer, sent)
     }
 
     /// A relay no longer tracked: its connection closes, its driver tasks
