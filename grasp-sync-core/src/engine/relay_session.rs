@@ -385,14 +385,16 @@ impl RelaySession {
             ignored(cx, "connected twice");
             return false;
         }
-        if let Role::Own(read) = &mut self.role {
+        if self.is_own() {
             if !self.is_connecting() {
                 ignored(cx, "connected without an attempt");
                 return false;
             }
             self.health.on_connected();
             self.link.open(now.instant);
-            read.opened(cx);
+            if let Role::Own(read) = &mut self.role {
+                read.opened(cx);
+            }
             return false;
         }
         if !self.is_tracked() {
