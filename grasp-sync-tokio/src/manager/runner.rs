@@ -159,7 +159,7 @@ impl Runner {
 
     /// Events the embedding relay accepted, for the self-subscriber.
     fn on_own_event(&mut self, event: nostr::prelude::Event) {
-        self.saw_own(&event);
+        self.saw_own_event(&event);
         let now = self.clock_now();
         self.engine.handle_own_events(now, [event]);
     }
@@ -252,15 +252,13 @@ impl Runner {
         if !self.connections.is_current(&relay, generation) {
             return;
         }
-        if self.connections.is_own(&relay) {
-            for report in reports {
-                self.on_own_report(&relay, report);
-            }
-            return;
-        }
+        let own = self.connections.is_own(&relay);
         let mut events = Vec::new();
         let mut events_size = 0;
         for report in reports {
+            if own {
+                self.saw_own(&report);
+            }
             match report {
                 Report::Event {
                     subscription_id,
@@ -302,19 +300,13 @@ impl Runner {
         let now = self.clock_now();
         match report {
             Report::Connected => {
-                self.metrics
-                    .connection_attempts
-                    .with_label_values(&[relay.as_str(), "success"])
-                    .inc();
+                self.count_attempt(relay, "success");
                 self.engine.handle_connected(now, relay);
                 self.connection_changed(relay);
             }
             Report::Limits(limits) => self.engine.handle_relay_limits(now, relay, limits),
             Report::ConnectFailed(reason) => {
-                self.metrics
-                    .connection_attempts
-                    .with_label_values(&[relay.as_str(), "failure"])
-                    .inc();
+                self.count_attempt(relay, "failure");
                 debug!(%relay, reason, "connect failed");
                 self.engine.handle_connect_failed(now, relay);
                 self.connection_changed(relay);
@@ -370,54 +362,50 @@ impl Runner {
         }
     }
 
-    /// Tells the observer of own announcements (if any) of `event`, which the own
-    /// relay serves.
-    fn saw_own(&self, event: &nostr::prelude::Event) {
+    /// Tells the observer of own announcements (if any) of the event in a
+    /// report of the own relay: it serves it. The engine routes the report
+    /// to the own relay's session like any relay's.
+    fn saw_own(&self, report: &Report) {
+        match report {
+            Report::Message(message, _) => {
+                if let nostr::prelude::RelayMessage::Event { event, .. } = message.as_ref() {
+                    self.saw_own_event(event);
+                }
+            }
+            Report::Event {
+                checked: Ok(event), ..
+            } => self.saw_own_event(event.event()),
+            _ => {}
+        }
+    }
+
+    /// Tells the observer of own announcements (if any) of `event`, which
+    /// the own relay serves.
+    fn saw_own_event(&self, event: &nostr::prelude::Event) {
         if let Some(observer) = &self.own_announcements {
             observer.saw(event);
         }
     }
 
-    /// A report from the own relay's current connection, for the engine.
-    /// Its bytes, attempts and NIP-11 limits are not relay sync's.
-    fn on_own_report(&mut self, relay: &RelayUrl, report: Report) {
-        let now = self.clock_now();
-        match report {
-            Report::Connected => self.engine.handle_connected(now, relay),
-            Report::Message(message, _) => {
-                // The own relay's events are trusted: they come as plain messages.
-                if let nostr::prelude::RelayMessage::Event { event, .. } = message.as_ref() {
-                    self.saw_own(event);
-                }
-                self.engine.handle_relay_message(now, relay, *message);
-            }
-            Report::Event {
-                subscription_id,
-                checked,
-                ..
-            } => {
-                if let Ok(event) = &checked {
-                    self.saw_own(event.event());
-                }
-                self.engine
-                    .handle_checked_event(now, relay, &subscription_id, checked);
-            }
-            Report::ConnectFailed(reason) | Report::AddressRefused(reason) => {
-                info!(%relay, reason, "own relay connection failed");
-                self.engine.handle_connect_failed(now, relay);
-            }
-            Report::Disconnected(reason) => {
-                info!(%relay, reason, "own relay connection lost");
-                self.engine.handle_disconnected(now, relay);
-            }
-            Report::MessageTooLarge(size) => self.engine.handle_message_too_large(now, relay, size),
-            Report::Alive | Report::Limits(_) | Report::Refused(_) => {}
-            Report::Malformed(size) => debug!(%relay, size, "malformed frame from the own relay"),
+    /// Counts a connection attempt of `relay` that ended in `outcome`
+    /// (`success` or `failure`; the own relay's attempts are not relay
+    /// sync's).
+    fn count_attempt(&self, relay: &RelayUrl, outcome: &str) {
+        if self.connections.is_own(relay) {
+            return;
         }
+        self.metrics
+            .connection_attempts
+            .with_label_values(&[relay.as_str(), outcome])
+            .inc();
     }
 
-    /// Counts `size` bytes received from `relay`.
+    /// Counts `size` bytes received from `relay` (the own relay's bytes are
+    /// not relay sync's).
     fn count_received(&mut self, relay: &RelayUrl, size: usize) {
+        if self.connections.is_own(relay) {
+            return;
+        }
         self.summary.bytes_received += size as u64;
         self.metrics
             .bytes_received
@@ -505,6 +493,9 @@ impl Runner {
     /// gauges and the connected count are set now, so a host's "connected
     /// relays" drops the moment a source goes, not on the next tick.
     fn connection_changed(&self, relay: &RelayUrl) {
+        if self.connections.is_own(relay) {
+            return;
+        }
         let now = self.clock_now();
         self.metrics
             .connection_changed(&self.engine, relay, now.instant);
