@@ -356,6 +356,9 @@ pub struct ServedRepository {
 }
 
 #[cfg(test)]
+mod mocked;
+
+#[cfg(test)]
 mod tests {
     use grasp_sync_test_support::ids::coordinate;
     use grasp_sync_test_support::nip34::{sign, tag};

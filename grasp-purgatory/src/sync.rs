@@ -569,4 +569,6 @@ fn enqueue_with_throttled_domains(
 }
 
 #[cfg(test)]
+mod mocked;
+#[cfg(test)]
 mod tests;

@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod events;
-mod support;
+use grasp_sync_test_harness::git as support;
 
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt as _;

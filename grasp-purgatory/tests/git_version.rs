@@ -4,7 +4,7 @@
 //! Ubuntu 22.04's git prints.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::git as support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

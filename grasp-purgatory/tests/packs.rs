@@ -4,7 +4,7 @@
 //! limited; in every case nothing is kept (no temporary pack) and no ref is written.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::git as support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //! Its own test binary: it sets the process environment.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::git as support;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;

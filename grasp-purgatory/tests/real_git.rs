@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod events;
-mod support;
+use grasp_sync_test_harness::git as support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

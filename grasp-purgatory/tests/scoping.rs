@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod events;
-mod support;
+use grasp_sync_test_harness::git as support;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};

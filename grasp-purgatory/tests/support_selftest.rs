@@ -1,6 +1,6 @@
-//! Self-tests of the git-server test harness in `support/`.
+//! Self-tests of the git-server test harness `grasp_sync_test_harness::git`.
 
-mod support;
+use grasp_sync_test_harness::git as support;
 
 use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};

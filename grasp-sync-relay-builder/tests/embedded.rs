@@ -3,8 +3,7 @@
 //! a remote relay reach the relay's own live subscribers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::sync::Arc;
 use std::time::Duration;

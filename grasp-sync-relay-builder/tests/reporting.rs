@@ -5,8 +5,7 @@
 //! WebSocket; the sync's side is the `own_events` channel the bridge feeds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

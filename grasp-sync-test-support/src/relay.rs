@@ -1,7 +1,7 @@
 //! What a relay answers when it does not serve NIP-77, the ways real relays
 //! refuse it: one behaviour for the simulation's in-memory relay
 //! (`grasp-sync-core/tests/sim/relay.rs`) and the tokio tests' WebSocket
-//! proxy in front of a real relay (`grasp-sync-tokio/tests/support/proxy.rs`).
+//! proxy in front of a real relay (`grasp-sync-test-harness/src/relays/proxy.rs`).
 
 use std::borrow::Cow;
 

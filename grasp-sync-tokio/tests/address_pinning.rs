@@ -6,7 +6,7 @@
 //! refusal is the policy's, not a broken resolver.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! relay did, yield their slots to an honest one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::sync::Arc;
 use std::time::Duration;

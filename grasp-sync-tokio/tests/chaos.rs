@@ -25,7 +25,7 @@
 //! ordered transport produces. Every failure message starts with the seed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 #[path = "chaos/dataset.rs"]
 mod dataset;

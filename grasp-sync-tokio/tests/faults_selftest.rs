@@ -1,8 +1,9 @@
-//! Tests of the proxy's seeded faults (`tests/support`, [`FaultPlan`]): each fault does
-//! what it says, faults stop and start at run time, and a seed repeats its faults.
+//! Tests of the proxy's seeded faults (`grasp_sync_test_harness::relays`,
+//! [`FaultPlan`]): each fault does what it says, faults stop and start at run
+//! time, and a seed repeats its faults.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

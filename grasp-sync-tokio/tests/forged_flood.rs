@@ -9,7 +9,7 @@
 //! record (not asserted: speed is measured, never asserted in a test).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 //! never a quiet period.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! arriving on the subscription that never got its EOSE.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

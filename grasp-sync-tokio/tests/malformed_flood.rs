@@ -5,7 +5,7 @@
 //! only after its backoff; once the flood stops, its announcements sync.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::time::Duration;
 

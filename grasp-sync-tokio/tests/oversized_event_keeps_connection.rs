@@ -5,7 +5,7 @@
 //! where the protocol allows"; a relay is unreachable only when it cannot be reached.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

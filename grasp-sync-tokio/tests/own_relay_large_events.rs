@@ -5,7 +5,7 @@
 //! the repository it announces would never be ours.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -4,9 +4,8 @@
 //! reach the relay's database only then; an issue goes straight to the database.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../grasp-purgatory/tests/support/mod.rs"]
-mod git_support;
-mod support;
+use grasp_sync_test_harness::git as git_support;
+use grasp_sync_test_harness::relays as support;
 
 use std::sync::Arc;
 use std::time::Duration;

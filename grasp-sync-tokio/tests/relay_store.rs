@@ -13,7 +13,7 @@
 //! states no limit) is refused for good at once, not left to time out.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

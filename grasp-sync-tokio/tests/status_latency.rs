@@ -3,7 +3,7 @@
 //! is a state to wait on, so a change must not sit until the next 2 s tick.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! unreachable.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,6 @@
-//! Tests of the integration-test harness itself (`tests/support`).
+//! Tests of the integration-test harness itself (`grasp_sync_test_harness::relays`).
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! 127.0.0.1): discovery and fresh sync, live events, shutdown.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

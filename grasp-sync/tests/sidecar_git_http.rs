@@ -16,14 +16,12 @@
 //! 127.0.0.1 git server here, where in the field they are many hosts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../grasp-purgatory/tests/support/mod.rs"]
-mod git_support;
+use grasp_sync_test_harness::git as git_support;
 #[path = "common/http.rs"]
 mod http;
 #[path = "common/own_front.rs"]
 mod own_front;
-#[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};

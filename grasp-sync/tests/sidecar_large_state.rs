@@ -32,14 +32,12 @@
 //! `SIDECAR_TEST_LOG=<filter>` prints the sidecar's output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../grasp-purgatory/tests/support/mod.rs"]
-mod git_support;
+use grasp_sync_test_harness::git as git_support;
 #[path = "common/http.rs"]
 mod http;
 #[path = "common/served.rs"]
 mod served;
-#[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;

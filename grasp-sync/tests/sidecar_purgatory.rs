@@ -4,10 +4,8 @@
 //! own relay; `--once` waits for that.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../grasp-purgatory/tests/support/mod.rs"]
-mod git_support;
-#[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
-mod support;
+use grasp_sync_test_harness::git as git_support;
+use grasp_sync_test_harness::relays as support;
 
 use std::process::Stdio;
 use std::time::Duration;

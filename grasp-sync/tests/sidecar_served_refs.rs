@@ -19,16 +19,14 @@
 //! read limits (500 REQs per connection, 500 results per filter without `limit`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../grasp-purgatory/tests/support/mod.rs"]
-mod git_support;
+use grasp_sync_test_harness::git as git_support;
 #[path = "common/http.rs"]
 mod http;
 #[path = "common/own_front.rs"]
 mod own_front;
 #[path = "common/served.rs"]
 mod served;
-#[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};

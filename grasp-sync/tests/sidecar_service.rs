@@ -7,8 +7,7 @@
 
 #[path = "common/http.rs"]
 mod http;
-#[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
-mod support;
+use grasp_sync_test_harness::relays as support;
 #[path = "common/threads.rs"]
 mod threads;
 

@@ -25,8 +25,7 @@
 //! `skipped:` line and passes, except under CI (see `support::strfry_binary`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::path::Path;
 use std::process::Stdio;

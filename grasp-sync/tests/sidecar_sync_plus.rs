@@ -32,8 +32,7 @@
 
 #[path = "common/http.rs"]
 mod http;
-#[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

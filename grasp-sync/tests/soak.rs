@@ -41,12 +41,10 @@
 //! only (`/proc`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../grasp-purgatory/tests/support/mod.rs"]
-mod git_support;
+use grasp_sync_test_harness::git as git_support;
 #[path = "common/served.rs"]
 mod served;
-#[path = "../../grasp-sync-tokio/tests/support/mod.rs"]
-mod support;
+use grasp_sync_test_harness::relays as support;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;

@@ -38,8 +38,7 @@
 //! prints one line and exits 0. Under `cargo test` (no `--bench` argument) it does
 //! nothing.
 
-#[path = "../../../grasp-purgatory/tests/support/mod.rs"]
-mod git_support;
+use grasp_sync_test_harness::git as git_support;
 #[path = "../throughput/relays.rs"]
 #[allow(dead_code, unused_imports)]
 mod relays;

@@ -2,10 +2,8 @@
 //! leaves it to the environment (its own test binary: it sets the variable).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../../grasp-purgatory/tests/support/mod.rs"]
-mod git_support;
-#[path = "../../../grasp-sync-tokio/tests/support/mod.rs"]
-mod relay_support;
+use grasp_sync_test_harness::git as git_support;
+use grasp_sync_test_harness::relays as relay_support;
 mod support;
 
 use std::time::Duration;

@@ -2,10 +2,8 @@
 //! NEG-OPEN; on, it sees NEG-OPEN.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../../grasp-purgatory/tests/support/mod.rs"]
-mod git_support;
-#[path = "../../../grasp-sync-tokio/tests/support/mod.rs"]
-mod relay_support;
+use grasp_sync_test_harness::git as git_support;
+use grasp_sync_test_harness::relays as relay_support;
 mod support;
 
 use std::time::Duration;

@@ -31,21 +31,16 @@
 #![forbid(unsafe_code)]
 
 mod dataset;
-// Plain comments, not `///`: an outer doc on a module makes rustdoc resolve
-// the intra-doc links of the module's own `//!` docs in this scope, where
-// they break (rust-lang/rust#134904).
-// The git servers of grasp-purgatory's tests (smart HTTP over
-// `git http-backend`, source repositories, a temporary directory).
-#[path = "../../../grasp-purgatory/tests/support/mod.rs"]
-mod git_support;
 mod oracle;
 mod progress;
-// The relays of grasp-sync-tokio's tests (a nostr-relay-builder relay
-// behind a proxy that can refuse NIP-77 and clamp limits) and a client.
-#[path = "../../../grasp-sync-tokio/tests/support/mod.rs"]
-mod relay_support;
 mod report;
 mod world;
+
+// The test harness's git servers (smart HTTP over `git http-backend`, source
+// repositories, a temporary directory), its relays (a nostr-relay-builder
+// relay behind a proxy that can refuse NIP-77 and clamp limits) and a client.
+use grasp_sync_test_harness::git as git_support;
+use grasp_sync_test_harness::relays as relay_support;
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal as _;

@@ -113,7 +113,7 @@ impl Resolver for CachedResolver {
 #[cfg(test)]
 mod tests {
     use std::net::IpAddr;
-    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
     use grasp_sync_core::clock::ManualClock;
     use nostr::prelude::Timestamp;
@@ -151,6 +151,95 @@ mod tests {
         clock.advance(Duration::from_secs(1));
         assert_ne!(cache.resolve("evil.example", 443).await.unwrap(), first);
         assert_eq!(inner.asked.load(Ordering::SeqCst), 2);
+    }
+
+    mockall::mock! {
+        Clock {}
+        impl Clock for Clock {
+            fn now(&self) -> Instant;
+            fn unix_time(&self) -> Timestamp;
+        }
+    }
+
+    mockall::mock! {
+        #[derive(Debug)]
+        NameServer {}
+        #[async_trait]
+        impl Resolver for NameServer {
+            async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>>;
+        }
+    }
+
+    /// The time to live runs from when the answer arrived, not from when it was asked
+    /// for, and on the monotonic clock only (the wall clock is never read: setting it
+    /// neither expires nor extends an answer). A name server that takes 10 s to answer
+    /// (the mocked clock moves while it answers, a step a manual clock cannot take in
+    /// the middle of a call) is not asked again 55 s after its answer, 65 s after the
+    /// question, and is at 60 s after it.
+    #[tokio::test]
+    async fn the_time_to_live_runs_from_the_answer() {
+        let secs = Arc::new(AtomicU64::new(0));
+        let mut clock = MockClock::new();
+        let read = Arc::clone(&secs);
+        clock
+            .expect_now()
+            .returning(move || Instant::from_secs(read.load(Ordering::SeqCst)));
+        clock.expect_unix_time().never();
+        // The first answer, then another: which one the cache gives tells whether it
+        // asked again.
+        let first: SocketAddr = "203.0.113.1:443".parse().unwrap();
+        let second: SocketAddr = "203.0.113.2:443".parse().unwrap();
+        let mut name_server = MockNameServer::new();
+        let mut order = mockall::Sequence::new();
+        for answer in [first, second] {
+            let answering = Arc::clone(&secs);
+            name_server
+                .expect_resolve()
+                .withf(|host, port| host == "git.example" && *port == 443)
+                .times(1)
+                .in_sequence(&mut order)
+                .returning(move |_, _| {
+                    answering.fetch_add(10, Ordering::SeqCst);
+                    Ok(vec![answer])
+                });
+        }
+        let cache = CachedResolver::new(Arc::new(name_server), Arc::new(clock));
+        // Asked at 0, answered at 10; kept at 65; asked again at 70.
+        for (at, answer) in [(0, first), (65, first), (70, second)] {
+            secs.store(at, Ordering::SeqCst);
+            let got = cache.resolve("git.example", 443).await.unwrap();
+            assert_eq!(got, vec![answer], "at {at} s");
+        }
+    }
+
+    /// A failed resolution is not kept: the next question asks the name server again,
+    /// at once.
+    #[tokio::test]
+    async fn a_failure_is_asked_again_at_once() {
+        let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_750_000_000)));
+        let mut name_server = MockNameServer::new();
+        let mut order = mockall::Sequence::new();
+        name_server
+            .expect_resolve()
+            .times(1)
+            .in_sequence(&mut order)
+            .returning(|_, _| Err(std::io::ErrorKind::TimedOut.into()));
+        let address: SocketAddr = "203.0.113.1:443".parse().unwrap();
+        name_server
+            .expect_resolve()
+            .times(1)
+            .in_sequence(&mut order)
+            .returning(move |_, _| Ok(vec![address]));
+        let cache = CachedResolver::new(Arc::new(name_server), clock);
+        assert!(cache.resolve("git.example", 443).await.is_err());
+        assert_eq!(
+            cache.resolve("git.example", 443).await.unwrap(),
+            vec![address]
+        );
+        assert_eq!(
+            cache.resolve("git.example", 443).await.unwrap(),
+            vec![address]
+        );
     }
 
     /// At most [`RESOLVE_CACHE_ENTRIES`] names are kept, the oldest forgotten first.

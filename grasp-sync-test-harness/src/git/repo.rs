@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::git::{git, git_command, git_with_input, init_bare_repo};
+use super::cli::{git, git_command, git_with_input, init_bare_repo};
 
 /// Committer/author time of the first commit (seconds since the epoch); each further
 /// commit made through one [`SourceRepo`] is one second later.

@@ -1,4 +1,5 @@
-//! Test harness for purgatory integration tests: real git servers on loopback.
+//! Real git servers on loopback, for purgatory's integration tests and everything
+//! that runs a purgatory (formerly `grasp-purgatory/tests/support`).
 //!
 //! Everything here starts real processes (`git daemon`, `git http-backend`) or real
 //! sockets bound to `127.0.0.1` / `::1` only, and tears them down on `Drop`.
@@ -16,14 +17,10 @@
 //! * [`until`](fn@until), [`pairs`]: waiting on a purgatory's status, ref listings to compare.
 //! * [`RelaySink`], [`state`], [`served()`]: the relay released events reach, states, and
 //!   what a local repository serves.
-//!
-//! Items are `pub` so that any test file including `mod support;` can use them; not
-//! every test uses every item, hence the module-wide `allow`s.
-#![allow(dead_code, unreachable_pub)]
 
+mod cli;
 mod counting_git;
 mod daemon;
-mod git;
 mod hanging;
 mod http;
 mod net;
@@ -34,32 +31,21 @@ mod stalling;
 mod status;
 mod tempdir;
 
-#[allow(unused_imports)]
-pub use counting_git::{peak_rss_bytes, CountingGit};
-#[allow(unused_imports)]
-pub use daemon::GitDaemon;
-#[allow(unused_imports)]
-pub use git::{
+pub use cli::{
     fetch_by_sha, git, git_command, git_with_input, has_object, init_bare_repo, isolated_git_home,
     tokio_git_command, FetchOutcome,
 };
-#[allow(unused_imports)]
+pub use counting_git::{peak_rss_bytes, CountingGit};
+pub use daemon::GitDaemon;
 pub use hanging::HangingServer;
-#[allow(unused_imports)]
 pub use http::{GitHttpServer, GitHttpServerBuilder, HttpStats, RequestRecord};
-#[allow(unused_imports)]
 pub use net::{closed_port_url, free_port, wait_for_tcp, wait_for_tcp_refused};
-#[allow(unused_imports)]
 pub use repo::SourceRepo;
-#[allow(unused_imports)]
 pub use served::{
     loopback_policy, served, serving_builder, serving_builder_with_git, state, RelaySink, T0,
 };
-#[allow(unused_imports)]
 pub use stalling::StallingProxy;
-#[allow(unused_imports)]
 pub use status::{pairs, until, SETTLE};
-#[allow(unused_imports)]
 pub use tempdir::TempDir;
 
 /// The counter `name` in `registry`, summed over the series whose label

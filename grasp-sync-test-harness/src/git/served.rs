@@ -16,7 +16,7 @@ use grasp_sync_test_support::nip34::{sign, tag};
 use grasp_sync_tokio::TokioClock;
 use nostr::prelude::{Event, Keys, Tag};
 
-use super::git;
+use super::cli::git;
 
 /// The created_at of the first test event.
 pub const T0: u64 = 1_700_000_000;

@@ -22,9 +22,9 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
+use super::config::{r44, Nip77Refusal, TestRelayConfig};
 use super::faults::{FaultPlan, FaultStats};
 use super::inject::{ClientVerdict, ConnFaults, Out};
-use super::relay::{r44, Nip77Refusal, TestRelayConfig};
 
 /// In-memory pipe capacity between the proxy and the relay session.
 const DUPLEX_CAPACITY: usize = 256 * 1024;

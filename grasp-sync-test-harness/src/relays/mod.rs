@@ -1,4 +1,5 @@
-//! Integration-test support: an in-process nostr relay and a tiny raw WebSocket client.
+//! Remote relays and a client (formerly `grasp-sync-tokio/tests/support`): an
+//! in-process nostr relay and a tiny raw WebSocket client.
 //!
 //! * [`TestRelay`]: a nostr-relay-builder 0.44 `LocalRelay` (nostr 0.44 types, fed our
 //!   nostr 0.45 events as JSON) served on `127.0.0.1` by our own `TcpListener`, with a thin
@@ -30,9 +31,9 @@
 //! because loopback data is ready before the runtime parks, but with paused time an idle
 //! runtime jumps to the next timer: a wait for something that never comes ends at once, and
 //! a timeout could in principle fire before a slow answer. Prefer real time for these tests.
-#![allow(dead_code, unreachable_pub, unused_imports)]
 
 mod client;
+mod config;
 mod endless;
 mod faults;
 mod flood;
@@ -44,15 +45,14 @@ mod relay;
 mod rng;
 
 pub use client::{connect_client, try_connect_client, Client, RecvError, RECV_TIMEOUT};
+pub use config::{Nip77Refusal, TestRelayConfig};
 pub use faults::{FaultCounts, FaultPlan, NIP01_PREFIXES};
 pub use flood::{flooding_remote, wait_until_held};
 pub use grasp_sync_test_support::strfry::{strfry_binary, Strfry, StrfrySync, STRFRY_VERSION};
 pub use nip34::{announcement, loopback_engine_config, manager_into, sign, sign_notes, tag};
 pub use nostr_rs_relay::{nostr_rs_relay_binary, NostrRsRelay, NOSTR_RS_RELAY_VERSION};
-pub use relay::{Nip77Refusal, TestRelay, TestRelayConfig};
+pub use relay::TestRelay;
 pub use rng::SeededRng;
-
-use nostr::prelude::*;
 
 /// The sum of the counter `name`'s series that carry a label with value
 /// `label` (e.g. `grasp_sync_refused_total`, `resolved_address`).

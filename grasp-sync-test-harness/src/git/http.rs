@@ -27,7 +27,7 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::git::{isolated_env, isolated_git_home};
+use super::cli::{isolated_env, isolated_git_home};
 use super::process::GroupKillGuard;
 
 /// The response body type.

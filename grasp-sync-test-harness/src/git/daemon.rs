@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use super::git::git_command;
+use super::cli::git_command;
 use super::net::{free_port, wait_for_tcp_refused};
 use super::process::{kill_group, kill_pid};
 use super::tempdir::TempDir;
@@ -39,7 +39,7 @@ pub struct GitDaemon {
 
 impl GitDaemon {
     /// Starts the daemon on a free port and waits (bounded) until it accepts TCP
-    /// connections. Panics, with the daemon's log, if that fails [`START_ATTEMPTS`] times.
+    /// connections. Panics, with the daemon's log, if that fails `START_ATTEMPTS` times.
     pub fn start(base_path: &Path) -> GitDaemon {
         let base_path = std::path::absolute(base_path).expect("absolute base path");
         let mut failures = Vec::new();

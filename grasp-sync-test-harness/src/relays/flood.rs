@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use nostr::prelude::{Event, Keys, Tag};
 
+use super::config::{Nip77Refusal, TestRelayConfig};
 use super::faults::FaultPlan;
 use super::nip34::{sign, tag};
-use super::relay::{Nip77Refusal, TestRelay, TestRelayConfig};
+use super::relay::TestRelay;
 
 /// A REQ-only remote (NIP-77 refused, so everything arrives on REQs, whose filters
 /// the injected events match) faulting by `plan`, holding `count` announcements of

@@ -17,7 +17,9 @@ use tokio::task::JoinSet;
 pub struct StallingProxy {
     addr: SocketAddr,
     forwarded: Arc<AtomicU64>,
-    tasks: JoinSet<()>,
+    /// The accept loop and its connections: held, never read, so that dropping the
+    /// proxy aborts them.
+    _tasks: JoinSet<()>,
 }
 
 impl StallingProxy {
@@ -40,7 +42,7 @@ impl StallingProxy {
         StallingProxy {
             addr,
             forwarded,
-            tasks,
+            _tasks: tasks,
         }
     }
 
