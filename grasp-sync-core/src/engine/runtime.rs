@@ -1047,9 +1047,10 @@ impl RelayConn {
         self.subs.len().saturating_sub(self.live.count()) < limit
     }
 
-    /// Live REQs open or waiting for a slot.
-    pub(crate) fn live_wanted(&self) -> usize {
-        self.live.count() + self.live.waiting_count()
+    /// `true` if the live REQs open and waiting, with `new_reqs` more, are
+    /// more than `live_slots` (the learned live slots).
+    pub(crate) fn over_live_slots(&self, new_reqs: usize, live_slots: usize) -> bool {
+        self.live.count() + self.live.waiting_count() + new_reqs > live_slots
     }
 
     // --- Requests, frames and the rate ------------------------------------
@@ -1180,5 +1181,129 @@ impl RelayConn {
             .negentropy_unanswered()
             .map(|(_, opened_at)| opened_at + config.timeouts.negentropy_timeout)
             .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::Kind;
+
+    fn at(secs: u64) -> Instant {
+        Instant::ZERO + std::time::Duration::from_secs(secs)
+    }
+
+    fn filter(kind: u16) -> Filter {
+        Filter::new().kind(Kind::Custom(kind))
+    }
+
+    fn relay() -> RelayUrl {
+        RelayUrl::parse("wss://relay.example.com").unwrap()
+    }
+
+    /// Opens a historic REQ `id` of `batch` on `conn` at `now`, as sent.
+    fn open_req(conn: &mut RelayConn, id: &str, batch: u64, now: Instant) -> SubscriptionId {
+        let id = SubscriptionId::new(id);
+        let job = Job::Req(filter(1));
+        let (sub, _) = job.open(BatchId(batch), &relay(), &id, now, conn);
+        conn.opened(id.clone(), sub);
+        let command = Command::Subscribe {
+            relay: relay(),
+            id: id.clone(),
+            filters: vec![filter(1)],
+        };
+        conn.note_sent(now, &command);
+        id
+    }
+
+    #[test]
+    fn an_answer_hears_the_request_and_makes_historic_data_fresh() {
+        let mut conn = RelayConn::new(at(0));
+        let id = open_req(&mut conn, "req-1", 7, at(1));
+        assert_eq!(conn.last_historic_data(), at(0));
+        assert_eq!(conn.answered(&id, at(5)), Some(BatchId(7)));
+        assert_eq!(conn.last_historic_data(), at(5));
+        assert_eq!(
+            conn.oldest_unanswered(),
+            None,
+            "answered: no NOTICE blames it"
+        );
+        let live = SubscriptionId::new("live-1");
+        conn.open_live(live.clone(), vec![filter(2)], LiveList::Base, at(6));
+        assert_eq!(
+            conn.answered(&live, at(9)),
+            None,
+            "a live answer is not historic"
+        );
+        assert_eq!(conn.last_historic_data(), at(5));
+        assert_eq!(
+            conn.opens_within(at(9), std::time::Duration::from_secs(60)),
+            1
+        );
+    }
+
+    #[test]
+    fn room_for_work_keeps_the_live_slots() {
+        let mut conn = RelayConn::new(at(0));
+        for n in 0..2 {
+            let id = SubscriptionId::new(format!("live-{n}"));
+            conn.open_live(id, vec![filter(n)], LiveList::Base, at(1));
+        }
+        assert_eq!(conn.open_count(), 2);
+        assert!(conn.has_free_slot(3));
+        assert!(conn.historic_fits(3, 2));
+        assert!(!conn.historic_fits(2, 2));
+        assert!(!conn.live_slot_free(2));
+        assert!(conn.live_slot_free(3));
+        assert!(conn.free_once_live_closed(1));
+        assert!(!conn.over_live_slots(0, 2));
+        assert!(conn.over_live_slots(1, 2));
+        open_req(&mut conn, "req-1", 1, at(2));
+        assert!(!conn.has_free_slot(3));
+        assert!(!conn.historic_fits(3, 2));
+        assert!(!conn.free_once_live_closed(1));
+    }
+
+    #[test]
+    fn a_failed_batch_leaves_nothing_open_or_queued() {
+        let mut conn = RelayConn::new(at(0));
+        let first = open_req(&mut conn, "req-1", 1, at(1));
+        let other = open_req(&mut conn, "req-2", 2, at(1));
+        conn.work_mut()
+            .enqueue(BatchId(1), vec![Job::Req(filter(3))], false);
+        conn.work_mut()
+            .enqueue(BatchId(2), vec![Job::Req(filter(4))], false);
+        assert!(conn.has_running_job(BatchId(1)));
+        let closing = conn.drop_batch(BatchId(1));
+        assert_eq!(closing.len(), 1);
+        assert_eq!(closing[0].0, first);
+        assert!(!conn.has_running_job(BatchId(1)));
+        assert!(conn.is_open(&other));
+        assert_eq!(conn.work().len(), 1);
+    }
+
+    #[test]
+    fn an_event_is_asked_for_by_an_open_or_lately_closed_subscription_only() {
+        use nostr::event::FinalizeEvent;
+        use nostr::prelude::{EventBuilder, Keys};
+        let event = EventBuilder::new(Kind::Custom(2), "")
+            .finalize(&Keys::generate())
+            .expect("signed");
+        let mut conn = RelayConn::new(at(0));
+        let live = SubscriptionId::new("live-1");
+        assert_eq!(conn.asked_for(&live, &event), None);
+        conn.open_live(live.clone(), vec![filter(2)], LiveList::Base, at(1));
+        assert_eq!(conn.asked_for(&live, &event), Some(true));
+        let req = open_req(&mut conn, "req-1", 1, at(1));
+        assert_eq!(conn.asked_for(&req, &event), Some(false));
+        let plan =
+            conn.apply_live_plan(Vec::new(), IndexSet::new(), 10, 2, Timestamp::from_secs(5));
+        assert_eq!(plan.0, vec![live.clone()]);
+        assert!(!conn.is_open(&live));
+        assert_eq!(
+            conn.asked_for(&live, &event),
+            Some(true),
+            "closed lately: still ours"
+        );
     }
 }

@@ -13,7 +13,7 @@ use super::super::live_coverage::{LiveList, Polling};
 use super::super::timer_table::RelayTimer;
 use super::super::Command;
 use super::{Ctx, RelaySession};
-use crate::clock::{Instant, Now};
+use crate::clock::Now;
 use crate::filters::{announcement_filter, item_filters, FilterMode};
 use crate::model::PendingItems;
 
@@ -86,7 +86,7 @@ impl RelaySession {
         };
         let over_threshold =
             conn.live().incremental_filters() + new_filters > config.limits.consolidation_threshold;
-        let over_budget = self.over_live_slots(new_reqs, config)
+        let over_budget = conn.over_live_slots(new_reqs, self.learned.live_slots(config))
             || conn.open_count() + new_reqs > self.learned.subscription_limit(config);
         over_threshold || over_budget
     }
@@ -101,15 +101,7 @@ impl RelaySession {
         let Some(conn) = self.link.conn() else {
             return false;
         };
-        conn.live().covers_nothing() || self.over_live_slots(0, config)
-    }
-
-    /// `true` if the live subscriptions open and waiting, with `new_reqs`
-    /// more, are more than the live slots ([`Learned::live_slots`]).
-    pub(super) fn over_live_slots(&self, new_reqs: usize, config: &EngineConfig) -> bool {
-        self.link
-            .conn()
-            .is_some_and(|conn| conn.live_wanted() + new_reqs > self.learned.live_slots(config))
+        conn.live().covers_nothing() || conn.over_live_slots(0, self.learned.live_slots(config))
     }
 
     // --- Live subscriptions ---------------------------------------------
@@ -155,7 +147,9 @@ impl RelaySession {
         if !self.is_connected() {
             return;
         }
-        self.file_live(id.clone(), filters.clone(), list, now.instant);
+        if let Some(conn) = self.link.conn_mut() {
+            conn.open_live(id.clone(), filters.clone(), list, now.instant);
+        }
         self.catch_up_gap(cx, now, &filters);
         let relay = cx.relay.clone();
         self.emit(cx, Command::Subscribe { relay, id, filters });
@@ -208,20 +202,6 @@ impl RelaySession {
         let delay = self.work_failed(&config.health);
         self.timers
             .set(RelayTimer::RebuildLive, now.instant + delay);
-    }
-
-    /// Files the live subscription `id` of `filters`, just opened, in `list`.
-    pub(crate) fn file_live(
-        &mut self,
-        id: SubscriptionId,
-        filters: Vec<Filter>,
-        list: LiveList,
-        now: Instant,
-    ) {
-        let Some(conn) = self.link.conn_mut() else {
-            return;
-        };
-        conn.open_live(id, filters, list, now);
     }
 
     /// Applies a consolidation's live plan: every live subscription is
