@@ -125,9 +125,29 @@ impl LiveCoverage {
         !self.uncovered.is_empty()
     }
 
-    /// Since when some live coverage has been waiting (wall clock).
-    pub(crate) fn gap_since(&self) -> Option<Timestamp> {
-        self.live_gap_since
+    /// The catch-up of the gap, if live coverage waits: since when it has
+    /// (the gap) and the `since` that fetches what was published meanwhile
+    /// — `window` seconds earlier (the quick-reconnect window), and never
+    /// after `now`.
+    pub(crate) fn gap_catch_up(
+        &self,
+        window: u64,
+        now: Timestamp,
+    ) -> Option<(Timestamp, Timestamp)> {
+        let gap_since = self.live_gap_since?;
+        let since = Timestamp::from_secs(
+            gap_since
+                .as_secs()
+                .saturating_sub(window)
+                .min(now.as_secs()),
+        );
+        Some((gap_since, since))
+    }
+
+    /// `true` if nothing covers live: no live subscription, none waiting,
+    /// nothing polled.
+    pub(crate) fn covers_nothing(&self) -> bool {
+        self.count() == 0 && self.waiting_count() == 0 && !self.is_polling()
     }
 
     /// The earliest moment live coverage went missing and is not caught up
@@ -199,14 +219,20 @@ impl LiveCoverage {
     }
 
     /// The next poll of the filters that do not fit: where it starts (the
-    /// start of the last complete poll, else `now`) and the filters; `None`
-    /// when nothing is polled.
-    pub(crate) fn poll(&self, now: Timestamp) -> Option<(Timestamp, Vec<Filter>)> {
+    /// start of the last complete poll, else `now`), the `since` it asks
+    /// from (`window` seconds earlier: the quick-reconnect window) and the
+    /// filters; `None` when nothing is polled.
+    pub(crate) fn poll(
+        &self,
+        now: Timestamp,
+        window: u64,
+    ) -> Option<(Timestamp, Timestamp, Vec<Filter>)> {
         if self.uncovered.is_empty() {
             return None;
         }
         let from = self.poll_from.unwrap_or(now);
-        Some((from, self.uncovered.iter().cloned().collect()))
+        let since = Timestamp::from_secs(from.as_secs().saturating_sub(window));
+        Some((from, since, self.uncovered.iter().cloned().collect()))
     }
 
     /// A poll that started at `started` is complete: the next starts there.
@@ -279,5 +305,62 @@ impl LiveCoverage {
             self.gap_opens(now);
         }
         (opened, polling)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::Kind;
+
+    fn at(secs: u64) -> Timestamp {
+        Timestamp::from_secs(secs)
+    }
+
+    fn filter(kind: u16) -> Filter {
+        Filter::new().kind(Kind::Custom(kind))
+    }
+
+    #[test]
+    fn a_gap_is_caught_up_from_a_window_before_it_and_never_after_now() {
+        let mut live = LiveCoverage::default();
+        assert_eq!(live.gap_catch_up(60, at(2_000)), None);
+        live.gap_opens(at(1_000));
+        live.gap_opens(at(1_500));
+        assert_eq!(live.gap_catch_up(60, at(2_000)), Some((at(1_000), at(940))));
+        assert_eq!(live.gap_catch_up(60, at(900)), Some((at(1_000), at(900))));
+        assert_eq!(
+            live.gap_catch_up(5_000, at(2_000)),
+            Some((at(1_000), at(0)))
+        );
+        live.gap_covered();
+        assert_eq!(live.gap_catch_up(60, at(2_000)), None);
+    }
+
+    #[test]
+    fn a_poll_starts_where_the_last_complete_one_did_a_window_earlier() {
+        let mut live = LiveCoverage::default();
+        assert_eq!(live.poll(at(500), 60), None);
+        live.poll_more(vec![filter(1), filter(2), filter(1)]);
+        assert_eq!(
+            live.poll(at(500), 60),
+            Some((at(500), at(440), vec![filter(1), filter(2)]))
+        );
+        live.polled_from(at(300));
+        let (from, since, _) = live.poll(at(500), 60).expect("polled");
+        assert_eq!((from, since), (at(300), at(240)));
+    }
+
+    #[test]
+    fn live_coverage_covers_nothing_until_something_is_live_waits_or_is_polled() {
+        let mut live = LiveCoverage::default();
+        assert!(live.covers_nothing());
+        live.poll_more(vec![filter(1)]);
+        assert!(!live.covers_nothing());
+        let mut live = LiveCoverage::default();
+        live.file(SubscriptionId::new("live-1"), LiveList::Base, 1);
+        assert!(!live.covers_nothing());
+        live.forget(&SubscriptionId::new("live-1"));
+        assert!(live.covers_nothing());
     }
 }

@@ -78,6 +78,7 @@
 // to the session of its relay (`relay_session`), which holds everything
 // about that relay. Each question has one function that holds its decision;
 // ARCHITECTURE.md's "Where each decision is made" table names them.
+mod admission;
 mod bad_events;
 mod command;
 mod config;

@@ -9,14 +9,9 @@ use tracing::{debug, info, warn};
 
 use super::bad_events::BadEventVerdict;
 use super::config::{EngineConfig, RelayLimits};
-use super::frames::pack_filters;
-use super::live_coverage::{LiveList, Polling};
+use super::live_coverage::LiveList;
 use super::outbox::Outbox;
-use super::runtime::{
-    ClosedOutcome, EoseOutcome, Job, NegMsgOutcome, Opening, PageEnded, Purpose, QueuedJob,
-    RelayConn, Sub,
-};
-use super::session::{NegSession, SessionCaps, SessionError};
+use super::runtime::{ClosedOutcome, EoseOutcome, Job, PageEnded, Purpose, RelayConn, Sub};
 use super::session_events::{Dropped, Noted, SessionEvent, SessionEvents};
 use super::stats::{LiveMode, RelayActivity};
 use super::stores::StoreTracker;
@@ -24,7 +19,7 @@ use super::timer_table::{Deadline, Earliest, RelayTimer, TimerTable};
 use super::Command;
 use crate::classify::{classify, Classified};
 use crate::clock::{Instant, Now};
-use crate::filters::{announcement_filter, item_filters, matches, FilterMode};
+use crate::filters::{announcement_filter, item_filters, FilterMode};
 use crate::health::{HealthConfig, HealthState, RelayHealth, Retry};
 use crate::model::{
     BatchId, ConnectionStatus, ItemsInFlight, PendingBatch, PendingItems, RelayState, SyncMethod,
@@ -36,14 +31,20 @@ use crate::transport::TransportError;
 use crate::verified::VerifiedEvent;
 
 mod batches;
+mod catch_up;
 mod learned;
 mod link;
+mod live;
+mod nip77;
 mod own_read;
+mod work;
 
 pub(crate) use batches::{Batch, Batches};
 
 pub(crate) use learned::Learned;
 use link::Link;
+pub(crate) use nip77::NegFailure;
+use nip77::Nip77;
 use own_read::{OwnRead, OwnStep};
 
 /// Everything about one relay: what we learned about it (kept across
@@ -79,10 +80,9 @@ pub(crate) struct RelaySession {
     /// Ids the relay sent lately (at most
     /// [`Caps::received_ids_per_relay`]), created with the first.
     received_lately: Option<crate::recent::RecentIds>,
-    /// Events the relay sent that name an event (`e`, `E`, `q`) and were
-    /// handed to the store (at most
-    /// [`Caps::sent_replies_per_relay`]), created with the first.
-    sent_replies: Option<super::sent_replies::SentReplies>,
+    /// What NIP-77 reconciliation keeps across connections: the events the
+    /// relay sent that name an event ([`Nip77`]).
+    nip77: Nip77,
     /// Events from the relay the store reported newly stored.
     events_stored: u64,
     /// The last thing that went wrong with the relay (clipped: it may quote the relay).
@@ -295,15 +295,15 @@ impl RelaySession {
     /// held to.
     pub(crate) fn activity(&self, config: &EngineConfig) -> Option<RelayActivity> {
         let conn = self.link.conn()?;
-        let live_mode = match conn.live.uncovered_count() {
+        let live_mode = match conn.live().uncovered_count() {
             0 => LiveMode::Full,
             uncovered_filters => LiveMode::Polling { uncovered_filters },
         };
         Some(RelayActivity {
-            open_subscriptions: conn.subs.len(),
-            live_subscriptions: conn.live.count(),
-            queued_jobs: conn.queue.len(),
-            deferred_live_items: conn.live.deferred_count(),
+            open_subscriptions: conn.open_count(),
+            live_subscriptions: conn.live().count(),
+            queued_jobs: conn.work().len(),
+            deferred_live_items: conn.live().deferred_count(),
             subscription_limit: self.learned.subscription_limit(config),
             live_slots: self.learned.live_slots(config),
             frame_budget: self.learned.frame_budget(config),
@@ -482,23 +482,11 @@ impl RelaySession {
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
-        conn.liveness.heard(now);
+        conn.heard(now);
         let Some(id) = answered else {
             return;
         };
-        let mut batch = None;
-        if let Some(sub) = conn.subs.get_mut(id) {
-            batch = sub.batch();
-            if let Some(watch) = sub.watch_mut() {
-                watch.heard_at = now;
-                conn.newest_answered = conn.newest_answered.max(watch.sent);
-            }
-        }
-        if batch.is_some() {
-            conn.last_historic_data = now;
-        }
-        conn.unanswered.retain(|waiting| waiting != id);
-        conn.frame_answered(id);
+        let batch = conn.answered(id, now);
         if let Some(batch) = batch {
             self.batches.heard(batch);
         }
@@ -549,7 +537,7 @@ impl RelaySession {
         let Some(conn) = self.link.conn_mut() else {
             return;
         };
-        let open = conn.subs.take_all();
+        let open = conn.take_subscriptions();
         *conn = RelayConn::default();
         self.timers.clear(RelayTimer::Poll);
         for (id, sub) in open {
@@ -619,7 +607,7 @@ impl RelaySession {
         let Some(conn) = self.link.conn() else {
             return;
         };
-        let earliest = [conn.live.uncaught_since(), self.batches.uncaught_since()]
+        let earliest = [conn.live().uncaught_since(), self.batches.uncaught_since()]
             .into_iter()
             .flatten()
             .min();
@@ -633,7 +621,7 @@ impl RelaySession {
 
     /// The filter of the negentropy session `id`.
     pub(crate) fn negentropy_filter(&self, id: &SubscriptionId) -> Option<&Filter> {
-        self.link.conn()?.subs.get(id)?.negentropy_filter()
+        self.link.conn()?.sub(id)?.negentropy_filter()
     }
 
     // --- Sending ---------------------------------------------------------------
@@ -645,20 +633,7 @@ impl RelaySession {
     pub(crate) fn send(&mut self, out: &mut Outbox, command: Command) {
         let now = out.now();
         if let Some(conn) = self.link.conn_mut() {
-            if let Command::Subscribe { id, .. } | Command::NegOpen { id, .. } = &command {
-                conn.opened_at.push_back(now);
-                if !conn.unanswered.contains(id) {
-                    conn.unanswered.push_back(id.clone());
-                }
-            }
-            if let Command::Subscribe { id, .. }
-            | Command::NegOpen { id, .. }
-            | Command::NegMsg { id, .. } = &command
-            {
-                if let Some(len) = super::frames::command_frame_len(&command) {
-                    conn.note_frame(now, len, id);
-                }
-            }
+            conn.note_sent(now, &command);
         }
         out.push(command);
     }
@@ -767,19 +742,12 @@ impl RelaySession {
             self.refuse(cx, now, refused);
             return None;
         }
-        let conn = self.link.conn_mut()?;
-        let matches = match conn.subs.get(id) {
-            Some(sub) => sub.asked_for(event),
-            // Sent before the relay saw our CLOSE of a consolidated live
-            // subscription: still something we asked for.
-            None => match conn.live.closed_filters(id) {
-                Some(filters) => filters.iter().any(|filter| matches(filter, event)),
-                None => {
-                    let refused = Refused::UnknownSubscription { id: event.id };
-                    self.refuse(cx, now, refused);
-                    return None;
-                }
-            },
+        // Sent before the relay saw our CLOSE of a consolidated live
+        // subscription: still something we asked for.
+        let Some(matches) = self.link.conn()?.asked_for(id, event) else {
+            let refused = Refused::UnknownSubscription { id: event.id };
+            self.refuse(cx, now, refused);
+            return None;
         };
         if !matches {
             let refused = Refused::OffFilter { id: event.id };
@@ -800,8 +768,7 @@ impl RelaySession {
         let batch = self
             .link
             .conn_mut()?
-            .subs
-            .get_mut(id)
+            .sub_mut(id)
             .and_then(|sub| sub.on_event(&event));
         if let Some(batch) = batch {
             self.batches.progress(batch, now.instant);
@@ -820,7 +787,7 @@ impl RelaySession {
             return;
         };
         let threshold = cx.config.caps.max_bad_events;
-        if conn.bad_events.record(threshold) == BadEventVerdict::CutOff {
+        if conn.record_bad_event(threshold) == BadEventVerdict::CutOff {
             self.cut_off(cx, now);
         }
     }
@@ -832,7 +799,7 @@ impl RelaySession {
     /// backoff before the next connection grows with each cut).
     fn cut_off(&mut self, cx: &mut Ctx<'_>, now: Now) {
         cx.events.push(Noted::RelayCut);
-        let refused = self.link.conn().map_or(0, |conn| conn.bad_events.count());
+        let refused = self.link.conn().map_or(0, |conn| conn.bad_event_count());
         warn!(
             relay = %cx.relay,
             refused,
@@ -872,7 +839,7 @@ impl RelaySession {
     fn negentropy_waits_for_answer(&self) -> bool {
         self.link
             .conn()
-            .is_some_and(|conn| conn.subs.values().any(Sub::negentropy_opened))
+            .is_some_and(RelayConn::negentropy_waits_for_answer)
     }
 
     /// The relay's NIP-77 answer was over our message limit: NIP-77 is
@@ -933,7 +900,7 @@ impl RelaySession {
         let group_limit = self.learned.group_page_limit(cx.config);
         let told = *self.learned.told_limits();
         let fetch_attempts = cx.config.timeouts.fetch_attempts;
-        let Some(sub) = self.link.conn_mut().and_then(|conn| conn.subs.get_mut(id)) else {
+        let Some(sub) = self.link.conn_mut().and_then(|conn| conn.sub_mut(id)) else {
             return;
         };
         match sub.on_eose(&told, group_limit, fetch_attempts) {
@@ -1010,12 +977,12 @@ impl RelaySession {
     /// negentropy session falls back to REQ, a historic job fails its batch.
     fn on_closed(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, message: &str) {
         let classified = classify(message);
-        if !self.link.conn().is_some_and(|conn| conn.subs.contains(id)) {
+        if !self.link.conn().is_some_and(|conn| conn.is_open(id)) {
             return;
         }
         info!(relay = %cx.relay, %id, message, "subscription closed by relay");
         let slot_refused = self.heed_refusal(cx, now, &classified);
-        let Some(sub) = self.link.conn().and_then(|conn| conn.subs.get(id)) else {
+        let Some(sub) = self.link.conn().and_then(|conn| conn.sub(id)) else {
             return;
         };
         match sub.on_closed(slot_refused) {
@@ -1075,8 +1042,7 @@ impl RelaySession {
             .link
             .conn()
             .map(|conn| {
-                conn.subs
-                    .negentropy_unanswered()
+                conn.negentropy_unanswered()
                     .map(|(id, _)| id.clone())
                     .collect()
             })
@@ -1092,7 +1058,7 @@ impl RelaySession {
 
     /// Retries the slot `id` later after the relay refused it.
     fn retry_refused_slot(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
-        if !self.link.conn().is_some_and(|conn| conn.subs.contains(id)) {
+        if !self.link.conn().is_some_and(|conn| conn.is_open(id)) {
             return;
         }
         // The guess may be wrong: tell the relay too (a CLOSE of an unknown
@@ -1104,7 +1070,7 @@ impl RelaySession {
     /// The refused slot `id` is asked for again when the relay allows: its
     /// job from where it was, back in the queue, or a live REQ unchanged.
     fn retry_later(&mut self, now: Now, id: &SubscriptionId) {
-        let Some(sub) = self.link.conn().and_then(|conn| conn.subs.get(id)) else {
+        let Some(sub) = self.link.conn().and_then(|conn| conn.sub(id)) else {
             return;
         };
         match sub.job() {
@@ -1118,7 +1084,7 @@ impl RelaySession {
         let Some(job) = self
             .link
             .conn()
-            .and_then(|conn| conn.subs.get(id))
+            .and_then(|conn| conn.sub(id))
             .and_then(Sub::job)
         else {
             return;
@@ -1128,11 +1094,8 @@ impl RelaySession {
 
     /// A refused live REQ is sent again, unchanged, when the relay allows.
     fn requeue_live(&mut self, now: Now, id: &SubscriptionId) {
-        let Some(conn) = self.link.conn_mut() else {
-            return;
-        };
-        if let Some(filters) = conn.subs.remove(id).and_then(Sub::into_live_filters) {
-            conn.live.refused(id, filters, now.unix);
+        if let Some(conn) = self.link.conn_mut() {
+            conn.requeue_live(id, now.unix);
         }
     }
 
@@ -1152,7 +1115,7 @@ impl RelaySession {
         config: &EngineConfig,
     ) -> Lesson {
         if classified.too_many_subscriptions {
-            let open = self.link.conn().map_or(1, |conn| conn.subs.len());
+            let open = self.link.conn().map_or(1, RelayConn::open_count);
             let limit = self.learned.refused_subscription(open, now);
             self.health.on_rate_limited(now, &config.health);
             return Lesson {
@@ -1223,327 +1186,6 @@ impl RelaySession {
         );
     }
 
-    // --- NIP-77 ---------------------------------------------------------
-
-    /// The store answered with our `items` for the negentropy session `id`
-    /// (the events it refused for good or holds outside what it serves
-    /// count as present: not downloaded again): open it.
-    pub(crate) fn on_local_items(
-        &mut self,
-        cx: &mut Ctx<'_>,
-        now: Now,
-        id: &SubscriptionId,
-        mut items: Vec<(EventId, Timestamp)>,
-    ) {
-        if let Some(filter) = self.negentropy_filter(id) {
-            items.extend(cx.stores.unlisted_items(filter));
-        }
-        self.open_negentropy(cx, now, id, &items);
-    }
-
-    /// Opens the negentropy session `id` from our `items`.
-    fn open_negentropy(
-        &mut self,
-        cx: &mut Ctx<'_>,
-        now: Now,
-        id: &SubscriptionId,
-        items: &[(EventId, Timestamp)],
-    ) {
-        let Some((filter, sent)) = self
-            .link
-            .conn()
-            .and_then(|conn| conn.subs.get(id))
-            .and_then(Sub::negentropy_waiting)
-        else {
-            return;
-        };
-        let (filter, sent) = (filter.clone(), sent);
-        if !self.rate_allows(now.instant, cx.config) {
-            // The store answered during a rate-limit cooldown: wait for it.
-            self.replace_job(id, Sub::negentropy_job(filter, sent), now.instant);
-            return;
-        }
-        // `None` cannot happen (checked when the job started), but the
-        // budget may have shrunk since.
-        let Some(frame_size_limit) = self.learned.negentropy_frame_limit(&filter, cx.config) else {
-            return self.negentropy_failed(cx, now, id, NegFailure::FrameTooSmall);
-        };
-        let caps = SessionCaps {
-            max_rounds: cx.config.caps.max_negentropy_rounds,
-            max_need: cx.config.caps.max_negentropy_need,
-        };
-        let (started, initial_message) = match NegSession::start(items, frame_size_limit, caps) {
-            Ok(started) => started,
-            Err(error) => {
-                return self.negentropy_failed(cx, now, id, NegFailure::CannotStart(error))
-            }
-        };
-        let Some(sub) = self.link.conn_mut().and_then(|conn| conn.subs.get_mut(id)) else {
-            return;
-        };
-        sub.negentropy_started(started, now.instant);
-        let relay = cx.relay.clone();
-        self.emit(
-            cx,
-            Command::NegOpen {
-                relay,
-                id: id.clone(),
-                filter,
-                initial_message,
-            },
-        );
-    }
-
-    /// The local side of a [`Job::NegentropySent`] session of `batch`: the
-    /// events the relay sent this sync that match `filter` and were handed
-    /// to the store (each stored, refused for good, or still on its way —
-    /// then `batch` waits for its store answer, so it confirms only what is
-    /// stored), plus the events the store refused for good.
-    fn sent_items(
-        &mut self,
-        cx: &mut Ctx<'_>,
-        now: Now,
-        batch: BatchId,
-        filter: &Filter,
-    ) -> Vec<(EventId, Timestamp)> {
-        let mut items = self
-            .sent_replies
-            .as_ref()
-            .and_then(|sent| sent.items_matching(filter))
-            .unwrap_or_default();
-        for (id, _) in &items {
-            self.wait_for_store(cx, now, batch, id);
-        }
-        items.extend(cx.stores.unlisted_items(filter));
-        items
-    }
-
-    /// Remembers an event the relay sent that names another event, as it is
-    /// handed to the store ([`RelaySession::sent_items`]).
-    pub(crate) fn note_sent_reply(&mut self, config: &EngineConfig, event: &nostr::prelude::Event) {
-        let capacity = config.caps.sent_replies_per_relay;
-        if capacity == 0 {
-            return;
-        }
-        self.sent_replies
-            .get_or_insert_with(|| super::sent_replies::SentReplies::new(capacity))
-            .note(event);
-    }
-
-    /// `true` if the replies of root events the store just took as new are
-    /// reconciled on the relay against what it sent this sync
-    /// ([`Job::NegentropySent`]) rather than fetched by one REQ: the relay
-    /// does NIP-77 and the engine remembers what relays send.
-    fn reconciles_fresh_roots(&self, config: &EngineConfig) -> bool {
-        self.nip77_usable(config) && config.caps.sent_replies_per_relay > 0
-    }
-
-    /// A negentropy session of a filter ended without reconciling it: the
-    /// one place that decides what follows. The filter is synced by REQ;
-    /// a refusal in any form (NEG-ERR, a NOTICE, CLOSED on the session id,
-    /// silence) or endless rounds teach that the relay does not do NIP-77,
-    /// so later filters go by REQ from the start
-    /// ([`RelaySession::sync_method`]); every other failure is about this
-    /// filter only.
-    pub(crate) fn negentropy_failed(
-        &mut self,
-        cx: &mut Ctx<'_>,
-        now: Now,
-        id: &SubscriptionId,
-        failure: NegFailure<'_>,
-    ) {
-        let Some(sub) = self.link.conn().and_then(|conn| conn.subs.get(id)) else {
-            return;
-        };
-        let Some(filter) = sub.negentropy_filter().cloned() else {
-            return;
-        };
-        let opened = sub.negentropy_opened();
-        let close = match &failure {
-            NegFailure::Refused { close, .. } => *close && opened,
-            NegFailure::Unanswered | NegFailure::Round(_) => opened,
-            _ => false,
-        };
-        let relay = cx.relay;
-        match &failure {
-            NegFailure::Refused { reason, .. } => self.learn_negentropy_refused(cx, reason),
-            NegFailure::Unanswered => self.learn_negentropy_refused(cx, "no answer to NEG-OPEN"),
-            NegFailure::StoreCannotList(reason) => {
-                warn!(%relay, reason, "store could not list local items; syncing the filter by REQ");
-                cx.events.push(Noted::LocalItemsFailed);
-            }
-            NegFailure::FrameTooSmall => {}
-            NegFailure::CannotStart(error) => {
-                warn!(%relay, %error, "cannot start negentropy; using REQ");
-            }
-            NegFailure::Round(error) if error.is_cap() => {
-                cx.events.push(Noted::NegentropySessionCut);
-                warn!(%relay, %error, "negentropy session cut off; using REQ for this filter");
-                self.last_error = Some(error.to_string().into());
-                // A relay that keeps a session going is not reconciling.
-                if matches!(error, SessionError::TooManyRounds { .. }) {
-                    self.learned.refuse_negentropy();
-                }
-            }
-            NegFailure::Round(error) => {
-                warn!(%relay, %error, "bad negentropy message; using REQ for this filter");
-            }
-        }
-        if close {
-            let relay = cx.relay.clone();
-            self.emit(
-                cx,
-                Command::NegClose {
-                    relay,
-                    id: id.clone(),
-                },
-            );
-        }
-        self.replace_job(id, Job::Req(filter), now.instant);
-    }
-
-    /// Remembers that the relay refused NIP-77, warning once.
-    fn learn_negentropy_refused(&mut self, cx: &mut Ctx<'_>, reason: &str) {
-        if self.learned.refuse_negentropy() {
-            cx.events.push(Noted::NegentropyRefused);
-            warn!(relay = %cx.relay, reason, "relay refused NIP-77; falling back to REQ+EOSE");
-            self.last_error = Some(format!("NIP-77 refused: {reason}").into());
-        }
-    }
-
-    /// Fetch jobs for ids a negentropy round found missing, restricted to the
-    /// reconciled filter so a relay cannot slip other events in.
-    /// Chunks are as large as the configured fetch chunk and the relay's
-    /// frame budget allow.
-    fn fetch_jobs(
-        &self,
-        config: &EngineConfig,
-        filter: &Filter,
-        need: &[EventId],
-        fruitless: u32,
-    ) -> Vec<Job> {
-        let mut base = filter.clone();
-        // `Filter::ids` adds to the ids already there: start afresh.
-        base.ids = None;
-        base.limit = None;
-        base.until = None;
-        base.since = None;
-        let fit = super::frames::ids_per_fetch(self.learned.frame_budget(config), &base);
-        need.chunks(config.limits.fetch_chunk.min(fit).max(1))
-            .map(|chunk| Job::Fetch {
-                filter: base.clone().ids(chunk.iter().copied()),
-                fruitless,
-            })
-            .collect()
-    }
-
-    /// A NEG-MSG: the next round, or, when reconciliation is done, the
-    /// missing ids fetched (each once per batch, none stored lately or on
-    /// its way to the store already).
-    fn on_neg_msg(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, message: &str) {
-        let Some(outcome) = self
-            .link
-            .conn_mut()
-            .and_then(|conn| conn.subs.get_mut(id))
-            .and_then(|sub| sub.on_neg_msg(message))
-        else {
-            return;
-        };
-        match outcome {
-            NegMsgOutcome::Continue {
-                batch,
-                message: next,
-            } => {
-                self.batches.progress(batch, now.instant);
-                let relay = cx.relay.clone();
-                self.emit(
-                    cx,
-                    Command::NegMsg {
-                        relay,
-                        id: id.clone(),
-                        message: next,
-                    },
-                );
-            }
-            NegMsgOutcome::Done {
-                batch,
-                filter,
-                need,
-            } => {
-                debug!(relay = %cx.relay, missing = need.len(), "negentropy round finished");
-                cx.events.push(Noted::NegentropyRound);
-                let relay = cx.relay.clone();
-                self.emit(
-                    cx,
-                    Command::NegClose {
-                        relay,
-                        id: id.clone(),
-                    },
-                );
-                // Another filter of the batch may have found the same ids
-                // missing (a reply tagging its root with both `e` and `E`):
-                // each id is fetched once per batch.
-                let need = self.batches.not_fetching_yet(batch, need);
-                // Another subscription (a fresh root's REQ, another batch)
-                // brought some already.
-                let need = self.still_to_fetch(cx, now, batch, need);
-                let jobs = self.fetch_jobs(cx.config, &filter, &need, 0);
-                self.add_jobs(batch, jobs);
-                self.finish_job(cx, now, id);
-            }
-            NegMsgOutcome::Failed(error) => {
-                self.negentropy_failed(cx, now, id, NegFailure::Round(error))
-            }
-        }
-    }
-
-    /// A NEG-ERR: a refused slot is retried later; anything else is a
-    /// refusal of NIP-77.
-    fn on_neg_err(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId, message: &str) {
-        let classified = classify(message);
-        let Some(job) = self
-            .link
-            .conn()
-            .and_then(|conn| conn.subs.get(id))
-            .filter(|sub| sub.negentropy_filter().is_some())
-            .and_then(Sub::job)
-        else {
-            return;
-        };
-        if self.heed_refusal(cx, now, &classified) {
-            self.replace_job(id, job, now.instant);
-        } else {
-            let failure = NegFailure::Refused {
-                reason: message,
-                close: false,
-            };
-            self.negentropy_failed(cx, now, id, failure);
-        }
-    }
-
-    /// Of the ids a negentropy round of `batch` found missing, those to
-    /// fetch: not one stored lately (the store has it), nor one on its way
-    /// to the store already (`batch` then waits for that answer, so it
-    /// confirms only once the event is stored). Counted in
-    /// [`EngineStats::fetches_saved`].
-    fn still_to_fetch(
-        &mut self,
-        cx: &mut Ctx<'_>,
-        now: Now,
-        batch: BatchId,
-        need: Vec<EventId>,
-    ) -> Vec<EventId> {
-        let mut fetch = Vec::with_capacity(need.len());
-        for id in need {
-            if cx.stores.stored_lately(&id) || self.wait_for_store(cx, now, batch, &id) {
-                cx.events.push(Noted::FetchSaved);
-            } else {
-                fetch.push(id);
-            }
-        }
-        fetch
-    }
-
     /// If `id` is on its way to the store, `batch` confirms only once it is
     /// stored (`true`); `false` if it is not waiting for the store.
     pub(crate) fn wait_for_store(
@@ -1598,327 +1240,6 @@ impl RelaySession {
     /// are reconciled against what the relay sent).
     pub(crate) fn nip77_usable(&self, config: &EngineConfig) -> bool {
         config.negentropy && !self.learned.negentropy_refused()
-    }
-
-    /// The live plan for `items` — which live REQs cover Layer 1 and the
-    /// items' Layers 2+3, and which filters are polled instead: the filters
-    /// packed into as few REQs as the relay's filter and frame limits allow,
-    /// the first [`Learned::live_slots`] of them live, the rest polled
-    /// with a `since` catch-up (historic work always keeps its slots).
-    /// Layer 1 only where announcements are discovered (`discovers`).
-    pub(crate) fn live_plan(
-        &self,
-        items: &PendingItems,
-        discovers: bool,
-        config: &EngineConfig,
-    ) -> LivePlan {
-        let mut filters = Vec::new();
-        if discovers {
-            filters.push(announcement_filter(FilterMode::Live));
-        }
-        filters.extend(item_filters(
-            items,
-            config.limits.chunk_size,
-            FilterMode::Live,
-        ));
-        let packed = self.pack(filters, config);
-        let mut reqs = packed.into_iter();
-        let covered = reqs
-            .by_ref()
-            .take(self.learned.live_slots(config))
-            .collect();
-        let polled = reqs.flatten().collect();
-        LivePlan { covered, polled }
-    }
-
-    /// `true` if live REQs for `new_filters` more filters in `new_reqs` REQs
-    /// do not fit next to the live subscriptions open or waiting: over the
-    /// consolidation threshold of incremental filters, over the live slots,
-    /// or over the subscription limit. Then the live plan is rebuilt
-    /// ([`RelaySession::live_plan`]) instead of adding to it.
-    pub(crate) fn live_overflows(
-        &self,
-        new_filters: usize,
-        new_reqs: usize,
-        config: &EngineConfig,
-    ) -> bool {
-        let Some(conn) = self.link.conn() else {
-            return false;
-        };
-        let over_threshold =
-            conn.live.incremental_filters() + new_filters > config.limits.consolidation_threshold;
-        let over_budget = self.over_live_slots(new_reqs, config)
-            || conn.subs.len() + new_reqs > self.learned.subscription_limit(config);
-        over_threshold || over_budget
-    }
-
-    /// `true` if the live plan must be rebuilt though no filter is added
-    /// ([`RelaySession::pump`] asks): nothing live, open or waiting, and
-    /// nothing polled (Layer 1 live went with a consolidation that found no
-    /// slot), or more live subscriptions open and waiting than the live
-    /// slots (they shrank: limits told or learned after connecting).
-    /// Adding filters asks [`RelaySession::live_overflows`].
-    pub(crate) fn live_must_rebuild(&self, config: &EngineConfig) -> bool {
-        let Some(conn) = self.link.conn() else {
-            return false;
-        };
-        let no_live = conn.live.count() == 0 && conn.live.waiting_count() == 0;
-        (no_live && !conn.live.is_polling()) || self.over_live_slots(0, config)
-    }
-
-    /// `true` if the live subscriptions open and waiting, with `new_reqs`
-    /// more, are more than the live slots ([`Learned::live_slots`]).
-    fn over_live_slots(&self, new_reqs: usize, config: &EngineConfig) -> bool {
-        self.link.conn().is_some_and(|conn| {
-            conn.live.count() + conn.live.waiting_count() + new_reqs
-                > self.learned.live_slots(config)
-        })
-    }
-
-    // --- Live subscriptions ---------------------------------------------
-
-    /// Adds live subscriptions for `items`, consolidating when the relay
-    /// would get too many live filters or subscriptions. A relay already
-    /// polled for what does not fit gets the new filters polled too.
-    fn add_live(&mut self, cx: &mut Ctx<'_>, now: Now, items: &PendingItems) {
-        let filters = item_filters(items, cx.config.limits.chunk_size, FilterMode::Live);
-        let Some(conn) = self.link.conn_mut() else {
-            return;
-        };
-        if conn.live.is_polling() {
-            conn.live.poll_more(filters);
-            return;
-        }
-        if !self.rate_allows(now.instant, cx.config) {
-            if let Some(conn) = self.link.conn_mut() {
-                conn.live.defer(items, now.unix);
-            }
-            return;
-        }
-        let filter_count = filters.len();
-        let reqs = self.pack(filters, cx.config);
-        if self.live_overflows(filter_count, reqs.len(), cx.config) {
-            return self.rebuild_live(cx, now, items);
-        }
-        for filters in reqs {
-            self.open_live(cx, now, filters, LiveList::Incremental);
-        }
-    }
-
-    /// Opens one live REQ with `filters` and files it in `list`. When live
-    /// coverage had been waiting, what was published meanwhile is caught up.
-    fn open_live(&mut self, cx: &mut Ctx<'_>, now: Now, filters: Vec<Filter>, list: LiveList) {
-        let id = cx.out.sub_id("live");
-        if !self.is_connected() {
-            return;
-        }
-        self.file_live(id.clone(), filters.clone(), list, now.instant);
-        self.catch_up_gap(cx, now, &filters);
-        let relay = cx.relay.clone();
-        self.emit(cx, Command::Subscribe { relay, id, filters });
-    }
-
-    /// Consolidation: closes the live subscriptions and covers Layer 1 and
-    /// the confirmed ∪ pending ∪ waiting ∪ `extra` items of Layers 2+3 with
-    /// the live plan ([`RelaySession::live_plan`]; pending batches keep
-    /// running). During a rate-limit cooldown nothing is sent and `extra`
-    /// waits.
-    pub(crate) fn rebuild_live(&mut self, cx: &mut Ctx<'_>, now: Now, extra: &PendingItems) {
-        if !self.rate_allows(now.instant, cx.config) {
-            if let Some(conn) = self.link.conn_mut() {
-                conn.live.defer(extra, now.unix);
-            }
-            return;
-        }
-        let mut items = self.batches.items();
-        if let Some(state) = &self.state {
-            items.extend(&state.items(cx.repos.ids()));
-        }
-        items.extend(extra);
-        let Some(conn) = self.link.conn_mut() else {
-            return;
-        };
-        items.extend(&conn.live.take_deferred());
-        let plan = self.live_plan(&items, cx.discovers, cx.config);
-        let (closing, opened, started_polling) = self.apply_live_plan(plan, now, cx.config);
-        if let Some(uncovered) = started_polling {
-            info!(relay = %cx.relay, uncovered, "live filters do not fit the relay's limits; polling the rest");
-        }
-        cx.events.push(Noted::Consolidated);
-        for id in closing {
-            self.unsubscribe(cx, &id);
-        }
-        for filters in opened {
-            self.open_live(cx, now, filters, LiveList::Base);
-        }
-    }
-
-    // --- Filing and applying live coverage -----------------------------------
-
-    /// The relay closed the live subscription `id` without refusing its
-    /// slot: live coverage is gone until the rebuild, due after the work
-    /// retry's delay; the rebuilt REQs fetch what was published meanwhile.
-    pub(crate) fn live_closed(&mut self, id: &SubscriptionId, now: Now, config: &EngineConfig) {
-        if let Some(conn) = self.link.conn_mut() {
-            conn.subs.remove(id);
-            conn.live.forget(id);
-            conn.live.gap_opens(now.unix);
-        }
-        let delay = self.work_failed(&config.health);
-        self.timers
-            .set(RelayTimer::RebuildLive, now.instant + delay);
-    }
-
-    /// Files the live subscription `id` of `filters`, just opened, in `list`.
-    pub(crate) fn file_live(
-        &mut self,
-        id: SubscriptionId,
-        filters: Vec<Filter>,
-        list: LiveList,
-        now: Instant,
-    ) {
-        let Some(conn) = self.link.conn_mut() else {
-            return;
-        };
-        conn.live.file(id.clone(), list, filters.len());
-        conn.subs.insert(
-            id.clone(),
-            Sub::Live {
-                filters,
-                opened_at: now,
-                answered: false,
-            },
-        );
-        conn.last_opened = Some(id);
-    }
-
-    /// Applies a consolidation's live plan: every live subscription is
-    /// closed (its late events still accepted for a while), the polled
-    /// filters are set and their poll scheduled (what the last poll did not
-    /// reach is caught up by filters that go live), and the covered REQs fill
-    /// the free live slots, the rest waiting for one. Returns the
-    /// subscriptions to close, the REQs to open now, and, when polling
-    /// starts, how many filters are polled.
-    pub(crate) fn apply_live_plan(
-        &mut self,
-        plan: LivePlan,
-        now: Now,
-        config: &EngineConfig,
-    ) -> (Vec<SubscriptionId>, Vec<Vec<Filter>>, Option<usize>) {
-        let limit = self.learned.subscription_limit(config);
-        let live_slots = self.learned.live_slots(config);
-        let Some(conn) = self.link.conn_mut() else {
-            return (Vec::new(), Vec::new(), None);
-        };
-        let closing = conn.live.close_all();
-        for id in &closing {
-            if let Some(filters) = conn.subs.remove(id).and_then(Sub::into_live_filters) {
-                conn.live.closed(id.clone(), filters);
-            }
-        }
-        let LivePlan {
-            covered,
-            polled: uncovered,
-        } = plan;
-        // Slots free now (historic work keeps its own); the rest of the
-        // covered REQs wait for a slot.
-        let available = limit.saturating_sub(conn.subs.len()).min(live_slots);
-        let (opened, polling) = conn.live.apply(covered, uncovered, available, now.unix);
-        let started_polling = match polling {
-            Polling::Off => {
-                self.timers.clear(RelayTimer::Poll);
-                None
-            }
-            Polling::Started(filters) => Some(filters),
-            Polling::Continues => None,
-        };
-        if polling != Polling::Off {
-            self.timers.set_unless_set(
-                RelayTimer::Poll,
-                now.instant + config.timeouts.uncovered_poll_interval,
-            );
-        }
-        (closing, opened, started_polling)
-    }
-
-    // --- Catching up by `since` -----------------------------------------
-
-    /// Live filters that open late: what was published since the coverage
-    /// started waiting (minus the quick-reconnect window) is fetched by a
-    /// paginated `since` catch-up, so nothing published in the gap is missed.
-    fn catch_up_gap(&mut self, cx: &mut Ctx<'_>, now: Now, filters: &[Filter]) {
-        let window = cx.config.timeouts.quick_reconnect_window.as_secs();
-        let Some(gap_since) = self.link.conn().and_then(|conn| conn.live.gap_since()) else {
-            return;
-        };
-        let since = Timestamp::from_secs(
-            gap_since
-                .as_secs()
-                .saturating_sub(window)
-                .min(now.unix.as_secs()),
-        );
-        let jobs = self.poll_jobs(filters, since, cx.config);
-        let batch = self.start_batch(
-            cx,
-            now,
-            Purpose::Gap,
-            PendingItems::default(),
-            SyncMethod::ReqEose,
-            jobs,
-        );
-        if let Some(batch) = batch {
-            self.batches.cover_from(batch, gap_since);
-        }
-    }
-
-    /// Quick reconnect's catch-up: the confirmed items from `since`.
-    fn start_catch_up(&mut self, cx: &mut Ctx<'_>, now: Now, since: Timestamp) {
-        let Some(state) = &self.state else {
-            return;
-        };
-        let items = state.items(cx.repos.ids());
-        let mode = FilterMode::Historic { since: Some(since) };
-        let filters = item_filters(&items, cx.config.limits.chunk_size, mode);
-        let jobs = self.req_jobs(filters, cx.config);
-        self.start_batch(
-            cx,
-            now,
-            Purpose::CatchUp,
-            PendingItems::default(),
-            SyncMethod::ReqEose,
-            jobs,
-        );
-    }
-
-    /// Starts the `since` poll of the live filters that do not fit, when it
-    /// is due.
-    pub(crate) fn poll_uncovered(&mut self, cx: &mut Ctx<'_>, now: Now) {
-        if !self.is_connected() || !self.timers.is_due(RelayTimer::Poll, now.instant) {
-            return;
-        }
-        self.timers.clear(RelayTimer::Poll);
-        let window = cx.config.timeouts.quick_reconnect_window.as_secs();
-        let Some(conn) = self.link.conn_mut() else {
-            return;
-        };
-        let Some((from, filters)) = conn.live.poll(now.unix) else {
-            return;
-        };
-        let since = Timestamp::from_secs(from.as_secs().saturating_sub(window));
-        debug!(relay = %cx.relay, filters = filters.len(), "polling live filters that do not fit");
-        cx.events.push(Noted::UncoveredPoll);
-        let jobs = self.poll_jobs(&filters, since, cx.config);
-        let batch = self.start_batch(
-            cx,
-            now,
-            Purpose::Poll,
-            PendingItems::default(),
-            SyncMethod::ReqEose,
-            jobs,
-        );
-        if let Some(batch) = batch {
-            self.batches.cover_from(batch, from);
-        }
     }
 
     // --- Planned work -----------------------------------------------------
@@ -1987,7 +1308,10 @@ impl RelaySession {
         if !cx.discovers {
             return;
         }
-        let needs_live = self.link.conn().is_some_and(|conn| conn.live.count() == 0);
+        let needs_live = self
+            .link
+            .conn()
+            .is_some_and(|conn| conn.live().count() == 0);
         // Otherwise `pump` rebuilds live coverage, Layer 1 included, once the
         // relay allows.
         if needs_live && self.may_open_live(now.instant, cx.config) {
@@ -2037,271 +1361,10 @@ impl RelaySession {
         self.batches
             .start(batch, purpose, items, method, jobs.len(), now);
         if let Some(conn) = self.link.conn_mut() {
-            let queued = jobs.into_iter().map(|job| QueuedJob { batch, job });
-            if matches!(purpose, Purpose::Gap | Purpose::Poll) {
-                for job in queued.rev() {
-                    conn.queue.push_front(job);
-                }
-            } else {
-                conn.queue.extend(queued);
-            }
+            let ahead = matches!(purpose, Purpose::Gap | Purpose::Poll);
+            conn.work_mut().enqueue(batch, jobs, ahead);
         }
         Some(batch)
-    }
-
-    // --- Jobs and the filters they ask for -----------------------------------
-
-    /// Adds jobs to the running `batch`, ahead of other queued work.
-    pub(crate) fn add_jobs(&mut self, batch: BatchId, jobs: Vec<Job>) {
-        self.batches.add_jobs(batch, jobs.len());
-        if let Some(conn) = self.link.conn_mut() {
-            for job in jobs.into_iter().rev() {
-                conn.queue.push_front(QueuedJob { batch, job });
-            }
-        }
-    }
-
-    /// Puts `job` back at the front of the queue in place of the slot `id`
-    /// (a refused or rate-limited subscription, a negentropy fallback). The
-    /// batch keeps the same amount of work.
-    pub(crate) fn replace_job(&mut self, id: &SubscriptionId, job: Job, now: Instant) {
-        let Some(conn) = self.link.conn_mut() else {
-            return;
-        };
-        let Some(batch) = conn.subs.remove(id).and_then(|sub| sub.batch()) else {
-            return;
-        };
-        conn.queue.push_front(QueuedJob { batch, job });
-        self.batches.progress(batch, now);
-    }
-
-    /// `filters` packed, in order, into as few REQs as the relay's filter
-    /// and frame limits allow.
-    pub(crate) fn pack(&self, filters: Vec<Filter>, config: &EngineConfig) -> Vec<Vec<Filter>> {
-        pack_filters(
-            filters,
-            self.learned.filters_per_req(config),
-            self.learned.frame_budget(config),
-        )
-    }
-
-    /// REQ jobs for Layer 2+3 `filters`. Filters of one chunk
-    /// (`#e`/`#E`/`#q`), a repository's `#a` and its roots' `#e`, can match
-    /// the same event (a NIP-22 comment, a status): where the relay's page
-    /// size is known ([`Learned::group_page_limit`]) they are packed, in
-    /// order, into as few REQs as its limits allow, so a relay that dedupes
-    /// within a subscription (strfry, nostr-relay-builder) sends such an
-    /// event once. Otherwise one paginated REQ per filter.
-    pub(crate) fn req_jobs(&self, filters: Vec<Filter>, config: &EngineConfig) -> Vec<Job> {
-        let Some(page) = self.learned.group_page_limit(config) else {
-            return filters.into_iter().map(Job::Req).collect();
-        };
-        let filters = filters
-            .into_iter()
-            .map(|mut filter| {
-                filter.limit = Some(page);
-                filter
-            })
-            .collect();
-        self.pack(filters, config)
-            .into_iter()
-            .map(|mut pack| match pack.len() {
-                1 => Job::Req(pack.remove(0)),
-                _ => Job::Poll(pack),
-            })
-            .collect()
-    }
-
-    /// What `filters` (live ones) match from `since` on, packed into as few
-    /// REQs as the relay's limits allow, each filter with the page limit (so
-    /// a clamp is seen and paged).
-    pub(crate) fn poll_jobs(
-        &self,
-        filters: &[Filter],
-        since: nostr::prelude::Timestamp,
-        config: &EngineConfig,
-    ) -> Vec<Job> {
-        let limit = self.learned.page_limit(config);
-        let filters = filters
-            .iter()
-            .cloned()
-            .map(|mut filter| {
-                filter.limit = Some(limit);
-                filter.since = Some(since);
-                filter
-            })
-            .collect();
-        self.pack(filters, config)
-            .into_iter()
-            .map(Job::Poll)
-            .collect()
-    }
-
-    // --- Room to open work: slots and rate -----------------------------------
-
-    /// `true` if one more subscription may be opened on the relay now: a
-    /// free slot, no rate-limit cooldown, and the learned rate not used up.
-    pub(crate) fn may_open(&mut self, now: Instant, config: &EngineConfig) -> bool {
-        let limit = self.learned.subscription_limit(config);
-        let free_slot = self.link.conn().is_some_and(|conn| conn.subs.len() < limit);
-        free_slot && self.rate_allows(now, config)
-    }
-
-    /// `true` if one more historic job may start: it leaves room for the
-    /// live REQs that are open or waiting (up to the live slots), the store
-    /// keeps up (backpressure: a store that falls behind holds new historic
-    /// work) and the rate allows.
-    pub(crate) fn may_open_historic(
-        &mut self,
-        now: Instant,
-        store_keeps_up: bool,
-        config: &EngineConfig,
-    ) -> bool {
-        let limit = self.learned.subscription_limit(config);
-        let live_slots = self.learned.live_slots(config);
-        let Some(conn) = self.link.conn() else {
-            return false;
-        };
-        let live = conn.live.count();
-        let live_reserved = live_slots.min(live + conn.live.waiting_count());
-        let historic = conn.subs.len().saturating_sub(live);
-        historic + live_reserved < limit && store_keeps_up && self.may_open(now, config)
-    }
-
-    /// `true` if one more live subscription may be opened: a free live slot
-    /// (the historic ones stay free) and the rate allows.
-    pub(crate) fn may_open_live(&mut self, now: Instant, config: &EngineConfig) -> bool {
-        let live_slots = self.learned.live_slots(config);
-        let free = self
-            .link
-            .conn()
-            .is_some_and(|conn| conn.live.count() < live_slots);
-        free && self.may_open(now, config)
-    }
-
-    /// `true` if the live plan may be rebuilt now: the rate allows, and the
-    /// rebuilt plan has a slot to open in — none needed when nothing is
-    /// live ([`Learned::live_slots`] is 0: everything is polled), and the
-    /// slots of the live subscriptions open count as free, since the
-    /// rebuild closes them first. Requiring a slot free besides them would
-    /// stall a relay whose learned limit fell to its open live
-    /// subscriptions for good: the rebuild that shrinks them to the live
-    /// slots would wait for a slot only it can free, and the historic work
-    /// queued behind it with it.
-    fn may_rebuild_live(&mut self, now: Instant, live_slots: usize, config: &EngineConfig) -> bool {
-        if !self.rate_allows(now, config) {
-            return false;
-        }
-        let limit = self.learned.subscription_limit(config);
-        let free_once_closed = self
-            .link
-            .conn()
-            .is_some_and(|conn| conn.subs.len().saturating_sub(conn.live.count()) < limit);
-        live_slots == 0 || free_once_closed
-    }
-
-    /// `true` if one more REQ (a new subscription or a next page) may be
-    /// sent to the relay now: connected, no rate-limit cooldown and the
-    /// learned rate not used up.
-    pub(crate) fn rate_allows(&mut self, now: Instant, config: &EngineConfig) -> bool {
-        if self.health.is_rate_limited(now) {
-            return false;
-        }
-        let window = config.rate_window();
-        self.learned.recover_rate(now, window);
-        let rate = self.learned.rate();
-        let Some(conn) = self.link.conn_mut() else {
-            return false;
-        };
-        let within = conn.opens_within(now, window);
-        rate.is_none_or(|rate| within < rate)
-    }
-
-    // --- Starting work within the relay's limits --------------------------
-
-    /// Starts waiting live subscriptions, rebuilds the live plan if it must
-    /// be ([`RelaySession::live_must_rebuild`]), and starts queued jobs
-    /// while the relay is not rate-limited and has free subscription slots.
-    pub(crate) fn pump(&mut self, cx: &mut Ctx<'_>, now: Now) {
-        self.recover_limits(cx, now.instant);
-        self.send_waiting_live(cx, now);
-        let live_slots = self.learned.live_slots(cx.config);
-        let Some(conn) = self.link.conn_mut() else {
-            return;
-        };
-        let waiting_live = conn.live.take_deferred();
-        let rebuild = self.live_must_rebuild(cx.config)
-            && self.may_rebuild_live(now.instant, live_slots, cx.config);
-        if rebuild {
-            self.rebuild_live(cx, now, &waiting_live);
-        } else if !waiting_live.is_empty() {
-            self.add_live(cx, now, &waiting_live);
-        }
-        let rebuild_waiting = self.timers.is_set(RelayTimer::RebuildLive);
-        if let Some(conn) = self.link.conn_mut() {
-            if !conn.live.waits() && !rebuild_waiting {
-                conn.live.gap_covered();
-            }
-        }
-        while self.may_open_historic(now.instant, cx.store_keeps_up(), cx.config) {
-            let Some(queued) = self.link.conn_mut().and_then(|conn| conn.queue.pop_front()) else {
-                return;
-            };
-            self.start_job(cx, now, queued);
-        }
-    }
-
-    /// Sends waiting live REQs (refused, or not sent for want of a slot), as
-    /// far as the relay allows.
-    fn send_waiting_live(&mut self, cx: &mut Ctx<'_>, now: Now) {
-        while self.may_open_live(now.instant, cx.config) {
-            let Some(filters) = self
-                .link
-                .conn_mut()
-                .and_then(|conn| conn.live.next_waiting())
-            else {
-                return;
-            };
-            self.open_live(cx, now, filters, LiveList::Base);
-        }
-    }
-
-    /// Starts a queued job: its subscription and its first frame
-    /// ([`Job::open`] builds them by kind). What was learned since the job
-    /// was planned may change how its filter is synced
-    /// ([`RelaySession::sync_method`]) and how it fits the relay's frames
-    /// ([`Job::fit`]).
-    fn start_job(&mut self, cx: &mut Ctx<'_>, now: Now, queued: QueuedJob) {
-        let QueuedJob { batch, job } = queued;
-        let budget = self.learned.frame_budget(cx.config);
-        let job = match job {
-            Job::Negentropy(filter) | Job::NegentropySent(filter)
-                if self.sync_method(&filter, cx.config) == SyncMethod::ReqEose =>
-            {
-                Job::Req(filter)
-            }
-            job => job,
-        };
-        let page_limit = self.learned.page_limit(cx.config);
-        let (job, parts) = job.fit(super::frames::req_room(budget), page_limit);
-        if !parts.is_empty() {
-            self.add_jobs(batch, parts);
-        }
-        let id = cx.out.sub_id(job.sub_prefix());
-        let Some(conn) = self.link.conn_mut() else {
-            return;
-        };
-        let (sub, opening) = job.open(batch, cx.relay, &id, now.instant, conn);
-        conn.opened(id.clone(), sub);
-        self.batches.progress(batch, now.instant);
-        match opening {
-            Opening::Send(first) => self.emit(cx, first),
-            Opening::FromSent(filter) => {
-                // No store query: the local side is known already.
-                let items = self.sent_items(cx, now, batch, &filter);
-                self.open_negentropy(cx, now, &id, &items);
-            }
-        }
     }
 
     // --- Batches ----------------------------------------------------------
@@ -2314,7 +1377,7 @@ impl RelaySession {
         let Some(batch) = self
             .link
             .conn_mut()
-            .and_then(|conn| conn.subs.remove(id))
+            .and_then(|conn| conn.take_sub(id))
             .and_then(|sub| sub.batch())
         else {
             return;
@@ -2383,7 +1446,7 @@ impl RelaySession {
             Purpose::CatchUp | Purpose::Gap => {}
             Purpose::Poll => {
                 if let Some(conn) = self.link.conn_mut() {
-                    conn.live.polled_from(info.started_unix());
+                    conn.live_mut().polled_from(info.started_unix());
                     let next = now.instant + cx.config.timeouts.uncovered_poll_interval;
                     self.timers.set(RelayTimer::Poll, next);
                 }
@@ -2407,8 +1470,7 @@ impl RelaySession {
         self.last_error = Some(format!("batch failed: {reason}").into());
         let mut closing = Vec::new();
         if let Some(conn) = self.link.conn_mut() {
-            conn.queue.retain(|queued| queued.batch != batch);
-            closing = conn.subs.remove_batch(batch);
+            closing = conn.drop_batch(batch);
         }
         let retry_at = now.instant + self.work_failed(&cx.config.health);
         match info.purpose() {
@@ -2423,7 +1485,7 @@ impl RelaySession {
             }
             Purpose::Gap => {
                 if let (Some(conn), Some(from)) = (self.link.conn_mut(), info.covers_from()) {
-                    conn.live.missing_since(from);
+                    conn.live_mut().missing_since(from);
                 }
                 self.timers.set(RelayTimer::RebuildLive, retry_at);
             }
@@ -2476,7 +1538,7 @@ impl RelaySession {
         let relay_idle = self
             .link
             .conn()
-            .map_or(own, |conn| conn.last_historic_data + timeout);
+            .map_or(own, |conn| conn.last_historic_data() + timeout);
         own.max(relay_idle.min(hard))
     }
 
@@ -2485,7 +1547,7 @@ impl RelaySession {
     pub(crate) fn has_running_job(&self, batch: BatchId) -> bool {
         self.link
             .conn()
-            .is_some_and(|conn| conn.subs.has_running_job(batch))
+            .is_some_and(|conn| conn.has_running_job(batch))
     }
 
     // --- Health and work retries ---------------------------------------------
@@ -2583,11 +1645,11 @@ impl RelaySession {
     /// ([`PaginationState::resume_interrupted`](crate::pagination::PaginationState::resume_interrupted);
     /// each filter of a packed
     /// REQ from its current page), counted in
-    /// [`EngineStats::reqs_resumed`]; a batch whose REQs were resumed
+    /// `EngineStats::reqs_resumed`; a batch whose REQs were resumed
     /// [`Timeouts::req_resume_attempts`] times without hearing anything
     /// since fails.
     fn resume_req(&mut self, cx: &mut Ctx<'_>, now: Now, id: &SubscriptionId) {
-        let Some(sub) = self.link.conn().and_then(|conn| conn.subs.get(id)) else {
+        let Some(sub) = self.link.conn().and_then(|conn| conn.sub(id)) else {
             return;
         };
         let Some(batch) = sub.batch() else {
@@ -2600,7 +1662,7 @@ impl RelaySession {
         let Some(may_resume) = self.batches.resume(batch, attempts) else {
             // No batch to resume for (cannot happen: a batch ends with its
             // subscriptions): close it rather than wake for it forever.
-            if let Some(sub) = self.link.conn_mut().and_then(|conn| conn.subs.remove(id)) {
+            if let Some(sub) = self.link.conn_mut().and_then(|conn| conn.take_sub(id)) {
                 self.send_close(cx, id.clone(), &sub);
             }
             return;
@@ -2643,18 +1705,10 @@ impl RelaySession {
     /// The historic REQs the relay dropped by now
     /// ([`RelayConn::req_stalls_at`]).
     pub(crate) fn stalled_reqs(&self, now: Instant, config: &EngineConfig) -> Vec<SubscriptionId> {
-        let Some(conn) = self.link.conn() else {
-            return Vec::new();
-        };
-        conn.subs
-            .iter()
-            .filter(|(_, sub)| {
-                sub.watch()
-                    .and_then(|watch| conn.req_stalls_at(watch, config))
-                    .is_some_and(|at| at <= now)
-            })
-            .map(|(id, _)| id.clone())
-            .collect()
+        self.link
+            .conn()
+            .map(|conn| conn.stalled_reqs(now, config))
+            .unwrap_or_default()
     }
 
     /// The batches with a running job that stalled by now
@@ -2675,7 +1729,7 @@ impl RelaySession {
     pub(crate) fn is_alive(&self, now: Instant, config: &EngineConfig) -> bool {
         self.link
             .conn()
-            .is_some_and(|conn| conn.liveness.is_alive(now, config))
+            .is_some_and(|conn| conn.is_alive(now, config))
     }
 
     /// `true` if the connected relay is not alive
@@ -2692,9 +1746,7 @@ impl RelaySession {
     /// ([`Liveness::silent_at`](super::liveness::Liveness::silent_at)).
     /// `None` without such a subscription.
     fn live_unanswered_at(&self, config: &EngineConfig) -> Option<Instant> {
-        let conn = self.link.conn()?;
-        let opened_at = conn.subs.live_unanswered_since()?;
-        Some((opened_at + config.timeouts.batch_timeout).max(conn.liveness.silent_at(config)))
+        self.link.conn()?.live_unanswered_at(config)
     }
 
     /// The NIP-77 sessions whose NEG-OPEN the relay has not answered within
@@ -2707,8 +1759,7 @@ impl RelaySession {
         let Some(conn) = self.link.conn() else {
             return Vec::new();
         };
-        conn.subs
-            .negentropy_unanswered()
+        conn.negentropy_unanswered()
             .filter(|(_, opened_at)| *opened_at + config.timeouts.negentropy_timeout <= now)
             .map(|(id, _)| id.clone())
             .collect()
@@ -2747,7 +1798,7 @@ impl RelaySession {
                     conn.rate_window_frees_at(now, config.rate_window()),
                 );
             }
-            for sub in conn.subs.values() {
+            for sub in conn.subscriptions() {
                 if let Some(watch) = sub.watch() {
                     earliest.consider(Deadline::ReqStall, conn.req_stalls_at(watch, config));
                 }
@@ -2786,15 +1837,6 @@ impl Lesson {
     }
 }
 
-/// What a relay's live subscriptions cover ([`RelaySession::live_plan`]).
-#[derive(Debug)]
-pub(crate) struct LivePlan {
-    /// The live REQs, each a list of filters, within the live slots.
-    pub(crate) covered: Vec<Vec<nostr::prelude::Filter>>,
-    /// The filters that did not fit: polled with `since` instead.
-    pub(crate) polled: indexmap::IndexSet<nostr::prelude::Filter>,
-}
-
 /// What a session's handlers are given besides the session: its relay's
 /// URL, the configuration, and the parts of the engine that span relays
 /// and that one relay's work reads or adds to — the outbox, the counters,
@@ -2825,32 +1867,6 @@ impl Ctx<'_> {
     pub(crate) fn store_keeps_up(&self) -> bool {
         self.stores.keeps_up(self.config)
     }
-}
-
-/// Why a negentropy session of a filter ended without reconciling it
-/// ([`RelaySession::negentropy_failed`]).
-#[derive(Debug)]
-pub(crate) enum NegFailure<'a> {
-    /// The relay refused NIP-77: a NEG-ERR, a NOTICE, CLOSED on the session
-    /// id. `close`: send NEG-CLOSE if the session was opened (a NOTICE
-    /// names no session; CLOSED and NEG-ERR end it already).
-    Refused {
-        /// What the relay said.
-        reason: &'a str,
-        /// Whether the relay may still hold the session.
-        close: bool,
-    },
-    /// No answer to NEG-OPEN within the negentropy timeout.
-    Unanswered,
-    /// The store could not list its items for the filter (never reconcile
-    /// from an empty set: that downloads everything as if we held nothing).
-    StoreCannotList(&'a str),
-    /// The relay's frame budget shrank below a NEG frame for the filter.
-    FrameTooSmall,
-    /// The session could not start from our items.
-    CannotStart(SessionError),
-    /// A round failed: a cap was hit or the relay's message was unreadable.
-    Round(SessionError),
 }
 
 /// An EVENT as it reaches the session: verified by the driver, or not yet.

@@ -4,10 +4,12 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId};
+use indexmap::IndexSet;
+use nostr::prelude::{Event, EventId, Filter, RelayUrl, SubscriptionId, Timestamp};
 
+use super::bad_events::BadEventVerdict;
 use super::config::{EngineConfig, RelayLimits};
-use super::live_coverage::LiveCoverage;
+use super::live_coverage::{LiveCoverage, LiveList, Polling};
 use super::liveness::Liveness;
 use super::session::{NegSession, SessionError, Step};
 use super::Command;
@@ -17,8 +19,10 @@ use crate::model::BatchId;
 use crate::pagination::{PageOutcome, PaginationState};
 
 mod subscriptions;
+mod work_queue;
 
 pub(crate) use subscriptions::Subscriptions;
+pub(crate) use work_queue::WorkQueue;
 
 /// Below this many events a page that repeats one second is taken for the
 /// end of the results, not for a relay's page limit (no relay caps pages
@@ -717,43 +721,340 @@ pub(crate) struct RelayConn {
     /// When the relay last sent anything — a message, or a pong
     /// ([`SyncEngine::handle_relay_alive`](super::SyncEngine::handle_relay_alive))
     /// — or the connection opened: whether it is alive.
-    pub(crate) liveness: Liveness,
+    liveness: Liveness,
     /// When the relay last sent a message for one of our historic
     /// subscriptions (an EVENT, EOSE, CLOSED, NEG-MSG or NEG-ERR of a
     /// batch's job): a relay still answering some of them is busy, not
     /// stalled (see `RelaySession::batch_stalls_at`).
-    pub(crate) last_historic_data: Instant,
+    last_historic_data: Instant,
     /// Every slot in use, in opening order.
-    pub(crate) subs: Subscriptions,
-    /// Live coverage: the live subscriptions, what waits, what is polled.
-    pub(crate) live: LiveCoverage,
+    subs: Subscriptions,
+    /// Live coverage: the live subscriptions, what waits, what is polled
+    /// (a part of its own, handed out by [`RelayConn::live`]).
+    live: LiveCoverage,
     /// When each recent subscription was opened, for the learned rate.
-    pub(crate) opened_at: VecDeque<Instant>,
+    opened_at: VecDeque<Instant>,
     /// Historic work waiting for a slot.
-    pub(crate) queue: VecDeque<QueuedJob>,
+    queue: WorkQueue,
     /// The largest frame sent recently that the relay has not answered yet,
     /// when, and on which subscription: a drop right after it is blamed on
     /// its size.
-    pub(crate) recent_frame: Option<(Instant, usize, SubscriptionId)>,
+    recent_frame: Option<(Instant, usize, SubscriptionId)>,
     /// The most recently opened subscription.
-    pub(crate) last_opened: Option<SubscriptionId>,
+    last_opened: Option<SubscriptionId>,
     /// Subscriptions sent that the relay has not answered at all yet, oldest
     /// first: a relay answers in order, so a NOTICE refusing one (which
     /// names no subscription) is about the oldest of them.
-    pub(crate) unanswered: VecDeque<SubscriptionId>,
+    unanswered: VecDeque<SubscriptionId>,
     /// Historic REQ frames sent on this connection (each page counts).
-    pub(crate) requests_sent: u64,
+    requests_sent: u64,
     /// The number ([`ReqWatch::sent`]) of the latest historic REQ frame the
     /// relay answered: a REQ sent before it and not answered since was
     /// overtaken.
-    pub(crate) newest_answered: u64,
+    newest_answered: u64,
     /// Events of this connection we refused: past
     /// [`Caps::max_bad_events`](super::Caps::max_bad_events) the relay is
     /// cut off.
-    pub(crate) bad_events: super::bad_events::BadEvents,
+    bad_events: super::bad_events::BadEvents,
 }
 
 impl RelayConn {
+    /// A connection that opened at `now`, with nothing open on it yet.
+    pub(crate) fn new(now: Instant) -> Self {
+        RelayConn {
+            liveness: Liveness::opened(now),
+            last_historic_data: now,
+            ..RelayConn::default()
+        }
+    }
+
+    // --- Hearing from the relay ------------------------------------------
+
+    /// The relay sent something at `now`: it is alive.
+    pub(crate) fn heard(&mut self, now: Instant) {
+        self.liveness.heard(now);
+    }
+
+    /// The relay answered on subscription `id` at `now`: its REQ watch is
+    /// heard (and counts as the newest answered), the subscription is no
+    /// longer unanswered and its frame no longer suspect. Returns the
+    /// batch of a historic subscription, which makes the relay's historic
+    /// data fresh.
+    pub(crate) fn answered(&mut self, id: &SubscriptionId, now: Instant) -> Option<BatchId> {
+        let mut batch = None;
+        if let Some(sub) = self.subs.get_mut(id) {
+            batch = sub.batch();
+            if let Some(watch) = sub.watch_mut() {
+                watch.heard_at = now;
+                self.newest_answered = self.newest_answered.max(watch.sent);
+            }
+        }
+        if batch.is_some() {
+            self.last_historic_data = now;
+        }
+        self.unanswered.retain(|waiting| waiting != id);
+        self.frame_answered(id);
+        batch
+    }
+
+    /// `true` while the relay sent something within the batch timeout
+    /// before `now` ([`Liveness::is_alive`]).
+    pub(crate) fn is_alive(&self, now: Instant, config: &EngineConfig) -> bool {
+        self.liveness.is_alive(now, config)
+    }
+
+    /// When the relay last sent something for one of our historic
+    /// subscriptions (or the connection opened).
+    pub(crate) fn last_historic_data(&self) -> Instant {
+        self.last_historic_data
+    }
+
+    /// Counts one refused event against `threshold`
+    /// ([`BadEvents::record`](super::bad_events::BadEvents::record)).
+    pub(crate) fn record_bad_event(&mut self, threshold: u64) -> BadEventVerdict {
+        self.bad_events.record(threshold)
+    }
+
+    /// How many events of this connection we refused.
+    pub(crate) fn bad_event_count(&self) -> u64 {
+        self.bad_events.count()
+    }
+
+    // --- Sending -----------------------------------------------------------
+
+    /// Notes `command`, sent at `now`: a subscription opened (for the
+    /// learned rate) and waiting for an answer, and the size of a frame
+    /// that opens or continues one ([`RelayConn::note_frame`]).
+    pub(crate) fn note_sent(&mut self, now: Instant, command: &Command) {
+        if let Command::Subscribe { id, .. } | Command::NegOpen { id, .. } = command {
+            self.opened_at.push_back(now);
+            if !self.unanswered.contains(id) {
+                self.unanswered.push_back(id.clone());
+            }
+        }
+        if let Command::Subscribe { id, .. }
+        | Command::NegOpen { id, .. }
+        | Command::NegMsg { id, .. } = command
+        {
+            if let Some(len) = super::frames::command_frame_len(command) {
+                self.note_frame(now, len, id);
+            }
+        }
+    }
+
+    // --- The subscriptions open --------------------------------------------
+
+    /// The open subscription `id`.
+    pub(crate) fn sub(&self, id: &SubscriptionId) -> Option<&Sub> {
+        self.subs.get(id)
+    }
+
+    /// The open subscription `id`, to change.
+    pub(crate) fn sub_mut(&mut self, id: &SubscriptionId) -> Option<&mut Sub> {
+        self.subs.get_mut(id)
+    }
+
+    /// `true` while subscription `id` is open.
+    pub(crate) fn is_open(&self, id: &SubscriptionId) -> bool {
+        self.subs.contains(id)
+    }
+
+    /// How many subscriptions are open (live and historic).
+    pub(crate) fn open_count(&self) -> usize {
+        self.subs.len()
+    }
+
+    /// Every open subscription, in opening order.
+    pub(crate) fn subscriptions(&self) -> impl Iterator<Item = &Sub> {
+        self.subs.values()
+    }
+
+    /// Every open subscription, taken: the connection holds none.
+    pub(crate) fn take_subscriptions(&mut self) -> Vec<(SubscriptionId, Sub)> {
+        self.subs.take_all()
+    }
+
+    /// Subscription `id`, taken: its slot is free.
+    pub(crate) fn take_sub(&mut self, id: &SubscriptionId) -> Option<Sub> {
+        self.subs.remove(id)
+    }
+
+    /// Drops the failed `batch`: its queued jobs, and its subscriptions,
+    /// returned for closing.
+    pub(crate) fn drop_batch(&mut self, batch: BatchId) -> Vec<(SubscriptionId, Sub)> {
+        self.queue.drop_batch(batch);
+        self.subs.remove_batch(batch)
+    }
+
+    /// `true` while a job of `batch` holds a subscription slot.
+    pub(crate) fn has_running_job(&self, batch: BatchId) -> bool {
+        self.subs.has_running_job(batch)
+    }
+
+    /// Whether `event`, sent on subscription `id`, is something we asked
+    /// for: by the open subscription's filters, or by those of a live
+    /// subscription we closed lately (its late events are still ours).
+    /// `None` when `id` is no subscription of ours.
+    pub(crate) fn asked_for(&self, id: &SubscriptionId, event: &Event) -> Option<bool> {
+        match self.subs.get(id) {
+            Some(sub) => Some(sub.asked_for(event)),
+            None => self
+                .live
+                .closed_filters(id)
+                .map(|filters| filters.iter().any(|filter| matches(filter, event))),
+        }
+    }
+
+    /// The historic REQs the relay dropped by `now`
+    /// ([`RelayConn::req_stalls_at`]).
+    pub(crate) fn stalled_reqs(&self, now: Instant, config: &EngineConfig) -> Vec<SubscriptionId> {
+        self.subs
+            .iter()
+            .filter(|(_, sub)| {
+                sub.watch()
+                    .and_then(|watch| self.req_stalls_at(watch, config))
+                    .is_some_and(|at| at <= now)
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// The NIP-77 sessions whose NEG-OPEN the relay has not answered, with
+    /// when each opened.
+    pub(crate) fn negentropy_unanswered(&self) -> impl Iterator<Item = (&SubscriptionId, Instant)> {
+        self.subs.negentropy_unanswered()
+    }
+
+    /// `true` while a NEG-OPEN or NEG-MSG of ours waits for an answer.
+    pub(crate) fn negentropy_waits_for_answer(&self) -> bool {
+        self.subs.values().any(Sub::negentropy_opened)
+    }
+
+    /// When an unanswered live subscription counts as a half-open socket:
+    /// a batch timeout after the oldest opened, and not before the relay
+    /// counts as silent ([`Liveness::silent_at`]).
+    pub(crate) fn live_unanswered_at(&self, config: &EngineConfig) -> Option<Instant> {
+        let opened_at = self.subs.live_unanswered_since()?;
+        Some((opened_at + config.timeouts.batch_timeout).max(self.liveness.silent_at(config)))
+    }
+
+    // --- Live subscriptions and coverage -----------------------------------
+
+    /// Live coverage: the live subscriptions, what waits, what is polled.
+    pub(crate) fn live(&self) -> &LiveCoverage {
+        &self.live
+    }
+
+    /// Live coverage, to change.
+    pub(crate) fn live_mut(&mut self) -> &mut LiveCoverage {
+        &mut self.live
+    }
+
+    /// Files the live subscription `id` of `list` asking for `filters`,
+    /// opened at `now`.
+    pub(crate) fn open_live(
+        &mut self,
+        id: SubscriptionId,
+        filters: Vec<Filter>,
+        list: LiveList,
+        now: Instant,
+    ) {
+        self.live.file(id.clone(), list, filters.len());
+        self.opened(
+            id,
+            Sub::Live {
+                filters,
+                opened_at: now,
+                answered: false,
+            },
+        );
+    }
+
+    /// The live subscription `id` was refused: sent again, unchanged,
+    /// when the relay allows (`now` is when live coverage went missing).
+    pub(crate) fn requeue_live(&mut self, id: &SubscriptionId, now: Timestamp) {
+        if let Some(filters) = self.subs.remove(id).and_then(Sub::into_live_filters) {
+            self.live.refused(id, filters, now);
+        }
+    }
+
+    /// The relay closed the live subscription `id` at `now`: a gap opens in
+    /// live coverage.
+    pub(crate) fn live_lost(&mut self, id: &SubscriptionId, now: Timestamp) {
+        self.subs.remove(id);
+        self.live.forget(id);
+        self.live.gap_opens(now);
+    }
+
+    /// Applies a consolidation's live plan ([`LiveCoverage::apply`]):
+    /// every live subscription closed (its late events still accepted for a
+    /// while), then the `covered` REQs fill the slots free under `limit`
+    /// (at most `live_slots`) and the `polled` filters are polled. Returns
+    /// the subscriptions to close, the REQs to open now and the poll.
+    pub(crate) fn apply_live_plan(
+        &mut self,
+        covered: Vec<Vec<Filter>>,
+        polled: IndexSet<Filter>,
+        limit: usize,
+        live_slots: usize,
+        now: Timestamp,
+    ) -> (Vec<SubscriptionId>, Vec<Vec<Filter>>, Polling) {
+        let closing = self.live.close_all();
+        for id in &closing {
+            if let Some(filters) = self.subs.remove(id).and_then(Sub::into_live_filters) {
+                self.live.closed(id.clone(), filters);
+            }
+        }
+        let available = limit.saturating_sub(self.subs.len()).min(live_slots);
+        let (opened, polling) = self.live.apply(covered, polled, available, now);
+        (closing, opened, polling)
+    }
+
+    // --- Room to open work ---------------------------------------------------
+
+    /// Historic work waiting for a slot.
+    pub(crate) fn work(&self) -> &WorkQueue {
+        &self.queue
+    }
+
+    /// Historic work waiting for a slot, to change.
+    pub(crate) fn work_mut(&mut self) -> &mut WorkQueue {
+        &mut self.queue
+    }
+
+    /// `true` if a subscription slot is free under `limit`.
+    pub(crate) fn has_free_slot(&self, limit: usize) -> bool {
+        self.subs.len() < limit
+    }
+
+    /// `true` if a historic job fits under `limit` besides the live REQs
+    /// open or waiting, up to `live_slots` of them.
+    pub(crate) fn historic_fits(&self, limit: usize, live_slots: usize) -> bool {
+        let live = self.live.count();
+        let live_reserved = live_slots.min(live + self.live.waiting_count());
+        let historic = self.subs.len().saturating_sub(live);
+        historic + live_reserved < limit
+    }
+
+    /// `true` if a live slot of `live_slots` is free.
+    pub(crate) fn live_slot_free(&self, live_slots: usize) -> bool {
+        self.live.count() < live_slots
+    }
+
+    /// `true` if a slot under `limit` would be free once every live
+    /// subscription closed.
+    pub(crate) fn free_once_live_closed(&self, limit: usize) -> bool {
+        self.subs.len().saturating_sub(self.live.count()) < limit
+    }
+
+    /// `true` if the live REQs open and waiting, with `new_reqs` more, are
+    /// more than `live_slots` (the learned live slots).
+    pub(crate) fn over_live_slots(&self, new_reqs: usize, live_slots: usize) -> bool {
+        self.live.count() + self.live.waiting_count() + new_reqs > live_slots
+    }
+
+    // --- Requests, frames and the rate ------------------------------------
+
     /// Files the subscription `id`, just opened.
     pub(crate) fn opened(&mut self, id: SubscriptionId, sub: Sub) {
         self.subs.insert(id.clone(), sub);
@@ -880,5 +1181,129 @@ impl RelayConn {
             .negentropy_unanswered()
             .map(|(_, opened_at)| opened_at + config.timeouts.negentropy_timeout)
             .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::Kind;
+
+    fn at(secs: u64) -> Instant {
+        Instant::ZERO + std::time::Duration::from_secs(secs)
+    }
+
+    fn filter(kind: u16) -> Filter {
+        Filter::new().kind(Kind::Custom(kind))
+    }
+
+    fn relay() -> RelayUrl {
+        RelayUrl::parse("wss://relay.example.com").unwrap()
+    }
+
+    /// Opens a historic REQ `id` of `batch` on `conn` at `now`, as sent.
+    fn open_req(conn: &mut RelayConn, id: &str, batch: u64, now: Instant) -> SubscriptionId {
+        let id = SubscriptionId::new(id);
+        let job = Job::Req(filter(1));
+        let (sub, _) = job.open(BatchId(batch), &relay(), &id, now, conn);
+        conn.opened(id.clone(), sub);
+        let command = Command::Subscribe {
+            relay: relay(),
+            id: id.clone(),
+            filters: vec![filter(1)],
+        };
+        conn.note_sent(now, &command);
+        id
+    }
+
+    #[test]
+    fn an_answer_hears_the_request_and_makes_historic_data_fresh() {
+        let mut conn = RelayConn::new(at(0));
+        let id = open_req(&mut conn, "req-1", 7, at(1));
+        assert_eq!(conn.last_historic_data(), at(0));
+        assert_eq!(conn.answered(&id, at(5)), Some(BatchId(7)));
+        assert_eq!(conn.last_historic_data(), at(5));
+        assert_eq!(
+            conn.oldest_unanswered(),
+            None,
+            "answered: no NOTICE blames it"
+        );
+        let live = SubscriptionId::new("live-1");
+        conn.open_live(live.clone(), vec![filter(2)], LiveList::Base, at(6));
+        assert_eq!(
+            conn.answered(&live, at(9)),
+            None,
+            "a live answer is not historic"
+        );
+        assert_eq!(conn.last_historic_data(), at(5));
+        assert_eq!(
+            conn.opens_within(at(9), std::time::Duration::from_secs(60)),
+            1
+        );
+    }
+
+    #[test]
+    fn room_for_work_keeps_the_live_slots() {
+        let mut conn = RelayConn::new(at(0));
+        for n in 0..2 {
+            let id = SubscriptionId::new(format!("live-{n}"));
+            conn.open_live(id, vec![filter(n)], LiveList::Base, at(1));
+        }
+        assert_eq!(conn.open_count(), 2);
+        assert!(conn.has_free_slot(3));
+        assert!(conn.historic_fits(3, 2));
+        assert!(!conn.historic_fits(2, 2));
+        assert!(!conn.live_slot_free(2));
+        assert!(conn.live_slot_free(3));
+        assert!(conn.free_once_live_closed(1));
+        assert!(!conn.over_live_slots(0, 2));
+        assert!(conn.over_live_slots(1, 2));
+        open_req(&mut conn, "req-1", 1, at(2));
+        assert!(!conn.has_free_slot(3));
+        assert!(!conn.historic_fits(3, 2));
+        assert!(!conn.free_once_live_closed(1));
+    }
+
+    #[test]
+    fn a_failed_batch_leaves_nothing_open_or_queued() {
+        let mut conn = RelayConn::new(at(0));
+        let first = open_req(&mut conn, "req-1", 1, at(1));
+        let other = open_req(&mut conn, "req-2", 2, at(1));
+        conn.work_mut()
+            .enqueue(BatchId(1), vec![Job::Req(filter(3))], false);
+        conn.work_mut()
+            .enqueue(BatchId(2), vec![Job::Req(filter(4))], false);
+        assert!(conn.has_running_job(BatchId(1)));
+        let closing = conn.drop_batch(BatchId(1));
+        assert_eq!(closing.len(), 1);
+        assert_eq!(closing[0].0, first);
+        assert!(!conn.has_running_job(BatchId(1)));
+        assert!(conn.is_open(&other));
+        assert_eq!(conn.work().len(), 1);
+    }
+
+    #[test]
+    fn an_event_is_asked_for_by_an_open_or_lately_closed_subscription_only() {
+        use nostr::event::FinalizeEvent;
+        use nostr::prelude::{EventBuilder, Keys};
+        let event = EventBuilder::new(Kind::Custom(2), "")
+            .finalize(&Keys::generate())
+            .expect("signed");
+        let mut conn = RelayConn::new(at(0));
+        let live = SubscriptionId::new("live-1");
+        assert_eq!(conn.asked_for(&live, &event), None);
+        conn.open_live(live.clone(), vec![filter(2)], LiveList::Base, at(1));
+        assert_eq!(conn.asked_for(&live, &event), Some(true));
+        let req = open_req(&mut conn, "req-1", 1, at(1));
+        assert_eq!(conn.asked_for(&req, &event), Some(false));
+        let plan =
+            conn.apply_live_plan(Vec::new(), IndexSet::new(), 10, 2, Timestamp::from_secs(5));
+        assert_eq!(plan.0, vec![live.clone()]);
+        assert!(!conn.is_open(&live));
+        assert_eq!(
+            conn.asked_for(&live, &event),
+            Some(true),
+            "closed lately: still ours"
+        );
     }
 }

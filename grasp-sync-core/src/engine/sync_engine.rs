@@ -7,12 +7,13 @@
 use std::borrow::Borrow;
 use std::collections::HashSet;
 
-use indexmap::{IndexMap, IndexSet};
+use indexmap::IndexSet;
 use nostr::prelude::{
     Event, EventId, Kind, PublicKey, RelayMessage, RelayUrl, SubscriptionId, Timestamp,
 };
 use tracing::{debug, info, warn};
 
+use super::admission::{LeftOut, RelayAdmission};
 use super::config::Jitter;
 use super::deadlines::DeadlineTable;
 use super::held::{announced_repo, HeldRepos};
@@ -20,7 +21,6 @@ use super::ours::{identifier, Layer1Verdict, Ours};
 use super::outbox::Outbox;
 use super::own_relay::OwnRelay;
 use super::relay_session::{count_refused, Arrived, Ctx, NegFailure, RelaySession};
-use super::relay_slots::{Admission, RelaySlots, SlotRules};
 use super::relays::Relays;
 use super::session_events::{Reached, SessionEvent, SessionEvents};
 use super::stats::{HeldBytes, SyncPlusCounts};
@@ -97,20 +97,9 @@ pub struct SyncEngine {
     deadlines: DeadlineTable,
     /// Relay URLs the policy refused (warned about once each).
     refused_relays: std::collections::HashSet<RelayUrl>,
-    /// Repositories some of whose relays wait for a slot (under
-    /// [`Caps::max_relays`], their author's share or benched after yielding
-    /// one), longest waiting first: every relay they list within the
-    /// per-announcement cap.
-    over_cap: IndexMap<RepoRef, Vec<RelayUrl>>,
-    /// Repositories some of whose Sync+ outbox relays wait for a slot
-    /// ([`SyncEngine::outbox_within_slots`]): listed again each Sync+ pass.
-    outbox_waiting: IndexSet<RepoRef>,
-    /// The slots of relays taken from announcements: whose, since when,
-    /// whether they served ([`RelaySlots`]).
-    slots: RelaySlots,
-    /// Relays that yielded their slot, logged at `info` once each (then at
-    /// `debug`).
-    yielded_relays: HashSet<RelayUrl>,
+    /// Relay admission under the caps: the slots, the relays waiting for
+    /// one, the relays that yielded theirs ([`RelayAdmission`]).
+    admission: RelayAdmission,
     /// What the sessions told of the input being handled, not taken yet
     /// ([`SyncEngine::absorb`]).
     events: SessionEvents,
@@ -158,10 +147,7 @@ impl SyncEngine {
             held: HeldRepos::default(),
             deadlines: DeadlineTable::default(),
             refused_relays: Default::default(),
-            over_cap: IndexMap::new(),
-            outbox_waiting: IndexSet::new(),
-            slots: RelaySlots::default(),
-            yielded_relays: HashSet::new(),
+            admission: RelayAdmission::default(),
             events: SessionEvents::default(),
             reached: Reached::default(),
             out: Outbox::new(now.instant),
@@ -768,7 +754,7 @@ impl SyncEngine {
 
     /// Drops relays that are neither bootstrap nor listed by any repository,
     /// then gives the slots freed, and those of relays that have not earned
-    /// theirs ([`RelaySlots::yielding`]), to relays waiting for one.
+    /// theirs ([`RelaySlots::yielding`](super::relay_slots::RelaySlots::yielding)), to relays waiting for one.
     fn check_disconnects(&mut self, now: Instant) {
         let unwanted: Vec<RelayUrl> = self
             .relays
@@ -787,10 +773,10 @@ impl SyncEngine {
             });
             self.relays.remove(&relay);
             self.reached.others = true;
-            self.slots.release(&relay);
+            self.admission.release(&relay);
             self.stats.relays_dropped += 1;
         }
-        self.slots.forget_old_benches(self.slot_rules(), now);
+        self.admission.forget_old_benches(&self.config.caps, now);
         self.readmit_relays_over_cap(now);
         self.yield_slots_to_waiting(now);
     }
@@ -940,7 +926,7 @@ impl SyncEngine {
     fn sync_plus_pass(&mut self, now: Now) {
         self.stats.sync_plus_passes += 1;
         self.repo_relays.next_pass(&self.config.sync_plus);
-        for repo in std::mem::take(&mut self.outbox_waiting) {
+        for repo in self.admission.take_outbox_waiting() {
             self.list_repo_relays(&repo);
         }
         self.plan_repo_relay_changes(now);
@@ -1201,7 +1187,8 @@ impl SyncEngine {
         if matches!(verdict, StoreVerdict::Stored | StoreVerdict::Held) {
             // New to the store, and this relay's copy was the one handed
             // over: no other relay delivered it first. It earns its slot.
-            self.slots.note_unique_delivery(&done.relay, now.instant);
+            self.admission
+                .note_unique_delivery(&done.relay, now.instant);
         }
         if verdict == StoreVerdict::Held {
             if let Some(repo) = announced_repo(done.event.event()) {
@@ -1331,77 +1318,27 @@ impl SyncEngine {
 
     // --- Caps ---------------------------------------------------------------
 
-    /// The slot rules of the configuration.
-    fn slot_rules(&self) -> SlotRules {
-        let caps = &self.config.caps;
-        SlotRules {
-            max_relays: caps.max_relays,
-            per_author: caps.max_relays_per_author,
-            per_network: caps.max_relays_per_network,
-            trial: caps.relay_trial_period,
-            earn_window: caps.relay_earn_window,
-        }
-    }
-
-    /// The relays of `repo`'s announcement that fit the caps: the first
-    /// [`max_relays_per_announcement`](super::Caps::max_relays_per_announcement)
-    /// distinct ones, of which a relay not tracked yet only if it may take a
-    /// slot ([`RelaySlots::admission`]: a slot free under
-    /// [`max_relays`](super::Caps::max_relays), room in the share of
-    /// `repo`'s author, not benched); it takes it. Relays left out for a
-    /// slot are remembered for [`SyncEngine::readmit_relays_over_cap`];
-    /// what was left out and why is returned, for the caller to count and
-    /// log ([`SyncEngine::note_left_out`]) when it is news.
+    /// The relays of `repo`'s announcement that fit the caps
+    /// ([`RelayAdmission::within_caps`]); relays left out for a slot wait
+    /// for [`SyncEngine::readmit_relays_over_cap`]; what was left out and
+    /// why is returned, for the caller to count and log
+    /// ([`SyncEngine::note_left_out`]) when it is news.
     fn relays_within_caps(
         &mut self,
         repo: &RepoRef,
         listed: Vec<RelayUrl>,
         now: Instant,
     ) -> (Vec<RelayUrl>, LeftOut) {
-        let mut seen = HashSet::new();
-        let distinct: Vec<RelayUrl> = listed
-            .into_iter()
-            .filter(|relay| seen.insert(relay.clone()))
-            .collect();
-        let per_announcement = self.config.caps.max_relays_per_announcement;
-        let mut left = LeftOut {
-            listed: distinct.len(),
-            over_announcement: distinct.len().saturating_sub(per_announcement),
-            ..LeftOut::default()
-        };
-        let candidates: Vec<RelayUrl> = distinct.into_iter().take(per_announcement).collect();
-        let rules = self.slot_rules();
-        let author = *repo.pubkey();
-        let mut admitted = Vec::with_capacity(candidates.len());
-        let mut waiting = Vec::new();
-        let mut tracked = self.relays.tracked_count();
-        for relay in candidates {
-            if self.relays.state(&relay).is_some() {
-                admitted.push(relay);
-                continue;
-            }
-            match self.slots.admission(&relay, &author, tracked, rules, now) {
-                Admission::Granted => {
-                    tracked += 1;
-                    self.slots.grant(relay.clone(), author, now);
-                    admitted.push(relay);
-                    continue;
-                }
-                Admission::TotalFull => left.total_full += 1,
-                Admission::AuthorFull => left.author_full += 1,
-                Admission::NetworkFull => left.network_full += 1,
-                Admission::Benched => left.benched += 1,
-            }
-            waiting.push(relay);
-        }
-        if waiting.is_empty() {
-            self.over_cap.shift_remove(repo);
-        } else {
-            let mut listed = admitted.clone();
-            listed.extend(waiting);
-            self.over_cap.insert(repo.clone(), listed);
-        }
-        (admitted, left)
+        let tracked = self.relays.tracked_count();
+        let relays = &self.relays;
+        self.admission.within_caps(
+            repo,
+            listed,
+            &self.config.caps,
+            tracked,
+            |relay| relays.state(relay).is_some(),
+            now,
+        )
     }
 
     /// Counts what an announcement of `repo` had left out
@@ -1484,35 +1421,25 @@ impl SyncEngine {
     /// ones (their slots were granted with the announcement,
     /// [`SyncEngine::relays_within_caps`]) and relays tracked already; a
     /// Sync+ outbox relay not tracked yet takes a slot like an announced one
-    /// ([`RelaySlots::admission`], charged to `repo`'s owner and the
+    /// ([`RelaySlots::admission`](super::relay_slots::RelaySlots::admission), charged to `repo`'s owner and the
     /// relay's network), so it yields like one. One refused waits: `repo` is
     /// listed again at the next Sync+ pass.
     fn outbox_within_slots(&mut self, repo: &RepoRef, relays: Vec<RelayUrl>) -> Vec<RelayUrl> {
         let now = self.last_now();
-        let rules = self.slot_rules();
-        let author = *repo.pubkey();
-        let mut tracked = self.relays.tracked_count();
-        let mut refused = 0;
-        let mut kept = Vec::with_capacity(relays.len());
-        for relay in relays {
-            let needs_slot = self.relays.state(&relay).is_none()
-                && !self.repo_relays.announced(repo).contains(&relay);
-            if !needs_slot {
-                kept.push(relay);
-                continue;
-            }
-            match self.slots.admission(&relay, &author, tracked, rules, now) {
-                Admission::Granted => {
-                    self.slots.grant(relay.clone(), author, now);
-                    tracked += 1;
-                    kept.push(relay);
-                }
-                _ => refused += 1,
-            }
-        }
-        if refused == 0 {
-            self.outbox_waiting.shift_remove(repo);
-        } else if self.outbox_waiting.insert(repo.clone()) {
+        let tracked = self.relays.tracked_count();
+        let (known, repo_relays) = (&self.relays, &self.repo_relays);
+        let needs_slot = |relay: &RelayUrl| {
+            known.state(relay).is_none() && !repo_relays.announced(repo).contains(relay)
+        };
+        let (kept, refused) = self.admission.outbox_within_slots(
+            repo,
+            relays,
+            &self.config.caps,
+            tracked,
+            needs_slot,
+            now,
+        );
+        if let Some(refused) = refused {
             self.stats.relays_over_cap += refused;
             debug!(%repo, left_out = refused, "Sync+ outbox relays wait for a slot");
         }
@@ -1522,7 +1449,7 @@ impl SyncEngine {
     /// Gives relays waiting for a slot another chance, longest waiting
     /// first, now that dropped relays may have made room.
     fn readmit_relays_over_cap(&mut self, now: Instant) {
-        let waiting: Vec<RepoRef> = self.over_cap.keys().cloned().collect();
+        let waiting: Vec<RepoRef> = self.admission.waiting_repos();
         for repo in waiting {
             if self.relays.tracked_count() >= self.config.caps.max_relays {
                 return;
@@ -1534,7 +1461,7 @@ impl SyncEngine {
     /// Admits what it can of `repo`'s waiting relays
     /// ([`SyncEngine::relays_within_caps`]); `true` if one took a slot.
     fn readmit(&mut self, repo: &RepoRef, now: Instant) -> bool {
-        let Some(relays) = self.over_cap.get(repo).cloned() else {
+        let Some(relays) = self.admission.waiting(repo) else {
             return false;
         };
         let tracked = self.relays.tracked_count();
@@ -1550,18 +1477,16 @@ impl SyncEngine {
 
     /// Relays that have not earned their slot (no unique delivery within
     /// the earn window) and whose trial period is over yield their slots
-    /// ([`RelaySlots::yielding`]), one at a time, to the relays waiting
+    /// ([`RelaySlots::yielding`](super::relay_slots::RelaySlots::yielding)), one at a time, to the relays waiting
     /// longest that only the total cap keeps out. Answering EOSE keeps no
     /// slot; delivering what no other relay did keeps it.
     fn yield_slots_to_waiting(&mut self, now: Instant) {
-        let rules = self.slot_rules();
-        let waiting: Vec<RepoRef> = self.over_cap.keys().cloned().collect();
+        let waiting: Vec<RepoRef> = self.admission.waiting_repos();
         for repo in waiting {
             while self.waits_for_a_free_slot(&repo, now) {
                 let yielding = self
-                    .slots
-                    .yielding(now, rules, |relay| self.is_dead(relay))
-                    .cloned();
+                    .admission
+                    .yielding(now, &self.config.caps, |relay| self.is_dead(relay));
                 let Some(relay) = yielding else {
                     return;
                 };
@@ -1577,18 +1502,13 @@ impl SyncEngine {
     /// author has room, it is not benched): only the total cap keeps it
     /// out.
     fn waits_for_a_free_slot(&self, repo: &RepoRef, now: Instant) -> bool {
-        let Some(relays) = self.over_cap.get(repo) else {
-            return false;
-        };
-        let tracked = self.relays.tracked_count();
-        let rules = self.slot_rules();
-        relays.iter().any(|relay| {
-            self.relays.state(relay).is_none()
-                && self
-                    .slots
-                    .admission(relay, repo.pubkey(), tracked, rules, now)
-                    == Admission::TotalFull
-        })
+        self.admission.waits_for_a_free_slot(
+            repo,
+            &self.config.caps,
+            self.relays.tracked_count(),
+            |relay| self.relays.state(relay).is_some(),
+            now,
+        )
     }
 
     /// `true` if `relay` fails to connect for long enough to count as
@@ -1601,10 +1521,8 @@ impl SyncEngine {
     /// its connection), and the repositories listing it wait for it again
     /// (at the back), so it comes back when a slot frees after its bench.
     fn evict(&mut self, relay: &RelayUrl, now: Instant) {
-        let author = self.slots.bench(relay, now);
+        let (author, first) = self.admission.bench(relay, now);
         self.stats.relays_evicted += 1;
-        let first = self.yielded_relays.len() < REFUSED_RELAYS_REMEMBERED
-            && self.yielded_relays.insert(relay.clone());
         if first {
             info!(%relay, author = ?author, "relay delivered nothing of ours that no other relay did, within its trial period and earn window; it yields its slot to one waiting");
         } else {
@@ -1617,13 +1535,13 @@ impl SyncEngine {
             .unwrap_or_default();
         for repo in repos {
             let listed: Vec<RelayUrl> = self.repo_relays.announced(&repo).to_vec();
-            let waiting = self.over_cap.shift_remove(&repo).unwrap_or(listed.clone());
+            let waiting = self.admission.stop_waiting(&repo, &listed);
             let kept = listed
                 .into_iter()
                 .filter(|listed| listed != relay)
                 .collect();
             self.set_repo_relays(&repo, kept, now);
-            self.over_cap.insert(repo, waiting);
+            self.admission.wait_again(repo, waiting);
         }
         self.emit(Command::Forget {
             relay: relay.clone(),
@@ -2142,35 +2060,6 @@ impl SyncEngine {
     /// and the store's reason, clipped. `None` until the store refuses one.
     pub fn last_store_refusal(&self) -> Option<&crate::store::StoreRefusal> {
         self.stores.last_refusal()
-    }
-}
-
-/// What [`SyncEngine::relays_within_caps`] left out of one announcement,
-/// by reason.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct LeftOut {
-    /// Distinct relays the announcement listed (after the policy).
-    listed: usize,
-    /// Beyond [`Caps::max_relays_per_announcement`](super::Caps::max_relays_per_announcement): not synced.
-    over_announcement: usize,
-    /// Waiting: every slot taken.
-    total_full: usize,
-    /// Waiting: the author holds its share.
-    author_full: usize,
-    /// Waiting: the relay's network holds its share.
-    network_full: usize,
-    /// Waiting: yielded a slot lately.
-    benched: usize,
-}
-
-impl LeftOut {
-    /// How many relays were left out, whatever the reason.
-    fn count(&self) -> usize {
-        self.over_announcement
-            + self.total_full
-            + self.author_full
-            + self.network_full
-            + self.benched
     }
 }
 

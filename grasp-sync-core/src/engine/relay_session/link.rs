@@ -3,7 +3,6 @@
 //! the relay's session. The reported [`ConnectionStatus`] is derived from
 //! it.
 
-use super::super::liveness::Liveness;
 use super::super::runtime::RelayConn;
 use crate::clock::Instant;
 use crate::model::ConnectionStatus;
@@ -80,11 +79,7 @@ impl Link {
     pub(crate) fn open(&mut self, now: Instant) {
         *self = Link::Open {
             since: now,
-            conn: Box::new(RelayConn {
-                liveness: Liveness::opened(now),
-                last_historic_data: now,
-                ..RelayConn::default()
-            }),
+            conn: Box::new(RelayConn::new(now)),
         };
     }
 
