@@ -87,6 +87,7 @@ mod frames;
 mod held;
 mod live_coverage;
 mod liveness;
+mod log_tally;
 mod ours;
 mod outbox;
 mod own_relay;

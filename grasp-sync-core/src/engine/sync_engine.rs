@@ -17,6 +17,7 @@ use super::admission::{LeftOut, RelayAdmission};
 use super::config::Jitter;
 use super::deadlines::DeadlineTable;
 use super::held::{announced_repo, HeldRepos};
+use super::log_tally::CapLogs;
 use super::ours::{identifier, Layer1Verdict, Ours};
 use super::outbox::Outbox;
 use super::own_relay::OwnRelay;
@@ -105,6 +106,9 @@ pub struct SyncEngine {
     events: SessionEvents,
     /// What those events reached beyond their relay, not acted on yet.
     reached: Reached,
+    /// When the caps' routine refusals are logged (the first and every
+    /// thousandth).
+    cap_logs: CapLogs,
     /// The commands for the driver, the ids handed out, the latest `now`.
     out: Outbox,
     /// The engine's own timers: the daily re-sync, the disconnect check, the
@@ -150,6 +154,7 @@ impl SyncEngine {
             admission: RelayAdmission::default(),
             events: SessionEvents::default(),
             reached: Reached::default(),
+            cap_logs: CapLogs::default(),
             out: Outbox::new(now.instant),
             timers,
             jitter,
@@ -853,8 +858,8 @@ impl SyncEngine {
         let joined = (self.repo_relays).add_participant(repo, key, role, &self.config.sync_plus);
         if matches!(joined, Joined::OverCap | Joined::Displacing) {
             self.stats.sync_plus_participants_over_cap += 1;
-            let count = self.stats.sync_plus_participants_over_cap;
-            if count == 1 || count % 1_000 == 0 {
+            if self.cap_logs.participants.add(1) {
+                let count = self.cap_logs.participants.count();
                 warn!(%repo, cap = self.config.sync_plus.max_participants_per_repo, not_remembered = count, "Sync+ participants not remembered: the repository has as many as it may; the lowest-ranked give way to those who brought as much");
             } else {
                 debug!(%repo, "participant not remembered: the repository has as many as it may");
@@ -910,12 +915,11 @@ impl SyncEngine {
         if over_cap == 0 {
             return;
         }
-        let before = self.stats.sync_plus_relays_over_cap;
         self.stats.sync_plus_relays_over_cap += over_cap;
-        if before == 0 || before / 1_000 != self.stats.sync_plus_relays_over_cap / 1_000 {
+        if self.cap_logs.outbox_relays.add(over_cap) {
             warn!(
                 cap = self.config.sync_plus.max_relays,
-                kept_out = self.stats.sync_plus_relays_over_cap,
+                kept_out = self.cap_logs.outbox_relays.count(),
                 "Sync+ outbox relays kept out by the global cap"
             );
         }
@@ -1347,8 +1351,8 @@ impl SyncEngine {
     /// `info` the first time and every thousandth relay after, else at
     /// `debug` (one key flooding us is routine).
     fn note_left_out(&mut self, repo: &RepoRef, left: LeftOut) {
-        let before = self.stats.relays_over_cap;
         self.stats.relays_over_cap += left.count() as u64;
+        let log_author = self.cap_logs.relays.add(left.count() as u64);
         let caps = &self.config.caps;
         if left.over_announcement > 0 {
             warn!(%repo, listed = left.listed, cap = caps.max_relays_per_announcement, "announcement lists more relays than the cap; syncing from the first ones");
@@ -1358,9 +1362,8 @@ impl SyncEngine {
         }
         if left.author_full > 0 {
             let author = repo.pubkey();
-            let crossed = before == 0 || before / 1_000 != self.stats.relays_over_cap / 1_000;
-            if crossed {
-                info!(%repo, %author, left_out = left.author_full, cap = caps.max_relays_per_author, refused = self.stats.relays_over_cap, "the author's relays hold its share of the slots; these wait for one of them");
+            if log_author {
+                info!(%repo, %author, left_out = left.author_full, cap = caps.max_relays_per_author, refused = self.cap_logs.relays.count(), "the author's relays hold its share of the slots; these wait for one of them");
             } else {
                 debug!(%repo, %author, left_out = left.author_full, cap = caps.max_relays_per_author, "the author's relays hold its share of the slots");
             }
@@ -1567,8 +1570,9 @@ impl SyncEngine {
             return true;
         }
         self.stats.root_events_over_cap += 1;
-        if self.stats.root_events_over_cap == 1 || self.stats.root_events_over_cap % 1_000 == 0 {
-            warn!(%repo, cap = self.config.caps.max_unannounced_repos, refused = self.stats.root_events_over_cap, "root event of an unannounced repository not indexed: too many such repositories");
+        if self.cap_logs.roots.add(1) {
+            let refused = self.cap_logs.roots.count();
+            warn!(%repo, cap = self.config.caps.max_unannounced_repos, refused, "root event of an unannounced repository not indexed: too many such repositories");
         }
         false
     }
