@@ -655,7 +655,17 @@ impl SyncEngine {
     /// Asks each relay's session to connect if its backoff allows
     /// ([`RelaySession::connect_if_due`]).
     fn connect_ready_relays(&mut self, now: Now) {
-        let relays: Vec<RelayUrl> = self.relays.urls().cloned().collect();
+        let health = &self.config.health;
+        let relays: Vec<RelayUrl> = self
+            .relays
+            .urls()
+            .filter(|relay| {
+                self.relays
+                    .get(relay)
+                    .is_some_and(|session| session.should_connect(now.instant, health))
+            })
+            .cloned()
+            .collect();
         for relay in relays {
             if let Some((session, mut cx)) = self.session(&relay) {
                 session.connect_if_due(&mut cx, now.instant);
