@@ -5,20 +5,14 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use grasp_sync_core::clock::SystemClock;
-use grasp_sync_core::nip34::{GitOid, RepoAnnouncement, RepoRef};
-use grasp_sync_core::purgatory::{
-    OwnService, RepositoryData, SyncContext, SyncContextError, ThrottleConfig,
-};
+use grasp_sync_core::nip34::{GitOid, RepoRef};
+use grasp_sync_core::purgatory::{OwnService, RepositoryData, SyncContext, SyncContextError};
 use grasp_sync_core::url_policy::{CloneUrl, CloneUrlPolicy};
 use mockall::{mock, predicate, Sequence};
-use nostr::prelude::PublicKey;
 
+use super::tests::{manager, oid, repo, repository, ONE};
 use super::{sync_identifier, sync_identifier_from_url, FromUrl};
-use crate::git::StaticResolver;
-use crate::throttle_manager::ThrottleManager;
 
 mock! {
     Ctx {}
@@ -53,43 +47,7 @@ mock! {
     }
 }
 
-const ONE: &str = "https://example.com/repo.git";
 const TARGET: &str = "/srv/git/test.git";
-
-fn oid(n: u8) -> GitOid {
-    GitOid::parse(&grasp_sync_test_support::ids::oid(n)).unwrap()
-}
-
-fn repo() -> RepoRef {
-    let owner =
-        PublicKey::from_hex("79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798")
-            .unwrap();
-    RepoRef::new(owner, "test").unwrap()
-}
-
-fn repository(urls: &[&str]) -> RepositoryData {
-    RepositoryData {
-        announcements: vec![RepoAnnouncement {
-            repo: repo(),
-            relays: Vec::new(),
-            clone_urls: urls.iter().map(|url| (*url).to_owned()).collect(),
-            maintainers: Vec::new(),
-            skipped: Vec::new(),
-        }],
-        event_sources: Vec::new(),
-    }
-}
-
-fn manager() -> ThrottleManager {
-    ThrottleManager::new(
-        ThrottleConfig::default(),
-        Arc::new(SystemClock::new()),
-        CloneUrlPolicy::new(),
-        grasp_sync_core::purgatory::DEFAULT_MAX_CLONE_URLS,
-        crate::metrics::Metrics::new().unwrap(),
-        Arc::new(StaticResolver::new()),
-    )
-}
 
 /// A context whose repository has a local repository at [`TARGET`], lists `urls`,
 /// and holds events that need `needed` (read any number of times).

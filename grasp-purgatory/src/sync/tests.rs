@@ -15,22 +15,22 @@ use crate::git::StaticResolver;
 use crate::throttle_manager::DomainStep;
 use grasp_sync_core::clock::{Clock, SystemClock};
 
-const ONE: &str = "https://example.com/repo.git";
+pub(super) const ONE: &str = "https://example.com/repo.git";
 const TWO: &str = "https://other.com/repo.git";
 
-fn oid(n: u8) -> GitOid {
+pub(super) fn oid(n: u8) -> GitOid {
     GitOid::parse(&grasp_sync_test_support::ids::oid(n)).unwrap()
 }
 
 /// The repository the tests sync: `30617:<the generator point>:test`.
-fn repo() -> RepoRef {
+pub(super) fn repo() -> RepoRef {
     let owner =
         PublicKey::from_hex("79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798")
             .unwrap();
     RepoRef::new(owner, "test").unwrap()
 }
 
-fn repository(urls: &[&str]) -> RepositoryData {
+pub(super) fn repository(urls: &[&str]) -> RepositoryData {
     RepositoryData {
         announcements: vec![RepoAnnouncement {
             repo: repo(),
@@ -53,7 +53,7 @@ fn context(urls: &[&str], needed: &[GitOid]) -> Arc<MemorySyncContext> {
     Arc::new(ctx)
 }
 
-fn manager() -> ThrottleManager {
+pub(super) fn manager() -> ThrottleManager {
     manager_with(ThrottleConfig::default())
 }
 

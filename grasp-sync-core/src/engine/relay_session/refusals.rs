@@ -12,7 +12,12 @@ impl RelaySession {
     /// Learns from a refusal ([`RelaySession::learn_from_refusal`] holds
     /// the decision) and counts and logs what it taught: `true` when the
     /// refused subscription should simply be retried later.
-    pub(super) fn heed_refusal(&mut self, cx: &mut Ctx<'_>, now: Now, classified: &Classified) -> bool {
+    pub(super) fn heed_refusal(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        now: Now,
+        classified: &Classified,
+    ) -> bool {
         let lesson = self.learn_from_refusal(now.instant, classified, cx.config);
         note_lesson(cx, lesson);
         lesson.retry()
