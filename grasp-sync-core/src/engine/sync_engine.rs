@@ -86,7 +86,7 @@ pub struct SyncEngine {
     /// Every relay's session: what we learned, its connection, its timers.
     relays: Relays,
     /// The own relay's session: the self-subscriber's connection, its
-    /// history read and batch ([`OwnSession`]).
+    /// history read and batch ([`OwnRelay`]: a `RelaySession` in the own role).
     own: OwnRelay,
     /// Which Layer 1 events are ours to store, and those waiting to be.
     ours: Ours,
@@ -460,7 +460,8 @@ impl SyncEngine {
     // --- Routing: each relay's input to its session -------------------------
 
     /// The one place an input on a relay's connection is routed: to the
-    /// own relay's session ([`OwnSession`]) if `relay` is the own relay
+    /// own relay's session (a `RelaySession` in the own role, held by
+    /// [`OwnRelay`]) if `relay` is the own relay
     /// connection's URL, else to the remote relay's handling.
     fn route<S: Borrow<SubscriptionId>>(
         &mut self,
@@ -1898,7 +1899,7 @@ impl SyncEngine {
     /// are planned at once: the self-subscriber's batch window gathers a
     /// drip of live events, it is no reason to wait for completed work (the
     /// own relay's history read is planned when read, too:
-    /// `OwnSession::history_read`).
+    /// `SessionEvent::OwnHistoryRead`).
     fn plan_completed_history(&mut self, now: Now) {
         self.absorb(now);
         if std::mem::take(&mut self.reached.history_read)
