@@ -253,9 +253,24 @@ async fn a_frame_after_the_connection_closed_is_not_delivered() {
         .unwrap()
         .unwrap();
     assert_eq!(to, relay);
-    // A frame before the close is delivered (counted as received) …
+    let received = |status: &SyncStatus| {
+        status
+            .relays
+            .iter()
+            .find(|r| r.report.relay == relay)
+            .map(|r| r.bytes_received)
+    };
+    // A frame before the close is delivered (counted as received); it is
+    // waited for before the close, so the reconnect cannot make its report
+    // stale (reports of an older connection are dropped) …
     let before = RelayMessage::notice("before the close").as_json();
     first.say(RelayMessage::notice("before the close"));
+    status_until(
+        &mut status,
+        "the frame before the close counted",
+        |status| received(status) == Some(before.len() as u64),
+    )
+    .await;
     // … the connection ends, and the stream still yields a frame and more.
     let _ = first
         .say
@@ -271,21 +286,11 @@ async fn a_frame_after_the_connection_closed_is_not_delivered() {
         .expect("a new connection after the close")
         .unwrap();
     assert_eq!(to, relay);
-    let received = |status: &SyncStatus| {
+    let seen = status_until(&mut status, "the relay connected again", |status| {
         status
             .relays
             .iter()
-            .find(|r| r.report.relay == relay)
-            .map(|r| r.bytes_received)
-    };
-    // (Connected with the first frame counted: a status of the first
-    // connection, taken before its frame was read, would show 0 bytes.)
-    let seen = status_until(&mut status, "the relay connected again", |status| {
-        status.relays.iter().any(|r| {
-            r.report.relay == relay
-                && r.report.connection == ConnectionStatus::Connected
-                && r.bytes_received >= before.len() as u64
-        })
+            .any(|r| r.report.relay == relay && r.report.connection == ConnectionStatus::Connected)
     })
     .await;
     // … and of the first connection only the frame before the close
