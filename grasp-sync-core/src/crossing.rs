@@ -37,7 +37,7 @@
 
 use std::fmt;
 
-use nostr::prelude::{Event, EventId, Filter, RelayUrl};
+use nostr::prelude::{Coordinate, Event, EventId, Filter, Kind, PublicKey, RelayUrl, Timestamp};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -52,6 +52,12 @@ pub enum Crossed {
     EventId,
     /// A relay URL.
     RelayUrl,
+    /// A public key.
+    PublicKey,
+    /// A timestamp.
+    Timestamp,
+    /// An event coordinate (`<kind>:<pubkey>:<d>`, an `a` tag's value).
+    Coordinate,
 }
 
 impl fmt::Display for Crossed {
@@ -61,6 +67,9 @@ impl fmt::Display for Crossed {
             Crossed::Filter => "filter",
             Crossed::EventId => "event id",
             Crossed::RelayUrl => "relay URL",
+            Crossed::PublicKey => "public key",
+            Crossed::Timestamp => "timestamp",
+            Crossed::Coordinate => "coordinate",
         })
     }
 }
@@ -88,13 +97,24 @@ pub enum CrossingError {
         #[source]
         source: serde_json::Error,
     },
+    /// The text or bytes are not a valid value of this side (a coordinate
+    /// not `<kind>:<pubkey>:<d>`, 32 bytes that are no public key).
+    #[error("the {what} is not valid: {reason}")]
+    Parse {
+        /// What was crossing.
+        what: Crossed,
+        /// Why it is not valid, as the parser said it (clipped).
+        reason: String,
+    },
 }
 
 impl CrossingError {
     /// What failed to cross.
     pub fn crossed(&self) -> Crossed {
         match self {
-            CrossingError::Write { what, .. } | CrossingError::Read { what, .. } => *what,
+            CrossingError::Write { what, .. }
+            | CrossingError::Read { what, .. }
+            | CrossingError::Parse { what, .. } => *what,
         }
     }
 }
@@ -155,6 +175,91 @@ pub fn relay_url_into<T: DeserializeOwned>(ours: &RelayUrl) -> Result<T, Crossin
     cross(Crossed::RelayUrl, ours)
 }
 
+/// Another nostr version's public key as ours (every version writes it as
+/// its 64 hex digits).
+pub fn public_key_from<T: Serialize>(theirs: &T) -> Result<PublicKey, CrossingError> {
+    cross(Crossed::PublicKey, theirs)
+}
+
+/// Our public key as another nostr version's.
+pub fn public_key_into<T: DeserializeOwned>(ours: &PublicKey) -> Result<T, CrossingError> {
+    cross(Crossed::PublicKey, ours)
+}
+
+/// A public key from its 32 bytes (every version's `PublicKey::to_bytes`):
+/// the crossing that cannot fail (like an event's signature, whether the
+/// bytes are a point on the curve is checked where the key is used).
+pub fn public_key_from_bytes(bytes: [u8; 32]) -> PublicKey {
+    PublicKey::from_byte_array(bytes)
+}
+
+/// Another nostr version's timestamp as ours (every version writes it as
+/// its seconds since the epoch).
+pub fn timestamp_from<T: Serialize>(theirs: &T) -> Result<Timestamp, CrossingError> {
+    cross(Crossed::Timestamp, theirs)
+}
+
+/// Our timestamp as another nostr version's.
+pub fn timestamp_into<T: DeserializeOwned>(ours: &Timestamp) -> Result<T, CrossingError> {
+    cross(Crossed::Timestamp, ours)
+}
+
+/// Another nostr version's event coordinate as ours, by its NIP-01 text
+/// `<kind>:<pubkey>:<d>` (every version's `Display`, the value of an `a`
+/// tag): the form that does not depend on how a version lays the struct
+/// out.
+pub fn coordinate_from<T: fmt::Display + ?Sized>(theirs: &T) -> Result<Coordinate, CrossingError> {
+    coordinate_from_text(&theirs.to_string())
+}
+
+/// Our event coordinate as another nostr version's, through its NIP-01
+/// text (every version's `FromStr`; rust-nostr's parsers up to 0.45 keep a
+/// `d` only up to its first `:`, ours keeps it whole).
+pub fn coordinate_into<T>(ours: &Coordinate) -> Result<T, CrossingError>
+where
+    T: std::str::FromStr,
+    T::Err: fmt::Display,
+{
+    coordinate_to_text(ours)
+        .parse()
+        .map_err(|error| parse_error(Crossed::Coordinate, error))
+}
+
+/// An event coordinate from its NIP-01 text `<kind>:<pubkey>:<d>`: the
+/// kind a number, the key 64 hex digits, the `d` everything after the
+/// second `:` (it may hold `:` itself; empty or absent for a replaceable
+/// event).
+pub fn coordinate_from_text(text: &str) -> Result<Coordinate, CrossingError> {
+    let mut parts = text.splitn(3, ':');
+    let kind = parts
+        .next()
+        .and_then(|kind| kind.parse::<u16>().ok())
+        .ok_or_else(|| parse_error(Crossed::Coordinate, "the kind is not a number"))?;
+    let key = parts
+        .next()
+        .ok_or_else(|| parse_error(Crossed::Coordinate, "no public key"))?;
+    let key = PublicKey::from_hex(key).map_err(|error| parse_error(Crossed::Coordinate, error))?;
+    let identifier = parts.next().unwrap_or_default();
+    Ok(Coordinate::new(Kind::from(kind), key).identifier(identifier))
+}
+
+/// An event coordinate's NIP-01 text `<kind>:<pubkey>:<d>`.
+pub fn coordinate_to_text(coordinate: &Coordinate) -> String {
+    coordinate.to_string()
+}
+
+/// A [`CrossingError::Parse`] of `what`, its reason clipped to one line of
+/// at most 200 characters (a reason may quote the input).
+fn parse_error(what: Crossed, error: impl fmt::Display) -> CrossingError {
+    let reason: String = error
+        .to_string()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(200)
+        .collect();
+    CrossingError::Parse { what, reason }
+}
+
 /// An event from its NIP-01 JSON (for a host that holds events as text).
 pub fn event_from_json(json: &str) -> Result<Event, CrossingError> {
     serde_json::from_str(json).map_err(|source| CrossingError::Read {
@@ -179,9 +284,7 @@ pub fn filter_from_json(json: &str) -> Result<Filter, CrossingError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nostr::prelude::{
-        EventBuilder, FinalizeEvent, Keys, Kind, SingleLetterTag, Tag, Timestamp,
-    };
+    use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, SingleLetterTag, Tag};
 
     fn signed() -> Event {
         let keys = Keys::generate();
@@ -230,6 +333,31 @@ mod tests {
     }
 
     #[test]
+    fn keys_timestamps_and_coordinates_round_trip() {
+        let keys = Keys::generate();
+        let key = keys.public_key();
+        let text: String = public_key_into(&key).expect("into");
+        assert_eq!(text, key.to_hex());
+        assert_eq!(public_key_from(&text).expect("from"), key);
+        assert_eq!(public_key_from_bytes(key.to_bytes()), key);
+        let at = Timestamp::from_secs(1_700_000_000);
+        let secs: u64 = timestamp_into(&at).expect("into");
+        assert_eq!(secs, 1_700_000_000);
+        assert_eq!(timestamp_from(&secs).expect("from"), at);
+        let coordinate = Coordinate::new(Kind::from(30617), key).identifier("repo:with:colons");
+        let text = coordinate_to_text(&coordinate);
+        assert_eq!(text, format!("30617:{}:repo:with:colons", key.to_hex()));
+        assert_eq!(coordinate_from_text(&text).expect("text"), coordinate);
+        assert_eq!(coordinate_from(&text).expect("from"), coordinate);
+        // Another version's parser (rust-nostr's own, here) reads the text.
+        let simple = Coordinate::new(Kind::from(30618), key).identifier("repo");
+        let back: Coordinate = coordinate_into(&simple).expect("into");
+        assert_eq!(back, simple);
+        let replaceable = coordinate_from_text(&format!("10002:{}:", key.to_hex())).expect("no d");
+        assert_eq!(replaceable.identifier, "");
+    }
+
+    #[test]
     fn malformed_input_is_an_error_naming_what_failed_not_a_panic() {
         for json in ["", "{", "null", "[]", "{\"id\":\"zz\"}", "\u{0}"] {
             let error = event_from_json(json).expect_err(json);
@@ -245,5 +373,24 @@ mod tests {
         // filter field … but unknown fields are accepted): an id field of
         // the wrong type is refused.
         assert!(filter_from(&serde_json::json!({"ids": 5})).is_err());
+        let error = public_key_from(&"zz").expect_err("not a key");
+        assert_eq!(error.crossed(), Crossed::PublicKey);
+        let error = timestamp_from(&-1).expect_err("before the epoch");
+        assert_eq!(error.crossed(), Crossed::Timestamp);
+        for text in [
+            "",
+            "30617",
+            "x:y:z",
+            "30617:zz:repo",
+            &format!("30617:{}\n:{}", "a".repeat(500), "b"),
+        ] {
+            let error = coordinate_from_text(text).expect_err(text);
+            assert_eq!(error.crossed(), Crossed::Coordinate);
+            let line = error.to_string();
+            assert!(
+                !line.contains('\n') && line.len() < 300,
+                "one bounded line: {line}"
+            );
+        }
     }
 }

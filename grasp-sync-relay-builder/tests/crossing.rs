@@ -157,3 +157,31 @@ fn malformed_input_is_an_error_not_a_panic() {
         .expect_err("since is seconds");
     assert_eq!(error.crossed(), Crossed::Filter);
 }
+
+#[test]
+fn a_0_44_key_timestamp_and_coordinate_cross_to_ours_and_back() {
+    let keys = r44::Keys::generate();
+    let key = keys.public_key();
+    let mine: ours::PublicKey = crossing::public_key_from(&key).expect("0.44 key → ours");
+    assert_eq!(mine.to_hex(), key.to_hex());
+    assert_eq!(crossing::public_key_from_bytes(key.to_bytes()), mine);
+    let back: r44::PublicKey = crossing::public_key_into(&mine).expect("ours → 0.44");
+    assert_eq!(back, key);
+
+    let at = r44::Timestamp::from_secs(1_700_000_000);
+    let mine = crossing::timestamp_from(&at).expect("0.44 timestamp → ours");
+    assert_eq!(mine.as_secs(), 1_700_000_000);
+    let back: r44::Timestamp = crossing::timestamp_into(&mine).expect("ours → 0.44");
+    assert_eq!(back, at);
+
+    let coordinate = r44::Coordinate::new(r44::Kind::from(30617), key).identifier("repo");
+    let mine = crossing::coordinate_from(&coordinate).expect("0.44 coordinate → ours");
+    assert_eq!(mine.kind.as_u16(), 30617);
+    assert_eq!(mine.public_key.to_hex(), key.to_hex());
+    assert_eq!(mine.identifier, "repo");
+    let back: r44::Coordinate = crossing::coordinate_into(&mine).expect("ours → 0.44");
+    assert_eq!(back, coordinate);
+
+    let error = crossing::timestamp_from(&"yesterday").expect_err("not seconds");
+    assert_eq!(error.crossed(), Crossed::Timestamp);
+}
