@@ -1238,6 +1238,12 @@ impl SyncEngine {
     /// repository not held is left alone.
     pub fn handle_repository_promoted(&mut self, now: Now, repo: RepoRef) {
         self.observe(now);
+        self.promote(now, repo);
+        self.maintain_after(now, None);
+    }
+
+    /// Promotes `repo` if held: its relays are listed and its items planned.
+    fn promote(&mut self, now: Now, repo: RepoRef) {
         if !self.held.promote(&repo) {
             debug!(%repo, "promoted a repository that was not held");
             return;
@@ -1245,7 +1251,6 @@ impl SyncEngine {
         info!(%repo, "repository promoted; syncing the events that tag it");
         self.list_repo_relays(&repo);
         self.plan_target_changes(now);
-        self.maintain_after(now, None);
     }
 
     /// The host discarded these held events (they expired without their
@@ -1793,7 +1798,31 @@ impl SyncEngine {
         I: IntoIterator<Item = Event>,
     {
         self.observe(now);
+        let events: Vec<Event> = events.into_iter().collect();
+        let promoted = self.promote_served(now, &events);
         self.queue_own_events(now, events);
+        if promoted {
+            self.maintain_after(now, None);
+        }
+    }
+
+    /// The own relay serves `events`: an announcement of a repository the
+    /// host held promotes it — the host stored it, so its git data arrived
+    /// (`SyncEngine::handle_repository_promoted`, without the host having to
+    /// say so). Events the store merely answered for are not served ones:
+    /// a held announcement is answered `Held`, never seen here. `true` if
+    /// any was promoted.
+    fn promote_served(&mut self, now: Now, events: &[Event]) -> bool {
+        let promoted: Vec<RepoRef> = events
+            .iter()
+            .filter_map(announced_repo)
+            .filter(|repo| self.held.is_held(repo))
+            .collect();
+        for repo in &promoted {
+            info!(%repo, "the own relay serves the held repository's announcement; promoting it");
+            self.promote(now, repo.clone());
+        }
+        !promoted.is_empty()
     }
 
     /// `true` once the own relay's history was read completely on its
@@ -1847,6 +1876,9 @@ impl SyncEngine {
             self.stats.count(&event);
             self.reached.note(&event);
             if let SessionEvent::OwnEvent(event) = event {
+                if self.promote_served(now, std::slice::from_ref(&*event)) {
+                    self.reached.others = true;
+                }
                 self.queue_own_events(now, [*event]);
             }
         }
@@ -2323,6 +2355,24 @@ mod tests {
         // A stranger's candidate stays held.
         let stranger = Keys::generate();
         assert!(!engine.admit_ours(now(), &remote(), &verified(state(&stranger, "a"))));
+    }
+
+    /// The own relay serving a held repository's announcement promotes it,
+    /// with no `handle_repository_promoted` from the host; another
+    /// repository's announcement promotes nothing.
+    #[test]
+    fn a_held_repository_is_promoted_when_the_own_relay_serves_its_announcement() {
+        let mut engine = engine(vec![own()]);
+        let owner = Keys::generate();
+        let held = RepoRef::new(owner.public_key(), "held").expect("repo");
+        let other = RepoRef::new(owner.public_key(), "other").expect("repo");
+        engine.handle_repository_held(now(), held.clone());
+        engine.handle_repository_held(now(), other.clone());
+        assert!(engine.is_repository_held(&held));
+        engine.handle_own_events(now(), [announcement(&owner, "held", &[&own()], &[])]);
+        assert!(!engine.is_repository_held(&held), "served, so promoted");
+        assert!(engine.is_repository_held(&other), "not served: still held");
+        assert_eq!(engine.held_repositories().count(), 1);
     }
 
     #[test]
