@@ -100,6 +100,7 @@ mod sent_replies;
 mod session;
 mod session_events;
 mod stats;
+mod store_order;
 mod stores;
 mod sync_engine;
 mod sync_plus;

@@ -903,6 +903,14 @@ impl RelaySession {
         self.finish_job(cx, now, id);
     }
 
+    /// `true` while jobs of `batch` are queued or running: it may still
+    /// bring events.
+    pub(crate) fn batch_running(&self, batch: BatchId) -> bool {
+        self.batches
+            .get(batch)
+            .is_some_and(|info| !info.jobs_finished())
+    }
+
     /// Counts events of `batch` handed to the store (`+1`) or answered
     /// (`-1`); a batch whose jobs are done confirms with its last store.
     pub(crate) fn count_store(&mut self, cx: &mut Ctx<'_>, now: Now, batch: BatchId, delta: i32) {

@@ -131,6 +131,10 @@ pub struct EngineStats {
     pub store_retries: u64,
     /// Events the store refused for good.
     pub store_refused: u64,
+    /// Events that waited before going to the store, for what they need
+    /// to reach it first: their repository's announcement, the event they
+    /// reply to (dependency order, `store_order`).
+    pub store_waits: u64,
     /// Times a relay's frame budget was lowered after it dropped the
     /// connection right after a large frame.
     pub frame_budget_lowered: u64,

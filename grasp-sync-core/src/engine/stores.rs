@@ -5,6 +5,8 @@
 //! order, with backoff; a refusal for good ([`Refusal::ForGood`]) is
 //! remembered so a re-sync does not download the event again, and so is an
 //! event the store holds outside what it serves ([`IngestOutcome::Held`]).
+//! Events reach the store in dependency order ([`super::store_order`]): one
+//! whose announcement or root is on its way waits (parked) for its answer.
 
 use crate::health::Retry;
 use std::collections::{HashMap, VecDeque};
@@ -12,6 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use nostr::prelude::{Event, EventId, Filter, RelayUrl, Timestamp};
 use tracing::{debug, warn};
 
+use super::store_order::StoreOrder;
 use super::{Command, EngineConfig};
 use crate::clock::{Instant, Now};
 use crate::model::BatchId;
@@ -74,10 +77,22 @@ pub(crate) struct InFlight {
     pub(crate) relay: RelayUrl,
     /// Batches (of their relays) that confirm only once it is stored.
     pub(crate) batches: Vec<(RelayUrl, BatchId)>,
-    /// Waiting in the retry queue.
-    retrying: bool,
+    /// Where it is: with the store, waiting for a retry, or parked.
+    stage: Stage,
     /// Unclear refusals so far.
     unclear: u32,
+}
+
+/// Where an event handed over is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Sent to the store: its answer is awaited.
+    Sent,
+    /// Refused for now: waiting in the retry queue.
+    Retrying,
+    /// Not sent yet: what it needs goes to the store first
+    /// ([`StoreOrder`]).
+    Parked,
 }
 
 /// Every event between `Command::Store` and the store's answer.
@@ -119,6 +134,8 @@ pub(crate) struct StoreTracker {
     /// Whether the store was falling behind when last asked
     /// ([`StoreTracker::pace_changed`]).
     fell_behind: bool,
+    /// What is on its way to the store and what waits for it.
+    order: StoreOrder,
 }
 
 impl StoreTracker {
@@ -130,6 +147,19 @@ impl StoreTracker {
     /// Events waiting for a retry.
     pub(crate) fn retrying(&self) -> usize {
         self.retry.len()
+    }
+
+    /// Events parked until what they need reaches the store.
+    pub(crate) fn parked(&self) -> usize {
+        self.order.parked()
+    }
+
+    /// Events sent whose answer is awaited (not parked, not waiting for a
+    /// retry).
+    fn awaiting_answer(&self) -> usize {
+        self.in_flight
+            .len()
+            .saturating_sub(self.retry.len() + self.order.parked())
     }
 
     /// The last event the store refused for good (its reason clipped).
@@ -177,7 +207,7 @@ impl StoreTracker {
     /// The next store deadline: a retry, or the store's silence reaching the
     /// timeout while events wait for its answer.
     pub(crate) fn next_deadline(&self, timeout: std::time::Duration) -> Option<Instant> {
-        let waiting = self.in_flight.len() > self.retry.len();
+        let waiting = self.awaiting_answer() > 0;
         let stalled = self.alive_at.filter(|_| waiting).map(|at| at + timeout);
         [self.retry_at, stalled].into_iter().flatten().min()
     }
@@ -219,18 +249,35 @@ impl StoreTracker {
 
     /// Tracks `event`, from `relay`, handed to the store at `now` (its
     /// [`Handover`] was `New`); `batch` confirms only once it is stored.
+    /// `batch_running`: the batch's jobs still run (it may still bring what
+    /// the event needs); `known`: the engine knows an event stored (a root
+    /// event it plans). Answers the command sending it to the store, or
+    /// `None` when it waits for what it needs ([`StoreOrder::arrive`]).
     pub(crate) fn hand_over(
         &mut self,
         event: VerifiedEvent,
         relay: &RelayUrl,
         batch: Option<BatchId>,
+        batch_running: bool,
+        known: impl Fn(&EventId) -> bool,
         now: Instant,
-    ) {
-        if self.in_flight.len() == self.retry.len() {
+    ) -> Option<Command> {
+        let stored = |id: &EventId| self.stored_lately.contains(id) || known(id);
+        let parked = self.order.arrive(
+            event.event(),
+            batch.map(|batch| (relay, batch)),
+            batch_running,
+            stored,
+        );
+        if !parked && self.awaiting_answer() == 0 {
             // The store had nothing to answer: its silence counts from now.
             self.alive_at = Some(now);
         }
         self.in_flight_bytes += event_size(event.event());
+        let command = (!parked).then(|| Command::Store {
+            relay: relay.clone(),
+            event: event.clone(),
+        });
         self.in_flight.insert(
             event.id,
             InFlight {
@@ -240,10 +287,41 @@ impl StoreTracker {
                     .map(|batch| (relay.clone(), batch))
                     .into_iter()
                     .collect(),
-                retrying: false,
+                stage: if parked { Stage::Parked } else { Stage::Sent },
                 unclear: 0,
             },
         );
+        command
+    }
+
+    /// The parked events free to go at `now` ([`StoreOrder::release`]:
+    /// `running` says whether a relay's batch still runs), as the commands
+    /// sending them to the store, in the order they came.
+    pub(crate) fn release_parked(
+        &mut self,
+        now: Instant,
+        running: impl Fn(&RelayUrl, BatchId) -> bool,
+        known: impl Fn(&EventId) -> bool,
+        config: &EngineConfig,
+    ) -> Vec<Command> {
+        if self.order.parked() == 0 {
+            return Vec::new();
+        }
+        let store_behind = !self.keeps_up(config);
+        let stored_lately = &self.stored_lately;
+        let stored = |id: &EventId| stored_lately.contains(id) || known(id);
+        let released = self.order.release(running, store_behind, stored);
+        if !released.is_empty() && self.awaiting_answer() == released.len() {
+            // Nothing else was awaited: the store's silence counts from now.
+            self.alive_at = Some(now);
+        }
+        released.iter().filter_map(|id| self.send(id)).collect()
+    }
+
+    /// The own relay serves `event` (it is in the store): what waits for
+    /// its announcement may go.
+    pub(crate) fn note_served(&mut self, event: &Event) {
+        self.order.served(event);
     }
 
     /// If `id` is on its way to the store, `batch` of `relay` waits for its
@@ -288,8 +366,9 @@ impl StoreTracker {
             debug!(%id, "store answer for an event not waiting (already settled)");
             return Answered::NotAwaited;
         };
-        if waiting.retrying {
-            // A late answer to an event already queued for a retry.
+        if waiting.stage != Stage::Sent {
+            // A late answer to an event already queued for a retry (or one
+            // never sent: it is parked).
             return Answered::NotAwaited;
         }
         let verdict = match verdict {
@@ -305,7 +384,7 @@ impl StoreTracker {
         };
         match verdict {
             StoreVerdict::Retry(reason) => {
-                waiting.retrying = true;
+                waiting.stage = Stage::Retrying;
                 self.retry.push_back(*id);
                 if self.retry_at.is_none() {
                     let backoff = config.health.store_backoff;
@@ -352,12 +431,14 @@ impl StoreTracker {
         }
     }
 
-    /// Takes `id` off the events waiting for the store, with its bytes.
+    /// Takes `id` off the events waiting for the store, with its bytes:
+    /// settled, it no longer holds back what needs it.
     fn take_in_flight(&mut self, id: &EventId) -> Option<InFlight> {
         let done = self.in_flight.remove(id)?;
         self.in_flight_bytes = self
             .in_flight_bytes
             .saturating_sub(event_size(done.event.event()));
+        self.order.settled(done.event.event());
         Some(done)
     }
 
@@ -450,9 +531,9 @@ impl StoreTracker {
                 // The store's silence about them counts from their resending.
                 self.alive_at = Some(now);
             }
-            retried = ids.iter().filter_map(|id| self.resend(id)).collect();
+            retried = ids.iter().filter_map(|id| self.send(id)).collect();
         }
-        let waiting = self.in_flight.len() > self.retry.len();
+        let waiting = self.awaiting_answer() > 0;
         let stalled = waiting && self.alive_at.is_some_and(|at| at + timeout <= now);
         let mut silent = Vec::new();
         if stalled {
@@ -460,18 +541,19 @@ impl StoreTracker {
             let waiting: Vec<EventId> = self
                 .in_flight
                 .iter()
-                .filter(|(_, waiting)| !waiting.retrying)
+                .filter(|(_, waiting)| waiting.stage == Stage::Sent)
                 .map(|(id, _)| *id)
                 .collect();
-            silent = waiting.iter().filter_map(|id| self.resend(id)).collect();
+            silent = waiting.iter().filter_map(|id| self.send(id)).collect();
         }
         (retried, silent)
     }
 
-    /// The store command offering the event `id` again.
-    fn resend(&mut self, id: &EventId) -> Option<Command> {
+    /// The store command offering the event `id` (again, or for the first
+    /// time once released from parking).
+    fn send(&mut self, id: &EventId) -> Option<Command> {
         let waiting = self.in_flight.get_mut(id)?;
-        waiting.retrying = false;
+        waiting.stage = Stage::Sent;
         Some(Command::Store {
             relay: waiting.relay.clone(),
             event: waiting.event.clone(),
@@ -541,7 +623,7 @@ mod tests {
         let now = Instant::ZERO;
         for event in events {
             assert!(tracker.keeps_up(&config), "room before 100 000 bytes");
-            tracker.hand_over(event, &relay, None, now);
+            tracker.hand_over(event, &relay, None, false, |_| false, now);
         }
         assert_eq!(tracker.in_flight(), 3, "far below the count cap");
         assert!(!tracker.keeps_up(&config), "3 × 40 kB wait: past the bytes");
@@ -571,8 +653,8 @@ mod tests {
         let (note_id, state_id) = (note.id, state.id);
         let mut tracker = StoreTracker::default();
         let now = Now::new(Instant::ZERO, Timestamp::from_secs(1_700_000_000));
-        tracker.hand_over(note, &relay, None, now.instant);
-        tracker.hand_over(state, &relay, None, now.instant);
+        tracker.hand_over(note, &relay, None, false, |_| false, now.instant);
+        tracker.hand_over(state, &relay, None, false, |_| false, now.instant);
         let retrying = tracker.answer(now, &note_id, rejected("rate-limited: slow"), &config);
         assert!(matches!(retrying, Answered::Retrying));
         assert_eq!(

@@ -632,8 +632,29 @@ impl SyncEngine {
         let Some((event, batch)) = session.admit(&mut cx, now, id, arrived) else {
             return;
         };
-        if self.admit_ours(now, relay, &event) {
-            self.store(now, relay, event, batch);
+        self.store_if_ours(now, relay, event, batch);
+    }
+
+    /// Stores a verified event from `relay` if it is ours
+    /// ([`SyncEngine::admit_ours`]); an announcement of ours goes to the
+    /// store before the candidates it lets through
+    /// ([`SyncEngine::accept_ours`]), so they find it there.
+    fn store_if_ours(
+        &mut self,
+        now: Now,
+        relay: &RelayUrl,
+        event: VerifiedEvent,
+        batch: Option<BatchId>,
+    ) {
+        if !self.admit_ours(relay, &event) {
+            return;
+        }
+        let lets_through = (event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT)
+            && !self.config.identity.service_relays.is_empty())
+        .then(|| event.event().clone());
+        self.store(now, relay, event, batch);
+        if let Some(announcement) = lets_through {
+            self.accept_ours(now, &announcement);
         }
     }
 
@@ -1121,15 +1142,19 @@ impl SyncEngine {
                 }
             }
             Handover::New => {
+                let batch_running = batch.is_some_and(|batch| session.batch_running(batch));
                 if let Some(batch) = batch {
                     session.count_store(&mut cx, now, batch, 1);
                 }
-                cx.stores
-                    .hand_over(event.clone(), relay, batch, now.instant);
-                self.emit(Command::Store {
-                    relay: relay.clone(),
-                    event,
-                });
+                let ids = cx.repos.ids();
+                let known = |id: &EventId| ids.root_id(id).is_some();
+                let sent =
+                    cx.stores
+                        .hand_over(event, relay, batch, batch_running, known, now.instant);
+                match sent {
+                    Some(command) => self.emit(command),
+                    None => self.stats.store_waits += 1,
+                }
             }
         }
     }
@@ -1685,18 +1710,10 @@ impl SyncEngine {
 
     /// A verified event from `relay` on its way to the store: `false` if it
     /// is a Layer 1 event that is not ours (held as a candidate, counted in
-    /// [`EngineStats::not_ours`](super::EngineStats::not_ours)). An
-    /// announcement of ours lets the candidates it names through.
-    fn admit_ours(&mut self, now: Now, relay: &RelayUrl, event: &VerifiedEvent) -> bool {
+    /// [`EngineStats::not_ours`](super::EngineStats::not_ours)).
+    fn admit_ours(&mut self, relay: &RelayUrl, event: &VerifiedEvent) -> bool {
         match self.is_ours(event) {
-            Layer1Verdict::Store => {
-                if event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT)
-                    && !self.config.identity.service_relays.is_empty()
-                {
-                    self.accept_ours(now, event);
-                }
-                true
-            }
+            Layer1Verdict::Store => true,
             Layer1Verdict::Hold => {
                 self.hold_candidate(relay, event);
                 false
@@ -1718,10 +1735,12 @@ impl SyncEngine {
         let Some(authors) = self.ours.authors(&id).cloned() else {
             return;
         };
-        let ready = self.ours.candidates_mut().take(|candidate| {
+        let mut ready = self.ours.candidates_mut().take(|candidate| {
             identifier(candidate).as_deref() == Some(id.as_str())
                 && authors.contains(&candidate.pubkey)
         });
+        // Announcements first: the states need them in the store.
+        ready.sort_by_key(|(_, candidate)| candidate.kind != Kind::Custom(KIND_REPO_ANNOUNCEMENT));
         // Those no longer held: the next sync brings them.
         self.stores.forget_refused(|refused| {
             identifier(refused).as_deref() == Some(id.as_str()) && authors.contains(&refused.pubkey)
@@ -1729,11 +1748,13 @@ impl SyncEngine {
         for (relay, candidate) in ready {
             debug!(id = %candidate.id, "candidate is ours now: storing it");
             self.stats.candidates_stored += 1;
-            if candidate.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT) {
-                // A maintainer's announcement lists maintainers too.
-                self.accept_ours(now, &candidate);
-            }
+            let lists_maintainers = (candidate.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT))
+                .then(|| candidate.event().clone());
             self.store(now, &relay, candidate, None);
+            if let Some(announcement) = lists_maintainers {
+                // A maintainer's announcement lists maintainers too.
+                self.accept_ours(now, &announcement);
+            }
         }
     }
 
@@ -1799,6 +1820,9 @@ impl SyncEngine {
     {
         self.observe(now);
         let events: Vec<Event> = events.into_iter().collect();
+        for event in &events {
+            self.stores.note_served(event);
+        }
         let promoted = self.promote_served(now, &events);
         self.queue_own_events(now, events);
         if promoted {
@@ -1866,6 +1890,26 @@ impl SyncEngine {
 
     // --- After every input ---------------------------------------------------
 
+    /// Sends the store the parked events free to go: what they needed was
+    /// answered, or the batch that might still bring it ended
+    /// ([`StoreTracker::release_parked`]).
+    fn release_parked(&mut self, now: Now) {
+        let relays = &self.relays;
+        let running = |relay: &RelayUrl, batch: BatchId| {
+            relays
+                .get(relay)
+                .is_some_and(|session| session.batch_running(batch))
+        };
+        let ids = self.repos.ids();
+        let known = |id: &EventId| ids.root_id(id).is_some();
+        let released = self
+            .stores
+            .release_parked(now.instant, running, known, &self.config);
+        for command in released {
+            self.emit(command);
+        }
+    }
+
     /// Takes the session events queued so far: each is counted
     /// ([`EngineStats::count`]) and what it reaches beyond its relay is
     /// gathered ([`Reached::note`]); events queued for the self-subscriber
@@ -1876,6 +1920,7 @@ impl SyncEngine {
             self.stats.count(&event);
             self.reached.note(&event);
             if let SessionEvent::OwnEvent(event) = event {
+                self.stores.note_served(&event);
                 if self.promote_served(now, std::slice::from_ref(&*event)) {
                     self.reached.others = true;
                 }
@@ -1900,6 +1945,7 @@ impl SyncEngine {
     /// it (its session events say so, or the engine added or dropped a
     /// relay), then everything is.
     fn maintain_after(&mut self, now: Now, relay: Option<&RelayUrl>) {
+        self.release_parked(now);
         self.plan_completed_history(now);
         if self.reached.others {
             return self.maintain(now);
@@ -1916,6 +1962,7 @@ impl SyncEngine {
     /// backoff allows it, start queued work where limits allow.
     fn maintain(&mut self, now: Now) {
         self.observe(now);
+        self.release_parked(now);
         self.plan_completed_history(now);
         self.connect_ready_relays(now);
         let relays: Vec<RelayUrl> = self.relays.connected().cloned().collect();
@@ -2091,8 +2138,8 @@ impl SyncEngine {
         self.relays.get(relay)?.activity(&self.config)
     }
 
-    /// Events handed to the store and not confirmed yet (answered or
-    /// waiting for a retry).
+    /// Events handed to the store and not confirmed yet (not answered,
+    /// waiting for a retry, or waiting for what they need to go first).
     pub fn unconfirmed_stores(&self) -> usize {
         self.stores.in_flight()
     }
@@ -2100,6 +2147,13 @@ impl SyncEngine {
     /// Events the store refused for now, waiting for their retry.
     pub fn store_retries_waiting(&self) -> usize {
         self.stores.retrying()
+    }
+
+    /// Events not sent to the store yet, waiting for what they need to
+    /// reach it first (their repository's announcement, the event they
+    /// reply to): counted in [`SyncEngine::unconfirmed_stores`] too.
+    pub fn store_dependents_waiting(&self) -> usize {
+        self.stores.parked()
     }
 
     /// The last event the store refused for good (counted in
@@ -2312,7 +2366,7 @@ mod tests {
         let foreign = announcement(&keys, "b", &[&remote()], &[]);
         assert_eq!(engine.is_ours(&ours), Layer1Verdict::Store);
         assert_eq!(engine.is_ours(&foreign), Layer1Verdict::Hold);
-        assert!(!engine.admit_ours(now(), &remote(), &verified(foreign)));
+        assert!(!engine.admit_ours(&remote(), &verified(foreign)));
         assert_eq!(engine.stats().not_ours, 1);
         // Other kinds are not Layer 1's to judge.
         let issue = signed_event_by(&keys, 1621, &[&["a", "30617:x:y"]]);
@@ -2323,11 +2377,9 @@ mod tests {
     fn a_state_is_ours_only_for_a_repository_of_ours() {
         let mut engine = engine(vec![own()]);
         let (owner, stranger) = (Keys::generate(), Keys::generate());
-        assert!(engine.admit_ours(
-            now(),
-            &remote(),
-            &verified(announcement(&owner, "a", &[&own()], &[]))
-        ));
+        let ours = verified(announcement(&owner, "a", &[&own()], &[]));
+        assert!(engine.admit_ours(&remote(), &ours));
+        engine.store_if_ours(now(), &remote(), ours, None);
         assert_eq!(engine.is_ours(&state(&owner, "a")), Layer1Verdict::Store);
         assert_eq!(engine.is_ours(&state(&stranger, "a")), Layer1Verdict::Hold);
         assert_eq!(engine.is_ours(&state(&owner, "other")), Layer1Verdict::Hold);
@@ -2340,21 +2392,22 @@ mod tests {
         // The maintainer's announcement does not list us; it came first.
         let theirs = announcement(&maintainer, "a", &[&remote()], &[]);
         let their_state = state(&maintainer, "a");
-        assert!(!engine.admit_ours(now(), &remote(), &verified(theirs.clone())));
-        assert!(!engine.admit_ours(now(), &remote(), &verified(their_state.clone())));
+        assert!(!engine.admit_ours(&remote(), &verified(theirs.clone())));
+        assert!(!engine.admit_ours(&remote(), &verified(their_state.clone())));
         assert!(stored(&mut engine).is_empty());
         // The owner's announcement, listing us and the maintainer.
         let owners = announcement(&owner, "a", &[&own()], &[&maintainer]);
         engine.accept_ours(now(), &owners);
-        let stored = stored(&mut engine);
-        assert!(
-            stored.contains(&theirs.id) && stored.contains(&their_state.id),
-            "{stored:?}"
-        );
+        // The maintainer's announcement goes to the store first; their
+        // state once it is answered (dependency order).
+        assert_eq!(stored(&mut engine), vec![theirs.id]);
         assert_eq!(engine.stats().candidates_stored, 2);
+        assert_eq!(engine.store_dependents_waiting(), 1);
+        engine.handle_store_outcome(now(), &theirs.id, Ok(IngestOutcome::Stored));
+        assert_eq!(stored(&mut engine), vec![their_state.id]);
         // A stranger's candidate stays held.
         let stranger = Keys::generate();
-        assert!(!engine.admit_ours(now(), &remote(), &verified(state(&stranger, "a"))));
+        assert!(!engine.admit_ours(&remote(), &verified(state(&stranger, "a"))));
     }
 
     /// The own relay serving a held repository's announcement promotes it,
@@ -2381,7 +2434,7 @@ mod tests {
         let keys = Keys::generate();
         for n in 0..MAX_CANDIDATES + 10 {
             let event = announcement(&keys, &format!("r{n}"), &[&remote()], &[]);
-            engine.admit_ours(now(), &remote(), &verified(event));
+            engine.admit_ours(&remote(), &verified(event));
         }
         assert_eq!(engine.ours.candidates().len(), MAX_CANDIDATES);
         assert_eq!(engine.stats().candidates_dropped, 10);

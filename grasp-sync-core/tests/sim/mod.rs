@@ -82,6 +82,11 @@ pub struct OwnRelay {
     pub silent_live: bool,
     /// A plain relay next to a sidecar: stores every announcement.
     pub accepts_everything: bool,
+    /// A GRASP host's policy: a state, pull request or update whose
+    /// repository it has no announcement of is refused for good
+    /// (`invalid: no announcement exists`), an event answering a root
+    /// event it does not have too.
+    pub needs_dependencies: bool,
     /// Writes of these kinds are taken (stored and answered) only this
     /// long after the engine asked: a slow store for some events.
     pub slow_kinds: std::collections::HashMap<u16, Duration>,
@@ -123,6 +128,60 @@ impl OwnRelay {
 
     /// The GRASP rule: an announcement must list this relay (unless it is
     /// a plain relay that accepts everything).
+    /// With [`OwnRelay::needs_dependencies`]: why the store refuses
+    /// `event` (what it needs is not stored), or `None`.
+    pub fn lacks_dependency(&self, event: &Event) -> Option<&'static str> {
+        if !self.needs_dependencies {
+            return None;
+        }
+        let has = |filter: Filter| {
+            !block_on(self.store.negentropy_items(&filter))
+                .expect("memory store")
+                .is_empty()
+        };
+        let announced = |identifier: &str| {
+            has(Filter::new()
+                .kind(Kind::Custom(30617))
+                .identifier(identifier))
+        };
+        let kind = event.kind.as_u16();
+        let identifiers: Vec<String> = match kind {
+            30618 => event
+                .tags
+                .identifier()
+                .into_iter()
+                .map(|d| d.to_string())
+                .collect(),
+            1617 | 1618 | 1619 | 1621 => event
+                .tags
+                .iter()
+                .filter_map(|tag| match tag.as_slice() {
+                    [name, coordinate, ..] if name == "a" => coordinate
+                        .strip_prefix("30617:")
+                        .and_then(|rest| rest.split_once(':'))
+                        .map(|(_, identifier)| identifier.to_owned()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        if identifiers.iter().any(|identifier| !announced(identifier)) {
+            return Some("invalid: no announcement exists");
+        }
+        let roots: Vec<EventId> = event
+            .tags
+            .iter()
+            .filter_map(|tag| match tag.as_slice() {
+                [name, id, ..] if name == "E" || name == "e" => EventId::from_hex(id).ok(),
+                _ => None,
+            })
+            .collect();
+        if !roots.is_empty() && !has(Filter::new().ids(roots)) {
+            return Some("invalid: the event it answers is unknown");
+        }
+        None
+    }
+
     pub fn accepts(&self, event: &Event) -> bool {
         if event.kind != Kind::Custom(30617) || self.accepts_everything {
             return true;
@@ -263,6 +322,7 @@ impl World {
                 items_failing: false,
                 silent_live: false,
                 accepts_everything: false,
+                needs_dependencies: false,
                 slow_kinds: Default::default(),
                 answers: Default::default(),
                 drops: 0,
@@ -685,6 +745,9 @@ impl World {
             Ok(IngestOutcome::refused_for_now("rate-limited: slow down"))
         } else if let Some(answer) = self.own.answers.get(&id) {
             Ok(answer.clone())
+        } else if let Some(reason) = self.own.lacks_dependency(&event) {
+            self.own.rejected.push(event.clone());
+            Ok(IngestOutcome::refused_for_good(reason))
         } else if !self.own.accepts(&event) {
             self.own.rejected.push(event.clone());
             Ok(IngestOutcome::refused_for_good(
