@@ -139,6 +139,11 @@ async fn a_held_repository_gets_its_issues_only_once_the_host_promotes_it() {
         !ids(&store).contains(&ann.id),
         "the host holds the announcement"
     );
+    assert_eq!(
+        held.list().await,
+        Ok(vec![repo.clone()]),
+        "the manager lists what it holds"
+    );
 
     // Its git data arrived: the host keeps the announcement and promotes.
     store.holding.store(false, Ordering::SeqCst);
@@ -148,6 +153,7 @@ async fn a_held_repository_gets_its_issues_only_once_the_host_promotes_it() {
         wait_for(|| ids(&store).contains(&issue.id)).await,
         "the issue is synced once promoted"
     );
+    assert_eq!(held.list().await, Ok(Vec::new()), "promoted: not held");
 
     shutdown.shutdown();
     let summary = tokio::time::timeout(Duration::from_secs(5), run)
@@ -163,6 +169,7 @@ async fn a_held_repository_gets_its_issues_only_once_the_host_promotes_it() {
         "nothing reaches a stopped manager"
     );
     assert_eq!(held.dropped(vec![issue.id]).await, Err(ManagerStopped));
+    assert_eq!(held.list().await, Err(ManagerStopped));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

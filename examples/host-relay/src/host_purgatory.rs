@@ -7,10 +7,11 @@
 //! - A state waits for the tip of every ref it lists, a PR or PR update for its `c` tip.
 //! - Held events older than the expiry are dropped.
 //!
-//! The purgatory keeps no fetch logic: it tells its [`HoldListener`] what it holds,
-//! promotes and drops, and releases what is satisfied when asked
+//! The purgatory keeps no fetch logic: it tells its [`HoldListener`] what it holds
+//! and drops, and releases what is satisfied when asked
 //! ([`OwnPurgatory::release_satisfied`]). Released events are saved in the relay's
-//! database and delivered to its subscribers.
+//! database and delivered to its subscribers: a promotion shows only as its
+//! announcement, served.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -43,8 +44,6 @@ pub const HELD_KINDS: [u16; 4] = [30617, 30618, 1618, 1619];
 pub trait HoldListener: Send + Sync {
     /// `repo` holds something new: its git data should be fetched.
     fn holding(&self, repo: &RepoRef, origin: Origin);
-    /// `repo`'s announcement was released with a state: the repository is served now.
-    async fn promoted(&self, repo: &RepoRef);
     /// These held events expired without their git data.
     async fn dropped(&self, ids: Vec<EventId>);
 }
@@ -132,7 +131,7 @@ impl OwnPurgatory {
         self
     }
 
-    /// Tells `listener` from now on what is held, promoted and dropped (instead of the
+    /// Tells `listener` from now on what is held and dropped (instead of the
     /// previous one).
     pub fn listen(&self, listener: Arc<dyn HoldListener>) {
         *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(listener);
@@ -254,9 +253,6 @@ impl OwnPurgatory {
         }
         if promoted {
             info!(%repo, "repository promoted: its announcement is served");
-            if let Some(listener) = self.listener() {
-                listener.promoted(repo).await;
-            }
         }
         Ok(released.len())
     }

@@ -3,7 +3,7 @@
 //! The scheduler (queue, throttles, safe fetch, `refs/purgatory` sweep, served refs)
 //! asks the host's purgatory what it needs and releases through it; clone URLs come
 //! from the relay's database and the held announcements. The purgatory tells the
-//! scheduler what it holds and the sync what it promotes and drops ([`Hooks`]).
+//! scheduler what it holds and the sync what it drops ([`Hooks`]).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -114,8 +114,8 @@ pub fn build_scheduler(
         .build()
 }
 
-/// Tells our scheduler what the host's purgatory holds, and our sync what it promotes
-/// and drops.
+/// Tells our scheduler what the host's purgatory holds, and our sync what it drops
+/// (the sync sees a promotion itself: the relay serves the released announcement).
 #[derive(Debug, Clone)]
 pub struct Hooks {
     scheduler: Purgatory,
@@ -133,12 +133,6 @@ impl Hooks {
 impl HoldListener for Hooks {
     fn holding(&self, repo: &RepoRef, origin: Origin) {
         self.scheduler.schedule(repo, origin);
-    }
-
-    async fn promoted(&self, repo: &RepoRef) {
-        if let Err(error) = self.sync.promote(repo.clone()).await {
-            warn!(%error, %repo, "the sync did not hear of the promotion");
-        }
     }
 
     async fn dropped(&self, ids: Vec<EventId>) {

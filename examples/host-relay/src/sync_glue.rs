@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use grasp_purgatory::Origin;
-use grasp_sync_core::nip34::{parse_announcement, KIND_REPO_ANNOUNCEMENT};
+use grasp_sync_core::nip34::KIND_REPO_ANNOUNCEMENT;
 use grasp_sync_core::store::{EventStore, IngestOutcome, StoreError};
 use grasp_sync_relay_builder::RelayBuilderStore;
 use grasp_sync_tokio::{BuildError, SyncManager};
@@ -97,20 +97,16 @@ pub fn build_sync(
 }
 
 /// Tells a sync that starts while the host holds announcements about them (held
-/// events are present to its store, so it would not fetch them): each repository is
-/// held (states only), then its announcement handed over as one the relay accepted.
+/// events are present to its store, so it would not fetch them): the sync holds each
+/// repository and syncs its states. It promotes one itself when the host's relay
+/// serves its announcement.
 pub fn tell_held(manager: &SyncManager, purgatory: &OwnPurgatory) {
     let held = manager.held_repositories();
-    let own_events = manager.own_events_sender();
     let kind = Filter::new().kind(Kind::Custom(KIND_REPO_ANNOUNCEMENT));
     let announcements = purgatory.matching(&kind);
     tokio::spawn(async move {
         for event in announcements {
-            let Ok(announcement) = parse_announcement(&event) else {
-                continue;
-            };
-            if held.hold(announcement.repo).await.is_err() || own_events.send(event).await.is_err()
-            {
+            if held.hold_announcement(event).await.is_err() {
                 return;
             }
         }

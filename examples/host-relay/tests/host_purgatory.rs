@@ -21,7 +21,6 @@ const PR_TIP: &str = "2222222222222222222222222222222222222222";
 #[derive(Default)]
 struct Heard {
     holding: Mutex<Vec<(RepoRef, Origin)>>,
-    promoted: Mutex<Vec<RepoRef>>,
     dropped: Mutex<Vec<EventId>>,
 }
 
@@ -29,10 +28,6 @@ struct Heard {
 impl HoldListener for Heard {
     fn holding(&self, repo: &RepoRef, origin: Origin) {
         self.holding.lock().unwrap().push((repo.clone(), origin));
-    }
-
-    async fn promoted(&self, repo: &RepoRef) {
-        self.promoted.lock().unwrap().push(repo.clone());
     }
 
     async fn dropped(&self, ids: Vec<EventId>) {
@@ -77,7 +72,7 @@ fn with_capacity(
 }
 
 #[tokio::test]
-async fn an_announcement_is_released_with_its_state_and_promotes_the_repository() {
+async fn an_announcement_is_released_with_its_state_and_served() {
     let (purgatory, heard, stored) = purgatory(Duration::from_secs(1800));
     let owner = Keys::generate();
     let announcement = Announcement::new("r").sign(&owner);
@@ -110,14 +105,12 @@ async fn an_announcement_is_released_with_its_state_and_promotes_the_repository(
     );
     assert!(stored(pr.id));
     assert!(!stored(announcement.id) && purgatory.holds(&announcement.id));
-    assert!(heard.promoted.lock().unwrap().is_empty());
 
-    // The state's tip arrives: the state and the announcement go, the repository is
-    // promoted, nothing is pending.
+    // The state's tip arrives: the state and the announcement go (the repository is
+    // promoted: its announcement is served), nothing is pending.
     let all = |_: &GitOid| true;
     assert_eq!(purgatory.release_satisfied(&repo, &all).await.unwrap(), 2);
     assert!(stored(announcement.id) && stored(state.id));
-    assert_eq!(*heard.promoted.lock().unwrap(), vec![repo.clone()]);
     assert!(!purgatory.has_pending(&repo));
 
     // An announcement of a repository that serves a state is not held.

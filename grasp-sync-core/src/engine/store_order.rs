@@ -184,9 +184,9 @@ impl StoreOrder {
         }
     }
 
-    /// The own relay serves `event`: a served announcement's identifier is
-    /// known to be in the store.
-    pub(crate) fn served(&mut self, event: &Event) {
+    /// `event` is in the store (served by the own relay, or held by the
+    /// host): an announcement's identifier is known there.
+    pub(crate) fn in_store(&mut self, event: &Event) {
         if let Some(identifier) = announced_identifier(event) {
             self.note_announced(&identifier);
         }
@@ -391,7 +391,7 @@ mod tests {
         let owner = Keys::generate();
         let relay = relay();
         let mut order = StoreOrder::default();
-        order.served(&announcement(&owner, "alpha"));
+        order.in_store(&announcement(&owner, "alpha"));
         assert!(!order.arrive(
             &state(&owner, "alpha"),
             Some((&relay, BatchId(1))),

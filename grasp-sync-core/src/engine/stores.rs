@@ -318,10 +318,10 @@ impl StoreTracker {
         released.iter().filter_map(|id| self.send(id)).collect()
     }
 
-    /// The own relay serves `event` (it is in the store): what waits for
-    /// its announcement may go.
-    pub(crate) fn note_served(&mut self, event: &Event) {
-        self.order.served(event);
+    /// `event` is in the store (the own relay serves it, or the host holds
+    /// it): what waits for its announcement may go.
+    pub(crate) fn note_in_store(&mut self, event: &Event) {
+        self.order.in_store(event);
     }
 
     /// If `id` is on its way to the store, `batch` of `relay` waits for its

@@ -1257,6 +1257,24 @@ impl SyncEngine {
         self.maintain_after(now, None);
     }
 
+    /// The host holds `announcement` outside what it serves until its git
+    /// data arrives, and no store answer says so (it was held before this
+    /// engine started): its repository is held and planned like one whose
+    /// announcement the store answered `Held` for — its states are synced,
+    /// its promotion starts the rest. Anything but an announcement is
+    /// ignored.
+    pub fn handle_held_announcement(&mut self, now: Now, announcement: Event) {
+        self.observe(now);
+        let Some(repo) = announced_repo(&announcement) else {
+            debug!(id = %announcement.id, "a held announcement that is not one; ignored");
+            return;
+        };
+        self.hold_repository(repo);
+        self.stores.note_in_store(&announcement);
+        self.plan_stored(now, announcement);
+        self.maintain_after(now, None);
+    }
+
     /// The host released `repo`'s announcement (its git data arrived): the
     /// repository becomes an item like a newly discovered one, its Layers
     /// 2+3 history and live sync start on the relays that serve it. A
@@ -1821,7 +1839,7 @@ impl SyncEngine {
         self.observe(now);
         let events: Vec<Event> = events.into_iter().collect();
         for event in &events {
-            self.stores.note_served(event);
+            self.stores.note_in_store(event);
         }
         let promoted = self.promote_served(now, &events);
         self.queue_own_events(now, events);
@@ -1920,7 +1938,7 @@ impl SyncEngine {
             self.stats.count(&event);
             self.reached.note(&event);
             if let SessionEvent::OwnEvent(event) = event {
-                self.stores.note_served(&event);
+                self.stores.note_in_store(&event);
                 if self.promote_served(now, std::slice::from_ref(&*event)) {
                     self.reached.others = true;
                 }

@@ -5,18 +5,22 @@
 //! `handle_held_dropped`.
 
 use grasp_sync_core::nip34::RepoRef;
-use nostr::prelude::EventId;
-use tokio::sync::mpsc;
+use nostr::prelude::{Event, EventId};
+use tokio::sync::{mpsc, oneshot};
 
 /// What the host tells the engine about what it holds.
 #[derive(Debug)]
 pub(crate) enum HeldNote {
     /// The host holds this repository's announcement.
     Hold(RepoRef),
+    /// The host holds this announcement (since before the sync started).
+    HoldAnnouncement(Box<Event>),
     /// The host released it: its git data arrived.
     Promote(RepoRef),
     /// The host discarded these held events without their data.
     Dropped(Vec<EventId>),
+    /// The host asks which repositories are held.
+    List(oneshot::Sender<Vec<RepoRef>>),
 }
 
 /// The sync manager's run loop has ended (or was never started and the
@@ -33,7 +37,10 @@ pub struct ManagerStopped;
 /// issues and replies are synced like a newly discovered repository's. The
 /// engine also holds a repository by itself when the store answers
 /// [`IngestOutcome::Held`](grasp_sync_core::store::IngestOutcome::Held) for
-/// its announcement.
+/// its announcement, and promotes it by itself when the own relay serves
+/// its announcement (the host stored it: its git data arrived), so a host
+/// that stores a promoted announcement on its relay need not call
+/// [`HeldRepositories::promote`].
 ///
 /// ```no_run
 /// use grasp_sync_tokio::core::nip34::RepoRef;
@@ -60,6 +67,15 @@ impl HeldRepositories {
         self.send(HeldNote::Hold(repo)).await
     }
 
+    /// The host holds `announcement` (held before this sync started, so no
+    /// store answer says so): its repository is held, and its states are
+    /// synced from the relays it lists. Anything but an announcement is
+    /// ignored.
+    pub async fn hold_announcement(&self, announcement: Event) -> Result<(), ManagerStopped> {
+        self.send(HeldNote::HoldAnnouncement(Box::new(announcement)))
+            .await
+    }
+
     /// The host released `repo`'s announcement (its git data arrived): the
     /// sync starts on the events that tag it. A repository not held is
     /// left alone.
@@ -71,6 +87,16 @@ impl HeldRepositories {
     /// data): a later sync fetches them again.
     pub async fn dropped(&self, ids: Vec<EventId>) -> Result<(), ManagerStopped> {
         self.send(HeldNote::Dropped(ids)).await
+    }
+
+    /// The repositories held now (told by [`HeldRepositories::hold`], or
+    /// held because the store answered `Held` for their announcement), in
+    /// the order they were first held; a promoted one is no longer listed.
+    /// Answered by the run loop between two of its inputs.
+    pub async fn list(&self) -> Result<Vec<RepoRef>, ManagerStopped> {
+        let (answer, answered) = oneshot::channel();
+        self.send(HeldNote::List(answer)).await?;
+        answered.await.map_err(|_| ManagerStopped)
     }
 
     async fn send(&self, note: HeldNote) -> Result<(), ManagerStopped> {

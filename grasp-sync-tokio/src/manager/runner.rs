@@ -169,8 +169,16 @@ impl Runner {
         let now = self.clock_now();
         match note {
             HeldNote::Hold(repo) => self.engine.handle_repository_held(now, repo),
+            HeldNote::HoldAnnouncement(event) => {
+                self.engine.handle_held_announcement(now, *event);
+            }
             HeldNote::Promote(repo) => self.engine.handle_repository_promoted(now, repo),
             HeldNote::Dropped(ids) => self.engine.handle_held_dropped(now, ids),
+            HeldNote::List(answer) => {
+                let held = self.engine.held_repositories().cloned().collect();
+                // The host stopped waiting: nothing to answer.
+                let _ = answer.send(held);
+            }
         }
     }
 
