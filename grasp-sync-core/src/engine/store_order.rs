@@ -23,9 +23,7 @@ use indexmap::IndexSet;
 use nostr::prelude::{Event, EventId, Kind, RelayUrl};
 
 use crate::model::BatchId;
-use crate::nip34::{
-    referenced_root_ids, root_event_repo_refs, KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE,
-};
+use crate::nip34::{KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE};
 
 /// At most this many needs are read from one event: a stranger's event
 /// with thousands of tags must not make each of its moves cost thousands.
@@ -55,7 +53,9 @@ pub(crate) fn provides(event: &Event) -> impl Iterator<Item = Need> {
 /// What `event` needs stored before it: a state its repository's
 /// announcement; any other event (an announcement needs nothing) the
 /// announcements its `a` tags name and the events its `e`/`E` tags name.
-/// At most [`MAX_NEEDS`], in the order of its tags.
+/// At most [`MAX_NEEDS`], in the order of its tags. Read from the tags'
+/// text only (no key is parsed): a need that names nothing real is never
+/// on its way to the store, and waits at most for its batch.
 pub(crate) fn needs(event: &Event) -> Vec<Need> {
     match event.kind.as_u16() {
         KIND_REPO_ANNOUNCEMENT => Vec::new(),
@@ -65,22 +65,32 @@ pub(crate) fn needs(event: &Event) -> Vec<Need> {
             .map(|identifier| vec![Need::Announcement(identifier.to_owned())])
             .unwrap_or_default(),
         _ => {
-            let repos = root_event_repo_refs(event).value.into_iter();
-            let announcements = repos.map(|repo| Need::Announcement(repo.identifier().to_owned()));
-            let ids = referenced_root_ids(event).value.into_iter();
-            let events = ids.filter(|id| *id != event.id).map(Need::Event);
             let mut needs: Vec<Need> = Vec::new();
-            for need in announcements.chain(events) {
+            for tag in event.tags.iter() {
                 if needs.len() == MAX_NEEDS {
                     break;
                 }
-                if !needs.contains(&need) {
+                let need = match tag.as_slice() {
+                    [name, value, ..] if name == "a" => announcement_named(value),
+                    [name, value, ..] if name == "e" || name == "E" => EventId::from_hex(value)
+                        .ok()
+                        .filter(|id| *id != event.id)
+                        .map(Need::Event),
+                    _ => None,
+                };
+                if let Some(need) = need.filter(|need| !needs.contains(need)) {
                     needs.push(need);
                 }
             }
             needs
         }
     }
+}
+
+/// The announcement an `a` tag's coordinate names (`30617:<pubkey>:<d>`).
+fn announcement_named(coordinate: &str) -> Option<Need> {
+    let (_pubkey, identifier) = coordinate.strip_prefix("30617:")?.split_once(':')?;
+    Some(Need::Announcement(identifier.to_owned()))
 }
 
 /// A batch of a relay (the one that brought a parked event).
