@@ -180,7 +180,7 @@ mod tests {
     fn one_owner_makes_no_group_and_a_group_lasts_while_a_member_is_kept() {
         let groups = SyncGroups::default();
         let (a, b) = (owner("r"), owner("r"));
-        groups.set("r", &[a.clone()]);
+        groups.set("r", std::slice::from_ref(&a));
         assert!(groups.members("r").is_empty(), "one owner: no group");
         groups.set("r", &[a.clone(), b.clone(), owner("other")]);
         assert_eq!(
@@ -196,7 +196,7 @@ mod tests {
             "forgotten with its last member"
         );
         groups.set("r", &[a.clone(), b.clone()]);
-        groups.set("r", &[b.clone()]);
+        groups.set("r", std::slice::from_ref(&b));
         assert!(
             groups.members("r").is_empty(),
             "down to one owner: forgotten"

@@ -539,7 +539,7 @@ async fn an_identifier_with_one_owner_schedules_that_repository() {
         .schedule_identifier("r", Origin::Synced)
         .await
         .unwrap();
-    assert_eq!(scheduled, [w.repo.clone()]);
+    assert_eq!(scheduled, std::slice::from_ref(&w.repo));
     let entry = purgatory.queue_entry(&w.repo).expect("queued");
     assert_eq!(entry.attempt_count, 0, "backoff reset: {entry:?}");
     assert!(

@@ -536,7 +536,7 @@ async fn objects_are_copied_between_local_repositories_without_a_server() {
     };
     let before = packs();
     let again = fetcher
-        .copy_objects(source.path(), &target, &[first_oid.clone()])
+        .copy_objects(source.path(), &target, std::slice::from_ref(&first_oid))
         .await
         .unwrap();
     assert!(again.contains(&first_oid));
@@ -551,7 +551,7 @@ fn pathdiff(path: &Path) -> PathBuf {
         .find(|ancestor| path.starts_with(ancestor))
         .unwrap();
     let ups = here.components().count() - common.components().count();
-    let mut relative: PathBuf = std::iter::repeat("..").take(ups).collect();
+    let mut relative: PathBuf = std::iter::repeat_n("..", ups).collect();
     relative.push(path.strip_prefix(common).unwrap());
     relative
 }
