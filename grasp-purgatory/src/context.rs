@@ -705,9 +705,11 @@ impl SyncContext for GitSyncContext {
         &self.own_service
     }
 
-    /// Copies, from the local repositories of the other members of `repo`'s group, the
-    /// needed objects that were fetched there ([`SyncGroups`]); a copy that fails is
-    /// logged, and its objects are then fetched from clone URLs as usual.
+    /// Copies, from the local repositories of the other members of `repo`'s group (the
+    /// owners of its identifier scheduled by
+    /// [`Purgatory::schedule_identifier`](crate::Purgatory::schedule_identifier)), the
+    /// needed objects that were fetched there; a copy that fails is logged, and its
+    /// objects are then fetched from clone URLs as usual.
     async fn copy_from_group(&self, repo: &RepoRef) -> Result<usize, SyncContextError> {
         let missing = self.collect_needed_oids(repo);
         if missing.is_empty() {
