@@ -17,12 +17,14 @@ use nostr::prelude::PublicKey;
 
 use crate::disk::{objects_bytes, DiskLimits, DiskUsage, QuotaError};
 use crate::git::{GitBackend, GitError, NOSTR_REF_PREFIX, PURGATORY_REF_PREFIX};
+use crate::groups::SyncGroups;
 use crate::held::{HeldEvent, HeldKind};
 use crate::host::{HostHeld, HostPurgatory};
 use crate::metrics::Metrics;
 use crate::refusals::UrlRefusals;
 use crate::repos::{
-    create_bare_repository, homes_of, repository_data, Announcements, CreateRepoError, RepoLocator,
+    create_bare_repository, homes_of, owners_of, repository_data, AnnouncementError, Announcements,
+    CreateRepoError, RepoLocator,
 };
 use crate::sink::{ReleaseError, ReleaseSink};
 use crate::status::ReleaseRefusal;
@@ -70,6 +72,8 @@ pub struct GitSyncContext {
     last_store_refusal: Mutex<Option<ReleaseRefusal>>,
     /// Bytes of objects of the local repositories used, against the disk quotas.
     disk: Mutex<DiskUsage>,
+    /// The owners of one identifier synced together, and what was fetched for them.
+    groups: SyncGroups,
 }
 
 impl std::fmt::Debug for GitSyncContext {
@@ -125,6 +129,7 @@ impl GitSyncContext {
             released_in: Mutex::new(BTreeMap::new()),
             last_store_refusal: Mutex::new(None),
             disk: Mutex::new(DiskUsage::new(DiskLimits::default())),
+            groups: SyncGroups::default(),
         }
     }
 
@@ -181,6 +186,43 @@ impl GitSyncContext {
     pub fn for_host(mut self, host: Arc<dyn HostPurgatory>) -> Self {
         self.host = Some(HostHeld::new(host));
         self
+    }
+
+    /// The repositories synced as groups (the owners of one identifier).
+    pub(crate) fn groups(&self) -> &SyncGroups {
+        &self.groups
+    }
+
+    /// The repositories of `identifier`: one per author who announced it, in key order.
+    pub(crate) async fn owners_of(
+        &self,
+        identifier: &str,
+    ) -> Result<Vec<RepoRef>, AnnouncementError> {
+        owners_of(self.announcements.as_ref(), identifier).await
+    }
+
+    /// Copies `oids` (fetched into the local repository of `from`, a member of `repo`'s
+    /// group) into `target`, `repo`'s local repository, within `repo`'s disk quota;
+    /// returns those of `oids` present in `target` now.
+    async fn copy_from(
+        &self,
+        repo: &RepoRef,
+        target: &Path,
+        from: &RepoRef,
+        oids: &[GitOid],
+    ) -> Result<BTreeSet<GitOid>, SyncContextError> {
+        let Some(source) = self.locator.locate(from) else {
+            return Ok(BTreeSet::new());
+        };
+        self.check_quota(repo)
+            .map_err(|error| Self::processing_error(repo, error))?;
+        let copied = self.git.copy_objects(&source, target, oids).await;
+        self.measure(repo, target);
+        let present = copied.map_err(|error| Self::processing_error(repo, error))?;
+        if self.host.is_none() {
+            lock(&self.store).mark_present(repo, present.iter().cloned());
+        }
+        Ok(present)
     }
 
     /// The repositories that released events since the last call, each with the
@@ -535,6 +577,10 @@ impl SyncContext for GitSyncContext {
             // The fetch checked them: the release that follows runs no check of its own.
             lock(&self.store).mark_present(repo, report.present.iter().cloned());
         }
+        if let Some(repo) = &repo {
+            // The other owners of the identifier copy them from here.
+            self.groups.fetched(repo, &report.present);
+        }
         Ok(report.present.into_iter().collect())
     }
 
@@ -657,5 +703,38 @@ impl SyncContext for GitSyncContext {
 
     fn own_service(&self) -> &OwnService {
         &self.own_service
+    }
+
+    /// Copies, from the local repositories of the other members of `repo`'s group (the
+    /// owners of its identifier scheduled by
+    /// [`Purgatory::schedule_identifier`](crate::Purgatory::schedule_identifier)), the
+    /// needed objects that were fetched there; a copy that fails is logged, and its
+    /// objects are then fetched from clone URLs as usual.
+    async fn copy_from_group(&self, repo: &RepoRef) -> Result<usize, SyncContextError> {
+        let missing = self.collect_needed_oids(repo);
+        if missing.is_empty() {
+            return Ok(0);
+        }
+        let sources = self.groups.sources(repo, &missing);
+        if sources.is_empty() {
+            return Ok(0);
+        }
+        let Some(target) = self.find_target_repo(repo) else {
+            return Ok(0);
+        };
+        let mut copied = 0;
+        for (from, oids) in sources {
+            match self.copy_from(repo, &target, &from, &oids).await {
+                Ok(present) => {
+                    let got = oids.iter().filter(|oid| present.contains(*oid)).count();
+                    tracing::info!(%repo, %from, objects = got, "objects copied from another owner's repository of the identifier, not fetched again");
+                    copied += got;
+                }
+                Err(error) => {
+                    tracing::warn!(%repo, %from, %error, "copying objects from another owner's repository failed; fetching them instead");
+                }
+            }
+        }
+        Ok(copied)
     }
 }

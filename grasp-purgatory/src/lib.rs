@@ -179,6 +179,7 @@ pub mod config;
 mod context;
 mod disk;
 pub mod git;
+mod groups;
 mod held;
 mod hook;
 mod host;
@@ -213,7 +214,7 @@ pub use repos::{
     MAX_FILE_NAME_BYTES,
 };
 pub use serve::{ServedRepository, Serving, DEFAULT_MAX_PULL_REQUEST_TIPS};
-pub use service::{Purgatory, PurgatoryBuildError, PurgatoryBuilder};
+pub use service::{Purgatory, PurgatoryBuildError, PurgatoryBuilder, ScheduleIdentifierError};
 pub use sink::{ChannelSink, PurgatoryOutput, ReleaseError, ReleaseSink, StoreSink};
 pub use status::{
     HeldRepository, HeldState, PurgatoryStatus, ReleaseRefusal, ThrottledHost, MAX_LISTED_HOSTS,

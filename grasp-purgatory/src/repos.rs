@@ -5,7 +5,7 @@
 //! the owner's and those of the maintainers it lists ([`repository_data`]), and the
 //! local repository is the owner's ([`RepoLocator`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -241,6 +241,21 @@ pub async fn homes_of(
 ) -> Result<Vec<RepoRef>, AnnouncementError> {
     let candidates = parse_all(&source.announcements(held.identifier()).await?);
     Ok(home_repositories(held, &candidates))
+}
+
+/// The repositories of `identifier`: one per author who announced it (announcements
+/// that do not parse, or of another identifier, are skipped), in key order. Empty when
+/// nobody announced it.
+pub(crate) async fn owners_of(
+    source: &dyn Announcements,
+    identifier: &str,
+) -> Result<Vec<RepoRef>, AnnouncementError> {
+    let owners: BTreeSet<RepoRef> = parse_all(&source.announcements(identifier).await?)
+        .into_iter()
+        .map(|announcement| announcement.repo)
+        .filter(|repo| repo.identifier() == identifier)
+        .collect();
+    Ok(owners.into_iter().collect())
 }
 
 /// Parses announcement events, skipping (and logging) any that do not parse.

@@ -22,6 +22,12 @@
 //! [`serve_queued_identifier`]. Both paths use the same two functions,
 //! [`sync_identifier_next_url`] and [`sync_identifier_from_url`].
 //!
+//! The owners of one identifier scheduled together
+//! ([`Purgatory::schedule_identifier`](crate::Purgatory::schedule_identifier)) are one
+//! group: before any request, a member copies the objects it needs that were already
+//! fetched for another member, from that member's local repository
+//! ([`SyncContext::copy_from_group`]), on both paths.
+//!
 //! One request to a host takes one slot of its domain's throttle: when a server refuses
 //! a request for several objects because it lacks some, the objects are asked for one at
 //! a time (at most [`MAX_SINGLE_FETCHES`]), each in a slot of its own, stopping when the
@@ -205,6 +211,8 @@ async fn fetch_from_url(
         tracing::debug!(%repo, "no local repository to fetch into");
         return FromUrl::NothingToDo;
     };
+    // What another owner of the identifier fetched meanwhile is copied, not fetched.
+    copy_from_group(ctx, repo).await;
     let missing = ctx.collect_needed_oids(repo);
     if missing.is_empty() {
         return FromUrl::NothingToDo;
@@ -265,6 +273,18 @@ pub async fn serve_queued_identifier(
     }
     let tried_url = (!matches!(outcome, FromUrl::Throttled)).then_some(url.as_str());
     manager.finish_serving(domain, key, tried_url);
+}
+
+/// Copies the objects `repo` needs that were fetched for another owner of its
+/// identifier synced with it ([`SyncContext::copy_from_group`]), and releases what they
+/// satisfy: no server is asked for them again. A failure is logged; the objects are
+/// then fetched as usual.
+async fn copy_from_group(ctx: &dyn SyncContext, repo: &RepoRef) {
+    match ctx.copy_from_group(repo).await {
+        Ok(0) => {}
+        Ok(_) => release(ctx, repo).await,
+        Err(error) => tracing::debug!(%repo, %error, "copying from the group failed"),
+    }
 }
 
 /// Releases whatever is satisfiable now, logging a failure.
@@ -374,6 +394,7 @@ pub async fn sync_identifier(
     };
     if ctx.has_pending_events(repo) {
         release(ctx, repo).await;
+        copy_from_group(ctx, repo).await;
     }
     if is_complete(ctx, repo).await {
         tracing::info!(%repo, "purgatory sync complete");

@@ -4,7 +4,9 @@
 //! announcement's clone URL over smart HTTP, has the host release what they satisfy,
 //! serves the released state's refs and sweeps `refs/purgatory/*`. A burst of schedules
 //! makes one fetch; `add_state` is refused; a clone URL that serves nothing backs off,
-//! reported in the status.
+//! reported in the status. A host keyed by identifier schedules every owner's
+//! repository at once ([`Purgatory::schedule_identifier`], issue 48 item 4): objects the
+//! owners share are fetched once and copied into each owner's repository.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod events;
@@ -19,8 +21,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use grasp_purgatory::{
-    AddError, Announcements, GitFetcher, GitFetcherConfig, HeldState, HostPurgatory,
-    MemoryAnnouncements, NpubLayout, Origin, Purgatory, ReleaseError,
+    AddError, AnnouncementError, Announcements, GitFetcher, GitFetcherConfig, HeldState,
+    HostPurgatory, MemoryAnnouncements, NpubLayout, Origin, Purgatory, ReleaseError,
+    ScheduleIdentifierError,
 };
 use grasp_sync_core::nip34::{
     parse_repo_state, pull_request_clone_urls, pull_request_tip, root_event_repo_refs, GitOid,
@@ -185,9 +188,26 @@ async fn world(name: &str, serving_nothing: bool) -> World {
 /// A scheduler for `host` (no sink, no journal), its git root in `root`, debouncing
 /// synced events by `debounce`.
 fn scheduler(host: &Arc<Host>, root: &Path, debounce: Duration, registry: &Registry) -> Purgatory {
+    scheduler_reading(
+        Arc::clone(&host.database) as _,
+        host,
+        root,
+        debounce,
+        registry,
+    )
+}
+
+/// [`scheduler`] reading announcements, states and pull requests from `source`.
+fn scheduler_reading(
+    source: Arc<dyn Announcements>,
+    host: &Arc<Host>,
+    root: &Path,
+    debounce: Duration,
+    registry: &Registry,
+) -> Purgatory {
     Purgatory::builder()
         .clock(Arc::new(TokioClock::new()))
-        .announcements(Arc::clone(&host.database) as _)
+        .announcements(source)
         .host_purgatory(Arc::clone(host) as _)
         .repos_root(root)
         .git_backend(Arc::new(GitFetcher::new(GitFetcherConfig {
@@ -434,4 +454,172 @@ async fn a_host_state_whose_clone_url_serves_nothing_backs_off_in_the_status() {
     );
     purgatory.shutdown();
     run.await.unwrap().unwrap();
+}
+
+/// The world's owner and a co-maintainer both announce `r`, each with a clone URL of its
+/// own server (two servers on two addresses, serving the same upstream), and both
+/// publish a state naming the same commits. Scheduled by identifier, the commits are
+/// fetched once, from one of the servers, and copied into the other owner's repository:
+/// both repositories serve exactly their state's refs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_owners_whose_states_name_the_same_commits_fetch_them_once() {
+    let w = world("host-two-owners", false).await;
+    let co_server = GitHttpServer::start(w.dir.join("upstream"), OTHER_HOST).await;
+    let co = Keys::generate();
+    w.host
+        .database
+        .add(
+            Announcement::new("r")
+                .clone_urls([co_server.url("r.git")])
+                .sign(&co),
+        )
+        .unwrap();
+    let co_repo = RepoRef::new(co.public_key(), "r").unwrap();
+    let root = w.dir.join("root");
+    let registry = Registry::new();
+    let purgatory = scheduler(&w.host, &root, Duration::from_millis(10), &registry);
+    let run = events::spawn_run(&purgatory);
+    let mut status = purgatory.status();
+    let refs = [
+        ("refs/heads/main", w.two.as_str()),
+        ("refs/tags/v1", &w.one),
+    ];
+    w.host.hold(state(&w.owner, &refs, 1));
+    w.host.hold(state(&co, &refs, 2));
+
+    let scheduled = purgatory
+        .schedule_identifier("r", Origin::Synced)
+        .await
+        .unwrap();
+    let mut owners = vec![w.repo.clone(), co_repo.clone()];
+    owners.sort();
+    assert_eq!(scheduled, owners, "both owners' repositories, in key order");
+
+    let done = until(&mut status, SETTLE, |s| {
+        s.events_released == 2 && s.all_accounted && s.repositories_serving_newest == 2
+    })
+    .await;
+    for (keys, repo) in [(&w.owner, &w.repo), (&co, &co_repo)] {
+        assert!(
+            !w.host.has_pending(repo),
+            "{repo}: the host released its state"
+        );
+        let path = local(&root, keys);
+        assert_eq!(
+            refs_under(&path, "refs/"),
+            pairs(&refs),
+            "{repo}: exactly the state's refs, refs/purgatory/* swept"
+        );
+        assert_eq!(git(&path, &["symbolic-ref", "HEAD"]), "refs/heads/main");
+    }
+    let fetches = (w.server.stats().fetches(), co_server.stats().fetches());
+    assert_eq!(
+        fetches.0 + fetches.1,
+        1,
+        "one fetch for both owners (owner's server, co-maintainer's server): {fetches:?}"
+    );
+    assert_eq!(done.identifiers_queued, 0, "nothing left to sync");
+    purgatory.shutdown();
+    run.await.unwrap().unwrap();
+}
+
+/// One owner: the identifier schedules that repository, as `schedule` does (queued
+/// after the debounce), and its state is fetched, released and served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identifier_with_one_owner_schedules_that_repository() {
+    let w = world("host-one-owner", false).await;
+    let root = w.dir.join("root");
+    let registry = Registry::new();
+    let debounce = Duration::from_millis(10);
+    let purgatory = scheduler(&w.host, &root, debounce, &registry);
+    let refs = [("refs/heads/main", w.two.as_str())];
+    w.host.hold(state(&w.owner, &refs, 1));
+
+    let scheduled = purgatory
+        .schedule_identifier("r", Origin::Synced)
+        .await
+        .unwrap();
+    assert_eq!(scheduled, std::slice::from_ref(&w.repo));
+    let entry = purgatory.queue_entry(&w.repo).expect("queued");
+    assert_eq!(entry.attempt_count, 0, "backoff reset: {entry:?}");
+    assert!(
+        purgatory
+            .retry_in(&w.repo)
+            .is_some_and(|wait| wait <= debounce),
+        "after the debounce of a synced event"
+    );
+    assert_eq!(purgatory.queue_len(), 1);
+
+    let run = events::spawn_run(&purgatory);
+    let mut status = purgatory.status();
+    until(&mut status, SETTLE, |s| {
+        s.events_released == 1 && s.all_accounted && s.repositories_serving_newest == 1
+    })
+    .await;
+    assert_eq!(refs_under(&local(&root, &w.owner), "refs/"), pairs(&refs));
+    assert_eq!(w.server.stats().fetches(), 1);
+    purgatory.shutdown();
+    run.await.unwrap().unwrap();
+}
+
+/// Nobody announced the identifier: nothing is scheduled, and no repository is
+/// returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identifier_nobody_announced_schedules_nothing() {
+    let w = world("host-unannounced", false).await;
+    let registry = Registry::new();
+    let purgatory = scheduler(
+        &w.host,
+        &w.dir.join("root"),
+        Duration::from_millis(10),
+        &registry,
+    );
+    let scheduled = purgatory
+        .schedule_identifier("nobody-announced-this", Origin::Synced)
+        .await
+        .unwrap();
+    assert!(scheduled.is_empty(), "{scheduled:?}");
+    assert_eq!(purgatory.queue_len(), 0, "nothing scheduled");
+    assert_eq!(purgatory.status().borrow().identifiers_queued, 0);
+}
+
+/// The relay's database fails.
+struct Unreadable;
+
+#[async_trait]
+impl Announcements for Unreadable {
+    async fn query(&self, _: &Filter) -> Result<Vec<Event>, AnnouncementError> {
+        Err(AnnouncementError::Backend(
+            "the database is down".to_owned(),
+        ))
+    }
+}
+
+/// The announcements cannot be read: an error naming the identifier, nothing scheduled,
+/// no panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_announcements_schedule_nothing_and_say_why() {
+    let w = world("host-unreadable", false).await;
+    let registry = Registry::new();
+    let purgatory = scheduler_reading(
+        Arc::new(Unreadable),
+        &w.host,
+        &w.dir.join("root"),
+        Duration::from_millis(10),
+        &registry,
+    );
+    w.host
+        .hold(state(&w.owner, &[("refs/heads/main", &w.one)], 1));
+    let refused = purgatory.schedule_identifier("r", Origin::Synced).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(ScheduleIdentifierError::Announcements { identifier, .. }) if identifier == "r"
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(purgatory.queue_len(), 0, "nothing scheduled");
+    // Once the database answers, the host schedules by repository as before.
+    purgatory.schedule(&w.repo, Origin::Synced);
+    assert_eq!(purgatory.queue_len(), 1);
 }

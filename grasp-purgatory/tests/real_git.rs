@@ -490,3 +490,68 @@ async fn an_unreachable_url_fails_fast_and_is_retried_twenty_seconds_later() {
     assert_eq!(relay.purgatory.held(), 1);
     relay.stop().await;
 }
+
+/// A local copy between two repositories of ours (the owners of one identifier): the
+/// objects another repository holds, even unreferenced (its `refs/purgatory/*` swept),
+/// are copied with their history under `refs/purgatory/<oid>`, no fetch from a server
+/// counted; an object that repository lacks is left out, not an error; a relative path
+/// works; nothing runs when everything is present.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_are_copied_between_local_repositories_without_a_server() {
+    let dir = TempDir::new("purgatory-copy");
+    let source = SourceRepo::create(dir.join("root/a/r.git"));
+    let first = source.commit("first");
+    let unreferenced = source.commit_unreferenced("fetched for a, swept");
+    let target = dir.join("root/b/r.git");
+    std::fs::create_dir_all(&target).unwrap();
+    let fetcher = fetcher(Duration::from_secs(20));
+    fetcher.init_bare(&target).await.unwrap();
+    let (first_oid, unreferenced_oid) = (
+        GitOid::parse(&first).unwrap(),
+        GitOid::parse(&unreferenced).unwrap(),
+    );
+    let lacking = GitOid::parse(&ids::oid(7)).unwrap();
+    let asked = [unreferenced_oid.clone(), lacking];
+    // The command runs in the target: a relative source path is made absolute first.
+    let relative = pathdiff(source.path());
+
+    let present = fetcher
+        .copy_objects(&relative, &target, &asked)
+        .await
+        .unwrap();
+    assert_eq!(
+        present,
+        std::collections::BTreeSet::from([unreferenced_oid.clone()])
+    );
+    assert!(has_object(&target, &first), "with its history");
+    assert_eq!(
+        refs_under(&target, "refs/purgatory/").trim(),
+        format!("refs/purgatory/{unreferenced} {unreferenced}")
+    );
+    assert_eq!(fetcher.fetch_processes_spawned(), 0, "no server asked");
+    let packs = || {
+        std::fs::read_dir(target.join("objects/pack"))
+            .unwrap()
+            .count()
+    };
+    let before = packs();
+    let again = fetcher
+        .copy_objects(source.path(), &target, std::slice::from_ref(&first_oid))
+        .await
+        .unwrap();
+    assert!(again.contains(&first_oid));
+    assert_eq!(packs(), before, "present already: nothing copied");
+}
+
+/// `path` relative to the current directory (`../..` as needed).
+fn pathdiff(path: &Path) -> PathBuf {
+    let here = std::env::current_dir().unwrap();
+    let common = here
+        .ancestors()
+        .find(|ancestor| path.starts_with(ancestor))
+        .unwrap();
+    let ups = here.components().count() - common.components().count();
+    let mut relative: PathBuf = std::iter::repeat_n("..", ups).collect();
+    relative.push(path.strip_prefix(common).unwrap());
+    relative
+}

@@ -64,6 +64,22 @@ pub trait GitBackend: Send + Sync {
     /// ([`HIDE_REFS_KEYS`](super::HIDE_REFS_KEYS)).
     async fn init_bare(&self, repo: &Path) -> Result<(), GitError>;
 
+    /// Copies `oids` from the local bare repository at `from` into the one at `to`
+    /// (another repository's local copy, never a URL from an event: no server is
+    /// asked), keeping them under `refs/purgatory/<oid>` like a fetch, and reports
+    /// which of `oids` are present in `to` afterwards. Objects `from` lacks are not
+    /// copied (not an error). The default copies nothing: the objects are then fetched
+    /// from clone URLs.
+    async fn copy_objects(
+        &self,
+        from: &Path,
+        to: &Path,
+        oids: &[GitOid],
+    ) -> Result<BTreeSet<GitOid>, GitError> {
+        let _ = (from, to, oids);
+        Ok(BTreeSet::new())
+    }
+
     /// Deletes the objects of the repository at `repo` that no ref reaches (those
     /// fetched for events that left purgatory unreleased, once their refs were
     /// swept). The default does nothing (a backend that keeps no objects).
@@ -115,6 +131,15 @@ impl GitBackend for GitFetcher {
 
     async fn prune_unreachable(&self, repo: &Path) -> Result<(), GitError> {
         GitFetcher::prune_unreachable(self, repo).await
+    }
+
+    async fn copy_objects(
+        &self,
+        from: &Path,
+        to: &Path,
+        oids: &[GitOid],
+    ) -> Result<BTreeSet<GitOid>, GitError> {
+        GitFetcher::copy_objects(self, from, to, oids).await
     }
 
     async fn local_refs(&self, repo: &Path) -> Result<LocalRefs, GitError> {

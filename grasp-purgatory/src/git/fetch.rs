@@ -168,8 +168,8 @@ impl GitFetcher {
         self.runner.spawned()
     }
 
-    /// How many of those processes were `git fetch` (the others query or update the
-    /// local repository).
+    /// How many of those processes were `git fetch` from a clone URL (the others query
+    /// or update the local repository, or copy objects between local repositories).
     pub fn fetch_processes_spawned(&self) -> u64 {
         self.fetches.load(Ordering::Relaxed)
     }
@@ -313,40 +313,16 @@ impl GitFetcher {
     }
 
     /// One `git fetch` of `oids` from the pinned `url` (the caller holds `repo`'s lock:
-    /// it is the only fetch into `repo` while it runs); when it fails (cut off by the timeout or the pack limit, refused by
-    /// `fsck`, anything), the temporary files it left in `objects/pack/` are removed.
+    /// it is the only fetch into `repo` while it runs); when it fails (cut off by the
+    /// timeout or the pack limit, refused by `fsck`, anything), the temporary files it
+    /// left in `objects/pack/` are removed.
     async fn fetch_once(
         &self,
         repo: &Path,
         url: &PinnedUrl,
         oids: &[GitOid],
     ) -> Result<(), GitError> {
-        let before = temporary_files(repo);
-        let result = self.run_fetch(repo, url, oids).await;
-        let Err(error) = result else {
-            return Ok(());
-        };
-        let left = remove_new_temporary_files(repo, &before);
-        if left.removed > 0 {
-            tracing::debug!(url = %url.url(), removed = left.removed, %error, "removed what a failed fetch left behind");
-        }
-        match self.config.max_pack_bytes {
-            Some(limit) if left.largest >= limit => {
-                tracing::warn!(url = %url.url(), limit, %error, "the server sent a pack over the limit");
-                Err(GitError::PackTooLarge { limit })
-            }
-            _ => Err(error),
-        }
-    }
-
-    /// Runs the `git fetch` of [`GitFetcher::fetch_once`].
-    async fn run_fetch(
-        &self,
-        repo: &Path,
-        url: &PinnedUrl,
-        oids: &[GitOid],
-    ) -> Result<(), GitError> {
-        let mut command = self.fetch_command(repo);
+        let mut command = self.fetch_command(repo, self.protocol_settings());
         if let Some(resolve) = url.curl_resolve() {
             command
                 .arg("-c")
@@ -356,12 +332,87 @@ impl GitFetcher {
         command.arg("--").arg(url.git_url());
         command.args(oids.iter().map(purgatory_refspec));
         self.fetches.fetch_add(1, Ordering::Relaxed);
-        self.runner.run(command, "fetch", None).await.map(drop)
+        self.run_cleaning_up(repo, command, url.url().as_str())
+            .await
     }
 
-    /// `git [-c ...]` for a fetch, under `prlimit` when the pack size or memory is
-    /// limited (the caller adds `fetch` and its arguments).
-    fn fetch_command(&self, repo: &Path) -> Command {
+    /// Copies `oids` (at most [`MAX_OIDS_PER_FETCH`]) from the local bare repository at
+    /// `from` into the one at `to` with one `git fetch` from the path `from` (protocol
+    /// v2 over the `file` transport, which is allowed for this command only; every
+    /// object checked by `fsck`, kept in one pack within the pack limit, under
+    /// `refs/purgatory/<oid>`), and reports which of `oids` are present in `to`
+    /// afterwards. Only the objects `from` holds with their whole history are asked for
+    /// (none: nothing runs); those `to` already has are not asked for either.
+    ///
+    /// `from` is a path of ours (another repository's local copy under the git root),
+    /// never a URL from an event; it is made absolute (the command runs in `to`) and
+    /// given after `--`. Takes `to`'s lock, as a fetch does, and a fetch permit. Not
+    /// counted in [`GitFetcher::fetch_processes_spawned`] (no server is asked).
+    pub async fn copy_objects(
+        &self,
+        from: &Path,
+        to: &Path,
+        oids: &[GitOid],
+    ) -> Result<BTreeSet<GitOid>, GitError> {
+        if oids.is_empty() {
+            return Err(GitError::NothingToFetch);
+        }
+        let from = std::path::absolute(from).map_err(|source| GitError::Io {
+            operation: "copy",
+            source,
+        })?;
+        let held = self.existing(&from, oids).await?;
+        let _permit = self.permits.acquire(&owner_of(to)).await;
+        let _only_fetch = self.repo_locks.lock(to).await;
+        let already = self.existing(to, oids).await?;
+        let absent: Vec<GitOid> = oids
+            .iter()
+            .filter(|oid| held.contains(*oid) && !already.contains(*oid))
+            .take(MAX_OIDS_PER_FETCH)
+            .cloned()
+            .collect();
+        if absent.is_empty() {
+            return Ok(already);
+        }
+        let mut command = self.fetch_command(to, copy_settings());
+        command.args(FETCH_ARGS);
+        command.arg("--").arg(&from);
+        command.args(absent.iter().map(purgatory_refspec));
+        let source = from.to_string_lossy();
+        self.run_cleaning_up(to, command, &source).await?;
+        self.existing(to, oids).await
+    }
+
+    /// Runs the `git fetch` `command` into `repo` from `source` (named in the logs);
+    /// when it fails, removes the temporary files it left in `objects/pack/` and names
+    /// a pack cut off at the limit [`GitError::PackTooLarge`].
+    async fn run_cleaning_up(
+        &self,
+        repo: &Path,
+        command: Command,
+        source: &str,
+    ) -> Result<(), GitError> {
+        let before = temporary_files(repo);
+        let result = self.runner.run(command, "fetch", None).await;
+        let Err(error) = result else {
+            return Ok(());
+        };
+        let left = remove_new_temporary_files(repo, &before);
+        if left.removed > 0 {
+            tracing::debug!(source, removed = left.removed, %error, "removed what a failed fetch left behind");
+        }
+        match self.config.max_pack_bytes {
+            Some(limit) if left.largest >= limit => {
+                tracing::warn!(source, limit, %error, "the server sent a pack over the limit");
+                Err(GitError::PackTooLarge { limit })
+            }
+            _ => Err(error),
+        }
+    }
+
+    /// `git [-c ...]` for a fetch with these `settings`, under `prlimit` when the pack
+    /// size or memory is limited (the caller adds `fetch` and its arguments).
+    fn fetch_command(&self, repo: &Path, settings: Vec<(&'static str, String)>) -> Command {
         let config = &self.config;
         let limits = ProcessLimits {
             max_file_bytes: config.max_pack_bytes,
@@ -370,7 +421,7 @@ impl GitFetcher {
         let mut command = self
             .runner
             .limited_command(repo, &config.prlimit_program, limits);
-        for (key, value) in self.protocol_settings() {
+        for (key, value) in settings {
             command.arg("-c").arg(format!("{key}={value}"));
         }
         command
@@ -402,6 +453,24 @@ impl GitFetcher {
         }
         settings
     }
+}
+
+/// `-c` settings of a copy between local repositories ([`GitFetcher::copy_objects`]):
+/// protocol v2 (any object by id) over the `file` transport only, every object checked
+/// (`fsck`) and kept in one pack.
+pub(super) fn copy_settings() -> Vec<(&'static str, String)> {
+    [
+        ("protocol.version", "2"),
+        ("protocol.allow", "never"),
+        ("protocol.file.allow", "always"),
+        ("fetch.fsckObjects", "true"),
+        ("transfer.fsckObjects", "true"),
+        ("fetch.unpackLimit", "1"),
+        ("transfer.unpackLimit", "1"),
+    ]
+    .into_iter()
+    .map(|(key, value)| (key, value.to_owned()))
+    .collect()
 }
 
 /// The arguments of `git fetch` (before `--`, the URL and the refspecs).

@@ -19,6 +19,7 @@ use crate::host::HostPurgatory;
 use crate::journal::RejectedLine;
 use crate::metrics::Metrics;
 use crate::refusals::EventRefusalLog;
+use crate::repos::AnnouncementError;
 use crate::serve::{Reconciler, ServedRepository};
 use crate::sink::ReleaseSink;
 use crate::status::PurgatoryStatus;
@@ -26,6 +27,21 @@ use crate::store::{AddError, Eviction, Inserted};
 use crate::sync::SyncOutcome;
 use crate::tasks::Tasks;
 use crate::throttle_manager::ThrottleManager;
+
+/// Why [`Purgatory::schedule_identifier`] scheduled nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScheduleIdentifierError {
+    /// The announcements of the identifier could not be read.
+    #[error("reading the announcements of {identifier:?} failed: {source}")]
+    Announcements {
+        /// The identifier asked for.
+        identifier: String,
+        /// Why.
+        #[source]
+        source: AnnouncementError,
+    },
+}
 
 /// Everything the clones of one [`Purgatory`] share.
 pub(super) struct Shared {
@@ -241,6 +257,70 @@ impl Purgatory {
         self.shared.wake.notify_one();
         self.update_gauges();
         self.publish_if_settled();
+    }
+
+    /// Schedules every repository of `identifier` (the `d` tag): one per author who
+    /// announced it, read through the purgatory's
+    /// [`Announcements::announcements`](crate::Announcements::announcements), each as
+    /// [`Purgatory::schedule`] would (the debounce of `origin`, its backoff reset).
+    /// Returns the repositories scheduled, in key order. For a host whose own
+    /// purgatory is keyed by identifier.
+    ///
+    /// - Nobody announced `identifier`: nothing is scheduled, and `Ok` with no
+    ///   repository (logged at info). An event of an unannounced repository is
+    ///   scheduled with [`Purgatory::schedule`].
+    /// - One owner: exactly [`Purgatory::schedule`] of that repository.
+    /// - Several owners (co-maintainers, forks, strangers announcing the same
+    ///   identifier): they are synced as one group, so an object they share is fetched
+    ///   once. Each stays a repository of its own: its own queue entry (debounce,
+    ///   backoff), its own clone URLs (its maintainer set's, checked by the policy, in
+    ///   its domains' throttles; never another owner's), its own local repository and
+    ///   disk quota, its own served refs. But their syncs take turns, and before asking
+    ///   any server a member copies from the other members' local repositories the
+    ///   objects it needs that were fetched there (a `git fetch` between local
+    ///   repositories, checked by `fsck`, no server asked). A copy that fails is logged
+    ///   and the objects are fetched as usual. The group lasts while one of its
+    ///   members is queued or has events held; a later call replaces its members (a
+    ///   [`Purgatory::schedule`] of a member meanwhile syncs in the group too).
+    ///
+    /// Refused ([`ScheduleIdentifierError`], logged at warn) when the announcements
+    /// cannot be read: nothing is scheduled then; calling again later retries.
+    ///
+    /// Do not call it while holding a lock the host's [`HostPurgatory`] methods take.
+    pub async fn schedule_identifier(
+        &self,
+        identifier: &str,
+        origin: Origin,
+    ) -> Result<Vec<RepoRef>, ScheduleIdentifierError> {
+        let owners = match self.shared.ctx.owners_of(identifier).await {
+            Ok(owners) => owners,
+            Err(source) => {
+                tracing::warn!(identifier, error = %source, "reading the identifier's announcements failed: nothing scheduled");
+                return Err(ScheduleIdentifierError::Announcements {
+                    identifier: identifier.to_owned(),
+                    source,
+                });
+            }
+        };
+        if owners.is_empty() {
+            tracing::info!(
+                identifier,
+                "nobody announced the identifier: nothing scheduled"
+            );
+            return Ok(owners);
+        }
+        self.shared.ctx.groups().set(identifier, &owners);
+        if owners.len() > 1 {
+            tracing::debug!(
+                identifier,
+                owners = owners.len(),
+                "the identifier's repositories sync as one group"
+            );
+        }
+        for repo in &owners {
+            self.schedule(repo, origin);
+        }
+        Ok(owners)
     }
 
     /// Holds `event` (a state or pull request a reconciliation found missing objects
@@ -510,6 +590,10 @@ impl Purgatory {
         let mut queue = self.queue();
         let forgotten = queue.retain_idle(|key| RepoRef::parse(key).is_ok_and(|repo| holds(&repo)));
         lock_plain(&self.shared.scheduled)
+            .retain(|repo| queue.get(&repo.to_string()).is_some() || holds(repo));
+        self.shared
+            .ctx
+            .groups()
             .retain(|repo| queue.get(&repo.to_string()).is_some() || holds(repo));
         forgotten
     }

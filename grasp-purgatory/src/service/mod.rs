@@ -23,5 +23,5 @@ mod reconcile;
 mod run_loop;
 mod status;
 
-pub use api::Purgatory;
+pub use api::{Purgatory, ScheduleIdentifierError};
 pub use builder::{PurgatoryBuildError, PurgatoryBuilder};

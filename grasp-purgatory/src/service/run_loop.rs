@@ -167,11 +167,16 @@ impl Purgatory {
         }
     }
 
-    /// One attempt for `repo`; then backoff or removal, and its outcome noted for the
+    /// One attempt for `repo` (in its group's turn, when it is synced with the other
+    /// owners of its identifier); then backoff or removal, and its outcome noted for the
     /// status.
     async fn sync_one(&self, repo: RepoRef) {
         let shared = &self.shared;
+        // The owners of one identifier scheduled together sync in turn: each copies what
+        // the one before fetched instead of fetching it too.
+        let turn = shared.ctx.groups().turn(&repo).await;
         let report = sync_identifier(shared.ctx.as_ref(), &repo, &shared.manager).await;
+        drop(turn);
         let complete = report.is_complete();
         if report.own_service_urls_skipped > 0 {
             tracing::debug!(%repo, skipped = report.own_service_urls_skipped, "clone urls on our own service skipped");

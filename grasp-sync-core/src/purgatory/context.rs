@@ -153,6 +153,18 @@ pub trait SyncContext: Send + Sync {
         &self,
         repo: &RepoRef,
     ) -> Result<Vec<RepoRef>, SyncContextError>;
+
+    /// Makes present in `repo`'s local repository, by a local copy, the objects its
+    /// held events need that were already fetched into the local repository of
+    /// another repository synced with it as one group (the owners of one identifier,
+    /// scheduled together): no server is asked. Returns how many of the objects it
+    /// asked for are present now (more than zero: the caller releases what they
+    /// satisfy). Called before any fetch; a repository in no group copies nothing. The
+    /// default copies nothing.
+    async fn copy_from_group(&self, repo: &RepoRef) -> Result<usize, SyncContextError> {
+        let _ = repo;
+        Ok(0)
+    }
 }
 
 /// One call of [`SyncContext::fetch_oids`] on a [`MemorySyncContext`].
