@@ -6,7 +6,10 @@
 //! ([`SyncGroups::turn`]), and each object fetched into a member's local repository is
 //! recorded ([`SyncGroups::fetched`]), so that a member that needs it next copies it
 //! from there ([`SyncGroups::sources`]) instead of asking a server again. Objects shared
-//! between the owners are fetched once. The turns are those of the main sync; a
+//! between the owners are fetched once. A member waits for its turn at most
+//! [`TURN_WAIT`], then syncs on its own: strangers who announce the same identifier
+//! (each a member) cannot hold an honest owner's sync back longer than that, however
+//! many they are or however slow their servers. The turns are those of the main sync; a
 //! throttled domain's queue serves a member without waiting for them (it copies what
 //! was fetched before its turn in the queue, but two members served side by side by
 //! one domain may both fetch an object neither had yet).
@@ -16,6 +19,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use grasp_sync_core::nip34::{GitOid, RepoRef};
 use tokio::sync::OwnedMutexGuard;
+
+/// The longest a member waits for its group's turn before it syncs on its own
+/// (fetching what the member before it may be fetching still).
+pub(crate) const TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The groups, by identifier.
 #[derive(Debug, Default)]
@@ -55,8 +62,9 @@ impl SyncGroups {
         group.members = members;
     }
 
-    /// Waits for `repo`'s turn among its group (at once when it is in none): the guard
-    /// ends it.
+    /// Waits for `repo`'s turn among its group, at most [`TURN_WAIT`]: the guard ends
+    /// it. `None` at once when it is in no group, or after the wait (it syncs on its
+    /// own).
     pub(crate) async fn turn(&self, repo: &RepoRef) -> Option<OwnedMutexGuard<()>> {
         let turn = {
             let groups = self.lock();
@@ -65,7 +73,13 @@ impl SyncGroups {
                 .filter(|group| group.members.contains(repo))?;
             Arc::clone(&group.turn)
         };
-        Some(turn.lock_owned().await)
+        match tokio::time::timeout(TURN_WAIT, turn.lock_owned()).await {
+            Ok(guard) => Some(guard),
+            Err(_) => {
+                tracing::debug!(%repo, "its group's turn did not come in time; syncing on its own");
+                None
+            }
+        }
     }
 
     /// Records that `oids` were fetched into `repo`'s local repository (nothing when
@@ -218,5 +232,20 @@ mod tests {
             groups.turn(&owner("r")).await.is_none(),
             "no group: no turn"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_waits_for_its_turn_no_longer_than_the_turn_wait() {
+        let groups = SyncGroups::default();
+        let (slow_stranger, honest) = (owner("r"), owner("r"));
+        groups.set("r", &[slow_stranger.clone(), honest.clone()]);
+        let held = groups.turn(&slow_stranger).await;
+        assert!(held.is_some());
+        let started = tokio::time::Instant::now();
+        assert!(
+            groups.turn(&honest).await.is_none(),
+            "the turn never came: it syncs on its own"
+        );
+        assert_eq!(started.elapsed(), TURN_WAIT);
     }
 }
