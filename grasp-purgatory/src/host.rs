@@ -8,9 +8,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use grasp_sync_core::nip34::{GitOid, RepoRef};
+use grasp_sync_core::nip34::{GitOid, RepoRef, KIND_REPO_ANNOUNCEMENT};
 use grasp_sync_core::purgatory::EventSource;
+use nostr::prelude::{Event, Filter, Kind};
 
+use crate::repos::{AnnouncementError, Announcements};
 use crate::sink::ReleaseError;
 
 /// The held events of a host that keeps its own purgatory.
@@ -52,6 +54,46 @@ pub trait HostPurgatory: Send + Sync {
     fn event_sources(&self, repo: &RepoRef) -> Vec<EventSource> {
         let _ = repo;
         Vec::new()
+    }
+
+    /// The announcements (30617) the host holds that match `filter`: held until a
+    /// state's data arrives, so not served and not in the
+    /// [`Announcements`] the scheduler was given. The scheduler reads them with the
+    /// stored ones for clone URLs and maintainers, and for the owners of an identifier
+    /// ([`Purgatory::schedule_identifier`](crate::Purgatory::schedule_identifier));
+    /// what is served is decided from the stored ones only. Events of other kinds are
+    /// ignored. None by default.
+    fn held_announcements(&self, filter: &Filter) -> Vec<Event> {
+        let _ = filter;
+        Vec::new()
+    }
+}
+
+/// The announcements a host's scheduler fetches by: the stored ones, and those the
+/// host holds ([`HostPurgatory::held_announcements`]), each once.
+pub(crate) struct WithHeld {
+    stored: Arc<dyn Announcements>,
+    host: Arc<dyn HostPurgatory>,
+}
+
+impl WithHeld {
+    /// `stored` announcements with those `host` holds.
+    pub(crate) fn new(stored: Arc<dyn Announcements>, host: Arc<dyn HostPurgatory>) -> Self {
+        WithHeld { stored, host }
+    }
+}
+
+#[async_trait]
+impl Announcements for WithHeld {
+    async fn query(&self, filter: &Filter) -> Result<Vec<Event>, AnnouncementError> {
+        let mut events = self.stored.query(filter).await?;
+        let held = self.host.held_announcements(filter).into_iter();
+        for held in held.filter(|event| event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT)) {
+            if !events.iter().any(|event| event.id == held.id) {
+                events.push(held);
+            }
+        }
+        Ok(events)
     }
 }
 

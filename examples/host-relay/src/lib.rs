@@ -45,7 +45,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::host_purgatory::OwnPurgatory;
-use crate::purgatory_glue::{build_scheduler, Hooks, HostAnnouncements, SchedulerSettings};
+use crate::purgatory_glue::{build_scheduler, Hooks, SchedulerSettings};
 use crate::relay::Front;
 use crate::sync_glue::{build_sync, tell_held, HostStore, SyncSettings};
 
@@ -154,7 +154,7 @@ impl HostRelay {
         let registry = prometheus::Registry::new();
         let scheduler = build_scheduler(
             purgatory.clone(),
-            HostAnnouncements::new(bridge.announcements(), purgatory.clone()),
+            bridge.announcements(),
             registry.clone(),
             &SchedulerSettings {
                 git_root: config.git_root.clone(),

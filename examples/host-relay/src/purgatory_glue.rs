@@ -11,11 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use grasp_purgatory::{
-    AnnouncementError, Announcements, HostPurgatory, Origin, Purgatory, PurgatoryBuildError,
-    ReleaseError,
-};
-use grasp_sync_core::nip34::{GitOid, RepoRef, KIND_REPO_ANNOUNCEMENT};
+use grasp_purgatory::{HostPurgatory, Origin, Purgatory, PurgatoryBuildError, ReleaseError};
+use grasp_sync_core::nip34::{GitOid, RepoRef};
 use grasp_sync_core::purgatory::EventSource;
 use grasp_sync_core::url_policy::CloneUrlPolicy;
 use grasp_sync_relay_builder::RelayBuilderAnnouncements;
@@ -46,40 +43,9 @@ impl HostPurgatory for OwnPurgatory {
     ) -> Result<usize, ReleaseError> {
         OwnPurgatory::release_satisfied(self, repo, present).await
     }
-}
 
-/// The scheduler's announcements: the relay's database and the held announcements (a
-/// held announcement's clone URLs are where its state's data comes from; held states
-/// and PRs are not served, so the scheduler does not see them here).
-#[derive(Debug, Clone)]
-pub struct HostAnnouncements {
-    database: RelayBuilderAnnouncements,
-    purgatory: Arc<OwnPurgatory>,
-}
-
-impl HostAnnouncements {
-    /// Announcements from `database` and those `purgatory` holds.
-    pub fn new(database: RelayBuilderAnnouncements, purgatory: Arc<OwnPurgatory>) -> Self {
-        HostAnnouncements {
-            database,
-            purgatory,
-        }
-    }
-}
-
-#[async_trait]
-impl Announcements for HostAnnouncements {
-    async fn query(&self, filter: &Filter) -> Result<Vec<Event>, AnnouncementError> {
-        let mut events = self.database.query(filter).await?;
-        // Held announcements only: held states and PRs are not served.
-        let held = self.purgatory.matching(filter).into_iter();
-        let announcements = held.filter(|event| event.kind.as_u16() == KIND_REPO_ANNOUNCEMENT);
-        for held in announcements {
-            if !events.iter().any(|event| event.id == held.id) {
-                events.push(held);
-            }
-        }
-        Ok(events)
+    fn held_announcements(&self, filter: &Filter) -> Vec<Event> {
+        self.matching(filter)
     }
 }
 
@@ -94,10 +60,11 @@ pub struct SchedulerSettings {
     pub local_network: bool,
 }
 
-/// Our scheduler, working for `purgatory`, its metrics in the host's `registry`.
+/// Our scheduler, working for `purgatory` (clone URLs from the relay's `announcements`
+/// and the held ones), its metrics in the host's `registry`.
 pub fn build_scheduler(
     purgatory: Arc<OwnPurgatory>,
-    announcements: HostAnnouncements,
+    announcements: RelayBuilderAnnouncements,
     registry: prometheus::Registry,
     settings: &SchedulerSettings,
 ) -> Result<Purgatory, PurgatoryBuildError> {

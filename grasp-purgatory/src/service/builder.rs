@@ -22,7 +22,7 @@ use crate::git::{
     check_git_version, CachedResolver, GitBackend, GitFetcher, GitFetcherConfig, GitVersionError,
     Resolver,
 };
-use crate::host::HostPurgatory;
+use crate::host::{HostPurgatory, WithHeld};
 use crate::metrics::Metrics;
 use crate::refusals::EventRefusalLog;
 use crate::repos::{Announcements, NpubLayout, RepoLocator};
@@ -439,6 +439,12 @@ impl PurgatoryBuilder {
             self.config.repositories_managed_externally,
             self.config.max_pull_request_tips,
         );
+        // A host's held announcements count for fetching (clone URLs, owners), not for
+        // what is served (the reconciler above).
+        let announcements: Arc<dyn Announcements> = match &self.host {
+            Some(host) => Arc::new(WithHeld::new(announcements, Arc::clone(host))),
+            None => announcements,
+        };
         let context = GitSyncContext::new(ContextParts {
             store: Arc::clone(&store),
             announcements,
