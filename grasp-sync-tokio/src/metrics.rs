@@ -156,6 +156,26 @@ impl<T: Collector + Clone + 'static> CloneCollector for T {
     }
 }
 
+/// Registers every one of `collectors` in `registry`, or none: when the
+/// registry refuses one (a family of that name is the host's), those
+/// registered already are unregistered again, so the host can build again
+/// with that family left out.
+fn register_all(
+    registry: &Registry,
+    collectors: &[&dyn CloneCollector],
+) -> Result<(), prometheus::Error> {
+    for (done, collector) in collectors.iter().enumerate() {
+        if let Err(error) = registry.register(collector.boxed()) {
+            for registered in &collectors[..done] {
+                // Unregistering what this call registered cannot fail.
+                let _ = registry.unregister(registered.boxed());
+            }
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
 /// Our metrics as Prometheus text, for a host whose `/metrics` is served
 /// from a registry of another prometheus version.
 ///
@@ -345,13 +365,13 @@ impl Metrics {
             ("plus_relay_lists", &metrics.sync_plus_relay_lists),
             ("plus_outbox_relays", &metrics.sync_plus_outbox_relays),
         ];
-        for (family, collector) in families {
-            if names.name(family).is_none() {
-                continue;
-            }
-            for registry in &registries {
-                registry.register(collector.boxed())?;
-            }
+        let exported: Vec<&dyn CloneCollector> = families
+            .into_iter()
+            .filter(|(family, _)| names.name(family).is_some())
+            .map(|(_, collector)| collector)
+            .collect();
+        for registry in registries {
+            register_all(registry, &exported)?;
         }
         Ok(metrics)
     }
@@ -556,6 +576,34 @@ mod tests {
             })
             // A counter's or a gauge's: the other one reads 0.
             .map(|metric| metric.get_counter().get_value() + metric.get_gauge().get_value())
+    }
+
+    #[test]
+    fn a_refused_registration_leaves_nothing_of_ours_in_the_hosts_registry() {
+        let host = Registry::new();
+        let hosts_own = IntGauge::new("grasp_sync_refused_total", "the host's").unwrap();
+        host.register(Box::new(hosts_own)).unwrap();
+        let refused = Metrics::register(
+            &Registry::new(),
+            Some(&host),
+            DEFAULT_PREFIX,
+            &default_names(),
+        );
+        assert!(refused.is_err());
+        let names: Vec<String> = host
+            .gather()
+            .iter()
+            .map(|family| family.name().to_owned())
+            .collect();
+        assert_eq!(names, ["grasp_sync_refused_total"], "the host's only");
+        let left_out = family_names(
+            DEFAULT_PREFIX,
+            &MetricFamilies::new().leave_out("refused_total"),
+        )
+        .unwrap();
+        assert!(
+            Metrics::register(&Registry::new(), Some(&host), DEFAULT_PREFIX, &left_out).is_ok()
+        );
     }
 
     #[test]
