@@ -36,7 +36,7 @@ pub(crate) const DEFAULT_PREFIX: &str = "grasp_sync";
 /// and [`SyncManagerBuilder::leave_out_metric`](crate::SyncManagerBuilder::leave_out_metric)
 /// take it: the family's name without the prefix (`relay_connected` is
 /// `grasp_sync_relay_connected` by default). All are exported by default
-/// but [`CONNECTION_RESULTS`], which repeats `connection_attempts_total`
+/// but `connection_results_total`, which repeats `connection_attempts_total`
 /// without its `started` series and is exported once named.
 pub const METRIC_FAMILIES: &[&str] = &[
     "relay_connected",
@@ -112,8 +112,8 @@ pub(crate) fn family_names(
 pub(crate) struct Metrics {
     relay_connected: IntGaugeVec,
     /// The reference server's 0–4 connection state; `None` when left out
-    /// (it asks the engine whether each relay's history is confirmed, work
-    /// not done for nobody).
+    /// (each value asks the engine whether the relay's history is confirmed:
+    /// not asked when nobody reads the answer).
     relay_connection_state: Option<IntGaugeVec>,
     pub(crate) connection_attempts: IntCounterVec,
     /// Attempts by result, `success` and `failure` only.
