@@ -180,11 +180,6 @@ impl KnownFamily {
             ..KnownFamily::new(family, default_name)
         }
     }
-
-    /// The family's key.
-    pub fn family(&self) -> &'static str {
-        self.family
-    }
 }
 
 /// The name each family is exported under, as resolved from the settings
