@@ -51,9 +51,10 @@
 //!   service ([`PurgatoryBuilder::own_service`]) are never fetched from.
 //!
 //! Configuration: [`PurgatoryBuilder`] methods, or the environment variables of
-//! [`config::ENV_VARIABLES`] through [`PurgatoryBuilder::from_env`]. Metrics (when a
-//! registry is given): `purgatory_sync_queue_size`, `purgatory_sync_attempts_total`,
-//! `purgatory_sync_oids_fetched_total`, `purgatory_domain_in_flight`,
+//! [`config::ENV_VARIABLES`] through [`PurgatoryBuilder::from_env`]. Metrics (in the
+//! registry given, and in the text handle): `purgatory_sync_queue_size`,
+//! `purgatory_sync_attempts_total`, `purgatory_sync_oids_fetched_total`,
+//! `purgatory_domain_in_flight`,
 //! `purgatory_domain_requests_total` (the `domain` series of idle domains are removed),
 //! plus `purgatory_events_held`, `purgatory_events_released_total`,
 //! `purgatory_events_expired_total`, `purgatory_events_refused_total{reason}`,
@@ -61,7 +62,10 @@
 //! `purgatory_events_refused_by_store_total` (released events the sink's store refused
 //! for good, dropped), `purgatory_clone_url_refusals_total{reason}`,
 //! `purgatory_clone_urls_skipped_total{reason}`, `purgatory_repositories_created_total`
-//! and `purgatory_stale_refs_removed_total`.
+//! and `purgatory_stale_refs_removed_total` (every family: [`METRIC_FAMILIES`]). Each
+//! can be renamed or left out ([`PurgatoryBuilder::metric_name`],
+//! [`PurgatoryBuilder::leave_out_metric`]); [`Purgatory::metrics_handle`] encodes them as
+//! Prometheus text for a host on another prometheus version.
 //!
 //! Building and driving one (see [`Purgatory`] for a longer example):
 //!
@@ -203,11 +207,13 @@ pub use git::{
     check_git_version, CachedResolver, FetchReport, GitBackend, GitError, GitFetcher,
     GitFetcherConfig, GitVersionError, PinnedUrl, Resolver, StaticResolver, SystemResolver,
 };
+pub use grasp_sync_core::metric_families::{MetricFamilies, MetricFamiliesError};
 pub use held::{
     hold_event, hold_pull_request, hold_state, is_held_kind, HeldEvent, HeldKind, HoldError, Origin,
 };
 pub use hook::PurgatoryGate;
 pub use host::HostPurgatory;
+pub use metrics::{MetricsHandle, METRIC_FAMILIES};
 pub use repos::{
     create_bare_repository, homes_of, repository_data, AnnouncementError, Announcements,
     CreateRepoError, DatabaseAnnouncements, MemoryAnnouncements, NpubLayout, RepoLocator,

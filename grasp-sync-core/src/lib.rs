@@ -40,6 +40,9 @@
 //! - **Purgatory's decisions** ([`purgatory`]), for `grasp-purgatory` and
 //!   other drivers of git-data sync: the sync queue, the per-domain
 //!   throttle, clone-URL selection, accounting, a held event's fate.
+//! - **Which metric families a host exports** ([`metric_families`]):
+//!   [`metric_families::MetricFamilies`], the per-family settings (rename,
+//!   leave out) both adapters' builders take.
 //! - **"Is the job done?"** ([`job`]): [`job::job_done`] over what sync and
 //!   purgatory report, for every program that waits for the whole job.
 //!
@@ -116,6 +119,7 @@ pub mod filters;
 pub mod health;
 pub use health::backoff;
 pub mod job;
+pub mod metric_families;
 pub mod model;
 pub mod nip34;
 pub mod pagination;

@@ -117,3 +117,68 @@ fn a_relays_closed_reason_is_kept_clipped_and_without_control_characters() {
     assert!(!error.chars().any(char::is_control), "{error:?}");
     assert!(error.contains("forged log line"));
 }
+
+#[test]
+fn the_relay_phase_tells_connecting_syncing_synced_and_failed_apart() {
+    use grasp_sync_core::engine::RelayPhase;
+    let maintainer = Keys::generate();
+    let (a, b, c) = (relay_url("a"), relay_url("b"), relay_url("c"));
+    let at = UNIX_ORIGIN - 10_000;
+    let announcement = events::announcement(&maintainer, "alpha", &[&own_url(), &a, &b, &c], at);
+    let repo = repo_ref(&maintainer, "alpha");
+    let issue = events::root(&Keys::generate(), 1621, &repo, "issue", at + 1);
+    let remote = vec![announcement.clone(), issue];
+    let closing = SimRelayConfig {
+        nip77: Nip77Refusal::NegErr,
+        close_every_req: Some("blocked: not today".to_owned()),
+        ..SimRelayConfig::default()
+    };
+    let mut world = World::new(
+        config(),
+        vec![
+            sim_relay_with("a", remote.clone(), SimRelayConfig::default()),
+            sim_relay_with("b", remote.clone(), closing),
+            sim_relay_with("c", remote, SimRelayConfig::default()),
+        ],
+        vec![announcement],
+    );
+    world.relays.get_mut(&c).unwrap().set_down(true);
+    let mut seen_a = Vec::new();
+    let settled = world.run_until(STEPS, |w| {
+        let phase = w.engine.relay_phase(&a);
+        if seen_a.last() != Some(&phase) {
+            seen_a.push(phase);
+        }
+        w.engine.relay_phase(&a) == RelayPhase::Synced
+            && w.engine.relay_phase(&b) == RelayPhase::SyncFailed
+    });
+    assert!(
+        settled,
+        "a: {seen_a:?}, b: {:?}",
+        world.engine.relay_phase(&b)
+    );
+    assert!(
+        seen_a.contains(&RelayPhase::Syncing),
+        "a was connected and syncing before it was confirmed: {seen_a:?}"
+    );
+    let reports = world.engine.relay_reports();
+    let report = |relay: &RelayUrl| reports.iter().find(|r| &r.relay == relay).unwrap().clone();
+    assert!(report(&a).historic_confirmed);
+    assert_eq!(report(&b).connection, ConnectionStatus::Connected);
+    assert!(!report(&b).historic_confirmed);
+    assert!(matches!(
+        world.engine.relay_phase(&c),
+        RelayPhase::Disconnected | RelayPhase::Connecting
+    ));
+    let values: Vec<i64> = [
+        RelayPhase::Disconnected,
+        RelayPhase::Connecting,
+        RelayPhase::Syncing,
+        RelayPhase::Synced,
+        RelayPhase::SyncFailed,
+    ]
+    .into_iter()
+    .map(RelayPhase::metric_value)
+    .collect();
+    assert_eq!(values, [0, 1, 2, 3, 4], "the reference server's 0–4");
+}

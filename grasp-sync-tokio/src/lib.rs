@@ -90,12 +90,13 @@ pub use database::DatabaseStore;
 /// [`RelayTransport`] trait names.
 pub use futures_util;
 pub use grasp_sync_core as core;
+pub use grasp_sync_core::metric_families::{MetricFamilies, MetricFamiliesError};
 pub use grasp_sync_core::nip34::RepoRef;
 pub use manager::{
     BuildError, HeldRepositories, ManagerStopped, ShutdownHandle, Summary, SyncManager,
     SyncManagerBuilder,
 };
-pub use metrics::MetricsHandle;
+pub use metrics::{MetricsHandle, METRIC_FAMILIES, REFERENCE_SERVER_FAMILIES};
 pub use nip11::Nip11Error;
 /// The nostr crate we build on (0.45), whole: its modules
 /// (`grasp_sync_tokio::nostr::prelude`, `::event`, `::filter` …) and, at this

@@ -1,12 +1,17 @@
 //! The spec's sync metrics under a prefix of our own (`grasp_sync_*` by
 //! default: the reference GRASP server's `ngit_sync_*` names mean other
 //! things there, e.g. its `ngit_sync_relay_connected` is a 0–4 state), plus
-//! bytes per relay, dropped events by reason and GRASP-03 Sync+'s
-//! `<prefix>_plus_*`.
+//! bytes per relay, dropped events by reason, GRASP-03 Sync+'s
+//! `<prefix>_plus_*`, and the reference server's connection state
+//! (`<prefix>_relay_connection_state`).
 //!
-//! The connection gauges (`relay_connected`, `relay_status`,
-//! `relay_failures`, `relays_connected_total`) follow each connect,
-//! disconnect and connect failure as the run loop handles it
+//! Each family can be renamed or left out ([`MetricFamilies`], keyed as in
+//! [`METRIC_FAMILIES`]); [`REFERENCE_SERVER_FAMILIES`] names those the
+//! reference server exports with the same meaning.
+//!
+//! The connection gauges (`relay_connected`, `relay_connection_state`,
+//! `relay_status`, `relay_failures`, `relays_connected_total`) follow each
+//! connect, disconnect and connect failure as the run loop handles it
 //! ([`Metrics::connection_changed`]); the rest are refreshed on the run
 //! loop's tick ([`Metrics::update`]).
 
@@ -16,6 +21,7 @@ use std::collections::HashMap;
 use grasp_sync_core::clock::Instant;
 use grasp_sync_core::engine::{EngineStats, SyncEngine, SyncPlusCounts};
 use grasp_sync_core::health::HealthState;
+use grasp_sync_core::metric_families::{FamilyNames, KnownFamily, MetricFamilies};
 use nostr::prelude::RelayUrl;
 use prometheus::core::Collector;
 use prometheus::{
@@ -25,11 +31,93 @@ use prometheus::{
 /// The prefix of every metric name when the host names none.
 pub(crate) const DEFAULT_PREFIX: &str = "grasp_sync";
 
+/// The key of every metric family of the sync, as
+/// [`SyncManagerBuilder::metric_name`](crate::SyncManagerBuilder::metric_name)
+/// and [`SyncManagerBuilder::leave_out_metric`](crate::SyncManagerBuilder::leave_out_metric)
+/// take it: the family's name without the prefix (`relay_connected` is
+/// `grasp_sync_relay_connected` by default). All are exported by default
+/// but `connection_results_total`, which repeats `connection_attempts_total`
+/// without its `started` series and is exported once named.
+pub const METRIC_FAMILIES: &[&str] = &[
+    "relay_connected",
+    "relay_connection_state",
+    "connection_attempts_total",
+    CONNECTION_RESULTS,
+    "relay_status",
+    "relay_failures",
+    "events_synced_total",
+    "relays_tracked_total",
+    "relays_connected_total",
+    "relays_dead_total",
+    "bytes_received_total",
+    "bytes_sent_total",
+    "events_dropped_total",
+    "refused_total",
+    "plus_events_total",
+    "plus_passes_total",
+    "plus_participants",
+    "plus_relay_lists",
+    "plus_outbox_relays",
+];
+
+/// The family exported only once named: connection attempts by result,
+/// `success` and `failure` only.
+const CONNECTION_RESULTS: &str = "connection_results_total";
+
+/// The families the reference GRASP server (ngit-grasp 1.0, its
+/// `src/sync/metrics.rs` and `docs/explanation/monitoring.md`) exports with
+/// a meaning ours have too, by our key and its name, as
+/// [`SyncManagerBuilder::reference_server_metrics`](crate::SyncManagerBuilder::reference_server_metrics)
+/// names them. Its `ngit_sync_relay_connected` is our
+/// `relay_connection_state` (0 disconnected, 1 connecting, 2 syncing,
+/// 3 connected, 4 connected with historic sync failures), not our 0/1
+/// `relay_connected`; its `ngit_sync_connection_attempts_total` counts
+/// `success` and `failure` only, as our `connection_results_total` does.
+/// Its rejected-events index (`ngit_sync_rejected_*`) and naughty list
+/// (`ngit_sync_naughty_*`) have no counterpart here and are not in the set.
+pub const REFERENCE_SERVER_FAMILIES: &[(&str, &str)] = &[
+    ("relay_connection_state", "ngit_sync_relay_connected"),
+    (CONNECTION_RESULTS, "ngit_sync_connection_attempts_total"),
+    ("relay_status", "ngit_sync_relay_status"),
+    ("relay_failures", "ngit_sync_relay_failures"),
+    ("events_synced_total", "ngit_sync_events_synced_total"),
+    ("relays_tracked_total", "ngit_sync_relays_tracked_total"),
+    ("relays_connected_total", "ngit_sync_relays_connected_total"),
+    ("relays_dead_total", "ngit_sync_relays_dead_total"),
+];
+
+/// The name of every family under `prefix` and `families`' settings
+/// (`None`: left out), checked.
+pub(crate) fn family_names(
+    prefix: &str,
+    families: &MetricFamilies,
+) -> Result<FamilyNames, grasp_sync_core::metric_families::MetricFamiliesError> {
+    let prefix = prefix.trim_end_matches('_');
+    let known: Vec<KnownFamily> = METRIC_FAMILIES
+        .iter()
+        .map(|&family| {
+            let name = format!("{prefix}_{family}");
+            if family == CONNECTION_RESULTS {
+                KnownFamily::on_request(family, name)
+            } else {
+                KnownFamily::new(family, name)
+            }
+        })
+        .collect();
+    families.resolve(&known)
+}
+
 /// Every metric, registered once.
 #[derive(Clone, Debug)]
 pub(crate) struct Metrics {
     relay_connected: IntGaugeVec,
+    /// The reference server's 0–4 connection state; `None` when left out
+    /// (each value asks the engine whether the relay's history is confirmed:
+    /// not asked when nobody reads the answer).
+    relay_connection_state: Option<IntGaugeVec>,
     pub(crate) connection_attempts: IntCounterVec,
+    /// Attempts by result, `success` and `failure` only.
+    connection_results: IntCounterVec,
     relay_status: IntGaugeVec,
     relay_failures: IntGaugeVec,
     pub(crate) events_synced: IntCounter,
@@ -68,6 +156,26 @@ impl<T: Collector + Clone + 'static> CloneCollector for T {
     }
 }
 
+/// Registers every one of `collectors` in `registry`, or none: when the
+/// registry refuses one (a family of that name is the host's), those
+/// registered already are unregistered again, so the host can build again
+/// with that family left out.
+fn register_all(
+    registry: &Registry,
+    collectors: &[&dyn CloneCollector],
+) -> Result<(), prometheus::Error> {
+    for (done, collector) in collectors.iter().enumerate() {
+        if let Err(error) = registry.register(collector.boxed()) {
+            for registered in &collectors[..done] {
+                // Unregistering what this call registered cannot fail.
+                let _ = registry.unregister(registered.boxed());
+            }
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
 /// Our metrics as Prometheus text, for a host whose `/metrics` is served
 /// from a registry of another prometheus version.
 ///
@@ -77,7 +185,20 @@ impl<T: Collector + Clone + 'static> CloneCollector for T {
 /// library) cannot register our collectors. Such a host appends
 /// [`MetricsHandle::text`] to its own text output instead. The handle is
 /// cheap to clone, `Send` and `Sync`, and reads the values live while
-/// [`SyncManager::run`](crate::SyncManager::run) goes on.
+/// [`SyncManager::run`](crate::SyncManager::run) goes on. It holds the
+/// families as the builder named them, without those left out
+/// ([`SyncManagerBuilder::leave_out_metric`](crate::SyncManagerBuilder::leave_out_metric)):
+/// a family of the host's with one of our names must be left out or
+/// renamed here, or the host's `/metrics` would hold the name twice.
+///
+/// ```no_run
+/// # fn demo(manager: &grasp_sync_tokio::SyncManager, hosts_own_text: String) {
+/// // A host on another prometheus version: its own families, then ours.
+/// let handle = manager.metrics_handle();
+/// let body = format!("{hosts_own_text}{}", handle.text());
+/// # drop(body);
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct MetricsHandle {
     /// A registry holding only our families.
@@ -85,9 +206,9 @@ pub struct MetricsHandle {
 }
 
 impl MetricsHandle {
-    /// Every family of ours (and nothing of the host's), encoded in the
-    /// Prometheus text exposition format 0.0.4, with `# HELP` and `# TYPE`
-    /// lines.
+    /// Every family of ours but those left out (and nothing of the host's),
+    /// encoded in the Prometheus text exposition format 0.0.4, with
+    /// `# HELP` and `# TYPE` lines.
     pub fn text(&self) -> String {
         let mut out = Vec::new();
         if let Err(error) = TextEncoder::new().encode(&self.own.gather(), &mut out) {
@@ -100,16 +221,32 @@ impl MetricsHandle {
 }
 
 impl Metrics {
-    /// Every metric, named `<prefix>_…`, registered in `own` (the families
-    /// [`MetricsHandle::text`] encodes) and in the host's `registry`, if
-    /// one was given.
+    /// Every metric, named as `names` says, registered in `own` (the
+    /// families [`MetricsHandle::text`] encodes) and in the host's
+    /// `registry`, if one was given; a family left out is registered in
+    /// neither (its values are kept all the same).
     pub(crate) fn register(
         own: &Registry,
         host: Option<&Registry>,
         prefix: &str,
+        names: &FamilyNames,
     ) -> Result<Self, prometheus::Error> {
         let prefix = prefix.trim_end_matches('_');
-        let name = |suffix: &str| format!("{prefix}_{suffix}");
+        // A family left out keeps its default name: it is never registered.
+        let name = |family: &str| {
+            names
+                .name(family)
+                .map_or_else(|| format!("{prefix}_{family}"), str::to_owned)
+        };
+        let connection_state = IntGaugeVec::new(
+            Opts::new(
+                name("relay_connection_state"),
+                "Per-relay connection state, as the reference GRASP server reports it \
+                 (0 disconnected, 1 connecting, 2 syncing, 3 connected and historic sync \
+                 confirmed, 4 connected and historic sync failed, waiting for its retry)",
+            ),
+            &["relay"],
+        )?;
         let metrics = Metrics {
             relay_connected: IntGaugeVec::new(
                 Opts::new(
@@ -118,10 +255,20 @@ impl Metrics {
                 ),
                 &["relay"],
             )?,
+            relay_connection_state: names
+                .name("relay_connection_state")
+                .map(|_| connection_state.clone()),
             connection_attempts: IntCounterVec::new(
                 Opts::new(
                     name("connection_attempts_total"),
                     "Connection attempts by relay and result",
+                ),
+                &["relay", "result"],
+            )?,
+            connection_results: IntCounterVec::new(
+                Opts::new(
+                    name(CONNECTION_RESULTS),
+                    "Connection attempts by relay and result (success or failure)",
                 ),
                 &["relay", "result"],
             )?,
@@ -197,30 +344,44 @@ impl Metrics {
             reported: RefCell::default(),
         };
         let registries: Vec<&Registry> = std::iter::once(own).chain(host).collect();
-        let register = |collector: &dyn CloneCollector| -> Result<(), prometheus::Error> {
-            for registry in &registries {
-                registry.register(collector.boxed())?;
-            }
-            Ok(())
-        };
-        register(&metrics.relay_connected)?;
-        register(&metrics.connection_attempts)?;
-        register(&metrics.relay_status)?;
-        register(&metrics.relay_failures)?;
-        register(&metrics.events_synced)?;
-        register(&metrics.relays_tracked)?;
-        register(&metrics.relays_connected)?;
-        register(&metrics.relays_dead)?;
-        register(&metrics.bytes_received)?;
-        register(&metrics.bytes_sent)?;
-        register(&metrics.dropped)?;
-        register(&metrics.refused)?;
-        register(&metrics.sync_plus_events)?;
-        register(&metrics.sync_plus_passes)?;
-        register(&metrics.sync_plus_participants)?;
-        register(&metrics.sync_plus_relay_lists)?;
-        register(&metrics.sync_plus_outbox_relays)?;
+        let families: [(&str, &dyn CloneCollector); 19] = [
+            ("relay_connected", &metrics.relay_connected),
+            ("relay_connection_state", &connection_state),
+            ("connection_attempts_total", &metrics.connection_attempts),
+            (CONNECTION_RESULTS, &metrics.connection_results),
+            ("relay_status", &metrics.relay_status),
+            ("relay_failures", &metrics.relay_failures),
+            ("events_synced_total", &metrics.events_synced),
+            ("relays_tracked_total", &metrics.relays_tracked),
+            ("relays_connected_total", &metrics.relays_connected),
+            ("relays_dead_total", &metrics.relays_dead),
+            ("bytes_received_total", &metrics.bytes_received),
+            ("bytes_sent_total", &metrics.bytes_sent),
+            ("events_dropped_total", &metrics.dropped),
+            ("refused_total", &metrics.refused),
+            ("plus_events_total", &metrics.sync_plus_events),
+            ("plus_passes_total", &metrics.sync_plus_passes),
+            ("plus_participants", &metrics.sync_plus_participants),
+            ("plus_relay_lists", &metrics.sync_plus_relay_lists),
+            ("plus_outbox_relays", &metrics.sync_plus_outbox_relays),
+        ];
+        let exported: Vec<&dyn CloneCollector> = families
+            .into_iter()
+            .filter(|(family, _)| names.name(family).is_some())
+            .map(|(_, collector)| collector)
+            .collect();
+        for registry in registries {
+            register_all(registry, &exported)?;
+        }
         Ok(metrics)
+    }
+
+    /// A connection attempt of `relay` ended in `outcome` (`success` or
+    /// `failure`).
+    pub(crate) fn attempt_ended(&self, relay: &RelayUrl, outcome: &str) {
+        let labels = [relay.as_str(), outcome];
+        self.connection_attempts.with_label_values(&labels).inc();
+        self.connection_results.with_label_values(&labels).inc();
     }
 
     /// The handle that encodes the families registered in `own`.
@@ -237,12 +398,18 @@ impl Metrics {
             .set(i64::try_from(engine.health_counts(now).connected).unwrap_or(i64::MAX));
     }
 
-    /// The gauges of one relay: connected, health state, failures in a row.
+    /// The gauges of one relay: connected, connection state, health state,
+    /// failures in a row.
     fn relay_gauges(&self, engine: &SyncEngine, relay: &RelayUrl, now: Instant) {
         let url = relay.as_str();
         self.relay_connected
             .with_label_values(&[url])
             .set(i64::from(engine.is_connected(relay)));
+        if let Some(state) = &self.relay_connection_state {
+            state
+                .with_label_values(&[url])
+                .set(engine.relay_phase(relay).metric_value());
+        }
         self.relay_status
             .with_label_values(&[url])
             .set(engine.health_state(relay, now).metric_value());
@@ -362,10 +529,14 @@ impl Metrics {
     pub(crate) fn forget_relay(&self, relay: &RelayUrl) {
         let url = relay.as_str();
         for vec in [
-            &self.relay_connected,
-            &self.relay_status,
-            &self.relay_failures,
-        ] {
+            Some(&self.relay_connected),
+            self.relay_connection_state.as_ref(),
+            Some(&self.relay_status),
+            Some(&self.relay_failures),
+        ]
+        .into_iter()
+        .flatten()
+        {
             let _ = vec.remove_label_values(&[url]);
         }
         for vec in [&self.bytes_received, &self.bytes_sent] {
@@ -373,6 +544,7 @@ impl Metrics {
         }
         for result in ["started", "success", "failure"] {
             let _ = self.connection_attempts.remove_label_values(&[url, result]);
+            let _ = self.connection_results.remove_label_values(&[url, result]);
         }
     }
 }
@@ -380,6 +552,11 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every family under its default name.
+    fn default_names() -> FamilyNames {
+        family_names(DEFAULT_PREFIX, &MetricFamilies::new()).unwrap()
+    }
 
     /// The value of the sample of `name` (with `label` = `value`, if given)
     /// in `registry`.
@@ -402,9 +579,37 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_registration_leaves_nothing_of_ours_in_the_hosts_registry() {
+        let host = Registry::new();
+        let hosts_own = IntGauge::new("grasp_sync_refused_total", "the host's").unwrap();
+        host.register(Box::new(hosts_own)).unwrap();
+        let refused = Metrics::register(
+            &Registry::new(),
+            Some(&host),
+            DEFAULT_PREFIX,
+            &default_names(),
+        );
+        assert!(refused.is_err());
+        let names: Vec<String> = host
+            .gather()
+            .iter()
+            .map(|family| family.name().to_owned())
+            .collect();
+        assert_eq!(names, ["grasp_sync_refused_total"], "the host's only");
+        let left_out = family_names(
+            DEFAULT_PREFIX,
+            &MetricFamilies::new().leave_out("refused_total"),
+        )
+        .unwrap();
+        assert!(
+            Metrics::register(&Registry::new(), Some(&host), DEFAULT_PREFIX, &left_out).is_ok()
+        );
+    }
+
+    #[test]
     fn sync_plus_counters_grow_by_what_the_engine_counted_and_caps_are_refusals() {
         let registry = Registry::new();
-        let metrics = Metrics::register(&registry, None, DEFAULT_PREFIX).unwrap();
+        let metrics = Metrics::register(&registry, None, DEFAULT_PREFIX, &default_names()).unwrap();
         let mut stats = EngineStats::default();
         stats.sync_plus_events = 5;
         stats.sync_plus_passes = 2;
@@ -438,7 +643,7 @@ mod tests {
     #[test]
     fn sync_plus_gauges_show_what_the_engine_holds_now() {
         let registry = Registry::new();
-        let metrics = Metrics::register(&registry, None, DEFAULT_PREFIX).unwrap();
+        let metrics = Metrics::register(&registry, None, DEFAULT_PREFIX, &default_names()).unwrap();
         let mut counts = SyncPlusCounts::default();
         counts.participants = 12;
         counts.relay_lists = 9;

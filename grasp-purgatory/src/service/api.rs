@@ -17,7 +17,7 @@ use crate::context::{lock, GitSyncContext, SharedStore};
 use crate::held::{hold_event, HeldEvent, HoldError, Origin};
 use crate::host::HostPurgatory;
 use crate::journal::RejectedLine;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, MetricsHandle};
 use crate::refusals::EventRefusalLog;
 use crate::repos::AnnouncementError;
 use crate::serve::{Reconciler, ServedRepository};
@@ -56,8 +56,10 @@ pub(super) struct Shared {
     pub(super) sink: Arc<dyn ReleaseSink>,
     /// Read once per input; see [`super::PurgatoryBuilder::clock`].
     pub(super) clock: Arc<dyn Clock>,
-    /// Always present; registered only when the builder was given a registry.
+    /// Always present; registered in the builder's registry (if any) and the handle's.
     pub(super) metrics: Metrics,
+    /// Encodes the metrics not left out ([`Purgatory::metrics_handle`]).
+    pub(super) metrics_handle: MetricsHandle,
     /// The last published status (see [`Purgatory::status`]).
     pub(super) status: watch::Sender<PurgatoryStatus>,
     pub(super) tasks: Arc<Tasks>,
@@ -508,6 +510,16 @@ impl Purgatory {
     /// Whether the event with this id is held.
     pub fn contains(&self, id: &EventId) -> bool {
         lock(&self.shared.store).contains(id)
+    }
+
+    /// A handle that encodes purgatory's metrics (only purgatory's, even when the
+    /// builder was given the host's registry) as Prometheus text, read live: for a host
+    /// on another prometheus version than ours (0.14), whose registry cannot take our
+    /// collectors, to append to its own `/metrics` output. Families left out
+    /// ([`PurgatoryBuilder::leave_out_metric`](crate::PurgatoryBuilder::leave_out_metric))
+    /// are not in it. See [`MetricsHandle`].
+    pub fn metrics_handle(&self) -> MetricsHandle {
+        self.shared.metrics_handle.clone()
     }
 
     /// How many events are held.

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use grasp_sync_core::clock::{Clock, SystemClock};
+use grasp_sync_core::metric_families::{MetricFamilies, MetricFamiliesError};
 use grasp_sync_core::purgatory::{
     HostLimits, MaintainerIndex, OwnService, ReconcileSchedule, SyncQueue,
 };
@@ -23,7 +24,7 @@ use crate::git::{
     Resolver,
 };
 use crate::host::{HostPurgatory, WithHeld};
-use crate::metrics::Metrics;
+use crate::metrics::{family_names, Metrics};
 use crate::refusals::EventRefusalLog;
 use crate::repos::{Announcements, NpubLayout, RepoLocator};
 use crate::serve::Reconciler;
@@ -50,6 +51,11 @@ pub enum PurgatoryBuildError {
     /// The metrics could not be registered.
     #[error("registering purgatory metrics failed: {0}")]
     Metrics(#[from] prometheus::Error),
+    /// The per-family metric settings name a family purgatory does not export, give one
+    /// a name Prometheus refuses, or give two families one name
+    /// ([`PurgatoryBuilder::metric_name`]).
+    #[error("purgatory metric families: {0}")]
+    MetricFamilies(#[from] MetricFamiliesError),
     /// The journal could not be read or rewritten.
     #[error("restoring the purgatory journal {path} failed: {source}")]
     Restore {
@@ -80,6 +86,7 @@ pub struct PurgatoryBuilder {
     git: Option<Arc<dyn GitBackend>>,
     sink: Option<Arc<dyn ReleaseSink>>,
     registry: Option<Registry>,
+    metric_families: MetricFamilies,
     clock: Option<Arc<dyn Clock>>,
     host: Option<Arc<dyn HostPurgatory>>,
     /// Whether the host tells purgatory of every announcement it serves
@@ -105,6 +112,7 @@ impl PurgatoryBuilder {
             git: None,
             sink: None,
             registry: None,
+            metric_families: MetricFamilies::new(),
             clock: None,
             host: None,
             announcements_followed: false,
@@ -177,9 +185,46 @@ impl PurgatoryBuilder {
         self
     }
 
-    /// Registers the `purgatory_*` metrics in `registry`.
+    /// Registers the `purgatory_*` metrics in `registry` (a **prometheus 0.14**
+    /// `Registry`, the version re-exported as [`crate::prometheus`]), but those left out
+    /// ([`PurgatoryBuilder::leave_out_metric`]). A host on another prometheus version
+    /// leaves this unset and appends [`Purgatory::metrics_handle`]'s
+    /// [`MetricsHandle::text`](crate::MetricsHandle::text) to its own `/metrics` output.
     pub fn registry(mut self, registry: Registry) -> Self {
         self.registry = Some(registry);
+        self
+    }
+
+    /// Exports the metric family `family` as `name` (the whole metric name): for a host
+    /// that exports a family of that name already, or wants another. `family` is one of
+    /// [`METRIC_FAMILIES`](crate::METRIC_FAMILIES), the family's default name
+    /// (`purgatory_events_held`). It holds for the host's
+    /// [registry](PurgatoryBuilder::registry) and [`Purgatory::metrics_handle`] alike.
+    /// An unknown family, a name Prometheus does not accept, or two families under one
+    /// name is a [`PurgatoryBuildError::MetricFamilies`]. Of two settings of one family,
+    /// the later holds.
+    pub fn metric_name(mut self, family: impl Into<String>, name: impl Into<String>) -> Self {
+        self.metric_families = self.metric_families.name(family, name);
+        self
+    }
+
+    /// Leaves the metric family `family` out (one of
+    /// [`METRIC_FAMILIES`](crate::METRIC_FAMILIES)): it is registered in neither
+    /// registry and [`Purgatory::metrics_handle`]'s text does not hold it, so a host
+    /// keeps its own family of that name. Its values are still kept (the
+    /// [status](Purgatory::status) reads some). An unknown family is a
+    /// [`PurgatoryBuildError::MetricFamilies`].
+    pub fn leave_out_metric(mut self, family: impl Into<String>) -> Self {
+        self.metric_families = self.metric_families.leave_out(family);
+        self
+    }
+
+    /// Applies every setting of `families` ([`MetricFamilies`], keyed as in
+    /// [`METRIC_FAMILIES`](crate::METRIC_FAMILIES)) over those given before, as
+    /// [`PurgatoryBuilder::metric_name`] and [`PurgatoryBuilder::leave_out_metric`] do
+    /// one by one.
+    pub fn metric_families(mut self, families: MetricFamilies) -> Self {
+        self.metric_families = self.metric_families.with(families);
         self
     }
 
@@ -426,10 +471,9 @@ impl PurgatoryBuilder {
                 ..self.config.git.clone()
             }))
         });
-        let metrics = Metrics::new()?;
-        if let Some(registry) = &self.registry {
-            metrics.register(registry)?;
-        }
+        let names = family_names(&self.metric_families)?;
+        let metrics = Metrics::named(&names)?;
+        let metrics_handle = metrics.register_with_handle(self.registry.as_ref(), &names)?;
         let store: SharedStore =
             Arc::new(Mutex::new(PurgatoryStore::with_limits(self.config.limits)));
         let reconciler = Reconciler::new(
@@ -498,6 +542,7 @@ impl PurgatoryBuilder {
                 sink,
                 clock,
                 metrics,
+                metrics_handle,
                 status,
                 tasks: Arc::new(Tasks::default()),
                 restore_rejected: Mutex::new(Vec::new()),

@@ -115,7 +115,7 @@ pub use config::{
 };
 pub use frames::{event_frame, req_frame_len};
 pub use ours::{MAX_CANDIDATES, MAX_CANDIDATE_BYTES};
-pub use report::{RelayReport, SyncReasons};
+pub use report::{RelayPhase, RelayReport, SyncReasons};
 pub use session::SessionError;
 pub use stats::{EngineStats, HeldBytes, LiveMode, RelayActivity, SyncPlusCounts};
 pub use stores::{StoreVerdict, MAX_REFUSED_TAGS};

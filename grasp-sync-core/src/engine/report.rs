@@ -45,6 +45,47 @@ pub struct RelayReport {
     pub reasons: SyncReasons,
 }
 
+/// Where a relay stands between its connection and historic sync confirmed
+/// ([`SyncEngine::relay_phase`](super::SyncEngine::relay_phase)): the
+/// lifecycle the reference GRASP server's connection-state gauge reports.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RelayPhase {
+    /// Not connected and no attempt in flight (waiting for its retry, or
+    /// not asked for).
+    Disconnected,
+    /// A connection attempt is in flight.
+    Connecting,
+    /// Connected; historic sync of what it should hold is not confirmed
+    /// yet and nothing of it failed since the last confirmation.
+    Syncing,
+    /// Connected, and historic sync of everything it should hold confirmed
+    /// (its `historic_confirmed` in [`RelayReport`]).
+    Synced,
+    /// Connected, historic sync not confirmed, and work on it failed since
+    /// its last confirmed batch (a batch closed by the relay or past its
+    /// timeout, a live subscription refused): what it holds is synced only
+    /// in part until a retry (after its backoff) is confirmed.
+    SyncFailed,
+}
+
+impl RelayPhase {
+    /// The value of the reference GRASP server's connection-state gauge
+    /// (`ngit_sync_relay_connected`, documented as 0 disconnected,
+    /// 1 connecting, 2 syncing, 3 connected, 4 connected with historic sync
+    /// failures), which `grasp_sync_relay_connection_state` reports: 0, 1,
+    /// 2, 3, 4 in the order of the variants.
+    pub fn metric_value(self) -> i64 {
+        match self {
+            RelayPhase::Disconnected => 0,
+            RelayPhase::Connecting => 1,
+            RelayPhase::Syncing => 2,
+            RelayPhase::Synced => 3,
+            RelayPhase::SyncFailed => 4,
+        }
+    }
+}
+
 /// Why a relay is synced: each reason that holds (a relay may have several).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]

@@ -29,13 +29,13 @@ use super::stores::{Answered, Handover, StoreTracker};
 use super::sync_plus::{Joined, RepoRelays, Role};
 use super::timer_table::{EngineTimer, TimerTable};
 use super::{
-    Command, ConfigError, EngineConfig, EngineStats, RelayActivity, RelayLimits, RelayReport,
-    StoreVerdict, SyncReasons,
+    Command, ConfigError, EngineConfig, EngineStats, RelayActivity, RelayLimits, RelayPhase,
+    RelayReport, StoreVerdict, SyncReasons,
 };
 use crate::clock::{Instant, Now};
 use crate::health::{HealthCounts, HealthState, RelayHealth};
 use crate::model::RelayProgress;
-use crate::model::{BatchId, PendingBatch, PendingItems, RelayState, SyncMethod};
+use crate::model::{BatchId, ConnectionStatus, PendingBatch, PendingItems, RelayState, SyncMethod};
 use crate::nip34::{
     conversation_refs, is_conversation_kind, is_relay_list_kind, is_root_kind, parse_announcement,
     replaces, root_event_repo_refs, RepoRef, KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE,
@@ -217,6 +217,22 @@ impl SyncEngine {
         relay: &RelayUrl,
     ) -> impl ExactSizeIterator<Item = &'a PendingBatch> + 'a {
         self.relays.view(relay).pending_batches()
+    }
+
+    /// Where `relay` stands between its connection and historic sync
+    /// confirmed ([`RelayPhase`]); a relay the engine does not track is
+    /// only connected or not.
+    pub fn relay_phase(&self, relay: &RelayUrl) -> RelayPhase {
+        let session = self.relays.view(relay);
+        match session.connection_status() {
+            ConnectionStatus::Disconnected => RelayPhase::Disconnected,
+            ConnectionStatus::Connecting => RelayPhase::Connecting,
+            ConnectionStatus::Connected => match self.relays.state(relay) {
+                Some(state) if self.relay_confirmed(relay, state) => RelayPhase::Synced,
+                _ if session.work_failing() => RelayPhase::SyncFailed,
+                _ => RelayPhase::Syncing,
+            },
+        }
     }
 
     /// The connection health of `relay`, if the engine knows it.

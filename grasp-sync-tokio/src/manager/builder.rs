@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use grasp_sync_core::clock::{Instant, Now};
 use grasp_sync_core::engine::{EngineConfig, SyncEngine};
+use grasp_sync_core::metric_families::{MetricFamilies, MetricFamiliesError};
 use grasp_sync_core::store::EventStore;
 use grasp_sync_core::url_policy::RelayUrlPolicy;
 use nostr::prelude::{Event, RelayUrl};
@@ -35,6 +36,11 @@ pub enum BuildError {
     /// Metrics could not be registered.
     #[error("metrics registration failed: {0}")]
     Metrics(#[from] prometheus::Error),
+    /// The per-family metric settings name a family we do not export, give
+    /// one a name Prometheus refuses, or give two families one name
+    /// ([`SyncManagerBuilder::metric_name`]).
+    #[error("metric families: {0}")]
+    MetricFamilies(#[from] MetricFamiliesError),
     /// The engine configuration is invalid.
     #[error("invalid engine configuration: {0}")]
     Config(#[from] grasp_sync_core::engine::ConfigError),
@@ -299,6 +305,7 @@ pub struct SyncManagerBuilder {
     store: Option<Arc<dyn EventStore>>,
     registry: Option<prometheus::Registry>,
     metrics_prefix: String,
+    metric_families: MetricFamilies,
     resolver: Arc<dyn Resolver>,
     /// The transport plugged in; WebSocket when `None`.
     transport: Option<Arc<dyn RelayTransport>>,
@@ -334,6 +341,7 @@ impl SyncManagerBuilder {
             store: None,
             registry: None,
             metrics_prefix: crate::metrics::DEFAULT_PREFIX.to_owned(),
+            metric_families: MetricFamilies::new(),
             resolver: Arc::new(SystemResolver),
             transport: None,
             own_announcements: None,
@@ -523,6 +531,11 @@ impl SyncManagerBuilder {
     /// and appends [`SyncManager::metrics_handle`]'s
     /// [`MetricsHandle::text`](crate::MetricsHandle::text) to its own
     /// `/metrics` output.
+    ///
+    /// A family of ours whose name the host's registry holds already is a
+    /// [`BuildError::Metrics`]: leave ours out
+    /// ([`SyncManagerBuilder::leave_out_metric`]) or rename it
+    /// ([`SyncManagerBuilder::metric_name`]).
     pub fn registry(mut self, registry: prometheus::Registry) -> Self {
         self.registry = Some(registry);
         self
@@ -535,9 +548,64 @@ impl SyncManagerBuilder {
     /// `ngit_sync_relay_connected` is a 0–4 state), so ours differ unless a
     /// host where nothing clashes asks for `ngit_sync`. A trailing `_` is
     /// ignored; a prefix Prometheus does not accept as a metric name is a
-    /// [`BuildError::Metrics`].
+    /// [`BuildError::Metrics`]. One family at a time:
+    /// [`SyncManagerBuilder::metric_name`] and
+    /// [`SyncManagerBuilder::leave_out_metric`].
     pub fn metrics_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.metrics_prefix = prefix.into();
+        self
+    }
+
+    /// Exports the metric family `family` as `name`, the whole name (the
+    /// [prefix](SyncManagerBuilder::metrics_prefix) is not added): for a host
+    /// that exports a family of our name already, or wants another. `family`
+    /// is one of [`METRIC_FAMILIES`](crate::METRIC_FAMILIES), the family's
+    /// name without the prefix (`relay_connected`). It holds for the host's
+    /// [registry](SyncManagerBuilder::registry) and for
+    /// [`SyncManager::metrics_handle`] alike. An unknown family, a name
+    /// Prometheus does not accept, or two families under one name is a
+    /// [`BuildError::MetricFamilies`]. Of two settings of one family, the
+    /// later holds.
+    pub fn metric_name(mut self, family: impl Into<String>, name: impl Into<String>) -> Self {
+        self.metric_families = self.metric_families.name(family, name);
+        self
+    }
+
+    /// Leaves the metric family `family` out (one of
+    /// [`METRIC_FAMILIES`](crate::METRIC_FAMILIES)): it is registered in
+    /// neither registry and [`SyncManager::metrics_handle`]'s text does not
+    /// hold it, so a host keeps its own family of that name beside ours. An
+    /// unknown family is a [`BuildError::MetricFamilies`].
+    pub fn leave_out_metric(mut self, family: impl Into<String>) -> Self {
+        self.metric_families = self.metric_families.leave_out(family);
+        self
+    }
+
+    /// Applies every setting of `families` ([`MetricFamilies`], keyed as in
+    /// [`METRIC_FAMILIES`](crate::METRIC_FAMILIES)) over those given before,
+    /// as [`SyncManagerBuilder::metric_name`] and
+    /// [`SyncManagerBuilder::leave_out_metric`] do one by one.
+    pub fn metric_families(mut self, families: MetricFamilies) -> Self {
+        self.metric_families = self.metric_families.with(families);
+        self
+    }
+
+    /// Names the families the reference GRASP server (ngit-grasp 1.0) also
+    /// exports with its names and meanings
+    /// ([`REFERENCE_SERVER_FAMILIES`](crate::REFERENCE_SERVER_FAMILIES)), so
+    /// its dashboards and alerts keep working once this manager syncs in its
+    /// place: `ngit_sync_relay_connected` (0 disconnected, 1 connecting,
+    /// 2 syncing, 3 connected, 4 connected with historic sync failures),
+    /// `ngit_sync_connection_attempts_total` (`success`, `failure`),
+    /// `ngit_sync_relay_status`, `ngit_sync_relay_failures`,
+    /// `ngit_sync_events_synced_total`, `ngit_sync_relays_tracked_total`,
+    /// `ngit_sync_relays_connected_total` and `ngit_sync_relays_dead_total`.
+    /// Our other families keep their names under the prefix. Settings given
+    /// after this one hold over it.
+    pub fn reference_server_metrics(mut self) -> Self {
+        for (family, name) in crate::REFERENCE_SERVER_FAMILIES {
+            self.metric_families = self.metric_families.name(*family, *name);
+        }
         self
     }
 
@@ -606,8 +674,13 @@ impl SyncManagerBuilder {
         )?;
         let store = self.store.ok_or(BuildError::MissingStore)?;
         let own_registry = prometheus::Registry::new();
-        let metrics =
-            Metrics::register(&own_registry, self.registry.as_ref(), &self.metrics_prefix)?;
+        let names = crate::metrics::family_names(&self.metrics_prefix, &self.metric_families)?;
+        let metrics = Metrics::register(
+            &own_registry,
+            self.registry.as_ref(),
+            &self.metrics_prefix,
+            &names,
+        )?;
         let metrics_handle = Metrics::handle(&own_registry);
         let registry = self.registry.unwrap_or(own_registry);
         let (inbound_tx, inbound_rx) = mpsc::channel(4096);

@@ -402,10 +402,7 @@ impl Runner {
         if self.connections.is_own(relay) {
             return;
         }
-        self.metrics
-            .connection_attempts
-            .with_label_values(&[relay.as_str(), outcome])
-            .inc();
+        self.metrics.attempt_ended(relay, outcome);
     }
 
     /// Counts `size` bytes received from `relay` (the own relay's bytes are

@@ -53,6 +53,12 @@ impl RelaySession {
         self.work_retry = None;
     }
 
+    /// `true` when work on the relay failed since its last confirmed batch
+    /// (its retry is waiting).
+    pub(crate) fn work_failing(&self) -> bool {
+        self.work_retry.is_some()
+    }
+
     /// The relay's health at `now`.
     pub(crate) fn health_state(&self, now: Instant, health: &HealthConfig) -> HealthState {
         self.health.state(now, self.link.connected_since(), health)
