@@ -177,7 +177,9 @@ impl StoreOrder {
 
     /// The store answered for `event` for good (stored, held, a duplicate
     /// or refused): it no longer provides anything, and what waited for it
-    /// is looked at again. A stored announcement's identifier is known.
+    /// is looked at again. Once an announcement is answered, whatever the
+    /// answer, nothing waits for its identifier's batch: the store has
+    /// decided on it, and decides on what needs it.
     pub(crate) fn settled(&mut self, event: &Event) {
         for need in provides(event) {
             let Some(count) = self.providing.get_mut(&need) else {
