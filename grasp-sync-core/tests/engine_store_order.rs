@@ -170,3 +170,26 @@ fn a_state_whose_announcement_never_comes_goes_to_the_store_when_its_batch_ends(
     assert_eq!(world.engine.store_dependents_waiting(), 0);
     assert!(world.engine.historic_sync_complete(), "{}", world.dump());
 }
+
+/// The store refuses the announcement for now, again and again (a host
+/// rate-limiting its author): the state that needs it waits for it at most
+/// the store timeout, then goes to the store, which decides. Nothing stays
+/// parked.
+#[test]
+fn a_state_waits_for_an_announcement_the_store_keeps_refusing_at_most_the_store_timeout() {
+    let (mut world, all) = repository(storing_every_layer_1_event(config()));
+    let [announcement, state, ..] = &all[..] else {
+        unreachable!("six events");
+    };
+    world.own.answers.insert(
+        announcement.id,
+        grasp_sync_core::store::IngestOutcome::refused_for_now("rate-limited: slow down"),
+    );
+    world.run_for(std::time::Duration::from_secs(30), STEPS);
+    assert_eq!(world.stores_of(&state.id), 0, "it waits: {}", world.dump());
+    assert!(world.engine.store_dependents_waiting() > 0);
+    world.run_for(std::time::Duration::from_secs(40), STEPS);
+    assert_eq!(world.stores_of(&state.id), 1, "{}", world.dump());
+    assert_eq!(world.engine.store_dependents_waiting(), 0);
+    assert!(world.engine.stats().store_retries > 0, "the announcement is retried");
+}

@@ -10,28 +10,32 @@
 //! is on its way to the store (handed over, not answered yet), and, when it
 //! needs an announcement or an event the engine does not know stored, while
 //! the batch that brought it is still running (what it needs may come later
-//! in that batch). When the batch's jobs end, or the store falls behind (the
-//! parked count toward its backpressure, and the batch's next page waits
-//! for them), the event goes to the store anyway: the store decides.
+//! in that batch). When the batch's jobs end, when another relay's batch
+//! waits for the same event, when the store falls behind (the parked count
+//! toward its backpressure, and the batch's next page waits for them), or
+//! at the latest after the wait limit (the store timeout: a need the store
+//! keeps refusing for now, a relay that keeps its batch open), the event
+//! goes to the store anyway: the store decides.
 //!
 //! The rules are pure functions ([`provides`], [`needs`]); [`StoreOrder`]
 //! keeps what is on its way and what waits for it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
 
-use indexmap::IndexSet;
 use nostr::prelude::{Event, EventId, Kind, RelayUrl};
 
+use crate::clock::Instant;
 use crate::model::BatchId;
-use crate::nip34::{KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE};
+use crate::nip34::{KIND_REPO_ANNOUNCEMENT, KIND_REPO_STATE, MAX_IDENTIFIER_LEN};
 
 /// At most this many needs are read from one event: a stranger's event
 /// with thousands of tags must not make each of its moves cost thousands.
 pub(crate) const MAX_NEEDS: usize = 8;
 
-/// At most this many announced identifiers are remembered (the oldest are
+/// At most this many answered needs are remembered (the oldest are
 /// forgotten: an event needing one of them waits for its batch's end).
-const MAX_ANNOUNCED: usize = 100_000;
+const MAX_ANSWERED: usize = 100_000;
 
 /// Something an event needs stored before it, or provides once stored.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -53,7 +57,8 @@ pub(crate) fn provides(event: &Event) -> impl Iterator<Item = Need> {
 /// What `event` needs stored before it: a state its repository's
 /// announcement; any other event (an announcement needs nothing) the
 /// announcements its `a` tags name and the events its `e`/`E` tags name.
-/// At most [`MAX_NEEDS`], in the order of its tags. Read from the tags'
+/// At most [`MAX_NEEDS`], in the order of its tags; an identifier longer
+/// than [`MAX_IDENTIFIER_LEN`] names no repository. Read from the tags'
 /// text only (no key is parsed): a need that names nothing real is never
 /// on its way to the store, and waits at most for its batch.
 pub(crate) fn needs(event: &Event) -> Vec<Need> {
@@ -62,7 +67,8 @@ pub(crate) fn needs(event: &Event) -> Vec<Need> {
         KIND_REPO_STATE => event
             .tags
             .identifier()
-            .map(|identifier| vec![Need::Announcement(identifier.to_owned())])
+            .and_then(|identifier| repository_identifier(AsRef::<str>::as_ref(&identifier)))
+            .map(|identifier| vec![Need::Announcement(identifier)])
             .unwrap_or_default(),
         _ => {
             let mut needs: Vec<Need> = Vec::new();
@@ -90,7 +96,20 @@ pub(crate) fn needs(event: &Event) -> Vec<Need> {
 /// The announcement an `a` tag's coordinate names (`30617:<pubkey>:<d>`).
 fn announcement_named(coordinate: &str) -> Option<Need> {
     let (_pubkey, identifier) = coordinate.strip_prefix("30617:")?.split_once(':')?;
-    Some(Need::Announcement(identifier.to_owned()))
+    repository_identifier(identifier).map(Need::Announcement)
+}
+
+/// `identifier` as a repository's, if it is not too long to be one.
+fn repository_identifier(identifier: &str) -> Option<String> {
+    (identifier.len() <= MAX_IDENTIFIER_LEN).then(|| identifier.to_owned())
+}
+
+/// The identifier of `event` if it is an announcement.
+fn announced_identifier(event: &Event) -> Option<String> {
+    (event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT))
+        .then(|| event.tags.identifier())
+        .flatten()
+        .and_then(|identifier| repository_identifier(AsRef::<str>::as_ref(&identifier)))
 }
 
 /// A batch of a relay (the one that brought a parked event).
@@ -106,22 +125,55 @@ struct Parked {
     seq: u64,
 }
 
+/// Needs the store answered lately (or the own relay serves), the oldest
+/// forgotten past [`MAX_ANSWERED`].
+#[derive(Debug, Default)]
+struct Answered {
+    needs: HashSet<Need>,
+    order: VecDeque<Need>,
+}
+
+impl Answered {
+    fn contains(&self, need: &Need) -> bool {
+        self.needs.contains(need)
+    }
+
+    /// Remembers `need`; `true` if it is new.
+    fn insert(&mut self, need: Need) -> bool {
+        if !self.needs.insert(need.clone()) {
+            return false;
+        }
+        self.order.push_back(need);
+        while self.order.len() > MAX_ANSWERED {
+            if let Some(oldest) = self.order.pop_front() {
+                self.needs.remove(&oldest);
+            }
+        }
+        true
+    }
+}
+
 /// What is on its way to the store and what waits for it.
 #[derive(Debug, Default)]
 pub(crate) struct StoreOrder {
     /// Events handed over (parked or sent) and not answered, counted by
     /// what they provide.
     providing: HashMap<Need, u32>,
-    /// Identifiers whose announcement the store answered for or the own
-    /// relay serves, oldest first.
-    announced: IndexSet<String>,
+    /// Needs answered lately: nothing waits for their batch any more.
+    answered: Answered,
     /// Parked events.
     parked: HashMap<EventId, Parked>,
     /// Parked events by the need that held them back when last looked at
-    /// (an id may be stale: released since).
+    /// (an id may be stale: released since; compacted when stale ones
+    /// outnumber the parked).
     by_need: HashMap<Need, Vec<EventId>>,
+    /// Entries in `by_need`, stale ones included.
+    filed: usize,
     /// Parked events by the batch that may still bring what they need.
     by_batch: HashMap<BatchOf, Vec<EventId>>,
+    /// Parked events in the order they came, with when (stale entries of
+    /// released ones are skipped): the wait limit's clock.
+    arrivals: VecDeque<(Instant, EventId)>,
     /// Parked events to look at again: what held them back changed.
     woken: Vec<EventId>,
     next_seq: u64,
@@ -133,13 +185,23 @@ impl StoreOrder {
         self.parked.len()
     }
 
-    /// `event` is handed over, brought by `batch` (with whether its jobs
-    /// still run): from now on it provides what it provides until
+    /// When the longest-parked event reaches the wait limit `max_wait`.
+    pub(crate) fn next_deadline(&self, max_wait: Duration) -> Option<Instant> {
+        let (since, _) = self
+            .arrivals
+            .iter()
+            .find(|(_, id)| self.parked.contains_key(id))?;
+        Some(*since + max_wait)
+    }
+
+    /// `event` is handed over at `now`, brought by `batch` (with whether its
+    /// jobs still run): from now on it provides what it provides until
     /// [`StoreOrder::settled`]. `known` says whether an event is known to
     /// be in the store. Answers whether it must wait (it is then parked
     /// until [`StoreOrder::release`] lets it go).
     pub(crate) fn arrive(
         &mut self,
+        now: Instant,
         event: &Event,
         batch: Option<(&RelayUrl, BatchId)>,
         batch_running: bool,
@@ -164,80 +226,90 @@ impl StoreOrder {
             return false;
         };
         self.next_seq += 1;
-        self.by_need.entry(need).or_default().push(event.id);
+        self.file(need, event.id);
         if let Some(batch) = &parked.batch {
             self.by_batch
                 .entry(batch.clone())
                 .or_default()
                 .push(event.id);
         }
+        self.arrivals.push_back((now, event.id));
         self.parked.insert(event.id, parked);
         true
     }
 
-    /// The store answered for `event` for good (stored, held, a duplicate
-    /// or refused): it no longer provides anything, and what waited for it
-    /// is looked at again. Once an announcement is answered, whatever the
-    /// answer, nothing waits for its identifier's batch: the store has
-    /// decided on it, and decides on what needs it.
-    pub(crate) fn settled(&mut self, event: &Event) {
-        for need in provides(event) {
-            let Some(count) = self.providing.get_mut(&need) else {
-                continue;
-            };
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                self.providing.remove(&need);
-                self.wake(&need);
+    /// Another relay's batch waits for the parked event `id` too (it
+    /// delivered or is owed it): `id` no longer waits for the batch that
+    /// brought it, so that batch cannot hold the other relay's back.
+    pub(crate) fn awaited_elsewhere(&mut self, id: &EventId) {
+        if let Some(parked) = self.parked.get_mut(id) {
+            if parked.batch.take().is_some() {
+                self.woken.push(*id);
             }
         }
-        if let Some(identifier) = announced_identifier(event) {
-            self.note_announced(&identifier);
+    }
+
+    /// The store answered for `event` for good (stored, held, a duplicate
+    /// or refused): it no longer provides anything, and what waited for it
+    /// is looked at again. Whatever the answer, nothing waits for its batch
+    /// because of it any more: the store has decided on it, and decides on
+    /// what needs it.
+    pub(crate) fn settled(&mut self, event: &Event) {
+        for need in provides(event) {
+            if let Some(count) = self.providing.get_mut(&need) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    self.providing.remove(&need);
+                }
+            }
+            self.answered.insert(need.clone());
+            self.wake(&need);
         }
     }
 
     /// `event` is in the store (served by the own relay, or held by the
-    /// host): an announcement's identifier is known there.
+    /// host): what needs it no longer waits for its batch.
     pub(crate) fn in_store(&mut self, event: &Event) {
-        if let Some(identifier) = announced_identifier(event) {
-            self.note_announced(&identifier);
+        for need in provides(event) {
+            if self.answered.insert(need.clone()) {
+                self.wake(&need);
+            }
         }
-    }
-
-    /// An announcement of `identifier` is in the store: what needs one no
-    /// longer waits for its batch.
-    fn note_announced(&mut self, identifier: &str) {
-        if self.announced.contains(identifier) {
-            return;
-        }
-        self.announced.insert(identifier.to_owned());
-        if self.announced.len() > MAX_ANNOUNCED {
-            self.announced.shift_remove_index(0);
-        }
-        self.wake(&Need::Announcement(identifier.to_owned()));
     }
 
     /// The parked events held back by `need` are looked at again.
     fn wake(&mut self, need: &Need) {
         if let Some(ids) = self.by_need.remove(need) {
+            self.filed = self.filed.saturating_sub(ids.len());
             self.woken.extend(ids);
         }
     }
 
-    /// The parked events free to go now, in the order they came: nothing
-    /// they need is on its way, and what they need is known stored (`known`,
-    /// for events) or their batch ended (`running` says whether a batch's
-    /// jobs still run). When `store_behind` (the store does not keep up),
-    /// no event waits for its batch any more: the batch's next page waits
-    /// for the store.
+    /// Files the parked `id` under the `need` that holds it back.
+    fn file(&mut self, need: Need, id: EventId) {
+        self.by_need.entry(need).or_default().push(id);
+        self.filed += 1;
+    }
+
+    /// The parked events free to go at `now`, in the order they came:
+    /// nothing they need is on its way, and what they need is known stored
+    /// (`known`, for events) or their batch ended (`running` says whether a
+    /// batch's jobs still run); or they waited `max_wait` already. When
+    /// `store_behind` (the store does not keep up), no event waits for its
+    /// batch any more: the batch's next page waits for the store.
     pub(crate) fn release(
         &mut self,
+        now: Instant,
+        max_wait: Duration,
         running: impl Fn(&RelayUrl, BatchId) -> bool,
         store_behind: bool,
         known: impl Fn(&EventId) -> bool,
     ) -> Vec<EventId> {
         if self.parked.is_empty() {
             self.woken.clear();
+            self.by_need.clear();
+            self.filed = 0;
+            self.arrivals.clear();
             return Vec::new();
         }
         let ended: Vec<BatchOf> = self
@@ -257,7 +329,7 @@ impl StoreOrder {
             }
             self.woken.extend(ids);
         }
-        let mut released: Vec<(u64, EventId)> = Vec::new();
+        let mut released: Vec<(u64, EventId)> = self.waited_too_long(now, max_wait);
         let mut seen = HashSet::new();
         for id in std::mem::take(&mut self.woken) {
             if !seen.insert(id) {
@@ -267,7 +339,7 @@ impl StoreOrder {
                 continue;
             };
             match self.held_back_by(parked, &known) {
-                Some(need) => self.by_need.entry(need).or_default().push(id),
+                Some(need) => self.file(need, id),
                 None => {
                     if let Some(parked) = self.parked.remove(&id) {
                         released.push((parked.seq, id));
@@ -275,12 +347,50 @@ impl StoreOrder {
                 }
             }
         }
+        self.compact();
         released.sort_unstable();
         released.into_iter().map(|(_, id)| id).collect()
     }
 
+    /// Takes the parked events that waited `max_wait` by `now`.
+    fn waited_too_long(&mut self, now: Instant, max_wait: Duration) -> Vec<(u64, EventId)> {
+        let mut released = Vec::new();
+        while let Some((since, id)) = self.arrivals.front().copied() {
+            if !self.parked.contains_key(&id) {
+                self.arrivals.pop_front();
+                continue;
+            }
+            if since + max_wait > now {
+                break;
+            }
+            self.arrivals.pop_front();
+            if let Some(parked) = self.parked.remove(&id) {
+                tracing::debug!(%id, "waited the limit for what it needs; to the store anyway");
+                released.push((parked.seq, id));
+            }
+        }
+        released
+    }
+
+    /// Drops the stale entries of `by_need` and `arrivals` once they
+    /// outnumber the parked: released events leave no trace for long.
+    fn compact(&mut self) {
+        let parked = &self.parked;
+        if self.filed > 2 * parked.len() + 1_024 {
+            self.by_need.retain(|_, ids| {
+                ids.retain(|id| parked.contains_key(id));
+                !ids.is_empty()
+            });
+            self.filed = self.by_need.values().map(Vec::len).sum();
+        }
+        if self.arrivals.len() > 2 * parked.len() + 1_024 {
+            self.arrivals.retain(|(_, id)| parked.contains_key(id));
+        }
+    }
+
     /// What holds `parked` back: a need on its way to the store, or, while
-    /// its batch runs, a need not known stored (an event: by `known`).
+    /// its batch runs, a need not known stored (answered lately, or, an
+    /// event, by `known`).
     fn held_back_by(&self, parked: &Parked, known: impl Fn(&EventId) -> bool) -> Option<Need> {
         let on_its_way = parked
             .needs
@@ -293,20 +403,15 @@ impl StoreOrder {
         parked
             .needs
             .iter()
-            .find(|need| match need {
-                Need::Announcement(identifier) => !self.announced.contains(identifier.as_str()),
-                Need::Event(id) => !known(id),
+            .find(|need| {
+                !self.answered.contains(need)
+                    && match need {
+                        Need::Announcement(_) => true,
+                        Need::Event(id) => !known(id),
+                    }
             })
             .cloned()
     }
-}
-
-/// The identifier of `event` if it is an announcement.
-fn announced_identifier(event: &Event) -> Option<String> {
-    (event.kind == Kind::Custom(KIND_REPO_ANNOUNCEMENT))
-        .then(|| event.tags.identifier())
-        .flatten()
-        .map(|identifier| identifier.to_owned())
 }
 
 #[cfg(test)]
@@ -314,6 +419,9 @@ mod tests {
     use super::*;
     use crate::nip34::test_support::signed_event_by;
     use nostr::prelude::Keys;
+
+    const T0: Instant = Instant::ZERO;
+    const WAIT: Duration = Duration::from_secs(60);
 
     fn relay() -> RelayUrl {
         RelayUrl::parse("wss://relay.example.com").expect("url")
@@ -343,15 +451,17 @@ mod tests {
         // A maintainer with no announcement of their own needs the owner's.
         let state = state(&maintainer, "alpha");
         let mut order = StoreOrder::default();
-        assert!(!order.arrive(&announcement, None, false, |_| false));
+        assert!(!order.arrive(T0, &announcement, None, false, |_| false));
         assert!(
-            order.arrive(&state, None, false, |_| false),
+            order.arrive(T0, &state, None, false, |_| false),
             "its announcement is on its way"
         );
-        assert!(order.release(|_, _| false, false, |_| false).is_empty());
+        assert!(order
+            .release(T0, WAIT, |_, _| false, false, |_| false)
+            .is_empty());
         order.settled(&announcement);
         assert_eq!(
-            order.release(|_, _| false, false, |_| false),
+            order.release(T0, WAIT, |_, _| false, false, |_| false),
             vec![state.id]
         );
         assert_eq!(order.parked(), 0);
@@ -365,20 +475,27 @@ mod tests {
         let relay = relay();
         let batch = BatchId(7);
         let mut order = StoreOrder::default();
-        assert!(order.arrive(&state, Some((&relay, batch)), true, |_| false));
+        assert!(order.arrive(T0, &state, Some((&relay, batch)), true, |_| false));
         assert!(
-            order.release(|_, _| true, false, |_| false).is_empty(),
+            order
+                .release(T0, WAIT, |_, _| true, false, |_| false)
+                .is_empty(),
             "the batch runs"
         );
         // The announcement comes later in the batch: the state now waits
         // for its answer, not for the batch.
-        assert!(!order.arrive(&announcement, Some((&relay, batch)), true, |_| false));
+        assert!(!order.arrive(T0, &announcement, Some((&relay, batch)), true, |_| false));
         assert!(
-            order.release(|_, _| false, false, |_| false).is_empty(),
+            order
+                .release(T0, WAIT, |_, _| false, false, |_| false)
+                .is_empty(),
             "on its way"
         );
         order.settled(&announcement);
-        assert_eq!(order.release(|_, _| true, false, |_| false), vec![state.id]);
+        assert_eq!(
+            order.release(T0, WAIT, |_, _| true, false, |_| false),
+            vec![state.id]
+        );
     }
 
     #[test]
@@ -388,14 +505,17 @@ mod tests {
         let mut order = StoreOrder::default();
         let first = state(&owner, "alpha");
         let second = state(&owner, "beta");
-        assert!(order.arrive(&first, Some((&relay, BatchId(1))), true, |_| false));
-        assert!(order.arrive(&second, Some((&relay, BatchId(2))), true, |_| false));
-        let ended = order.release(|_, batch| batch != BatchId(1), false, |_| false);
+        assert!(order.arrive(T0, &first, Some((&relay, BatchId(1))), true, |_| false));
+        assert!(order.arrive(T0, &second, Some((&relay, BatchId(2))), true, |_| false));
+        let ended = order.release(T0, WAIT, |_, batch| batch != BatchId(1), false, |_| false);
         assert_eq!(ended, vec![first.id]);
-        assert_eq!(order.release(|_, _| true, true, |_| false), vec![second.id]);
+        assert_eq!(
+            order.release(T0, WAIT, |_, _| true, true, |_| false),
+            vec![second.id]
+        );
         // A batch already over does not hold anything back.
         let third = state(&owner, "gamma");
-        assert!(!order.arrive(&third, Some((&relay, BatchId(3))), false, |_| false));
+        assert!(!order.arrive(T0, &third, Some((&relay, BatchId(3))), false, |_| false));
     }
 
     #[test]
@@ -405,15 +525,17 @@ mod tests {
         let mut order = StoreOrder::default();
         order.in_store(&announcement(&owner, "alpha"));
         assert!(!order.arrive(
+            T0,
             &state(&owner, "alpha"),
             Some((&relay, BatchId(1))),
             true,
             |_| false
         ));
         let beta = announcement(&owner, "beta");
-        assert!(!order.arrive(&beta, None, false, |_| false));
+        assert!(!order.arrive(T0, &beta, None, false, |_| false));
         order.settled(&beta);
         assert!(!order.arrive(
+            T0,
             &state(&owner, "beta"),
             Some((&relay, BatchId(1))),
             true,
@@ -432,15 +554,18 @@ mod tests {
         let update = signed_event_by(&user, 1619, &[&["a", &a], &["E", &pr_id]]);
         let reply = signed_event_by(&user, 1111, &[&["E", &pr_id], &["e", &pr_id]]);
         let mut order = StoreOrder::default();
-        assert!(!order.arrive(&announcement, None, false, |_| false));
-        assert!(order.arrive(&pr, None, false, |_| false));
-        assert!(order.arrive(&update, None, false, |_| false));
-        assert!(order.arrive(&reply, None, false, |_| false));
+        assert!(!order.arrive(T0, &announcement, None, false, |_| false));
+        assert!(order.arrive(T0, &pr, None, false, |_| false));
+        assert!(order.arrive(T0, &update, None, false, |_| false));
+        assert!(order.arrive(T0, &reply, None, false, |_| false));
         order.settled(&announcement);
-        assert_eq!(order.release(|_, _| false, false, |_| false), vec![pr.id]);
+        assert_eq!(
+            order.release(T0, WAIT, |_, _| false, false, |_| false),
+            vec![pr.id]
+        );
         order.settled(&pr);
         assert_eq!(
-            order.release(|_, _| false, false, |_| false),
+            order.release(T0, WAIT, |_, _| false, false, |_| false),
             vec![update.id, reply.id]
         );
     }
@@ -454,5 +579,102 @@ mod tests {
         let reply = signed_event_by(&user, 1111, &tags);
         assert_eq!(needs(&reply).len(), MAX_NEEDS);
         assert!(needs(&announcement(&user, "alpha")).is_empty());
+    }
+
+    #[test]
+    fn an_event_waits_at_most_the_limit_for_a_need_the_store_keeps_refusing_for_now() {
+        let owner = Keys::generate();
+        let announcement = announcement(&owner, "alpha");
+        let state = state(&owner, "alpha");
+        let mut order = StoreOrder::default();
+        assert!(!order.arrive(T0, &announcement, None, false, |_| false));
+        // The announcement is retried for now, again and again: never settled.
+        assert!(order.arrive(T0, &state, None, false, |_| false));
+        assert_eq!(order.next_deadline(WAIT), Some(T0 + WAIT));
+        let almost = T0 + (WAIT - Duration::from_millis(1));
+        assert!(order
+            .release(almost, WAIT, |_, _| false, false, |_| false)
+            .is_empty());
+        assert_eq!(
+            order.release(T0 + WAIT, WAIT, |_, _| false, false, |_| false),
+            vec![state.id]
+        );
+        assert_eq!(order.next_deadline(WAIT), None);
+    }
+
+    #[test]
+    fn another_relays_batch_waiting_for_a_parked_event_ends_its_wait_for_its_batch() {
+        let owner = Keys::generate();
+        let relay = relay();
+        let state = state(&owner, "alpha");
+        let mut order = StoreOrder::default();
+        assert!(order.arrive(T0, &state, Some((&relay, BatchId(1))), true, |_| false));
+        order.awaited_elsewhere(&state.id);
+        assert_eq!(
+            order.release(T0, WAIT, |_, _| true, false, |_| false),
+            vec![state.id],
+            "the slow relay's batch still runs, the event goes"
+        );
+    }
+
+    #[test]
+    fn a_held_or_refused_root_ends_its_replies_wait_for_their_batch() {
+        let user = Keys::generate();
+        let relay = relay();
+        let root = signed_event_by(&user, 1621, &[&["subject", "x"]]);
+        let root_id = root.id.to_hex();
+        let reply = signed_event_by(&user, 1111, &[&["E", &root_id]]);
+        let mut order = StoreOrder::default();
+        assert!(!order.arrive(T0, &root, None, false, |_| false));
+        assert!(order.arrive(T0, &reply, Some((&relay, BatchId(1))), true, |_| false));
+        // Answered held (not stored lately, not a root the index knows).
+        order.settled(&root);
+        assert_eq!(
+            order.release(T0, WAIT, |_, _| true, false, |_| false),
+            vec![reply.id]
+        );
+    }
+
+    #[test]
+    fn released_events_leave_no_trace_in_the_indexes_for_long() {
+        let user = Keys::generate();
+        let relay = relay();
+        let mut order = StoreOrder::default();
+        for n in 0..5_000u32 {
+            // Each answers an event nobody has: parked for its batch, then
+            // released when the batch ends.
+            let parent = format!("{n:064x}");
+            let reply = signed_event_by(&user, 1111, &[&["e", &parent]]);
+            assert!(order.arrive(T0, &reply, Some((&relay, BatchId(1))), true, |_| false));
+            assert_eq!(
+                order
+                    .release(T0, WAIT, |_, _| false, false, |_| false)
+                    .len(),
+                1
+            );
+            order.settled(&reply);
+        }
+        assert_eq!(order.parked(), 0);
+        assert!(
+            order.filed <= 1_024 && order.by_need.len() <= 1_024,
+            "{}",
+            order.filed
+        );
+        assert!(order.arrivals.len() <= 1_024);
+    }
+
+    #[test]
+    fn an_identifier_too_long_to_be_a_repositorys_names_no_need() {
+        let user = Keys::generate();
+        let long = "x".repeat(MAX_IDENTIFIER_LEN + 1);
+        let coordinate = format!("30617:{}:{long}", user.public_key().to_hex());
+        let issue = signed_event_by(&user, 1621, &[&["a", &coordinate]]);
+        assert!(needs(&issue).is_empty());
+        assert!(needs(&state(&user, &long)).is_empty());
+        assert_eq!(
+            provides(&announcement(&user, &long)).count(),
+            1,
+            "only itself"
+        );
     }
 }

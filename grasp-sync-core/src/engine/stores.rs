@@ -206,10 +206,12 @@ impl StoreTracker {
 
     /// The next store deadline: a retry, or the store's silence reaching the
     /// timeout while events wait for its answer.
+    /// A parked event reaching its wait limit (the same timeout) is one too.
     pub(crate) fn next_deadline(&self, timeout: std::time::Duration) -> Option<Instant> {
         let waiting = self.awaiting_answer() > 0;
         let stalled = self.alive_at.filter(|_| waiting).map(|at| at + timeout);
-        [self.retry_at, stalled].into_iter().flatten().min()
+        let parked = self.order.next_deadline(timeout);
+        [self.retry_at, stalled, parked].into_iter().flatten().min()
     }
 }
 
@@ -264,6 +266,7 @@ impl StoreTracker {
     ) -> Option<Command> {
         let stored = |id: &EventId| self.stored_lately.contains(id) || known(id);
         let parked = self.order.arrive(
+            now,
             event.event(),
             batch.map(|batch| (relay, batch)),
             batch_running,
@@ -310,7 +313,11 @@ impl StoreTracker {
         let store_behind = !self.keeps_up(config);
         let stored_lately = &self.stored_lately;
         let stored = |id: &EventId| stored_lately.contains(id) || known(id);
-        let released = self.order.release(running, store_behind, stored);
+        // A parked event waits for what it needs at most the store timeout.
+        let max_wait = config.timeouts.store_timeout;
+        let released = self
+            .order
+            .release(now, max_wait, running, store_behind, stored);
         if !released.is_empty() && self.awaiting_answer() == released.len() {
             // Nothing else was awaited: the store's silence counts from now.
             self.alive_at = Some(now);
@@ -340,6 +347,10 @@ impl StoreTracker {
             return Some(false);
         }
         waiting.batches.push(waits);
+        if waiting.stage == Stage::Parked {
+            // Its first batch must not hold this one back.
+            self.order.awaited_elsewhere(id);
+        }
         Some(true)
     }
 

@@ -1861,6 +1861,8 @@ impl SyncEngine {
         self.queue_own_events(now, events);
         if promoted {
             self.maintain_after(now, None);
+        } else {
+            self.release_parked(now);
         }
     }
 
@@ -1971,6 +1973,8 @@ impl SyncEngine {
     /// (a completed history read waits for the next planning).
     fn end_input(&mut self, now: Now) {
         self.absorb(now);
+        // What the absorbed own events showed stored frees parked events.
+        self.release_parked(now);
         self.reached.others = false;
     }
 
