@@ -191,5 +191,8 @@ fn a_state_waits_for_an_announcement_the_store_keeps_refusing_at_most_the_store_
     world.run_for(std::time::Duration::from_secs(40), STEPS);
     assert_eq!(world.stores_of(&state.id), 1, "{}", world.dump());
     assert_eq!(world.engine.store_dependents_waiting(), 0);
-    assert!(world.engine.stats().store_retries > 0, "the announcement is retried");
+    assert!(
+        world.engine.stats().store_retries > 0,
+        "the announcement is retried"
+    );
 }
