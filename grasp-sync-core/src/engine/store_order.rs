@@ -37,6 +37,11 @@ pub(crate) const MAX_NEEDS: usize = 8;
 /// forgotten: an event needing one of them waits for its batch's end).
 const MAX_ANSWERED: usize = 100_000;
 
+/// At most this many bytes of answered needs are remembered (an
+/// identifier may be up to [`MAX_IDENTIFIER_LEN`] bytes: strangers'
+/// announcements must not make the count cost 100 MB).
+const MAX_ANSWERED_BYTES: usize = 8 * 1024 * 1024;
+
 /// Something an event needs stored before it, or provides once stored.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Need {
@@ -126,11 +131,24 @@ struct Parked {
 }
 
 /// Needs the store answered lately (or the own relay serves), the oldest
-/// forgotten past [`MAX_ANSWERED`].
+/// forgotten past [`MAX_ANSWERED`] or [`MAX_ANSWERED_BYTES`].
 #[derive(Debug, Default)]
 struct Answered {
     needs: HashSet<Need>,
     order: VecDeque<Need>,
+    /// The size of `needs` ([`Need::size`]).
+    bytes: usize,
+}
+
+impl Need {
+    /// What remembering the need costs, in bytes (its text and the id).
+    fn size(&self) -> usize {
+        std::mem::size_of::<Need>()
+            + match self {
+                Need::Announcement(identifier) => identifier.len(),
+                Need::Event(_) => 0,
+            }
+    }
 }
 
 impl Answered {
@@ -143,11 +161,14 @@ impl Answered {
         if !self.needs.insert(need.clone()) {
             return false;
         }
+        self.bytes += need.size();
         self.order.push_back(need);
-        while self.order.len() > MAX_ANSWERED {
-            if let Some(oldest) = self.order.pop_front() {
-                self.needs.remove(&oldest);
-            }
+        while self.order.len() > MAX_ANSWERED || self.bytes > MAX_ANSWERED_BYTES {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            self.bytes = self.bytes.saturating_sub(oldest.size());
+            self.needs.remove(&oldest);
         }
         true
     }
@@ -676,5 +697,18 @@ mod tests {
             1,
             "only itself"
         );
+    }
+
+    #[test]
+    fn answered_needs_are_bounded_in_bytes_not_only_in_count() {
+        let mut answered = Answered::default();
+        for n in 0..20_000 {
+            let identifier = format!("{n:0>1000}");
+            answered.insert(Need::Announcement(identifier));
+        }
+        assert!(answered.bytes <= MAX_ANSWERED_BYTES, "{}", answered.bytes);
+        assert!(answered.order.len() < 20_000, "the oldest were forgotten");
+        assert_eq!(answered.order.len(), answered.needs.len());
+        assert!(answered.contains(&Need::Announcement(format!("{:0>1000}", 19_999))));
     }
 }
